@@ -1,0 +1,56 @@
+#include "core/dtype.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessel {
+
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kPred: return "pred";
+    case DType::kU8: return "u8";
+    case DType::kS32: return "s32";
+    case DType::kS64: return "s64";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+    case DType::kF32: return "f32";
+    case DType::kF64: return "f64";
+  }
+  return "?";
+}
+
+absl::StatusOr<DType> ParseDType(std::string_view name) {
+  for (DType d : {DType::kPred, DType::kU8, DType::kS32, DType::kS64, DType::kBF16, DType::kF16,
+                  DType::kF32, DType::kF64}) {
+    if (DTypeName(d) == name) return d;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown element type \"", std::string(name),
+                   "\"; expected one of pred, u8, s32, s64, bf16, f16, f32, f64"));
+}
+
+int64_t ByteWidth(DType dtype) {
+  switch (dtype) {
+    case DType::kPred:
+    case DType::kU8: return 1;
+    case DType::kBF16:
+    case DType::kF16: return 2;
+    case DType::kS32:
+    case DType::kF32: return 4;
+    case DType::kS64:
+    case DType::kF64: return 8;
+  }
+  return 0;
+}
+
+bool IsFloating(DType dtype) {
+  return dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kF32 ||
+         dtype == DType::kF64;
+}
+
+bool IsInteger(DType dtype) {
+  return dtype == DType::kS32 || dtype == DType::kS64 || dtype == DType::kU8;
+}
+
+}  // namespace tessel

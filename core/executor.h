@@ -1,0 +1,61 @@
+// Runs a Graph on the host CPU: the single-device executor.
+//
+//   Executor executor;                      // all cores
+//   ExecutionStats stats;
+//   TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> outputs,
+//                           executor.Run(graph, {x_literal, w_literal}, &stats));
+//   // outputs.size() == 1 unless the root is a tuple (then one literal per element)
+//
+// Kernels: dot through Eigen's GEMM on row-major maps of the buffers (general dot dimension
+// numbers are handled by transposing to [batch, m, k] x [batch, k, n]); elementwise ops, reduce
+// and data movement as loops parallelised with TBB over output elements. bf16 and f16 compute
+// in f32 and round on store, as XLA's CPU backend does. Each intermediate buffer is freed
+// after its last user runs; `ExecutionStats::peak_live_bytes` reports the high-water mark.
+// `rng` uses the counter-based generator of core/rng.h, so its values depend only on
+// (rng_seed, element index). `Run` is const and may be called from several threads at once.
+#ifndef TESSEL_CORE_EXECUTOR_H_
+#define TESSEL_CORE_EXECUTOR_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/graph.h"
+#include "core/literal.h"
+
+namespace tessel {
+
+struct ExecutorOptions {
+  // Threads the kernels may use; 0 means one per core. 1 runs everything on the calling thread
+  // (what each device thread of a multi-device host uses, so devices do not oversubscribe).
+  int num_threads = 0;
+};
+
+struct ExecutionStats {
+  // Highest sum of live buffer bytes during the run: arguments plus intermediates still needed.
+  int64_t peak_live_bytes = 0;
+  // Nodes executed (parameters and constants included).
+  int64_t nodes_executed = 0;
+};
+
+class Executor {
+ public:
+  explicit Executor(ExecutorOptions options = {});
+
+  // Executes `graph` with `arguments[i]` bound to parameter i.
+  // Errors: kInvalidArgument if the argument count or any argument's shape differs from the
+  // parameter's (naming the parameter), or a dynamic index is not a scalar integer.
+  [[nodiscard]] absl::StatusOr<std::vector<Literal>> Run(const Graph& graph,
+                                                         absl::Span<const Literal> arguments,
+                                                         ExecutionStats* stats = nullptr) const;
+
+  const ExecutorOptions& options() const { return options_; }
+
+ private:
+  ExecutorOptions options_;
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_CORE_EXECUTOR_H_

@@ -1,0 +1,231 @@
+// The graph IR: a computation of nodes whose ops follow XLA HLO names and semantics.
+//
+// A `Graph` corresponds to an XLA HloModule with one entry computation: nodes are kept in
+// insertion order, which is always a topological order (operands are added before users), and
+// one node is the root (the result; a `tuple` root returns several values).
+//
+//   Graph g("mlp");
+//   Node* x = g.AddParameter(0, Shape(DType::kF32, {8, 784}), "x").value();
+//   Node* w = g.AddParameter(1, Shape(DType::kF32, {784, 512}), "w").value();
+//   OpAttributes dot;
+//   dot.dot.lhs_contracting_dims = {1};
+//   dot.dot.rhs_contracting_dims = {0};
+//   Node* y = g.AddNode(Opcode::kDot, {x, w}, dot).value();   // f32[8,512], shape inferred
+//   g.set_root(y);
+//
+// Every node may carry a sharding string (XLA `HloSharding` text such as
+// "{devices=[2,1]0,1}"), kept opaque here; spmd/ gives it meaning.
+// The text form (HLO text) lives in core/hlo_text.h, checks in core/verifier.h and shape rules
+// in core/shape_inference.h. Source: XLA HloInstruction / HloComputation (operation semantics at
+// https://openxla.org/xla/operation_semantics).
+#ifndef TESSEL_CORE_GRAPH_H_
+#define TESSEL_CORE_GRAPH_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/literal.h"
+#include "core/shape.h"
+
+namespace tessel {
+
+// HLO opcodes supported by Tessel. OpcodeName() gives XLA's spelling ("dynamic-slice").
+enum class Opcode : uint8_t {
+  // Leaves.
+  kParameter,  // parameter(N): input N of the graph
+  kConstant,   // constant({...}): a literal
+  kIota,       // iota(), iota_dimension=D: element value = its index along D
+  kRng,        // rng(a, b), distribution=rng_uniform|rng_normal, rng_seed=S (see OpAttributes)
+  // Elementwise unary (shape of the operand).
+  kAbs, kNegate, kExp, kLog, kTanh, kLogistic, kSqrt, kRsqrt, kNot, kCopy,
+  kConvert,  // element type from the node's shape; XLA convert semantics
+  // Elementwise binary (operands of identical shape).
+  kAdd, kSubtract, kMultiply, kDivide, kMaximum, kMinimum, kPower, kAnd, kOr,
+  kCompare,  // direction=EQ|NE|LT|LE|GT|GE; result pred
+  // Elementwise ternary.
+  kSelect,  // select(pred p, a, b): p ? a : b
+  kClamp,   // clamp(min, x, max); min and max may be scalars
+  // Shape ops.
+  kBroadcast,    // dimensions={...}: operand dim i becomes output dim dimensions[i]
+  kReshape,      // same element count, row-major order
+  kTranspose,    // dimensions={...}: output dim i is operand dim dimensions[i]
+  kSlice,        // slice={[start:limit:stride], ...}
+  kPad,          // pad(x, value), padding=low_high_interior per dim, "x"-separated
+  kConcatenate,  // dimensions={d}
+  kDynamicSlice,        // dynamic-slice(x, s0, s1, ...), dynamic_slice_sizes={...}
+  kDynamicUpdateSlice,  // dynamic-update-slice(x, update, s0, s1, ...)
+  // Reductions and contractions.
+  kReduce,  // reduce(x, init), dimensions={...}, to_apply=<add|multiply|maximum|minimum|and|or>
+  kDot,     // lhs_batch_dims, lhs_contracting_dims, rhs_batch_dims, rhs_contracting_dims
+  // Tuples.
+  kTuple,
+  kGetTupleElement,  // index=N
+};
+
+// XLA's text name of `opcode`, e.g. "get-tuple-element".
+[[nodiscard]] std::string_view OpcodeName(Opcode opcode);
+// Parses an XLA opcode name. Errors: kUnimplemented naming the op if Tessel has no such op.
+[[nodiscard]] absl::StatusOr<Opcode> ParseOpcode(std::string_view name);
+// Unary and binary elementwise ops, compare, select, clamp, convert, copy.
+[[nodiscard]] bool IsElementwise(Opcode opcode);
+
+// `compare` directions, XLA's ComparisonDirection.
+enum class ComparisonDirection : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
+[[nodiscard]] std::string_view ComparisonDirectionName(ComparisonDirection d);  // "LT"
+
+// The binary computation a `reduce` applies (its `to_apply`). Tessel recognises the six
+// computations XLA emits for these reductions; other to_apply bodies are kUnimplemented.
+enum class ReduceKind : uint8_t { kAdd, kMultiply, kMaximum, kMinimum, kAnd, kOr };
+[[nodiscard]] std::string_view ReduceKindName(ReduceKind k);  // "add", "maximum", ...
+
+// `rng` distributions, XLA's RandomDistribution: operands (low, high) for uniform [low, high),
+// (mu, sigma) for normal.
+enum class RngDistribution : uint8_t { kUniform, kNormal };
+
+// XLA DotDimensionNumbers. Output dims: batch dims, then lhs free dims, then rhs free dims.
+struct DotDimensionNumbers {
+  std::vector<int64_t> lhs_batch_dims;
+  std::vector<int64_t> rhs_batch_dims;
+  std::vector<int64_t> lhs_contracting_dims;
+  std::vector<int64_t> rhs_contracting_dims;
+  bool operator==(const DotDimensionNumbers&) const = default;
+};
+
+// One dim of a slice: elements start, start+stride, ... < limit.
+struct SliceDim {
+  int64_t start = 0;
+  int64_t limit = 0;
+  int64_t stride = 1;
+  bool operator==(const SliceDim&) const = default;
+};
+
+// One dim of a pad: `low`/`high` elements added before/after (negative removes), `interior`
+// elements between each pair of operand elements. Source: XLA PaddingConfig.
+struct PadDim {
+  int64_t low = 0;
+  int64_t high = 0;
+  int64_t interior = 0;
+  bool operator==(const PadDim&) const = default;
+};
+
+// The attributes of a node; which fields matter depends on the opcode (see Opcode).
+struct OpAttributes {
+  // broadcast, transpose, reduce, concatenate (one entry) dims.
+  std::vector<int64_t> dimensions;
+  std::vector<SliceDim> slice;              // slice
+  std::vector<PadDim> padding;              // pad
+  DotDimensionNumbers dot;                  // dot
+  std::vector<int64_t> dynamic_slice_sizes; // dynamic-slice
+  ComparisonDirection comparison_direction = ComparisonDirection::kEq;  // compare
+  ReduceKind reduce_kind = ReduceKind::kAdd;                            // reduce
+  RngDistribution rng_distribution = RngDistribution::kUniform;         // rng
+  // rng: the counter-based generator's key. Element i (row-major global index) of an rng node
+  // depends only on (rng_seed, i). Text: `rng_seed=S` (a Tessel extension; XLA keeps the seed
+  // in the module config).
+  uint64_t rng_seed = 0;
+  int64_t parameter_number = 0;  // parameter
+  int64_t iota_dimension = 0;    // iota
+  int64_t tuple_index = 0;       // get-tuple-element
+  std::shared_ptr<const Literal> literal;  // constant
+};
+
+class Graph;
+
+// One instruction. Owned by its Graph; pointers stay valid for the Graph's lifetime.
+class Node {
+ public:
+  int64_t id() const { return id_; }
+  // Unique within the graph, without the leading '%'.
+  const std::string& name() const { return name_; }
+  Opcode opcode() const { return opcode_; }
+  const Shape& shape() const { return shape_; }
+  const std::vector<Node*>& operands() const { return operands_; }
+  Node* operand(int64_t i) const { return operands_[i]; }
+  int64_t operand_count() const { return static_cast<int64_t>(operands_.size()); }
+  // Nodes that use this one, in insertion order (a user appears once per use).
+  const std::vector<Node*>& users() const { return users_; }
+  const OpAttributes& attrs() const { return attrs_; }
+  OpAttributes& mutable_attrs() { return attrs_; }
+  // XLA HloSharding text ("{replicated}", "{devices=[2,1]0,1}") or empty when unannotated.
+  const std::string& sharding() const { return sharding_; }
+  void set_sharding(std::string sharding) { sharding_ = std::move(sharding); }
+  // Convenience: the literal of a constant. Precondition: opcode() == kConstant.
+  const Literal& literal() const { return *attrs_.literal; }
+
+ private:
+  friend class Graph;
+  Node() = default;
+
+  int64_t id_ = 0;
+  std::string name_;
+  Opcode opcode_ = Opcode::kParameter;
+  Shape shape_;
+  std::vector<Node*> operands_;
+  std::vector<Node*> users_;
+  OpAttributes attrs_;
+  std::string sharding_;
+};
+
+class Graph {
+ public:
+  // `name` is the HloModule name printed in the text form.
+  explicit Graph(std::string name = "module");
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+
+  // Adds a node whose shape is inferred from the operands and attributes (ops whose shape is
+  // not determined by them: parameter, iota, rng, reshape, broadcast, convert, need the
+  // overload with `shape`). `name` defaults to "<opcode>.<id>"; a taken name gets a ".N" suffix.
+  // Errors: kInvalidArgument from shape inference (naming the op and the offending operand or
+  // attribute), e.g. a dot whose contracting dims differ in size.
+  [[nodiscard]] absl::StatusOr<Node*> AddNode(Opcode opcode, std::vector<Node*> operands,
+                                              OpAttributes attrs = {}, std::string name = "");
+  // Adds a node with an explicit result `shape`, checked against shape inference.
+  [[nodiscard]] absl::StatusOr<Node*> AddNode(Opcode opcode, const Shape& shape,
+                                              std::vector<Node*> operands,
+                                              OpAttributes attrs = {}, std::string name = "");
+  // Adds a node without checking its shape (the parser uses this and then runs the verifier).
+  // Precondition: every operand belongs to this graph.
+  Node* AddNodeUnchecked(Opcode opcode, const Shape& shape, std::vector<Node*> operands,
+                         OpAttributes attrs, std::string name = "");
+
+  // Shorthands for leaves. Errors: kInvalidArgument if parameter `number` is already taken.
+  [[nodiscard]] absl::StatusOr<Node*> AddParameter(int64_t number, const Shape& shape,
+                                                   std::string name = "");
+  Node* AddConstant(Literal literal, std::string name = "");
+
+  // All nodes in topological (insertion) order.
+  const std::vector<Node*>& nodes() const { return order_; }
+  int64_t num_nodes() const { return static_cast<int64_t>(order_.size()); }
+  // Parameters sorted by parameter number.
+  std::vector<Node*> parameters() const;
+  // The node with `name`, or nullptr.
+  Node* FindNode(std::string_view name) const;
+
+  // The result. Defaults to the last node added.
+  Node* root() const { return root_ != nullptr ? root_ : (order_.empty() ? nullptr : order_.back()); }
+  void set_root(Node* root) { root_ = root; }
+
+ private:
+  std::string UniqueName(std::string name, Opcode opcode);
+
+  std::string name_;
+  std::vector<std::unique_ptr<Node>> storage_;
+  std::vector<Node*> order_;
+  Node* root_ = nullptr;
+  absl::flat_hash_map<std::string, Node*> by_name_;
+};
+
+}  // namespace tessel
+
+#endif  // TESSEL_CORE_GRAPH_H_

@@ -1,0 +1,136 @@
+#include "core/shape.h"
+
+#include <cctype>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "core/status_macros.h"
+
+namespace tessel {
+
+Shape::Shape(DType dtype, std::vector<int64_t> dims) : dtype_(dtype), dims_(std::move(dims)) {
+  for (int64_t d : dims_) TESSEL_CHECK(d >= 0);
+}
+
+Shape Shape::Tuple(std::vector<Shape> elements) {
+  Shape s;
+  s.is_tuple_ = true;
+  s.tuple_shapes_ = std::move(elements);
+  return s;
+}
+
+int64_t Shape::num_elements() const {
+  if (is_tuple_) return 0;
+  int64_t n = 1;
+  for (int64_t d : dims_) n *= d;
+  return n;
+}
+
+int64_t Shape::byte_size() const {
+  if (is_tuple_) {
+    int64_t total = 0;
+    for (const Shape& s : tuple_shapes_) total += s.byte_size();
+    return total;
+  }
+  return num_elements() * ByteWidth(dtype_);
+}
+
+std::vector<int64_t> Shape::strides() const {
+  std::vector<int64_t> strides(dims_.size(), 1);
+  for (int64_t i = rank() - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims_[i + 1];
+  return strides;
+}
+
+Shape Shape::WithDType(DType dtype) const {
+  Shape s = *this;
+  s.dtype_ = dtype;
+  return s;
+}
+
+std::string DimsToString(absl::Span<const int64_t> dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
+}
+
+std::string Shape::ToString() const {
+  if (is_tuple_) {
+    std::vector<std::string> parts;
+    for (const Shape& s : tuple_shapes_) parts.push_back(s.ToString());
+    return absl::StrCat("(", absl::StrJoin(parts, ", "), ")");
+  }
+  return absl::StrCat(DTypeName(dtype_), DimsToString(dims_));
+}
+
+bool Shape::operator==(const Shape& other) const {
+  if (is_tuple_ != other.is_tuple_) return false;
+  if (is_tuple_) return tuple_shapes_ == other.tuple_shapes_;
+  return dtype_ == other.dtype_ && dims_ == other.dims_;
+}
+
+namespace {
+
+absl::Status ShapeError(std::string_view text, std::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad shape \"", std::string(text), "\": ", std::string(why)));
+}
+
+// Parses one shape at the front of `*rest`, consuming it.
+absl::StatusOr<Shape> ParseShapePrefix(std::string_view full, std::string_view* rest) {
+  std::string_view& s = *rest;
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  if (absl::ConsumePrefix(&s, "(")) {
+    std::vector<Shape> elements;
+    while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+    if (absl::ConsumePrefix(&s, ")")) return Shape::Tuple({});
+    while (true) {
+      TESSEL_ASSIGN_OR_RETURN(Shape e, ParseShapePrefix(full, &s));
+      elements.push_back(std::move(e));
+      while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+      if (absl::ConsumePrefix(&s, ",")) continue;
+      if (absl::ConsumePrefix(&s, ")")) break;
+      return ShapeError(full, "expected ',' or ')' in tuple shape");
+    }
+    return Shape::Tuple(std::move(elements));
+  }
+  size_t bracket = s.find('[');
+  if (bracket == std::string_view::npos) return ShapeError(full, "expected '[' after the type");
+  TESSEL_ASSIGN_OR_RETURN(DType dtype, ParseDType(s.substr(0, bracket)));
+  size_t close = s.find(']', bracket);
+  if (close == std::string_view::npos) return ShapeError(full, "missing ']'");
+  std::string_view dims_text = s.substr(bracket + 1, close - bracket - 1);
+  std::vector<int64_t> dims;
+  if (!dims_text.empty()) {
+    for (std::string_view d : absl::StrSplit(dims_text, ',')) {
+      int64_t v;
+      if (!absl::SimpleAtoi(d, &v) || v < 0) {
+        return ShapeError(full, absl::StrCat("dimension \"", std::string(d),
+                                             "\" is not a non-negative integer"));
+      }
+      dims.push_back(v);
+    }
+  }
+  s.remove_prefix(close + 1);
+  // Optional layout such as {1,0}: accepted and ignored (Tessel is always row-major).
+  if (!s.empty() && s.front() == '{') {
+    size_t end = s.find('}');
+    if (end == std::string_view::npos) return ShapeError(full, "missing '}' after the layout");
+    s.remove_prefix(end + 1);
+  }
+  return Shape(dtype, std::move(dims));
+}
+
+}  // namespace
+
+absl::StatusOr<Shape> ParseShape(std::string_view text) {
+  std::string_view rest = text;
+  TESSEL_ASSIGN_OR_RETURN(Shape shape, ParseShapePrefix(text, &rest));
+  while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+  if (!rest.empty()) {
+    return ShapeError(text, absl::StrCat("unexpected trailing text \"", std::string(rest), "\""));
+  }
+  return shape;
+}
+
+}  // namespace tessel

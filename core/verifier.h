@@ -1,0 +1,21 @@
+// Structural checks of a Graph: run after parsing HLO text and after building a graph.
+//
+//   TESSEL_RETURN_IF_ERROR(Verify(graph));
+//
+// Checks: every node's shape equals the shape rule (core/shape_inference.h) for its operands
+// and attributes; operands precede users; parameter numbers are dense 0..N-1 and unique; names
+// are unique; the root exists; constants hold a literal of the node's shape.
+#ifndef TESSEL_CORE_VERIFIER_H_
+#define TESSEL_CORE_VERIFIER_H_
+
+#include "absl/status/status.h"
+#include "core/graph.h"
+
+namespace tessel {
+
+// Errors: kInvalidArgument naming the instruction (`%name`) and the broken rule.
+[[nodiscard]] absl::Status Verify(const Graph& graph);
+
+}  // namespace tessel
+
+#endif  // TESSEL_CORE_VERIFIER_H_
