@@ -6,18 +6,10 @@
 
 namespace tessel {
 
-std::string_view DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kPred: return "pred";
-    case DType::kU8: return "u8";
-    case DType::kS32: return "s32";
-    case DType::kS64: return "s64";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "f16";
-    case DType::kF32: return "f32";
-    case DType::kF64: return "f64";
-  }
-  return "?";
+const std::string& DTypeName(DType dtype) {
+  static const std::string* const kNames =
+      new std::string[8]{"pred", "u8", "s32", "s64", "bf16", "f16", "f32", "f64"};
+  return kNames[static_cast<int>(dtype)];
 }
 
 absl::StatusOr<DType> ParseDType(std::string_view name) {

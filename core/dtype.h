@@ -10,6 +10,7 @@
 #define TESSEL_CORE_DTYPE_H_
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "Eigen/Core"
@@ -24,7 +25,7 @@ using bf16 = Eigen::bfloat16;
 using f16 = Eigen::half;
 
 // XLA's text name: "pred", "u8", "s32", "s64", "bf16", "f16", "f32", "f64".
-[[nodiscard]] std::string_view DTypeName(DType dtype);
+[[nodiscard]] const std::string& DTypeName(DType dtype);
 
 // Parses an XLA type name. Errors: kInvalidArgument naming the text if it is not one of the
 // names above.

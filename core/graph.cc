@@ -12,7 +12,7 @@ namespace {
 
 struct OpcodeInfo {
   Opcode opcode;
-  std::string_view name;
+  const char* name;
 };
 
 constexpr OpcodeInfo kOpcodes[] = {
@@ -59,16 +59,18 @@ constexpr OpcodeInfo kOpcodes[] = {
 
 }  // namespace
 
-std::string_view OpcodeName(Opcode opcode) {
-  for (const OpcodeInfo& info : kOpcodes) {
-    if (info.opcode == opcode) return info.name;
-  }
-  return "?";
+const std::string& OpcodeName(Opcode opcode) {
+  static const std::vector<std::string>* const kNames = [] {
+    auto* names = new std::vector<std::string>(std::size(kOpcodes));
+    for (const OpcodeInfo& info : kOpcodes) (*names)[static_cast<int>(info.opcode)] = info.name;
+    return names;
+  }();
+  return (*kNames)[static_cast<int>(opcode)];
 }
 
 absl::StatusOr<Opcode> ParseOpcode(std::string_view name) {
   for (const OpcodeInfo& info : kOpcodes) {
-    if (info.name == name) return info.opcode;
+    if (name == info.name) return info.opcode;
   }
   return absl::UnimplementedError(
       absl::StrCat("unsupported op \"", std::string(name), "\""));
@@ -78,28 +80,16 @@ bool IsElementwise(Opcode opcode) {
   return opcode >= Opcode::kAbs && opcode <= Opcode::kClamp;
 }
 
-std::string_view ComparisonDirectionName(ComparisonDirection d) {
-  switch (d) {
-    case ComparisonDirection::kEq: return "EQ";
-    case ComparisonDirection::kNe: return "NE";
-    case ComparisonDirection::kLt: return "LT";
-    case ComparisonDirection::kLe: return "LE";
-    case ComparisonDirection::kGt: return "GT";
-    case ComparisonDirection::kGe: return "GE";
-  }
-  return "?";
+const std::string& ComparisonDirectionName(ComparisonDirection d) {
+  static const std::string* const kNames =
+      new std::string[6]{"EQ", "NE", "LT", "LE", "GT", "GE"};
+  return kNames[static_cast<int>(d)];
 }
 
-std::string_view ReduceKindName(ReduceKind k) {
-  switch (k) {
-    case ReduceKind::kAdd: return "add";
-    case ReduceKind::kMultiply: return "multiply";
-    case ReduceKind::kMaximum: return "maximum";
-    case ReduceKind::kMinimum: return "minimum";
-    case ReduceKind::kAnd: return "and";
-    case ReduceKind::kOr: return "or";
-  }
-  return "?";
+const std::string& ReduceKindName(ReduceKind k) {
+  static const std::string* const kNames =
+      new std::string[6]{"add", "multiply", "maximum", "minimum", "and", "or"};
+  return kNames[static_cast<int>(k)];
 }
 
 Graph::Graph(std::string name) : name_(std::move(name)) {}

@@ -70,7 +70,7 @@ enum class Opcode : uint8_t {
 };
 
 // XLA's text name of `opcode`, e.g. "get-tuple-element".
-[[nodiscard]] std::string_view OpcodeName(Opcode opcode);
+[[nodiscard]] const std::string& OpcodeName(Opcode opcode);
 // Parses an XLA opcode name. Errors: kUnimplemented naming the op if Tessel has no such op.
 [[nodiscard]] absl::StatusOr<Opcode> ParseOpcode(std::string_view name);
 // Unary and binary elementwise ops, compare, select, clamp, convert, copy.
@@ -78,12 +78,12 @@ enum class Opcode : uint8_t {
 
 // `compare` directions, XLA's ComparisonDirection.
 enum class ComparisonDirection : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
-[[nodiscard]] std::string_view ComparisonDirectionName(ComparisonDirection d);  // "LT"
+[[nodiscard]] const std::string& ComparisonDirectionName(ComparisonDirection d);  // "LT"
 
 // The binary computation a `reduce` applies (its `to_apply`). Tessel recognises the six
 // computations XLA emits for these reductions; other to_apply bodies are kUnimplemented.
 enum class ReduceKind : uint8_t { kAdd, kMultiply, kMaximum, kMinimum, kAnd, kOr };
-[[nodiscard]] std::string_view ReduceKindName(ReduceKind k);  // "add", "maximum", ...
+[[nodiscard]] const std::string& ReduceKindName(ReduceKind k);  // "add", "maximum", ...
 
 // `rng` distributions, XLA's RandomDistribution: operands (low, high) for uniform [low, high),
 // (mu, sigma) for normal.

@@ -60,7 +60,7 @@ std::string Shape::ToString() const {
     for (const Shape& s : tuple_shapes_) parts.push_back(s.ToString());
     return absl::StrCat("(", absl::StrJoin(parts, ", "), ")");
   }
-  return absl::StrCat(DTypeName(dtype_), DimsToString(dims_));
+  return absl::StrCat(std::string(DTypeName(dtype_)), DimsToString(dims_));
 }
 
 bool Shape::operator==(const Shape& other) const {
@@ -71,14 +71,13 @@ bool Shape::operator==(const Shape& other) const {
 
 namespace {
 
-absl::Status ShapeError(std::string_view text, std::string_view why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad shape \"", std::string(text), "\": ", std::string(why)));
+absl::Status ShapeError(absl::string_view text, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("bad shape \"", text, "\": ", why));
 }
 
 // Parses one shape at the front of `*rest`, consuming it.
-absl::StatusOr<Shape> ParseShapePrefix(std::string_view full, std::string_view* rest) {
-  std::string_view& s = *rest;
+absl::StatusOr<Shape> ParseShapePrefix(absl::string_view full, absl::string_view* rest) {
+  absl::string_view& s = *rest;
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
   if (absl::ConsumePrefix(&s, "(")) {
     std::vector<Shape> elements;
@@ -95,14 +94,15 @@ absl::StatusOr<Shape> ParseShapePrefix(std::string_view full, std::string_view* 
     return Shape::Tuple(std::move(elements));
   }
   size_t bracket = s.find('[');
-  if (bracket == std::string_view::npos) return ShapeError(full, "expected '[' after the type");
-  TESSEL_ASSIGN_OR_RETURN(DType dtype, ParseDType(s.substr(0, bracket)));
+  if (bracket == absl::string_view::npos) return ShapeError(full, "expected '[' after the type");
+  absl::string_view type_name = s.substr(0, bracket);
+  TESSEL_ASSIGN_OR_RETURN(DType dtype, ParseDType(std::string_view(type_name.data(), type_name.size())));
   size_t close = s.find(']', bracket);
-  if (close == std::string_view::npos) return ShapeError(full, "missing ']'");
-  std::string_view dims_text = s.substr(bracket + 1, close - bracket - 1);
+  if (close == absl::string_view::npos) return ShapeError(full, "missing ']'");
+  absl::string_view dims_text = s.substr(bracket + 1, close - bracket - 1);
   std::vector<int64_t> dims;
   if (!dims_text.empty()) {
-    for (std::string_view d : absl::StrSplit(dims_text, ',')) {
+    for (absl::string_view d : absl::StrSplit(dims_text, ',')) {
       int64_t v;
       if (!absl::SimpleAtoi(d, &v) || v < 0) {
         return ShapeError(full, absl::StrCat("dimension \"", std::string(d),
@@ -115,7 +115,7 @@ absl::StatusOr<Shape> ParseShapePrefix(std::string_view full, std::string_view* 
   // Optional layout such as {1,0}: accepted and ignored (Tessel is always row-major).
   if (!s.empty() && s.front() == '{') {
     size_t end = s.find('}');
-    if (end == std::string_view::npos) return ShapeError(full, "missing '}' after the layout");
+    if (end == absl::string_view::npos) return ShapeError(full, "missing '}' after the layout");
     s.remove_prefix(end + 1);
   }
   return Shape(dtype, std::move(dims));
@@ -124,11 +124,12 @@ absl::StatusOr<Shape> ParseShapePrefix(std::string_view full, std::string_view* 
 }  // namespace
 
 absl::StatusOr<Shape> ParseShape(std::string_view text) {
-  std::string_view rest = text;
-  TESSEL_ASSIGN_OR_RETURN(Shape shape, ParseShapePrefix(text, &rest));
+  absl::string_view full(text.data(), text.size());
+  absl::string_view rest = full;
+  TESSEL_ASSIGN_OR_RETURN(Shape shape, ParseShapePrefix(full, &rest));
   while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
   if (!rest.empty()) {
-    return ShapeError(text, absl::StrCat("unexpected trailing text \"", std::string(rest), "\""));
+    return ShapeError(full, absl::StrCat("unexpected trailing text \"", std::string(rest), "\""));
   }
   return shape;
 }

@@ -1,0 +1,385 @@
+// Reverse-mode autodiff over the lazy IR (Grad in core/tensor.h).
+//
+// Each rule below is the vector-Jacobian product of one op, written with Tensor ops so the
+// gradient is itself a lazy graph. The rules follow the standard derivations (as JAX's lax
+// transpose rules state them). Conventions at non-differentiable points: maximum/minimum send
+// the gradient to the first operand on ties; abs uses sign(0) = +1; reduce-max/min split the
+// gradient evenly between tied maxima; reduce-multiply divides by the operand (undefined where it
+// is 0); the init operand of a reduce and the bounds of rng get no gradient.
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "core/internal/lazy.h"
+#include "core/tensor.h"
+
+namespace tessel {
+
+using internal_lazy::LazyNode;
+
+namespace {
+
+Tensor Wrap(const std::shared_ptr<LazyNode>& node) {
+  return Tensor(internal_lazy::MakeImpl(node));
+}
+
+Tensor ZerosLike(const Tensor& t) { return Zeros(t.shape()); }
+
+// Dims of a rank-`rank` tensor that are not in `removed`, in increasing order.
+std::vector<int64_t> RemainingDims(int64_t rank, const std::vector<int64_t>& removed) {
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(removed.begin(), removed.end(), d) == removed.end()) kept.push_back(d);
+  }
+  return kept;
+}
+
+std::vector<int64_t> Iota64(int64_t begin, int64_t end) {
+  std::vector<int64_t> v;
+  for (int64_t i = begin; i < end; ++i) v.push_back(i);
+  return v;
+}
+
+// Gradient with respect to one dot operand. `self` is the operand whose gradient is wanted,
+// `other` the other one; the dims are given from `self`'s point of view. `self_is_lhs` says
+// whether the free dims of self come first in the dot output.
+Tensor DotOperandGrad(const Tensor& g, const Tensor& other, int64_t self_rank,
+                      const std::vector<int64_t>& self_batch, const std::vector<int64_t>& self_contract,
+                      const std::vector<int64_t>& other_batch,
+                      const std::vector<int64_t>& other_contract, bool self_is_lhs) {
+  const int64_t nb = static_cast<int64_t>(self_batch.size());
+  std::vector<int64_t> self_free = RemainingDims(self_rank, [&] {
+    std::vector<int64_t> used = self_batch;
+    used.insert(used.end(), self_contract.begin(), self_contract.end());
+    return used;
+  }());
+  std::vector<int64_t> other_free = RemainingDims(other.rank(), [&] {
+    std::vector<int64_t> used = other_batch;
+    used.insert(used.end(), other_contract.begin(), other_contract.end());
+    return used;
+  }());
+  const int64_t n_self_free = static_cast<int64_t>(self_free.size());
+  const int64_t n_other_free = static_cast<int64_t>(other_free.size());
+  // Positions in g of the free dims of `other`.
+  int64_t other_free_begin = self_is_lhs ? nb + n_self_free : nb;
+  int64_t self_free_begin = self_is_lhs ? nb : nb + n_other_free;
+  DotDimensionNumbers dn;
+  dn.lhs_batch_dims = Iota64(0, nb);
+  dn.rhs_batch_dims = other_batch;
+  dn.lhs_contracting_dims = Iota64(other_free_begin, other_free_begin + n_other_free);
+  dn.rhs_contracting_dims = other_free;
+  // Result dims: batch, g's remaining dims (= self's free dims, in order), other's remaining
+  // dims (= other's contracting dims, in increasing order).
+  Tensor r = Dot(g, other, dn);
+  (void)self_free_begin;
+  std::vector<int64_t> other_contract_sorted = other_contract;
+  std::sort(other_contract_sorted.begin(), other_contract_sorted.end());
+  // perm[d] = position in r of self's dim d.
+  std::vector<int64_t> perm(self_rank, 0);
+  for (int64_t i = 0; i < nb; ++i) perm[self_batch[i]] = i;
+  for (int64_t j = 0; j < n_self_free; ++j) perm[self_free[j]] = nb + j;
+  for (size_t k = 0; k < self_contract.size(); ++k) {
+    int64_t rank_in_sorted = std::find(other_contract_sorted.begin(), other_contract_sorted.end(),
+                                       other_contract[k]) -
+                             other_contract_sorted.begin();
+    perm[self_contract[k]] = nb + n_self_free + rank_in_sorted;
+  }
+  bool identity = true;
+  for (int64_t d = 0; d < self_rank; ++d) identity = identity && perm[d] == d;
+  return identity ? r : Transpose(r, perm);
+}
+
+// Appends (operand index, gradient contribution) pairs for `node` given its output gradient g.
+void Vjp(const LazyNode& node, const Tensor& y, const Tensor& g,
+         const std::vector<bool>& wanted, std::vector<std::pair<int, Tensor>>& out) {
+  auto x = [&](int i) { return Wrap(node.operands[i]); };
+  auto emit = [&](int i, auto&& make) {
+    if (wanted[i]) out.emplace_back(i, make());
+  };
+  const OpAttributes& attrs = node.attrs;
+  switch (node.opcode) {
+    case Opcode::kAdd:
+      emit(0, [&] { return g; });
+      emit(1, [&] { return g; });
+      break;
+    case Opcode::kSubtract:
+      emit(0, [&] { return g; });
+      emit(1, [&] { return -g; });
+      break;
+    case Opcode::kMultiply:
+      emit(0, [&] { return g * x(1); });
+      emit(1, [&] { return g * x(0); });
+      break;
+    case Opcode::kDivide:
+      emit(0, [&] { return g / x(1); });
+      emit(1, [&] { return -(g * y / x(1)); });
+      break;
+    case Opcode::kMaximum:
+    case Opcode::kMinimum: {
+      auto dir = node.opcode == Opcode::kMaximum ? ComparisonDirection::kGe
+                                                 : ComparisonDirection::kLe;
+      Tensor first = Compare(x(0), x(1), dir);
+      emit(0, [&] { return Select(first, g, ZerosLike(g)); });
+      emit(1, [&] { return Select(first, ZerosLike(g), g); });
+      break;
+    }
+    case Opcode::kPower:
+      emit(0, [&] { return g * x(1) * Pow(x(0), x(1) - 1.0); });
+      emit(1, [&] { return g * Log(x(0)) * y; });
+      break;
+    case Opcode::kNegate:
+      emit(0, [&] { return -g; });
+      break;
+    case Opcode::kAbs:
+      emit(0, [&] {
+        return Select(Compare(x(0), ZerosLike(g), ComparisonDirection::kGe), g, -g);
+      });
+      break;
+    case Opcode::kExp:
+      emit(0, [&] { return g * y; });
+      break;
+    case Opcode::kLog:
+      emit(0, [&] { return g / x(0); });
+      break;
+    case Opcode::kTanh:
+      emit(0, [&] { return g * (1.0 - y * y); });
+      break;
+    case Opcode::kLogistic:
+      emit(0, [&] { return g * y * (1.0 - y); });
+      break;
+    case Opcode::kSqrt:
+      emit(0, [&] { return g * 0.5 / y; });
+      break;
+    case Opcode::kRsqrt:
+      emit(0, [&] { return g * -0.5 * y / x(0); });
+      break;
+    case Opcode::kCopy:
+      emit(0, [&] { return g; });
+      break;
+    case Opcode::kConvert:
+      emit(0, [&] { return Convert(g, node.operands[0]->shape.dtype()); });
+      break;
+    case Opcode::kSelect:
+      emit(1, [&] { return Select(x(0), g, ZerosLike(g)); });
+      emit(2, [&] { return Select(x(0), ZerosLike(g), g); });
+      break;
+    case Opcode::kClamp: {
+      Tensor value = x(1);
+      std::vector<int64_t> dims = value.shape().dims();
+      Tensor low = BroadcastTo(x(0), dims);
+      Tensor high = BroadcastTo(x(2), dims);
+      Tensor below = Compare(value, low, ComparisonDirection::kLt);
+      Tensor above = Compare(value, high, ComparisonDirection::kGt);
+      Tensor zeros = ZerosLike(g);
+      auto to_bound = [&](const Tensor& grad, int i) {
+        return node.operands[i]->shape.rank() == 0 ? ReduceSum(grad, Iota64(0, g.rank())) : grad;
+      };
+      emit(0, [&] { return to_bound(Select(below, g, zeros), 0); });
+      emit(1, [&] { return Select(Or(below, above), zeros, g); });
+      emit(2, [&] { return to_bound(Select(above, g, zeros), 2); });
+      break;
+    }
+    case Opcode::kBroadcast:
+      emit(0, [&] {
+        std::vector<int64_t> summed = RemainingDims(g.rank(), attrs.dimensions);
+        Tensor r = summed.empty() ? g : ReduceSum(g, summed);
+        return Reshape(r, node.operands[0]->shape.dims());
+      });
+      break;
+    case Opcode::kReshape:
+      emit(0, [&] { return Reshape(g, node.operands[0]->shape.dims()); });
+      break;
+    case Opcode::kTranspose:
+      emit(0, [&] {
+        std::vector<int64_t> inverse(attrs.dimensions.size());
+        for (size_t i = 0; i < attrs.dimensions.size(); ++i) inverse[attrs.dimensions[i]] = i;
+        return Transpose(g, inverse);
+      });
+      break;
+    case Opcode::kSlice:
+      emit(0, [&] {
+        const Shape& in = node.operands[0]->shape;
+        std::vector<PadDim> padding;
+        for (int64_t d = 0; d < in.rank(); ++d) {
+          const SliceDim& s = attrs.slice[d];
+          int64_t n = g.dim(d);
+          if (n == 0) return Zeros(in);
+          int64_t last = s.start + (n - 1) * s.stride;
+          padding.push_back(PadDim{s.start, in.dim(d) - last - 1, s.stride - 1});
+        }
+        return Pad(g, Scalar(g.dtype(), 0), padding);
+      });
+      break;
+    case Opcode::kPad: {
+      const Shape& in = node.operands[0]->shape;
+      auto operand_grad = [&] {
+        std::vector<PadDim> uncrop;
+        std::vector<int64_t> starts, limits, strides;
+        for (int64_t d = 0; d < in.rank(); ++d) {
+          const PadDim& p = attrs.padding[d];
+          if (in.dim(d) == 0) return Zeros(in);
+          uncrop.push_back(PadDim{std::max<int64_t>(-p.low, 0), std::max<int64_t>(-p.high, 0), 0});
+          int64_t start = std::max<int64_t>(p.low, 0);
+          starts.push_back(start);
+          limits.push_back(start + (in.dim(d) - 1) * (p.interior + 1) + 1);
+          strides.push_back(p.interior + 1);
+        }
+        return Slice(Pad(g, Scalar(g.dtype(), 0), uncrop), starts, limits, strides);
+      };
+      emit(0, operand_grad);
+      emit(1, [&] {
+        std::vector<int64_t> all = Iota64(0, g.rank());
+        return ReduceSum(g, all) - ReduceSum(operand_grad(), all);
+      });
+      break;
+    }
+    case Opcode::kConcatenate: {
+      int64_t dim = attrs.dimensions[0];
+      int64_t offset = 0;
+      for (size_t i = 0; i < node.operands.size(); ++i) {
+        const Shape& part = node.operands[i]->shape;
+        std::vector<int64_t> starts(g.rank(), 0), limits = g.shape().dims();
+        starts[dim] = offset;
+        limits[dim] = offset + part.dim(dim);
+        emit(static_cast<int>(i), [&] { return Slice(g, starts, limits); });
+        offset += part.dim(dim);
+      }
+      break;
+    }
+    case Opcode::kDynamicSlice: {
+      std::vector<Tensor> starts;
+      for (size_t i = 1; i < node.operands.size(); ++i) starts.push_back(x(i));
+      emit(0, [&] { return DynamicUpdateSlice(Zeros(node.operands[0]->shape), g, starts); });
+      break;
+    }
+    case Opcode::kDynamicUpdateSlice: {
+      std::vector<Tensor> starts;
+      for (size_t i = 2; i < node.operands.size(); ++i) starts.push_back(x(i));
+      const Shape& update = node.operands[1]->shape;
+      emit(0, [&] { return DynamicUpdateSlice(g, Zeros(update), starts); });
+      emit(1, [&] { return DynamicSlice(g, starts, update.dims()); });
+      break;
+    }
+    case Opcode::kReduce: {
+      const Shape& in = node.operands[0]->shape;
+      std::vector<int64_t> kept = RemainingDims(in.rank(), attrs.dimensions);
+      auto expand = [&](const Tensor& t) { return Broadcast(t, in.dims(), kept); };
+      switch (attrs.reduce_kind) {
+        case ReduceKind::kAdd:
+          emit(0, [&] { return expand(g); });
+          break;
+        case ReduceKind::kMaximum:
+        case ReduceKind::kMinimum:
+          emit(0, [&] {
+            Tensor hit = Compare(x(0), expand(y), ComparisonDirection::kEq);
+            Tensor count = ReduceSum(Convert(hit, in.dtype()), attrs.dimensions);
+            return Select(hit, expand(g / count), Zeros(in));
+          });
+          break;
+        case ReduceKind::kMultiply:
+          emit(0, [&] { return expand(g * y) / x(0); });
+          break;
+        case ReduceKind::kAnd:
+        case ReduceKind::kOr:
+          break;
+      }
+      break;
+    }
+    case Opcode::kDot: {
+      const DotDimensionNumbers& dn = attrs.dot;
+      const Shape& lhs = node.operands[0]->shape;
+      const Shape& rhs = node.operands[1]->shape;
+      emit(0, [&] {
+        return DotOperandGrad(g, x(1), lhs.rank(), dn.lhs_batch_dims, dn.lhs_contracting_dims,
+                              dn.rhs_batch_dims, dn.rhs_contracting_dims, /*self_is_lhs=*/true);
+      });
+      emit(1, [&] {
+        return DotOperandGrad(g, x(0), rhs.rank(), dn.rhs_batch_dims, dn.rhs_contracting_dims,
+                              dn.lhs_batch_dims, dn.lhs_contracting_dims, /*self_is_lhs=*/false);
+      });
+      break;
+    }
+    default:
+      // parameter, constant, iota, rng, compare, and, or, not, tuple ops: no gradient flows.
+      break;
+  }
+}
+
+}  // namespace
+
+std::vector<Tensor> Grad(const Tensor& loss, absl::Span<const Tensor> wrt) {
+  auto fail = [&](absl::Status status) {
+    return std::vector<Tensor>(wrt.size(), Tensor::Error(std::move(status)));
+  };
+  if (!loss.status().ok()) return fail(loss.status());
+  for (const Tensor& w : wrt) {
+    if (!w.status().ok()) return fail(w.status());
+  }
+  if (loss.rank() != 0 || !IsFloating(loss.dtype())) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("grad: loss must be a floating-point scalar, got ",
+                     loss.shape().ToString())));
+  }
+  // Post-order (operands first) over the DAG below `loss`.
+  std::vector<std::shared_ptr<LazyNode>> order;
+  absl::flat_hash_set<const LazyNode*> visited;
+  std::vector<std::pair<std::shared_ptr<LazyNode>, size_t>> stack;
+  stack.emplace_back(loss.impl()->node, 0);
+  visited.insert(loss.impl()->node.get());
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->operands.size()) {
+      std::shared_ptr<LazyNode> child = node->operands[next++];
+      if (visited.insert(child.get()).second) stack.emplace_back(std::move(child), 0);
+      continue;
+    }
+    order.push_back(node);
+    stack.pop_back();
+  }
+  absl::flat_hash_set<const LazyNode*> targets;
+  for (const Tensor& w : wrt) targets.insert(w.impl()->node.get());
+  // A node needs a gradient when it is floating point and a target lies at or below it.
+  absl::flat_hash_set<const LazyNode*> needs;
+  for (const auto& node : order) {
+    if (!IsFloating(node->shape.dtype()) || node->shape.is_tuple()) continue;
+    bool need = targets.contains(node.get());
+    for (const auto& operand : node->operands) need = need || needs.contains(operand.get());
+    if (need) needs.insert(node.get());
+  }
+  absl::flat_hash_map<const LazyNode*, Tensor> grads;
+  grads[loss.impl()->node.get()] = Ones(loss.shape());
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const LazyNode& node = **it;
+    auto found = grads.find(&node);
+    if (found == grads.end() || !needs.contains(&node)) continue;
+    std::vector<bool> wanted;
+    bool any = false;
+    for (const auto& operand : node.operands) {
+      bool w = needs.contains(operand.get());
+      wanted.push_back(w);
+      any = any || w;
+    }
+    if (!any) continue;
+    Tensor g = found->second;
+    std::vector<std::pair<int, Tensor>> contributions;
+    Vjp(node, Wrap(*it), g, wanted, contributions);
+    for (auto& [i, contribution] : contributions) {
+      const LazyNode* operand = node.operands[i].get();
+      auto slot = grads.find(operand);
+      if (slot == grads.end()) {
+        grads.emplace(operand, std::move(contribution));
+      } else {
+        slot->second = slot->second + contribution;
+      }
+    }
+  }
+  std::vector<Tensor> result;
+  for (const Tensor& w : wrt) {
+    auto found = grads.find(w.impl()->node.get());
+    result.push_back(found != grads.end() ? found->second : Zeros(w.shape()));
+  }
+  return result;
+}
+
+}  // namespace tessel

@@ -1,0 +1,458 @@
+#include "core/shape_inference.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+
+namespace tessel {
+
+namespace {
+
+std::string Name(Opcode opcode) { return std::string(OpcodeName(opcode)); }
+
+absl::Status Error(Opcode opcode, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(Name(opcode), ": ", why));
+}
+
+absl::Status CheckOperandCount(Opcode opcode, absl::Span<const Shape* const> shapes,
+                               size_t expected) {
+  if (shapes.size() != expected) {
+    return Error(opcode, absl::StrCat("expected ", expected, " operand(s), got ", shapes.size()));
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    if (shapes[i]->is_tuple()) {
+      return Error(opcode, absl::StrCat("operand ", i, " is a tuple ", shapes[i]->ToString(),
+                                        "; expected an array"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NeedDeclared(Opcode opcode, const std::optional<Shape>& declared) {
+  if (!declared.has_value()) return Error(opcode, "the result shape must be given");
+  if (declared->is_tuple()) return Error(opcode, "the result shape must be an array");
+  return absl::OkStatus();
+}
+
+// Checks that `dims` are distinct and in [0, rank).
+absl::Status CheckDims(Opcode opcode, absl::string_view what, absl::Span<const int64_t> dims,
+                       int64_t rank) {
+  std::vector<bool> seen(rank, false);
+  for (int64_t d : dims) {
+    if (d < 0 || d >= rank) {
+      return Error(opcode, absl::StrCat(what, "={", absl::StrJoin(dims, ","),
+                                        "}: dim ", d, " is out of range for rank ", rank));
+    }
+    if (seen[d]) {
+      return Error(opcode, absl::StrCat(what, "={", absl::StrJoin(dims, ","), "}: dim ", d,
+                                        " appears twice"));
+    }
+    seen[d] = true;
+  }
+  return absl::OkStatus();
+}
+
+bool IsScalarInteger(const Shape& s) {
+  return !s.is_tuple() && s.rank() == 0 && (s.dtype() == DType::kS32 || s.dtype() == DType::kS64);
+}
+
+absl::StatusOr<Shape> InferDot(absl::Span<const Shape* const> shapes, const OpAttributes& attrs) {
+  const Opcode op = Opcode::kDot;
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(op, shapes, 2));
+  const Shape& lhs = *shapes[0];
+  const Shape& rhs = *shapes[1];
+  const DotDimensionNumbers& dn = attrs.dot;
+  if (lhs.dtype() != rhs.dtype()) {
+    return Error(op, absl::StrCat("operand types differ: ", lhs.ToString(), " vs ",
+                                  rhs.ToString()));
+  }
+  if (dn.lhs_batch_dims.size() != dn.rhs_batch_dims.size()) {
+    return Error(op, "lhs_batch_dims and rhs_batch_dims have different lengths");
+  }
+  if (dn.lhs_contracting_dims.size() != dn.rhs_contracting_dims.size()) {
+    return Error(op, "lhs_contracting_dims and rhs_contracting_dims have different lengths");
+  }
+  std::vector<int64_t> lhs_used = dn.lhs_batch_dims;
+  lhs_used.insert(lhs_used.end(), dn.lhs_contracting_dims.begin(), dn.lhs_contracting_dims.end());
+  std::vector<int64_t> rhs_used = dn.rhs_batch_dims;
+  rhs_used.insert(rhs_used.end(), dn.rhs_contracting_dims.begin(), dn.rhs_contracting_dims.end());
+  TESSEL_RETURN_IF_ERROR(CheckDims(op, "lhs batch and contracting dims", lhs_used, lhs.rank()));
+  TESSEL_RETURN_IF_ERROR(CheckDims(op, "rhs batch and contracting dims", rhs_used, rhs.rank()));
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < dn.lhs_batch_dims.size(); ++i) {
+    int64_t l = lhs.dim(dn.lhs_batch_dims[i]), r = rhs.dim(dn.rhs_batch_dims[i]);
+    if (l != r) {
+      return Error(op, absl::StrCat("lhs batch dim ", dn.lhs_batch_dims[i], " has size ", l,
+                                    " but rhs batch dim ", dn.rhs_batch_dims[i], " has size ", r));
+    }
+    dims.push_back(l);
+  }
+  for (size_t i = 0; i < dn.lhs_contracting_dims.size(); ++i) {
+    int64_t l = lhs.dim(dn.lhs_contracting_dims[i]), r = rhs.dim(dn.rhs_contracting_dims[i]);
+    if (l != r) {
+      return Error(op, absl::StrCat("lhs contracting dim ", dn.lhs_contracting_dims[i],
+                                    " has size ", l, " but rhs contracting dim ",
+                                    dn.rhs_contracting_dims[i], " has size ", r));
+    }
+  }
+  for (int64_t d = 0; d < lhs.rank(); ++d) {
+    if (std::find(lhs_used.begin(), lhs_used.end(), d) == lhs_used.end()) {
+      dims.push_back(lhs.dim(d));
+    }
+  }
+  for (int64_t d = 0; d < rhs.rank(); ++d) {
+    if (std::find(rhs_used.begin(), rhs_used.end(), d) == rhs_used.end()) {
+      dims.push_back(rhs.dim(d));
+    }
+  }
+  return Shape(lhs.dtype(), std::move(dims));
+}
+
+absl::StatusOr<Shape> InferElementwise(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                       const std::optional<Shape>& declared) {
+  switch (opcode) {
+    case Opcode::kConvert: {
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+      TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
+      if (declared->dims() != shapes[0]->dims()) {
+        return Error(opcode, absl::StrCat("result ", declared->ToString(),
+                                          " has other dims than the operand ",
+                                          shapes[0]->ToString()));
+      }
+      return *declared;
+    }
+    case Opcode::kAbs:
+    case Opcode::kNegate:
+    case Opcode::kCopy:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+      if (shapes[0]->dtype() == DType::kPred) {
+        return Error(opcode, "operand must not be pred");
+      }
+      return *shapes[0];
+    case Opcode::kExp:
+    case Opcode::kLog:
+    case Opcode::kTanh:
+    case Opcode::kLogistic:
+    case Opcode::kSqrt:
+    case Opcode::kRsqrt:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+      if (!IsFloating(shapes[0]->dtype())) {
+        return Error(opcode, absl::StrCat("operand must be floating point, got ",
+                                          shapes[0]->ToString()));
+      }
+      return *shapes[0];
+    case Opcode::kNot:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+      if (IsFloating(shapes[0]->dtype())) {
+        return Error(opcode, absl::StrCat("operand must be pred or integer, got ",
+                                          shapes[0]->ToString()));
+      }
+      return *shapes[0];
+    case Opcode::kSelect: {
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 3));
+      const Shape& p = *shapes[0];
+      if (p.dtype() != DType::kPred) {
+        return Error(opcode, absl::StrCat("predicate must be pred, got ", p.ToString()));
+      }
+      if (*shapes[1] != *shapes[2]) {
+        return Error(opcode, absl::StrCat("operand shapes differ: ", shapes[1]->ToString(),
+                                          " vs ", shapes[2]->ToString()));
+      }
+      if (p.rank() != 0 && p.dims() != shapes[1]->dims()) {
+        return Error(opcode, absl::StrCat("predicate ", p.ToString(),
+                                          " must be a scalar or match ", shapes[1]->ToString()));
+      }
+      return *shapes[1];
+    }
+    case Opcode::kClamp: {
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 3));
+      const Shape& x = *shapes[1];
+      for (int i : {0, 2}) {
+        const Shape& bound = *shapes[i];
+        if (bound.dtype() != x.dtype() || (bound.rank() != 0 && bound.dims() != x.dims())) {
+          return Error(opcode, absl::StrCat("bound ", bound.ToString(),
+                                            " must be a scalar or match ", x.ToString()));
+        }
+      }
+      return x;
+    }
+    default:
+      break;
+  }
+  // Binary ops.
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2));
+  if (*shapes[0] != *shapes[1]) {
+    return Error(opcode, absl::StrCat("operand shapes differ: ", shapes[0]->ToString(), " vs ",
+                                      shapes[1]->ToString()));
+  }
+  DType dtype = shapes[0]->dtype();
+  if ((opcode == Opcode::kAnd || opcode == Opcode::kOr) && IsFloating(dtype)) {
+    return Error(opcode, absl::StrCat("operands must be pred or integer, got ",
+                                      shapes[0]->ToString()));
+  }
+  if (opcode != Opcode::kAnd && opcode != Opcode::kOr && opcode != Opcode::kCompare &&
+      dtype == DType::kPred) {
+    return Error(opcode, "operands must not be pred");
+  }
+  if (opcode == Opcode::kCompare) return shapes[0]->WithDType(DType::kPred);
+  return *shapes[0];
+}
+
+absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                const OpAttributes& attrs, const std::optional<Shape>& declared) {
+  if (IsElementwise(opcode)) return InferElementwise(opcode, shapes, declared);
+  switch (opcode) {
+    case Opcode::kParameter:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 0));
+      if (!declared.has_value()) return Error(opcode, "the result shape must be given");
+      if (attrs.parameter_number < 0) {
+        return Error(opcode, absl::StrCat("parameter number ", attrs.parameter_number,
+                                          " is negative"));
+      }
+      return *declared;
+    case Opcode::kConstant:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 0));
+      if (attrs.literal == nullptr) return Error(opcode, "missing literal");
+      return attrs.literal->shape();
+    case Opcode::kIota:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 0));
+      TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
+      if (attrs.iota_dimension < 0 || attrs.iota_dimension >= declared->rank()) {
+        return Error(opcode, absl::StrCat("iota_dimension=", attrs.iota_dimension,
+                                          " is out of range for ", declared->ToString()));
+      }
+      if (declared->dtype() == DType::kPred) return Error(opcode, "result must not be pred");
+      return *declared;
+    case Opcode::kRng: {
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2));
+      TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
+      for (int i = 0; i < 2; ++i) {
+        if (shapes[i]->rank() != 0 || shapes[i]->dtype() != declared->dtype()) {
+          return Error(opcode, absl::StrCat("operand ", i, " must be a ",
+                                            DTypeName(declared->dtype()), " scalar, got ",
+                                            shapes[i]->ToString()));
+        }
+      }
+      if (!IsFloating(declared->dtype())) {
+        return Error(opcode, absl::StrCat("result must be floating point, got ",
+                                          declared->ToString()));
+      }
+      return *declared;
+    }
+    case Opcode::kBroadcast: {
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+      TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
+      const Shape& x = *shapes[0];
+      if (static_cast<int64_t>(attrs.dimensions.size()) != x.rank()) {
+        return Error(opcode, absl::StrCat("dimensions={", absl::StrJoin(attrs.dimensions, ","),
+                                          "} must have one entry per operand dim (rank ",
+                                          x.rank(), ")"));
+      }
+      TESSEL_RETURN_IF_ERROR(CheckDims(opcode, "dimensions", attrs.dimensions, declared->rank()));
+      for (int64_t i = 0; i < x.rank(); ++i) {
+        if (i > 0 && attrs.dimensions[i] <= attrs.dimensions[i - 1]) {
+          return Error(opcode, "dimensions must be strictly increasing");
+        }
+        if (declared->dim(attrs.dimensions[i]) != x.dim(i)) {
+          return Error(opcode, absl::StrCat("operand dim ", i, " (size ", x.dim(i),
+                                            ") maps to result dim ", attrs.dimensions[i],
+                                            " of size ", declared->dim(attrs.dimensions[i])));
+        }
+      }
+      if (declared->dtype() != x.dtype()) return Error(opcode, "result type differs from operand");
+      return *declared;
+    }
+    case Opcode::kReshape:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+      TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
+      if (declared->num_elements() != shapes[0]->num_elements() ||
+          declared->dtype() != shapes[0]->dtype()) {
+        return Error(opcode, absl::StrCat("cannot reshape ", shapes[0]->ToString(), " to ",
+                                          declared->ToString()));
+      }
+      return *declared;
+    case Opcode::kTranspose: {
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+      const Shape& x = *shapes[0];
+      if (static_cast<int64_t>(attrs.dimensions.size()) != x.rank()) {
+        return Error(opcode, absl::StrCat("dimensions={", absl::StrJoin(attrs.dimensions, ","),
+                                          "} is not a permutation of rank ", x.rank()));
+      }
+      TESSEL_RETURN_IF_ERROR(CheckDims(opcode, "dimensions", attrs.dimensions, x.rank()));
+      std::vector<int64_t> dims;
+      for (int64_t d : attrs.dimensions) dims.push_back(x.dim(d));
+      return Shape(x.dtype(), std::move(dims));
+    }
+    case Opcode::kSlice: {
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+      const Shape& x = *shapes[0];
+      if (static_cast<int64_t>(attrs.slice.size()) != x.rank()) {
+        return Error(opcode, absl::StrCat("slice has ", attrs.slice.size(),
+                                          " entries for operand rank ", x.rank()));
+      }
+      std::vector<int64_t> dims;
+      for (int64_t i = 0; i < x.rank(); ++i) {
+        const SliceDim& s = attrs.slice[i];
+        if (s.start < 0 || s.limit > x.dim(i) || s.start > s.limit || s.stride <= 0) {
+          return Error(opcode, absl::StrCat("slice [", s.start, ":", s.limit, ":", s.stride,
+                                            "] is invalid for dim ", i, " of size ", x.dim(i)));
+        }
+        dims.push_back((s.limit - s.start + s.stride - 1) / s.stride);
+      }
+      return Shape(x.dtype(), std::move(dims));
+    }
+    case Opcode::kPad: {
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2));
+      const Shape& x = *shapes[0];
+      if (shapes[1]->rank() != 0 || shapes[1]->dtype() != x.dtype()) {
+        return Error(opcode, absl::StrCat("padding value must be a ", DTypeName(x.dtype()),
+                                          " scalar, got ", shapes[1]->ToString()));
+      }
+      if (static_cast<int64_t>(attrs.padding.size()) != x.rank()) {
+        return Error(opcode, absl::StrCat("padding has ", attrs.padding.size(),
+                                          " entries for operand rank ", x.rank()));
+      }
+      std::vector<int64_t> dims;
+      for (int64_t i = 0; i < x.rank(); ++i) {
+        const PadDim& p = attrs.padding[i];
+        if (p.interior < 0) return Error(opcode, "interior padding must be >= 0");
+        int64_t n = x.dim(i);
+        int64_t size = p.low + p.high + n + std::max<int64_t>(n - 1, 0) * p.interior;
+        if (size < 0) {
+          return Error(opcode, absl::StrCat("padding of dim ", i, " gives negative size ", size));
+        }
+        dims.push_back(size);
+      }
+      return Shape(x.dtype(), std::move(dims));
+    }
+    case Opcode::kConcatenate: {
+      if (shapes.empty()) return Error(opcode, "expected at least one operand");
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, shapes.size()));
+      if (attrs.dimensions.size() != 1) return Error(opcode, "dimensions must hold one dim");
+      const Shape& first = *shapes[0];
+      int64_t d = attrs.dimensions[0];
+      if (d < 0 || d >= first.rank()) {
+        return Error(opcode, absl::StrCat("dimension ", d, " out of range for rank ",
+                                          first.rank()));
+      }
+      std::vector<int64_t> dims = first.dims();
+      for (size_t i = 1; i < shapes.size(); ++i) {
+        const Shape& s = *shapes[i];
+        bool ok = s.dtype() == first.dtype() && s.rank() == first.rank();
+        for (int64_t j = 0; ok && j < s.rank(); ++j) ok = j == d || s.dim(j) == first.dim(j);
+        if (!ok) {
+          return Error(opcode, absl::StrCat("operand ", i, " ", s.ToString(),
+                                            " does not match operand 0 ", first.ToString(),
+                                            " outside dimension ", d));
+        }
+        dims[d] += s.dim(d);
+      }
+      return Shape(first.dtype(), std::move(dims));
+    }
+    case Opcode::kDynamicSlice: {
+      if (shapes.empty()) return Error(opcode, "expected an operand");
+      const Shape& x = *shapes[0];
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1 + x.rank()));
+      if (static_cast<int64_t>(attrs.dynamic_slice_sizes.size()) != x.rank()) {
+        return Error(opcode, "dynamic_slice_sizes must have one entry per operand dim");
+      }
+      for (int64_t i = 0; i < x.rank(); ++i) {
+        if (!IsScalarInteger(*shapes[1 + i])) {
+          return Error(opcode, absl::StrCat("start index ", i, " must be an s32 or s64 scalar, got ",
+                                            shapes[1 + i]->ToString()));
+        }
+        int64_t size = attrs.dynamic_slice_sizes[i];
+        if (size < 0 || size > x.dim(i)) {
+          return Error(opcode, absl::StrCat("slice size ", size, " is invalid for dim ", i,
+                                            " of size ", x.dim(i)));
+        }
+      }
+      return Shape(x.dtype(), attrs.dynamic_slice_sizes);
+    }
+    case Opcode::kDynamicUpdateSlice: {
+      if (shapes.size() < 2) return Error(opcode, "expected an operand and an update");
+      const Shape& x = *shapes[0];
+      const Shape& update = *shapes[1];
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2 + x.rank()));
+      if (update.dtype() != x.dtype() || update.rank() != x.rank()) {
+        return Error(opcode, absl::StrCat("update ", update.ToString(), " does not fit operand ",
+                                          x.ToString()));
+      }
+      for (int64_t i = 0; i < x.rank(); ++i) {
+        if (update.dim(i) > x.dim(i)) {
+          return Error(opcode, absl::StrCat("update ", update.ToString(),
+                                            " is larger than operand ", x.ToString()));
+        }
+        if (!IsScalarInteger(*shapes[2 + i])) {
+          return Error(opcode, absl::StrCat("start index ", i, " must be an s32 or s64 scalar, got ",
+                                            shapes[2 + i]->ToString()));
+        }
+      }
+      return x;
+    }
+    case Opcode::kReduce: {
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2));
+      const Shape& x = *shapes[0];
+      if (shapes[1]->rank() != 0 || shapes[1]->dtype() != x.dtype()) {
+        return Error(opcode, absl::StrCat("init value must be a ", DTypeName(x.dtype()),
+                                          " scalar, got ", shapes[1]->ToString()));
+      }
+      TESSEL_RETURN_IF_ERROR(CheckDims(opcode, "dimensions", attrs.dimensions, x.rank()));
+      bool logical = attrs.reduce_kind == ReduceKind::kAnd || attrs.reduce_kind == ReduceKind::kOr;
+      if (logical && IsFloating(x.dtype())) {
+        return Error(opcode, absl::StrCat("to_apply=", ReduceKindName(attrs.reduce_kind),
+                                          " needs pred or integer operands, got ", x.ToString()));
+      }
+      if (!logical && x.dtype() == DType::kPred) {
+        return Error(opcode, absl::StrCat("to_apply=", ReduceKindName(attrs.reduce_kind),
+                                          " does not apply to pred"));
+      }
+      std::vector<int64_t> dims;
+      for (int64_t d = 0; d < x.rank(); ++d) {
+        if (std::find(attrs.dimensions.begin(), attrs.dimensions.end(), d) ==
+            attrs.dimensions.end()) {
+          dims.push_back(x.dim(d));
+        }
+      }
+      return Shape(x.dtype(), std::move(dims));
+    }
+    case Opcode::kDot:
+      return InferDot(shapes, attrs);
+    case Opcode::kTuple: {
+      std::vector<Shape> elements;
+      for (const Shape* s : shapes) elements.push_back(*s);
+      return Shape::Tuple(std::move(elements));
+    }
+    case Opcode::kGetTupleElement: {
+      if (shapes.size() != 1 || !shapes[0]->is_tuple()) {
+        return Error(opcode, "expected one tuple operand");
+      }
+      int64_t n = static_cast<int64_t>(shapes[0]->tuple_shapes().size());
+      if (attrs.tuple_index < 0 || attrs.tuple_index >= n) {
+        return Error(opcode, absl::StrCat("index=", attrs.tuple_index, " is out of range for ",
+                                          shapes[0]->ToString()));
+      }
+      return shapes[0]->tuple_shapes()[attrs.tuple_index];
+    }
+    default:
+      break;
+  }
+  return Error(opcode, "no shape rule");
+}
+
+}  // namespace
+
+absl::StatusOr<Shape> InferShape(Opcode opcode, absl::Span<const Shape* const> operand_shapes,
+                                 const OpAttributes& attrs, const std::optional<Shape>& declared) {
+  TESSEL_ASSIGN_OR_RETURN(Shape shape, InferRule(opcode, operand_shapes, attrs, declared));
+  if (declared.has_value() && *declared != shape) {
+    return Error(opcode, absl::StrCat("declared shape ", declared->ToString(),
+                                      " differs from the inferred ", shape.ToString()));
+  }
+  return shape;
+}
+
+}  // namespace tessel

@@ -1,0 +1,601 @@
+#include "core/tensor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "core/internal/lazy.h"
+#include "core/shape_inference.h"
+#include "core/status_macros.h"
+#include "core/verifier.h"
+
+namespace tessel {
+
+using internal_lazy::LazyNode;
+using internal_lazy::TensorImpl;
+
+namespace {
+
+struct CacheEntry {
+  std::shared_ptr<const Graph> graph;
+};
+
+// Per-thread state: live tensors, counters, the compilation cache and the rng seed counter.
+struct LazyContext {
+  std::vector<std::weak_ptr<TensorImpl>> live;
+  uint64_t next_id = 0;
+  uint64_t next_seed = 0;
+  LazyMetrics metrics;
+  ExecutorOptions executor_options;
+  absl::flat_hash_map<uint64_t, CacheEntry> cache;
+};
+
+LazyContext& Context() {
+  thread_local LazyContext context;
+  return context;
+}
+
+const Shape& ErrorShape() {
+  static const Shape* const kShape = new Shape();
+  return *kShape;
+}
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Records `opcode` on `operands`; returns an error tensor on an errored operand or a bad shape.
+Tensor MakeOp(Opcode opcode, absl::Span<const Tensor> operands, OpAttributes attrs = {},
+              std::optional<Shape> declared = std::nullopt) {
+  std::vector<const Shape*> shapes;
+  std::vector<std::shared_ptr<LazyNode>> nodes;
+  for (const Tensor& t : operands) {
+    if (!t.defined()) {
+      return Tensor::Error(absl::InvalidArgumentError(
+          absl::StrCat(OpcodeName(opcode), ": an operand is an undefined tensor")));
+    }
+    if (!t.status().ok()) return t;
+    shapes.push_back(&t.shape());
+    nodes.push_back(t.impl()->node);
+  }
+  absl::StatusOr<Shape> shape = InferShape(opcode, shapes, attrs, declared);
+  if (!shape.ok()) return Tensor::Error(shape.status());
+  auto node = std::make_shared<LazyNode>();
+  node->opcode = opcode;
+  node->shape = *std::move(shape);
+  node->attrs = std::move(attrs);
+  node->operands = std::move(nodes);
+  return Tensor(internal_lazy::MakeImpl(std::move(node)));
+}
+
+Tensor ScalarLike(const Tensor& like, double value) {
+  if (!like.status().ok()) return like;
+  return Scalar(like.dtype(), value);
+}
+
+Tensor FullLike(const Tensor& like, double value) {
+  if (!like.status().ok()) return like;
+  return Full(like.shape(), value);
+}
+
+}  // namespace
+
+namespace internal_lazy {
+
+std::shared_ptr<TensorImpl> MakeImpl(std::shared_ptr<LazyNode> node) {
+  LazyContext& ctx = Context();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->node = std::move(node);
+  impl->id = ctx.next_id++;
+  // Prune dead entries now and then so the registry stays proportional to live tensors.
+  if (ctx.live.size() >= 1024 && (ctx.live.size() & (ctx.live.size() - 1)) == 0) {
+    std::erase_if(ctx.live, [](const std::weak_ptr<TensorImpl>& w) { return w.expired(); });
+  }
+  ctx.live.push_back(impl);
+  return impl;
+}
+
+}  // namespace internal_lazy
+
+// ---------------------------------------------------------------------------------------------
+// Tensor.
+
+Tensor Tensor::FromLiteral(Literal value) {
+  auto node = std::make_shared<LazyNode>();
+  node->opcode = Opcode::kParameter;
+  node->shape = value.shape();
+  node->data = std::make_shared<const Literal>(std::move(value));
+  return Tensor(internal_lazy::MakeImpl(std::move(node)));
+}
+
+Tensor Tensor::Constant(Literal value) {
+  auto node = std::make_shared<LazyNode>();
+  node->opcode = Opcode::kConstant;
+  node->shape = value.shape();
+  node->attrs.literal = std::make_shared<const Literal>(std::move(value));
+  return Tensor(internal_lazy::MakeImpl(std::move(node)));
+}
+
+Tensor Tensor::Error(absl::Status status) {
+  TESSEL_CHECK(!status.ok());
+  auto impl = std::make_shared<TensorImpl>();
+  impl->status = std::move(status);
+  return Tensor(std::move(impl));
+}
+
+const absl::Status& Tensor::status() const {
+  static const absl::Status* const kUndefined =
+      new absl::Status(absl::FailedPreconditionError("undefined tensor"));
+  return impl_ ? impl_->status : *kUndefined;
+}
+
+const Shape& Tensor::shape() const {
+  if (!impl_ || !impl_->node) return ErrorShape();
+  return impl_->node->shape;
+}
+
+bool Tensor::is_data() const { return impl_ && impl_->node && impl_->node->data != nullptr; }
+
+const std::string& Tensor::sharding() const {
+  static const std::string* const kEmpty = new std::string();
+  if (!impl_ || !impl_->node) return *kEmpty;
+  return impl_->node->sharding;
+}
+
+void Tensor::SetSharding(std::string xla_sharding_text) {
+  if (!impl_ || !impl_->node) return;
+  impl_->node->sharding = std::move(xla_sharding_text);
+}
+
+absl::StatusOr<Literal> Tensor::ToLiteral() const {
+  TESSEL_RETURN_IF_ERROR(status());
+  if (!is_data()) TESSEL_RETURN_IF_ERROR(Sync({*this}));
+  return *impl_->node->data;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tracing, fingerprint and Sync.
+
+absl::StatusOr<TracedGraph> TraceGraph(absl::Span<const Tensor> outputs, std::string name) {
+  for (const Tensor& t : outputs) TESSEL_RETURN_IF_ERROR(t.status());
+  TracedGraph traced;
+  traced.graph = std::make_unique<Graph>(std::move(name));
+  Graph& graph = *traced.graph;
+  absl::flat_hash_map<const LazyNode*, Node*> lowered;
+  // Iterative post-order DFS so deep graphs (hundreds of layers) do not overflow the stack.
+  std::vector<std::pair<std::shared_ptr<LazyNode>, size_t>> stack;
+  for (const Tensor& out : outputs) {
+    stack.emplace_back(out.impl()->node, 0);
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (lowered.contains(node.get())) {
+        stack.pop_back();
+        continue;
+      }
+      if (next < node->operands.size()) {
+        std::shared_ptr<LazyNode> child = node->operands[next++];
+        if (!lowered.contains(child.get())) stack.emplace_back(std::move(child), 0);
+        continue;
+      }
+      Node* n;
+      if (node->data != nullptr) {
+        int64_t number = static_cast<int64_t>(traced.parameters.size());
+        TESSEL_ASSIGN_OR_RETURN(n, graph.AddParameter(number, node->shape));
+        traced.parameters.emplace_back(internal_lazy::MakeImpl(node));
+      } else {
+        std::vector<Node*> operands;
+        for (const auto& operand : node->operands) operands.push_back(lowered.at(operand.get()));
+        n = graph.AddNodeUnchecked(node->opcode, node->shape, std::move(operands), node->attrs);
+      }
+      n->set_sharding(node->sharding);
+      lowered[node.get()] = n;
+      stack.pop_back();
+    }
+  }
+  if (outputs.size() == 1) {
+    graph.set_root(lowered.at(outputs[0].impl()->node.get()));
+  } else {
+    std::vector<Node*> elements;
+    for (const Tensor& out : outputs) elements.push_back(lowered.at(out.impl()->node.get()));
+    TESSEL_ASSIGN_OR_RETURN(Node * root, graph.AddNode(Opcode::kTuple, std::move(elements)));
+    graph.set_root(root);
+  }
+  return traced;
+}
+
+namespace {
+
+// FNV-1a, 64 bit (Fowler, Noll, Vo): stable across processes, unlike absl::Hash.
+class Fnv1a {
+ public:
+  void Bytes(const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) {
+      hash_ ^= p[i];
+      hash_ *= 0x100000001b3ULL;
+    }
+  }
+  void Int(int64_t v) { Bytes(&v, sizeof(v)); }
+  void Ints(const std::vector<int64_t>& v) {
+    Int(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) Int(x);
+  }
+  void Str(const std::string& s) {
+    Int(static_cast<int64_t>(s.size()));
+    Bytes(s.data(), s.size());
+  }
+  void ShapeOf(const Shape& s) {
+    Int(s.is_tuple());
+    if (s.is_tuple()) {
+      Int(static_cast<int64_t>(s.tuple_shapes().size()));
+      for (const Shape& e : s.tuple_shapes()) ShapeOf(e);
+      return;
+    }
+    Int(static_cast<int64_t>(s.dtype()));
+    Ints(s.dims());
+  }
+  uint64_t value() const { return hash_; }
+
+ private:
+  uint64_t hash_ = 0xcbf29ce484222325ULL;
+};
+
+}  // namespace
+
+uint64_t GraphFingerprint(const Graph& graph) {
+  Fnv1a h;
+  absl::flat_hash_map<const Node*, int64_t> position;
+  for (const Node* node : graph.nodes()) {
+    position[node] = static_cast<int64_t>(position.size());
+    h.Int(static_cast<int64_t>(node->opcode()));
+    h.ShapeOf(node->shape());
+    h.Int(node->operand_count());
+    for (const Node* operand : node->operands()) h.Int(position.at(operand));
+    const OpAttributes& a = node->attrs();
+    h.Ints(a.dimensions);
+    for (const SliceDim& s : a.slice) h.Ints({s.start, s.limit, s.stride});
+    for (const PadDim& p : a.padding) h.Ints({p.low, p.high, p.interior});
+    h.Ints(a.dot.lhs_batch_dims);
+    h.Ints(a.dot.rhs_batch_dims);
+    h.Ints(a.dot.lhs_contracting_dims);
+    h.Ints(a.dot.rhs_contracting_dims);
+    h.Ints(a.dynamic_slice_sizes);
+    h.Ints({static_cast<int64_t>(a.comparison_direction), static_cast<int64_t>(a.reduce_kind),
+            static_cast<int64_t>(a.rng_distribution), static_cast<int64_t>(a.rng_seed),
+            a.parameter_number, a.iota_dimension, a.tuple_index});
+    if (node->opcode() == Opcode::kConstant && a.literal != nullptr) {
+      h.Bytes(a.literal->raw_data(), static_cast<size_t>(a.literal->byte_size()));
+    }
+    h.Str(node->sharding());
+  }
+  h.Int(graph.root() != nullptr ? position.at(graph.root()) : -1);
+  return h.value();
+}
+
+absl::Status Sync(absl::Span<const Tensor> tensors) {
+  LazyContext& ctx = Context();
+  std::vector<Tensor> pending;
+  for (const Tensor& t : tensors) {
+    TESSEL_RETURN_IF_ERROR(t.status());
+    if (t.is_data()) continue;
+    bool seen = false;
+    for (const Tensor& p : pending) seen = seen || p.SameAs(t);
+    if (!seen) pending.push_back(t);
+  }
+  if (pending.empty()) return absl::OkStatus();
+
+  auto compile_start = std::chrono::steady_clock::now();
+  TESSEL_ASSIGN_OR_RETURN(TracedGraph traced, TraceGraph(pending, "sync"));
+  uint64_t fingerprint = GraphFingerprint(*traced.graph);
+  std::shared_ptr<const Graph> graph;
+  auto it = ctx.cache.find(fingerprint);
+  if (it != ctx.cache.end()) {
+    ++ctx.metrics.cache_hits;
+    graph = it->second.graph;
+  } else {
+    TESSEL_RETURN_IF_ERROR(Verify(*traced.graph));
+    graph = std::shared_ptr<const Graph>(std::move(traced.graph));
+    ctx.cache[fingerprint] = CacheEntry{graph};
+    ++ctx.metrics.compiles;
+  }
+  ctx.metrics.compile_seconds += Seconds(compile_start);
+
+  std::vector<Literal> arguments;
+  for (const Tensor& p : traced.parameters) arguments.push_back(*p.impl()->node->data);
+  auto execute_start = std::chrono::steady_clock::now();
+  ExecutionStats stats;
+  Executor executor(ctx.executor_options);
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> results,
+                          executor.Run(*graph, arguments, &stats));
+  ctx.metrics.execute_seconds += Seconds(execute_start);
+  ctx.metrics.peak_live_bytes = std::max(ctx.metrics.peak_live_bytes, stats.peak_live_bytes);
+  ++ctx.metrics.syncs;
+  TESSEL_CHECK(results.size() == pending.size());
+  for (size_t i = 0; i < pending.size(); ++i) {
+    auto leaf = std::make_shared<LazyNode>();
+    leaf->opcode = Opcode::kParameter;
+    leaf->shape = results[i].shape();
+    leaf->sharding = pending[i].impl()->node->sharding;
+    leaf->data = std::make_shared<const Literal>(std::move(results[i]));
+    pending[i].impl()->node = std::move(leaf);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Sync() {
+  LazyContext& ctx = Context();
+  std::vector<std::shared_ptr<TensorImpl>> live;
+  for (const auto& weak : ctx.live) {
+    if (auto impl = weak.lock()) {
+      if (impl->status.ok() && impl->node && impl->node->data == nullptr) {
+        live.push_back(std::move(impl));
+      }
+    }
+  }
+  std::erase_if(ctx.live, [](const std::weak_ptr<TensorImpl>& w) { return w.expired(); });
+  std::sort(live.begin(), live.end(),
+            [](const auto& a, const auto& b) { return a->id < b->id; });
+  std::vector<Tensor> tensors;
+  tensors.reserve(live.size());
+  for (auto& impl : live) tensors.emplace_back(std::move(impl));
+  return Sync(tensors);
+}
+
+const LazyMetrics& GetLazyMetrics() { return Context().metrics; }
+void ResetLazyMetrics() { Context().metrics = LazyMetrics(); }
+void SetExecutorOptions(const ExecutorOptions& options) {
+  Context().executor_options = options;
+}
+void ManualSeed(uint64_t seed) { Context().next_seed = seed; }
+
+// ---------------------------------------------------------------------------------------------
+// Creation.
+
+Tensor Scalar(DType dtype, double value) {
+  Literal lit(Shape(dtype, {}));
+  lit.SetFromDouble(0, value);
+  return Tensor::Constant(std::move(lit));
+}
+
+Tensor Full(const Shape& shape, double value) {
+  Tensor s = Scalar(shape.dtype(), value);
+  if (shape.rank() == 0) return s;
+  OpAttributes attrs;
+  return MakeOp(Opcode::kBroadcast, {s}, attrs, shape);
+}
+
+Tensor Iota(const Shape& shape, int64_t iota_dimension) {
+  OpAttributes attrs;
+  attrs.iota_dimension = iota_dimension;
+  return MakeOp(Opcode::kIota, {}, std::move(attrs), shape);
+}
+
+namespace {
+Tensor Rng(const Shape& shape, double a, double b, RngDistribution distribution) {
+  OpAttributes attrs;
+  attrs.rng_distribution = distribution;
+  attrs.rng_seed = Context().next_seed++;
+  return MakeOp(Opcode::kRng, {Scalar(shape.dtype(), a), Scalar(shape.dtype(), b)},
+                std::move(attrs), shape);
+}
+}  // namespace
+
+Tensor RngUniform(const Shape& shape, double low, double high) {
+  return Rng(shape, low, high, RngDistribution::kUniform);
+}
+Tensor RngNormal(const Shape& shape, double mean, double stddev) {
+  return Rng(shape, mean, stddev, RngDistribution::kNormal);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise.
+
+Tensor Add(const Tensor& a, const Tensor& b) { return MakeOp(Opcode::kAdd, {a, b}); }
+Tensor Sub(const Tensor& a, const Tensor& b) { return MakeOp(Opcode::kSubtract, {a, b}); }
+Tensor Mul(const Tensor& a, const Tensor& b) { return MakeOp(Opcode::kMultiply, {a, b}); }
+Tensor Div(const Tensor& a, const Tensor& b) { return MakeOp(Opcode::kDivide, {a, b}); }
+Tensor Max(const Tensor& a, const Tensor& b) { return MakeOp(Opcode::kMaximum, {a, b}); }
+Tensor Min(const Tensor& a, const Tensor& b) { return MakeOp(Opcode::kMinimum, {a, b}); }
+Tensor Pow(const Tensor& a, const Tensor& b) { return MakeOp(Opcode::kPower, {a, b}); }
+Tensor And(const Tensor& a, const Tensor& b) { return MakeOp(Opcode::kAnd, {a, b}); }
+Tensor Or(const Tensor& a, const Tensor& b) { return MakeOp(Opcode::kOr, {a, b}); }
+Tensor Not(const Tensor& a) { return MakeOp(Opcode::kNot, {a}); }
+Tensor Compare(const Tensor& a, const Tensor& b, ComparisonDirection direction) {
+  OpAttributes attrs;
+  attrs.comparison_direction = direction;
+  return MakeOp(Opcode::kCompare, {a, b}, std::move(attrs));
+}
+Tensor Neg(const Tensor& a) { return MakeOp(Opcode::kNegate, {a}); }
+Tensor Abs(const Tensor& a) { return MakeOp(Opcode::kAbs, {a}); }
+Tensor Exp(const Tensor& a) { return MakeOp(Opcode::kExp, {a}); }
+Tensor Log(const Tensor& a) { return MakeOp(Opcode::kLog, {a}); }
+Tensor Tanh(const Tensor& a) { return MakeOp(Opcode::kTanh, {a}); }
+Tensor Logistic(const Tensor& a) { return MakeOp(Opcode::kLogistic, {a}); }
+Tensor Sqrt(const Tensor& a) { return MakeOp(Opcode::kSqrt, {a}); }
+Tensor Rsqrt(const Tensor& a) { return MakeOp(Opcode::kRsqrt, {a}); }
+Tensor Copy(const Tensor& a) { return MakeOp(Opcode::kCopy, {a}); }
+Tensor Convert(const Tensor& a, DType dtype) {
+  if (!a.status().ok()) return a;
+  return MakeOp(Opcode::kConvert, {a}, {}, a.shape().WithDType(dtype));
+}
+Tensor Select(const Tensor& pred, const Tensor& on_true, const Tensor& on_false) {
+  return MakeOp(Opcode::kSelect, {pred, on_true, on_false});
+}
+Tensor Clamp(const Tensor& low, const Tensor& x, const Tensor& high) {
+  return MakeOp(Opcode::kClamp, {low, x, high});
+}
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return Add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return Sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return Mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return Div(a, b); }
+Tensor operator-(const Tensor& a) { return Neg(a); }
+Tensor operator+(const Tensor& a, double b) { return Add(a, FullLike(a, b)); }
+Tensor operator-(const Tensor& a, double b) { return Sub(a, FullLike(a, b)); }
+Tensor operator*(const Tensor& a, double b) { return Mul(a, FullLike(a, b)); }
+Tensor operator/(const Tensor& a, double b) { return Div(a, FullLike(a, b)); }
+Tensor operator+(double a, const Tensor& b) { return Add(FullLike(b, a), b); }
+Tensor operator-(double a, const Tensor& b) { return Sub(FullLike(b, a), b); }
+Tensor operator*(double a, const Tensor& b) { return Mul(FullLike(b, a), b); }
+Tensor operator/(double a, const Tensor& b) { return Div(FullLike(b, a), b); }
+
+// ---------------------------------------------------------------------------------------------
+// Shape ops.
+
+Tensor Broadcast(const Tensor& a, std::vector<int64_t> dims,
+                 std::vector<int64_t> broadcast_dimensions) {
+  if (!a.status().ok()) return a;
+  OpAttributes attrs;
+  attrs.dimensions = std::move(broadcast_dimensions);
+  return MakeOp(Opcode::kBroadcast, {a}, std::move(attrs), Shape(a.dtype(), std::move(dims)));
+}
+
+Tensor BroadcastTo(const Tensor& a, std::vector<int64_t> dims) {
+  if (!a.status().ok()) return a;
+  int64_t rank = static_cast<int64_t>(dims.size());
+  int64_t offset = rank - a.rank();
+  if (offset < 0) {
+    return Tensor::Error(absl::InvalidArgumentError(
+        absl::StrCat("broadcast_to: cannot broadcast ", a.shape().ToString(), " to rank ", rank)));
+  }
+  std::vector<int64_t> kept_dims, broadcast_dims;
+  for (int64_t i = 0; i < a.rank(); ++i) {
+    int64_t target = dims[offset + i];
+    if (a.dim(i) == target) {
+      kept_dims.push_back(a.dim(i));
+      broadcast_dims.push_back(offset + i);
+    } else if (a.dim(i) != 1) {
+      return Tensor::Error(absl::InvalidArgumentError(
+          absl::StrCat("broadcast_to: dim ", i, " of ", a.shape().ToString(),
+                       " is neither 1 nor ", target)));
+    }
+  }
+  Tensor squeezed = static_cast<int64_t>(kept_dims.size()) == a.rank() ? a : Reshape(a, kept_dims);
+  if (squeezed.shape().dims() == dims) return squeezed;
+  return Broadcast(squeezed, std::move(dims), std::move(broadcast_dims));
+}
+
+Tensor Reshape(const Tensor& a, std::vector<int64_t> dims) {
+  if (!a.status().ok()) return a;
+  if (a.shape().dims() == dims) return a;
+  return MakeOp(Opcode::kReshape, {a}, {}, Shape(a.dtype(), std::move(dims)));
+}
+
+Tensor Transpose(const Tensor& a, std::vector<int64_t> permutation) {
+  OpAttributes attrs;
+  attrs.dimensions = std::move(permutation);
+  return MakeOp(Opcode::kTranspose, {a}, std::move(attrs));
+}
+
+Tensor Slice(const Tensor& a, std::vector<int64_t> starts, std::vector<int64_t> limits,
+             std::vector<int64_t> strides) {
+  if (strides.empty()) strides.assign(starts.size(), 1);
+  if (starts.size() != limits.size() || starts.size() != strides.size()) {
+    return Tensor::Error(absl::InvalidArgumentError(
+        "slice: starts, limits and strides must have the same length"));
+  }
+  OpAttributes attrs;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    attrs.slice.push_back(SliceDim{starts[i], limits[i], strides[i]});
+  }
+  return MakeOp(Opcode::kSlice, {a}, std::move(attrs));
+}
+
+Tensor Pad(const Tensor& a, const Tensor& value, std::vector<PadDim> padding) {
+  OpAttributes attrs;
+  attrs.padding = std::move(padding);
+  return MakeOp(Opcode::kPad, {a, value}, std::move(attrs));
+}
+
+Tensor Concatenate(absl::Span<const Tensor> parts, int64_t dim) {
+  OpAttributes attrs;
+  attrs.dimensions = {dim};
+  return MakeOp(Opcode::kConcatenate, parts, std::move(attrs));
+}
+
+Tensor DynamicSlice(const Tensor& a, absl::Span<const Tensor> starts,
+                    std::vector<int64_t> sizes) {
+  std::vector<Tensor> operands = {a};
+  operands.insert(operands.end(), starts.begin(), starts.end());
+  OpAttributes attrs;
+  attrs.dynamic_slice_sizes = std::move(sizes);
+  return MakeOp(Opcode::kDynamicSlice, operands, std::move(attrs));
+}
+
+Tensor DynamicUpdateSlice(const Tensor& a, const Tensor& update,
+                          absl::Span<const Tensor> starts) {
+  std::vector<Tensor> operands = {a, update};
+  operands.insert(operands.end(), starts.begin(), starts.end());
+  return MakeOp(Opcode::kDynamicUpdateSlice, operands);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions and contractions.
+
+Tensor Reduce(const Tensor& a, const Tensor& init, std::vector<int64_t> dims, ReduceKind kind) {
+  OpAttributes attrs;
+  attrs.dimensions = std::move(dims);
+  attrs.reduce_kind = kind;
+  return MakeOp(Opcode::kReduce, {a, init}, std::move(attrs));
+}
+
+Tensor ReduceSum(const Tensor& a, std::vector<int64_t> dims) {
+  return Reduce(a, ScalarLike(a, 0), std::move(dims), ReduceKind::kAdd);
+}
+
+Tensor ReduceMax(const Tensor& a, std::vector<int64_t> dims) {
+  double init = IsFloating(a.dtype()) ? -std::numeric_limits<double>::infinity()
+                                      : std::numeric_limits<double>::lowest();
+  return Reduce(a, ScalarLike(a, init), std::move(dims), ReduceKind::kMaximum);
+}
+
+Tensor ReduceMin(const Tensor& a, std::vector<int64_t> dims) {
+  double init = IsFloating(a.dtype()) ? std::numeric_limits<double>::infinity()
+                                      : std::numeric_limits<double>::max();
+  return Reduce(a, ScalarLike(a, init), std::move(dims), ReduceKind::kMinimum);
+}
+
+Tensor ReduceMean(const Tensor& a, std::vector<int64_t> dims) {
+  if (!a.status().ok()) return a;
+  int64_t count = 1;
+  for (int64_t d : dims) {
+    if (d >= 0 && d < a.rank()) count *= a.dim(d);
+  }
+  Tensor sum = ReduceSum(a, std::move(dims));
+  return sum / static_cast<double>(count);
+}
+
+Tensor Dot(const Tensor& lhs, const Tensor& rhs, const DotDimensionNumbers& dnums) {
+  OpAttributes attrs;
+  attrs.dot = dnums;
+  return MakeOp(Opcode::kDot, {lhs, rhs}, std::move(attrs));
+}
+
+Tensor MatMul(const Tensor& lhs, const Tensor& rhs) {
+  if (!lhs.status().ok()) return lhs;
+  if (!rhs.status().ok()) return rhs;
+  DotDimensionNumbers dn;
+  if (rhs.rank() == 2) {
+    dn.lhs_contracting_dims = {lhs.rank() - 1};
+    dn.rhs_contracting_dims = {0};
+    return Dot(lhs, rhs, dn);
+  }
+  if (lhs.rank() != rhs.rank() || lhs.rank() < 3) {
+    return Tensor::Error(absl::InvalidArgumentError(
+        absl::StrCat("matmul: unsupported ranks ", lhs.shape().ToString(), " x ",
+                     rhs.shape().ToString())));
+  }
+  for (int64_t d = 0; d < lhs.rank() - 2; ++d) {
+    dn.lhs_batch_dims.push_back(d);
+    dn.rhs_batch_dims.push_back(d);
+  }
+  dn.lhs_contracting_dims = {lhs.rank() - 1};
+  dn.rhs_contracting_dims = {rhs.rank() - 2};
+  return Dot(lhs, rhs, dn);
+}
+
+}  // namespace tessel

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package Tessel needs to build, test and run (idempotent: when all are
+# present it only checks). Run as root or with sudo available.
+set -euo pipefail
+
+PACKAGES=(
+  # Toolchain.
+  g++ cmake make ccache git pkg-config
+  # Libraries (found by CMake through find_package).
+  libabsl-dev libeigen3-dev libtbb-dev libzmq3-dev cppzmq-dev nlohmann-json3-dev libcli11-dev
+  zlib1g-dev
+  # Tests and benchmarks.
+  libgtest-dev libgmock-dev libbenchmark-dev llvm-14-tools clang-format
+  # Data: the real Fashion-MNIST IDX files under /usr/share/datasets/fashion-mnist.
+  dataset-fashion-mnist
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+  else
+    echo "setup: missing packages (${missing[*]}) and not root; run as root or install sudo" >&2
+    exit 1
+  fi
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: done"

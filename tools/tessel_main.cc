@@ -1,0 +1,36 @@
+// tessel: the command-line front end. See README.md and docs/ for each subcommand.
+#include <iostream>
+#include <utility>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "tools/command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tessel: SPMD sharding engine and mesh simulator"};
+  app.require_subcommand(1);
+  std::vector<std::pair<CLI::App*, tessel::tools::CommandFn>> commands;
+  auto add = [&](tessel::tools::CommandFn (*adder)(CLI::App&)) {
+    size_t before = app.get_subcommands({}).size();
+    tessel::tools::CommandFn fn = adder(app);
+    auto subs = app.get_subcommands({});
+    if (subs.size() > before) commands.emplace_back(subs.back(), std::move(fn));
+  };
+  add(&tessel::tools::AddTopologyCommand);
+  add(&tessel::tools::AddMeshCommand);
+  add(&tessel::tools::AddShardCommand);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "tessel: " << e.what() << "\n";
+    return tessel::tools::kExitUsage;
+  }
+  for (auto& [sub, fn] : commands) {
+    if (sub->parsed()) return fn();
+  }
+  return tessel::tools::kExitUsage;
+}
