@@ -1,0 +1,957 @@
+#include "mesh/topology.h"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <set>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace tessel::mesh {
+namespace {
+
+using json = nlohmann::json;
+
+// JSON nesting deeper than this is rejected before nlohmann parses it, so that nothing
+// downstream (dump(), destructors) recurses deeply on hostile input.
+constexpr int kMaxJsonDepth = 64;
+// Upper bound on `hbm_bytes` (16 TiB per device) so that totals over kMaxDevices fit in int64.
+constexpr int64_t kMaxHbmBytes = int64_t{1} << 44;
+
+// Keys accepted on every object and never interpreted beyond a type check.
+constexpr std::string_view kMetaKeys[] = {"name", "description", "source", "comment"};
+
+bool IsMetaKey(std::string_view key) {
+  return std::find(std::begin(kMetaKeys), std::end(kMetaKeys), key) != std::end(kMetaKeys);
+}
+
+// RFC 6901 escaping of one reference token.
+std::string EscapeToken(std::string_view token) {
+  std::string out;
+  for (char c : token) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string Child(std::string_view pointer, std::string_view key) {
+  return absl::StrCat(std::string(pointer), "/", EscapeToken(key));
+}
+std::string Child(std::string_view pointer, size_t index) {
+  return absl::StrCat(std::string(pointer), "/", index);
+}
+
+// The offending value as it would appear in JSON, cut to a readable length.
+std::string Describe(const json& value) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  constexpr size_t kMaxChars = 60;
+  if (text.size() > kMaxChars) text = text.substr(0, kMaxChars - 3) + "...";
+  return text;
+}
+
+// "a, b, c" from a range of std::string_view (Debian's absl::StrJoin takes no std::string_view).
+template <typename It>
+std::string JoinNames(It begin, It end) {
+  std::string out;
+  for (It it = begin; it != end; ++it) {
+    if (!out.empty()) out += ", ";
+    out.append(it->data(), it->size());
+  }
+  return out;
+}
+
+std::string FormatInts(const std::vector<int64_t>& values) {
+  return absl::StrCat("[", absl::StrJoin(values, ","), "]");
+}
+
+int64_t Product(const std::vector<int64_t>& values) {
+  int64_t product = 1;
+  for (int64_t v : values) product *= v;
+  return product;
+}
+
+// Coordinates of linear index `index` in `shape`, coords[0] fastest.
+std::vector<int64_t> Delinearize(int64_t index, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> coords(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    coords[d] = index % shape[d];
+    index /= shape[d];
+  }
+  return coords;
+}
+
+// Linear index of `coords` in `shape`, coords[0] fastest. Precondition: in range.
+int64_t Linearize(const std::vector<int64_t>& coords, const std::vector<int64_t>& shape) {
+  int64_t index = 0;
+  for (size_t d = shape.size(); d-- > 0;) index = index * shape[d] + coords[d];
+  return index;
+}
+
+// Returns an error (kInvalidArgument, with the byte offset) if `text` nests arrays/objects
+// deeper than kMaxJsonDepth. Strings are skipped; malformed text is left to the parser.
+absl::Status CheckNestingDepth(std::string_view text, std::string_view source) {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(std::string(source), ": invalid JSON: nesting deeper than ", kMaxJsonDepth,
+                         " levels at byte offset ", i));
+      }
+    } else if (c == ']' || c == '}') {
+      if (depth > 0) --depth;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Parses `text`, rejecting duplicate keys in one object (nlohmann would keep the last).
+// Throws nlohmann::json::exception on malformed text; the caller is the adapter that
+// catches it.
+class DuplicateKeyChecker {
+ public:
+  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start: {
+        std::string pointer;
+        if (!frames_.empty()) {
+          Frame& parent = frames_.back();
+          pointer = parent.is_array ? Child(parent.pointer, parent.next_index++)
+                                    : Child(parent.pointer, parent.key);
+        }
+        frames_.push_back(
+            Frame{event == json::parse_event_t::array_start, 0, "", {}, std::move(pointer)});
+        break;
+      }
+      case json::parse_event_t::key: {
+        if (frames_.empty() || !parsed.is_string()) break;
+        Frame& frame = frames_.back();
+        frame.key = parsed.get<std::string>();
+        if (!frame.keys.insert(frame.key).second && first_duplicate_.empty()) {
+          first_duplicate_ = Child(frame.pointer, frame.key);
+        }
+        break;
+      }
+      case json::parse_event_t::value:
+        if (!frames_.empty() && frames_.back().is_array) ++frames_.back().next_index;
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!frames_.empty()) frames_.pop_back();
+        break;
+    }
+    return true;
+  }
+
+  // The JSON pointer of the first repeated key, or "" if none.
+  const std::string& first_duplicate() const { return first_duplicate_; }
+
+ private:
+  struct Frame {
+    bool is_array;
+    size_t next_index;
+    std::string key;
+    std::set<std::string> keys;
+    std::string pointer;
+  };
+  std::vector<Frame> frames_;
+  std::string first_duplicate_;
+};
+
+// "parse error at line 1, column 5: ..." from nlohmann's "[json.exception.parse_error.101]
+// parse error at line 1, column 5: ...".
+std::string StripExceptionId(std::string_view what) {
+  if (!what.empty() && what.front() == '[') {
+    size_t end = what.find("] ");
+    if (end != std::string_view::npos) what.remove_prefix(end + 2);
+  }
+  return std::string(what);
+}
+
+struct SliceInput {
+  std::vector<int64_t> shape;
+  std::vector<bool> wraparound;
+  int64_t num_hosts = 0;
+  int64_t devices_per_host = 0;
+  std::vector<int64_t> host_shape;
+  int64_t first_host = 0;
+};
+
+}  // namespace
+
+// Reads a parsed JSON document into a Topology. Every user error is a Status naming the source
+// and the JSON pointer; it only uses nlohmann accessors after checking the type, and its caller
+// catches anything nlohmann throws regardless.
+class TopologyBuilder {
+ public:
+  explicit TopologyBuilder(std::string_view source) : source_(source) {}
+
+  absl::StatusOr<Topology> Build(const json& root);
+
+  // Fills the derived tables (hosts, per-slice lists, coordinate lookup) from `slices` and
+  // `topology->devices_`, which must hold valid devices at index == id.
+  static void Finish(const std::vector<SliceInput>& slices, Topology* topology);
+
+ private:
+  absl::Status Error(std::string_view pointer, std::string_view message) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_, ": ", pointer.empty() ? std::string("/") : std::string(pointer), ": ",
+                     std::string(message)));
+  }
+  // "expected <what>, got <value>" (or "got nothing (missing key)" when `got` is null).
+  absl::Status Expected(std::string_view pointer, std::string_view what, const json* got) const {
+    return Error(pointer, absl::StrCat("expected ", std::string(what), ", got ",
+                                       got == nullptr ? std::string("nothing (missing key)")
+                                                      : Describe(*got)));
+  }
+
+  absl::Status CheckObject(const json& value, std::string_view pointer) const {
+    if (!value.is_object()) return Expected(pointer, "an object", &value);
+    return absl::OkStatus();
+  }
+
+  // Unknown keys are errors (typos are common); meta keys are type-checked.
+  absl::Status CheckKeys(const json& object, const std::string& pointer,
+                         std::initializer_list<std::string_view> allowed) const;
+
+  // The member `key` of `object`, or nullptr when absent.
+  static const json* Find(const json& object, std::string_view key) {
+    auto it = object.find(std::string(key));
+    return it == object.end() ? nullptr : &*it;
+  }
+
+  absl::StatusOr<int64_t> ReadInt(const json* value, const std::string& pointer, int64_t min,
+                                  int64_t max, std::string_view what) const;
+  // An integer in [1, max]; the message says "a positive integer" unless the value is one
+  // that exceeds `max`.
+  absl::StatusOr<int64_t> ReadPositiveInt(const json* value, const std::string& pointer,
+                                          int64_t max) const {
+    bool too_large =
+        value != nullptr && value->is_number_integer() &&
+        (value->is_number_unsigned() ? value->get<uint64_t>() > static_cast<uint64_t>(max)
+                                     : value->get<int64_t>() > max);
+    return ReadInt(value, pointer, 1, max,
+                   too_large ? absl::StrCat("a positive integer at most ", max)
+                             : std::string("a positive integer"));
+  }
+  // A finite number >= 0 (`allow_zero`) or > 0.
+  absl::StatusOr<double> ReadNumber(const json* value, const std::string& pointer,
+                                    bool allow_zero) const;
+  absl::StatusOr<std::string> ReadString(const json* value, const std::string& pointer) const;
+  absl::StatusOr<std::vector<int64_t>> ReadShape(const json* value, const std::string& pointer,
+                                                 std::string_view what) const;
+  absl::StatusOr<std::vector<bool>> ReadBools(const json* value, const std::string& pointer,
+                                              const std::vector<int64_t>& shape) const;
+
+  absl::StatusOr<DeviceSpec> ReadDeviceSpec(const json* value, const std::string& pointer) const;
+  absl::StatusOr<IciSpec> ReadIci(const json* value, const std::string& pointer) const;
+  absl::StatusOr<DcnSpec> ReadDcn(const json* value, const std::string& pointer,
+                                  std::string_view why) const;
+  absl::StatusOr<SliceInput> ReadSlice(const json& value, const std::string& pointer,
+                                       bool explicit_devices) const;
+  absl::Status ReadExplicitDevices(const json* value, const std::string& pointer,
+                                   const std::vector<SliceInput>& slices, Topology* topology) const;
+  static void GenerateDevices(const std::vector<SliceInput>& slices, Topology* topology);
+
+  std::string source_;
+};
+
+absl::Status TopologyBuilder::CheckKeys(const json& object, const std::string& pointer,
+                                        std::initializer_list<std::string_view> allowed) const {
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    const std::string& key = it.key();
+    std::string child = Child(pointer, key);
+    if (key == "source") {
+      const json& v = it.value();
+      bool ok = v.is_string();
+      if (v.is_array()) {
+        ok = std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); });
+      }
+      if (!ok) return Expected(child, "a string or an array of strings", &v);
+      continue;
+    }
+    if (IsMetaKey(key)) {
+      if (!it.value().is_string()) return Expected(child, "a string", &it.value());
+      continue;
+    }
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    std::vector<std::string> names;
+    for (std::string_view name : allowed)
+      names.push_back(absl::StrCat("\"", std::string(name), "\""));
+    return Error(child, absl::StrCat("unknown key \"", key, "\"; expected one of ",
+                                     absl::StrJoin(names, ", "),
+                                     " (or \"name\", \"description\", \"source\", \"comment\")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> TopologyBuilder::ReadInt(const json* value, const std::string& pointer,
+                                                 int64_t min, int64_t max,
+                                                 std::string_view what) const {
+  if (value == nullptr) return Expected(pointer, what, nullptr);
+  int64_t result = 0;
+  if (value->is_number_unsigned()) {
+    uint64_t u = value->get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT64_MAX)) return Expected(pointer, what, value);
+    result = static_cast<int64_t>(u);
+  } else if (value->is_number_integer()) {
+    result = value->get<int64_t>();
+  } else {
+    return Expected(pointer, what, value);
+  }
+  if (result < min || result > max) return Expected(pointer, what, value);
+  return result;
+}
+
+absl::StatusOr<double> TopologyBuilder::ReadNumber(const json* value, const std::string& pointer,
+                                                   bool allow_zero) const {
+  std::string_view what = allow_zero ? "a non-negative number" : "a positive number";
+  if (value == nullptr || !value->is_number()) return Expected(pointer, what, value);
+  double result = value->get<double>();
+  if (!std::isfinite(result) || result < 0.0 || (!allow_zero && result == 0.0)) {
+    return Expected(pointer, what, value);
+  }
+  return result;
+}
+
+absl::StatusOr<std::string> TopologyBuilder::ReadString(const json* value,
+                                                        const std::string& pointer) const {
+  if (value == nullptr || !value->is_string()) return Expected(pointer, "a string", value);
+  return value->get<std::string>();
+}
+
+absl::StatusOr<std::vector<int64_t>> TopologyBuilder::ReadShape(const json* value,
+                                                                const std::string& pointer,
+                                                                std::string_view what) const {
+  if (value == nullptr || !value->is_array() || value->empty() ||
+      value->size() > static_cast<size_t>(kMaxSliceRank)) {
+    return Expected(
+        pointer, absl::StrCat(std::string(what), " (1 to ", kMaxSliceRank, " positive integers)"),
+        value);
+  }
+  std::vector<int64_t> shape;
+  for (size_t i = 0; i < value->size(); ++i) {
+    TESSEL_ASSIGN_OR_RETURN(int64_t dim,
+                            ReadPositiveInt(&(*value)[i], Child(pointer, i), kMaxDevices));
+    shape.push_back(dim);
+  }
+  return shape;
+}
+
+absl::StatusOr<std::vector<bool>> TopologyBuilder::ReadBools(
+    const json* value, const std::string& pointer, const std::vector<int64_t>& shape) const {
+  std::string what = absl::StrCat("an array of ", shape.size(),
+                                  " booleans (one per dimension of shape ", FormatInts(shape), ")");
+  if (value == nullptr || !value->is_array() || value->size() != shape.size()) {
+    return Expected(pointer, what, value);
+  }
+  std::vector<bool> result;
+  for (size_t i = 0; i < value->size(); ++i) {
+    const json& e = (*value)[i];
+    if (!e.is_boolean()) return Expected(Child(pointer, i), "true or false", &e);
+    result.push_back(e.get<bool>());
+  }
+  return result;
+}
+
+absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
+                                                           const std::string& pointer) const {
+  if (value == nullptr) return Expected(pointer, "an object (the device spec)", nullptr);
+  TESSEL_RETURN_IF_ERROR(CheckObject(*value, pointer));
+  TESSEL_RETURN_IF_ERROR(
+      CheckKeys(*value, pointer, {"peak_tflops", "hbm_bytes", "hbm_bandwidth_gbytes_per_s"}));
+  DeviceSpec spec;
+  if (const json* name = Find(*value, "name")) spec.name = name->get<std::string>();
+
+  std::string peak_pointer = Child(pointer, "peak_tflops");
+  const json* peak = Find(*value, "peak_tflops");
+  if (peak == nullptr || !peak->is_object() || peak->empty()) {
+    return Expected(peak_pointer,
+                    "a non-empty object mapping dtype names to 10^12 op/s (e.g. {\"bf16\": 275})",
+                    peak);
+  }
+  for (auto it = peak->begin(); it != peak->end(); ++it) {
+    std::string child = Child(peak_pointer, it.key());
+    bool known = std::find(std::begin(kKnownDTypeNames), std::end(kKnownDTypeNames), it.key()) !=
+                 std::end(kKnownDTypeNames);
+    if (!known) {
+      return Error(
+          child, absl::StrCat("unknown dtype \"", it.key(), "\"; expected one of ",
+                              JoinNames(std::begin(kKnownDTypeNames), std::end(kKnownDTypeNames))));
+    }
+    TESSEL_ASSIGN_OR_RETURN(double tflops, ReadNumber(&it.value(), child, false));
+    spec.peak_tflops[it.key()] = tflops;
+  }
+  TESSEL_ASSIGN_OR_RETURN(
+      spec.hbm_bytes,
+      ReadInt(Find(*value, "hbm_bytes"), Child(pointer, "hbm_bytes"), 1, kMaxHbmBytes,
+              absl::StrCat("a positive integer (bytes) at most ", kMaxHbmBytes)));
+  TESSEL_ASSIGN_OR_RETURN(spec.hbm_bandwidth_gbytes_per_s,
+                          ReadNumber(Find(*value, "hbm_bandwidth_gbytes_per_s"),
+                                     Child(pointer, "hbm_bandwidth_gbytes_per_s"), false));
+  return spec;
+}
+
+absl::StatusOr<IciSpec> TopologyBuilder::ReadIci(const json* value,
+                                                 const std::string& pointer) const {
+  if (value == nullptr) return Expected(pointer, "an object (the ICI link spec)", nullptr);
+  TESSEL_RETURN_IF_ERROR(CheckObject(*value, pointer));
+  TESSEL_RETURN_IF_ERROR(CheckKeys(*value, pointer, {"kind", "bandwidth_gbps", "latency_us"}));
+  IciSpec ici;
+  if (const json* kind = Find(*value, "kind")) {
+    if (kind->is_string() && kind->get<std::string>() == "torus") {
+      ici.kind = IciKind::kTorus;
+    } else if (kind->is_string() && kind->get<std::string>() == "switch") {
+      ici.kind = IciKind::kSwitch;
+    } else {
+      return Expected(Child(pointer, "kind"), "\"torus\" or \"switch\"", kind);
+    }
+  }
+  TESSEL_ASSIGN_OR_RETURN(ici.bandwidth_gbps, ReadNumber(Find(*value, "bandwidth_gbps"),
+                                                         Child(pointer, "bandwidth_gbps"), false));
+  TESSEL_ASSIGN_OR_RETURN(
+      ici.latency_us, ReadNumber(Find(*value, "latency_us"), Child(pointer, "latency_us"), true));
+  return ici;
+}
+
+absl::StatusOr<DcnSpec> TopologyBuilder::ReadDcn(const json* value, const std::string& pointer,
+                                                 std::string_view why) const {
+  if (value == nullptr) {
+    return Expected(pointer, absl::StrCat("an object (the DCN link spec, ", std::string(why), ")"),
+                    nullptr);
+  }
+  TESSEL_RETURN_IF_ERROR(CheckObject(*value, pointer));
+  TESSEL_RETURN_IF_ERROR(CheckKeys(*value, pointer, {"bandwidth_gbps", "latency_us"}));
+  DcnSpec dcn;
+  TESSEL_ASSIGN_OR_RETURN(dcn.bandwidth_gbps, ReadNumber(Find(*value, "bandwidth_gbps"),
+                                                         Child(pointer, "bandwidth_gbps"), false));
+  TESSEL_ASSIGN_OR_RETURN(
+      dcn.latency_us, ReadNumber(Find(*value, "latency_us"), Child(pointer, "latency_us"), true));
+  return dcn;
+}
+
+absl::StatusOr<SliceInput> TopologyBuilder::ReadSlice(const json& value, const std::string& pointer,
+                                                      bool explicit_devices) const {
+  TESSEL_RETURN_IF_ERROR(CheckObject(value, pointer));
+  TESSEL_RETURN_IF_ERROR(CheckKeys(
+      value, pointer, {"shape", "wraparound", "hosts", "devices_per_host", "host_shape"}));
+  SliceInput slice;
+  std::string shape_pointer = Child(pointer, "shape");
+  TESSEL_ASSIGN_OR_RETURN(slice.shape, ReadShape(Find(value, "shape"), shape_pointer, "an array"));
+  int64_t num_chips = 1;
+  for (int64_t dim : slice.shape) {
+    if (num_chips > kMaxDevices / dim) {
+      return Error(shape_pointer, absl::StrCat("expected at most ", kMaxDevices,
+                                               " devices, got shape ", FormatInts(slice.shape)));
+    }
+    num_chips *= dim;
+  }
+  TESSEL_ASSIGN_OR_RETURN(slice.wraparound, ReadBools(Find(value, "wraparound"),
+                                                      Child(pointer, "wraparound"), slice.shape));
+  TESSEL_ASSIGN_OR_RETURN(
+      slice.num_hosts, ReadPositiveInt(Find(value, "hosts"), Child(pointer, "hosts"), kMaxDevices));
+  TESSEL_ASSIGN_OR_RETURN(slice.devices_per_host,
+                          ReadPositiveInt(Find(value, "devices_per_host"),
+                                          Child(pointer, "devices_per_host"), kMaxDevices));
+  if (slice.num_hosts * slice.devices_per_host != num_chips) {
+    return Error(
+        Child(pointer, "devices_per_host"),
+        absl::StrCat("expected hosts * devices_per_host = ", num_chips, " (the product of shape ",
+                     FormatInts(slice.shape), "), got ", slice.num_hosts, " * ",
+                     slice.devices_per_host, " = ", slice.num_hosts * slice.devices_per_host));
+  }
+  if (const json* host_shape = Find(value, "host_shape")) {
+    std::string host_pointer = Child(pointer, "host_shape");
+    if (explicit_devices) {
+      return Error(host_pointer,
+                   "host_shape is only used when devices are generated; with a top-level "
+                   "\"devices\" list each device names its host");
+    }
+    TESSEL_ASSIGN_OR_RETURN(slice.host_shape, ReadShape(host_shape, host_pointer, "an array"));
+    if (slice.host_shape.size() != slice.shape.size()) {
+      return Expected(host_pointer,
+                      absl::StrCat("an array of ", slice.shape.size(),
+                                   " positive integers (one per dimension of shape ",
+                                   FormatInts(slice.shape), ")"),
+                      host_shape);
+    }
+    for (size_t d = 0; d < slice.shape.size(); ++d) {
+      if (slice.shape[d] % slice.host_shape[d] != 0) {
+        return Expected(Child(host_pointer, d),
+                        absl::StrCat("a divisor of shape[", d, "] = ", slice.shape[d]),
+                        &(*host_shape)[d]);
+      }
+    }
+    if (Product(slice.host_shape) != slice.devices_per_host) {
+      return Expected(
+          host_pointer,
+          absl::StrCat("a block of devices_per_host = ", slice.devices_per_host, " devices"),
+          host_shape);
+    }
+  }
+  return slice;
+}
+
+void TopologyBuilder::GenerateDevices(const std::vector<SliceInput>& slices, Topology* topology) {
+  int64_t next_id = 0;
+  for (size_t s = 0; s < slices.size(); ++s) {
+    const SliceInput& slice = slices[s];
+    std::vector<int64_t> host_grid;
+    if (!slice.host_shape.empty()) {
+      for (size_t d = 0; d < slice.shape.size(); ++d) {
+        host_grid.push_back(slice.shape[d] / slice.host_shape[d]);
+      }
+    }
+    for (int64_t h = 0; h < slice.num_hosts; ++h) {
+      for (int64_t l = 0; l < slice.devices_per_host; ++l) {
+        Device device;
+        device.id = next_id++;
+        device.slice = static_cast<int64_t>(s);
+        device.host = slice.first_host + h;
+        device.local_index = l;
+        if (slice.host_shape.empty()) {
+          device.coords = Delinearize(h * slice.devices_per_host + l, slice.shape);
+        } else {
+          std::vector<int64_t> block = Delinearize(h, host_grid);
+          std::vector<int64_t> offset = Delinearize(l, slice.host_shape);
+          device.coords.resize(slice.shape.size());
+          for (size_t d = 0; d < slice.shape.size(); ++d) {
+            device.coords[d] = block[d] * slice.host_shape[d] + offset[d];
+          }
+        }
+        topology->devices_.push_back(std::move(device));
+      }
+    }
+  }
+}
+
+absl::Status TopologyBuilder::ReadExplicitDevices(const json* value, const std::string& pointer,
+                                                  const std::vector<SliceInput>& slices,
+                                                  Topology* topology) const {
+  if (!value->is_array()) return Expected(pointer, "an array of devices", value);
+  int64_t expected_total = 0;
+  for (const SliceInput& slice : slices) expected_total += Product(slice.shape);
+  const int64_t num_listed = static_cast<int64_t>(value->size());
+  const int64_t num_hosts = slices.back().first_host + slices.back().num_hosts;
+  if (num_listed > kMaxDevices) {
+    return Error(pointer,
+                 absl::StrCat("expected at most ", kMaxDevices, " devices, got ", num_listed));
+  }
+
+  // Where each id and each (slice, coordinate) was first seen, for duplicate messages.
+  std::vector<int64_t> entry_of_id(num_listed, -1);
+  std::vector<std::vector<int64_t>> entry_of_coords(slices.size());
+  for (size_t s = 0; s < slices.size(); ++s) {
+    entry_of_coords[s].assign(Product(slices[s].shape), -1);
+  }
+  std::vector<int64_t> devices_of_host(num_hosts, 0);
+  std::vector<Device> devices;
+
+  for (int64_t i = 0; i < num_listed; ++i) {
+    const json& entry = (*value)[i];
+    std::string entry_pointer = Child(pointer, static_cast<size_t>(i));
+    TESSEL_RETURN_IF_ERROR(CheckObject(entry, entry_pointer));
+    TESSEL_RETURN_IF_ERROR(CheckKeys(entry, entry_pointer, {"id", "slice", "host", "coords"}));
+    Device device;
+    std::string id_pointer = Child(entry_pointer, "id");
+    TESSEL_ASSIGN_OR_RETURN(device.id, ReadInt(Find(entry, "id"), id_pointer, 0, num_listed - 1,
+                                               absl::StrCat("an id in [0, ", num_listed,
+                                                            ") (ids are dense 0..N-1 for the N = ",
+                                                            num_listed, " listed devices)")));
+    if (entry_of_id[device.id] >= 0) {
+      return Error(id_pointer, absl::StrCat("duplicate device id ", device.id, " (also at ",
+                                            Child(pointer, entry_of_id[device.id]), ")"));
+    }
+    entry_of_id[device.id] = i;
+    TESSEL_ASSIGN_OR_RETURN(device.slice,
+                            ReadInt(Find(entry, "slice"), Child(entry_pointer, "slice"), 0,
+                                    static_cast<int64_t>(slices.size()) - 1,
+                                    absl::StrCat("a slice index in [0, ", slices.size(), ")")));
+    const SliceInput& slice = slices[device.slice];
+    TESSEL_ASSIGN_OR_RETURN(
+        device.host,
+        ReadInt(Find(entry, "host"), Child(entry_pointer, "host"), slice.first_host,
+                slice.first_host + slice.num_hosts - 1,
+                absl::StrCat("a global host index of slice ", device.slice, " (", slice.first_host,
+                             "..", slice.first_host + slice.num_hosts - 1, ")")));
+    std::string coords_pointer = Child(entry_pointer, "coords");
+    const json* coords = Find(entry, "coords");
+    if (coords == nullptr || !coords->is_array() || coords->size() != slice.shape.size()) {
+      return Expected(coords_pointer,
+                      absl::StrCat("an array of ", slice.shape.size(), " integers (slice ",
+                                   device.slice, " has shape ", FormatInts(slice.shape), ")"),
+                      coords);
+    }
+    for (size_t d = 0; d < slice.shape.size(); ++d) {
+      TESSEL_ASSIGN_OR_RETURN(
+          int64_t c,
+          ReadInt(&(*coords)[d], Child(coords_pointer, d), 0, slice.shape[d] - 1,
+                  absl::StrCat("an integer in [0, ", slice.shape[d], ") (slice ", device.slice,
+                               " has shape ", FormatInts(slice.shape), ")")));
+      device.coords.push_back(c);
+    }
+    int64_t linear = Linearize(device.coords, slice.shape);
+    int64_t& seen = entry_of_coords[device.slice][linear];
+    if (seen >= 0) {
+      return Error(coords_pointer, absl::StrCat("duplicate coordinates ", FormatInts(device.coords),
+                                                " in slice ", device.slice, " (also at ",
+                                                Child(pointer, static_cast<size_t>(seen)), ")"));
+    }
+    seen = i;
+    ++devices_of_host[device.host];
+    devices.push_back(std::move(device));
+  }
+  if (num_listed != expected_total) {
+    return Error(pointer,
+                 absl::StrCat("expected ", expected_total,
+                              " devices (the products of the slice shapes), got ", num_listed));
+  }
+  // With the total right, ids and coordinates unique and in range, every slice holds exactly
+  // the product of its shape; only the split between its hosts can still be wrong.
+  for (size_t s = 0; s < slices.size(); ++s) {
+    for (int64_t h = slices[s].first_host; h < slices[s].first_host + slices[s].num_hosts; ++h) {
+      if (devices_of_host[h] != slices[s].devices_per_host) {
+        return Error(pointer, absl::StrCat("expected devices_per_host = ",
+                                           slices[s].devices_per_host, " devices on host ", h,
+                                           " (slice ", s, "), got ", devices_of_host[h]));
+      }
+    }
+  }
+  // Place by id; local index = rank of the id among its host's ids.
+  topology->devices_.assign(devices.size(), Device{});
+  for (Device& device : devices) {
+    int64_t id = device.id;
+    topology->devices_[id] = std::move(device);
+  }
+  std::vector<int64_t> next_local(num_hosts, 0);
+  for (Device& device : topology->devices_) device.local_index = next_local[device.host]++;
+  return absl::OkStatus();
+}
+
+void TopologyBuilder::Finish(const std::vector<SliceInput>& inputs, Topology* topology) {
+  topology->slices_.clear();
+  topology->hosts_.clear();
+  topology->device_at_.clear();
+  for (size_t s = 0; s < inputs.size(); ++s) {
+    const SliceInput& input = inputs[s];
+    Slice slice;
+    slice.index = static_cast<int64_t>(s);
+    slice.shape = input.shape;
+    slice.wraparound = input.wraparound;
+    slice.num_hosts = input.num_hosts;
+    slice.devices_per_host = input.devices_per_host;
+    slice.host_shape = input.host_shape;
+    for (int64_t h = 0; h < input.num_hosts; ++h) {
+      Host host;
+      host.index = input.first_host + h;
+      host.slice = slice.index;
+      host.index_in_slice = h;
+      slice.host_indices.push_back(host.index);
+      topology->hosts_.push_back(std::move(host));
+    }
+    topology->slices_.push_back(std::move(slice));
+    topology->device_at_.emplace_back(Product(input.shape), -1);
+  }
+  for (const Device& device : topology->devices_) {
+    topology->slices_[device.slice].device_ids.push_back(device.id);
+    topology->hosts_[device.host].device_ids.push_back(device.id);
+    topology->device_at_[device.slice][Linearize(device.coords, inputs[device.slice].shape)] =
+        device.id;
+  }
+}
+
+absl::StatusOr<Topology> TopologyBuilder::Build(const json& root) {
+  const std::string pointer;  // the root
+  TESSEL_RETURN_IF_ERROR(CheckObject(root, pointer));
+  TESSEL_RETURN_IF_ERROR(
+      CheckKeys(root, pointer, {"device_spec", "ici", "dcn", "slices", "devices"}));
+  Topology topology;
+  if (const json* name = Find(root, "name")) topology.name_ = name->get<std::string>();
+  if (const json* description = Find(root, "description")) {
+    topology.description_ = description->get<std::string>();
+  }
+  if (const json* source = Find(root, "source")) {
+    if (source->is_string()) {
+      topology.sources_.push_back(source->get<std::string>());
+    } else {
+      for (const json& s : *source) topology.sources_.push_back(s.get<std::string>());
+    }
+  }
+  TESSEL_ASSIGN_OR_RETURN(topology.device_spec_,
+                          ReadDeviceSpec(Find(root, "device_spec"), "/device_spec"));
+  TESSEL_ASSIGN_OR_RETURN(topology.ici_, ReadIci(Find(root, "ici"), "/ici"));
+
+  const json* devices = Find(root, "devices");
+  const json* slices_json = Find(root, "slices");
+  if (slices_json == nullptr || !slices_json->is_array() || slices_json->empty()) {
+    return Expected("/slices", "a non-empty array of slices", slices_json);
+  }
+  std::vector<SliceInput> slices;
+  int64_t total_devices = 0;
+  int64_t next_host = 0;
+  for (size_t s = 0; s < slices_json->size(); ++s) {
+    std::string slice_pointer = Child("/slices", s);
+    TESSEL_ASSIGN_OR_RETURN(SliceInput slice,
+                            ReadSlice((*slices_json)[s], slice_pointer, devices != nullptr));
+    total_devices += Product(slice.shape);
+    if (total_devices > kMaxDevices) {
+      return Error(slice_pointer,
+                   absl::StrCat("expected at most ", kMaxDevices, " devices in all slices, got ",
+                                total_devices, " up to this slice"));
+    }
+    slice.first_host = next_host;
+    next_host += slice.num_hosts;
+    slices.push_back(std::move(slice));
+  }
+
+  if (Find(root, "dcn") != nullptr || slices.size() > 1) {
+    TESSEL_ASSIGN_OR_RETURN(topology.dcn_,
+                            ReadDcn(Find(root, "dcn"), "/dcn",
+                                    absl::StrCat("required with ", slices.size(), " slices")));
+  }
+
+  if (devices != nullptr) {
+    TESSEL_RETURN_IF_ERROR(ReadExplicitDevices(devices, "/devices", slices, &topology));
+  } else {
+    GenerateDevices(slices, &topology);
+  }
+  Finish(slices, &topology);
+  return topology;
+}
+
+std::string_view IciKindName(IciKind kind) {
+  switch (kind) {
+    case IciKind::kTorus:
+      return "torus";
+    case IciKind::kSwitch:
+      return "switch";
+  }
+  return "torus";  // unreachable: every enumerator is handled
+}
+
+std::optional<double> DeviceSpec::PeakTflops(std::string_view dtype) const {
+  auto it = peak_tflops.find(std::string(dtype));
+  if (it == peak_tflops.end()) return std::nullopt;
+  return it->second;
+}
+
+const Device& Topology::device(int64_t id) const {
+  TESSEL_CHECK(id >= 0 && id < num_devices());
+  return devices_[id];
+}
+
+const Slice& Topology::slice(int64_t index) const {
+  TESSEL_CHECK(index >= 0 && index < num_slices());
+  return slices_[index];
+}
+
+const Host& Topology::host(int64_t index) const {
+  TESSEL_CHECK(index >= 0 && index < num_hosts());
+  return hosts_[index];
+}
+
+absl::StatusOr<const Device*> Topology::FindDevice(int64_t id) const {
+  if (id < 0 || id >= num_devices()) {
+    return absl::OutOfRangeError(absl::StrCat("device id ", id, " is outside the topology",
+                                              name_.empty() ? "" : " ", name_, " (ids 0..",
+                                              num_devices() - 1, ")"));
+  }
+  return &devices_[id];
+}
+
+absl::StatusOr<const Host*> Topology::FindHost(int64_t index) const {
+  if (index < 0 || index >= num_hosts()) {
+    return absl::OutOfRangeError(absl::StrCat("host index ", index, " is outside the topology",
+                                              name_.empty() ? "" : " ", name_, " (hosts 0..",
+                                              num_hosts() - 1, ")"));
+  }
+  return &hosts_[index];
+}
+
+std::optional<int64_t> Topology::DeviceAt(int64_t slice, const std::vector<int64_t>& coords) const {
+  if (slice < 0 || slice >= num_slices()) return std::nullopt;
+  const std::vector<int64_t>& shape = slices_[slice].shape;
+  if (coords.size() != shape.size()) return std::nullopt;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (coords[d] < 0 || coords[d] >= shape[d]) return std::nullopt;
+  }
+  return device_at_[slice][Linearize(coords, shape)];
+}
+
+std::vector<IciLink> Topology::IciLinks(int64_t slice_index) const {
+  const Slice& s = slice(slice_index);
+  std::vector<IciLink> links;
+  if (ici_.kind != IciKind::kTorus) return links;
+  const int64_t num_chips = Product(s.shape);
+  for (size_t d = 0; d < s.shape.size(); ++d) {
+    const int64_t n = s.shape[d];
+    if (n == 1) continue;
+    const bool ring = s.wraparound[d] && n > 2;
+    for (int64_t linear = 0; linear < num_chips; ++linear) {
+      std::vector<int64_t> coords = Delinearize(linear, s.shape);
+      IciLink link;
+      link.slice = slice_index;
+      link.dim = static_cast<int64_t>(d);
+      link.device_a = device_at_[slice_index][linear];
+      if (coords[d] < n - 1) {
+        ++coords[d];
+      } else if (ring) {
+        coords[d] = 0;
+        link.wraparound = true;
+      } else {
+        continue;
+      }
+      link.device_b = device_at_[slice_index][Linearize(coords, s.shape)];
+      links.push_back(link);
+    }
+  }
+  return links;
+}
+
+int64_t Topology::NumIciLinks(int64_t slice_index) const {
+  const Slice& s = slice(slice_index);
+  if (ici_.kind == IciKind::kSwitch) return s.num_devices();
+  const int64_t num_chips = Product(s.shape);
+  int64_t links = 0;
+  for (size_t d = 0; d < s.shape.size(); ++d) {
+    const int64_t n = s.shape[d];
+    if (n == 1) continue;
+    const int64_t per_line = (s.wraparound[d] && n > 2) ? n : n - 1;
+    links += per_line * (num_chips / n);
+  }
+  return links;
+}
+
+std::map<std::string, double> Topology::TotalPeakTflops() const {
+  std::map<std::string, double> totals;
+  for (const auto& [dtype, tflops] : device_spec_.peak_tflops) {
+    totals[dtype] = tflops * static_cast<double>(num_devices());
+  }
+  return totals;
+}
+
+int64_t Topology::TotalHbmBytes() const { return device_spec_.hbm_bytes * num_devices(); }
+
+absl::StatusOr<Topology> ParseTopology(std::string_view json_text, std::string_view source) {
+  const std::string source_text(source);
+  TESSEL_RETURN_IF_ERROR(CheckNestingDepth(json_text, source_text));
+  try {
+    DuplicateKeyChecker checker;
+    json root = json::parse(json_text.begin(), json_text.end(), std::ref(checker),
+                            /*allow_exceptions=*/true, /*ignore_comments=*/false);
+    if (!checker.first_duplicate().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(source_text, ": ", checker.first_duplicate(),
+                                                     ": duplicate key in one object"));
+    }
+    return TopologyBuilder(source_text).Build(root);
+  } catch (const json::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_text, ": invalid JSON: ", StripExceptionId(e.what()), " (byte offset ",
+                     e.byte > 0 ? e.byte - 1 : 0, ")"));
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_text, ": cannot read JSON: ", StripExceptionId(e.what())));
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat(source_text, ": unexpected error while reading the topology: ", e.what()));
+  }
+}
+
+absl::StatusOr<Topology> LoadTopology(const std::string& path) {
+  std::error_code error;
+  const bool exists = std::filesystem::exists(path, error);
+  if (!exists && !error) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  }
+  if (std::filesystem::is_directory(path, error)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a JSON file"));
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open for reading"));
+  }
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (file.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": read error"));
+  return ParseTopology(text.str(), path);
+}
+
+absl::StatusOr<Topology> MakeUniformTopology(int64_t num_slices,
+                                             const std::vector<int64_t>& slice_shape,
+                                             int64_t hosts_per_slice,
+                                             const std::vector<bool>& wraparound) {
+  constexpr char kSource[] = "<uniform>";
+  if (num_slices < 1 || num_slices > kMaxDevices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kSource, ": num_slices: expected a positive integer at most ", kMaxDevices,
+                     ", got ", num_slices));
+  }
+  int64_t num_chips = 1;
+  for (int64_t dim : slice_shape) {
+    if (dim < 1 || dim > kMaxDevices || num_chips > kMaxDevices / dim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kSource, ": slice_shape: expected positive dimensions with at most ",
+                       kMaxDevices, " devices, got ", FormatInts(slice_shape)));
+    }
+    num_chips *= dim;
+  }
+  if (hosts_per_slice < 1 || num_chips % hosts_per_slice != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kSource, ": hosts_per_slice: expected a positive divisor of the ", num_chips,
+        " devices of slice shape ", FormatInts(slice_shape), ", got ", hosts_per_slice));
+  }
+  json slice = {{"shape", slice_shape},
+                {"wraparound",
+                 wraparound.empty() ? std::vector<bool>(slice_shape.size(), false) : wraparound},
+                {"hosts", hosts_per_slice},
+                {"devices_per_host", num_chips / hosts_per_slice}};
+  json root = {{"name", "uniform"},
+               {"device_spec",
+                {{"name", "test-device"},
+                 {"peak_tflops", {{"bf16", 1.0}, {"f32", 1.0}}},
+                 {"hbm_bytes", int64_t{16} << 30},
+                 {"hbm_bandwidth_gbytes_per_s", 1000.0}}},
+               {"ici", {{"kind", "torus"}, {"bandwidth_gbps", 400.0}, {"latency_us", 1.0}}},
+               {"dcn", {{"bandwidth_gbps", 200.0}, {"latency_us", 10.0}}},
+               {"slices", json::array()}};
+  for (int64_t s = 0; s < num_slices; ++s) root["slices"].push_back(slice);
+  return ParseTopology(root.dump(), kSource);
+}
+
+}  // namespace tessel::mesh
