@@ -55,6 +55,12 @@ constexpr OpcodeInfo kOpcodes[] = {
     {Opcode::kDot, "dot"},
     {Opcode::kTuple, "tuple"},
     {Opcode::kGetTupleElement, "get-tuple-element"},
+    {Opcode::kPartitionId, "partition-id"},
+    {Opcode::kAllReduce, "all-reduce"},
+    {Opcode::kAllGather, "all-gather"},
+    {Opcode::kReduceScatter, "reduce-scatter"},
+    {Opcode::kAllToAll, "all-to-all"},
+    {Opcode::kCollectivePermute, "collective-permute"},
 };
 
 }  // namespace
@@ -74,6 +80,10 @@ absl::StatusOr<Opcode> ParseOpcode(std::string_view name) {
   }
   return absl::UnimplementedError(
       absl::StrCat("unsupported op \"", std::string(name), "\""));
+}
+
+bool IsCollective(Opcode opcode) {
+  return opcode >= Opcode::kAllReduce && opcode <= Opcode::kCollectivePermute;
 }
 
 bool IsElementwise(Opcode opcode) {

@@ -67,7 +67,18 @@ enum class Opcode : uint8_t {
   // Tuples.
   kTuple,
   kGetTupleElement,  // index=N
+  // SPMD: emitted by the partitioner into per-device programs. Replica groups hold global
+  // device ids (XLA's use_global_device_ids=true); every device runs the same program.
+  kPartitionId,        // partition-id(): s32[] id of the executing device (XLA: u32[])
+  kAllReduce,          // all-reduce(x), replica_groups={{...}}, to_apply=<reduce kind>
+  kAllGather,          // all-gather(x), replica_groups, dimensions={d}: concat in group order
+  kReduceScatter,      // reduce-scatter(x), replica_groups, dimensions={d}, to_apply
+  kAllToAll,           // all-to-all(x), replica_groups, dimensions={d}: split d, concat on d
+  kCollectivePermute,  // collective-permute(x), source_target_pairs={{0,1},...}
 };
+
+// True for the collective opcodes above (not partition-id).
+[[nodiscard]] bool IsCollective(Opcode opcode);
 
 // XLA's text name of `opcode`, e.g. "get-tuple-element".
 [[nodiscard]] const std::string& OpcodeName(Opcode opcode);
@@ -134,6 +145,12 @@ struct OpAttributes {
   int64_t iota_dimension = 0;    // iota
   int64_t tuple_index = 0;       // get-tuple-element
   std::shared_ptr<const Literal> literal;  // constant
+  // Collectives: groups of global device ids; the reduction of all-reduce and reduce-scatter is
+  // `reduce_kind`, their dim `dimensions[0]`.
+  std::vector<std::vector<int64_t>> replica_groups;
+  // collective-permute: (source device, target device) pairs. A device that is no target
+  // receives zeros, as in XLA.
+  std::vector<std::pair<int64_t, int64_t>> source_target_pairs;
 };
 
 class Graph;

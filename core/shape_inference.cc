@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
@@ -199,6 +200,59 @@ absl::StatusOr<Shape> InferElementwise(Opcode opcode, absl::Span<const Shape* co
   }
   if (opcode == Opcode::kCompare) return shapes[0]->WithDType(DType::kPred);
   return *shapes[0];
+}
+
+absl::StatusOr<Shape> InferCollective(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                      const OpAttributes& attrs) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+  const Shape& x = *shapes[0];
+  if (opcode == Opcode::kCollectivePermute) {
+    for (const auto& [source, target] : attrs.source_target_pairs) {
+      if (source < 0 || target < 0) return Error(opcode, "device ids must be >= 0");
+    }
+    return x;
+  }
+  if (attrs.replica_groups.empty()) return Error(opcode, "replica_groups must not be empty");
+  size_t group_size = attrs.replica_groups[0].size();
+  absl::flat_hash_set<int64_t> seen;
+  for (const auto& group : attrs.replica_groups) {
+    if (group.size() != group_size || group.empty()) {
+      return Error(opcode, "replica groups must be non-empty and of equal size");
+    }
+    for (int64_t id : group) {
+      if (id < 0) return Error(opcode, absl::StrCat("device id ", id, " is negative"));
+      if (!seen.insert(id).second) {
+        return Error(opcode, absl::StrCat("device ", id, " appears in two groups"));
+      }
+    }
+  }
+  if (opcode == Opcode::kAllReduce) {
+    bool logical = attrs.reduce_kind == ReduceKind::kAnd || attrs.reduce_kind == ReduceKind::kOr;
+    if (logical && IsFloating(x.dtype())) {
+      return Error(opcode, "to_apply=and/or needs pred or integer operands");
+    }
+    if (!logical && x.dtype() == DType::kPred) {
+      return Error(opcode, absl::StrCat("to_apply=", ReduceKindName(attrs.reduce_kind),
+                                        " does not apply to pred"));
+    }
+    return x;
+  }
+  if (attrs.dimensions.size() != 1 || attrs.dimensions[0] < 0 ||
+      attrs.dimensions[0] >= x.rank()) {
+    return Error(opcode, absl::StrCat("dimensions must name one dim of ", x.ToString()));
+  }
+  int64_t d = attrs.dimensions[0];
+  int64_t n = static_cast<int64_t>(group_size);
+  std::vector<int64_t> dims = x.dims();
+  if (opcode == Opcode::kAllGather) {
+    dims[d] *= n;
+  } else if (dims[d] % n != 0) {
+    return Error(opcode, absl::StrCat("dim ", d, " of ", x.ToString(),
+                                      " is not divisible by the group size ", n));
+  } else if (opcode == Opcode::kReduceScatter) {
+    dims[d] /= n;
+  }
+  return Shape(x.dtype(), std::move(dims));
 }
 
 absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> shapes,
@@ -437,6 +491,15 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
       }
       return shapes[0]->tuple_shapes()[attrs.tuple_index];
     }
+    case Opcode::kPartitionId:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 0));
+      return Shape(DType::kS32, {});
+    case Opcode::kAllReduce:
+    case Opcode::kAllGather:
+    case Opcode::kReduceScatter:
+    case Opcode::kAllToAll:
+    case Opcode::kCollectivePermute:
+      return InferCollective(opcode, shapes, attrs);
     default:
       break;
   }

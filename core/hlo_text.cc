@@ -1,0 +1,212 @@
+// The HLO text printer. The parser is in core/internal/hlo_parser.cc; the syntax both follow is
+// specified in docs/hlo.md.
+#include "core/hlo_text.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tessel {
+namespace {
+
+std::string IntList(const std::vector<int64_t>& values) {
+  return absl::StrCat("{", absl::StrJoin(values, ","), "}");
+}
+
+// "{{0,1},{2,3}}".
+std::string GroupsToString(const std::vector<std::vector<int64_t>>& groups) {
+  std::vector<std::string> parts;
+  for (const std::vector<int64_t>& group : groups) parts.push_back(IntList(group));
+  return absl::StrCat("{", absl::StrJoin(parts, ","), "}");
+}
+
+std::string PairsToString(const std::vector<std::pair<int64_t, int64_t>>& pairs) {
+  std::vector<std::string> parts;
+  for (const auto& [source, target] : pairs)
+    parts.push_back(absl::StrCat("{", source, ",", target, "}"));
+  return absl::StrCat("{", absl::StrJoin(parts, ","), "}");
+}
+
+// Ops whose `to_apply` is a reduction computation.
+bool HasToApply(Opcode opcode) {
+  return opcode == Opcode::kReduce || opcode == Opcode::kAllReduce ||
+         opcode == Opcode::kReduceScatter;
+}
+
+// The element type a to_apply computation works on.
+DType ReduceDType(const Node& node) {
+  if (node.operand_count() > 0 && !node.operand(0)->shape().is_tuple()) {
+    return node.operand(0)->shape().dtype();
+  }
+  return node.shape().dtype();
+}
+
+std::string ReduceComputationName(ReduceKind kind, DType dtype) {
+  return absl::StrCat(ReduceKindName(kind), "_", DTypeName(dtype));
+}
+
+std::string PrintReduceComputation(ReduceKind kind, DType dtype) {
+  std::string scalar = absl::StrCat(DTypeName(dtype), "[]");
+  return absl::StrCat("%", ReduceComputationName(kind, dtype), " (x: ", scalar, ", y: ", scalar,
+                      ") -> ", scalar, " {\n", "  %x = ", scalar, " parameter(0)\n",
+                      "  %y = ", scalar, " parameter(1)\n", "  ROOT %", ReduceKindName(kind), " = ",
+                      scalar, " ", ReduceKindName(kind), "(%x, %y)\n", "}\n");
+}
+
+std::string PaddingToString(const std::vector<PadDim>& padding) {
+  std::vector<std::string> dims;
+  for (const PadDim& p : padding) {
+    if (p.interior != 0) {
+      dims.push_back(absl::StrCat(p.low, "_", p.high, "_", p.interior));
+    } else {
+      dims.push_back(absl::StrCat(p.low, "_", p.high));
+    }
+  }
+  return absl::StrJoin(dims, "x");
+}
+
+std::string SliceToString(const std::vector<SliceDim>& slice) {
+  std::vector<std::string> dims;
+  for (const SliceDim& s : slice) {
+    if (s.stride != 1) {
+      dims.push_back(absl::StrCat("[", s.start, ":", s.limit, ":", s.stride, "]"));
+    } else {
+      dims.push_back(absl::StrCat("[", s.start, ":", s.limit, "]"));
+    }
+  }
+  return absl::StrCat("{", absl::StrJoin(dims, ", "), "}");
+}
+
+// The `, attr=value` list of `node` (op attributes, then sharding).
+std::string AttributesToString(const Node& node) {
+  const OpAttributes& a = node.attrs();
+  std::vector<std::string> attrs;
+  switch (node.opcode()) {
+    case Opcode::kIota:
+      attrs.push_back(absl::StrCat("iota_dimension=", a.iota_dimension));
+      break;
+    case Opcode::kRng:
+      attrs.push_back(absl::StrCat("distribution=", a.rng_distribution == RngDistribution::kNormal
+                                                        ? "rng_normal"
+                                                        : "rng_uniform"));
+      attrs.push_back(absl::StrCat("rng_seed=", a.rng_seed));
+      break;
+    case Opcode::kCompare:
+      attrs.push_back(absl::StrCat("direction=", ComparisonDirectionName(a.comparison_direction)));
+      break;
+    case Opcode::kBroadcast:
+    case Opcode::kTranspose:
+    case Opcode::kConcatenate:
+      attrs.push_back(absl::StrCat("dimensions=", IntList(a.dimensions)));
+      break;
+    case Opcode::kSlice:
+      attrs.push_back(absl::StrCat("slice=", SliceToString(a.slice)));
+      break;
+    case Opcode::kPad:
+      if (!a.padding.empty()) attrs.push_back(absl::StrCat("padding=", PaddingToString(a.padding)));
+      break;
+    case Opcode::kDynamicSlice:
+      attrs.push_back(absl::StrCat("dynamic_slice_sizes=", IntList(a.dynamic_slice_sizes)));
+      break;
+    case Opcode::kReduce:
+      attrs.push_back(absl::StrCat("dimensions=", IntList(a.dimensions)));
+      attrs.push_back(
+          absl::StrCat("to_apply=%", ReduceComputationName(a.reduce_kind, ReduceDType(node))));
+      break;
+    case Opcode::kDot: {
+      const DotDimensionNumbers& d = a.dot;
+      const std::pair<const char*, const std::vector<int64_t>*> lists[] = {
+          {"lhs_batch_dims", &d.lhs_batch_dims},
+          {"lhs_contracting_dims", &d.lhs_contracting_dims},
+          {"rhs_batch_dims", &d.rhs_batch_dims},
+          {"rhs_contracting_dims", &d.rhs_contracting_dims}};
+      for (const auto& [name, dims] : lists) {
+        if (!dims->empty()) attrs.push_back(absl::StrCat(name, "=", IntList(*dims)));
+      }
+      break;
+    }
+    case Opcode::kGetTupleElement:
+      attrs.push_back(absl::StrCat("index=", a.tuple_index));
+      break;
+    case Opcode::kAllReduce:
+      attrs.push_back(absl::StrCat("replica_groups=", GroupsToString(a.replica_groups)));
+      attrs.push_back(
+          absl::StrCat("to_apply=%", ReduceComputationName(a.reduce_kind, ReduceDType(node))));
+      break;
+    case Opcode::kAllGather:
+    case Opcode::kAllToAll:
+      attrs.push_back(absl::StrCat("replica_groups=", GroupsToString(a.replica_groups)));
+      attrs.push_back(absl::StrCat("dimensions=", IntList(a.dimensions)));
+      break;
+    case Opcode::kReduceScatter:
+      attrs.push_back(absl::StrCat("replica_groups=", GroupsToString(a.replica_groups)));
+      attrs.push_back(absl::StrCat("dimensions=", IntList(a.dimensions)));
+      attrs.push_back(
+          absl::StrCat("to_apply=%", ReduceComputationName(a.reduce_kind, ReduceDType(node))));
+      break;
+    case Opcode::kCollectivePermute:
+      attrs.push_back(absl::StrCat("source_target_pairs=", PairsToString(a.source_target_pairs)));
+      break;
+    default:
+      break;
+  }
+  if (!node.sharding().empty()) attrs.push_back(absl::StrCat("sharding=", node.sharding()));
+  if (attrs.empty()) return "";
+  return absl::StrCat(", ", absl::StrJoin(attrs, ", "));
+}
+
+std::string PrintInstruction(const Node& node, bool is_root) {
+  std::string out = absl::StrCat("  ", is_root ? "ROOT " : "", "%", node.name(), " = ",
+                                 node.shape().ToString(), " ", OpcodeName(node.opcode()), "(");
+  if (node.opcode() == Opcode::kParameter) {
+    absl::StrAppend(&out, node.attrs().parameter_number);
+  } else if (node.opcode() == Opcode::kConstant) {
+    if (node.attrs().literal != nullptr) absl::StrAppend(&out, node.literal().ValuesToString());
+  } else {
+    std::vector<std::string> operands;
+    for (const Node* operand : node.operands()) {
+      operands.push_back(absl::StrCat("%", operand != nullptr ? operand->name() : "<null>"));
+    }
+    absl::StrAppend(&out, absl::StrJoin(operands, ", "));
+  }
+  absl::StrAppend(&out, ")", AttributesToString(node), "\n");
+  return out;
+}
+
+}  // namespace
+
+std::string PrintHloModule(const Graph& graph) {
+  std::string out = absl::StrCat("HloModule ", graph.name(), "\n\n");
+
+  // One reduction computation per (kind, dtype), in order of first use (reduce, all-reduce,
+  // reduce-scatter).
+  std::vector<std::pair<ReduceKind, DType>> reductions;
+  for (const Node* node : graph.nodes()) {
+    if (!HasToApply(node->opcode())) continue;
+    std::pair<ReduceKind, DType> key(node->attrs().reduce_kind, ReduceDType(*node));
+    if (std::find(reductions.begin(), reductions.end(), key) == reductions.end()) {
+      reductions.push_back(key);
+    }
+  }
+  for (const auto& [kind, dtype] : reductions) {
+    absl::StrAppend(&out, PrintReduceComputation(kind, dtype), "\n");
+  }
+
+  std::vector<std::string> params;
+  for (const Node* param : graph.parameters()) {
+    params.push_back(absl::StrCat(param->name(), ": ", param->shape().ToString()));
+  }
+  const Node* root = graph.root();
+  absl::StrAppend(&out, "ENTRY %main (", absl::StrJoin(params, ", "), ") -> ",
+                  root != nullptr ? root->shape().ToString() : "()", " {\n");
+  for (const Node* node : graph.nodes())
+    absl::StrAppend(&out, PrintInstruction(*node, node == root));
+  absl::StrAppend(&out, "}\n");
+  return out;
+}
+
+}  // namespace tessel

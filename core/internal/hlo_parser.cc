@@ -1,0 +1,1145 @@
+// The HLO text parser: a lexer, a syntax pass that builds a small AST per computation, and a
+// build pass that turns the ENTRY computation into a Graph. The syntax is specified in
+// docs/hlo.md; the printer is in core/hlo_text.cc.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/graph.h"
+#include "core/hlo_text.h"
+#include "core/literal.h"
+#include "core/shape.h"
+#include "core/shape_inference.h"
+#include "core/status_macros.h"
+#include "core/verifier.h"
+
+namespace tessel {
+namespace {
+
+// Debian's abseil has its own absl::string_view (not std::string_view): convert at the edges.
+absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+std::string_view Sv(absl::string_view s) { return std::string_view(s.data(), s.size()); }
+template <typename T>
+bool ToInt(std::string_view s, T* value) {
+  return absl::SimpleAtoi(Av(s), value);
+}
+absl::string_view Piece(std::string_view s) { return Av(s); }
+template <typename T>
+const T& Piece(const T& value) {
+  return value;
+}
+// absl::StrCat that also takes std::string_view.
+template <typename... Args>
+std::string Cat(const Args&... args) {
+  return absl::StrCat(Piece(args)...);
+}
+std::string_view Strip(std::string_view s) { return Sv(absl::StripAsciiWhitespace(Av(s))); }
+
+// Tuple shapes nested deeper than this are rejected (keeps the recursive shape parser bounded).
+constexpr int kMaxShapeDepth = 32;
+// Shapes with more elements than this are rejected (keeps element and byte counts of shapes and
+// small tuples of them free of int64 overflow).
+constexpr int64_t kMaxElements = int64_t{1} << 56;
+// Device ids in replica groups must be below this (bounds the memory of checks indexed by id).
+constexpr int64_t kMaxDevices = int64_t{1} << 24;
+
+// ---------------------------------------------------------------------------------------------
+// Lexer.
+
+enum class TokenKind { kWord, kString, kPunct, kEnd };
+
+struct Token {
+  TokenKind kind = TokenKind::kEnd;
+  std::string_view text;
+  int line = 1;
+  size_t begin = 0;  // byte offsets into the input
+  size_t end = 0;
+};
+
+bool IsWordChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' ||
+         c == '%' || c == '$';
+}
+
+std::string Quote(std::string_view text) {
+  constexpr size_t kMaxQuoted = 60;
+  if (text.size() > kMaxQuoted) return Cat("\"", text.substr(0, kMaxQuoted), "...\"");
+  return Cat("\"", text, "\"");
+}
+
+std::string Quote(const Token& token) {
+  return token.kind == TokenKind::kEnd ? std::string("end of input") : Quote(token.text);
+}
+
+absl::Status LineError(absl::StatusCode code, int line, std::string_view why) {
+  return absl::Status(code, Cat("line ", line, ": ", std::string(why)));
+}
+
+absl::Status SyntaxError(int line, std::string_view why) {
+  return LineError(absl::StatusCode::kInvalidArgument, line, why);
+}
+
+absl::StatusOr<std::vector<Token>> Lex(std::string_view text) {
+  std::vector<Token> tokens;
+  int line = 1;
+  size_t i = 0;
+  while (i < text.size()) {
+    char c = text[i];
+    if (c == '\n') {
+      ++line;
+      ++i;
+      continue;
+    }
+    if (absl::ascii_isspace(static_cast<unsigned char>(c))) {
+      ++i;
+      continue;
+    }
+    if (c == '/' && i + 1 < text.size() && text[i + 1] == '*') {
+      int start_line = line;
+      size_t close = text.find("*/", i + 2);
+      if (close == std::string_view::npos) {
+        return SyntaxError(start_line, "unterminated comment \"/*\"");
+      }
+      line += static_cast<int>(std::count(text.begin() + i, text.begin() + close, '\n'));
+      i = close + 2;
+      continue;
+    }
+    if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      while (i < text.size() && text[i] != '\n') ++i;
+      continue;
+    }
+    Token token;
+    token.line = line;
+    token.begin = i;
+    if (c == '"') {
+      size_t j = i + 1;
+      while (j < text.size() && text[j] != '"') {
+        if (text[j] == '\\') ++j;
+        if (j < text.size() && text[j] == '\n') ++line;
+        ++j;
+      }
+      if (j >= text.size()) return SyntaxError(token.line, "unterminated string \"\"\"");
+      token.kind = TokenKind::kString;
+      token.end = j + 1;
+    } else if (c == '-' && i + 1 < text.size() && text[i + 1] == '>') {
+      token.kind = TokenKind::kPunct;
+      token.end = i + 2;
+    } else if (IsWordChar(c)) {
+      size_t j = i;
+      while (j < text.size() && IsWordChar(text[j]) &&
+             !(text[j] == '-' && j + 1 < text.size() && text[j + 1] == '>')) {
+        ++j;
+      }
+      token.kind = TokenKind::kWord;
+      token.end = j;
+    } else {
+      token.kind = TokenKind::kPunct;
+      token.end = i + 1;
+    }
+    token.text = text.substr(token.begin, token.end - token.begin);
+    tokens.push_back(token);
+    i = token.end;
+  }
+  Token end;
+  end.kind = TokenKind::kEnd;
+  end.line = line;
+  end.begin = end.end = text.size();
+  tokens.push_back(end);
+  return tokens;
+}
+
+std::string_view StripPercent(std::string_view name) {
+  if (!name.empty() && name.front() == '%') name.remove_prefix(1);
+  return name;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Syntax tree.
+
+// Token indices [begin, end) of an attribute's value.
+struct AttrAst {
+  const Token* name = nullptr;
+  size_t begin = 0;
+  size_t end = 0;
+};
+
+struct OperandAst {
+  std::optional<Shape> shape;  // when written before the name
+  const Token* name = nullptr;
+};
+
+struct InstrAst {
+  bool is_root = false;
+  const Token* name = nullptr;
+  Shape shape;
+  const Token* opcode_token = nullptr;
+  Opcode opcode = Opcode::kParameter;
+  std::vector<OperandAst> operands;
+  // constant and parameter: the text between the parentheses.
+  std::string_view raw_operands;
+  std::vector<AttrAst> attrs;
+};
+
+struct CompAst {
+  bool is_entry = false;
+  const Token* name = nullptr;
+  std::vector<InstrAst> instrs;
+};
+
+// What a recognised to_apply computation computes.
+struct Reduction {
+  ReduceKind kind = ReduceKind::kAdd;
+  DType dtype = DType::kF32;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Parser.
+
+class Parser {
+ public:
+  Parser(std::string_view text, std::vector<Token> tokens)
+      : text_(text), tokens_(std::move(tokens)) {}
+
+  absl::StatusOr<std::unique_ptr<Graph>> Parse() {
+    TESSEL_RETURN_IF_ERROR(ParseModule());
+    return BuildEntry();
+  }
+
+ private:
+  // --- token access ---
+  const Token& Peek(size_t k = 0) const { return tokens_[std::min(pos_ + k, tokens_.size() - 1)]; }
+  const Token& Next() {
+    const Token& t = Peek();
+    if (pos_ + 1 < tokens_.size()) ++pos_;
+    return t;
+  }
+  static bool IsPunct(const Token& t, std::string_view p) {
+    return t.kind == TokenKind::kPunct && t.text == p;
+  }
+  static bool IsWord(const Token& t, std::string_view w) {
+    return t.kind == TokenKind::kWord && t.text == w;
+  }
+  bool ConsumePunct(std::string_view p) {
+    if (!IsPunct(Peek(), p)) return false;
+    Next();
+    return true;
+  }
+  absl::Status ExpectPunct(std::string_view p, std::string_view context) {
+    if (ConsumePunct(p)) return absl::OkStatus();
+    return SyntaxError(Peek().line, Cat("expected \"", p, "\" ", context, ", got ", Quote(Peek())));
+  }
+  std::string_view Raw(const Token& first, const Token& last) const {
+    return text_.substr(first.begin, last.end - first.begin);
+  }
+
+  // Skips a balanced group starting at an opening bracket at `pos_`; leaves `pos_` after its
+  // closing bracket.
+  absl::Status SkipBalanced() {
+    std::vector<const Token*> open;
+    do {
+      const Token& t = Next();
+      if (t.kind == TokenKind::kEnd) {
+        return SyntaxError(open.back()->line,
+                           Cat("unbalanced ", Quote(*open.back()), ": never closed"));
+      }
+      if (t.kind != TokenKind::kPunct) continue;
+      if (t.text == "(" || t.text == "{" || t.text == "[") {
+        open.push_back(&t);
+      } else if (t.text == ")" || t.text == "}" || t.text == "]") {
+        if (open.empty()) return SyntaxError(t.line, Cat("unbalanced ", Quote(t)));
+        char expected = open.back()->text == "(" ? ')' : open.back()->text == "{" ? '}' : ']';
+        if (t.text[0] != expected) {
+          return SyntaxError(t.line, Cat("unbalanced ", Quote(t), ": it closes ",
+                                         Quote(*open.back()), " of line ", open.back()->line));
+        }
+        open.pop_back();
+      }
+    } while (!open.empty());
+    return absl::OkStatus();
+  }
+
+  // --- module and computations ---
+  absl::Status ParseModule() {
+    if (Peek().kind == TokenKind::kEnd) {
+      return SyntaxError(Peek().line, "empty input: expected \"HloModule\"");
+    }
+    if (!IsWord(Peek(), "HloModule")) {
+      return SyntaxError(Peek().line, Cat("expected \"HloModule\", got ", Quote(Peek())));
+    }
+    Next();
+    if (Peek().kind != TokenKind::kWord) {
+      return SyntaxError(Peek().line,
+                         Cat("expected a module name after \"HloModule\", got ", Quote(Peek())));
+    }
+    module_name_ = std::string(StripPercent(Next().text));
+    // Header attributes (entry_computation_layout=..., is_scheduled=...): ignored.
+    while (ConsumePunct(",")) {
+      AttrAst attr;
+      TESSEL_RETURN_IF_ERROR(ParseAttribute(&attr));
+    }
+    while (Peek().kind != TokenKind::kEnd) {
+      CompAst comp;
+      TESSEL_RETURN_IF_ERROR(ParseComputation(&comp));
+      comps_.push_back(std::move(comp));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseComputation(CompAst* comp) {
+    if (IsWord(Peek(), "ENTRY")) {
+      comp->is_entry = true;
+      Next();
+    }
+    if (Peek().kind != TokenKind::kWord || StripPercent(Peek().text).empty()) {
+      return SyntaxError(Peek().line, Cat("expected a computation name, got ", Quote(Peek())));
+    }
+    comp->name = &Next();
+    // Signature: "(p: f32[], ...) -> f32[]", optional; the instructions are authoritative.
+    if (IsPunct(Peek(), "(")) TESSEL_RETURN_IF_ERROR(SkipBalanced());
+    if (ConsumePunct("->")) {
+      TESSEL_ASSIGN_OR_RETURN(Shape unused, ParseShapeTokens(/*in_signature=*/true, 0));
+      (void)unused;
+    }
+    const Token& open = Peek();
+    TESSEL_RETURN_IF_ERROR(
+        ExpectPunct("{", Cat("to open computation %", StripPercent(comp->name->text))));
+    const Token* root = nullptr;
+    while (!ConsumePunct("}")) {
+      if (Peek().kind == TokenKind::kEnd) {
+        return SyntaxError(open.line, Cat("unbalanced \"{\": computation %",
+                                          StripPercent(comp->name->text), " is never closed"));
+      }
+      InstrAst instr;
+      TESSEL_RETURN_IF_ERROR(ParseInstruction(&instr));
+      if (instr.is_root) {
+        if (root != nullptr) {
+          return SyntaxError(
+              instr.name->line,
+              Cat("second ROOT ", Quote(instr.name->text), " in computation %",
+                  StripPercent(comp->name->text), " (the first is on line ", root->line, ")"));
+        }
+        root = instr.name;
+      }
+      comp->instrs.push_back(std::move(instr));
+    }
+    if (comp->instrs.empty()) {
+      return SyntaxError(comp->name->line, Cat("computation %", StripPercent(comp->name->text),
+                                               " has no instructions"));
+    }
+    return absl::OkStatus();
+  }
+
+  // shape := dtype "[" dims "]" layout? | "(" shape, ... ")"
+  absl::StatusOr<Shape> ParseShapeTokens(bool in_signature, int depth) {
+    const Token& first = Peek();
+    if (depth > kMaxShapeDepth) {
+      return SyntaxError(
+          first.line, Cat("tuple shape nested deeper than ", kMaxShapeDepth, " at ", Quote(first)));
+    }
+    if (ConsumePunct("(")) {
+      std::vector<Shape> elements;
+      if (!ConsumePunct(")")) {
+        while (true) {
+          TESSEL_ASSIGN_OR_RETURN(Shape e, ParseShapeTokens(in_signature, depth + 1));
+          elements.push_back(std::move(e));
+          if (ConsumePunct(")")) break;
+          TESSEL_RETURN_IF_ERROR(ExpectPunct(",", "or \")\" in a tuple shape"));
+        }
+      }
+      return Shape::Tuple(std::move(elements));
+    }
+    if (first.kind != TokenKind::kWord) {
+      return SyntaxError(first.line, Cat("expected a shape, got ", Quote(first)));
+    }
+    absl::StatusOr<DType> dtype = ParseDType(first.text);
+    if (!dtype.ok()) {
+      return SyntaxError(first.line,
+                         Cat("expected a shape, got ", Quote(first), " (not an element type)"));
+    }
+    Next();
+    TESSEL_RETURN_IF_ERROR(ExpectPunct("[", Cat("after element type ", Quote(first))));
+    std::vector<int64_t> dims;
+    int64_t elements = 1;
+    if (!ConsumePunct("]")) {
+      while (true) {
+        const Token& t = Next();
+        int64_t d = 0;
+        if (t.kind != TokenKind::kWord || !ToInt(t.text, &d) || d < 0) {
+          return SyntaxError(t.line, Cat("expected a non-negative dimension size in the "
+                                         "shape, got ",
+                                         Quote(t)));
+        }
+        if (d > 0 && elements > kMaxElements / d) {
+          return SyntaxError(t.line, Cat("shape too large: dimension ", Quote(t),
+                                         " makes more than 2^56 elements"));
+        }
+        if (d > 0) elements *= d;
+        dims.push_back(d);
+        if (ConsumePunct("]")) break;
+        TESSEL_RETURN_IF_ERROR(ExpectPunct(",", "or \"]\" in the shape dims"));
+      }
+    }
+    // Layout, e.g. {1,0} or {1,0:T(8,128)}: ignored. In a signature "{" may open the body.
+    if (IsPunct(Peek(), "{")) {
+      const Token& after = Peek(1);
+      bool is_layout = !in_signature ||
+                       (after.kind == TokenKind::kWord && absl::ascii_isdigit(after.text[0])) ||
+                       (IsPunct(after, "}") && IsPunct(Peek(2), "{"));
+      if (is_layout) TESSEL_RETURN_IF_ERROR(SkipBalanced());
+    }
+    return Shape(*dtype, std::move(dims));
+  }
+
+  // attr := name "=" value; value := balanced group | word | string | nothing.
+  absl::Status ParseAttribute(AttrAst* attr) {
+    if (Peek().kind != TokenKind::kWord) {
+      return SyntaxError(Peek().line, Cat("expected an attribute name, got ", Quote(Peek())));
+    }
+    attr->name = &Next();
+    const Token& eq = Peek();
+    TESSEL_RETURN_IF_ERROR(ExpectPunct("=", Cat("after attribute name ", Quote(*attr->name))));
+    attr->begin = pos_;
+    const Token& v = Peek();
+    if (IsPunct(v, "[")) {
+      // Also XLA's iota replica groups: [2,4]<=[8] or [2,4]<=[4,2]T(1,0).
+      TESSEL_RETURN_IF_ERROR(SkipBalanced());
+      if (IsPunct(Peek(), "<") && IsPunct(Peek(1), "=") && IsPunct(Peek(2), "[")) {
+        Next();
+        Next();
+        TESSEL_RETURN_IF_ERROR(SkipBalanced());
+        if (IsWord(Peek(), "T") && IsPunct(Peek(1), "(")) {
+          Next();
+          TESSEL_RETURN_IF_ERROR(SkipBalanced());
+        }
+      }
+    } else if (IsPunct(v, "{") || IsPunct(v, "(")) {
+      TESSEL_RETURN_IF_ERROR(SkipBalanced());
+    } else if ((v.kind == TokenKind::kWord || v.kind == TokenKind::kString) && v.line == eq.line) {
+      Next();
+    }
+    attr->end = pos_;
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseInstruction(InstrAst* instr) {
+    if (IsWord(Peek(), "ROOT")) {
+      instr->is_root = true;
+      Next();
+    }
+    const Token& name = Peek();
+    if (name.kind != TokenKind::kWord || StripPercent(name.text).empty()) {
+      return SyntaxError(name.line, Cat("expected an instruction name, got ", Quote(name)));
+    }
+    instr->name = &Next();
+    TESSEL_RETURN_IF_ERROR(ExpectPunct("=", Cat("after instruction name ", Quote(name))));
+    TESSEL_ASSIGN_OR_RETURN(instr->shape, ParseShapeTokens(/*in_signature=*/false, 0));
+    const Token& op = Peek();
+    if (op.kind != TokenKind::kWord) {
+      return SyntaxError(op.line, Cat("expected an op name after the shape of ", Quote(name),
+                                      ", got ", Quote(op)));
+    }
+    absl::StatusOr<Opcode> opcode = ParseOpcode(op.text);
+    if (!opcode.ok()) {
+      return LineError(absl::StatusCode::kUnimplemented, op.line,
+                       Cat("unsupported op ", Quote(op)));
+    }
+    instr->opcode = *opcode;
+    instr->opcode_token = &Next();
+    const Token& open = Peek();
+    if (!IsPunct(open, "(")) {
+      return SyntaxError(open.line, Cat("expected \"(\" after ", Quote(op), ", got ", Quote(open)));
+    }
+    if (instr->opcode == Opcode::kConstant || instr->opcode == Opcode::kParameter) {
+      TESSEL_RETURN_IF_ERROR(SkipBalanced());
+      const Token& close = tokens_[pos_ - 1];
+      instr->raw_operands = text_.substr(open.end, close.begin - open.end);
+    } else {
+      Next();
+      TESSEL_RETURN_IF_ERROR(ParseOperands(instr));
+    }
+    while (ConsumePunct(",")) {
+      AttrAst attr;
+      TESSEL_RETURN_IF_ERROR(ParseAttribute(&attr));
+      instr->attrs.push_back(attr);
+    }
+    const Token& after = Peek();
+    if (after.kind != TokenKind::kWord && after.kind != TokenKind::kEnd && !IsPunct(after, "}")) {
+      return SyntaxError(after.line,
+                         Cat("unexpected ", Quote(after), " after instruction ", Quote(name)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseOperands(InstrAst* instr) {
+    if (ConsumePunct(")")) return absl::OkStatus();
+    while (true) {
+      OperandAst operand;
+      const Token& t = Peek();
+      if (IsPunct(t, "(") || (t.kind == TokenKind::kWord && IsPunct(Peek(1), "["))) {
+        TESSEL_ASSIGN_OR_RETURN(operand.shape, ParseShapeTokens(/*in_signature=*/false, 0));
+      }
+      const Token& name = Peek();
+      if (name.kind != TokenKind::kWord || StripPercent(name.text).empty()) {
+        return SyntaxError(name.line, Cat("expected an operand name, got ", Quote(name)));
+      }
+      operand.name = &Next();
+      instr->operands.push_back(std::move(operand));
+      if (ConsumePunct(")")) return absl::OkStatus();
+      TESSEL_RETURN_IF_ERROR(ExpectPunct(",", "or \")\" in the operand list"));
+    }
+  }
+
+  // --- attribute values ---
+  std::string_view AttrValueText(const AttrAst& attr) const {
+    if (attr.begin == attr.end) return "";
+    return Raw(tokens_[attr.begin], tokens_[attr.end - 1]);
+  }
+  absl::Status MalformedAttr(const AttrAst& attr, std::string_view why) const {
+    return SyntaxError(attr.name->line, Cat("malformed attribute ", attr.name->text, "=",
+                                            Quote(AttrValueText(attr)), ": ", std::string(why)));
+  }
+
+  absl::StatusOr<int64_t> ParseIntToken(const AttrAst& attr, const Token& t) const {
+    int64_t value = 0;
+    if (t.kind != TokenKind::kWord || !ToInt(t.text, &value)) {
+      return MalformedAttr(attr, Cat("expected an integer, got ", Quote(t)));
+    }
+    return value;
+  }
+
+  absl::StatusOr<int64_t> AttrInt(const AttrAst& attr) const {
+    if (attr.end - attr.begin != 1) return MalformedAttr(attr, "expected one integer");
+    return ParseIntToken(attr, tokens_[attr.begin]);
+  }
+
+  absl::StatusOr<std::string_view> AttrWord(const AttrAst& attr) const {
+    if (attr.end - attr.begin != 1 || tokens_[attr.begin].kind != TokenKind::kWord) {
+      return MalformedAttr(attr, "expected one word");
+    }
+    return tokens_[attr.begin].text;
+  }
+
+  // Reads the tokens of one attribute value from left to right.
+  class ValueReader {
+   public:
+    ValueReader(const Parser& parser, const AttrAst& attr)
+        : parser_(parser), attr_(attr), i_(attr.begin) {}
+
+    bool AtEnd() const { return i_ >= attr_.end; }
+    const Token& Peek() const { return parser_.tokens_[std::min(i_, attr_.end - 1)]; }
+    bool Consume(std::string_view p) {
+      if (AtEnd() || !IsPunct(Peek(), p)) return false;
+      ++i_;
+      return true;
+    }
+    absl::Status Expect(std::string_view p) {
+      if (Consume(p)) return absl::OkStatus();
+      return Error(Cat("expected \"", p, "\", got ", AtEnd() ? "the end" : Quote(Peek())));
+    }
+    bool ConsumeWord(std::string_view w) {
+      if (AtEnd() || !IsWord(Peek(), w)) return false;
+      ++i_;
+      return true;
+    }
+    absl::Status ExpectEnd() {
+      if (AtEnd()) return absl::OkStatus();
+      return Error(Cat("unexpected ", Quote(Peek())));
+    }
+    absl::StatusOr<int64_t> Int() {
+      if (AtEnd()) return Error("expected an integer, got the end");
+      const Token& t = parser_.tokens_[i_];
+      int64_t value = 0;
+      if (t.kind != TokenKind::kWord || !ToInt(t.text, &value)) {
+        return Error(Cat("expected an integer, got ", Quote(t)));
+      }
+      ++i_;
+      return value;
+    }
+    // `open` int ("," int)* `close`, or an empty list.
+    absl::StatusOr<std::vector<int64_t>> Ints(std::string_view open, std::string_view close) {
+      TESSEL_RETURN_IF_ERROR(Expect(open));
+      std::vector<int64_t> values;
+      if (Consume(close)) return values;
+      while (true) {
+        TESSEL_ASSIGN_OR_RETURN(int64_t v, Int());
+        values.push_back(v);
+        if (Consume(close)) return values;
+        TESSEL_RETURN_IF_ERROR(Expect(","));
+      }
+    }
+    absl::Status Error(std::string_view why) const { return parser_.MalformedAttr(attr_, why); }
+
+   private:
+    const Parser& parser_;
+    const AttrAst& attr_;
+    size_t i_;
+  };
+
+  // "{1,2,3}" or "{}".
+  absl::StatusOr<std::vector<int64_t>> AttrIntList(const AttrAst& attr) const {
+    ValueReader r(*this, attr);
+    TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> values, r.Ints("{", "}"));
+    TESSEL_RETURN_IF_ERROR(r.ExpectEnd());
+    return values;
+  }
+
+  // "{[0:4], [2:8:2]}".
+  absl::StatusOr<std::vector<SliceDim>> AttrSlice(const AttrAst& attr) const {
+    ValueReader r(*this, attr);
+    std::vector<SliceDim> dims;
+    TESSEL_RETURN_IF_ERROR(r.Expect("{"));
+    if (!r.Consume("}")) {
+      while (true) {
+        SliceDim s;
+        TESSEL_RETURN_IF_ERROR(r.Expect("["));
+        TESSEL_ASSIGN_OR_RETURN(s.start, r.Int());
+        TESSEL_RETURN_IF_ERROR(r.Expect(":"));
+        TESSEL_ASSIGN_OR_RETURN(s.limit, r.Int());
+        if (r.Consume(":")) {
+          TESSEL_ASSIGN_OR_RETURN(s.stride, r.Int());
+        }
+        TESSEL_RETURN_IF_ERROR(r.Expect("]"));
+        dims.push_back(s);
+        if (r.Consume("}")) break;
+        TESSEL_RETURN_IF_ERROR(r.Expect(","));
+      }
+    }
+    TESSEL_RETURN_IF_ERROR(r.ExpectEnd());
+    return dims;
+  }
+
+  // "{{0,1},{2,3}}" or "{}".
+  absl::StatusOr<std::vector<std::vector<int64_t>>> AttrNestedIntLists(const AttrAst& attr) const {
+    ValueReader r(*this, attr);
+    std::vector<std::vector<int64_t>> lists;
+    TESSEL_RETURN_IF_ERROR(r.Expect("{"));
+    if (!r.Consume("}")) {
+      while (true) {
+        TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> list, r.Ints("{", "}"));
+        lists.push_back(std::move(list));
+        if (r.Consume("}")) break;
+        TESSEL_RETURN_IF_ERROR(r.Expect(","));
+      }
+    }
+    TESSEL_RETURN_IF_ERROR(r.ExpectEnd());
+    return lists;
+  }
+
+  // replica_groups: "{{0,1},{2,3}}", or XLA's iota form "[G,S]<=[d0,d1,...]" with an optional
+  // transpose "T(p0,p1,...)": the device ids 0..N-1 laid out as [d0,d1,...], transposed by the
+  // permutation, flattened and cut into G groups of S (XLA IotaReplicaGroupList).
+  absl::StatusOr<std::vector<std::vector<int64_t>>> AttrReplicaGroups(const AttrAst& attr) const {
+    if (attr.begin == attr.end || !IsPunct(tokens_[attr.begin], "[")) {
+      TESSEL_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> groups, AttrNestedIntLists(attr));
+      for (const std::vector<int64_t>& group : groups) {
+        for (int64_t id : group) {
+          if (id >= kMaxDevices) {
+            return MalformedAttr(attr, Cat("device id ", id, " is not below ", kMaxDevices));
+          }
+        }
+      }
+      return groups;
+    }
+    ValueReader r(*this, attr);
+    TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> group_dims, r.Ints("[", "]"));
+    TESSEL_RETURN_IF_ERROR(r.Expect("<"));
+    TESSEL_RETURN_IF_ERROR(r.Expect("="));
+    TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> reshape_dims, r.Ints("[", "]"));
+    const int64_t rank = static_cast<int64_t>(reshape_dims.size());
+    std::vector<int64_t> perm;
+    for (int64_t i = 0; i < rank; ++i) perm.push_back(i);
+    if (r.ConsumeWord("T")) {
+      TESSEL_ASSIGN_OR_RETURN(perm, r.Ints("(", ")"));
+    }
+    TESSEL_RETURN_IF_ERROR(r.ExpectEnd());
+    if (group_dims.size() != 2) return r.Error("expected [groups,group_size] before \"<=\"");
+    int64_t num_devices = 1;
+    for (int64_t d : reshape_dims) {
+      if (d <= 0 || d > kMaxDevices || num_devices * d > kMaxDevices) {
+        return r.Error(Cat("the device array must hold 1 to ", kMaxDevices, " devices"));
+      }
+      num_devices *= d;
+    }
+    if (group_dims[0] <= 0 || group_dims[1] <= 0 || group_dims[0] > kMaxDevices ||
+        group_dims[1] > kMaxDevices || group_dims[0] * group_dims[1] != num_devices) {
+      return r.Error(Cat("[", group_dims[0], ",", group_dims[1], "] groups do not hold the ",
+                         num_devices, " devices"));
+    }
+    std::vector<int64_t> sorted = perm;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t i = 0; i < rank; ++i) {
+      if (static_cast<int64_t>(sorted.size()) != rank || sorted[i] != i) {
+        return r.Error(Cat("T(...) is not a permutation of ", rank, " dims"));
+      }
+    }
+    // Device at position t of the transposed array.
+    std::vector<int64_t> strides(rank, 1);
+    for (int64_t i = rank - 2; i >= 0; --i) strides[i] = strides[i + 1] * reshape_dims[i + 1];
+    std::vector<std::vector<int64_t>> groups(group_dims[0]);
+    std::vector<int64_t> index(rank, 0);  // multi-index into the transposed array
+    for (int64_t t = 0; t < num_devices; ++t) {
+      int64_t id = 0;
+      for (int64_t i = 0; i < rank; ++i) id += index[i] * strides[perm[i]];
+      groups[t / group_dims[1]].push_back(id);
+      for (int64_t i = rank - 1; i >= 0; --i) {
+        if (++index[i] < reshape_dims[perm[i]]) break;
+        index[i] = 0;
+      }
+    }
+    return groups;
+  }
+
+  // source_target_pairs: "{{0,1},{1,2}}".
+  absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> AttrPairs(const AttrAst& attr) const {
+    TESSEL_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> lists, AttrNestedIntLists(attr));
+    std::vector<std::pair<int64_t, int64_t>> pairs;
+    for (const std::vector<int64_t>& list : lists) {
+      if (list.size() != 2) return MalformedAttr(attr, "expected {source,target} pairs");
+      pairs.emplace_back(list[0], list[1]);
+    }
+    return pairs;
+  }
+
+  // "0_1_0x2_2_1"; empty for rank 0.
+  absl::StatusOr<std::vector<PadDim>> AttrPadding(const AttrAst& attr) const {
+    std::vector<PadDim> padding;
+    if (attr.begin == attr.end) return padding;
+    TESSEL_ASSIGN_OR_RETURN(std::string_view text, AttrWord(attr));
+    for (absl::string_view dim : absl::StrSplit(Av(text), 'x')) {
+      std::vector<absl::string_view> parts = absl::StrSplit(dim, '_');
+      PadDim p;
+      if ((parts.size() != 2 && parts.size() != 3) || !absl::SimpleAtoi(parts[0], &p.low) ||
+          !absl::SimpleAtoi(parts[1], &p.high) ||
+          (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &p.interior))) {
+        return MalformedAttr(attr,
+                             Cat("expected low_high or low_high_interior, got ", Quote(Sv(dim))));
+      }
+      padding.push_back(p);
+    }
+    return padding;
+  }
+
+  // --- build ---
+  absl::Status InstrError(absl::StatusCode code, const InstrAst& instr,
+                          std::string_view why) const {
+    return LineError(code, instr.name->line,
+                     Cat("%", StripPercent(instr.name->text), ": ", std::string(why)));
+  }
+
+  // Fills `attrs` (and the sharding, to_apply) from the attribute list of `instr`.
+  absl::Status ApplyAttributes(const InstrAst& instr, OpAttributes* attrs, std::string* sharding,
+                               const AttrAst** to_apply) const {
+    absl::flat_hash_map<std::string_view, const AttrAst*> by_name;
+    for (const AttrAst& attr : instr.attrs) {
+      if (!by_name.emplace(attr.name->text, &attr).second) {
+        return SyntaxError(attr.name->line, Cat("duplicate attribute ", Quote(attr.name->text),
+                                                " on %", StripPercent(instr.name->text)));
+      }
+    }
+    auto find = [&](std::string_view name) -> const AttrAst* {
+      auto it = by_name.find(name);
+      return it == by_name.end() ? nullptr : it->second;
+    };
+    auto require = [&](std::string_view name) -> absl::StatusOr<const AttrAst*> {
+      const AttrAst* attr = find(name);
+      if (attr == nullptr) {
+        return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                          Cat(OpcodeName(instr.opcode), " needs attribute ", Quote(name)));
+      }
+      return attr;
+    };
+
+    if (const AttrAst* attr = find("sharding")) {
+      if (attr->begin == attr->end) return MalformedAttr(*attr, "expected {...}");
+      *sharding = std::string(AttrValueText(*attr));
+    }
+    switch (instr.opcode) {
+      case Opcode::kIota: {
+        TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("iota_dimension"));
+        TESSEL_ASSIGN_OR_RETURN(attrs->iota_dimension, AttrInt(*attr));
+        break;
+      }
+      case Opcode::kRng: {
+        TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("distribution"));
+        TESSEL_ASSIGN_OR_RETURN(std::string_view d, AttrWord(*attr));
+        if (d == "rng_uniform") {
+          attrs->rng_distribution = RngDistribution::kUniform;
+        } else if (d == "rng_normal") {
+          attrs->rng_distribution = RngDistribution::kNormal;
+        } else {
+          return MalformedAttr(*attr, "expected rng_uniform or rng_normal");
+        }
+        if (const AttrAst* seed = find("rng_seed")) {
+          if (seed->end - seed->begin != 1 || !ToInt(tokens_[seed->begin].text, &attrs->rng_seed)) {
+            return MalformedAttr(*seed, "expected an unsigned 64-bit integer");
+          }
+        }
+        break;
+      }
+      case Opcode::kCompare: {
+        TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("direction"));
+        TESSEL_ASSIGN_OR_RETURN(std::string_view d, AttrWord(*attr));
+        bool found = false;
+        for (ComparisonDirection c :
+             {ComparisonDirection::kEq, ComparisonDirection::kNe, ComparisonDirection::kLt,
+              ComparisonDirection::kLe, ComparisonDirection::kGt, ComparisonDirection::kGe}) {
+          if (ComparisonDirectionName(c) == d) {
+            attrs->comparison_direction = c;
+            found = true;
+          }
+        }
+        if (!found) return MalformedAttr(*attr, "expected EQ, NE, LT, LE, GT or GE");
+        break;
+      }
+      case Opcode::kBroadcast:
+      case Opcode::kTranspose:
+      case Opcode::kConcatenate:
+      case Opcode::kReduce: {
+        TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("dimensions"));
+        TESSEL_ASSIGN_OR_RETURN(attrs->dimensions, AttrIntList(*attr));
+        if (instr.opcode == Opcode::kReduce) {
+          TESSEL_ASSIGN_OR_RETURN(*to_apply, require("to_apply"));
+        }
+        break;
+      }
+      case Opcode::kSlice: {
+        TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("slice"));
+        TESSEL_ASSIGN_OR_RETURN(attrs->slice, AttrSlice(*attr));
+        break;
+      }
+      case Opcode::kPad:
+        if (const AttrAst* attr = find("padding")) {
+          TESSEL_ASSIGN_OR_RETURN(attrs->padding, AttrPadding(*attr));
+        }
+        break;
+      case Opcode::kDynamicSlice: {
+        TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("dynamic_slice_sizes"));
+        TESSEL_ASSIGN_OR_RETURN(attrs->dynamic_slice_sizes, AttrIntList(*attr));
+        break;
+      }
+      case Opcode::kDot: {
+        const std::pair<std::string_view, std::vector<int64_t>*> lists[] = {
+            {"lhs_batch_dims", &attrs->dot.lhs_batch_dims},
+            {"lhs_contracting_dims", &attrs->dot.lhs_contracting_dims},
+            {"rhs_batch_dims", &attrs->dot.rhs_batch_dims},
+            {"rhs_contracting_dims", &attrs->dot.rhs_contracting_dims}};
+        for (const auto& [name, dims] : lists) {
+          if (const AttrAst* attr = find(name)) {
+            TESSEL_ASSIGN_OR_RETURN(*dims, AttrIntList(*attr));
+          }
+        }
+        break;
+      }
+      case Opcode::kGetTupleElement: {
+        TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("index"));
+        TESSEL_ASSIGN_OR_RETURN(attrs->tuple_index, AttrInt(*attr));
+        break;
+      }
+      case Opcode::kAllReduce:
+      case Opcode::kAllGather:
+      case Opcode::kReduceScatter:
+      case Opcode::kAllToAll: {
+        // A missing replica_groups reads as {} (XLA: all devices); shape inference decides.
+        if (const AttrAst* attr = find("replica_groups")) {
+          TESSEL_ASSIGN_OR_RETURN(attrs->replica_groups, AttrReplicaGroups(*attr));
+        }
+        if (instr.opcode != Opcode::kAllReduce) {
+          TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("dimensions"));
+          TESSEL_ASSIGN_OR_RETURN(attrs->dimensions, AttrIntList(*attr));
+        }
+        if (instr.opcode == Opcode::kAllReduce || instr.opcode == Opcode::kReduceScatter) {
+          TESSEL_ASSIGN_OR_RETURN(*to_apply, require("to_apply"));
+        }
+        break;
+      }
+      case Opcode::kCollectivePermute:
+        if (const AttrAst* attr = find("source_target_pairs")) {
+          TESSEL_ASSIGN_OR_RETURN(attrs->source_target_pairs, AttrPairs(*attr));
+        }
+        break;
+      default:
+        break;
+    }
+    return absl::OkStatus();
+  }
+
+  // Parses a constant's literal text for `shape`; tuple literals are "(a, b, ...)".
+  absl::StatusOr<Literal> ParseConstant(const Shape& shape, std::string_view raw, int line) const {
+    raw = Strip(raw);
+    if (!shape.is_tuple()) {
+      // Every element needs at least one character: bounds the allocation by the text size.
+      if (shape.num_elements() > static_cast<int64_t>(raw.size())) {
+        return SyntaxError(
+            line, Cat("constant ", Quote(raw), " has too few values for ", shape.ToString()));
+      }
+      absl::StatusOr<Literal> literal = ParseLiteralValues(shape, raw);
+      if (!literal.ok()) return SyntaxError(line, Sv(literal.status().message()));
+      return literal;
+    }
+    if (raw.size() < 2 || raw.front() != '(' || raw.back() != ')') {
+      return SyntaxError(line, Cat("expected a tuple literal \"(...)\" for ", shape.ToString(),
+                                   ", got ", Quote(raw)));
+    }
+    std::string_view inner = raw.substr(1, raw.size() - 2);
+    std::vector<std::string_view> parts;
+    int depth = 0;
+    size_t start = 0;
+    for (size_t i = 0; i < inner.size(); ++i) {
+      char c = inner[i];
+      if (c == '(' || c == '{') ++depth;
+      if (c == ')' || c == '}') --depth;
+      if (c == ',' && depth == 0) {
+        parts.push_back(inner.substr(start, i - start));
+        start = i + 1;
+      }
+    }
+    if (!Strip(inner).empty() || !parts.empty()) {
+      parts.push_back(inner.substr(start));
+    }
+    if (parts.size() != shape.tuple_shapes().size()) {
+      return SyntaxError(line,
+                         Cat("tuple literal ", Quote(raw), " has ", parts.size(), " elements but ",
+                             shape.ToString(), " has ", shape.tuple_shapes().size()));
+    }
+    std::vector<Literal> elements;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      TESSEL_ASSIGN_OR_RETURN(Literal e, ParseConstant(shape.tuple_shapes()[i], parts[i], line));
+      elements.push_back(std::move(e));
+    }
+    return Literal::Tuple(std::move(elements));
+  }
+
+  // Recognises a to_apply computation: ROOT = op(param0, param1) for one of the six reductions.
+  absl::StatusOr<Reduction> ClassifyReduction(const CompAst& comp) const {
+    std::string name(StripPercent(comp.name->text));
+    const InstrAst* root = &comp.instrs.back();
+    for (const InstrAst& instr : comp.instrs) {
+      if (instr.is_root) root = &instr;
+    }
+    auto unimplemented = [&](std::string_view why) {
+      return LineError(
+          absl::StatusCode::kUnimplemented, root->name->line,
+          Cat("to_apply computation %", name, " is not a supported reduction: ", std::string(why)));
+    };
+    Reduction r;
+    switch (root->opcode) {
+      case Opcode::kAdd:
+        r.kind = ReduceKind::kAdd;
+        break;
+      case Opcode::kMultiply:
+        r.kind = ReduceKind::kMultiply;
+        break;
+      case Opcode::kMaximum:
+        r.kind = ReduceKind::kMaximum;
+        break;
+      case Opcode::kMinimum:
+        r.kind = ReduceKind::kMinimum;
+        break;
+      case Opcode::kAnd:
+        r.kind = ReduceKind::kAnd;
+        break;
+      case Opcode::kOr:
+        r.kind = ReduceKind::kOr;
+        break;
+      default:
+        return unimplemented(Cat("its root is ", OpcodeName(root->opcode),
+                                 ", not add, multiply, maximum, minimum, and or or"));
+    }
+    if (root->shape.is_tuple() || root->shape.rank() != 0) {
+      return unimplemented(Cat("its root has shape ", root->shape.ToString(),
+                               ", not a scalar (variadic reduce is not supported)"));
+    }
+    r.dtype = root->shape.dtype();
+    if (root->operands.size() != 2) return unimplemented("its root does not have two operands");
+    std::vector<int64_t> numbers;
+    for (const OperandAst& operand : root->operands) {
+      std::string_view operand_name = StripPercent(operand.name->text);
+      const InstrAst* def = nullptr;
+      for (const InstrAst& instr : comp.instrs) {
+        if (StripPercent(instr.name->text) == operand_name) def = &instr;
+      }
+      int64_t number = -1;
+      if (def == nullptr || def->opcode != Opcode::kParameter ||
+          !ToInt(def->raw_operands, &number)) {
+        return unimplemented(
+            Cat("root operand %", operand_name, " is not a parameter of the computation"));
+      }
+      numbers.push_back(number);
+    }
+    std::sort(numbers.begin(), numbers.end());
+    if (numbers != std::vector<int64_t>{0, 1}) {
+      return unimplemented("the root must combine parameter(0) and parameter(1)");
+    }
+    return r;
+  }
+
+  absl::StatusOr<Reduction> ResolveToApply(const InstrAst& instr, const AttrAst& attr) {
+    TESSEL_ASSIGN_OR_RETURN(std::string_view word, AttrWord(attr));
+    std::string name(StripPercent(word));
+    auto it = comp_by_name_.find(name);
+    if (it == comp_by_name_.end() || comps_[it->second].is_entry) {
+      return SyntaxError(attr.name->line, Cat("unknown computation ", Quote(word),
+                                              " in to_apply of %", StripPercent(instr.name->text)));
+    }
+    auto cached = reductions_.find(name);
+    if (cached != reductions_.end()) return cached->second;
+    TESSEL_ASSIGN_OR_RETURN(Reduction r, ClassifyReduction(comps_[it->second]));
+    reductions_.emplace(name, r);
+    return r;
+  }
+
+  absl::StatusOr<std::unique_ptr<Graph>> BuildEntry() {
+    const CompAst* entry = nullptr;
+    for (size_t i = 0; i < comps_.size(); ++i) {
+      const CompAst& comp = comps_[i];
+      std::string name(StripPercent(comp.name->text));
+      if (!comp_by_name_.emplace(name, i).second) {
+        return SyntaxError(comp.name->line,
+                           Cat("duplicate computation name ", Quote(comp.name->text)));
+      }
+      if (comp.is_entry) {
+        if (entry != nullptr) {
+          return SyntaxError(comp.name->line,
+                             Cat("second ENTRY computation ", Quote(comp.name->text),
+                                 " (the first is on line ", entry->name->line, ")"));
+        }
+        entry = &comp;
+      }
+    }
+    if (entry == nullptr) {
+      return SyntaxError(tokens_.back().line,
+                         "missing ENTRY computation: no computation is marked \"ENTRY\"");
+    }
+
+    auto graph = std::make_unique<Graph>(module_name_);
+    absl::flat_hash_map<std::string, int> line_of;
+    absl::flat_hash_map<int64_t, const InstrAst*> parameter_numbers;
+    Node* root = nullptr;
+    for (const InstrAst& instr : entry->instrs) {
+      std::string name(StripPercent(instr.name->text));
+      int line = instr.name->line;
+      if (auto it = line_of.find(name); it != line_of.end()) {
+        return SyntaxError(line, Cat("duplicate instruction name ", Quote(instr.name->text),
+                                     " (first defined on line ", it->second, ")"));
+      }
+      line_of.emplace(name, line);
+
+      std::vector<Node*> operands;
+      std::vector<const Shape*> operand_shapes;
+      for (const OperandAst& operand : instr.operands) {
+        Node* node = graph->FindNode(StripPercent(operand.name->text));
+        if (node == nullptr) {
+          return SyntaxError(operand.name->line,
+                             Cat("unknown operand ", Quote(operand.name->text), " of %", name,
+                                 " (operands must be defined before use)"));
+        }
+        if (operand.shape.has_value() && *operand.shape != node->shape()) {
+          return SyntaxError(
+              operand.name->line,
+              Cat("operand ", Quote(operand.name->text), " of %", name, " is written as ",
+                  operand.shape->ToString(), " but has shape ", node->shape().ToString()));
+        }
+        operands.push_back(node);
+        operand_shapes.push_back(&node->shape());
+      }
+
+      OpAttributes attrs;
+      std::string sharding;
+      const AttrAst* to_apply = nullptr;
+      TESSEL_RETURN_IF_ERROR(ApplyAttributes(instr, &attrs, &sharding, &to_apply));
+      if (instr.opcode == Opcode::kParameter) {
+        std::string_view raw = Strip(instr.raw_operands);
+        if (!ToInt(raw, &attrs.parameter_number) || attrs.parameter_number < 0) {
+          return SyntaxError(
+              instr.opcode_token->line,
+              Cat("expected a parameter number in parameter(...), got ", Quote(raw)));
+        }
+        auto [it, inserted] = parameter_numbers.emplace(attrs.parameter_number, &instr);
+        if (!inserted) {
+          return SyntaxError(
+              line, Cat("duplicate parameter number ", attrs.parameter_number, " in ",
+                        Quote(instr.name->text), " (also %", StripPercent(it->second->name->text),
+                        " on line ", it->second->name->line, ")"));
+        }
+      } else if (instr.opcode == Opcode::kConstant) {
+        TESSEL_ASSIGN_OR_RETURN(Literal literal,
+                                ParseConstant(instr.shape, instr.raw_operands, line));
+        attrs.literal = std::make_shared<const Literal>(std::move(literal));
+      } else if (instr.opcode == Opcode::kReduce) {
+        if (instr.operands.size() != 2 || instr.shape.is_tuple()) {
+          return InstrError(absl::StatusCode::kUnimplemented, instr,
+                            "variadic reduce (more than one input, or a tuple result) is not "
+                            "supported");
+        }
+      }
+      if (to_apply != nullptr) {
+        TESSEL_ASSIGN_OR_RETURN(Reduction r, ResolveToApply(instr, *to_apply));
+        attrs.reduce_kind = r.kind;
+        if (!operands.empty() && !operands[0]->shape().is_tuple() &&
+            operands[0]->shape().dtype() != r.dtype) {
+          return InstrError(
+              absl::StatusCode::kInvalidArgument, instr,
+              Cat("to_apply ", Quote(tokens_[to_apply->begin].text), " computes ",
+                  DTypeName(r.dtype), " but the operand is ", operands[0]->shape().ToString()));
+        }
+      }
+
+      absl::StatusOr<Shape> inferred = InferShape(instr.opcode, operand_shapes, attrs, instr.shape);
+      if (!inferred.ok()) {
+        return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                          Sv(inferred.status().message()));
+      }
+      Node* node = graph->AddNodeUnchecked(instr.opcode, instr.shape, std::move(operands),
+                                           std::move(attrs), name);
+      node->set_sharding(std::move(sharding));
+      if (instr.is_root) root = node;
+    }
+
+    const int64_t num_parameters = static_cast<int64_t>(parameter_numbers.size());
+    for (const auto& [number, instr] : parameter_numbers) {
+      if (number >= num_parameters) {
+        return SyntaxError(instr->name->line,
+                           Cat("parameter number ", number, " of ", Quote(instr->name->text),
+                               " is out of range: the ", num_parameters,
+                               " parameters must be numbered 0..", num_parameters - 1));
+      }
+    }
+    if (root != nullptr) graph->set_root(root);
+    absl::Status status = Verify(*graph);
+    if (!status.ok()) {
+      return SyntaxError(entry->name->line,
+                         Cat("in ENTRY ", entry->name->text, ": ", Sv(status.message())));
+    }
+    return graph;
+  }
+
+  std::string_view text_;
+  std::vector<Token> tokens_;
+  size_t pos_ = 0;
+  std::string module_name_;
+  std::vector<CompAst> comps_;
+  absl::flat_hash_map<std::string, size_t> comp_by_name_;
+  absl::flat_hash_map<std::string, Reduction> reductions_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Graph>> ParseHloModule(std::string_view text) {
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Token> tokens, Lex(text));
+  Parser parser(text, std::move(tokens));
+  return parser.Parse();
+}
+
+}  // namespace tessel
