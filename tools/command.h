@@ -21,6 +21,8 @@ using CommandFn = std::function<int()>;
 CommandFn AddTopologyCommand(CLI::App& app);  // tools/topology_command.cc
 CommandFn AddMeshCommand(CLI::App& app);      // tools/mesh_command.cc
 CommandFn AddShardCommand(CLI::App& app);     // tools/shard_command.cc
+CommandFn AddPropagateCommand(CLI::App& app);  // tools/partition_command.cc
+CommandFn AddPartitionCommand(CLI::App& app);  // tools/partition_command.cc
 
 // Exit code for bad arguments.
 inline constexpr int kExitUsage = 2;

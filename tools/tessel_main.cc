@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   add(&tessel::tools::AddTopologyCommand);
   add(&tessel::tools::AddMeshCommand);
   add(&tessel::tools::AddShardCommand);
+  add(&tessel::tools::AddPropagateCommand);
+  add(&tessel::tools::AddPartitionCommand);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

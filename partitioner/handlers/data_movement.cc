@@ -1,0 +1,80 @@
+// slice, pad, concatenate, dynamic-slice, dynamic-update-slice. Dims whose extent the op changes
+// are made whole on every device first (all-gather), the op runs locally with unchanged dims at
+// their local size, and the driver cuts the result to the target (documented fallback instead of
+// XLA's halo exchange: correct for any sizes, more bytes for slices of sharded dims).
+#include <algorithm>
+
+#include "core/status_macros.h"
+#include "partitioner/internal/context.h"
+#include "partitioner/sharding_util.h"
+
+namespace tessel::partitioner::internal {
+
+namespace {
+
+std::vector<int64_t> ChangedDims(const Node& node) {
+  const OpAttributes& a = node.attrs();
+  const Shape& in = node.operand(0)->shape();
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < in.rank(); ++d) {
+    bool changed = false;
+    switch (node.opcode()) {
+      case Opcode::kSlice:
+        changed = a.slice[d].start != 0 || a.slice[d].limit != in.dim(d) || a.slice[d].stride != 1;
+        break;
+      case Opcode::kPad:
+        changed = a.padding[d].low != 0 || a.padding[d].high != 0 || a.padding[d].interior != 0;
+        break;
+      case Opcode::kConcatenate:
+        changed = d == a.dimensions[0];
+        break;
+      case Opcode::kDynamicSlice:
+        changed = a.dynamic_slice_sizes[d] != in.dim(d);
+        break;
+      case Opcode::kDynamicUpdateSlice:
+        changed = node.operand(1)->shape().dim(d) != in.dim(d);
+        break;
+      default:
+        break;
+    }
+    if (changed) dims.push_back(d);
+  }
+  return dims;
+}
+
+}  // namespace
+
+absl::StatusOr<PValue> HandleDataMovement(Context& ctx, const Node& node,
+                                          const std::vector<PValue>& operands,
+                                          const Sharding& target) {
+  const int64_t rank = node.shape().rank();
+  const std::vector<int64_t> changed = ChangedDims(node);
+  const Sharding layout = PartiallyReplicate(target, rank, changed);
+  const Opcode op = node.opcode();
+  std::vector<Node*> locals;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    bool data = i == 0 || op == Opcode::kConcatenate ||
+                (op == Opcode::kDynamicUpdateSlice && i == 1);
+    TESSEL_ASSIGN_OR_RETURN(Node * local,
+                            ctx.Reshard(operands[i], data ? layout : Sharding::Replicate()));
+    locals.push_back(local);
+  }
+  OpAttributes attrs = node.attrs();
+  if (op == Opcode::kSlice) {
+    for (int64_t d = 0; d < rank; ++d) {
+      if (std::find(changed.begin(), changed.end(), d) == changed.end()) {
+        attrs.slice[d] = SliceDim{0, locals[0]->shape().dim(d), 1};
+      }
+    }
+  } else if (op == Opcode::kDynamicSlice) {
+    for (int64_t d = 0; d < rank; ++d) {
+      if (std::find(changed.begin(), changed.end(), d) == changed.end()) {
+        attrs.dynamic_slice_sizes[d] = locals[0]->shape().dim(d);
+      }
+    }
+  }
+  TESSEL_ASSIGN_OR_RETURN(Node * result, ctx.Add(op, std::move(locals), attrs));
+  return PValue{result, layout, node.shape(), {}};
+}
+
+}  // namespace tessel::partitioner::internal

@@ -1,0 +1,135 @@
+// dot: pick a sharding of the dot's iteration space [batch..., lhs free..., rhs free...,
+// contracting...] and run the local dot on operands resharded to its projections.
+//
+// Candidates, as GSPMD's dot handler weighs them: the space implied by the target (no
+// contracting dim sharded: no reduction needed), by the lhs's current sharding, by the rhs's,
+// and by their merge. Each is costed as the bytes of resharding both operands plus the
+// all-reduce of partial sums plus the move of the result to the target; the cheapest wins (ties:
+// that order). When contracting dims are sharded the local results are partial sums
+// (an `unreduced` subgroup) that the driver's reshard all-reduces, or which stay partial if a
+// consumer can take them. Padding along sharded contracting dims is zeroed in both operands.
+// Example (Megatron, mesh data=2 x model=2): x [B:data, D] . w1 [D, F:model] -> h [B:data,
+// F:model] with no collective; h . w2 [F:model, D] -> one all-reduce over the model groups.
+#include <algorithm>
+
+#include "core/status_macros.h"
+#include "partitioner/internal/context.h"
+#include "partitioner/sharding_util.h"
+
+namespace tessel::partitioner::internal {
+
+namespace {
+
+struct Space {
+  std::vector<int64_t> lhs_to_space;
+  std::vector<int64_t> rhs_to_space;
+  int64_t output_rank = 0;
+  int64_t rank = 0;
+};
+
+Space MakeSpace(const Node& dot) {
+  const DotDimensionNumbers& dn = dot.attrs().dot;
+  const int64_t lr = dot.operand(0)->shape().rank(), rr = dot.operand(1)->shape().rank();
+  Space s;
+  s.lhs_to_space.assign(lr, -1);
+  s.rhs_to_space.assign(rr, -1);
+  int64_t next = 0;
+  for (size_t i = 0; i < dn.lhs_batch_dims.size(); ++i, ++next) {
+    s.lhs_to_space[dn.lhs_batch_dims[i]] = next;
+    s.rhs_to_space[dn.rhs_batch_dims[i]] = next;
+  }
+  auto contracting = [](const std::vector<int64_t>& dims, int64_t d) {
+    return std::find(dims.begin(), dims.end(), d) != dims.end();
+  };
+  for (int64_t d = 0; d < lr; ++d) {
+    if (s.lhs_to_space[d] < 0 && !contracting(dn.lhs_contracting_dims, d)) {
+      s.lhs_to_space[d] = next++;
+    }
+  }
+  for (int64_t d = 0; d < rr; ++d) {
+    if (s.rhs_to_space[d] < 0 && !contracting(dn.rhs_contracting_dims, d)) {
+      s.rhs_to_space[d] = next++;
+    }
+  }
+  s.output_rank = next;
+  for (size_t i = 0; i < dn.lhs_contracting_dims.size(); ++i, ++next) {
+    s.lhs_to_space[dn.lhs_contracting_dims[i]] = next;
+    s.rhs_to_space[dn.rhs_contracting_dims[i]] = next;
+  }
+  s.rank = next;
+  return s;
+}
+
+std::vector<int64_t> Iota(int64_t begin, int64_t end) {
+  std::vector<int64_t> v;
+  for (int64_t i = begin; i < end; ++i) v.push_back(i);
+  return v;
+}
+
+// The result sharding of the local dot under `space`: output dims tiled as in space, the tiles
+// of contracting dims as an unreduced subgroup (partial sums), the rest replicated.
+Sharding ResultSharding(const Sharding& space, const Space& s) {
+  if (!space.IsTiled()) return space;
+  const spmd::DeviceArray& ta = space.tile_assignment();
+  std::vector<int64_t> dims = ta.dims();
+  if (space.NumSubgroupDims() == 0) dims.push_back(1);
+  spmd::DeviceArray full = ta.Reshape(dims);
+  std::vector<int64_t> perm = Iota(0, s.rank + 1);  // already [out..., contracting..., repl]
+  int64_t contracting_tiles = 1;
+  for (int64_t d = s.output_rank; d < s.rank; ++d) contracting_tiles *= full.dim(d);
+  std::vector<int64_t> new_dims(full.dims().begin(), full.dims().begin() + s.output_rank);
+  new_dims.push_back(contracting_tiles);
+  new_dims.push_back(full.dim(s.rank));
+  (void)perm;
+  return Sharding::Subgroup(full.Reshape(new_dims),
+                            {spmd::SubgroupType::kUnreduced, spmd::SubgroupType::kReplicated});
+}
+
+}  // namespace
+
+absl::StatusOr<PValue> HandleDot(Context& ctx, const Node& node,
+                                 const std::vector<PValue>& operands, const Sharding& target) {
+  const Space s = MakeSpace(node);
+  const PValue& lhs = operands[0];
+  const PValue& rhs = operands[1];
+  auto plain = [](const Sharding& sh) { return IsPlainTiling(sh) ? sh : Sharding::Replicate(); };
+  std::vector<Sharding> candidates;
+  candidates.push_back(Embed(plain(target), s.rank, Iota(0, s.output_rank)));
+  Sharding from_lhs = Embed(plain(lhs.sharding), s.rank, s.lhs_to_space);
+  Sharding from_rhs = Embed(plain(rhs.sharding), s.rank, s.rhs_to_space);
+  candidates.push_back(from_lhs);
+  candidates.push_back(from_rhs);
+  if (auto merged = MergeShardings(from_lhs, from_rhs, s.rank, ctx.num_devices())) {
+    candidates.push_back(*merged);
+  }
+  int64_t best_cost = -1;
+  Sharding best;
+  for (const Sharding& space : candidates) {
+    Sharding lhs_want = Project(space, s.lhs_to_space);
+    Sharding rhs_want = Project(space, s.rhs_to_space);
+    Sharding result = ResultSharding(space, s);
+    TESSEL_ASSIGN_OR_RETURN(int64_t lhs_bytes, ctx.ReshardBytes(lhs, lhs_want));
+    TESSEL_ASSIGN_OR_RETURN(int64_t rhs_bytes, ctx.ReshardBytes(rhs, rhs_want));
+    PValue out{nullptr, result, node.shape(), {}};
+    TESSEL_ASSIGN_OR_RETURN(int64_t out_bytes, ctx.ReshardBytes(out, target));
+    int64_t cost = lhs_bytes + rhs_bytes + out_bytes;
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best = space;
+    }
+  }
+  TESSEL_ASSIGN_OR_RETURN(Node * lhs_local, ctx.Reshard(lhs, Project(best, s.lhs_to_space)));
+  TESSEL_ASSIGN_OR_RETURN(Node * rhs_local, ctx.Reshard(rhs, Project(best, s.rhs_to_space)));
+  const DotDimensionNumbers& dn = node.attrs().dot;
+  Sharding lhs_layout = Project(best, s.lhs_to_space);
+  Sharding rhs_layout = Project(best, s.rhs_to_space);
+  TESSEL_ASSIGN_OR_RETURN(lhs_local, ctx.MaskPadding(lhs_local, lhs_layout, lhs.global_shape,
+                                                     dn.lhs_contracting_dims, 0));
+  TESSEL_ASSIGN_OR_RETURN(rhs_local, ctx.MaskPadding(rhs_local, rhs_layout, rhs.global_shape,
+                                                     dn.rhs_contracting_dims, 0));
+  TESSEL_ASSIGN_OR_RETURN(Node * result, ctx.Add(Opcode::kDot, {lhs_local, rhs_local},
+                                                 node.attrs()));
+  return PValue{result, ResultSharding(best, s), node.shape(), {}};
+}
+
+}  // namespace tessel::partitioner::internal

@@ -1,0 +1,45 @@
+// constant, iota and rng.
+//   constant: kept whole (replicated); the driver cuts it to the target locally.
+//   iota: generated at local size; along a sharded iota dim the device adds its tile offset, so
+//     every element holds its global index.
+//   rng: generated whole on every device and cut locally (documented fallback: the values are
+//     exactly the unsharded ones because the generator is keyed on (seed, global index); it
+//     costs the full tensor's compute on every device).
+#include "core/status_macros.h"
+#include "partitioner/internal/context.h"
+#include "partitioner/sharding_util.h"
+
+namespace tessel::partitioner::internal {
+
+absl::StatusOr<PValue> HandleConstant(Context& ctx, const Node& node, const std::vector<PValue>&,
+                                      const Sharding&) {
+  Node* local = ctx.local().AddConstant(node.literal());
+  return PValue{local, Sharding::Replicate(), node.shape(), {}};
+}
+
+absl::StatusOr<PValue> HandleIota(Context& ctx, const Node& node, const std::vector<PValue>&,
+                                  const Sharding& target) {
+  Shape local_shape = LocalShape(node.shape(), target);
+  const int64_t dim = node.attrs().iota_dimension;
+  TESSEL_ASSIGN_OR_RETURN(Node * local, ctx.Add(Opcode::kIota, local_shape, {}, node.attrs()));
+  if (target.num_tiles(dim) > 1) {
+    TESSEL_ASSIGN_OR_RETURN(Node * offset, ctx.TileOffset(target, node.shape(), dim));
+    if (local_shape.dtype() != DType::kS32) {
+      TESSEL_ASSIGN_OR_RETURN(
+          offset, ctx.Add(Opcode::kConvert, Shape(local_shape.dtype(), {}), {offset}));
+    }
+    TESSEL_ASSIGN_OR_RETURN(Node * offsets, ctx.Add(Opcode::kBroadcast, local_shape, {offset}));
+    TESSEL_ASSIGN_OR_RETURN(local, ctx.Add(Opcode::kAdd, {local, offsets}));
+  }
+  return PValue{local, target, node.shape(), {}};
+}
+
+absl::StatusOr<PValue> HandleRng(Context& ctx, const Node& node,
+                                 const std::vector<PValue>& operands, const Sharding&) {
+  TESSEL_ASSIGN_OR_RETURN(Node * a, ctx.Reshard(operands[0], Sharding::Replicate()));
+  TESSEL_ASSIGN_OR_RETURN(Node * b, ctx.Reshard(operands[1], Sharding::Replicate()));
+  TESSEL_ASSIGN_OR_RETURN(Node * local, ctx.Add(Opcode::kRng, node.shape(), {a, b}, node.attrs()));
+  return PValue{local, Sharding::Replicate(), node.shape(), {}};
+}
+
+}  // namespace tessel::partitioner::internal

@@ -1,0 +1,65 @@
+// reduce: each device reduces its shard (padding along sharded reduced dims replaced by the
+// reduction's identity), then one all-reduce with the same computation combines the devices
+// along the sharded reduced dims. The result keeps the operand's tiling of the kept dims.
+#include <algorithm>
+#include <limits>
+
+#include "core/status_macros.h"
+#include "partitioner/internal/context.h"
+#include "partitioner/sharding_util.h"
+
+namespace tessel::partitioner::internal {
+
+namespace {
+
+double Identity(ReduceKind kind, DType dtype) {
+  switch (kind) {
+    case ReduceKind::kAdd:
+    case ReduceKind::kOr:
+      return 0;
+    case ReduceKind::kMultiply:
+    case ReduceKind::kAnd:
+      return 1;
+    case ReduceKind::kMaximum:
+      return IsFloating(dtype) ? -std::numeric_limits<double>::infinity()
+                               : std::numeric_limits<double>::lowest();
+    case ReduceKind::kMinimum:
+      return IsFloating(dtype) ? std::numeric_limits<double>::infinity()
+                               : std::numeric_limits<double>::max();
+  }
+  return 0;
+}
+
+}  // namespace
+
+absl::StatusOr<PValue> HandleReduce(Context& ctx, const Node& node,
+                                    const std::vector<PValue>& operands, const Sharding& target) {
+  const PValue& x = operands[0];
+  const Shape& in = x.global_shape;
+  const std::vector<int64_t>& reduced = node.attrs().dimensions;
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < in.rank(); ++d) {
+    if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) kept.push_back(d);
+  }
+  // Reduce in the layout the operand already has (no data moves before the local reduce);
+  // a partial-sum operand is completed first.
+  Sharding layout = x.sharding;
+  if (!IsPlainTiling(layout)) layout = Sharding::Replicate();
+  TESSEL_ASSIGN_OR_RETURN(Node * local, ctx.Reshard(x, layout));
+  std::vector<int64_t> sharded_reduced;
+  for (int64_t d : reduced) {
+    if (layout.num_tiles(d) > 1) sharded_reduced.push_back(d);
+  }
+  const ReduceKind kind = node.attrs().reduce_kind;
+  TESSEL_ASSIGN_OR_RETURN(local, ctx.MaskPadding(local, layout, in, sharded_reduced,
+                                                 Identity(kind, in.dtype())));
+  TESSEL_ASSIGN_OR_RETURN(Node * init, ctx.Reshard(operands[1], Sharding::Replicate()));
+  TESSEL_ASSIGN_OR_RETURN(Node * result, ctx.Add(Opcode::kReduce, {local, init}, node.attrs()));
+  if (!sharded_reduced.empty()) {
+    TESSEL_ASSIGN_OR_RETURN(result,
+                            ctx.AllReduce(result, GroupsAlongDims(layout, sharded_reduced), kind));
+  }
+  return PValue{result, Project(layout, kept), node.shape(), {}};
+}
+
+}  // namespace tessel::partitioner::internal

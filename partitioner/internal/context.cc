@@ -1,0 +1,187 @@
+#include "partitioner/internal/context.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "partitioner/sharding_util.h"
+
+namespace tessel::partitioner::internal {
+
+absl::StatusOr<Node*> Context::Add(Opcode opcode, std::vector<Node*> operands,
+                                   OpAttributes attrs) {
+  return local_.AddNode(opcode, std::move(operands), std::move(attrs));
+}
+
+absl::StatusOr<Node*> Context::Add(Opcode opcode, const Shape& shape, std::vector<Node*> operands,
+                                   OpAttributes attrs) {
+  return local_.AddNode(opcode, shape, std::move(operands), std::move(attrs));
+}
+
+Node* Context::ScalarConstant(DType dtype, double value) {
+  Literal lit(Shape(dtype, {}));
+  lit.SetFromDouble(0, value);
+  return local_.AddConstant(std::move(lit));
+}
+
+absl::StatusOr<Node*> Context::PartitionId() {
+  if (partition_id_ == nullptr) {
+    TESSEL_ASSIGN_OR_RETURN(partition_id_, Add(Opcode::kPartitionId, {}));
+  }
+  return partition_id_;
+}
+
+absl::StatusOr<Node*> Context::PerDeviceScalar(const std::vector<int64_t>& values) {
+  std::vector<int32_t> table(values.begin(), values.end());
+  Node* constant = local_.AddConstant(
+      Literal::FromVector<int32_t>({static_cast<int64_t>(table.size())}, table));
+  TESSEL_ASSIGN_OR_RETURN(Node * pid, PartitionId());
+  OpAttributes ds;
+  ds.dynamic_slice_sizes = {1};
+  TESSEL_ASSIGN_OR_RETURN(Node * one, Add(Opcode::kDynamicSlice, {constant, pid}, ds));
+  return Add(Opcode::kReshape, Shape(DType::kS32, {}), {one});
+}
+
+absl::StatusOr<Node*> Context::TileOffset(const Sharding& s, const Shape& global, int64_t dim) {
+  const int64_t tiles = s.num_tiles(dim);
+  const int64_t size = (global.dim(dim) + tiles - 1) / tiles;
+  std::vector<int64_t> offsets(num_devices_, 0);
+  for (int64_t device = 0; device < num_devices_; ++device) {
+    auto index = s.TileIndexOf(device);
+    offsets[device] = index ? (*index)[dim] * size : 0;
+  }
+  return PerDeviceScalar(offsets);
+}
+
+absl::StatusOr<Node*> Context::AllReduce(Node* local, std::vector<std::vector<int64_t>> groups,
+                                         ReduceKind kind) {
+  if (groups.empty() || groups[0].size() <= 1) return local;
+  OpAttributes attrs;
+  attrs.replica_groups = std::move(groups);
+  attrs.reduce_kind = kind;
+  return Add(Opcode::kAllReduce, {local}, std::move(attrs));
+}
+
+absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
+                                        const ReshardStep& step, const Shape& global) {
+  switch (step.kind) {
+    case ReshardStep::Kind::kAllReduce:
+      return AllReduce(local, step.groups,
+                       global.dtype() == DType::kPred ? ReduceKind::kOr : ReduceKind::kAdd);
+    case ReshardStep::Kind::kAllGather: {
+      OpAttributes attrs;
+      attrs.replica_groups = step.groups;
+      attrs.dimensions = {step.dim};
+      TESSEL_ASSIGN_OR_RETURN(Node * gathered, Add(Opcode::kAllGather, {local}, attrs));
+      if (gathered->shape().dim(step.dim) == global.dim(step.dim)) return gathered;
+      std::vector<int64_t> starts(global.rank(), 0);
+      std::vector<int64_t> limits = gathered->shape().dims();
+      limits[step.dim] = global.dim(step.dim);
+      OpAttributes slice;
+      for (int64_t d = 0; d < global.rank(); ++d) slice.slice.push_back({0, limits[d], 1});
+      return Add(Opcode::kSlice, {gathered}, slice);
+    }
+    case ReshardStep::Kind::kCollectivePermute: {
+      OpAttributes attrs;
+      attrs.source_target_pairs = step.pairs;
+      return Add(Opcode::kCollectivePermute, {local}, attrs);
+    }
+    case ReshardStep::Kind::kLocalSlice: {
+      const Sharding& target = step.target;
+      Shape local_target = LocalShape(global, target);
+      // Pad dims that are cut here so every device's window lies inside the buffer.
+      OpAttributes pad;
+      bool needs_pad = false;
+      std::vector<bool> cut(global.rank(), false);
+      for (int64_t d = 0; d < global.rank(); ++d) {
+        cut[d] = local->shape().dim(d) != local_target.dim(d);
+        int64_t high = 0;
+        if (cut[d]) {
+          high = target.num_tiles(d) * local_target.dim(d) - local->shape().dim(d);
+          needs_pad = needs_pad || high > 0;
+        }
+        pad.padding.push_back(PadDim{0, high, 0});
+      }
+      if (needs_pad) {
+        Node* zero = ScalarConstant(global.dtype(), 0);
+        TESSEL_ASSIGN_OR_RETURN(local, Add(Opcode::kPad, {local, zero}, pad));
+      }
+      std::vector<Node*> operands = {local};
+      Node* zero_index = nullptr;
+      for (int64_t d = 0; d < global.rank(); ++d) {
+        if (cut[d]) {
+          TESSEL_ASSIGN_OR_RETURN(Node * offset, TileOffset(target, global, d));
+          operands.push_back(offset);
+        } else {
+          if (zero_index == nullptr) zero_index = ScalarConstant(DType::kS32, 0);
+          operands.push_back(zero_index);
+        }
+      }
+      if (global.rank() == 0) return local;
+      OpAttributes ds;
+      ds.dynamic_slice_sizes = local_target.dims();
+      return Add(Opcode::kDynamicSlice, operands, ds);
+    }
+  }
+  return absl::InternalError("unknown reshard step");
+}
+
+absl::StatusOr<PValue> Context::ReshardValue(const PValue& value, const Sharding& to) {
+  TESSEL_ASSIGN_OR_RETURN(ReshardPlan plan,
+                          PlanReshard(value.sharding, to, value.global_shape, num_devices_));
+  Node* local = value.local;
+  Sharding current = value.sharding;
+  for (const ReshardStep& step : plan.steps) {
+    TESSEL_ASSIGN_OR_RETURN(local, EmitStep(local, current, step, value.global_shape));
+    current = step.after;
+  }
+  PValue out;
+  out.local = local;
+  out.sharding = plan.steps.empty() ? value.sharding : current;
+  out.global_shape = value.global_shape;
+  return out;
+}
+
+absl::StatusOr<Node*> Context::Reshard(const PValue& value, const Sharding& to) {
+  TESSEL_ASSIGN_OR_RETURN(PValue out, ReshardValue(value, to));
+  return out.local;
+}
+
+absl::StatusOr<int64_t> Context::ReshardBytes(const PValue& value, const Sharding& to) {
+  TESSEL_ASSIGN_OR_RETURN(ReshardPlan plan,
+                          PlanReshard(value.sharding, to, value.global_shape, num_devices_));
+  return plan.bytes_per_device;
+}
+
+absl::StatusOr<Node*> Context::MaskPadding(Node* local, const Sharding& s, const Shape& global,
+                                           const std::vector<int64_t>& dims, double fill) {
+  Node* valid = nullptr;
+  const Shape& local_shape = local->shape();
+  Shape index_shape(DType::kS32, local_shape.dims());
+  for (int64_t d : dims) {
+    int64_t tiles = s.num_tiles(d);
+    if (tiles <= 1 || global.dim(d) % tiles == 0) continue;
+    OpAttributes iota;
+    iota.iota_dimension = d;
+    TESSEL_ASSIGN_OR_RETURN(Node * index, Add(Opcode::kIota, index_shape, {}, iota));
+    TESSEL_ASSIGN_OR_RETURN(Node * offset, TileOffset(s, global, d));
+    TESSEL_ASSIGN_OR_RETURN(Node * offsets, Add(Opcode::kBroadcast, index_shape, {offset}));
+    TESSEL_ASSIGN_OR_RETURN(Node * global_index, Add(Opcode::kAdd, {index, offsets}));
+    TESSEL_ASSIGN_OR_RETURN(
+        Node * limit,
+        Add(Opcode::kBroadcast, index_shape, {ScalarConstant(DType::kS32, global.dim(d))}));
+    OpAttributes lt;
+    lt.comparison_direction = ComparisonDirection::kLt;
+    TESSEL_ASSIGN_OR_RETURN(Node * in_range, Add(Opcode::kCompare, {global_index, limit}, lt));
+    if (valid == nullptr) {
+      valid = in_range;
+    } else {
+      TESSEL_ASSIGN_OR_RETURN(valid, Add(Opcode::kAnd, {valid, in_range}));
+    }
+  }
+  if (valid == nullptr) return local;
+  TESSEL_ASSIGN_OR_RETURN(
+      Node * filler,
+      Add(Opcode::kBroadcast, local_shape, {ScalarConstant(local_shape.dtype(), fill)}));
+  return Add(Opcode::kSelect, {valid, local, filler});
+}
+
+}  // namespace tessel::partitioner::internal

@@ -1,0 +1,100 @@
+// The partitioner's working state (internal): the local graph being built, the partitioned value
+// of each global node, and helpers that emit collectives and per-device lookups.
+#ifndef TESSEL_PARTITIONER_INTERNAL_CONTEXT_H_
+#define TESSEL_PARTITIONER_INTERNAL_CONTEXT_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/graph.h"
+#include "partitioner/reshard.h"
+#include "spmd/sharding.h"
+
+namespace tessel::partitioner::internal {
+
+using spmd::Sharding;
+
+// A partitioned value: the local node and the sharding relating it to the global value.
+struct PValue {
+  Node* local = nullptr;
+  Sharding sharding;
+  Shape global_shape;
+  // For tuple values: the elements.
+  std::vector<PValue> elements;
+};
+
+class Context {
+ public:
+  Context(Graph& local, int64_t num_devices) : local_(local), num_devices_(num_devices) {}
+
+  Graph& local() { return local_; }
+  int64_t num_devices() const { return num_devices_; }
+
+  // Adds a local node, shape inferred (or checked against `shape`).
+  absl::StatusOr<Node*> Add(Opcode opcode, std::vector<Node*> operands, OpAttributes attrs = {});
+  absl::StatusOr<Node*> Add(Opcode opcode, const Shape& shape, std::vector<Node*> operands,
+                            OpAttributes attrs = {});
+  Node* ScalarConstant(DType dtype, double value);
+
+  // s32[] holding values[device] on each device (constant table indexed by partition-id).
+  absl::StatusOr<Node*> PerDeviceScalar(const std::vector<int64_t>& values);
+  // The element offset of this device's tile along `dim` under `s`: tile_index * ceil(dim/tiles).
+  absl::StatusOr<Node*> TileOffset(const Sharding& s, const Shape& global, int64_t dim);
+
+  // Moves `value` to sharding `to` (PlanReshard, then emits its steps).
+  absl::StatusOr<Node*> Reshard(const PValue& value, const Sharding& to);
+  absl::StatusOr<PValue> ReshardValue(const PValue& value, const Sharding& to);
+  // Bytes each device would receive for that reshard.
+  absl::StatusOr<int64_t> ReshardBytes(const PValue& value, const Sharding& to);
+
+  // Replaces the padding of `local` (a value of `global` under `s`) along `dims` by `fill`, so
+  // reductions and dots over those dims ignore it. Dims that divide evenly are left alone.
+  absl::StatusOr<Node*> MaskPadding(Node* local, const Sharding& s, const Shape& global,
+                                    const std::vector<int64_t>& dims, double fill);
+
+  // all-reduce of `local` over `groups`.
+  absl::StatusOr<Node*> AllReduce(Node* local, std::vector<std::vector<int64_t>> groups,
+                                  ReduceKind kind);
+
+ private:
+  absl::StatusOr<Node*> EmitStep(Node* local, const Sharding& before, const ReshardStep& step,
+                                 const Shape& global);
+  absl::StatusOr<Node*> PartitionId();
+
+  Graph& local_;
+  int64_t num_devices_;
+  Node* partition_id_ = nullptr;
+};
+
+// Op-family rules. Each returns the partitioned result, in any sharding; the driver reshards it
+// to the node's target sharding. `target` is the propagated sharding of `node`.
+using Handler = absl::StatusOr<PValue> (*)(Context& ctx, const Node& node,
+                                           const std::vector<PValue>& operands,
+                                           const Sharding& target);
+
+absl::StatusOr<PValue> HandleElementwise(Context&, const Node&, const std::vector<PValue>&,
+                                         const Sharding&);
+absl::StatusOr<PValue> HandleBroadcast(Context&, const Node&, const std::vector<PValue>&,
+                                       const Sharding&);
+absl::StatusOr<PValue> HandleTranspose(Context&, const Node&, const std::vector<PValue>&,
+                                       const Sharding&);
+absl::StatusOr<PValue> HandleReshape(Context&, const Node&, const std::vector<PValue>&,
+                                     const Sharding&);
+absl::StatusOr<PValue> HandleDataMovement(Context&, const Node&, const std::vector<PValue>&,
+                                          const Sharding&);
+absl::StatusOr<PValue> HandleReduce(Context&, const Node&, const std::vector<PValue>&,
+                                    const Sharding&);
+absl::StatusOr<PValue> HandleDot(Context&, const Node&, const std::vector<PValue>&,
+                                 const Sharding&);
+absl::StatusOr<PValue> HandleConstant(Context&, const Node&, const std::vector<PValue>&,
+                                      const Sharding&);
+absl::StatusOr<PValue> HandleIota(Context&, const Node&, const std::vector<PValue>&,
+                                  const Sharding&);
+absl::StatusOr<PValue> HandleRng(Context&, const Node&, const std::vector<PValue>&,
+                                 const Sharding&);
+
+}  // namespace tessel::partitioner::internal
+
+#endif  // TESSEL_PARTITIONER_INTERNAL_CONTEXT_H_

@@ -1,0 +1,146 @@
+#include "partitioner/partitioner.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "partitioner/internal/context.h"
+#include "partitioner/propagation.h"
+#include "partitioner/sharding_util.h"
+
+namespace tessel::partitioner {
+
+namespace {
+
+using internal::Context;
+using internal::PValue;
+using spmd::Sharding;
+
+absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
+                                     const std::vector<PValue>& operands, const Sharding& target,
+                                     SpmdProgram& program) {
+  const Opcode op = node.opcode();
+  if (IsElementwise(op)) return internal::HandleElementwise(ctx, node, operands, target);
+  switch (op) {
+    case Opcode::kParameter: {
+      if (node.shape().is_tuple()) break;
+      OpAttributes attrs = node.attrs();
+      TESSEL_ASSIGN_OR_RETURN(
+          Node * local, ctx.local().AddParameter(attrs.parameter_number,
+                                                 LocalShape(node.shape(), target), node.name()));
+      local->set_sharding(target.ToString());
+      int64_t number = attrs.parameter_number;
+      if (static_cast<int64_t>(program.parameters.size()) <= number) {
+        program.parameters.resize(number + 1);
+      }
+      program.parameters[number] = ShardedValue{node.shape(), target};
+      return PValue{local, target, node.shape(), {}};
+    }
+    case Opcode::kConstant:
+      return internal::HandleConstant(ctx, node, operands, target);
+    case Opcode::kIota:
+      return internal::HandleIota(ctx, node, operands, target);
+    case Opcode::kRng:
+      return internal::HandleRng(ctx, node, operands, target);
+    case Opcode::kBroadcast:
+      return internal::HandleBroadcast(ctx, node, operands, target);
+    case Opcode::kTranspose:
+      return internal::HandleTranspose(ctx, node, operands, target);
+    case Opcode::kReshape:
+      return internal::HandleReshape(ctx, node, operands, target);
+    case Opcode::kSlice:
+    case Opcode::kPad:
+    case Opcode::kConcatenate:
+    case Opcode::kDynamicSlice:
+    case Opcode::kDynamicUpdateSlice:
+      return internal::HandleDataMovement(ctx, node, operands, target);
+    case Opcode::kReduce:
+      return internal::HandleReduce(ctx, node, operands, target);
+    case Opcode::kDot:
+      return internal::HandleDot(ctx, node, operands, target);
+    case Opcode::kTuple: {
+      PValue tuple;
+      tuple.global_shape = node.shape();
+      tuple.sharding = target;
+      tuple.elements = operands;
+      return tuple;
+    }
+    case Opcode::kGetTupleElement:
+      if (operands[0].elements.empty()) break;
+      return operands[0].elements[node.attrs().tuple_index];
+    default:
+      break;
+  }
+  return absl::UnimplementedError(absl::StrCat("%", node.name(), ": no partitioning rule for ",
+                                               OpcodeName(op), " ", node.shape().ToString()));
+}
+
+}  // namespace
+
+absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices) {
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Sharding> shardings, ComputeShardings(graph, num_devices));
+  SpmdProgram program;
+  program.num_devices = num_devices;
+  program.program = std::make_unique<Graph>(graph.name() + ".spmd");
+  Context ctx(*program.program, num_devices);
+  absl::flat_hash_map<const Node*, PValue> values;
+  for (int64_t i = 0; i < graph.num_nodes(); ++i) {
+    const Node* node = graph.nodes()[i];
+    if (IsCollective(node->opcode()) || node->opcode() == Opcode::kPartitionId) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "%", node->name(), ": the graph is already partitioned (", OpcodeName(node->opcode()),
+          ")"));
+    }
+    std::vector<PValue> operands;
+    for (const Node* operand : node->operands()) operands.push_back(values.at(operand));
+    const Sharding& target = shardings[i];
+    absl::StatusOr<PValue> result = PartitionNode(ctx, *node, operands, target, program);
+    if (!result.ok()) {
+      if (absl::StrContains(result.status().message(), "%")) return result.status();
+      return absl::Status(result.status().code(),
+                          absl::StrCat("%", node->name(), ": ", result.status().message()));
+    }
+    if (node->shape().is_tuple()) {
+      values[node] = *std::move(result);
+      continue;
+    }
+    absl::StatusOr<PValue> moved = ctx.ReshardValue(*result, target);
+    if (!moved.ok()) {
+      return absl::Status(moved.status().code(),
+                          absl::StrCat("%", node->name(), ": ", moved.status().message()));
+    }
+    values[node] = *std::move(moved);
+  }
+  const Node* root = graph.root();
+  if (root == nullptr) return absl::InvalidArgumentError("the graph has no root");
+  const PValue& out = values.at(root);
+  if (root->shape().is_tuple()) {
+    std::vector<Node*> elements;
+    for (const PValue& e : out.elements) {
+      if (e.local == nullptr) {
+        return absl::UnimplementedError("nested tuple outputs are not supported");
+      }
+      elements.push_back(e.local);
+      program.outputs.push_back(ShardedValue{e.global_shape, e.sharding});
+    }
+    TESSEL_ASSIGN_OR_RETURN(Node * tuple, ctx.Add(Opcode::kTuple, std::move(elements)));
+    program.program->set_root(tuple);
+  } else {
+    program.program->set_root(out.local);
+    program.outputs.push_back(ShardedValue{out.global_shape, out.sharding});
+  }
+  return program;
+}
+
+std::map<std::string, CollectiveCount> CountCollectives(const Graph& program) {
+  std::map<std::string, CollectiveCount> counts;
+  for (const Node* node : program.nodes()) {
+    if (!IsCollective(node->opcode())) continue;
+    CollectiveCount& c = counts[OpcodeName(node->opcode())];
+    ++c.count;
+    c.result_bytes += node->shape().byte_size();
+  }
+  return counts;
+}
+
+}  // namespace tessel::partitioner

@@ -1,0 +1,45 @@
+// Sharding propagation: gives every node of a graph a sharding from the user's annotations.
+//
+//   // %x annotated {devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}, %w1 {devices=[1,2,2]...}
+//   TESSEL_RETURN_IF_ERROR(PropagateShardings(graph, /*num_devices=*/4));
+//   // every node now has sharding() set, e.g. the dot gets {devices=[2,2]0,1,2,3}
+//
+// Algorithm (after XLA's ShardingPropagation, simplified and documented in docs/partitioner.md):
+//   1. Annotated nodes keep their sharding: user annotations are never overridden.
+//   2. A forward pass in program order gives each unsharded node the merge of what its operands
+//      imply (elementwise: the operands' shardings; broadcast: embedded; transpose: permuted;
+//      reshape: through dims that survive; reduce: the kept dims; dot: batch and lhs dims from the
+//      lhs merged with rhs dims from the rhs; slice / pad / concatenate / dynamic-slice /
+//      dynamic-update-slice: the operand with the changed dims replicated).
+//   3. A backward pass in reverse order gives each still unsharded node what its users imply.
+//   4. Steps 2-3 repeat until nothing changes; what is left is {replicated}.
+// Merging (MergeShardings) combines tilings of different dims when every device keeps a
+// consistent position; when operands disagree, the first operand with the most tiles wins.
+// A node gets its sharding once: the pass that reaches it first decides, so results are
+// deterministic and identical on every host.
+#ifndef TESSEL_PARTITIONER_PROPAGATION_H_
+#define TESSEL_PARTITIONER_PROPAGATION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/graph.h"
+#include "spmd/sharding.h"
+
+namespace tessel::partitioner {
+
+// The sharding of every node of `graph`, indexed like graph.nodes(). Tuple-shaped nodes get a
+// tuple sharding.
+// Errors: kInvalidArgument naming the instruction when an annotation does not parse, does not
+// fit the node's shape, or names a device outside 0..num_devices-1 or misses one (a sharding on
+// the wrong mesh); kUnimplemented for manual shardings.
+[[nodiscard]] absl::StatusOr<std::vector<spmd::Sharding>> ComputeShardings(const Graph& graph,
+                                                                          int64_t num_devices);
+
+// Runs ComputeShardings and writes each result into the node's sharding() text.
+[[nodiscard]] absl::Status PropagateShardings(Graph& graph, int64_t num_devices);
+
+}  // namespace tessel::partitioner
+
+#endif  // TESSEL_PARTITIONER_PROPAGATION_H_

@@ -1,0 +1,172 @@
+#include "partitioner/sharding_util.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/status_macros.h"
+
+namespace tessel::partitioner {
+
+namespace {
+
+// The tile assignment of a plain tiling with an explicit trailing replication dim (size 1 when
+// there is none).
+DeviceArray WithReplicationDim(const Sharding& s) {
+  const DeviceArray& ta = s.tile_assignment();
+  std::vector<int64_t> dims = ta.dims();
+  if (s.NumSubgroupDims() == 0) dims.push_back(1);
+  return ta.Reshape(dims);
+}
+
+}  // namespace
+
+bool IsPlainTiling(const Sharding& s) {
+  if (s.IsReplicated() && !s.IsTuple()) return true;
+  if (!s.IsTiled()) return false;
+  if (s.ReplicateOnLastTileDim()) return true;
+  for (spmd::SubgroupType t : s.subgroup_types()) {
+    if (t != spmd::SubgroupType::kReplicated) return false;
+  }
+  return true;
+}
+
+Sharding Project(const Sharding& s, const std::vector<int64_t>& dims) {
+  if (!s.IsTiled()) return s;
+  TESSEL_CHECK(IsPlainTiling(s));
+  const int64_t rank = s.TiledDataRank();
+  DeviceArray ta = WithReplicationDim(s);
+  std::vector<int64_t> perm = dims;
+  int64_t moved = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) {
+      perm.push_back(d);
+      moved *= ta.dim(d);
+    }
+  }
+  perm.push_back(rank);
+  DeviceArray transposed = ta.Transpose(perm);
+  std::vector<int64_t> new_dims;
+  for (int64_t d : dims) new_dims.push_back(ta.dim(d));
+  new_dims.push_back(moved * ta.dim(rank));
+  return Sharding::PartialTile(transposed.Reshape(new_dims));
+}
+
+Sharding Embed(const Sharding& s, int64_t rank, const std::vector<int64_t>& positions) {
+  if (!s.IsTiled()) return s;
+  TESSEL_CHECK(IsPlainTiling(s));
+  DeviceArray ta = WithReplicationDim(s);
+  const int64_t r = static_cast<int64_t>(positions.size());
+  // Order s's dims by their target position, then insert the dims of size 1.
+  std::vector<int64_t> order(r);
+  for (int64_t i = 0; i < r; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return positions[a] < positions[b]; });
+  std::vector<int64_t> perm = order;
+  perm.push_back(r);
+  DeviceArray transposed = ta.Transpose(perm);
+  std::vector<int64_t> new_dims(rank, 1);
+  for (int64_t i = 0; i < r; ++i) new_dims[positions[i]] = ta.dim(i);
+  new_dims.push_back(ta.dim(r));
+  return Sharding::PartialTile(transposed.Reshape(new_dims));
+}
+
+Sharding PartiallyReplicate(const Sharding& s, int64_t rank, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) kept.push_back(d);
+  }
+  return Embed(Project(s, kept), rank, kept);
+}
+
+Sharding TransposeSharding(const Sharding& s, const std::vector<int64_t>& perm) {
+  if (!s.IsTiled()) return s;
+  std::vector<int64_t> full = perm;
+  for (int64_t d = s.TiledDataRank(); d < s.tile_assignment().rank(); ++d) full.push_back(d);
+  DeviceArray ta = s.tile_assignment().Transpose(full);
+  if (s.NumSubgroupDims() == 0) return Sharding::Tile(ta);
+  if (s.ReplicateOnLastTileDim()) return Sharding::PartialTile(ta);
+  return Sharding::Subgroup(ta, s.subgroup_types());
+}
+
+std::optional<Sharding> MergeShardings(const Sharding& a, const Sharding& b, int64_t rank,
+                                       int64_t num_devices) {
+  if (!IsPlainTiling(a) || !IsPlainTiling(b)) return std::nullopt;
+  if (!a.IsTiled()) return b;
+  if (!b.IsTiled()) return a;
+  if (a == b) return a;
+  std::vector<int64_t> tiles(rank, 1);
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t ta = a.num_tiles(d), tb = b.num_tiles(d);
+    if (ta > 1 && tb > 1 && ta != tb) return std::nullopt;
+    tiles[d] = std::max(ta, tb);
+  }
+  std::map<std::vector<int64_t>, std::vector<int64_t>> by_index;
+  for (int64_t device = 0; device < num_devices; ++device) {
+    auto ia = a.TileIndexOf(device), ib = b.TileIndexOf(device);
+    if (!ia || !ib) return std::nullopt;
+    std::vector<int64_t> index(rank);
+    for (int64_t d = 0; d < rank; ++d) {
+      bool in_a = a.num_tiles(d) > 1, in_b = b.num_tiles(d) > 1;
+      if (in_a && in_b && (*ia)[d] != (*ib)[d]) return std::nullopt;
+      index[d] = in_a ? (*ia)[d] : (in_b ? (*ib)[d] : 0);
+    }
+    by_index[index].push_back(device);
+  }
+  int64_t num_tiles = 1;
+  for (int64_t t : tiles) num_tiles *= t;
+  if (static_cast<int64_t>(by_index.size()) != num_tiles) return std::nullopt;
+  size_t replicas = by_index.begin()->second.size();
+  std::vector<int64_t> ids;
+  for (const auto& [index, devices] : by_index) {  // std::map iterates in row-major order
+    if (devices.size() != replicas) return std::nullopt;
+    ids.insert(ids.end(), devices.begin(), devices.end());
+  }
+  std::vector<int64_t> dims = tiles;
+  dims.push_back(static_cast<int64_t>(replicas));
+  return Sharding::PartialTile(DeviceArray(dims, ids));
+}
+
+std::vector<std::vector<int64_t>> GroupsAlongDims(const Sharding& s,
+                                                  const std::vector<int64_t>& dims) {
+  const DeviceArray& ta = s.tile_assignment();
+  std::vector<int64_t> perm;
+  int64_t inner = 1;
+  for (int64_t d = 0; d < ta.rank(); ++d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) perm.push_back(d);
+  }
+  for (int64_t d : dims) {
+    perm.push_back(d);
+    inner *= ta.dim(d);
+  }
+  DeviceArray transposed = ta.Transpose(perm);
+  const std::vector<int64_t>& ids = transposed.device_ids();
+  std::vector<std::vector<int64_t>> groups;
+  for (size_t start = 0; start < ids.size(); start += inner) {
+    groups.emplace_back(ids.begin() + start, ids.begin() + start + inner);
+  }
+  return groups;
+}
+
+Shape LocalShape(const Shape& global, const Sharding& s) {
+  if (!s.IsTiled()) return global;
+  std::vector<int64_t> dims = global.dims();
+  for (int64_t d = 0; d < global.rank(); ++d) {
+    int64_t t = s.num_tiles(d);
+    dims[d] = (dims[d] + t - 1) / t;
+  }
+  return Shape(global.dtype(), std::move(dims));
+}
+
+bool CoversAllDevices(const Sharding& s, int64_t num_devices) {
+  if (s.IsReplicated() || s.IsMaximal() || s.IsUnreduced()) return true;
+  if (!s.IsTiled()) return false;
+  std::vector<int64_t> ids = s.device_list();
+  std::sort(ids.begin(), ids.end());
+  if (static_cast<int64_t>(ids.size()) != num_devices) return false;
+  for (int64_t i = 0; i < num_devices; ++i) {
+    if (ids[i] != i) return false;
+  }
+  return true;
+}
+
+}  // namespace tessel::partitioner

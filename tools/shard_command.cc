@@ -1,0 +1,197 @@
+// `tessel shard`: what a partition spec means. Builds a Mesh, translates the spec as
+// mark_sharding does, and prints the XLA sharding string, a table of which devices hold which
+// block, and per device its global index ranges, padded local shape and replica id
+// (docs/sharding.md).
+//
+//   $ tessel shard --mesh-shape 2,4 --axis-names x,y --shape 8,10 --spec "x,None"
+//   $ tessel shard --mesh-shape 1,2,4 --axis-names r,b,m --shape 8,8 --spec "None,(r,m)" --json
+//
+// JSON: {"sharding": "...", "shards": [{"device": 0, "index": [[0,4],[0,10]],
+// "local_shape": [4,10], "replica_id": 0}, ...]} with one entry per device, ascending.
+// Exit codes (tools/command.h): 0 printed; 2 bad arguments (one line on stderr:
+// `tessel shard: ...`), including specs that do not fit the mesh or the shape.
+#include <cctype>
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/shape.h"
+#include "nlohmann/json.hpp"
+#include "spmd/mesh.h"
+#include "spmd/partition_spec.h"
+#include "spmd/sharded_tensor.h"
+#include "spmd/sharding.h"
+#include "spmd/visualize.h"
+#include "tools/command.h"
+
+namespace tessel::tools {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+struct ShardOptions {
+  std::string mesh_shape;
+  std::string device_ids;
+  std::string axis_names;
+  std::string shape;
+  std::string spec;
+  bool spec_given = false;
+  bool json_output = false;
+};
+
+int Usage(const std::string& message) {
+  std::cerr << "tessel shard: " << message << "\n";
+  return kExitUsage;
+}
+
+std::string Trim(absl::string_view piece) {
+  std::string s(piece);
+  s.erase(0, s.find_first_not_of(' '));
+  s.erase(s.find_last_not_of(' ') + 1);
+  return s;
+}
+
+// "8,10" -> {8, 10}; spaces allowed; an empty text is an empty list.
+absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& text, const std::string& flag) {
+  std::vector<int64_t> values;
+  if (text.find_first_not_of(' ') == std::string::npos) return values;
+  for (absl::string_view piece : absl::StrSplit(text, ',')) {
+    std::string s = Trim(piece);
+    size_t digits = (!s.empty() && s[0] == '-') ? 1 : 0;
+    bool ok = s.size() > digits && s.size() <= 15;
+    for (size_t i = digits; ok && i < s.size(); ++i) {
+      ok = std::isdigit(static_cast<unsigned char>(s[i]));
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": expected comma-separated integers, got \"", text, "\""));
+    }
+    values.push_back(std::stoll(s));
+  }
+  return values;
+}
+
+std::vector<std::string> ParseNames(const std::string& text) {
+  std::vector<std::string> names;
+  if (text.find_first_not_of(' ') == std::string::npos) return names;
+  for (absl::string_view piece : absl::StrSplit(text, ',')) names.push_back(Trim(piece));
+  return names;
+}
+
+std::string RangeText(const spmd::Shard& shard) {
+  std::vector<std::string> parts;
+  for (const auto& [start, limit] : shard.index) parts.push_back(absl::StrCat(start, ":", limit));
+  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+int RunShard(const ShardOptions& options) {
+  if (options.mesh_shape.empty()) return Usage("--mesh-shape is required");
+  if (!options.spec_given) return Usage("--spec is required (e.g. --spec \"x,None\")");
+  absl::StatusOr<std::vector<int64_t>> mesh_shape = ParseInts(options.mesh_shape, "--mesh-shape");
+  if (!mesh_shape.ok()) return Usage(std::string(mesh_shape.status().message()));
+  absl::StatusOr<std::vector<int64_t>> ids = ParseInts(options.device_ids, "--device-ids");
+  if (!ids.ok()) return Usage(std::string(ids.status().message()));
+  absl::StatusOr<std::vector<int64_t>> dims = ParseInts(options.shape, "--shape");
+  if (!dims.ok()) return Usage(std::string(dims.status().message()));
+  for (int64_t d : *dims) {
+    if (d < 0) return Usage(absl::StrCat("--shape: negative dim ", d));
+  }
+  if (ids->empty()) {
+    int64_t size = 1;
+    bool small = true;
+    for (int64_t d : *mesh_shape) {
+      if (d > 0 && small) size *= d;
+      small = small && size <= (int64_t{1} << 24);
+    }
+    for (int64_t i = 0; small && i < size; ++i) ids->push_back(i);
+  }
+  absl::StatusOr<spmd::Mesh> mesh =
+      spmd::Mesh::Create(*ids, *mesh_shape, ParseNames(options.axis_names));
+  if (!mesh.ok()) return Usage(std::string(mesh.status().message()));
+  absl::StatusOr<spmd::PartitionSpec> spec = spmd::PartitionSpec::Parse(options.spec);
+  if (!spec.ok()) return Usage(std::string(spec.status().message()));
+  const Shape shape(DType::kF32, *dims);
+  absl::StatusOr<spmd::Sharding> sharding =
+      spmd::ShardingFromPartitionSpec(*mesh, shape.rank(), *spec);
+  if (!sharding.ok()) return Usage(std::string(sharding.status().message()));
+  absl::StatusOr<spmd::ShardedTensor> tensor =
+      spmd::ShardedTensor::Create(shape, *sharding, mesh->size());
+  if (!tensor.ok()) return Usage(std::string(tensor.status().message()));
+
+  if (options.json_output) {
+    json shards = json::array();
+    for (const spmd::Shard& shard : tensor->shards()) {
+      json index = json::array();
+      for (const auto& [start, limit] : shard.index) index.push_back({start, limit});
+      shards.push_back({{"device", shard.device_id},
+                        {"index", index},
+                        {"local_shape", tensor->local_shape().dims()},
+                        {"replica_id", shard.replica_id}});
+    }
+    json out;
+    out["sharding"] = sharding->ToString();
+    out["shards"] = shards;
+    std::cout << out.dump() << "\n";
+    return 0;
+  }
+
+  std::cout << "mesh: " << mesh->ToString() << "\n";
+  std::cout << "partition_spec: (" << spec->ToString() << ") on shape ["
+            << absl::StrJoin(*dims, ",") << "]\n";
+  std::cout << "sharding: " << sharding->ToString() << "\n";
+  absl::StatusOr<std::string> table = spmd::VisualizeSharding(shape, *sharding, mesh->size());
+  if (table.ok()) {
+    std::cout << *table;
+  } else {
+    std::cout << "(no table: " << table.status().message() << ")\n";
+  }
+  const std::string local =
+      absl::StrCat("[", absl::StrJoin(tensor->local_shape().dims(), ","), "]");
+  size_t index_width = 5;
+  for (const spmd::Shard& shard : tensor->shards()) {
+    index_width = std::max(index_width, RangeText(shard).size());
+  }
+  std::cout << absl::StrFormat("%-6s  %-*s  %-11s  %s\n", "device", index_width, "index",
+                               "local_shape", "replica_id");
+  for (const spmd::Shard& shard : tensor->shards()) {
+    std::cout << absl::StrFormat("%-6d  %-*s  %-11s  %d\n", shard.device_id, index_width,
+                                 RangeText(shard), local, shard.replica_id);
+  }
+  return 0;
+}
+
+}  // namespace
+
+CommandFn AddShardCommand(CLI::App& app) {
+  auto options = std::make_shared<ShardOptions>();
+  CLI::App* command = app.add_subcommand(
+      "shard", "Show the sharding a partition spec gives a tensor on a mesh (mark_sharding)");
+  command->add_option("--mesh-shape", options->mesh_shape, "mesh shape, e.g. 2,4")->required();
+  command->add_option("--device-ids", options->device_ids,
+                      "the raveled device ids of the mesh (default 0,1,...,n-1)");
+  command->add_option("--axis-names", options->axis_names, "one name per mesh axis, e.g. x,y");
+  command->add_option("--shape", options->shape, "global tensor shape, e.g. 8,10 (\"\" for 0-d)")
+      ->required();
+  command
+      ->add_option_function<std::string>(
+          "--spec",
+          [options](const std::string& spec) {
+            options->spec = spec;
+            options->spec_given = true;
+          },
+          "partition spec, one entry per dim: axis index, axis name, None, or a tuple (x,y); "
+          "e.g. \"x,None\" or \"None,(r,m)\"")
+      ->required();
+  command->add_flag("--json", options->json_output, "print one JSON object instead of text");
+  return [options]() { return RunShard(*options); };
+}
+
+}  // namespace tessel::tools
