@@ -1,0 +1,373 @@
+#include "transport/inproc_transport.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "transport/testing/collective_checks.h"
+
+namespace tessel::transport {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Runs fn(device_id) on one thread per device of the job; returns the statuses by device.
+std::vector<absl::Status> RunDevices(InProcTransport& job,
+                                     const std::function<absl::Status(int64_t)>& fn) {
+  const int64_t n = job.host(0).device_map().num_devices();
+  std::vector<absl::Status> statuses(n);
+  std::vector<std::thread> threads;
+  for (int64_t d = 0; d < n; ++d) {
+    threads.emplace_back([&, d] { statuses[d] = fn(d); });
+  }
+  for (auto& t : threads) t.join();
+  return statuses;
+}
+
+void ExpectAllOk(const std::vector<absl::Status>& statuses) {
+  for (size_t d = 0; d < statuses.size(); ++d) {
+    EXPECT_TRUE(statuses[d].ok()) << "device " << d << ": " << statuses[d];
+  }
+}
+
+std::unique_ptr<InProcTransport> MakeJob(int64_t hosts, const DeviceMap& map,
+                                         CommunicatorOptions options = {}) {
+  auto job = InProcTransport::Create(hosts, map, options);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return std::move(job).value();
+}
+
+void RunChecks(int64_t hosts, const DeviceMap& map, const CommunicatorOptions& options,
+               const testing::CheckOptions& checks) {
+  SCOPED_TRACE(absl::StrCat(hosts, " hosts, ", map.num_devices(), " devices"));
+  auto job = MakeJob(hosts, map, options);
+  ExpectAllOk(RunDevices(*job, [&](int64_t d) {
+    return testing::RunCollectiveChecks(job->host_of_device(d), d, checks);
+  }));
+  for (int64_t h = 0; h < hosts; ++h) EXPECT_TRUE(job->host(h).health().ok());
+}
+
+// Small buffers: recursive doubling, direct sends and binomial trees.
+TEST(InProcTransportTest, EveryCollectiveSmallPath) {
+  for (int64_t hosts : {2, 3, 4, 8}) {
+    RunChecks(hosts, DeviceMap::Uniform(hosts, 1), CommunicatorOptions{}, testing::CheckOptions{});
+  }
+}
+
+// Every size takes the ring / chain, cut into segments of 24 bytes, so the pipelined paths run
+// with uneven chunk and segment sizes.
+TEST(InProcTransportTest, EveryCollectiveRingPathWithSegments) {
+  CommunicatorOptions options;
+  options.small_message_bytes = 0;
+  options.pipeline_chunk_bytes = 24;
+  testing::CheckOptions checks;
+  checks.counts = {1, -1, 37};
+  for (int64_t hosts : {2, 3, 4, 8}) {
+    RunChecks(hosts, DeviceMap::Uniform(hosts, 1), options, checks);
+  }
+}
+
+TEST(InProcTransportTest, SeveralDevicesPerHost) {
+  testing::CheckOptions checks;
+  checks.counts = {-1, 300};
+  RunChecks(2, DeviceMap::Uniform(2, 4), CommunicatorOptions{}, checks);
+  CommunicatorOptions ring;
+  ring.small_message_bytes = 0;
+  ring.pipeline_chunk_bytes = 64;
+  RunChecks(3, DeviceMap::Uniform(3, 2), ring, checks);
+}
+
+// Two slices of two hosts of two devices: groups spanning both slices take the hierarchical
+// all-reduce (the checks' full group and the 2x4 mesh's columns).
+TEST(InProcTransportTest, HierarchicalAllReduceOnTwoSlices) {
+  testing::CheckOptions checks;
+  checks.counts = {-1, 300};
+  RunChecks(4, DeviceMap::Uniform(4, 2, 2), CommunicatorOptions{}, checks);
+  CommunicatorOptions ring;
+  ring.small_message_bytes = 0;
+  ring.pipeline_chunk_bytes = 40;
+  RunChecks(4, DeviceMap::Uniform(4, 2, 2), ring, checks);
+}
+
+// Random floats: every participant gets the same bits, and the ring result equals the
+// documented fold ((x[j+1] + x[j+2]) + ...) + x[j] for chunk j.
+TEST(InProcTransportTest, FloatSumsAreBitIdenticalAndFollowTheDocumentedOrder) {
+  for (int64_t small_bytes : {int64_t{1} << 20, int64_t{0}}) {
+    for (int64_t hosts : {3, 5, 8}) {
+      SCOPED_TRACE(absl::StrCat(hosts, " hosts, small_message_bytes ", small_bytes));
+      CommunicatorOptions options;
+      options.small_message_bytes = small_bytes;
+      options.pipeline_chunk_bytes = 36;
+      auto job = MakeJob(hosts, DeviceMap::Uniform(hosts, 1), options);
+      const int64_t count = 1000;
+      std::vector<std::vector<float>> in(hosts, std::vector<float>(count));
+      std::mt19937 rng(42);
+      std::uniform_real_distribution<float> dist(-1000.f, 1000.f);
+      for (auto& v : in) {
+        for (float& x : v) x = dist(rng) * std::pow(10.f, static_cast<float>(rng() % 7) - 3);
+      }
+      std::vector<std::vector<float>> out(hosts, std::vector<float>(count));
+      ExpectAllOk(RunDevices(*job, [&](int64_t d) {
+        return job->host_of_device(d).AllReduce(d, {}, ReduceKind::kAdd, DType::kF32, in[d].data(),
+                                                out[d].data(), count);
+      }));
+      for (int64_t d = 1; d < hosts; ++d) {
+        EXPECT_EQ(std::memcmp(out[0].data(), out[d].data(), count * sizeof(float)), 0)
+            << "device " << d << " differs from device 0";
+      }
+      if (small_bytes == 0) {
+        const int64_t base = count / hosts, extra = count % hosts;
+        int64_t begin = 0;
+        for (int64_t j = 0; j < hosts; ++j) {
+          const int64_t end = begin + base + (j < extra ? 1 : 0);
+          for (int64_t i = begin; i < end; ++i) {
+            float acc = in[(j + 1) % hosts][i];
+            for (int64_t k = 2; k <= hosts; ++k) acc = acc + in[(j + k) % hosts][i];
+            ASSERT_EQ(std::memcmp(&acc, &out[0][i], sizeof(float)), 0)
+                << "element " << i << " of chunk " << j;
+          }
+          begin = end;
+        }
+      }
+    }
+  }
+}
+
+// 2 slices x 2 hosts x 2 devices; an all-reduce of N f32 over all 8 devices. Hierarchical:
+// DCN carries only the cross-slice all-reduce of each device's 1/4 chunk: over the job,
+// 2 * (slices - 1) * N * 4 bytes. Flat ring: every ring step crosses DCN twice.
+TEST(InProcTransportTest, HierarchicalDcnBytesMatchFormula) {
+  const DeviceMap map = DeviceMap::Uniform(4, 2, 2);
+  for (int64_t count : {int64_t{10001}, int64_t{16}}) {
+    for (bool hierarchical : {true, false}) {
+      SCOPED_TRACE(absl::StrCat("count ", count, " hierarchical ", hierarchical));
+      CommunicatorOptions options;
+      options.hierarchical_all_reduce = hierarchical;
+      options.pipeline_chunk_bytes = 1024;
+      auto job = MakeJob(4, map, options);
+      std::vector<std::vector<float>> in(8, std::vector<float>(count, 1.0f));
+      std::vector<std::vector<float>> out(8, std::vector<float>(count));
+      ExpectAllOk(RunDevices(*job, [&](int64_t d) {
+        return job->host_of_device(d).AllReduce(d, {}, ReduceKind::kAdd, DType::kF32, in[d].data(),
+                                                out[d].data(), count);
+      }));
+      for (int64_t d = 0; d < 8; ++d) EXPECT_EQ(out[d][count - 1], 8.0f);
+      const CollectiveStats stats = job->TotalStats();
+      const KindStats& ar = stats.Kind(CollectiveKind::kAllReduce);
+      EXPECT_EQ(ar.calls, 8);
+      const int64_t bytes = count * 4;
+      if (hierarchical) {
+        EXPECT_EQ(stats.dcn.bytes, 2 * (2 - 1) * bytes);
+        EXPECT_EQ(ar.dcn.bytes, stats.dcn.bytes);
+        // Reduce-scatter + all-gather rings of 4 inside each slice: 2 * 3 * N per slice.
+        EXPECT_EQ(stats.ici.bytes + stats.local.bytes, 2 * 2 * 3 * bytes);
+      } else {
+        EXPECT_GT(stats.dcn.bytes, 2 * (2 - 1) * bytes);
+      }
+    }
+  }
+}
+
+TEST(InProcTransportTest, LinkClassesFollowTheDeviceMap) {
+  // Devices 0,1 on host 0 and 2,3 on host 1, one slice per host.
+  auto job = MakeJob(2, DeviceMap::Uniform(2, 2, 1));
+  std::vector<float> data(100, 1.0f), out(100);
+  ExpectAllOk(RunDevices(*job, [&](int64_t d) -> absl::Status {
+    // Pairs inside host 0 (local) and across hosts (DCN: different slices).
+    SourceTargetPairs pairs = {{0, 1}, {2, 0}};
+    return job->host_of_device(d).CollectivePermute(d, pairs, DType::kF32, data.data(), out.data(),
+                                                    100);
+  }));
+  const CollectiveStats s = job->TotalStats();
+  EXPECT_EQ(s.local.bytes, 400);
+  EXPECT_EQ(s.local.messages, 1);
+  EXPECT_EQ(s.dcn.bytes, 400);
+  EXPECT_EQ(s.ici.bytes, 0);
+  EXPECT_EQ(s.Kind(CollectiveKind::kCollectivePermute).calls, 4);
+  EXPECT_THAT(s.ToString(), HasSubstr("collective-permute: 4 calls"));
+  job->ResetStats();
+  EXPECT_EQ(job->TotalStats(), CollectiveStats());
+}
+
+TEST(InProcTransportTest, MismatchedCollectiveIsReportedOnBothSides) {
+  CommunicatorOptions options;
+  options.collective_timeout = absl::Seconds(20);
+  auto job = MakeJob(2, DeviceMap::Uniform(2, 1), options);
+  std::vector<float> in(10, 1.0f), out(20);
+  std::vector<absl::Status> s = RunDevices(*job, [&](int64_t d) {
+    Communicator& c = job->host_of_device(d);
+    if (d == 0) return c.AllReduce(d, {}, ReduceKind::kAdd, DType::kF32, in.data(), out.data(), 10);
+    return c.AllGather(d, {}, DType::kF32, in.data(), out.data(), 10);
+  });
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_EQ(s[d].code(), absl::StatusCode::kFailedPrecondition) << s[d];
+    EXPECT_THAT(std::string(s[d].message()), HasSubstr("all-reduce(add, f32, 10 elements"));
+    EXPECT_THAT(std::string(s[d].message()), HasSubstr("all-gather(f32, 10 elements"));
+  }
+  // The job stays failed.
+  EXPECT_FALSE(job->host(0).health().ok());
+  EXPECT_EQ(job->host(1).Barrier(1, {}).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(InProcTransportTest, MismatchedCountDtypeOrGroupsIsReported) {
+  struct Case {
+    int64_t count1;
+    DType dtype1;
+    ReplicaGroups groups1;
+    const char* expect;
+  };
+  for (const Case& c : {Case{12, DType::kF32, {}, "12 elements"}, Case{10, DType::kS32, {}, "s32"},
+                        Case{10, DType::kF32, {{1, 0}}, "groups #"}}) {
+    auto job = MakeJob(2, DeviceMap::Uniform(2, 1));
+    std::vector<float> in(12, 1.0f), out(12);
+    std::vector<absl::Status> s = RunDevices(*job, [&](int64_t d) {
+      Communicator& comm = job->host_of_device(d);
+      if (d == 0) {
+        return comm.AllReduce(d, {}, ReduceKind::kAdd, DType::kF32, in.data(), out.data(), 10);
+      }
+      return comm.AllReduce(d, c.groups1, ReduceKind::kAdd, c.dtype1, in.data(), out.data(),
+                            c.count1);
+    });
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_EQ(s[d].code(), absl::StatusCode::kFailedPrecondition) << s[d];
+      EXPECT_THAT(std::string(s[d].message()), HasSubstr("collective mismatch"));
+      EXPECT_THAT(std::string(s[d].message()), HasSubstr(c.expect));
+    }
+  }
+}
+
+TEST(InProcTransportTest, PeerThatNeverCallsTimesOut) {
+  CommunicatorOptions options;
+  options.collective_timeout = absl::Milliseconds(200);
+  auto job = MakeJob(2, DeviceMap::Uniform(2, 1), options);
+  std::vector<float> in(10), out(10);
+  absl::Status s =
+      job->host(0).AllReduce(0, {}, ReduceKind::kAdd, DType::kF32, in.data(), out.data(), 10);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("all-reduce #0 on device 0 (host 0)"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no message from device 1 (host 1)"));
+}
+
+TEST(InProcTransportTest, LostHostFailsWaitingAndLaterCalls) {
+  auto job = MakeJob(3, DeviceMap::Uniform(3, 1));
+  std::vector<float> in(10), out(10);
+  std::thread killer([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    job->SimulateHostLoss(2);
+  });
+  std::vector<absl::Status> s(2);
+  std::vector<std::thread> threads;
+  for (int d = 0; d < 2; ++d) {
+    threads.emplace_back([&, d] {
+      s[d] =
+          job->host(d).AllReduce(d, {}, ReduceKind::kAdd, DType::kF32, in.data(), out.data(), 10);
+    });
+  }
+  for (auto& t : threads) t.join();
+  killer.join();
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_EQ(s[d].code(), absl::StatusCode::kUnavailable) << s[d];
+    EXPECT_THAT(std::string(s[d].message()), HasSubstr("lost host 2"));
+    EXPECT_THAT(std::string(s[d].message()), HasSubstr("all-reduce"));
+  }
+  absl::Status later = job->host(0).Barrier(0, {});
+  EXPECT_EQ(later.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(later.message()), HasSubstr("barrier #1"));
+}
+
+TEST(InProcTransportTest, InvalidArgumentsAreRejected) {
+  auto job = MakeJob(2, DeviceMap::Uniform(2, 2));
+  Communicator& h0 = job->host(0);
+  std::vector<float> buf(8);
+  auto code = [](const absl::Status& s) { return s.code(); };
+  EXPECT_EQ(code(h0.AllReduce(2, {}, ReduceKind::kAdd, DType::kF32, buf.data(), buf.data(), 1)),
+            absl::StatusCode::kInvalidArgument);  // device 2 is host 1's
+  EXPECT_EQ(
+      code(h0.AllReduce(0, {{1, 2}}, ReduceKind::kAdd, DType::kF32, buf.data(), buf.data(), 1)),
+      absl::StatusCode::kInvalidArgument);  // not in any group
+  absl::Status dup = h0.AllGather(0, {{0, 1}, {1, 2}}, DType::kF32, buf.data(), buf.data(), 1);
+  EXPECT_EQ(dup.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(dup.message()), HasSubstr("device 1 appears twice"));
+  EXPECT_EQ(code(h0.AllGather(0, {{0, 9}}, DType::kF32, buf.data(), buf.data(), 1)),
+            absl::StatusCode::kInvalidArgument);
+  absl::Status and_float =
+      h0.AllReduce(0, {}, ReduceKind::kAnd, DType::kF32, buf.data(), buf.data(), 1);
+  EXPECT_EQ(and_float.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(and_float.message()), HasSubstr("and is not defined on f32"));
+  EXPECT_EQ(code(h0.AllReduce(0, {}, ReduceKind::kAdd, DType::kF32, buf.data(), buf.data(), -1)),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(h0.Broadcast(0, {{0, 1}}, 2, DType::kF32, buf.data(), 1)),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(h0.CollectivePermute(0, {{0, 1}, {0, 2}}, DType::kF32, buf.data(), buf.data(), 1)),
+            absl::StatusCode::kInvalidArgument);
+  // Rejected calls do not fail the job or consume a sequence number.
+  EXPECT_TRUE(h0.health().ok());
+  EXPECT_FALSE(InProcTransport::Create(3, DeviceMap::Uniform(2, 1)).ok());
+  CommunicatorOptions bad;
+  bad.pipeline_chunk_bytes = 0;
+  EXPECT_FALSE(InProcTransport::Create(2, DeviceMap::Uniform(2, 1), bad).ok());
+}
+
+TEST(InProcTransportTest, RendezvousReturnsEveryPayloadAndChecksTags) {
+  auto job = MakeJob(3, DeviceMap::Uniform(3, 1));
+  std::vector<absl::StatusOr<std::vector<std::string>>> results(3);
+  std::vector<std::thread> threads;
+  for (int h = 0; h < 3; ++h) {
+    threads.emplace_back([&, h] {
+      results[h] = job->host(h).Rendezvous("init", std::string(h + 1, static_cast<char>('a' + h)));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int h = 0; h < 3; ++h) {
+    ASSERT_TRUE(results[h].ok()) << results[h].status();
+    EXPECT_EQ(*results[h], (std::vector<std::string>{"a", "bb", "ccc"}));
+  }
+  threads.clear();
+  for (int h = 0; h < 3; ++h) {
+    threads.emplace_back(
+        [&, h] { results[h] = job->host(h).Rendezvous(h == 1 ? "step" : "init", ""); });
+  }
+  for (auto& t : threads) t.join();
+  for (int h = 0; h < 3; ++h) {
+    ASSERT_FALSE(results[h].ok());
+    EXPECT_EQ(results[h].status().code(), absl::StatusCode::kFailedPrecondition)
+        << results[h].status();
+    EXPECT_THAT(std::string(results[h].status().message()), HasSubstr("rendezvous"));
+  }
+}
+
+TEST(InProcTransportTest, SendRecvKeepsOrderAndChecksTypes) {
+  auto job = MakeJob(2, DeviceMap::Uniform(2, 1));
+  std::vector<absl::Status> s = RunDevices(*job, [&](int64_t d) -> absl::Status {
+    Communicator& c = job->host_of_device(d);
+    if (d == 0) {
+      for (int32_t i = 0; i < 5; ++i) {
+        TESSEL_RETURN_IF_ERROR(c.Send(0, 1, 9, DType::kS32, &i, 1));
+      }
+      int64_t x = 7;
+      return c.Send(0, 1, 10, DType::kS64, &x, 1);
+    }
+    for (int32_t i = 0; i < 5; ++i) {
+      int32_t got = -1;
+      TESSEL_RETURN_IF_ERROR(c.Recv(1, 0, 9, DType::kS32, &got, 1));
+      if (got != i) return absl::InternalError(absl::StrCat("got ", got, " expected ", i));
+    }
+    int32_t wrong;
+    return c.Recv(1, 0, 10, DType::kS32, &wrong, 1);
+  });
+  EXPECT_TRUE(s[0].ok()) << s[0];
+  EXPECT_EQ(s[1].code(), absl::StatusCode::kFailedPrecondition) << s[1];
+  EXPECT_THAT(std::string(s[1].message()), HasSubstr("device 0 sent s64 x 1"));
+}
+
+}  // namespace
+}  // namespace tessel::transport

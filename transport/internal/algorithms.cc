@@ -1,0 +1,398 @@
+#include "transport/internal/algorithms.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/status_macros.h"
+#include "transport/internal/reduce.h"
+
+namespace tessel::transport::internal {
+namespace {
+
+// Phases keep the messages of the sub-steps of one call apart.
+constexpr uint8_t kPhaseReduceScatter = 0;
+constexpr uint8_t kPhaseAllGather = 1;
+constexpr uint8_t kPhaseCrossReduceScatter = 2;
+constexpr uint8_t kPhaseCrossAllGather = 3;
+constexpr uint8_t kPhaseCrossDoubling = 4;
+
+// Element offsets of n nearly equal chunks of `count`: the first count % n chunks get one more.
+std::vector<int64_t> EvenOffsets(int64_t count, int64_t n) {
+  std::vector<int64_t> offsets(n + 1, 0);
+  const int64_t base = count / n;
+  const int64_t extra = count % n;
+  for (int64_t i = 0; i < n; ++i) offsets[i + 1] = offsets[i] + base + (i < extra ? 1 : 0);
+  return offsets;
+}
+
+std::vector<int64_t> BlockOffsets(int64_t count, int64_t n) {
+  std::vector<int64_t> offsets(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) offsets[i + 1] = offsets[i] + count;
+  return offsets;
+}
+
+int64_t Mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }
+
+// Segments of a byte range [0, bytes): count and size of segment g.
+struct Segments {
+  int64_t bytes;
+  int64_t segment_bytes;
+  uint32_t count() const {
+    return bytes == 0 ? 0 : static_cast<uint32_t>((bytes + segment_bytes - 1) / segment_bytes);
+  }
+  int64_t offset(uint32_t g) const { return static_cast<int64_t>(g) * segment_bytes; }
+  int64_t size(uint32_t g) const { return std::min(segment_bytes, bytes - offset(g)); }
+};
+
+absl::Status SendSegments(CallContext& ctx, int64_t dst, uint8_t phase, uint32_t step,
+                          const std::byte* data, int64_t bytes) {
+  const Segments segs{bytes, ctx.segment_bytes()};
+  for (uint32_t g = 0; g < segs.count(); ++g) {
+    TESSEL_RETURN_IF_ERROR(
+        ctx.Send(dst, phase, step, g, data + segs.offset(g), segs.size(g), /*stable=*/true));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RecvSegments(CallContext& ctx, int64_t src, uint8_t phase, uint32_t step,
+                          std::byte* data, int64_t bytes) {
+  const Segments segs{bytes, ctx.segment_bytes()};
+  for (uint32_t g = 0; g < segs.count(); ++g) {
+    TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(src, phase, step, g, segs.size(g)));
+    std::memcpy(data + segs.offset(g), m.data(), segs.size(g));
+  }
+  return absl::OkStatus();
+}
+
+// Ring reduce-scatter over `members` on `buf`, cut at element `offsets` (members.size() + 1
+// entries). At step s member r sends chunk r-s-1 and folds the received chunk r-s-2 as
+// (received op own), forwarding it at step s+1 segment by segment. Afterwards member r holds
+// chunk r folded over all members: ((x[r+1] op x[r+2]) op ...) op x[r].
+absl::Status RingReduceScatter(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
+                               std::byte* buf, const std::vector<int64_t>& offsets, uint8_t phase) {
+  const int64_t n = static_cast<int64_t>(members.size());
+  if (n == 1) return absl::OkStatus();
+  const int64_t w = ctx.width();
+  const int64_t right = members[Mod(me + 1, n)];
+  const int64_t left = members[Mod(me - 1, n)];
+  auto chunk = [&](int64_t c) { return buf + offsets[c] * w; };
+  auto chunk_bytes = [&](int64_t c) { return (offsets[c + 1] - offsets[c]) * w; };
+  const int64_t first = Mod(me - 1, n);
+  TESSEL_RETURN_IF_ERROR(SendSegments(ctx, right, phase, 0, chunk(first), chunk_bytes(first)));
+  for (int64_t s = 0; s + 1 < n; ++s) {
+    const int64_t c = Mod(me - s - 2, n);
+    const Segments segs{chunk_bytes(c), ctx.segment_bytes()};
+    for (uint32_t g = 0; g < segs.count(); ++g) {
+      std::byte* p = chunk(c) + segs.offset(g);
+      const int64_t len = segs.size(g);
+      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(left, phase, static_cast<uint32_t>(s), g, len));
+      Combine(ctx.reduce_kind(), ctx.dtype(), m.data(), p, p, len / w);
+      if (s + 2 < n) {
+        TESSEL_RETURN_IF_ERROR(
+            ctx.Send(right, phase, static_cast<uint32_t>(s + 1), g, p, len, /*stable=*/true));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Ring all-gather: member r starts with chunk r and at step s forwards chunk r-s, receiving
+// chunk r-s-1.
+absl::Status RingAllGather(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
+                           std::byte* buf, const std::vector<int64_t>& offsets, uint8_t phase) {
+  const int64_t n = static_cast<int64_t>(members.size());
+  if (n == 1) return absl::OkStatus();
+  const int64_t w = ctx.width();
+  const int64_t right = members[Mod(me + 1, n)];
+  const int64_t left = members[Mod(me - 1, n)];
+  auto chunk = [&](int64_t c) { return buf + offsets[c] * w; };
+  auto chunk_bytes = [&](int64_t c) { return (offsets[c + 1] - offsets[c]) * w; };
+  TESSEL_RETURN_IF_ERROR(SendSegments(ctx, right, phase, 0, chunk(me), chunk_bytes(me)));
+  for (int64_t s = 0; s + 1 < n; ++s) {
+    const int64_t c = Mod(me - s - 1, n);
+    const Segments segs{chunk_bytes(c), ctx.segment_bytes()};
+    for (uint32_t g = 0; g < segs.count(); ++g) {
+      std::byte* p = chunk(c) + segs.offset(g);
+      const int64_t len = segs.size(g);
+      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(left, phase, static_cast<uint32_t>(s), g, len));
+      std::memcpy(p, m.data(), len);
+      if (s + 2 < n) {
+        TESSEL_RETURN_IF_ERROR(
+            ctx.Send(right, phase, static_cast<uint32_t>(s + 1), g, p, len, /*stable=*/true));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Recursive doubling all-reduce in place on `buf` (one message per round). With p the largest
+// power of two <= n and rem = n - p, members 2i and 2i+1 (i < rem) first fold into 2i+1
+// (x[2i] op x[2i+1]); the p survivors exchange whole buffers for log2(p) rounds, each partner
+// computing (lower op higher); then 2i+1 sends the result back to 2i.
+absl::Status RecursiveDoubling(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
+                               std::byte* buf, int64_t count, uint8_t phase) {
+  const int64_t n = static_cast<int64_t>(members.size());
+  if (n == 1 || count == 0) return absl::OkStatus();
+  const int64_t bytes = count * ctx.width();
+  int64_t p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int64_t rem = n - p;
+  const ReduceKind kind = ctx.reduce_kind();
+  const DType dtype = ctx.dtype();
+  int64_t new_index;
+  if (me < 2 * rem) {
+    if (me % 2 == 0) {
+      TESSEL_RETURN_IF_ERROR(ctx.Send(members[me + 1], phase, 0, 0, buf, bytes, false));
+      new_index = -1;
+    } else {
+      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(members[me - 1], phase, 0, 0, bytes));
+      Combine(kind, dtype, m.data(), buf, buf, count);
+      new_index = me / 2;
+    }
+  } else {
+    new_index = me - rem;
+  }
+  uint32_t round = 1;
+  if (new_index >= 0) {
+    for (int64_t mask = 1; mask < p; mask <<= 1, ++round) {
+      const int64_t partner_new = new_index ^ mask;
+      const int64_t partner = partner_new < rem ? partner_new * 2 + 1 : partner_new + rem;
+      TESSEL_RETURN_IF_ERROR(ctx.Send(members[partner], phase, round, 0, buf, bytes, false));
+      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(members[partner], phase, round, 0, bytes));
+      if (partner_new < new_index) {
+        Combine(kind, dtype, m.data(), buf, buf, count);
+      } else {
+        Combine(kind, dtype, buf, m.data(), buf, count);
+      }
+    }
+  } else {
+    for (int64_t mask = 1; mask < p; mask <<= 1) ++round;
+  }
+  if (me < 2 * rem) {
+    if (me % 2 == 1) {
+      TESSEL_RETURN_IF_ERROR(ctx.Send(members[me - 1], phase, round, 0, buf, bytes, false));
+    } else {
+      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(members[me + 1], phase, round, 0, bytes));
+      std::memcpy(buf, m.data(), bytes);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Ring or recursive doubling, in place, over `members`.
+absl::Status FlatAllReduce(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
+                           std::byte* buf, int64_t count, uint8_t rs_phase, uint8_t ag_phase,
+                           uint8_t rd_phase) {
+  const int64_t n = static_cast<int64_t>(members.size());
+  if (n == 1 || count == 0) return absl::OkStatus();
+  if (count * ctx.width() < ctx.options().small_message_bytes) {
+    return RecursiveDoubling(ctx, members, me, buf, count, rd_phase);
+  }
+  const std::vector<int64_t> offsets = EvenOffsets(count, n);
+  TESSEL_RETURN_IF_ERROR(RingReduceScatter(ctx, members, me, buf, offsets, rs_phase));
+  // The all-gather overwrites chunks this member sent zero-copy during the reduce-scatter.
+  TESSEL_RETURN_IF_ERROR(ctx.WaitSendsReleased());
+  return RingAllGather(ctx, members, me, buf, offsets, ag_phase);
+}
+
+}  // namespace
+
+absl::Status RunAllReduce(CallContext& ctx, const GroupView& view, const DeviceMap& map,
+                          const void* input, void* output, int64_t element_count) {
+  const int64_t bytes = element_count * ctx.width();
+  auto* out = static_cast<std::byte*>(output);
+  if (input != output && bytes > 0) std::memcpy(out, input, bytes);
+  if (view.size() == 1 || element_count == 0) return absl::OkStatus();
+  std::vector<std::vector<int64_t>> slices;
+  int64_t my_slice = 0;
+  int64_t my_local = 0;
+  if (ctx.options().hierarchical_all_reduce &&
+      SplitBySlice(view, map, &slices, &my_slice, &my_local)) {
+    // Reduce-scatter inside the slice (ICI), all-reduce of this member's chunk across slices
+    // (DCN, 1/k of the data), all-gather inside the slice.
+    const int64_t k = static_cast<int64_t>(slices[0].size());
+    const std::vector<int64_t> offsets = EvenOffsets(element_count, k);
+    const std::vector<int64_t>& slice = slices[my_slice];
+    TESSEL_RETURN_IF_ERROR(
+        RingReduceScatter(ctx, slice, my_local, out, offsets, kPhaseReduceScatter));
+    std::vector<int64_t> column;
+    for (const auto& s : slices) column.push_back(s[my_local]);
+    TESSEL_RETURN_IF_ERROR(
+        FlatAllReduce(ctx, column, my_slice, out + offsets[my_local] * ctx.width(),
+                      offsets[my_local + 1] - offsets[my_local], kPhaseCrossReduceScatter,
+                      kPhaseCrossAllGather, kPhaseCrossDoubling));
+    TESSEL_RETURN_IF_ERROR(ctx.WaitSendsReleased());
+    return RingAllGather(ctx, slice, my_local, out, offsets, kPhaseAllGather);
+  }
+  return FlatAllReduce(ctx, view.members, view.index, out, element_count, kPhaseReduceScatter,
+                       kPhaseAllGather, kPhaseCrossDoubling);
+}
+
+absl::Status RunAllGather(CallContext& ctx, const GroupView& view, const void* input, void* output,
+                          int64_t element_count) {
+  const int64_t n = view.size();
+  const int64_t me = view.index;
+  const int64_t bytes = element_count * ctx.width();
+  auto* out = static_cast<std::byte*>(output);
+  if (bytes == 0) return absl::OkStatus();
+  std::memcpy(out + me * bytes, input, bytes);
+  if (n == 1) return absl::OkStatus();
+  if (bytes * n < ctx.options().small_message_bytes) {
+    for (int64_t d = 1; d < n; ++d) {
+      const int64_t j = Mod(me + d, n);
+      TESSEL_RETURN_IF_ERROR(ctx.Send(view.members[j], 0, 0, 0, input, bytes, /*stable=*/true));
+    }
+    for (int64_t d = 1; d < n; ++d) {
+      const int64_t j = Mod(me - d, n);
+      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(view.members[j], 0, 0, 0, bytes));
+      std::memcpy(out + j * bytes, m.data(), bytes);
+    }
+    return absl::OkStatus();
+  }
+  return RingAllGather(ctx, view.members, me, out, BlockOffsets(element_count, n), kPhaseAllGather);
+}
+
+absl::Status RunReduceScatter(CallContext& ctx, const GroupView& view, const void* input,
+                              void* output, int64_t element_count) {
+  const int64_t n = view.size();
+  const int64_t me = view.index;
+  const int64_t bytes = element_count * ctx.width();
+  const auto* in = static_cast<const std::byte*>(input);
+  auto* out = static_cast<std::byte*>(output);
+  if (bytes == 0) return absl::OkStatus();
+  if (n == 1) {
+    std::memcpy(out, in, bytes);
+    return absl::OkStatus();
+  }
+  if (bytes * n < ctx.options().small_message_bytes) {
+    // Direct: block j goes to member j, which folds in group order.
+    for (int64_t d = 1; d < n; ++d) {
+      const int64_t j = Mod(me + d, n);
+      TESSEL_RETURN_IF_ERROR(
+          ctx.Send(view.members[j], 0, 0, 0, in + j * bytes, bytes, /*stable=*/true));
+    }
+    const std::byte* mine = in + me * bytes;
+    for (int64_t j = 0; j < n; ++j) {
+      const std::byte* block = mine;
+      Message m;
+      if (j != me) {
+        TESSEL_ASSIGN_OR_RETURN(m, ctx.Recv(view.members[j], 0, 0, 0, bytes));
+        block = m.data();
+      }
+      if (j == 0) {
+        std::memcpy(out, block, bytes);
+      } else {
+        Combine(ctx.reduce_kind(), ctx.dtype(), out, block, out, element_count);
+      }
+    }
+    return absl::OkStatus();
+  }
+  // Ring on a pooled copy of the input; member r ends holding block r.
+  std::unique_ptr<PooledBuffer> work = ctx.pool().Acquire(bytes * n);
+  std::memcpy(work->mutable_data(), in, bytes * n);
+  absl::Status status = RingReduceScatter(ctx, view.members, me, work->mutable_data(),
+                                          BlockOffsets(element_count, n), kPhaseReduceScatter);
+  // The work buffer goes back to the pool: the link must be done reading it.
+  absl::Status released = ctx.WaitSendsReleased();
+  TESSEL_RETURN_IF_ERROR(status);
+  TESSEL_RETURN_IF_ERROR(released);
+  std::memcpy(out, work->data() + me * bytes, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status RunAllToAll(CallContext& ctx, const GroupView& view, const void* input, void* output,
+                         int64_t element_count) {
+  const int64_t n = view.size();
+  const int64_t me = view.index;
+  const int64_t bytes = element_count * ctx.width();
+  const auto* in = static_cast<const std::byte*>(input);
+  auto* out = static_cast<std::byte*>(output);
+  if (bytes == 0) return absl::OkStatus();
+  std::memcpy(out + me * bytes, in + me * bytes, bytes);
+  for (int64_t d = 1; d < n; ++d) {
+    const int64_t j = Mod(me + d, n);
+    TESSEL_RETURN_IF_ERROR(SendSegments(ctx, view.members[j], 0, 0, in + j * bytes, bytes));
+  }
+  for (int64_t d = 1; d < n; ++d) {
+    const int64_t j = Mod(me - d, n);
+    TESSEL_RETURN_IF_ERROR(RecvSegments(ctx, view.members[j], 0, 0, out + j * bytes, bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunCollectivePermute(CallContext& ctx, int64_t source, int64_t target,
+                                  const void* input, void* output, int64_t element_count) {
+  const int64_t bytes = element_count * ctx.width();
+  const auto* in = static_cast<const std::byte*>(input);
+  auto* out = static_cast<std::byte*>(output);
+  if (bytes == 0) return absl::OkStatus();
+  const int64_t me = ctx.device();
+  if (target >= 0 && target != me) {
+    TESSEL_RETURN_IF_ERROR(SendSegments(ctx, target, 0, 0, in, bytes));
+  }
+  if (source < 0) {
+    std::memset(out, 0, bytes);
+  } else if (source == me) {
+    if (in != out) std::memcpy(out, in, bytes);
+  } else {
+    TESSEL_RETURN_IF_ERROR(RecvSegments(ctx, source, 0, 0, out, bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunBroadcast(CallContext& ctx, const GroupView& view, int64_t root_index, void* buffer,
+                          int64_t element_count) {
+  const int64_t n = view.size();
+  const int64_t bytes = element_count * ctx.width();
+  auto* buf = static_cast<std::byte*>(buffer);
+  if (n == 1 || bytes == 0) return absl::OkStatus();
+  const int64_t rel = Mod(view.index - root_index, n);
+  auto member = [&](int64_t r) { return view.members[Mod(r + root_index, n)]; };
+  if (bytes < ctx.options().small_message_bytes) {
+    // Binomial tree (MPICH): receive from rel - mask at the lowest set bit, then send to
+    // rel + mask for every smaller mask.
+    int64_t mask = 1;
+    while (mask < n) {
+      if (rel & mask) {
+        TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(member(rel - mask), 0, 0, 0, bytes));
+        std::memcpy(buf, m.data(), bytes);
+        break;
+      }
+      mask <<= 1;
+    }
+    for (mask >>= 1; mask > 0; mask >>= 1) {
+      if (rel + mask < n) {
+        TESSEL_RETURN_IF_ERROR(ctx.Send(member(rel + mask), 0, 0, 0, buf, bytes, true));
+      }
+    }
+    return absl::OkStatus();
+  }
+  // Pipelined chain root -> rel 1 -> rel 2 ...: each segment is forwarded as it arrives.
+  const Segments segs{bytes, ctx.segment_bytes()};
+  for (uint32_t g = 0; g < segs.count(); ++g) {
+    std::byte* p = buf + segs.offset(g);
+    if (rel > 0) {
+      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(member(rel - 1), 0, 0, g, segs.size(g)));
+      std::memcpy(p, m.data(), segs.size(g));
+    }
+    if (rel + 1 < n) {
+      TESSEL_RETURN_IF_ERROR(ctx.Send(member(rel + 1), 0, 0, g, p, segs.size(g), true));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunBarrier(CallContext& ctx, const GroupView& view) {
+  const int64_t n = view.size();
+  uint32_t round = 0;
+  for (int64_t distance = 1; distance < n; distance <<= 1, ++round) {
+    TESSEL_RETURN_IF_ERROR(
+        ctx.Send(view.members[Mod(view.index + distance, n)], 0, round, 0, nullptr, 0, false));
+    TESSEL_ASSIGN_OR_RETURN(Message m,
+                            ctx.Recv(view.members[Mod(view.index - distance, n)], 0, round, 0, 0));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessel::transport::internal

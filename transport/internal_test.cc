@@ -1,0 +1,297 @@
+// Unit tests of the transport's internal pieces: wire format, replica groups, reduction
+// kernels, buffer pool, mailbox matching and statistics.
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "transport/collective_stats.h"
+#include "transport/internal/buffer_pool.h"
+#include "transport/internal/groups.h"
+#include "transport/internal/mailbox.h"
+#include "transport/internal/reduce.h"
+#include "transport/internal/wire.h"
+
+namespace tessel::transport::internal {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(WireTest, HeaderRoundTrips) {
+  WireHeader h;
+  h.type = MessageType::kData;
+  h.channel = Channel::kPointToPoint;
+  h.sequence = 0x0102030405060708ULL;
+  h.src = 7;
+  h.dst = -3;
+  h.src_host = 2;
+  h.phase = 4;
+  h.step = 99;
+  h.segment = 12345;
+  h.signature.kind = CollectiveKind::kReduceScatter;
+  h.signature.dtype = DType::kBF16;
+  h.signature.reduce_kind = static_cast<uint8_t>(ReduceKind::kMaximum);
+  h.signature.element_count = 1 << 30;
+  h.signature.group_id = 0xdeadbeefcafef00dULL;
+  h.payload_bytes = 77;
+  std::array<std::byte, kWireHeaderBytes> bytes;
+  EncodeHeader(h, bytes.data());
+  absl::StatusOr<WireHeader> back = DecodeHeader(bytes.data(), bytes.size());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->sequence, h.sequence);
+  EXPECT_EQ(back->src, 7);
+  EXPECT_EQ(back->dst, -3);
+  EXPECT_EQ(back->src_host, 2);
+  EXPECT_EQ(back->phase, 4);
+  EXPECT_EQ(back->step, 99u);
+  EXPECT_EQ(back->segment, 12345u);
+  EXPECT_EQ(back->signature, h.signature);
+  EXPECT_EQ(back->payload_bytes, 77u);
+  EXPECT_EQ(back->channel, Channel::kPointToPoint);
+  EXPECT_EQ(h.signature.ToString(),
+            "reduce-scatter(maximum, bf16, 1073741824 elements, groups #deadbeefcafef00d)");
+}
+
+TEST(WireTest, OtherProtocolVersionIsRefused) {
+  WireHeader h;
+  std::array<std::byte, kWireHeaderBytes> bytes;
+  EncodeHeader(h, bytes.data());
+  const uint16_t other = kProtocolVersion + 1;
+  std::memcpy(bytes.data() + 4, &other, 2);
+  absl::StatusOr<WireHeader> back = DecodeHeader(bytes.data(), bytes.size());
+  EXPECT_EQ(back.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(back.status().message()),
+              HasSubstr("peer speaks tessel transport protocol version 2, this host speaks "
+                        "version 1"));
+}
+
+TEST(WireTest, GarbageIsRejected) {
+  std::array<std::byte, kWireHeaderBytes> bytes{};
+  EXPECT_EQ(DecodeHeader(bytes.data(), bytes.size()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeHeader(bytes.data(), 3).status().code(), absl::StatusCode::kInvalidArgument);
+  WireHeader h;
+  EncodeHeader(h, bytes.data());
+  EXPECT_EQ(DecodeHeader(bytes.data(), 40).status().code(), absl::StatusCode::kInvalidArgument);
+  bytes[48] = std::byte{200};  // collective kind
+  EXPECT_EQ(DecodeHeader(bytes.data(), bytes.size()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GroupsTest, ResolvesTheCallersGroup) {
+  absl::StatusOr<GroupView> g = ResolveGroup({{0, 2}, {3, 1}}, 4, 1);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->members, (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(g->index, 1);
+  absl::StatusOr<GroupView> all = ResolveGroup({}, 3, 2);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->members, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_NE(GroupsFingerprint({{0, 1}, {2, 3}}, 4), GroupsFingerprint({{0, 2}, {1, 3}}, 4));
+  EXPECT_EQ(GroupsFingerprint({}, 4), GroupsFingerprint({}, 4));
+  EXPECT_EQ(GroupsToString({{0, 1}, {2, 3}}), "{{0,1},{2,3}}");
+  EXPECT_EQ(PairsToString({{0, 1}, {1, 0}}), "{{0,1},{1,0}}");
+}
+
+TEST(GroupsTest, RejectsBadGroups) {
+  EXPECT_THAT(std::string(ResolveGroup({{0, 1}, {2, 5}}, 4, 0).status().message()),
+              HasSubstr("device id 5 is outside the job's 4 devices"));
+  EXPECT_THAT(std::string(ResolveGroup({{0, 1}, {}}, 4, 0).status().message()),
+              HasSubstr("group 1 is empty"));
+  EXPECT_THAT(std::string(ResolveGroup({{0, 1}}, 4, 3).status().message()),
+              HasSubstr("device 3 is not in replica_groups={{0,1}}"));
+}
+
+TEST(GroupsTest, SplitsBySlice) {
+  DeviceMap map = DeviceMap::Uniform(4, 2, 2);  // slices {0..3}, {4..7}
+  std::vector<std::vector<int64_t>> slices;
+  int64_t my_slice = -1, my_local = -1;
+  GroupView all = ResolveGroup({}, 8, 5).value();
+  ASSERT_TRUE(SplitBySlice(all, map, &slices, &my_slice, &my_local));
+  EXPECT_EQ(slices, (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(my_slice, 1);
+  EXPECT_EQ(my_local, 1);
+  // One member per slice: flat.
+  EXPECT_FALSE(
+      SplitBySlice(ResolveGroup({{0, 4}}, 8, 0).value(), map, &slices, &my_slice, &my_local));
+  // Unequal counts: flat.
+  EXPECT_FALSE(SplitBySlice(ResolveGroup({{0, 1, 2, 4, 5}}, 8, 0).value(), map, &slices, &my_slice,
+                            &my_local));
+  // One slice: flat.
+  EXPECT_FALSE(
+      SplitBySlice(ResolveGroup({{0, 1, 2, 3}}, 8, 0).value(), map, &slices, &my_slice, &my_local));
+}
+
+TEST(ReduceTest, CombinesEveryKind) {
+  std::vector<float> a = {1, -2, 3, NAN}, b = {4, 5, -6, 1}, out(4);
+  Combine(ReduceKind::kAdd, DType::kF32, a.data(), b.data(), out.data(), 4);
+  EXPECT_EQ(out[0], 5);
+  EXPECT_EQ(out[2], -3);
+  Combine(ReduceKind::kMaximum, DType::kF32, a.data(), b.data(), out.data(), 4);
+  EXPECT_EQ(out[1], 5);
+  EXPECT_TRUE(std::isnan(out[3]));
+  Combine(ReduceKind::kMinimum, DType::kF32, b.data(), a.data(), out.data(), 4);
+  EXPECT_EQ(out[2], -6);
+  EXPECT_TRUE(std::isnan(out[3]));
+  Combine(ReduceKind::kMultiply, DType::kF32, a.data(), b.data(), out.data(), 3);
+  EXPECT_EQ(out[1], -10);
+
+  std::vector<int32_t> i = {std::numeric_limits<int32_t>::max(), 6}, j = {1, 3}, k(2);
+  Combine(ReduceKind::kAdd, DType::kS32, i.data(), j.data(), k.data(), 2);
+  EXPECT_EQ(k[0], std::numeric_limits<int32_t>::min());  // wraps
+  Combine(ReduceKind::kAnd, DType::kS32, i.data(), j.data(), k.data(), 2);
+  EXPECT_EQ(k[1], 2);
+  Combine(ReduceKind::kOr, DType::kS32, i.data(), j.data(), k.data(), 2);
+  EXPECT_EQ(k[1], 7);
+
+  std::vector<uint8_t> p = {0, 1, 1, 0}, q = {0, 0, 1, 1}, r(4);  // pred
+  Combine(ReduceKind::kAdd, DType::kPred, p.data(), q.data(), r.data(), 4);
+  EXPECT_EQ(r, (std::vector<uint8_t>{0, 1, 1, 1}));
+  Combine(ReduceKind::kMultiply, DType::kPred, p.data(), q.data(), r.data(), 4);
+  EXPECT_EQ(r, (std::vector<uint8_t>{0, 0, 1, 0}));
+  Combine(ReduceKind::kMinimum, DType::kPred, p.data(), q.data(), r.data(), 4);
+  EXPECT_EQ(r, (std::vector<uint8_t>{0, 0, 1, 0}));
+
+  std::vector<bf16> x = {bf16(1.0f), bf16(256.0f)}, y = {bf16(0.5f), bf16(1.0f)}, z(2);
+  Combine(ReduceKind::kAdd, DType::kBF16, x.data(), y.data(), z.data(), 2);
+  EXPECT_EQ(static_cast<float>(z[0]), 1.5f);
+  EXPECT_EQ(static_cast<float>(z[1]), 256.0f);  // 257 rounds to bf16's 256
+
+  EXPECT_FALSE(CheckReduction(ReduceKind::kOr, DType::kBF16).ok());
+  EXPECT_TRUE(CheckReduction(ReduceKind::kOr, DType::kPred).ok());
+}
+
+TEST(ReduceTest, HandlesUnalignedAndAliasedBuffers) {
+  const int64_t n = 5000;
+  std::vector<std::byte> raw_a(n * 8 + 3), raw_b(n * 8 + 1);
+  std::vector<double> expected(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = i * 0.5, b = i * 0.25;
+    std::memcpy(raw_a.data() + 3 + i * 8, &a, 8);
+    std::memcpy(raw_b.data() + 1 + i * 8, &b, 8);
+    expected[i] = a + b;
+  }
+  // out aliases the unaligned lhs.
+  Combine(ReduceKind::kAdd, DType::kF64, raw_a.data() + 3, raw_b.data() + 1, raw_a.data() + 3, n);
+  for (int64_t i = 0; i < n; ++i) {
+    double got;
+    std::memcpy(&got, raw_a.data() + 3 + i * 8, 8);
+    ASSERT_EQ(got, expected[i]) << i;
+  }
+}
+
+TEST(BufferPoolTest, ReusesReturnedBuffers) {
+  BufferPool pool(1 << 20);
+  std::unique_ptr<PooledBuffer> a = pool.Acquire(5000);
+  EXPECT_EQ(a->size(), 5000u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a->data()) % 64, 0u);
+  const std::byte* first = a->data();
+  a.reset();
+  std::unique_ptr<PooledBuffer> b = pool.Acquire(8000);  // same 8 KiB class
+  EXPECT_EQ(b->data(), first);
+  std::unique_ptr<PooledBuffer> big = pool.Acquire(4 << 20);  // above the cap: freed on return
+  big.reset();
+}
+
+Message MakeMessage(int64_t src, int64_t dst, uint64_t sequence, CallSignature sig) {
+  Message m;
+  m.header.channel = Channel::kCollective;
+  m.header.src = src;
+  m.header.dst = dst;
+  m.header.src_host = 1;
+  m.header.sequence = sequence;
+  m.header.signature = sig;
+  return m;
+}
+
+TEST(MailboxTest, MatchesByKeyAndDetectsEarlyMismatch) {
+  Mailbox box(0, {0});
+  CallSignature ar;
+  ar.kind = CollectiveKind::kAllReduce;
+  ar.dtype = DType::kF32;
+  ar.element_count = 4;
+  CallSignature ag = ar;
+  ag.kind = CollectiveKind::kAllGather;
+  box.Deliver(MakeMessage(1, 0, 0, ar));
+  ASSERT_TRUE(box.BeginCall(0, 0, ar).ok());
+  absl::StatusOr<Message> m =
+      box.Take(MailKey{Channel::kCollective, 0, 1, 0, 0, 0, 0}, 1, absl::Now() + absl::Seconds(1));
+  ASSERT_TRUE(m.ok()) << m.status();
+  box.EndCall(0);
+  // Nothing else arrives: deadline.
+  ASSERT_TRUE(box.BeginCall(0, 1, ar).ok());
+  EXPECT_EQ(box.Take(MailKey{Channel::kCollective, 0, 1, 1, 0, 0, 0}, 1,
+                     absl::Now() + absl::Milliseconds(20))
+                .status()
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  box.EndCall(0);
+  // A peer ahead of us with another collective: reported when we reach that call.
+  box.Deliver(MakeMessage(1, 0, 2, ag));
+  absl::Status s = box.BeginCall(0, 2, ar);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("collective mismatch at call #2"));
+  EXPECT_FALSE(box.failure().ok());
+}
+
+TEST(MailboxTest, WaitForADepartedHostFailsAtOnce) {
+  Mailbox box(0, {0});
+  std::thread waiter([&] {
+    absl::StatusOr<Message> m = box.Take(MailKey{Channel::kCollective, 0, 1, 0, 0, 0, 0}, 1,
+                                         absl::Now() + absl::Seconds(30));
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr("host 1 left the job"));
+  });
+  absl::SleepFor(absl::Milliseconds(20));
+  box.MarkDeparted(1);
+  waiter.join();
+}
+
+TEST(MailboxTest, FailWakesWaitersAndCallsTheAbortCallbackOnce) {
+  Mailbox box(0, {0});
+  int aborts = 0;
+  box.set_abort_callback([&](const absl::Status&) { ++aborts; });
+  std::thread waiter([&] {
+    absl::StatusOr<Message> m = box.Take(MailKey{Channel::kCollective, 0, 1, 0, 0, 0, 0}, 1,
+                                         absl::Now() + absl::Seconds(30));
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kUnavailable);
+  });
+  absl::SleepFor(absl::Milliseconds(20));
+  box.Fail(absl::UnavailableError("lost host 1"), true);
+  box.Fail(absl::InternalError("second"), true);
+  waiter.join();
+  EXPECT_EQ(aborts, 1);
+  EXPECT_EQ(box.failure().message(), "lost host 1");
+}
+
+TEST(CollectiveStatsTest, RecordsAndSums) {
+  CollectiveStats a;
+  a.Record(CollectiveKind::kAllReduce, LinkClass::kDcn, 1000);
+  a.Record(CollectiveKind::kAllGather, LinkClass::kIci, 10);
+  a.Record(CollectiveKind::kAllGather, LinkClass::kLocal, 5);
+  CollectiveStats b = a;
+  b += a;
+  EXPECT_EQ(b.dcn.bytes, 2000);
+  EXPECT_EQ(b.Kind(CollectiveKind::kAllGather).ici.messages, 2);
+  EXPECT_EQ(b.Link(LinkClass::kLocal).bytes, 10);
+  EXPECT_THAT(a.ToString(), HasSubstr("DCN: 0.001 MB in 1 messages"));
+  EXPECT_EQ(CollectiveKindName(CollectiveKind::kCollectivePermute), "collective-permute");
+}
+
+TEST(DeviceMapTest, ValidatesAndBuildsUniformMaps) {
+  DeviceMap m = DeviceMap::Uniform(4, 2, 2);
+  EXPECT_EQ(m.host_of_device, (std::vector<int64_t>{0, 0, 1, 1, 2, 2, 3, 3}));
+  EXPECT_EQ(m.slice_of_device, (std::vector<int64_t>{0, 0, 0, 0, 1, 1, 1, 1}));
+  EXPECT_TRUE(m.Validate(4).ok());
+  EXPECT_THAT(std::string(m.Validate(5).message()), HasSubstr("host 4 owns no device"));
+  EXPECT_THAT(std::string(m.Validate(3).message()), HasSubstr("host_of_device[6] = 3"));
+  DeviceMap split = m;
+  split.slice_of_device[1] = 1;
+  EXPECT_THAT(std::string(split.Validate(4).message()), HasSubstr("host 0 has devices in slices"));
+  EXPECT_NE(split.Fingerprint(), m.Fingerprint());
+}
+
+}  // namespace
+}  // namespace tessel::transport::internal

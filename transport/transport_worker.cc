@@ -1,0 +1,226 @@
+// transport_worker: one host process of a multi-process transport test. The tests in
+// zmq_transport_test.cc start several of these (fork + exec) on loopback / ipc.
+//
+//   transport_worker --rank=0 --num_hosts=3 --coordinator=ipc:///tmp/x/coord
+//       --scenario=checks [--protocol=tcp] [--devices_per_host=2] [--hosts_per_slice=1]
+//       [--external_coordinator=1] [--token=T] [--ring=1] [--timeout_s=30] [--ipc_dir=D]
+//
+// Scenarios:
+//   checks        every collective, dtype, count and replica-group set (RunCollectiveChecks)
+//                 on every local device, a rendezvous, and bit-identical float sums
+//   loop          all-reduce 64 KiB forever; prints "ready" after the first one
+//   mismatch      host 0 calls all-reduce, the others all-gather
+//   hierarchical  one all-reduce of --count f32 over all devices; prints "dcn_bytes=N
+//                 ici_bytes=N local_bytes=N"
+// Exit status: 0 on success; 3 with the error on stderr otherwise; 2 for bad flags.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "core/status_macros.h"
+#include "transport/testing/collective_checks.h"
+#include "transport/zmq_transport.h"
+
+namespace tessel::transport {
+namespace {
+
+std::map<std::string, std::string> ParseFlags(int argc, char** argv) {
+  std::map<std::string, std::string> flags;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (!absl::ConsumePrefix(&arg, "--")) continue;
+    const std::pair<std::string, std::string> kv = absl::StrSplit(arg, absl::MaxSplits('=', 1));
+    flags[kv.first] = arg.find('=') == absl::string_view::npos ? "1" : kv.second;
+  }
+  return flags;
+}
+
+int64_t IntFlag(const std::map<std::string, std::string>& flags, const std::string& name,
+                int64_t fallback) {
+  auto it = flags.find(name);
+  int64_t v;
+  if (it == flags.end() || !absl::SimpleAtoi(it->second, &v)) return fallback;
+  return v;
+}
+
+// Runs fn(device) on one thread per local device; the first error wins.
+absl::Status OnLocalDevices(Communicator& comm, const std::function<absl::Status(int64_t)>& fn) {
+  std::vector<absl::Status> statuses(comm.local_device_ids().size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < statuses.size(); ++i) {
+    threads.emplace_back([&, i] { statuses[i] = fn(comm.local_device_ids()[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : statuses) TESSEL_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+absl::Status Checks(Communicator& comm) {
+  testing::CheckOptions checks;
+  checks.counts = {1, -1, 300, 20000};
+  TESSEL_RETURN_IF_ERROR(OnLocalDevices(
+      comm, [&](int64_t d) { return testing::RunCollectiveChecks(comm, d, checks); }));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<std::string> names,
+                          comm.Rendezvous("names", absl::StrCat("host", comm.rank())));
+  for (int64_t h = 0; h < comm.size(); ++h) {
+    if (names[h] != absl::StrCat("host", h)) {
+      return absl::InternalError(absl::StrCat("rendezvous: host ", h, " sent ", names[h]));
+    }
+  }
+  // Random float sums (ring and recursive doubling): the same bits everywhere.
+  std::vector<std::string> hashes_mine;
+  for (int64_t count : {int64_t{100}, int64_t{50000}}) {
+    std::vector<std::vector<float>> out(comm.local_device_ids().size(), std::vector<float>(count));
+    TESSEL_RETURN_IF_ERROR(OnLocalDevices(comm, [&](int64_t d) {
+      std::mt19937 rng(static_cast<uint32_t>(d * 7919 + count));
+      std::uniform_real_distribution<float> dist(-1e3f, 1e3f);
+      std::vector<float> in(count);
+      for (float& x : in) x = dist(rng);
+      const size_t i =
+          std::find(comm.local_device_ids().begin(), comm.local_device_ids().end(), d) -
+          comm.local_device_ids().begin();
+      return comm.AllReduce(d, {}, ReduceKind::kAdd, DType::kF32, in.data(), out[i].data(), count);
+    }));
+    for (const auto& o : out) {
+      hashes_mine.push_back(absl::StrCat(testing::HashBytes(o.data(), o.size() * 4)));
+    }
+  }
+  // Devices of this host agree with each other (per size), then hosts compare.
+  const size_t local = comm.local_device_ids().size();
+  for (size_t i = 0; i < hashes_mine.size(); ++i) {
+    if (hashes_mine[i] != hashes_mine[(i / local) * local]) {
+      return absl::InternalError(
+          absl::StrCat("float all-reduce differs between devices of host ", comm.rank()));
+    }
+  }
+  const std::string mine = absl::StrCat(hashes_mine[0], "/", hashes_mine.back());
+  TESSEL_ASSIGN_OR_RETURN(std::vector<std::string> all, comm.Rendezvous("hashes", mine));
+  for (int64_t h = 0; h < comm.size(); ++h) {
+    if (all[h] != mine) {
+      return absl::InternalError(absl::StrCat("float all-reduce differs: host ", comm.rank(),
+                                              " got ", mine, ", host ", h, " got ", all[h]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Loop(Communicator& comm) {
+  const int64_t count = 16 << 10;  // 64 KiB of f32: the ring path
+  bool announced = false;
+  for (int64_t iteration = 0;; ++iteration) {
+    TESSEL_RETURN_IF_ERROR(OnLocalDevices(comm, [&](int64_t d) {
+      std::vector<float> in(count, 1.0f), out(count);
+      return comm.AllReduce(d, {}, ReduceKind::kAdd, DType::kF32, in.data(), out.data(), count);
+    }));
+    if (!announced) {
+      std::printf("ready\n");
+      std::fflush(stdout);
+      announced = true;
+    }
+  }
+}
+
+absl::Status Mismatch(Communicator& comm) {
+  return OnLocalDevices(comm, [&](int64_t d) {
+    std::vector<float> in(10, 1.0f), out(10 * comm.device_map().num_devices());
+    if (comm.rank() == 0) {
+      return comm.AllReduce(d, {}, ReduceKind::kAdd, DType::kF32, in.data(), out.data(), 10);
+    }
+    return comm.AllGather(d, {}, DType::kF32, in.data(), out.data(), 10);
+  });
+}
+
+absl::Status Hierarchical(Communicator& comm, int64_t count) {
+  TESSEL_RETURN_IF_ERROR(OnLocalDevices(comm, [&](int64_t d) -> absl::Status {
+    std::vector<float> in(count, static_cast<float>(d)), out(count);
+    TESSEL_RETURN_IF_ERROR(
+        comm.AllReduce(d, {}, ReduceKind::kAdd, DType::kF32, in.data(), out.data(), count));
+    const int64_t n = comm.device_map().num_devices();
+    const float expected = static_cast<float>(n * (n - 1) / 2);
+    for (int64_t i = 0; i < count; ++i) {
+      if (out[i] != expected) {
+        return absl::InternalError(
+            absl::StrCat("element ", i, " = ", out[i], ", expected ", expected));
+      }
+    }
+    return absl::OkStatus();
+  }));
+  const CollectiveStats s = comm.stats();
+  std::printf("dcn_bytes=%lld ici_bytes=%lld local_bytes=%lld\n",
+              static_cast<long long>(s.dcn.bytes), static_cast<long long>(s.ici.bytes),
+              static_cast<long long>(s.local.bytes));
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  const std::map<std::string, std::string> flags = ParseFlags(argc, argv);
+  ZmqOptions options;
+  options.rank = IntFlag(flags, "rank", -1);
+  options.num_hosts = IntFlag(flags, "num_hosts", 0);
+  const int64_t devices_per_host = IntFlag(flags, "devices_per_host", 1);
+  const int64_t hosts_per_slice = IntFlag(flags, "hosts_per_slice", 1);
+  if (options.rank < 0 || options.num_hosts < 1 || devices_per_host < 1 || hosts_per_slice < 1 ||
+      options.num_hosts % hosts_per_slice != 0) {
+    std::fprintf(stderr, "transport_worker: bad --rank/--num_hosts/--devices_per_host\n");
+    return 2;
+  }
+  options.device_map = DeviceMap::Uniform(options.num_hosts, devices_per_host, hosts_per_slice);
+  if (flags.count("coordinator")) options.coordinator_address = flags.at("coordinator");
+  if (flags.count("token")) options.job_token = flags.at("token");
+  if (flags.count("ipc_dir")) options.ipc_dir = flags.at("ipc_dir");
+  options.external_coordinator = IntFlag(flags, "external_coordinator", 0) == 1;
+  if (flags.count("protocol") && flags.at("protocol") == "tcp") {
+    options.protocol = ZmqProtocol::kTcp;
+  }
+  options.bootstrap_timeout = absl::Seconds(IntFlag(flags, "bootstrap_timeout_s", 30));
+  options.communicator.collective_timeout = absl::Seconds(IntFlag(flags, "timeout_s", 30));
+  if (IntFlag(flags, "ring", 0) == 1) {
+    options.communicator.small_message_bytes = 0;
+    options.communicator.pipeline_chunk_bytes = 4096;
+    options.zero_copy_min_bytes = 1024;
+  }
+  const std::string scenario = flags.count("scenario") ? flags.at("scenario") : "checks";
+
+  absl::StatusOr<std::unique_ptr<ZmqTransport>> comm = ZmqTransport::Create(options);
+  if (!comm.ok()) {
+    std::fprintf(stderr, "transport_worker host %lld: %s\n", static_cast<long long>(options.rank),
+                 comm.status().ToString().c_str());
+    return 3;
+  }
+  absl::Status status;
+  if (scenario == "checks") {
+    status = Checks(**comm);
+  } else if (scenario == "loop") {
+    status = Loop(**comm);
+  } else if (scenario == "mismatch") {
+    status = Mismatch(**comm);
+  } else if (scenario == "hierarchical") {
+    status = Hierarchical(**comm, IntFlag(flags, "count", 100000));
+  } else {
+    std::fprintf(stderr, "transport_worker: unknown --scenario=%s\n", scenario.c_str());
+    return 2;
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "transport_worker host %lld: %s\n", static_cast<long long>(options.rank),
+                 status.ToString().c_str());
+    return 3;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessel::transport
+
+int main(int argc, char** argv) { return tessel::transport::Main(argc, argv); }

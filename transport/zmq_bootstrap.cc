@@ -1,0 +1,291 @@
+// BootstrapCoordinator and the host's registration with it.
+#include "transport/internal/zmq_bootstrap.h"
+
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "core/status_macros.h"
+#include "transport/internal/wire.h"
+#include "transport/internal/zmq_util.h"
+#include "transport/zmq_transport.h"
+
+namespace tessel::transport {
+
+using internal::ControlHeader;
+using internal::DecodeHeader;
+using internal::FrameText;
+using internal::HeaderFrame;
+using internal::MessageType;
+using internal::PackStrings;
+using internal::UnpackStrings;
+using internal::WireHeader;
+
+class BootstrapCoordinator::Impl {
+ public:
+  Impl(int64_t num_hosts, std::string job_token, absl::Duration timeout)
+      : num_hosts_(num_hosts), job_token_(std::move(job_token)), timeout_(timeout) {}
+
+  ~Impl() {
+    if (thread_.joinable()) thread_.join();
+    router_.close();
+    context_.close();
+  }
+
+  absl::Status Bind(const std::string& address) {
+    try {
+      router_ = zmq::socket_t(context_, zmq::socket_type::router);
+      router_.set(zmq::sockopt::linger, 1000);
+      router_.bind(address);
+      address_ = router_.get(zmq::sockopt::last_endpoint);
+    } catch (const zmq::error_t& e) {
+      return internal::ZmqStatus(e, absl::StrCat("bootstrap coordinator: cannot bind ", address));
+    }
+    return absl::OkStatus();
+  }
+
+  void StartThread() {
+    thread_ = std::thread([this] {
+      absl::Status status;
+      try {
+        status = Serve();
+      } catch (const zmq::error_t& e) {
+        status = internal::ZmqStatus(e, "bootstrap coordinator");
+      }
+      absl::MutexLock lock(&mu_);
+      result_ = status;
+      done_ = true;
+    });
+  }
+
+  absl::Status Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+    return result_;
+  }
+
+  const std::string& address() const { return address_; }
+
+ private:
+  struct Registration {
+    std::string identity;
+    std::string endpoint;
+    uint64_t fingerprint = 0;
+  };
+
+  void Reply(const std::string& identity, MessageType type, const std::string& body) {
+    WireHeader h = ControlHeader(type, -1);
+    router_.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    router_.send(HeaderFrame(h), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    router_.send(zmq::buffer(body), zmq::send_flags::dontwait);
+  }
+
+  // Refuses every registered host (and `extra`) with `reason`, keeps refusing latecomers for a
+  // short while, and returns the reason as the coordinator's result.
+  absl::Status FailJob(const std::vector<std::optional<Registration>>& registered,
+                       const std::string& extra, absl::Status reason) {
+    const std::string text =
+        absl::StrCat("refused by the bootstrap coordinator at ", address_, ": ", reason.message());
+    for (const auto& r : registered) {
+      if (r) Reply(r->identity, MessageType::kRefused, text);
+    }
+    if (!extra.empty()) Reply(extra, MessageType::kRefused, text);
+    const absl::Time until = absl::Now() + absl::Seconds(1);
+    while (absl::Now() < until) {
+      zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(50));
+      std::vector<zmq::message_t> frames;
+      if (!ReadMessage(&frames)) continue;
+      Reply(std::string(FrameText(frames[0])), MessageType::kRefused, text);
+    }
+    return reason;
+  }
+
+  bool ReadMessage(std::vector<zmq::message_t>* frames) {
+    frames->clear();
+    zmq::message_t frame;
+    if (!router_.recv(frame, zmq::recv_flags::dontwait)) return false;
+    bool more = frame.more();
+    frames->push_back(std::move(frame));
+    while (more) {
+      zmq::message_t next;
+      (void)router_.recv(next, zmq::recv_flags::none);
+      more = next.more();
+      frames->push_back(std::move(next));
+    }
+    return true;
+  }
+
+  absl::Status Serve() {
+    const absl::Time deadline = absl::Now() + timeout_;
+    std::vector<std::optional<Registration>> registered(num_hosts_);
+    int64_t count = 0;
+    while (absl::Now() < deadline) {
+      zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(100));
+      std::vector<zmq::message_t> frames;
+      while (ReadMessage(&frames)) {
+        if (frames.size() < 2) continue;
+        const std::string identity(FrameText(frames[0]));
+        absl::StatusOr<WireHeader> header =
+            DecodeHeader(static_cast<const std::byte*>(frames[1].data()), frames[1].size());
+        if (!header.ok()) {
+          if (absl::IsFailedPrecondition(header.status())) {
+            // A member of the job built from another version: nothing can work.
+            return FailJob(registered, identity,
+                           absl::FailedPreconditionError(
+                               absl::StrCat("a host was refused: ", header.status().message())));
+          }
+          continue;  // not a tessel peer
+        }
+        if (header->type != MessageType::kHello) continue;
+        std::vector<std::string> fields;
+        if (frames.size() != 3 || !UnpackStrings(FrameText(frames[2]), &fields) ||
+            fields.size() != 2) {
+          continue;
+        }
+        if (!internal::TokensEqual(fields[0], job_token_)) {
+          Reply(identity, MessageType::kRefused,
+                absl::StrCat("refused by the bootstrap coordinator at ", address_,
+                             ": job token mismatch"));
+          continue;
+        }
+        const int64_t rank = header->src_host;
+        const int64_t hosts = static_cast<int64_t>(header->sequence);
+        if (hosts != num_hosts_) {
+          return FailJob(registered, identity,
+                         absl::FailedPreconditionError(
+                             absl::StrCat("host ", rank, " says the job has ", hosts,
+                                          " hosts, the coordinator expects ", num_hosts_)));
+        }
+        if (rank < 0 || rank >= num_hosts_) {
+          return FailJob(registered, identity,
+                         absl::FailedPreconditionError(absl::StrCat(
+                             "host rank ", rank, " is outside [0, ", num_hosts_, ")")));
+        }
+        if (registered[rank] && registered[rank]->identity != identity) {
+          return FailJob(registered, identity,
+                         absl::FailedPreconditionError(
+                             absl::StrCat("host rank ", rank, " registered twice (endpoints ",
+                                          registered[rank]->endpoint, " and ", fields[1], ")")));
+        }
+        for (int64_t other = 0; other < num_hosts_; ++other) {
+          if (registered[other] && registered[other]->fingerprint != header->signature.group_id) {
+            return FailJob(
+                registered, identity,
+                absl::FailedPreconditionError(absl::StrFormat(
+                    "host %d's device map (fingerprint %016x) differs from host %d's "
+                    "(%016x)",
+                    rank, header->signature.group_id, other, registered[other]->fingerprint)));
+          }
+        }
+        if (!registered[rank]) ++count;
+        registered[rank] = Registration{identity, fields[1], header->signature.group_id};
+        if (count == num_hosts_) {
+          std::vector<std::string> table;
+          for (const auto& r : registered) table.push_back(r->endpoint);
+          const std::string body = PackStrings(table);
+          for (const auto& r : registered) Reply(r->identity, MessageType::kTable, body);
+          return absl::OkStatus();
+        }
+      }
+    }
+    std::vector<int64_t> missing;
+    for (int64_t r = 0; r < num_hosts_; ++r) {
+      if (!registered[r]) missing.push_back(r);
+    }
+    return FailJob(registered, "",
+                   absl::DeadlineExceededError(absl::StrCat(
+                       "bootstrap timed out after ", absl::FormatDuration(timeout_), ": hosts [",
+                       absl::StrJoin(missing, ","), "] never registered")));
+  }
+
+  const int64_t num_hosts_;
+  const std::string job_token_;
+  const absl::Duration timeout_;
+  zmq::context_t context_{1};
+  zmq::socket_t router_;
+  std::string address_;
+  std::thread thread_;
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status result_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::StatusOr<std::unique_ptr<BootstrapCoordinator>> BootstrapCoordinator::Start(
+    const std::string& bind_address, int64_t num_hosts, const std::string& job_token,
+    absl::Duration timeout) {
+  if (num_hosts < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("bootstrap coordinator: ", num_hosts, " hosts"));
+  }
+  std::unique_ptr<BootstrapCoordinator> coordinator(new BootstrapCoordinator());
+  coordinator->impl_ = std::make_unique<Impl>(num_hosts, job_token, timeout);
+  TESSEL_RETURN_IF_ERROR(coordinator->impl_->Bind(bind_address));
+  coordinator->impl_->StartThread();
+  return coordinator;
+}
+
+BootstrapCoordinator::~BootstrapCoordinator() = default;
+
+const std::string& BootstrapCoordinator::address() const { return impl_->address(); }
+
+absl::Status BootstrapCoordinator::Wait() { return impl_->Wait(); }
+
+namespace internal {
+
+absl::StatusOr<std::vector<std::string>> RegisterWithCoordinator(
+    zmq::context_t& context, const std::string& coordinator_address, int64_t rank,
+    int64_t num_hosts, const std::string& job_token, uint64_t device_map_fingerprint,
+    const std::string& endpoint, absl::Time deadline) {
+  try {
+    zmq::socket_t dealer(context, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.connect(coordinator_address);
+    WireHeader h = ControlHeader(MessageType::kHello, rank);
+    h.sequence = static_cast<uint64_t>(num_hosts);
+    h.signature.group_id = device_map_fingerprint;
+    dealer.send(HeaderFrame(h), zmq::send_flags::sndmore);
+    dealer.send(zmq::buffer(PackStrings({job_token, endpoint})), zmq::send_flags::none);
+    while (absl::Now() < deadline) {
+      zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(100));
+      zmq::message_t header_frame;
+      if (!dealer.recv(header_frame, zmq::recv_flags::dontwait)) continue;
+      zmq::message_t body;
+      if (header_frame.more()) (void)dealer.recv(body, zmq::recv_flags::none);
+      absl::StatusOr<WireHeader> reply =
+          DecodeHeader(static_cast<const std::byte*>(header_frame.data()), header_frame.size());
+      if (!reply.ok()) {
+        return absl::Status(reply.status().code(),
+                            absl::StrCat("bootstrap coordinator at ", coordinator_address, ": ",
+                                         reply.status().message()));
+      }
+      if (reply->type == MessageType::kRefused) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("host ", rank, ": ", std::string(FrameText(body))));
+      }
+      if (reply->type == MessageType::kTable) {
+        std::vector<std::string> table;
+        if (!UnpackStrings(FrameText(body), &table) ||
+            static_cast<int64_t>(table.size()) != num_hosts) {
+          return absl::InternalError(
+              absl::StrCat("malformed endpoint table from ", coordinator_address));
+        }
+        return table;
+      }
+    }
+  } catch (const zmq::error_t& e) {
+    return ZmqStatus(e, absl::StrCat("host ", rank, ": bootstrap via ", coordinator_address));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("host ", rank, ": no endpoint table from the bootstrap coordinator at ",
+                   coordinator_address, " (is it running, and did every host start?)"));
+}
+
+}  // namespace internal
+}  // namespace tessel::transport

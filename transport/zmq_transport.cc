@@ -1,0 +1,656 @@
+#include "transport/zmq_transport.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <random>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "core/status_macros.h"
+#include "transport/inproc_transport.h"
+#include "transport/internal/host_link.h"
+#include "transport/internal/host_state.h"
+#include "transport/internal/wire.h"
+#include "transport/internal/zmq_bootstrap.h"
+#include "transport/internal/zmq_util.h"
+
+namespace tessel::transport {
+
+using internal::Channel;
+using internal::ControlHeader;
+using internal::DecodeHeader;
+using internal::FrameText;
+using internal::HeaderFrame;
+using internal::Message;
+using internal::MessageType;
+using internal::PackStrings;
+using internal::WireHeader;
+
+namespace {
+
+// Called by ZeroMQ's I/O thread when it no longer needs a zero-copy payload.
+void ReleaseZeroCopy(void* /*data*/, void* hint) {
+  static_cast<internal::SendTracker*>(hint)->Release();
+}
+
+std::string RandomHex() {
+  std::random_device device;
+  return absl::StrFormat("%08x", device());
+}
+
+constexpr size_t kMaxIpcPathBytes = 107;  // sizeof(sockaddr_un::sun_path) - 1
+
+}  // namespace
+
+void ApplyEnvironment(ZmqOptions* options) {
+  if (options->coordinator_address.empty()) {
+    if (const char* v = std::getenv("TESSEL_COORDINATOR")) options->coordinator_address = v;
+  }
+  if (options->job_token.empty()) {
+    if (const char* v = std::getenv("TESSEL_JOB_TOKEN")) options->job_token = v;
+  }
+  if (const char* v = std::getenv("TESSEL_EXTERNAL_COORDINATOR")) {
+    if (std::string(v) == "1") options->external_coordinator = true;
+  }
+}
+
+// The sockets, the progress thread and the HostLink of one host.
+class ZmqTransport::Impl : public internal::HostLink {
+ public:
+  Impl(ZmqOptions options, internal::HostState* state)
+      : options_(std::move(options)), state_(state), rank_(options_.rank) {}
+
+  ~Impl() override { Shutdown(); }
+
+  absl::Status Start();
+  void Shutdown();
+
+  absl::Status Send(int64_t dst_host, const WireHeader& header, const void* payload, size_t bytes,
+                    internal::SendTracker* tracker, absl::Time deadline) override;
+  void BroadcastAbort(const absl::Status& status) override;
+  size_t zero_copy_min_bytes() const override {
+    return static_cast<size_t>(options_.zero_copy_min_bytes);
+  }
+
+  const std::string& endpoint() const { return endpoint_; }
+  int64_t refused() const { return refused_.load(); }
+
+ private:
+  struct Peer {
+    absl::Mutex mu;
+    std::unique_ptr<zmq::socket_t> out ABSL_GUARDED_BY(mu);  // DEALER; null once closed
+    std::unique_ptr<zmq::socket_t> monitor;  // PAIR receiving `out`'s events (progress thread)
+    // Progress-thread state.
+    absl::Time last_heard;
+    absl::Time disconnected_at = absl::InfiniteFuture();
+  };
+
+  absl::Status BindData();
+  absl::Status ConnectPeers(const std::vector<std::string>& table);
+  // Sends a header (and optional body) on peer `p`'s socket, retrying while the connection is
+  // not up yet, until `deadline`.
+  absl::Status SendControl(int64_t p, const WireHeader& header, const std::string& body,
+                           absl::Time deadline);
+  void ProgressLoop();
+  void ReadIncoming();
+  void HandleFrames(std::vector<zmq::message_t>& frames);
+  void ReadMonitor(int64_t p);
+  void CheckPeers(absl::Time now);
+  void SendHeartbeats();
+  void CloseOutgoing(int linger_ms);
+  void Refuse(const std::string& identity, const std::string& reason);
+
+  const ZmqOptions options_;
+  internal::HostState* state_;
+  const int64_t rank_;
+  zmq::context_t context_{1};
+  zmq::socket_t in_;  // ROUTER, progress thread only once started
+  std::string endpoint_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::unique_ptr<BootstrapCoordinator> coordinator_;
+  std::thread progress_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> refused_{0};
+  bool started_ = false;  // the progress thread runs
+  bool ready_ = false;    // Start() succeeded
+  bool shut_down_ = false;
+  bool outgoing_closed_ = false;                          // progress thread
+  absl::Time failure_seen_ = absl::InfiniteFuture();      // progress thread
+  absl::flat_hash_map<std::string, int64_t> identities_;  // progress thread: ROUTER id -> rank
+
+  absl::Mutex mu_;
+  std::vector<bool> hello_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> bye_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::Status ZmqTransport::Impl::BindData() {
+  std::string address;
+  if (options_.protocol == ZmqProtocol::kIpc) {
+    std::string dir = options_.ipc_dir;
+    if (dir.empty()) {
+      const char* tmp = std::getenv("TMPDIR");
+      dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+    }
+    const std::string path = absl::StrCat(dir, "/tessel-", getpid(), "-h", rank_, "-", RandomHex());
+    if (path.size() > kMaxIpcPathBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("ipc socket path \"", path, "\" is ",
+                                                     path.size(), " bytes, the limit is ",
+                                                     kMaxIpcPathBytes, "; set a shorter ipc_dir"));
+    }
+    address = absl::StrCat("ipc://", path);
+  } else {
+    address = absl::StrCat("tcp://", options_.tcp_interface, ":*");
+  }
+  try {
+    in_ = zmq::socket_t(context_, zmq::socket_type::router);
+    in_.set(zmq::sockopt::linger, 0);
+    in_.set(zmq::sockopt::rcvhwm, 0);
+    in_.bind(address);
+    endpoint_ = in_.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return internal::ZmqStatus(e, absl::StrCat("host ", rank_, ": cannot bind ", address));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZmqTransport::Impl::ConnectPeers(const std::vector<std::string>& table) {
+  const int64_t n = options_.num_hosts;
+  peers_.resize(n);
+  try {
+    for (int64_t p = 0; p < n; ++p) {
+      peers_[p] = std::make_unique<Peer>();
+      if (p == rank_) continue;
+      auto out = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+      out->set(zmq::sockopt::immediate, 1);
+      out->set(zmq::sockopt::sndhwm, 0);
+      out->set(zmq::sockopt::linger, 0);
+      const std::string monitor_address =
+          absl::StrFormat("inproc://tessel-monitor-%p-%d", static_cast<void*>(this), p);
+      if (zmq_socket_monitor(out->handle(), monitor_address.c_str(),
+                             ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+        throw zmq::error_t();
+      }
+      auto monitor = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
+      monitor->set(zmq::sockopt::linger, 0);
+      monitor->connect(monitor_address);
+      out->connect(table[p]);
+      absl::MutexLock lock(&peers_[p]->mu);
+      peers_[p]->out = std::move(out);
+      peers_[p]->monitor = std::move(monitor);
+      peers_[p]->last_heard = absl::Now();
+    }
+  } catch (const zmq::error_t& e) {
+    return internal::ZmqStatus(e, absl::StrCat("host ", rank_, ": connecting to peers"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZmqTransport::Impl::Start() {
+  const int64_t n = options_.num_hosts;
+  {
+    absl::MutexLock lock(&mu_);
+    hello_.assign(n, false);
+    bye_.assign(n, false);
+  }
+  if (n == 1) return absl::OkStatus();
+  const absl::Time deadline = absl::Now() + options_.bootstrap_timeout;
+  TESSEL_RETURN_IF_ERROR(BindData());
+  if (rank_ == 0 && !options_.external_coordinator) {
+    TESSEL_ASSIGN_OR_RETURN(
+        coordinator_, BootstrapCoordinator::Start(options_.coordinator_address, n,
+                                                  options_.job_token, options_.bootstrap_timeout));
+  }
+  // Wait a little longer than the coordinator, so its explanation (who is missing) arrives.
+  TESSEL_ASSIGN_OR_RETURN(
+      std::vector<std::string> table,
+      internal::RegisterWithCoordinator(context_, options_.coordinator_address, rank_, n,
+                                        options_.job_token, options_.device_map.Fingerprint(),
+                                        endpoint_, deadline + absl::Seconds(1)));
+  TESSEL_RETURN_IF_ERROR(ConnectPeers(table));
+  started_ = true;
+  progress_ = std::thread([this] { ProgressLoop(); });
+  // Hello on every outgoing connection: the receiver maps the connection to our rank.
+  const std::string hello_body = PackStrings({options_.job_token});
+  for (int64_t p = 0; p < n; ++p) {
+    if (p == rank_) continue;
+    TESSEL_RETURN_IF_ERROR(
+        SendControl(p, ControlHeader(MessageType::kHello, rank_), hello_body, deadline));
+  }
+  // Every peer's hello received: all connections are up in both directions.
+  {
+    absl::MutexLock lock(&mu_);
+    auto all_hello = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      for (int64_t p = 0; p < options_.num_hosts; ++p) {
+        if (p != rank_ && !hello_[p]) return false;
+      }
+      return true;
+    };
+    while (!all_hello()) {
+      if (mu_.AwaitWithDeadline(absl::Condition(&all_hello),
+                                std::min(deadline, absl::Now() + absl::Milliseconds(50)))) {
+        break;
+      }
+      TESSEL_RETURN_IF_ERROR(state_->mailbox().failure());
+      if (absl::Now() >= deadline) {
+        std::vector<int64_t> missing;
+        for (int64_t p = 0; p < n; ++p) {
+          if (p != rank_ && !hello_[p]) missing.push_back(p);
+        }
+        return absl::DeadlineExceededError(absl::StrCat("host ", rank_, ": no hello from hosts [",
+                                                        absl::StrJoin(missing, ","),
+                                                        "] within the bootstrap timeout"));
+      }
+    }
+  }
+  if (coordinator_ != nullptr) {
+    absl::Status served = coordinator_->Wait();
+    coordinator_.reset();
+    TESSEL_RETURN_IF_ERROR(served);
+  }
+  ready_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status ZmqTransport::Impl::SendControl(int64_t p, const WireHeader& header,
+                                             const std::string& body, absl::Time deadline) {
+  while (true) {
+    {
+      absl::MutexLock lock(&peers_[p]->mu);
+      zmq::socket_t* out = peers_[p]->out.get();
+      if (out == nullptr) {
+        return absl::UnavailableError(absl::StrCat("connection to host ", p, " is closed"));
+      }
+      try {
+        zmq::message_t head = HeaderFrame(header);
+        if (body.empty()) {
+          if (out->send(head, zmq::send_flags::dontwait)) return absl::OkStatus();
+        } else if (out->send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+          (void)out->send(zmq::buffer(body), zmq::send_flags::none);
+          return absl::OkStatus();
+        }
+      } catch (const zmq::error_t& e) {
+        return internal::ZmqStatus(e, absl::StrCat("host ", rank_, ": send to host ", p));
+      }
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("host ", rank_, ": could not connect to host ", p));
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+}
+
+absl::Status ZmqTransport::Impl::Send(int64_t dst_host, const WireHeader& header,
+                                      const void* payload, size_t bytes,
+                                      internal::SendTracker* tracker, absl::Time deadline) {
+  Peer& peer = *peers_[dst_host];
+  zmq::message_t head = HeaderFrame(header);
+  zmq::message_t body;
+  if (bytes > 0) {
+    if (tracker != nullptr) {
+      tracker->Acquire();
+      body.rebuild(const_cast<void*>(payload), bytes, &ReleaseZeroCopy, tracker);
+    } else {
+      body.rebuild(payload, bytes);
+    }
+  }
+  while (true) {
+    TESSEL_RETURN_IF_ERROR(state_->mailbox().failure());
+    {
+      absl::MutexLock lock(&peer.mu);
+      if (peer.out == nullptr) {
+        TESSEL_RETURN_IF_ERROR(state_->mailbox().failure());
+        return absl::UnavailableError(absl::StrCat("connection to host ", dst_host, " is closed"));
+      }
+      try {
+        if (bytes == 0) {
+          if (peer.out->send(head, zmq::send_flags::dontwait)) return absl::OkStatus();
+        } else if (peer.out->send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+          // The second frame of an accepted multipart message is never refused.
+          (void)peer.out->send(body, zmq::send_flags::none);
+          return absl::OkStatus();
+        }
+      } catch (const zmq::error_t& e) {
+        return internal::ZmqStatus(e, absl::StrCat("host ", rank_, ": send to host ", dst_host));
+      }
+    }
+    // No live connection to the peer (ZMQ_IMMEDIATE): it is restarting its connection or gone;
+    // the progress thread decides which.
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("could not send to host ", dst_host, ": no connection"));
+    }
+    absl::SleepFor(absl::Microseconds(500));
+  }
+}
+
+void ZmqTransport::Impl::BroadcastAbort(const absl::Status& status) {
+  WireHeader h = ControlHeader(MessageType::kAbort, rank_);
+  h.sequence = static_cast<uint64_t>(status.code());
+  const std::string text(status.message());
+  for (int64_t p = 0; p < static_cast<int64_t>(peers_.size()); ++p) {
+    if (p == rank_) continue;
+    absl::MutexLock lock(&peers_[p]->mu);
+    if (peers_[p]->out == nullptr) continue;
+    try {
+      if (peers_[p]->out->send(HeaderFrame(h),
+                               zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        (void)peers_[p]->out->send(zmq::buffer(text), zmq::send_flags::none);
+      }
+    } catch (const zmq::error_t&) {
+      // Best effort: the peer notices the closed connection instead.
+    }
+  }
+}
+
+void ZmqTransport::Impl::Refuse(const std::string& identity, const std::string& reason) {
+  ++refused_;
+  try {
+    in_.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    in_.send(HeaderFrame(ControlHeader(MessageType::kRefused, rank_)),
+             zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    in_.send(zmq::buffer(reason), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t&) {
+  }
+}
+
+void ZmqTransport::Impl::HandleFrames(std::vector<zmq::message_t>& frames) {
+  if (frames.size() < 2 || frames.size() > 3) {
+    ++refused_;
+    return;
+  }
+  const std::string identity(FrameText(frames[0]));
+  absl::StatusOr<WireHeader> header =
+      DecodeHeader(static_cast<const std::byte*>(frames[1].data()), frames[1].size());
+  if (!header.ok()) {
+    Refuse(identity, absl::StrCat("refused by host ", rank_, ": ", header.status().message()));
+    return;
+  }
+  if (header->type == MessageType::kHello) {
+    std::vector<std::string> fields;
+    const int64_t peer = header->src_host;
+    if (frames.size() != 3 || !internal::UnpackStrings(FrameText(frames[2]), &fields) ||
+        fields.size() != 1 || !internal::TokensEqual(fields[0], options_.job_token)) {
+      Refuse(identity, absl::StrCat("refused by host ", rank_, ": job token mismatch"));
+      return;
+    }
+    if (peer < 0 || peer >= options_.num_hosts || peer == rank_) {
+      Refuse(identity, absl::StrCat("refused by host ", rank_, ": bad host rank ", peer));
+      return;
+    }
+    identities_[identity] = peer;
+    peers_[peer]->last_heard = absl::Now();
+    absl::MutexLock lock(&mu_);
+    hello_[peer] = true;
+    return;
+  }
+  auto it = identities_.find(identity);
+  if (it == identities_.end()) {
+    ++refused_;  // no hello on this connection: not a member of the job
+    return;
+  }
+  const int64_t peer = it->second;
+  peers_[peer]->last_heard = absl::Now();
+  switch (header->type) {
+    case MessageType::kData: {
+      if (header->src_host != peer || header->channel == Channel::kControl) {
+        ++refused_;
+        return;
+      }
+      const size_t size = frames.size() == 3 ? frames[2].size() : 0;
+      if (size != header->payload_bytes) {
+        state_->mailbox().Fail(absl::InternalError(absl::StrCat(
+                                   "protocol error: host ", peer, " sent ", size,
+                                   " payload bytes, its header says ", header->payload_bytes)),
+                               /*broadcast=*/true);
+        return;
+      }
+      Message message;
+      message.header = *header;
+      if (size > 0) message.payload = std::make_unique<internal::ZmqPayload>(std::move(frames[2]));
+      state_->mailbox().Deliver(std::move(message));
+      return;
+    }
+    case MessageType::kBye: {
+      {
+        absl::MutexLock lock(&mu_);
+        bye_[peer] = true;
+      }
+      state_->mailbox().MarkDeparted(peer);
+      return;
+    }
+    case MessageType::kAbort: {
+      const std::string text = frames.size() == 3 ? std::string(FrameText(frames[2])) : "";
+      const auto code = static_cast<absl::StatusCode>(header->sequence);
+      state_->mailbox().Fail(
+          absl::Status(code, absl::StrCat("host ", peer, " aborted the job: ", text)),
+          /*broadcast=*/false);
+      return;
+    }
+    default:
+      return;  // heartbeat (already counted as liveness) or stray control messages
+  }
+}
+
+void ZmqTransport::Impl::ReadIncoming() {
+  // Drain what is there, bounded so timers still run under a flood.
+  for (int i = 0; i < 4096; ++i) {
+    std::vector<zmq::message_t> frames;
+    zmq::message_t first;
+    if (!in_.recv(first, zmq::recv_flags::dontwait)) return;
+    bool more = first.more();
+    frames.push_back(std::move(first));
+    while (more) {
+      zmq::message_t next;
+      (void)in_.recv(next, zmq::recv_flags::none);
+      more = next.more();
+      frames.push_back(std::move(next));
+    }
+    HandleFrames(frames);
+  }
+}
+
+void ZmqTransport::Impl::ReadMonitor(int64_t p) {
+  zmq::socket_t* monitor = peers_[p]->monitor.get();
+  while (true) {
+    zmq::message_t event;
+    if (!monitor->recv(event, zmq::recv_flags::dontwait)) return;
+    zmq::message_t address;
+    if (event.more()) (void)monitor->recv(address, zmq::recv_flags::none);
+    if (event.size() < 2) continue;
+    uint16_t id;
+    std::memcpy(&id, event.data(), 2);
+    if (id == ZMQ_EVENT_DISCONNECTED && peers_[p]->disconnected_at == absl::InfiniteFuture()) {
+      peers_[p]->disconnected_at = absl::Now();
+    }
+  }
+}
+
+void ZmqTransport::Impl::CheckPeers(absl::Time now) {
+  std::vector<bool> bye;
+  {
+    absl::MutexLock lock(&mu_);
+    bye = bye_;
+  }
+  for (int64_t p = 0; p < options_.num_hosts; ++p) {
+    if (p == rank_ || bye[p]) continue;
+    const Peer& peer = *peers_[p];
+    std::string why;
+    if (now - peer.disconnected_at >= options_.disconnect_grace) {
+      why = "its connection closed (the process exited or was killed)";
+    } else if (now - peer.last_heard >= options_.heartbeat_timeout) {
+      why = absl::StrCat("no message or heartbeat for ",
+                         absl::FormatDuration(options_.heartbeat_timeout),
+                         " (the process hangs or the network is down)");
+    }
+    if (!why.empty()) {
+      state_->mailbox().Fail(absl::UnavailableError(absl::StrCat("lost host ", p, ": ", why)),
+                             /*broadcast=*/true);
+      return;
+    }
+  }
+}
+
+void ZmqTransport::Impl::SendHeartbeats() {
+  const WireHeader h = ControlHeader(MessageType::kHeartbeat, rank_);
+  for (int64_t p = 0; p < options_.num_hosts; ++p) {
+    if (p == rank_) continue;
+    absl::MutexLock lock(&peers_[p]->mu);
+    if (peers_[p]->out == nullptr) continue;
+    try {
+      (void)peers_[p]->out->send(HeaderFrame(h), zmq::send_flags::dontwait);
+    } catch (const zmq::error_t&) {
+    }
+  }
+}
+
+void ZmqTransport::Impl::CloseOutgoing(int linger_ms) {
+  for (int64_t p = 0; p < static_cast<int64_t>(peers_.size()); ++p) {
+    if (p == rank_ || peers_[p] == nullptr) continue;
+    absl::MutexLock lock(&peers_[p]->mu);
+    if (peers_[p]->out == nullptr) continue;
+    try {
+      peers_[p]->out->set(zmq::sockopt::linger, linger_ms);
+      zmq_socket_monitor(peers_[p]->out->handle(), nullptr, 0);
+    } catch (const zmq::error_t&) {
+    }
+    peers_[p]->out->close();
+    peers_[p]->out.reset();
+  }
+}
+
+void ZmqTransport::Impl::ProgressLoop() {
+  const int64_t n = options_.num_hosts;
+  std::vector<zmq::pollitem_t> items;
+  items.push_back({in_.handle(), 0, ZMQ_POLLIN, 0});
+  std::vector<int64_t> item_peer = {-1};
+  for (int64_t p = 0; p < n; ++p) {
+    if (p == rank_) continue;
+    items.push_back({peers_[p]->monitor->handle(), 0, ZMQ_POLLIN, 0});
+    item_peer.push_back(p);
+  }
+  const auto poll_timeout = std::chrono::milliseconds(
+      std::clamp<int64_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval) / 2, 1, 50));
+  absl::Time next_heartbeat = absl::Now();
+  while (!stop_.load()) {
+    try {
+      zmq::poll(items.data(), items.size(), poll_timeout);
+      if (items[0].revents & ZMQ_POLLIN) ReadIncoming();
+      for (size_t i = 1; i < items.size(); ++i) {
+        if (items[i].revents & ZMQ_POLLIN) ReadMonitor(item_peer[i]);
+      }
+    } catch (const zmq::error_t& e) {
+      state_->mailbox().Fail(internal::ZmqStatus(e, absl::StrCat("host ", rank_, " receiving")),
+                             /*broadcast=*/true);
+    }
+    const absl::Time now = absl::Now();
+    if (!outgoing_closed_) {
+      if (now >= next_heartbeat) {
+        SendHeartbeats();
+        next_heartbeat = now + options_.heartbeat_interval;
+      }
+      CheckPeers(now);
+      // Once the job failed: give the abort message a moment, then drop everything queued for
+      // peers (releasing zero-copy payloads) so no caller waits on a dead connection.
+      if (!state_->mailbox().failure().ok()) {
+        if (failure_seen_ == absl::InfiniteFuture()) failure_seen_ = now;
+        if (now - failure_seen_ >= absl::Milliseconds(100)) {
+          CloseOutgoing(/*linger_ms=*/200);
+          outgoing_closed_ = true;
+        }
+      }
+    }
+  }
+}
+
+void ZmqTransport::Impl::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (started_) {
+    const int64_t n = options_.num_hosts;
+    const bool healthy = ready_ && state_->mailbox().failure().ok();
+    if (healthy) {
+      // Goodbye to every peer, then wait for theirs, so no host mistakes a clean exit for a
+      // crash. A peer that already left said goodbye and is not waited for.
+      const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
+      std::vector<bool> left;
+      {
+        absl::MutexLock lock(&mu_);
+        left = bye_;
+      }
+      for (int64_t p = 0; p < n; ++p) {
+        if (p != rank_ && !left[p]) {
+          (void)SendControl(p, ControlHeader(MessageType::kBye, rank_), "",
+                            std::min(deadline, absl::Now() + absl::Milliseconds(200)));
+        }
+      }
+      absl::MutexLock lock(&mu_);
+      auto all_bye = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        for (int64_t p = 0; p < options_.num_hosts; ++p) {
+          if (p != rank_ && !bye_[p]) return false;
+        }
+        return true;
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&all_bye), deadline);
+    }
+    stop_.store(true);
+    progress_.join();
+    CloseOutgoing(healthy ? 1000 : 0);
+  }
+  for (auto& peer : peers_) {
+    if (peer != nullptr && peer->monitor != nullptr) peer->monitor->close();
+  }
+  in_.close();
+  coordinator_.reset();
+  context_.close();
+}
+
+ZmqTransport::ZmqTransport(ZmqOptions options)
+    : Communicator(options.rank, options.num_hosts, options.device_map, options.communicator) {
+  impl_ = std::make_unique<Impl>(std::move(options), &host_state());
+  set_link(impl_.get());
+  host_state().mailbox().set_abort_callback(
+      [this](const absl::Status& status) { impl_->BroadcastAbort(status); });
+}
+
+ZmqTransport::~ZmqTransport() { impl_->Shutdown(); }
+
+const std::string& ZmqTransport::endpoint() const { return impl_->endpoint(); }
+
+int64_t ZmqTransport::refused_connections() const { return impl_->refused(); }
+
+absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(ZmqOptions options) {
+  ApplyEnvironment(&options);
+  if (options.num_hosts < 1 || options.rank < 0 || options.rank >= options.num_hosts) {
+    return absl::InvalidArgumentError(absl::StrCat("zmq transport: rank ", options.rank,
+                                                   " is outside [0, ", options.num_hosts, ")"));
+  }
+  TESSEL_RETURN_IF_ERROR(options.device_map.Validate(options.num_hosts));
+  TESSEL_RETURN_IF_ERROR(ValidateOptions(options.communicator));
+  if (options.num_hosts > 1 && options.coordinator_address.empty()) {
+    return absl::InvalidArgumentError(
+        "zmq transport: no coordinator address (set ZmqOptions::coordinator_address or "
+        "TESSEL_COORDINATOR)");
+  }
+  if (options.heartbeat_interval <= absl::ZeroDuration() ||
+      options.heartbeat_timeout <= options.heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zmq transport: heartbeat_timeout (", absl::FormatDuration(options.heartbeat_timeout),
+        ") must exceed heartbeat_interval (", absl::FormatDuration(options.heartbeat_interval),
+        ") > 0"));
+  }
+  std::unique_ptr<ZmqTransport> transport(new ZmqTransport(std::move(options)));
+  TESSEL_RETURN_IF_ERROR(transport->impl_->Start());
+  return transport;
+}
+
+}  // namespace tessel::transport

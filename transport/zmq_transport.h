@@ -1,0 +1,149 @@
+// ZmqTransport: a Communicator whose hosts are OS processes connected by ZeroMQ (cppzmq), over
+// `ipc://` sockets in a temporary directory (one machine, the default) or `tcp://` (loopback by
+// default; another interface for several machines).
+//
+//   // In every host process (rank r of n), e.g. started by `tessel run`, mpirun or srun:
+//   ZmqOptions options;
+//   options.rank = r;
+//   options.num_hosts = n;
+//   options.device_map = DeviceMap::Uniform(n, /*devices_per_host=*/4);
+//   options.coordinator_address = "ipc:///tmp/job42/coordinator";  // or TESSEL_COORDINATOR
+//   options.job_token = "s3cret";                                   // or TESSEL_JOB_TOKEN
+//   absl::StatusOr<std::unique_ptr<ZmqTransport>> comm = ZmqTransport::Create(options);
+//   // ... (*comm)->AllReduce(device_id, groups, ...) from each device thread ...
+//
+// Bootstrap. Every host binds its data socket first (tcp: port 0, the chosen port read back),
+// then registers {protocol version, job token, rank, host count, device-map fingerprint, data
+// endpoint} with the coordinator. The coordinator is served by host 0 at coordinator_address
+// unless `external_coordinator` is set (then some other process runs a BootstrapCoordinator
+// there, e.g. a launcher or a test that bound tcp://127.0.0.1:0). Once every rank registered,
+// the coordinator hands the endpoint table to all and exits; hosts then connect to each other
+// directly, exchange a hello carrying the job token on every connection, and Create returns
+// when every connection is up in both directions.
+//
+// Sockets: each host binds one ROUTER (incoming) and connects one DEALER per peer (outgoing,
+// ZMQ_IMMEDIATE so nothing queues for a peer that is gone). A background progress thread reads
+// the ROUTER and hands messages to the devices' mailbox, sends heartbeats, and watches the
+// DEALERs' connection events. Payloads of at least zero_copy_min_bytes travel zero-copy (the
+// collective waits until ZeroMQ releases them); received payloads are used in place.
+//
+// Failure detection. A peer whose connection closes without a goodbye (process exited or was
+// killed) is declared lost after disconnect_grace; a peer silent for heartbeat_timeout (hung,
+// stopped, unreachable) is declared lost too. Either way every waiting and later call on this
+// host fails with kUnavailable: "... all-reduce #12 on device 0 (host 0) ...: lost host 2: its
+// connection closed (the process exited or was killed)", and the other hosts are told (abort).
+//
+// Security: the job token keeps stray processes out (a hello with another token is refused and
+// its messages dropped); it is not encryption. CURVE encryption is not implemented.
+#ifndef TESSEL_TRANSPORT_ZMQ_TRANSPORT_H_
+#define TESSEL_TRANSPORT_ZMQ_TRANSPORT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "transport/communicator.h"
+
+namespace tessel::transport {
+
+enum class ZmqProtocol : uint8_t {
+  kIpc,  // ipc://<ipc_dir>/tessel-<pid>-h<rank>-<random>: Unix domain sockets, one machine
+  kTcp,  // tcp://<tcp_interface>:<port chosen by the kernel>
+};
+
+struct ZmqOptions {
+  int64_t rank = 0;       // this host, in [0, num_hosts)
+  int64_t num_hosts = 1;  // hosts (processes) in the job
+  DeviceMap device_map;   // must be equal on every host (checked at bootstrap)
+  CommunicatorOptions communicator;
+
+  ZmqProtocol protocol = ZmqProtocol::kIpc;
+  // Where the bootstrap coordinator listens: "tcp://127.0.0.1:5555", "ipc:///tmp/j/coord".
+  // Empty: the environment variable TESSEL_COORDINATOR. Required when num_hosts > 1.
+  std::string coordinator_address;
+  // False: host 0 binds coordinator_address and serves the bootstrap itself. True: a
+  // BootstrapCoordinator runs elsewhere (environment: TESSEL_EXTERNAL_COORDINATOR=1).
+  bool external_coordinator = false;
+  // Shared secret checked at bootstrap and on every connection. Empty: TESSEL_JOB_TOKEN (or no
+  // token; then every host must have none).
+  std::string job_token;
+  // Directory for ipc sockets. Empty: $TMPDIR, else /tmp. Paths are limited to 107 bytes.
+  std::string ipc_dir;
+  // Interface the tcp data socket binds. Loopback unless the job spans machines.
+  std::string tcp_interface = "127.0.0.1";
+
+  absl::Duration bootstrap_timeout = absl::Seconds(60);
+  absl::Duration heartbeat_interval = absl::Milliseconds(200);
+  // A peer silent for this long is lost. Keep it well above heartbeat_interval.
+  absl::Duration heartbeat_timeout = absl::Seconds(3);
+  // A peer whose connection closed without a goodbye is lost after this long.
+  absl::Duration disconnect_grace = absl::Milliseconds(300);
+  // On destruction: how long to wait for every peer's goodbye (and to flush sends).
+  absl::Duration shutdown_timeout = absl::Seconds(2);
+  // Payloads at least this large are sent without a copy when the algorithm allows.
+  int64_t zero_copy_min_bytes = 32 << 10;
+};
+
+// Fills empty coordinator_address / job_token from TESSEL_COORDINATOR / TESSEL_JOB_TOKEN and
+// sets external_coordinator when TESSEL_EXTERNAL_COORDINATOR=1.
+void ApplyEnvironment(ZmqOptions* options);
+
+class ZmqTransport : public Communicator {
+ public:
+  // Binds, bootstraps and connects this host (blocks until every host of the job is connected
+  // or bootstrap_timeout). Errors: kInvalidArgument (options, device map, missing coordinator
+  // address, ipc path too long); kFailedPrecondition (refused by the coordinator: other
+  // protocol version, job token, host count, duplicate rank or device map; the message says
+  // which and names both values); kDeadlineExceeded (bootstrap timed out: names the missing
+  // hosts when known); kUnavailable (socket errors, e.g. the address is in use).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ZmqTransport>> Create(ZmqOptions options);
+
+  // Says goodbye to every peer (when healthy), waits up to shutdown_timeout for theirs, stops
+  // the progress thread and closes the sockets. Precondition: no call is running.
+  ~ZmqTransport() override;
+
+  // This host's data endpoint, e.g. "tcp://127.0.0.1:40213".
+  const std::string& endpoint() const;
+  // Connections refused so far (bad token, foreign protocol version, no hello).
+  int64_t refused_connections() const;
+
+  class Impl;
+
+ private:
+  ZmqTransport(ZmqOptions options);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The bootstrap service: collects every host's registration and hands out the endpoint table.
+// Hosts run it implicitly (host 0); launchers and tests can run it themselves.
+//
+//   auto coordinator = BootstrapCoordinator::Start("tcp://127.0.0.1:*", /*num_hosts=*/3,
+//                                                  "token", absl::Seconds(30)).value();
+//   setenv("TESSEL_COORDINATOR", coordinator->address().c_str(), 1);  // tcp://127.0.0.1:41234
+class BootstrapCoordinator {
+ public:
+  // Binds `bind_address` (a tcp port of 0 or "*" is chosen by the kernel) and serves one job
+  // on a background thread until every host got the table or `timeout` passed. Errors:
+  // kUnavailable if the address cannot be bound.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<BootstrapCoordinator>> Start(
+      const std::string& bind_address, int64_t num_hosts, const std::string& job_token,
+      absl::Duration timeout);
+  ~BootstrapCoordinator();
+
+  // The bound address with the real port, to hand to the hosts.
+  const std::string& address() const;
+  // Blocks until the service ended. OK if every host got the table; otherwise why not.
+  [[nodiscard]] absl::Status Wait();
+
+  class Impl;
+
+ private:
+  BootstrapCoordinator() = default;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessel::transport
+
+#endif  // TESSEL_TRANSPORT_ZMQ_TRANSPORT_H_

@@ -1,0 +1,394 @@
+// Multi-process tests of ZmqTransport: each host is a transport_worker process started with
+// posix_spawn, talking over ipc sockets in a fresh temporary directory or loopback tcp with
+// kernel-chosen ports. The SIGKILL loop is registered separately (ctest label e2e).
+#include "transport/zmq_transport.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "transport/internal/wire.h"
+#include "transport/internal/zmq_util.h"
+
+extern char** environ;
+
+namespace tessel::transport {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A set of worker processes sharing a temporary directory.
+class Job {
+ public:
+  Job() {
+    char pattern[] = "/tmp/tsl-XXXXXX";
+    dir_ = mkdtemp(pattern);
+  }
+  ~Job() {
+    for (Worker& w : workers_) {
+      if (!w.exited) {
+        kill(w.pid, SIGKILL);
+        waitpid(w.pid, nullptr, 0);
+      }
+    }
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  const std::string& dir() const { return dir_; }
+  std::string ipc_coordinator() const { return absl::StrCat("ipc://", dir_, "/coord"); }
+
+  // Starts host `rank` with the common flags plus `extra`.
+  void Spawn(int rank, const std::vector<std::string>& extra) {
+    Worker w;
+    w.out = absl::StrCat(dir_, "/out.", rank);
+    w.err = absl::StrCat(dir_, "/err.", rank);
+    std::vector<std::string> args = {TESSEL_TRANSPORT_WORKER, absl::StrCat("--rank=", rank),
+                                     absl::StrCat("--ipc_dir=", dir_)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, w.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_addopen(&actions, 2, w.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    const int rc = posix_spawn(&w.pid, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ASSERT_EQ(rc, 0) << "cannot start " << argv[0];
+    workers_.push_back(w);
+  }
+
+  // Waits for worker i until `deadline`; true if it exited (status in exit_code(i)).
+  bool WaitFor(int i, absl::Time deadline) {
+    Worker& w = workers_[i];
+    while (!w.exited) {
+      int status = 0;
+      const pid_t r = waitpid(w.pid, &status, WNOHANG);
+      if (r == w.pid) {
+        w.exited = true;
+        w.status = status;
+        break;
+      }
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return true;
+  }
+
+  bool WaitAll(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    bool all = true;
+    for (size_t i = 0; i < workers_.size(); ++i) all = WaitFor(i, deadline) && all;
+    return all;
+  }
+
+  // Exit code, or 128 + signal.
+  int exit_code(int i) const {
+    const int s = workers_[i].status;
+    return WIFEXITED(s) ? WEXITSTATUS(s) : 128 + WTERMSIG(s);
+  }
+  std::string out(int i) const { return ReadFile(workers_[i].out); }
+  std::string err(int i) const { return ReadFile(workers_[i].err); }
+  pid_t pid(int i) const { return workers_[i].pid; }
+  int size() const { return static_cast<int>(workers_.size()); }
+
+  std::string Report() const {
+    std::string r;
+    for (int i = 0; i < size(); ++i) {
+      absl::StrAppend(&r, "host ", i, " exit ", workers_[i].exited ? exit_code(i) : -1,
+                      "\n  stdout: ", out(i), "\n  stderr: ", err(i), "\n");
+    }
+    return r;
+  }
+
+ private:
+  struct Worker {
+    pid_t pid = -1;
+    std::string out, err;
+    bool exited = false;
+    int status = 0;
+  };
+  std::string dir_;
+  std::vector<Worker> workers_;
+};
+
+// Starts `n` hosts over ipc (host 0 serves the bootstrap) or tcp (the test serves it on a
+// kernel-chosen loopback port) with `extra` flags; expects all to succeed.
+void RunJob(int n, bool tcp, const std::vector<std::string>& extra,
+            absl::Duration timeout = absl::Seconds(90)) {
+  SCOPED_TRACE(absl::StrCat(n, " hosts over ", tcp ? "tcp" : "ipc"));
+  Job job;
+  std::unique_ptr<BootstrapCoordinator> coordinator;
+  std::vector<std::string> flags = extra;
+  flags.push_back(absl::StrCat("--num_hosts=", n));
+  flags.push_back("--token=test-token");
+  if (tcp) {
+    auto started =
+        BootstrapCoordinator::Start("tcp://127.0.0.1:*", n, "test-token", absl::Seconds(60));
+    ASSERT_TRUE(started.ok()) << started.status();
+    coordinator = std::move(started).value();
+    EXPECT_THAT(coordinator->address(), HasSubstr("tcp://127.0.0.1:"));
+    flags.push_back(absl::StrCat("--coordinator=", coordinator->address()));
+    flags.push_back("--external_coordinator=1");
+    flags.push_back("--protocol=tcp");
+  } else {
+    flags.push_back(absl::StrCat("--coordinator=", job.ipc_coordinator()));
+  }
+  for (int r = 0; r < n; ++r) job.Spawn(r, flags);
+  ASSERT_TRUE(job.WaitAll(timeout)) << "timed out\n" << job.Report();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(job.exit_code(r), 0) << job.Report();
+  if (coordinator != nullptr) {
+    EXPECT_TRUE(coordinator->Wait().ok());
+  }
+}
+
+TEST(ZmqTransportTest, EveryCollectiveOverIpc) {
+  for (int n : {2, 3, 4, 8}) RunJob(n, /*tcp=*/false, {"--scenario=checks"});
+}
+
+TEST(ZmqTransportTest, EveryCollectiveOverLoopbackTcp) {
+  for (int n : {2, 3, 4, 8}) RunJob(n, /*tcp=*/true, {"--scenario=checks"});
+}
+
+// Ring paths for every size, 4 KiB pipelined segments, zero-copy from 1 KiB, two devices per
+// host (in-memory exchange between them).
+TEST(ZmqTransportTest, RingPathZeroCopyAndSeveralDevicesPerHost) {
+  RunJob(2, /*tcp=*/false, {"--scenario=checks", "--ring=1", "--devices_per_host=2"});
+  RunJob(3, /*tcp=*/true, {"--scenario=checks", "--ring=1"});
+}
+
+// 4 hosts x 2 devices in 2 slices: the job's DCN bytes equal 2 * (slices - 1) * N * 4.
+TEST(ZmqTransportTest, HierarchicalAllReduceDcnBytesMatchFormula) {
+  const int64_t count = 100003;
+  Job job;
+  for (int r = 0; r < 4; ++r) {
+    job.Spawn(r, {"--scenario=hierarchical", "--num_hosts=4", "--devices_per_host=2",
+                  "--hosts_per_slice=2", absl::StrCat("--count=", count),
+                  absl::StrCat("--coordinator=", job.ipc_coordinator())});
+  }
+  ASSERT_TRUE(job.WaitAll(absl::Seconds(60))) << job.Report();
+  int64_t dcn = 0, ici = 0, local = 0;
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(job.exit_code(r), 0) << job.Report();
+    const std::string line = job.out(r);
+    for (absl::string_view field : absl::StrSplit(absl::StripAsciiWhitespace(line), ' ')) {
+      std::pair<std::string, std::string> kv = absl::StrSplit(field, '=');
+      int64_t v = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(kv.second, &v)) << field;
+      if (kv.first == "dcn_bytes") dcn += v;
+      if (kv.first == "ici_bytes") ici += v;
+      if (kv.first == "local_bytes") local += v;
+    }
+  }
+  EXPECT_EQ(dcn, 2 * (2 - 1) * count * 4);
+  // Rings of 4 inside each of the 2 slices: reduce-scatter + all-gather move 2 * 3 * N each.
+  EXPECT_EQ(ici + local, 2 * 2 * 3 * count * 4);
+  EXPECT_GT(local, 0);
+}
+
+TEST(ZmqTransportTest, MismatchedCollectiveIsReportedEverywhere) {
+  Job job;
+  for (int r = 0; r < 3; ++r) {
+    job.Spawn(r, {"--scenario=mismatch", "--num_hosts=3",
+                  absl::StrCat("--coordinator=", job.ipc_coordinator())});
+  }
+  ASSERT_TRUE(job.WaitAll(absl::Seconds(30))) << job.Report();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(job.exit_code(r), 3) << job.Report();
+    EXPECT_THAT(job.err(r), HasSubstr("collective mismatch")) << job.Report();
+    EXPECT_THAT(job.err(r), HasSubstr("FAILED_PRECONDITION")) << job.Report();
+  }
+  // Both calls are named on host 0.
+  EXPECT_THAT(job.err(0), HasSubstr("all-reduce(add, f32, 10 elements"));
+  EXPECT_THAT(job.err(0), HasSubstr("all-gather(f32, 10 elements"));
+}
+
+TEST(ZmqTransportTest, WrongJobTokenIsRefused) {
+  Job job;
+  for (int r = 0; r < 2; ++r) {
+    job.Spawn(r, {"--scenario=checks", "--num_hosts=2", "--bootstrap_timeout_s=3",
+                  r == 1 ? "--token=intruder" : "--token=right",
+                  absl::StrCat("--coordinator=", job.ipc_coordinator())});
+  }
+  ASSERT_TRUE(job.WaitAll(absl::Seconds(30))) << job.Report();
+  EXPECT_EQ(job.exit_code(1), 3);
+  EXPECT_THAT(job.err(1), HasSubstr("job token mismatch"));
+  EXPECT_EQ(job.exit_code(0), 3);
+  EXPECT_THAT(job.err(0), HasSubstr("hosts [1] never registered"));
+}
+
+// A peer speaking another protocol version is refused by the coordinator, which also ends the
+// bootstrap of the job with that reason.
+TEST(ZmqTransportTest, PeerOfAnotherProtocolVersionIsRefused) {
+  auto coordinator =
+      BootstrapCoordinator::Start("tcp://127.0.0.1:*", 2, "token", absl::Seconds(10));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  zmq::context_t context(1);
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.connect((*coordinator)->address());
+  internal::WireHeader h = internal::ControlHeader(internal::MessageType::kHello, 1);
+  h.version = internal::kProtocolVersion + 1;
+  h.sequence = 2;
+  dealer.send(internal::HeaderFrame(h), zmq::send_flags::sndmore);
+  dealer.send(zmq::buffer(internal::PackStrings({"token", "tcp://127.0.0.1:1"})),
+              zmq::send_flags::none);
+  zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(10000)), 1);
+  zmq::message_t header_frame, body;
+  ASSERT_TRUE(dealer.recv(header_frame));
+  ASSERT_TRUE(dealer.recv(body));
+  absl::StatusOr<internal::WireHeader> reply = internal::DecodeHeader(
+      static_cast<const std::byte*>(header_frame.data()), header_frame.size());
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->type, internal::MessageType::kRefused);
+  EXPECT_THAT(std::string(internal::FrameText(body)),
+              HasSubstr("peer speaks tessel transport protocol version 2, this host speaks "
+                        "version 1"));
+  absl::Status served = (*coordinator)->Wait();
+  EXPECT_EQ(served.code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ZmqTransportTest, SingleHostNeedsNoSockets) {
+  ZmqOptions options;
+  options.num_hosts = 1;
+  options.device_map = DeviceMap::Uniform(1, 2);
+  auto comm = ZmqTransport::Create(options);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  std::vector<float> a(5, 1.0f), b(5, 2.0f), out_a(5), out_b(5);
+  absl::Status s0, s1;
+  std::thread t([&] {
+    s1 = (*comm)->AllReduce(1, {}, ReduceKind::kAdd, DType::kF32, b.data(), out_b.data(), 5);
+  });
+  s0 = (*comm)->AllReduce(0, {}, ReduceKind::kAdd, DType::kF32, a.data(), out_a.data(), 5);
+  t.join();
+  ASSERT_TRUE(s0.ok()) << s0;
+  ASSERT_TRUE(s1.ok()) << s1;
+  EXPECT_EQ(out_a[4], 3.0f);
+  EXPECT_EQ((*comm)->stats().local.messages, 2);
+}
+
+TEST(ZmqTransportTest, BadOptionsAreRejected) {
+  ZmqOptions options;
+  options.num_hosts = 2;
+  options.rank = 0;
+  options.device_map = DeviceMap::Uniform(2, 1);
+  unsetenv("TESSEL_COORDINATOR");
+  EXPECT_THAT(std::string(ZmqTransport::Create(options).status().message()),
+              HasSubstr("no coordinator address"));
+  options.rank = 2;
+  EXPECT_EQ(ZmqTransport::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.rank = 0;
+  options.coordinator_address = "ipc:///tmp/x";
+  options.ipc_dir = std::string(120, 'd');
+  EXPECT_THAT(std::string(ZmqTransport::Create(options).status().message()),
+              HasSubstr("the limit is 107"));
+}
+
+// A host SIGKILLed in the middle of all-reduces ends every other host within 5 s with an error
+// naming the lost host and the collective; 20 times, each host in turn the victim.
+TEST(ZmqTransportFaultTest, KilledHostEndsEveryOtherHostWithin5s) {
+  constexpr int kHosts = 3;
+  absl::Duration slowest;
+  std::string sample_error;
+  for (int iteration = 0; iteration < 20; ++iteration) {
+    const int victim = iteration % kHosts;
+    SCOPED_TRACE(absl::StrCat("iteration ", iteration, ", victim host ", victim));
+    Job job;
+    for (int r = 0; r < kHosts; ++r) {
+      job.Spawn(r, {"--scenario=loop", absl::StrCat("--num_hosts=", kHosts),
+                    iteration % 2 ? "--protocol=tcp" : "--protocol=ipc",
+                    absl::StrCat("--coordinator=", job.ipc_coordinator())});
+    }
+    const absl::Time ready_deadline = absl::Now() + absl::Seconds(30);
+    for (int r = 0; r < kHosts; ++r) {
+      while (job.out(r).find("ready") == std::string::npos) {
+        ASSERT_LT(absl::Now(), ready_deadline) << job.Report();
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20 + 10 * iteration));
+    ASSERT_EQ(kill(job.pid(victim), SIGKILL), 0);
+    const absl::Time killed = absl::Now();
+    for (int r = 0; r < kHosts; ++r) {
+      ASSERT_TRUE(job.WaitFor(r, killed + absl::Seconds(5)))
+          << "host " << r << " still running 5 s after host " << victim << " was killed\n"
+          << job.Report();
+    }
+    slowest = std::max(slowest, absl::Now() - killed);
+    for (int r = 0; r < kHosts; ++r) {
+      if (r == victim) {
+        EXPECT_EQ(job.exit_code(r), 128 + SIGKILL);
+        continue;
+      }
+      EXPECT_EQ(job.exit_code(r), 3) << job.Report();
+      EXPECT_THAT(job.err(r), HasSubstr(absl::StrCat("lost host ", victim))) << job.Report();
+      EXPECT_THAT(job.err(r), HasSubstr("all-reduce")) << job.Report();
+      EXPECT_THAT(job.err(r), HasSubstr("UNAVAILABLE")) << job.Report();
+      if (sample_error.empty()) sample_error = job.err(r);
+    }
+  }
+  // Informational: how long the slowest survivor took to exit after the kill.
+  std::printf("slowest exit after SIGKILL: %s\nsample error: %s",
+              absl::FormatDuration(slowest).c_str(), sample_error.c_str());
+}
+
+// A host that stops answering without closing its sockets (SIGSTOP) is found by the heartbeat
+// timeout (3 s by default) instead.
+TEST(ZmqTransportFaultTest, HungHostIsFoundByHeartbeatTimeout) {
+  constexpr int kHosts = 3;
+  Job job;
+  for (int r = 0; r < kHosts; ++r) {
+    job.Spawn(r, {"--scenario=loop", absl::StrCat("--num_hosts=", kHosts),
+                  absl::StrCat("--coordinator=", job.ipc_coordinator())});
+  }
+  const absl::Time ready_deadline = absl::Now() + absl::Seconds(30);
+  for (int r = 0; r < kHosts; ++r) {
+    while (job.out(r).find("ready") == std::string::npos) {
+      ASSERT_LT(absl::Now(), ready_deadline) << job.Report();
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  ASSERT_EQ(kill(job.pid(2), SIGSTOP), 0);
+  const absl::Time stopped = absl::Now();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(job.WaitFor(r, stopped + absl::Seconds(10))) << job.Report();
+    EXPECT_EQ(job.exit_code(r), 3) << job.Report();
+    EXPECT_THAT(job.err(r), HasSubstr("lost host 2")) << job.Report();
+  }
+  // Host 0 or 1 may have learnt it from the other's abort; at least one saw the silence itself
+  // or the connection that closed when the other exited.
+  EXPECT_THAT(job.err(0) + job.err(1), ::testing::AnyOf(HasSubstr("no message or heartbeat"),
+                                                        HasSubstr("its connection closed")));
+  kill(job.pid(2), SIGKILL);
+}
+
+}  // namespace
+}  // namespace tessel::transport
