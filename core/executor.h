@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/collectives.h"
 #include "core/graph.h"
 #include "core/literal.h"
 
@@ -30,6 +31,11 @@ struct ExecutorOptions {
   // Threads the kernels may use; 0 means one per core. 1 runs everything on the calling thread
   // (what each device thread of a multi-device host uses, so devices do not oversubscribe).
   int num_threads = 0;
+  // The global id of the device running the program: the value of `partition-id`.
+  int64_t device_id = 0;
+  // Carries the program's collectives (all-reduce, all-gather, ...) to the other devices; not
+  // owned. Without one, a program containing a collective fails with kFailedPrecondition.
+  CollectiveBackend* collectives = nullptr;
 };
 
 struct ExecutionStats {

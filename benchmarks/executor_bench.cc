@@ -1,0 +1,187 @@
+// Executor kernels against plain Eigen in the same binary.
+//
+//   BM_ExecutorDot/n:N/threads:T     f32 [N,N] x [N,N] through Executor::Run (a graph with two
+//                                    parameters and a dot); T = 1 or 0 (default: all cores)
+//   BM_EigenGemm/n:N/threads:1       C.noalias() = A * B on row-major Eigen matrices,
+//                                    Eigen::setNbThreads(1)
+//   BM_EigenTensorDot/n:N/threads:0  the same product as an Eigen Tensor contraction on a
+//                                    ThreadPoolDevice with one thread per core: the multi-threaded
+//                                    plain-Eigen baseline (Eigen's matrix GEMM parallelises only
+//                                    with OpenMP, which Tessel does not build with)
+//   BM_ExecutorAdd/threads:T         f32[16M] + f32[16M] through Executor::Run
+//   BM_EigenAdd                      the same add on Eigen arrays into a preallocated output
+//
+// Counters: FLOPS (2 N^3 per dot, N per add) as a rate, so "FLOPS=90G/s" reads as 90 GFLOP/s;
+// the add also reports bytes/s (two reads and one write). Wall-clock time throughout.
+// Run: executor_bench --benchmark_min_time=0.01   (Google Benchmark 1.7.1 takes a bare number)
+#define EIGEN_USE_THREADS
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "Eigen/Core"
+#include "benchmark/benchmark.h"
+#include "core/executor.h"
+#include "core/graph.h"
+#include "core/literal.h"
+#include "tbb/info.h"
+#include "unsupported/Eigen/CXX11/Tensor"
+
+namespace tessel {
+namespace {
+
+using RowMajorMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+Literal RandomF32(std::vector<int64_t> dims, uint32_t seed) {
+  Literal lit(Shape(DType::kF32, std::move(dims)));
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& v : lit.data<float>()) v = dist(gen);
+  return lit;
+}
+
+void SetDotCounters(benchmark::State& state, int64_t n) {
+  state.counters["FLOPS"] = benchmark::Counter(
+      2.0 * static_cast<double>(n) * n * n * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+
+void BM_ExecutorDot(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  Graph graph("dot");
+  Node* a = graph.AddParameter(0, Shape(DType::kF32, {n, n}), "a").value();
+  Node* b = graph.AddParameter(1, Shape(DType::kF32, {n, n}), "b").value();
+  OpAttributes attrs;
+  attrs.dot.lhs_contracting_dims = {1};
+  attrs.dot.rhs_contracting_dims = {0};
+  graph.set_root(graph.AddNode(Opcode::kDot, {a, b}, attrs).value());
+  std::vector<Literal> args = {RandomF32({n, n}, 1), RandomF32({n, n}, 2)};
+  Executor executor(ExecutorOptions{threads});
+  for (auto _ : state) {
+    absl::StatusOr<std::vector<Literal>> out = executor.Run(graph, args);
+    if (!out.ok()) {
+      state.SkipWithError(std::string(out.status().message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(out->front().raw_data());
+  }
+  SetDotCounters(state, n);
+}
+
+void BM_EigenGemm(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Eigen::setNbThreads(1);
+  RowMajorMatrix a = RandomF32({n, n}, 1).AsMatrix<float>();
+  RowMajorMatrix b = RandomF32({n, n}, 2).AsMatrix<float>();
+  RowMajorMatrix c(n, n);
+  for (auto _ : state) {
+    c.noalias() = a * b;
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  SetDotCounters(state, n);
+}
+
+void BM_EigenTensorDot(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const int threads = tbb::info::default_concurrency();
+  Eigen::ThreadPool pool(threads);
+  Eigen::ThreadPoolDevice device(&pool, threads);
+  using Tensor = Eigen::Tensor<float, 2, Eigen::RowMajor>;
+  Tensor a(n, n), b(n, n), c(n, n);
+  Literal la = RandomF32({n, n}, 1), lb = RandomF32({n, n}, 2);
+  std::copy(la.data<float>().begin(), la.data<float>().end(), a.data());
+  std::copy(lb.data<float>().begin(), lb.data<float>().end(), b.data());
+  const Eigen::array<Eigen::IndexPair<int>, 1> contract = {Eigen::IndexPair<int>(1, 0)};
+  for (auto _ : state) {
+    c.device(device) = a.contract(b, contract);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  SetDotCounters(state, n);
+  state.counters["threads"] = threads;
+}
+
+constexpr int64_t kAddElements = int64_t{1} << 24;  // 16M floats, 64 MiB per operand
+
+void SetAddCounters(benchmark::State& state) {
+  const double iterations = static_cast<double>(state.iterations());
+  state.counters["FLOPS"] = benchmark::Counter(static_cast<double>(kAddElements) * iterations,
+                                               benchmark::Counter::kIsRate);
+  state.counters["bytes"] =
+      benchmark::Counter(3.0 * sizeof(float) * static_cast<double>(kAddElements) * iterations,
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
+}
+
+void BM_ExecutorAdd(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  Graph graph("add");
+  Node* a = graph.AddParameter(0, Shape(DType::kF32, {kAddElements}), "a").value();
+  Node* b = graph.AddParameter(1, Shape(DType::kF32, {kAddElements}), "b").value();
+  graph.set_root(graph.AddNode(Opcode::kAdd, {a, b}).value());
+  std::vector<Literal> args = {RandomF32({kAddElements}, 1), RandomF32({kAddElements}, 2)};
+  Executor executor(ExecutorOptions{threads});
+  for (auto _ : state) {
+    absl::StatusOr<std::vector<Literal>> out = executor.Run(graph, args);
+    if (!out.ok()) {
+      state.SkipWithError(std::string(out.status().message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(out->front().raw_data());
+  }
+  SetAddCounters(state);
+}
+
+void BM_EigenAdd(benchmark::State& state) {
+  Literal la = RandomF32({kAddElements}, 1), lb = RandomF32({kAddElements}, 2);
+  Eigen::Map<const Eigen::ArrayXf> a(la.data<float>().data(), kAddElements);
+  Eigen::Map<const Eigen::ArrayXf> b(lb.data<float>().data(), kAddElements);
+  Eigen::ArrayXf c(kAddElements);
+  for (auto _ : state) {
+    c = a + b;
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  SetAddCounters(state);
+}
+
+// One untimed run first (allocator, TBB workers, caches), so that a single timed iteration, as
+// with --benchmark_min_time=0.01, compares like with like.
+constexpr double kWarmUpSeconds = 0.01;
+
+BENCHMARK(BM_ExecutorDot)
+    ->ArgNames({"n", "threads"})
+    ->Args({1024, 1})
+    ->Args({2048, 1})
+    ->Args({1024, 0})
+    ->Args({2048, 0})
+    ->MinWarmUpTime(kWarmUpSeconds)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EigenGemm)
+    ->ArgNames({"n", "threads"})
+    ->Args({1024, 1})
+    ->Args({2048, 1})
+    ->MinWarmUpTime(kWarmUpSeconds)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EigenTensorDot)
+    ->ArgNames({"n", "threads"})
+    ->Args({1024, 0})
+    ->Args({2048, 0})
+    ->MinWarmUpTime(kWarmUpSeconds)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExecutorAdd)
+    ->ArgNames({"threads"})
+    ->Arg(1)
+    ->Arg(0)
+    ->MinWarmUpTime(kWarmUpSeconds)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EigenAdd)->MinWarmUpTime(kWarmUpSeconds)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace tessel

@@ -1,0 +1,398 @@
+#include "core/executor.h"
+
+#include <algorithm>
+#include <exception>
+#include <new>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/internal/kernels.h"
+#include "core/shape_inference.h"
+#include "core/status_macros.h"
+#include "tbb/info.h"
+#include "tbb/task_arena.h"
+
+namespace tessel {
+
+namespace internal {
+
+int64_t TotalBytes(const Literal& literal) {
+  if (!literal.shape().is_tuple()) return literal.byte_size();
+  int64_t bytes = 0;
+  for (const Literal& e : literal.tuple_elements()) bytes += TotalBytes(e);
+  return bytes;
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::KernelContext;
+using internal::TotalBytes;
+
+// The value of one node during a run.
+struct Slot {
+  std::optional<Literal> owned;       // computed values
+  const Literal* borrowed = nullptr;  // arguments and constants (not copied)
+  int64_t bytes = 0;                  // what this slot adds to the live bytes now
+  int64_t remaining_uses = 0;         // operand uses by users not yet run (+1 for the root)
+  const Literal& value() const { return borrowed != nullptr ? *borrowed : *owned; }
+};
+
+// Arguments must match the parameters one to one: numbers 0..N-1, same shapes.
+absl::Status CheckArguments(const Graph& graph, absl::Span<const Literal> arguments) {
+  std::vector<Node*> parameters = graph.parameters();
+  if (parameters.size() != arguments.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("graph \"", graph.name(), "\" has ",
+                                                   parameters.size(), " parameter(s) but ",
+                                                   arguments.size(), " argument(s) were given"));
+  }
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const Node& p = *parameters[i];
+    if (p.attrs().parameter_number != static_cast<int64_t>(i)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter %", p.name(), " has number ", p.attrs().parameter_number,
+                       "; parameter numbers must be 0..", parameters.size() - 1, " without gaps"));
+    }
+    if (arguments[i].shape() != p.shape()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "argument ", i, " has shape ", arguments[i].shape().ToString(), " but parameter ", i,
+          " (%", p.name(), ") has shape ", p.shape().ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Marks the nodes the root depends on. Nodes are in topological order, so one backward sweep
+// suffices.
+std::vector<bool> Reachable(const Graph& graph) {
+  std::vector<bool> reachable(graph.num_nodes(), false);
+  reachable[graph.root()->id()] = true;
+  const std::vector<Node*>& nodes = graph.nodes();
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    if (!reachable[(*it)->id()]) continue;
+    for (const Node* operand : (*it)->operands()) reachable[operand->id()] = true;
+  }
+  return reachable;
+}
+
+// Every node to run must satisfy its shape rule: kernels rely on it. Collectives and
+// partition-id need a device and its peers: they run only in a multi-device runtime.
+absl::Status CheckNode(const Node& node, const ExecutorOptions& options) {
+  if (IsCollective(node.opcode()) && options.collectives == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("%", node.name(), ": ", OpcodeName(node.opcode()),
+                     " needs a collective backend (ExecutorOptions::collectives); a "
+                     "single-device run cannot execute it"));
+  }
+  std::vector<const Shape*> shapes;
+  for (const Node* operand : node.operands()) shapes.push_back(&operand->shape());
+  absl::StatusOr<Shape> inferred = InferShape(node.opcode(), shapes, node.attrs(), node.shape());
+  if (!inferred.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("%", node.name(), ": ", inferred.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+// Runs a collective through the device's backend, or partition-id.
+absl::StatusOr<Literal> EvaluateSpmd(const ExecutorOptions& options, const Node& node,
+                                     const Literal& input) {
+  const OpAttributes& attrs = node.attrs();
+  CollectiveBackend& backend = *options.collectives;
+  const int64_t device = options.device_id;
+  switch (node.opcode()) {
+    case Opcode::kAllReduce:
+      return backend.AllReduce(device, input, attrs.replica_groups, attrs.reduce_kind);
+    case Opcode::kAllGather:
+      return backend.AllGather(device, input, attrs.replica_groups, attrs.dimensions[0]);
+    case Opcode::kReduceScatter:
+      return backend.ReduceScatter(device, input, attrs.replica_groups, attrs.dimensions[0],
+                                   attrs.reduce_kind);
+    case Opcode::kAllToAll:
+      return backend.AllToAll(device, input, attrs.replica_groups, attrs.dimensions[0]);
+    case Opcode::kCollectivePermute:
+      return backend.CollectivePermute(device, input, attrs.source_target_pairs);
+    default:
+      break;
+  }
+  return absl::InternalError(absl::StrCat("executor: no collective ", OpcodeName(node.opcode())));
+}
+
+// Runs one node other than parameter, constant, tuple and get-tuple-element.
+absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
+                                 absl::Span<const Literal* const> operands) {
+  const OpAttributes& attrs = node.attrs();
+  const Shape& shape = node.shape();
+  switch (node.opcode()) {
+    case Opcode::kIota:
+      return internal::Iota(ctx, shape, attrs.iota_dimension);
+    case Opcode::kRng:
+      return internal::Rng(ctx, *operands[0], *operands[1], attrs.rng_distribution, attrs.rng_seed,
+                           shape);
+    case Opcode::kAbs:
+    case Opcode::kNegate:
+    case Opcode::kExp:
+    case Opcode::kLog:
+    case Opcode::kTanh:
+    case Opcode::kLogistic:
+    case Opcode::kSqrt:
+    case Opcode::kRsqrt:
+    case Opcode::kNot:
+    case Opcode::kCopy:
+    case Opcode::kConvert:
+      return internal::Unary(ctx, node.opcode(), *operands[0], shape);
+    case Opcode::kAdd:
+    case Opcode::kSubtract:
+    case Opcode::kMultiply:
+    case Opcode::kDivide:
+    case Opcode::kMaximum:
+    case Opcode::kMinimum:
+    case Opcode::kPower:
+    case Opcode::kAnd:
+    case Opcode::kOr:
+    case Opcode::kCompare:
+      return internal::Binary(ctx, node.opcode(), attrs.comparison_direction, *operands[0],
+                              *operands[1], shape);
+    case Opcode::kSelect:
+      return internal::Select(ctx, *operands[0], *operands[1], *operands[2], shape);
+    case Opcode::kClamp:
+      return internal::Clamp(ctx, *operands[0], *operands[1], *operands[2], shape);
+    case Opcode::kBroadcast:
+      return internal::Broadcast(ctx, *operands[0], attrs.dimensions, shape);
+    case Opcode::kReshape:
+      return internal::Reshape(*operands[0], shape);
+    case Opcode::kTranspose:
+      return internal::Transpose(ctx, *operands[0], attrs.dimensions);
+    case Opcode::kSlice:
+      return internal::Slice(ctx, *operands[0], attrs.slice, shape);
+    case Opcode::kPad:
+      return internal::Pad(ctx, *operands[0], *operands[1], attrs.padding, shape);
+    case Opcode::kConcatenate:
+      return internal::Concatenate(ctx, operands, attrs.dimensions[0], shape);
+    case Opcode::kDynamicSlice:
+      return internal::DynamicSlice(ctx, *operands[0], operands.subspan(1),
+                                    attrs.dynamic_slice_sizes, shape);
+    case Opcode::kDynamicUpdateSlice:
+      return internal::DynamicUpdateSlice(ctx, *operands[0], *operands[1], operands.subspan(2));
+    case Opcode::kReduce:
+      return internal::Reduce(ctx, *operands[0], *operands[1], attrs.dimensions, attrs.reduce_kind,
+                              shape);
+    case Opcode::kDot:
+      return internal::Dot(ctx, *operands[0], *operands[1], attrs.dot, shape);
+    case Opcode::kParameter:
+    case Opcode::kConstant:
+    case Opcode::kTuple:
+    case Opcode::kGetTupleElement:
+    case Opcode::kPartitionId:
+    case Opcode::kAllReduce:
+    case Opcode::kAllGather:
+    case Opcode::kReduceScatter:
+    case Opcode::kAllToAll:
+    case Opcode::kCollectivePermute:
+      break;
+  }
+  return absl::InternalError(absl::StrCat("executor: no kernel for ", OpcodeName(node.opcode())));
+}
+
+// One run of a graph: the slots of its nodes and the live-byte accounting.
+class Execution {
+ public:
+  Execution(const Graph& graph, absl::Span<const Literal> arguments,
+            const ExecutorOptions& options)
+      : graph_(graph), arguments_(arguments), options_(options), slots_(graph.num_nodes()) {}
+
+  absl::Status Prepare() {
+    reachable_ = Reachable(graph_);
+    for (const Node* node : graph_.nodes()) {
+      if (!reachable_[node->id()]) continue;
+      TESSEL_RETURN_IF_ERROR(CheckNode(*node, options_));
+      for (const Node* operand : node->operands()) ++slots_[operand->id()].remaining_uses;
+    }
+    ++slots_[graph_.root()->id()].remaining_uses;  // the result outlives the run
+    for (const Literal& argument : arguments_) live_bytes_ += TotalBytes(argument);
+    peak_bytes_ = live_bytes_;
+    return absl::OkStatus();
+  }
+
+  absl::Status Execute(const KernelContext& ctx) {
+    std::vector<const Literal*> operands;
+    for (const Node* node : graph_.nodes()) {
+      if (!reachable_[node->id()]) continue;
+      Slot& slot = slots_[node->id()];
+      operands.clear();
+      for (const Node* operand : node->operands()) {
+        operands.push_back(&slots_[operand->id()].value());
+      }
+      int64_t new_bytes = 0;
+      switch (node->opcode()) {
+        case Opcode::kParameter:
+          // Arguments are counted as live for the whole run (Prepare).
+          slot.borrowed = &arguments_[node->attrs().parameter_number];
+          break;
+        case Opcode::kConstant:
+          slot.borrowed = &node->literal();
+          slot.bytes = new_bytes = TotalBytes(node->literal());
+          break;
+        case Opcode::kTuple:
+          new_bytes = MakeTuple(*node, slot);
+          break;
+        case Opcode::kGetTupleElement:
+          new_bytes = GetTupleElement(*node, slot);
+          break;
+        case Opcode::kPartitionId:
+          slot.owned = Literal::Scalar<int32_t>(static_cast<int32_t>(options_.device_id));
+          slot.bytes = new_bytes = TotalBytes(*slot.owned);
+          break;
+        case Opcode::kAllReduce:
+        case Opcode::kAllGather:
+        case Opcode::kReduceScatter:
+        case Opcode::kAllToAll:
+        case Opcode::kCollectivePermute: {
+          absl::StatusOr<Literal> value = EvaluateSpmd(options_, *node, *operands[0]);
+          if (!value.ok()) {
+            return absl::Status(value.status().code(),
+                                absl::StrCat("%", node->name(), ": ", value.status().message()));
+          }
+          slot.bytes = new_bytes = TotalBytes(*value);
+          slot.owned = *std::move(value);
+          break;
+        }
+        default: {
+          TESSEL_ASSIGN_OR_RETURN(Literal value, Evaluate(ctx, *node, operands));
+          slot.bytes = new_bytes = TotalBytes(value);
+          slot.owned = std::move(value);
+          break;
+        }
+      }
+      live_bytes_ += new_bytes;
+      peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+      ++nodes_executed_;
+      for (const Node* operand : node->operands()) Release(slots_[operand->id()]);
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<Literal> TakeOutputs() {
+    Slot& root = slots_[graph_.root()->id()];
+    Literal result = root.owned.has_value() ? std::move(*root.owned) : *root.borrowed;
+    std::vector<Literal> outputs;
+    if (result.shape().is_tuple()) {
+      outputs = std::move(result.tuple_elements());
+    } else {
+      outputs.push_back(std::move(result));
+    }
+    return outputs;
+  }
+
+  int64_t peak_bytes() const { return peak_bytes_; }
+  int64_t nodes_executed() const { return nodes_executed_; }
+
+ private:
+  // Called once per operand use after the user ran; frees the value after its last use.
+  void Release(Slot& slot) {
+    if (--slot.remaining_uses > 0) return;
+    live_bytes_ -= slot.bytes;
+    slot.bytes = 0;
+    slot.owned.reset();
+    slot.borrowed = nullptr;
+  }
+
+  // True when `node` holds every remaining use of `operand`'s value, so the value may be moved.
+  bool CanSteal(const Node& node, const Node& operand) const {
+    const Slot& slot = slots_[operand.id()];
+    if (!slot.owned.has_value()) return false;
+    int64_t uses = std::count(node.operands().begin(), node.operands().end(), &operand);
+    return slot.remaining_uses == uses;
+  }
+
+  // A tuple takes over operand buffers at their last use (no new bytes) and copies the rest.
+  // Returns the bytes newly allocated.
+  int64_t MakeTuple(const Node& node, Slot& slot) {
+    std::vector<Literal> elements;
+    int64_t new_bytes = 0;
+    const std::vector<Node*>& ops = node.operands();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      Slot& operand = slots_[ops[i]->id()];
+      // Move only at the operand's last occurrence in this tuple.
+      bool last_occurrence = std::find(ops.begin() + i + 1, ops.end(), ops[i]) == ops.end();
+      if (last_occurrence && CanSteal(node, *ops[i])) {
+        elements.push_back(std::move(*operand.owned));
+        int64_t moved = TotalBytes(elements.back());
+        operand.bytes -= moved;
+      } else {
+        elements.push_back(operand.value());
+        new_bytes += TotalBytes(elements.back());
+      }
+    }
+    slot.owned = Literal::Tuple(std::move(elements));
+    slot.bytes = TotalBytes(*slot.owned);
+    return new_bytes;
+  }
+
+  int64_t GetTupleElement(const Node& node, Slot& slot) {
+    const Node& tuple = *node.operand(0);
+    Slot& operand = slots_[tuple.id()];
+    const int64_t index = node.attrs().tuple_index;
+    if (CanSteal(node, tuple)) {
+      slot.owned = std::move(operand.owned->tuple_elements()[index]);
+      slot.bytes = TotalBytes(*slot.owned);
+      operand.bytes -= slot.bytes;
+      return 0;
+    }
+    slot.owned = operand.value().tuple_elements()[index];
+    slot.bytes = TotalBytes(*slot.owned);
+    return slot.bytes;
+  }
+
+  const Graph& graph_;
+  absl::Span<const Literal> arguments_;
+  const ExecutorOptions& options_;
+  std::vector<Slot> slots_;
+  std::vector<bool> reachable_;
+  int64_t live_bytes_ = 0;
+  int64_t peak_bytes_ = 0;
+  int64_t nodes_executed_ = 0;
+};
+
+}  // namespace
+
+Executor::Executor(ExecutorOptions options) : options_(options) {}
+
+absl::StatusOr<std::vector<Literal>> Executor::Run(const Graph& graph,
+                                                   absl::Span<const Literal> arguments,
+                                                   ExecutionStats* stats) const {
+  if (graph.root() == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("graph \"", graph.name(), "\" has no nodes"));
+  }
+  TESSEL_RETURN_IF_ERROR(CheckArguments(graph, arguments));
+  Execution run(graph, arguments, options_);
+  TESSEL_RETURN_IF_ERROR(run.Prepare());
+  absl::Status status;
+  try {
+    if (options_.num_threads == 1) {
+      status = run.Execute(KernelContext{1});
+    } else {
+      // More threads than cores would only wait for workers TBB never starts.
+      const int cores = tbb::info::default_concurrency();
+      tbb::task_arena arena(options_.num_threads > 0 ? std::min(options_.num_threads, cores)
+                                                     : cores);
+      arena.execute([&] { status = run.Execute(KernelContext{arena.max_concurrency()}); });
+    }
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of memory running graph \"", graph.name(), "\""));
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("running graph \"", graph.name(), "\" failed: ", e.what()));
+  }
+  TESSEL_RETURN_IF_ERROR(status);
+  if (stats != nullptr) {
+    stats->peak_live_bytes = run.peak_bytes();
+    stats->nodes_executed = run.nodes_executed();
+  }
+  return run.TakeOutputs();
+}
+
+}  // namespace tessel

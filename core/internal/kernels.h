@@ -1,0 +1,156 @@
+// Kernels of the single-device executor (core/executor.h). Internal to tessel::core.
+//
+// Each kernel computes one HLO op on host literals and returns a new literal of the node's
+// shape. Preconditions: the shapes and attributes satisfy core/shape_inference.h (the executor
+// checks every node with InferShape before running anything), so kernels TESSEL_CHECK their
+// invariants; the only errors they return are for combinations the shape rules accept but a
+// kernel cannot compute (an element type an op has no meaning for), as kInvalidArgument.
+//
+// Parallelism: kernels run on the calling thread when `ctx.num_threads == 1`; otherwise they
+// may call tbb::parallel_for, which runs in the caller's task arena (the executor runs the
+// whole graph inside a tbb::task_arena of ExecutorOptions::num_threads, capped at the number of
+// cores). Results never depend on the thread count, except possibly the summation order inside
+// Eigen's GEMM for f32/f64/bf16/f16 dots (see Dot).
+//
+// Element types: bf16 and f16 compute in f32 and round to nearest even on store; integer
+// arithmetic wraps (two's complement), as XLA defines it.
+#ifndef TESSEL_CORE_INTERNAL_KERNELS_H_
+#define TESSEL_CORE_INTERNAL_KERNELS_H_
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/graph.h"
+#include "core/literal.h"
+#include "core/shape.h"
+#include "tbb/blocked_range.h"
+#include "tbb/parallel_for.h"
+
+namespace tessel::internal {
+
+// How the kernels of one run may use threads.
+struct KernelContext {
+  // 1: everything on the calling thread. > 1: the concurrency of the current TBB arena.
+  int num_threads = 1;
+};
+
+// Elementwise kernels split work into chunks of this many elements and only go parallel above
+// twice that (smaller tensors do not repay the scheduling cost).
+inline constexpr int64_t kElementwiseGrain = 32 * 1024;
+
+// Calls `fn(begin, end)` over disjoint ranges covering [0, n): one call on the calling thread
+// when `ctx.num_threads == 1` or `n < 2 * grain`, otherwise a tbb::parallel_for with chunks of
+// about `grain` indices.
+template <typename Fn>
+void ParallelFor(const KernelContext& ctx, int64_t n, int64_t grain, Fn&& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  if (ctx.num_threads <= 1 || n < 2 * grain) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
+                    [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
+}
+
+// Total bytes of the buffers of `literal`, tuple elements included.
+int64_t TotalBytes(const Literal& literal);
+
+// ---- Elementwise (kernels_elementwise.cc) ------------------------------------------------------
+
+// abs, negate, exp, log, tanh, logistic, sqrt, rsqrt, not, copy, convert (to `shape`'s dtype).
+// Errors: kInvalidArgument for a transcendental op on a non-floating type, or `not` on floats.
+[[nodiscard]] absl::StatusOr<Literal> Unary(const KernelContext& ctx, Opcode opcode,
+                                            const Literal& x, const Shape& shape);
+
+// add, subtract, multiply, divide, maximum, minimum, power, and, or, compare (with
+// `direction`). `a` and `b` have the same shape. Integer division follows XLA: x / 0 == -1 for
+// signed types and all ones for unsigned, INT_MIN / -1 == INT_MIN. Integer power with a
+// negative exponent is (base == 1 ? 1 : 0). Floating maximum/minimum propagate NaN.
+// Errors: kInvalidArgument for and/or on floats.
+[[nodiscard]] absl::StatusOr<Literal> Binary(const KernelContext& ctx, Opcode opcode,
+                                             ComparisonDirection direction, const Literal& a,
+                                             const Literal& b, const Shape& shape);
+
+// select(pred, on_true, on_false); `pred` has the result's dims or is a scalar.
+[[nodiscard]] Literal Select(const KernelContext& ctx, const Literal& pred, const Literal& on_true,
+                             const Literal& on_false, const Shape& shape);
+
+// clamp(min, x, max) == minimum(maximum(x, min), max); `min`/`max` are scalars or x's shape.
+[[nodiscard]] Literal Clamp(const KernelContext& ctx, const Literal& min, const Literal& x,
+                            const Literal& max, const Shape& shape);
+
+// ---- Data movement (kernels_data_movement.cc) --------------------------------------------------
+
+// Copies the box `dims` from `src` (element strides `src_strides`, starting at element
+// `src_offset`) to `dst` (strides `dst_strides`, starting at `dst_offset`). Both literals have
+// the same dtype; strides may be zero on the source (broadcast).
+void StridedCopy(const KernelContext& ctx, absl::Span<const int64_t> dims, const Literal& src,
+                 int64_t src_offset, absl::Span<const int64_t> src_strides, Literal& dst,
+                 int64_t dst_offset, absl::Span<const int64_t> dst_strides);
+
+[[nodiscard]] Literal Iota(const KernelContext& ctx, const Shape& shape, int64_t iota_dimension);
+[[nodiscard]] Literal Broadcast(const KernelContext& ctx, const Literal& x,
+                                absl::Span<const int64_t> dimensions, const Shape& shape);
+[[nodiscard]] Literal Reshape(const Literal& x, const Shape& shape);
+// Output dim i is operand dim permutation[i].
+[[nodiscard]] Literal Transpose(const KernelContext& ctx, const Literal& x,
+                                absl::Span<const int64_t> permutation);
+[[nodiscard]] Literal Slice(const KernelContext& ctx, const Literal& x,
+                            absl::Span<const SliceDim> slice, const Shape& shape);
+[[nodiscard]] Literal Pad(const KernelContext& ctx, const Literal& x, const Literal& value,
+                          absl::Span<const PadDim> padding, const Shape& shape);
+[[nodiscard]] Literal Concatenate(const KernelContext& ctx,
+                                  absl::Span<const Literal* const> operands, int64_t dimension,
+                                  const Shape& shape);
+// Start indices are clamped to [0, dim - size] (XLA). Errors: kInvalidArgument if an index
+// operand is not a scalar s32/s64/u8.
+[[nodiscard]] absl::StatusOr<Literal> DynamicSlice(const KernelContext& ctx, const Literal& x,
+                                                   absl::Span<const Literal* const> start_indices,
+                                                   absl::Span<const int64_t> sizes,
+                                                   const Shape& shape);
+[[nodiscard]] absl::StatusOr<Literal> DynamicUpdateSlice(
+    const KernelContext& ctx, const Literal& x, const Literal& update,
+    absl::Span<const Literal* const> start_indices);
+
+// ---- Reduce and dot (kernels_reduce.cc, kernels_dot.cc) ---------------------------------------
+
+// reduce(x, init) over `dimensions` with `kind`. Each output element is
+// init op x[r0] op x[r1] ..., accumulated left to right over the reduced elements in row-major
+// order (bf16/f16 accumulate in f32), so results do not depend on the thread count.
+// Errors: kInvalidArgument for and/or on floats.
+[[nodiscard]] absl::StatusOr<Literal> Reduce(const KernelContext& ctx, const Literal& x,
+                                             const Literal& init,
+                                             absl::Span<const int64_t> dimensions, ReduceKind kind,
+                                             const Shape& shape);
+
+// General dot (XLA DotDimensionNumbers). f32/f64 (and bf16/f16 through f32) run Eigen's GEMM
+// on row- or column-major maps of the buffers, copying an operand only when its dims cannot be
+// viewed as [batch, m, k] / [batch, k, m] (resp. [batch, k, n] / [batch, n, k]); with more than
+// one thread the output is split into row or column blocks, one GEMM per block. Integer and
+// pred dots are loops (pred: or of ands).
+[[nodiscard]] Literal Dot(const KernelContext& ctx, const Literal& lhs, const Literal& rhs,
+                          const DotDimensionNumbers& dnums, const Shape& shape);
+
+// ---- Rng (rng.cc, kernels_rng.cc) -------------------------------------------------------------
+
+// Philox-4x32-10 on a full 128-bit `counter` and 64-bit `key` (Random123's philox4x32_R with
+// R = 10); Philox4x32(seed, index) is this with counter (index lo, index hi, 0, 0) and key
+// (seed lo, seed hi). Exposed for the known-answer tests.
+std::array<uint32_t, 4> Philox4x32Block(std::array<uint32_t, 4> counter,
+                                        std::array<uint32_t, 2> key);
+
+// Element i (row-major) is a + (b - a) * RngUniform01(seed, i) for kUniform (computed in f64,
+// rounded to the element type, and kept below b), a + b * RngStandardNormal(seed, i) for
+// kNormal. Errors: kInvalidArgument for a non-floating element type.
+[[nodiscard]] absl::StatusOr<Literal> Rng(const KernelContext& ctx, const Literal& a,
+                                          const Literal& b, RngDistribution distribution,
+                                          uint64_t seed, const Shape& shape);
+
+}  // namespace tessel::internal
+
+#endif  // TESSEL_CORE_INTERNAL_KERNELS_H_

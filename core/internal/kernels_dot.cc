@@ -1,0 +1,240 @@
+// dot: general DotDimensionNumbers reduced to batched matrix products.
+//
+// Each operand is viewed, without copying when its dims allow, as a batch of matrices:
+//   lhs dims (batch..., free..., contracting...)  -> [batch, m, k] row-major
+//   lhs dims (batch..., contracting..., free...)  -> [batch, k, m], i.e. m x k column-major
+//   rhs dims (batch..., contracting..., free...)  -> [batch, k, n] row-major
+//   rhs dims (batch..., free..., contracting...)  -> [batch, n, k], i.e. k x n column-major
+// and otherwise transposed into the first form. The result [batch, m, n] is row-major, which
+// is exactly the dot's output layout (batch dims, lhs free dims, rhs free dims).
+//
+// f32/f64 call Eigen's GEMM (`C.noalias() = A * B`) on Eigen::Map views. With more than one
+// thread the output of each batch is split into blocks of rows (or of columns when n > m), one
+// GEMM per block inside a tbb::parallel_for. Block edges fall on Eigen's register tiles, which
+// in practice keeps every element's k-summation order (and so its bits) unchanged, but Eigen
+// does not promise that for other matrix sizes: callers may only rely on agreement to rounding.
+// bf16/f16 convert the operands to f32, multiply, and round the result once.
+#include <algorithm>
+#include <numeric>
+#include <type_traits>
+
+#include "Eigen/Core"
+#include "core/internal/kernels.h"
+#include "core/internal/kernels_util.h"
+
+namespace tessel::internal {
+namespace {
+
+// One operand viewed as [batch, rows, cols] of a matrix `rows x cols` (lhs: m x k, rhs: k x n),
+// stored row-major ([batch, rows, cols]) or column-major ([batch, cols, rows]).
+struct MatrixView {
+  const Literal* literal = nullptr;
+  bool column_major = false;
+};
+
+bool IsIdentity(const std::vector<int64_t>& permutation) {
+  for (size_t i = 0; i < permutation.size(); ++i) {
+    if (permutation[i] != static_cast<int64_t>(i)) return false;
+  }
+  return true;
+}
+
+std::vector<int64_t> FreeDims(int64_t rank, const std::vector<int64_t>& batch,
+                              const std::vector<int64_t>& contracting) {
+  std::vector<int64_t> free;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
+        std::find(contracting.begin(), contracting.end(), d) == contracting.end()) {
+      free.push_back(d);
+    }
+  }
+  return free;
+}
+
+std::vector<int64_t> Concat(std::initializer_list<const std::vector<int64_t>*> parts) {
+  std::vector<int64_t> out;
+  for (const std::vector<int64_t>* p : parts) out.insert(out.end(), p->begin(), p->end());
+  return out;
+}
+
+// Views `x` with dims ordered (batch, `first`, `second`) as a row-major [batch, first, second]
+// matrix, or (batch, second, first) as column-major; otherwise transposes into `scratch`.
+MatrixView ViewOperand(const KernelContext& ctx, const Literal& x,
+                       const std::vector<int64_t>& batch, const std::vector<int64_t>& first,
+                       const std::vector<int64_t>& second, Literal& scratch) {
+  std::vector<int64_t> row_major = Concat({&batch, &first, &second});
+  if (IsIdentity(row_major)) return {&x, false};
+  if (IsIdentity(Concat({&batch, &second, &first}))) return {&x, true};
+  scratch = Transpose(ctx, x, row_major);
+  return {&scratch, false};
+}
+
+template <typename T, int kOrder>
+using ConstMatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, kOrder>>;
+template <typename T>
+using OutMatrixMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+struct GemmSizes {
+  int64_t batch, m, n, k;
+};
+
+// The output blocks GEMM runs on: `count` blocks per batch along rows (or columns).
+struct Blocking {
+  bool split_columns = false;
+  int64_t block = 0;  // rows or columns per block
+  int64_t count = 1;  // blocks per batch
+};
+
+Blocking ChooseBlocking(const KernelContext& ctx, const GemmSizes& s) {
+  Blocking b;
+  b.split_columns = s.n > s.m;
+  const int64_t extent = b.split_columns ? s.n : s.m;
+  b.block = std::max<int64_t>(extent, 1);
+  const double flops = 2.0 * s.batch * s.m * s.n * s.k;
+  // Below ~4 MFLOP a GEMM takes well under a millisecond; splitting it does not pay.
+  if (ctx.num_threads <= 1 || flops < 4e6 || extent == 0) return b;
+  // One block per thread (the batch counts as parallel work), block edges on multiples of
+  // Eigen's register tile so partial tiles occur only at the end. Eigen computes a row-major
+  // C as C^T = B^T A^T in column-major order: C's rows are its nr-wide columns (nr = 4) and
+  // C's columns its mr-tall rows (mr = 3 packets: 24 floats with AVX, 48 with AVX-512).
+  const int64_t wanted = (ctx.num_threads + s.batch - 1) / s.batch;
+  const int64_t align = b.split_columns ? 48 : 8;
+  int64_t block = (extent + wanted - 1) / wanted;
+  block = std::max<int64_t>(align, (block + align - 1) / align * align);
+  b.block = std::min(block, extent);
+  b.count = (extent + b.block - 1) / b.block;
+  return b;
+}
+
+template <typename T, int kLhsOrder, int kRhsOrder>
+void GemmTyped(const KernelContext& ctx, const GemmSizes& s, const T* lhs, const T* rhs, T* out) {
+  const Blocking blocking = ChooseBlocking(ctx, s);
+  auto run = [&](int64_t task) {
+    const int64_t b = task / blocking.count;
+    const int64_t start = (task % blocking.count) * blocking.block;
+    ConstMatrixMap<T, kLhsOrder> a(lhs + b * s.m * s.k, s.m, s.k);
+    ConstMatrixMap<T, kRhsOrder> w(rhs + b * s.k * s.n, s.k, s.n);
+    OutMatrixMap<T> c(out + b * s.m * s.n, s.m, s.n);
+    if (blocking.count == 1) {
+      c.noalias() = a * w;
+    } else if (blocking.split_columns) {
+      const int64_t cols = std::min(blocking.block, s.n - start);
+      c.middleCols(start, cols).noalias() = a * w.middleCols(start, cols);
+    } else {
+      const int64_t rows = std::min(blocking.block, s.m - start);
+      c.middleRows(start, rows).noalias() = a.middleRows(start, rows) * w;
+    }
+  };
+  const int64_t tasks = s.batch * blocking.count;
+  if (ctx.num_threads <= 1 || tasks == 1 || 2.0 * s.batch * s.m * s.n * s.k < 4e6) {
+    for (int64_t t = 0; t < tasks; ++t) run(t);
+    return;
+  }
+  tbb::parallel_for(int64_t{0}, tasks, [&](int64_t t) { run(t); });
+}
+
+template <typename T>
+void Gemm(const KernelContext& ctx, const GemmSizes& s, const MatrixView& lhs,
+          const MatrixView& rhs, T* out) {
+  const T* a = lhs.literal->data<T>().data();
+  const T* b = rhs.literal->data<T>().data();
+  if (!lhs.column_major && !rhs.column_major) {
+    GemmTyped<T, Eigen::RowMajor, Eigen::RowMajor>(ctx, s, a, b, out);
+  } else if (!lhs.column_major) {
+    GemmTyped<T, Eigen::RowMajor, Eigen::ColMajor>(ctx, s, a, b, out);
+  } else if (!rhs.column_major) {
+    GemmTyped<T, Eigen::ColMajor, Eigen::RowMajor>(ctx, s, a, b, out);
+  } else {
+    GemmTyped<T, Eigen::ColMajor, Eigen::ColMajor>(ctx, s, a, b, out);
+  }
+}
+
+// Integer and pred dots: out[b,i,j] = sum_k lhs[b,i,k] * rhs[b,k,j] (pred: or of ands),
+// accumulated in k order with two's complement wraparound.
+template <typename T>
+void LoopDot(const KernelContext& ctx, const GemmSizes& s, const MatrixView& lhs,
+             const MatrixView& rhs, T* out) {
+  const T* a = lhs.literal->data<T>().data();
+  const T* w = rhs.literal->data<T>().data();
+  // Element (i, kk) of lhs matrix b, and (kk, j) of rhs matrix b, in either storage order.
+  const int64_t a_row = lhs.column_major ? 1 : s.k, a_col = lhs.column_major ? s.m : 1;
+  const int64_t w_row = rhs.column_major ? 1 : s.n, w_col = rhs.column_major ? s.k : 1;
+  const int64_t rows = s.batch * s.m;
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, s.n * s.k));
+  ParallelFor(ctx, rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t b = row / std::max<int64_t>(s.m, 1), i = row % std::max<int64_t>(s.m, 1);
+      const T* ab = a + b * s.m * s.k;
+      const T* wb = w + b * s.k * s.n;
+      T* c = out + row * s.n;
+      std::fill(c, c + s.n, T(0));
+      for (int64_t kk = 0; kk < s.k; ++kk) {
+        const T av = ab[i * a_row + kk * a_col];
+        for (int64_t j = 0; j < s.n; ++j) {
+          const T wv = wb[kk * w_row + j * w_col];
+          if constexpr (std::is_same_v<T, bool>) {
+            c[j] = c[j] || (av && wv);
+          } else {
+            c[j] = WrapAdd(c[j], WrapMul(av, wv));
+          }
+        }
+      }
+    }
+  });
+}
+
+int64_t Product(const Shape& shape, const std::vector<int64_t>& dims) {
+  int64_t p = 1;
+  for (int64_t d : dims) p *= shape.dim(d);
+  return p;
+}
+
+}  // namespace
+
+Literal Dot(const KernelContext& ctx, const Literal& lhs, const Literal& rhs,
+            const DotDimensionNumbers& dnums, const Shape& shape) {
+  const Shape& ls = lhs.shape();
+  const Shape& rs = rhs.shape();
+  const std::vector<int64_t> lhs_free =
+      FreeDims(ls.rank(), dnums.lhs_batch_dims, dnums.lhs_contracting_dims);
+  const std::vector<int64_t> rhs_free =
+      FreeDims(rs.rank(), dnums.rhs_batch_dims, dnums.rhs_contracting_dims);
+  const GemmSizes sizes{Product(ls, dnums.lhs_batch_dims), Product(ls, lhs_free),
+                        Product(rs, rhs_free), Product(ls, dnums.lhs_contracting_dims)};
+
+  if (shape.num_elements() == 0) return Literal::Uninitialized(shape);
+
+  // bf16/f16: compute in f32 on converted operands, round once at the end.
+  const DType dtype = ls.dtype();
+  const bool half = dtype == DType::kBF16 || dtype == DType::kF16;
+  Literal lhs_f32, rhs_f32;
+  const Literal* l = &lhs;
+  const Literal* r = &rhs;
+  if (half) {
+    lhs_f32 = Unary(ctx, Opcode::kConvert, lhs, ls.WithDType(DType::kF32)).value();
+    rhs_f32 = Unary(ctx, Opcode::kConvert, rhs, rs.WithDType(DType::kF32)).value();
+    l = &lhs_f32;
+    r = &rhs_f32;
+  }
+  Literal lhs_scratch, rhs_scratch;
+  const MatrixView lhs_view =
+      ViewOperand(ctx, *l, dnums.lhs_batch_dims, lhs_free, dnums.lhs_contracting_dims, lhs_scratch);
+  const MatrixView rhs_view =
+      ViewOperand(ctx, *r, dnums.rhs_batch_dims, dnums.rhs_contracting_dims, rhs_free, rhs_scratch);
+  if (half) {
+    Literal result = Literal::Uninitialized(shape.WithDType(DType::kF32));
+    Gemm<float>(ctx, sizes, lhs_view, rhs_view, result.data<float>().data());
+    return Unary(ctx, Opcode::kConvert, result, shape).value();
+  }
+  Literal out = Literal::Uninitialized(shape);
+  VisitDType(dtype, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      Gemm<T>(ctx, sizes, lhs_view, rhs_view, out.data<T>().data());
+    } else if constexpr (!kIsFloating<T>) {
+      LoopDot<T>(ctx, sizes, lhs_view, rhs_view, out.data<T>().data());
+    }
+  });
+  return out;
+}
+
+}  // namespace tessel::internal

@@ -1,0 +1,120 @@
+#include "nn/optim.h"
+
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace tessel::nn {
+
+namespace {
+
+// Scalar device data (a graph parameter, so its value may change without a recompile),
+// one per dtype per step.
+class StepScalar {
+ public:
+  explicit StepScalar(double value) : value_(value) {}
+
+  // The value broadcast to `shape` (shape's dtype).
+  Tensor Like(const Shape& shape) {
+    auto it = by_dtype_.find(shape.dtype());
+    if (it == by_dtype_.end()) {
+      Literal lit(Shape(shape.dtype(), {}));
+      lit.SetFromDouble(0, value_);
+      it = by_dtype_.emplace(shape.dtype(), Tensor::FromLiteral(std::move(lit))).first;
+    }
+    return Broadcast(it->second, shape.dims(), {});
+  }
+
+ private:
+  double value_;
+  std::map<DType, Tensor> by_dtype_;
+};
+
+}  // namespace
+
+absl::Status Optimizer::CheckArguments(const char* name, absl::Span<Tensor* const> params,
+                                       absl::Span<const Tensor> grads) {
+  if (params.size() != grads.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": got ", params.size(),
+                                                   " parameters but ", grads.size(), " gradients"));
+  }
+  if (!shapes_.empty() && shapes_.size() != params.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": got ", params.size(), " parameters but the first step had ", shapes_.size()));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    TESSEL_RETURN_IF_ERROR(params[i]->status());
+    TESSEL_RETURN_IF_ERROR(grads[i].status());
+    const Shape& shape = params[i]->shape();
+    if (!IsFloating(shape.dtype())) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": parameter ", i, " has shape ",
+                                                     shape.ToString(),
+                                                     "; only floating parameters are trained"));
+    }
+    if (grads[i].shape() != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": gradient ", i, " has shape ",
+                                                     grads[i].shape().ToString(),
+                                                     " but its parameter has ", shape.ToString()));
+    }
+    if (!shapes_.empty() && shapes_[i] != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": parameter ", i, " has shape ",
+                                                     shape.ToString(), " but had ",
+                                                     shapes_[i].ToString(), " at the first step"));
+    }
+  }
+  if (shapes_.empty()) {
+    for (Tensor* p : params) shapes_.push_back(p->shape());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Sgd::Step(absl::Span<Tensor* const> params, absl::Span<const Tensor> grads) {
+  TESSEL_RETURN_IF_ERROR(CheckArguments("sgd", params, grads));
+  const bool use_momentum = options_.momentum != 0;
+  if (use_momentum && buffers_.empty()) {
+    for (Tensor* p : params) buffers_.push_back(Tensor::FromLiteral(Literal(p->shape())));
+  }
+  StepScalar lr(lr_);
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor& p = *params[i];
+    Tensor g = grads[i];
+    if (options_.weight_decay != 0) g = g + p * options_.weight_decay;
+    if (use_momentum) {
+      buffers_[i] = buffers_[i] * options_.momentum + g;
+      g = buffers_[i];
+    }
+    p = p - lr.Like(p.shape()) * g;
+  }
+  ++step_count_;
+  return absl::OkStatus();
+}
+
+absl::Status Adam::Step(absl::Span<Tensor* const> params, absl::Span<const Tensor> grads) {
+  TESSEL_RETURN_IF_ERROR(CheckArguments("adam", params, grads));
+  if (m_.empty()) {
+    for (Tensor* p : params) {
+      m_.push_back(Tensor::FromLiteral(Literal(p->shape())));
+      v_.push_back(Tensor::FromLiteral(Literal(p->shape())));
+    }
+  }
+  const double t = static_cast<double>(step_count_ + 1);
+  const double bias_correction1 = 1.0 - std::pow(options_.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(options_.beta2, t);
+  StepScalar step_size(lr_ / bias_correction1);
+  StepScalar inv_sqrt_bias_correction2(1.0 / std::sqrt(bias_correction2));
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor& p = *params[i];
+    Tensor g = grads[i];
+    if (options_.weight_decay != 0) g = g + p * options_.weight_decay;
+    m_[i] = m_[i] * options_.beta1 + g * (1.0 - options_.beta1);
+    v_[i] = v_[i] * options_.beta2 + g * g * (1.0 - options_.beta2);
+    Tensor denom = Sqrt(v_[i]) * inv_sqrt_bias_correction2.Like(p.shape()) + options_.eps;
+    p = p - step_size.Like(p.shape()) * m_[i] / denom;
+  }
+  ++step_count_;
+  return absl::OkStatus();
+}
+
+}  // namespace tessel::nn

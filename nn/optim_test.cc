@@ -1,0 +1,142 @@
+#include "nn/optim.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessel::nn {
+namespace {
+
+using ::testing::DoubleNear;
+using ::testing::HasSubstr;
+using ::testing::Pointwise;
+
+std::vector<double> Values(const Tensor& t) {
+  absl::StatusOr<Literal> lit = t.ToLiteral();
+  EXPECT_TRUE(lit.ok()) << lit.status();
+  return lit.ok() ? lit->ToDoubles() : std::vector<double>{};
+}
+
+Tensor F64(std::vector<int64_t> dims, std::vector<double> values) {
+  return Tensor::FromLiteral(Literal::FromVector<double>(std::move(dims), values));
+}
+
+TEST(SgdTest, OneStepWithoutMomentum) {
+  Tensor p = F64({3}, {1, 2, 3});
+  Sgd sgd({.lr = 0.1});
+  ASSERT_TRUE(sgd.Step({&p}, {F64({3}, {10, -20, 0.5})}).ok());
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_TRUE(p.is_data());
+  EXPECT_THAT(Values(p), Pointwise(DoubleNear(1e-12), {0.0, 4.0, 2.95}));
+  EXPECT_TRUE(sgd.momentum_buffers().empty());
+  EXPECT_EQ(sgd.step_count(), 1);
+}
+
+TEST(SgdTest, MomentumAndWeightDecayMatchHandComputation) {
+  Tensor p = F64({2}, {1, -2});
+  Sgd sgd({.lr = 0.5, .momentum = 0.9, .weight_decay = 0.1});
+  // Step 1: g = [1, 1] + 0.1 p = [1.1, 0.8]; buf = g; p = [1 - 0.55, -2 - 0.4] = [0.45, -2.4].
+  ASSERT_TRUE(sgd.Step({&p}, {F64({2}, {1, 1})}).ok());
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_THAT(Values(p), Pointwise(DoubleNear(1e-12), {0.45, -2.4}));
+  // Step 2: g = [2, 0] + 0.1 p = [2.045, -0.24]; buf = 0.9 [1.1, 0.8] + g = [3.035, 0.48];
+  // p = [0.45 - 1.5175, -2.4 - 0.24].
+  ASSERT_TRUE(sgd.Step({&p}, {F64({2}, {2, 0})}).ok());
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_THAT(Values(p), Pointwise(DoubleNear(1e-12), {0.45 - 1.5175, -2.64}));
+  EXPECT_THAT(Values(sgd.momentum_buffers()[0]), Pointwise(DoubleNear(1e-12), {3.035, 0.48}));
+}
+
+// Reference Adam (PyTorch formulation) in double for one scalar parameter.
+struct AdamReference {
+  double p, m = 0, v = 0;
+  int t = 0;
+  void Step(double g, double lr, double b1, double b2, double eps) {
+    ++t;
+    m = b1 * m + (1 - b1) * g;
+    v = b2 * v + (1 - b2) * g * g;
+    double m_hat = m / (1 - std::pow(b1, t));
+    double v_hat = v / (1 - std::pow(b2, t));
+    p -= lr * m_hat / (std::sqrt(v_hat) + eps);
+  }
+};
+
+TEST(AdamTest, FirstStepMovesEachParameterByLr) {
+  // With bias correction, step 1 is p -= lr * g / (|g| + eps): about lr * sign(g).
+  Tensor p = F64({3}, {1, 2, 3});
+  Adam adam({.lr = 0.01});
+  ASSERT_TRUE(adam.Step({&p}, {F64({3}, {4, -0.001, 0})}).ok());
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_THAT(Values(p), Pointwise(DoubleNear(1e-9), {1 - 0.01 * 4 / (4 + 1e-8),
+                                                      2 + 0.01 * 0.001 / (0.001 + 1e-8), 3.0}));
+}
+
+TEST(AdamTest, ThreeStepsMatchReference) {
+  const std::vector<double> init = {0.5, -1.5};
+  const std::vector<std::vector<double>> grads = {{0.3, -2}, {-0.1, 1}, {0.7, 0.25}};
+  Tensor p = F64({2}, init);
+  Adam adam({.lr = 0.1, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-3});
+  std::vector<AdamReference> ref = {{init[0]}, {init[1]}};
+  for (const std::vector<double>& g : grads) {
+    ASSERT_TRUE(adam.Step({&p}, {F64({2}, g)}).ok());
+    ASSERT_TRUE(Sync().ok());
+    for (int i = 0; i < 2; ++i) ref[i].Step(g[i], 0.1, 0.8, 0.95, 1e-3);
+    EXPECT_THAT(Values(p), Pointwise(DoubleNear(1e-12), {ref[0].p, ref[1].p}));
+    EXPECT_THAT(Values(adam.first_moments()[0]),
+                Pointwise(DoubleNear(1e-12), {ref[0].m, ref[1].m}));
+    EXPECT_THAT(Values(adam.second_moments()[0]),
+                Pointwise(DoubleNear(1e-12), {ref[0].v, ref[1].v}));
+  }
+  EXPECT_EQ(adam.step_count(), 3);
+}
+
+TEST(AdamTest, WeightDecayAddsL2Gradient) {
+  Tensor p = F64({1}, {2});
+  Adam adam({.lr = 0.1, .weight_decay = 0.5});
+  AdamReference ref{2};
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_TRUE(adam.Step({&p}, {F64({1}, {0.25})}).ok());
+    ASSERT_TRUE(Sync().ok());
+    ref.Step(0.25 + 0.5 * ref.p, 0.1, 0.9, 0.999, 1e-8);
+    EXPECT_NEAR(Values(p)[0], ref.p, 1e-12);
+  }
+}
+
+TEST(AdamTest, GraphIsTheSameEveryStepAndWithNewLr) {
+  // The bias corrections change each step and lr changes here; both are data, so after the
+  // first step every Sync hits the compilation cache.
+  Tensor p = Tensor::FromLiteral(Literal::FromVector<float>({4}, {1, 2, 3, 4}));
+  Adam adam({.lr = 0.1});
+  ResetLazyMetrics();
+  for (int step = 0; step < 5; ++step) {
+    if (step == 3) adam.set_lr(0.01);
+    Tensor g = Tensor::FromLiteral(Literal::FromVector<float>({4}, {1, -1, 1, -1}));
+    ASSERT_TRUE(adam.Step({&p}, {g}).ok());
+    ASSERT_TRUE(Sync().ok());
+  }
+  EXPECT_EQ(GetLazyMetrics().compiles, 1);
+  EXPECT_EQ(GetLazyMetrics().cache_hits, 4);
+}
+
+TEST(OptimizerTest, RejectsMismatchedArguments) {
+  Tensor p = F64({2}, {1, 2});
+  Sgd sgd({.lr = 0.1});
+  EXPECT_THAT(sgd.Step({&p}, {}).message(), HasSubstr("1 parameters but 0 gradients"));
+  EXPECT_THAT(sgd.Step({&p}, {F64({3}, {1, 2, 3})}).message(),
+              HasSubstr("gradient 0 has shape f64[3] but its parameter has f64[2]"));
+  Tensor q = Tensor::FromLiteral(Literal::FromVector<int32_t>({2}, {1, 2}));
+  EXPECT_THAT(
+      sgd.Step({&q}, {Tensor::FromLiteral(Literal::FromVector<int32_t>({2}, {1, 2}))}).message(),
+      HasSubstr("only floating parameters"));
+  ASSERT_TRUE(sgd.Step({&p}, {F64({2}, {1, 1})}).ok());
+  Tensor r = F64({3}, {1, 2, 3});
+  EXPECT_THAT(sgd.Step({&r}, {F64({3}, {1, 1, 1})}).message(),
+              HasSubstr("had f64[2] at the first step"));
+  Tensor error = Tensor::Error(absl::InvalidArgumentError("boom"));
+  EXPECT_EQ(sgd.Step({&p}, {error}).message(), "boom");
+}
+
+}  // namespace
+}  // namespace tessel::nn

@@ -1,0 +1,81 @@
+#include "nn/train.h"
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "core/status_macros.h"
+#include "nn/functional.h"
+
+namespace tessel::nn {
+
+namespace {
+
+absl::StatusOr<double> ScalarValue(const Tensor& t) {
+  TESSEL_ASSIGN_OR_RETURN(Literal value, t.ToLiteral());
+  return value.GetAsDouble(0);
+}
+
+}  // namespace
+
+absl::StatusOr<StepResult> TrainStep(Module& model, Optimizer& optimizer, const Batch& batch) {
+  std::vector<Tensor*> params = model.parameters();
+  Tensor loss;
+  Tensor correct;
+  {
+    // Everything recorded in this scope except the new parameters, the optimizer state, the
+    // loss and the count dies before Sync, so it is not a graph output.
+    Tensor images = Tensor::FromLiteral(batch.images);
+    Tensor labels = Tensor::FromLiteral(batch.labels);
+    Tensor logits = model.Forward(images);
+    loss = CrossEntropy(logits, labels);
+    correct = NumCorrect(logits, labels);
+    TESSEL_RETURN_IF_ERROR(loss.status());
+    TESSEL_RETURN_IF_ERROR(correct.status());
+    std::vector<Tensor> values;
+    values.reserve(params.size());
+    for (Tensor* p : params) values.push_back(*p);
+    std::vector<Tensor> grads = Grad(loss, values);
+    TESSEL_RETURN_IF_ERROR(optimizer.Step(params, grads));
+  }
+  TESSEL_RETURN_IF_ERROR(Sync());
+  StepResult result;
+  TESSEL_ASSIGN_OR_RETURN(result.loss, ScalarValue(loss));
+  TESSEL_ASSIGN_OR_RETURN(double num_correct, ScalarValue(correct));
+  result.num_correct = std::llround(num_correct);
+  result.batch_size = batch.size;
+  return result;
+}
+
+absl::StatusOr<EvalResult> Evaluate(const Module& model, const DataLoader& loader) {
+  double loss_sum = 0;
+  int64_t correct_sum = 0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < loader.num_batches(); ++i) {
+    Batch batch = loader.GetBatch(i);
+    Tensor loss;
+    Tensor correct;
+    {
+      Tensor images = Tensor::FromLiteral(std::move(batch.images));
+      Tensor labels = Tensor::FromLiteral(std::move(batch.labels));
+      Tensor logits = model.Forward(images);
+      loss = CrossEntropy(logits, labels);
+      correct = NumCorrect(logits, labels);
+    }
+    TESSEL_RETURN_IF_ERROR(Sync({loss, correct}));
+    TESSEL_ASSIGN_OR_RETURN(double batch_loss, ScalarValue(loss));
+    TESSEL_ASSIGN_OR_RETURN(double batch_correct, ScalarValue(correct));
+    loss_sum += batch_loss * static_cast<double>(batch.size);
+    correct_sum += std::llround(batch_correct);
+    count += batch.size;
+  }
+  EvalResult result;
+  result.num_examples = count;
+  if (count > 0) {
+    result.loss = loss_sum / static_cast<double>(count);
+    result.accuracy = static_cast<double>(correct_sum) / static_cast<double>(count);
+  }
+  return result;
+}
+
+}  // namespace tessel::nn
