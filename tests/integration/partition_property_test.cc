@@ -8,6 +8,8 @@
 // uneven sizes) and random mark_sharding-style annotations (partition specs over the mesh axes,
 // so partial replication is common). On failure the global HLO text is printed.
 #include <algorithm>
+#include <cstdio>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -90,6 +92,9 @@ class CaseBuilder {
     return Shape(DType::kF32, dims);
   }
 
+  // The node, or nullptr when the random op does not fit its operand (then it is skipped).
+  static Node* OrNull(absl::StatusOr<Node*> node) { return node.ok() ? *node : nullptr; }
+
   Node* NewParameter(Graph& g, const Shape& shape) {
     return g.AddParameter(static_cast<int64_t>(g.parameters().size()), shape).value();
   }
@@ -111,12 +116,12 @@ class CaseBuilder {
         if (y == nullptr) y = NewParameter(g, s);
         static const Opcode kOps[] = {Opcode::kAdd, Opcode::kSubtract, Opcode::kMultiply,
                                       Opcode::kMaximum, Opcode::kMinimum};
-        return g.AddNode(kOps[Rand(0, 4)], {x, y}).value();
+        return OrNull(g.AddNode(kOps[Rand(0, 4)], {x, y}));
       }
       case 1: {
         static const Opcode kOps[] = {Opcode::kTanh, Opcode::kNegate, Opcode::kExp,
                                       Opcode::kAbs, Opcode::kLogistic};
-        return g.AddNode(kOps[Rand(0, 4)], {x}).value();
+        return OrNull(g.AddNode(kOps[Rand(0, 4)], {x}));
       }
       case 2: {  // broadcast: insert a new dim
         if (rank >= 3) return nullptr;
@@ -127,16 +132,17 @@ class CaseBuilder {
         for (int64_t d = 0; d <= rank; ++d) {
           if (d != pos) a.dimensions.push_back(d);
         }
-        return g.AddNode(Opcode::kBroadcast, Shape(DType::kF32, out), {x}, a).value();
+        return OrNull(g.AddNode(Opcode::kBroadcast, Shape(DType::kF32, out), {x}, a));
       }
       case 3: {  // transpose
         if (rank < 2) return nullptr;
         OpAttributes a;
         for (int64_t d = 0; d < rank; ++d) a.dimensions.push_back(d);
         std::shuffle(a.dimensions.begin(), a.dimensions.end(), gen_);
-        return g.AddNode(Opcode::kTranspose, {x}, a).value();
+        return OrNull(g.AddNode(Opcode::kTranspose, {x}, a));
       }
       case 4: {  // reshape: merge two dims or split one
+        if (rank < 1) return nullptr;
         std::vector<int64_t> out = s.dims();
         if (rank >= 2 && Coin()) {
           int64_t i = Rand(0, rank - 2);
@@ -148,7 +154,7 @@ class CaseBuilder {
           out[i] /= 2;
           out.insert(out.begin() + i + 1, 2);
         }
-        return g.AddNode(Opcode::kReshape, Shape(DType::kF32, out), {x}).value();
+        return OrNull(g.AddNode(Opcode::kReshape, Shape(DType::kF32, out), {x}));
       }
       case 5: {  // reduce
         if (rank < 1) return nullptr;
@@ -160,7 +166,7 @@ class CaseBuilder {
         bool max = Coin(0.3);
         a.reduce_kind = max ? ReduceKind::kMaximum : ReduceKind::kAdd;
         Node* init = Scalar(g, max ? -1e30 : 0.0);
-        return g.AddNode(Opcode::kReduce, {x, init}, a).value();
+        return OrNull(g.AddNode(Opcode::kReduce, {x, init}, a));
       }
       case 6:
       case 7: {  // dot: contract the last dim with a new [k, n] parameter, or batch dot
@@ -178,7 +184,7 @@ class CaseBuilder {
           a.dot.rhs_contracting_dims = {0};
         }
         a.dot.lhs_contracting_dims = {rank - 1};
-        return g.AddNode(Opcode::kDot, {x, w}, a).value();
+        return OrNull(g.AddNode(Opcode::kDot, {x, w}, a));
       }
       case 8: {  // slice
         OpAttributes a;
@@ -187,7 +193,7 @@ class CaseBuilder {
           int64_t limit = Rand(start + 1, s.dim(d));
           a.slice.push_back(SliceDim{start, limit, Rand(1, 2)});
         }
-        return g.AddNode(Opcode::kSlice, {x}, a).value();
+        return OrNull(g.AddNode(Opcode::kSlice, {x}, a));
       }
       case 9: {  // pad
         OpAttributes a;
@@ -195,7 +201,7 @@ class CaseBuilder {
           a.padding.push_back(PadDim{Rand(0, 2), Rand(-1, 2), Rand(0, 1)});
           if (s.dim(d) + a.padding.back().high < 1) a.padding.back().high = 0;
         }
-        return g.AddNode(Opcode::kPad, {x, Scalar(g, 0.5)}, a).value();
+        return OrNull(g.AddNode(Opcode::kPad, {x, Scalar(g, 0.5)}, a));
       }
       case 10: {  // concatenate with a new parameter
         if (rank < 1) return nullptr;
@@ -205,7 +211,7 @@ class CaseBuilder {
         Node* y = NewParameter(g, Shape(DType::kF32, other));
         OpAttributes a;
         a.dimensions = {d};
-        return g.AddNode(Opcode::kConcatenate, {x, y}, a).value();
+        return OrNull(g.AddNode(Opcode::kConcatenate, {x, y}, a));
       }
       case 11: {  // dynamic-slice with constant starts (clamped)
         std::vector<Node*> operands = {x};
@@ -214,7 +220,7 @@ class CaseBuilder {
           operands.push_back(g.AddConstant(Literal::Scalar<int32_t>(Rand(-1, s.dim(d)))));
           a.dynamic_slice_sizes.push_back(Rand(1, s.dim(d)));
         }
-        return g.AddNode(Opcode::kDynamicSlice, operands, a).value();
+        return OrNull(g.AddNode(Opcode::kDynamicSlice, operands, a));
       }
       case 12: {  // dynamic-update-slice with a new parameter
         std::vector<int64_t> update;
@@ -223,21 +229,21 @@ class CaseBuilder {
         for (int64_t d = 0; d < rank; ++d) {
           operands.push_back(g.AddConstant(Literal::Scalar<int32_t>(Rand(0, s.dim(d)))));
         }
-        return g.AddNode(Opcode::kDynamicUpdateSlice, operands).value();
+        return OrNull(g.AddNode(Opcode::kDynamicUpdateSlice, operands));
       }
       case 13: {  // + iota along a random dim
         if (rank < 1) return nullptr;
         OpAttributes a;
         a.iota_dimension = Rand(0, rank - 1);
-        Node* iota = g.AddNode(Opcode::kIota, s, {}, a).value();
-        return g.AddNode(Opcode::kAdd, {x, iota}).value();
+        Node* iota = OrNull(g.AddNode(Opcode::kIota, s, {}, a));
+        return iota == nullptr ? nullptr : OrNull(g.AddNode(Opcode::kAdd, {x, iota}));
       }
       case 14: {  // * rng
         OpAttributes a;
         a.rng_seed = static_cast<uint64_t>(Rand(0, 1000));
         a.rng_distribution = RngDistribution::kUniform;
-        Node* r = g.AddNode(Opcode::kRng, s, {Scalar(g, 0.5), Scalar(g, 1.5)}, a).value();
-        return g.AddNode(Opcode::kMultiply, {x, r}).value();
+        Node* r = OrNull(g.AddNode(Opcode::kRng, s, {Scalar(g, 0.5), Scalar(g, 1.5)}, a));
+        return r == nullptr ? nullptr : OrNull(g.AddNode(Opcode::kMultiply, {x, r}));
       }
     }
     return nullptr;
@@ -266,7 +272,7 @@ class CaseBuilder {
     if (outs.size() == 1) {
       g->set_root(outs[0]);
     } else {
-      g->set_root(g->AddNode(Opcode::kTuple, outs).value());
+      g->set_root(OrNull(g->AddNode(Opcode::kTuple, outs)));
     }
     return g;
   }
@@ -328,7 +334,9 @@ absl::StatusOr<std::vector<Literal>> RunPartitioned(const partitioner::SpmdProgr
 
 TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
   constexpr int kCases = 300;
-  int checked = 0;
+  int checked = 0, multi_device = 0;
+  int64_t nodes = 0;
+  std::map<std::string, int64_t> collectives;
   for (int c = 0; c < kCases; ++c) {
     CaseBuilder builder(1000 + c);
     Mesh mesh = builder.RandomMesh();
@@ -353,8 +361,21 @@ TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
           << (*got)[o].ToString() << "\n" << PrintHloModule(*program->program);
     }
     ++checked;
+    if (mesh.size() > 1) ++multi_device;
+    for (const auto& [kind, count] : partitioner::CountCollectives(*program->program)) {
+      collectives[kind] += count.count;
+    }
+    nodes += graph->num_nodes();
   }
   EXPECT_EQ(checked, kCases);
+  // The cases must exercise the partitioner: most run on several devices and need collectives.
+  std::string summary;
+  for (const auto& [kind, count] : collectives) summary += kind + "=" + std::to_string(count) + " ";
+  std::printf("%d cases (%d multi-device, %lld nodes), collectives: %s\n", checked, multi_device,
+              static_cast<long long>(nodes), summary.c_str());
+  EXPECT_GT(multi_device, kCases / 2);
+  EXPECT_GT(collectives["all-reduce"], kCases / 10);
+  EXPECT_GT(collectives["all-gather"], kCases / 10);
 }
 
 }  // namespace
