@@ -1,0 +1,49 @@
+#include "spmd/mark_sharding.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace tessel::spmd {
+
+absl::Status mark_sharding(Tensor& tensor, const Mesh& mesh, const PartitionSpec& partition_spec) {
+  if (!tensor.defined()) return absl::InvalidArgumentError("mark_sharding: undefined tensor");
+  TESSEL_RETURN_IF_ERROR(tensor.status());
+  absl::StatusOr<Sharding> sharding =
+      ShardingFromPartitionSpec(mesh, tensor.rank(), partition_spec);
+  if (!sharding.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("mark_sharding on ", tensor.shape().ToString(),
+                                                   ": ", std::string(sharding.status().message())));
+  }
+  tensor.SetSharding(sharding->ToString());
+  return absl::OkStatus();
+}
+
+absl::Status mark_sharding(Tensor& tensor, const PartitionSpec& partition_spec) {
+  std::optional<Mesh> mesh = get_global_mesh();
+  if (!mesh) {
+    return absl::FailedPreconditionError(
+        "mark_sharding without a mesh needs set_global_mesh() first");
+  }
+  return mark_sharding(tensor, *mesh, partition_spec);
+}
+
+void clear_sharding(Tensor& tensor) {
+  if (tensor.defined()) tensor.ClearSharding();
+}
+
+absl::StatusOr<std::optional<Sharding>> GetSharding(const Tensor& tensor) {
+  if (!tensor.defined() || tensor.sharding().empty()) return std::optional<Sharding>();
+  TESSEL_ASSIGN_OR_RETURN(Sharding sharding, ParseSharding(tensor.sharding()));
+  return std::optional<Sharding>(std::move(sharding));
+}
+
+absl::Status ApplyShardingSpec(const ShardingSpec& spec, Tensor& tensor) {
+  if (tensor.defined() && !spec.CanApply(tensor.shape())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ShardingSpec (", spec.partition_spec().ToString(), ") of ", spec.partition_spec().size(),
+        " entries does not apply to ", tensor.shape().ToString()));
+  }
+  return mark_sharding(tensor, spec.mesh(), spec.partition_spec());
+}
+
+}  // namespace tessel::spmd

@@ -1,0 +1,210 @@
+#include "spmd/sharded_tensor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <type_traits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace tessel::spmd {
+
+std::vector<int64_t> Shard::data_dims() const {
+  std::vector<int64_t> dims;
+  for (const auto& [start, limit] : index) dims.push_back(limit - start);
+  return dims;
+}
+
+absl::StatusOr<ShardedTensor> ShardedTensor::Create(const Shape& global_shape,
+                                                    const Sharding& sharding, int64_t num_devices) {
+  if (global_shape.is_tuple() || sharding.IsTuple()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a sharded tensor needs an array shape and a "
+                     "non-tuple sharding, got ",
+                     global_shape.ToString(), " and ", sharding.ToString()));
+  }
+  if (sharding.IsManual() || sharding.SubgroupDim(SubgroupType::kManual) >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sharding ", sharding.ToString(),
+        " is manual: its per-device pieces are defined by the program, not by a layout"));
+  }
+  if (num_devices < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("num_devices must be >= 1, got ", num_devices));
+  }
+  TESSEL_RETURN_IF_ERROR(sharding.Validate(global_shape, num_devices));
+
+  ShardedTensor t;
+  t.global_shape_ = global_shape;
+  t.sharding_ = sharding;
+  const int64_t rank = global_shape.rank();
+  std::vector<int64_t> local_dims(rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t tiles = sharding.num_tiles(d);
+    local_dims[d] = (global_shape.dim(d) + tiles - 1) / tiles;
+  }
+  t.local_shape_ = Shape(global_shape.dtype(), local_dims);
+
+  auto full_range = [&] {
+    std::vector<std::pair<int64_t, int64_t>> index;
+    for (int64_t d = 0; d < rank; ++d) index.emplace_back(0, global_shape.dim(d));
+    return index;
+  };
+  if (sharding.IsTiled()) {
+    const int64_t replicated_dim = sharding.SubgroupDim(SubgroupType::kReplicated);
+    const int64_t unreduced_dim = sharding.SubgroupDim(SubgroupType::kUnreduced);
+    for (int64_t id : sharding.device_list()) {
+      std::vector<int64_t> full = *sharding.TileAssignmentIndexOf(id);
+      Shard shard;
+      shard.device_id = id;
+      shard.tile_index.assign(full.begin(), full.begin() + rank);
+      for (int64_t d = 0; d < rank; ++d) {
+        const int64_t dim = global_shape.dim(d);
+        shard.index.emplace_back(std::min(full[d] * local_dims[d], dim),
+                                 std::min((full[d] + 1) * local_dims[d], dim));
+      }
+      if (replicated_dim >= 0) shard.replica_id = full[replicated_dim];
+      if (unreduced_dim >= 0) shard.unreduced_id = full[unreduced_dim];
+      t.shards_.push_back(std::move(shard));
+    }
+  } else if (sharding.IsMaximal()) {
+    Shard shard;
+    shard.device_id = *sharding.unique_device();
+    shard.index = full_range();
+    shard.tile_index.assign(rank, 0);
+    t.shards_.push_back(std::move(shard));
+  } else {  // replicated or unreduced: every device holds the whole shape
+    for (int64_t id = 0; id < num_devices; ++id) {
+      Shard shard;
+      shard.device_id = id;
+      shard.index = full_range();
+      shard.tile_index.assign(rank, 0);
+      (sharding.IsUnreduced() ? shard.unreduced_id : shard.replica_id) = id;
+      t.shards_.push_back(std::move(shard));
+    }
+  }
+  std::sort(t.shards_.begin(), t.shards_.end(),
+            [](const Shard& a, const Shard& b) { return a.device_id < b.device_id; });
+  return t;
+}
+
+const Shard* ShardedTensor::shard_for(int64_t device_id) const {
+  auto it = std::lower_bound(shards_.begin(), shards_.end(), device_id,
+                             [](const Shard& s, int64_t id) { return s.device_id < id; });
+  if (it == shards_.end() || it->device_id != device_id) return nullptr;
+  return &*it;
+}
+
+namespace {
+
+// Calls fn(src_linear, dst_linear, run) for each contiguous run of the last dim of a box of
+// `extent` that starts at `src_start` in an array of `src_dims` and at `dst_start` in one of
+// `dst_dims`. Nothing when the box is empty.
+template <typename Fn>
+void ForEachRun(absl::Span<const int64_t> src_dims, absl::Span<const int64_t> src_start,
+                absl::Span<const int64_t> dst_dims, absl::Span<const int64_t> dst_start,
+                absl::Span<const int64_t> extent, Fn&& fn) {
+  const int64_t rank = static_cast<int64_t>(extent.size());
+  for (int64_t e : extent) {
+    if (e == 0) return;
+  }
+  if (rank == 0) {
+    fn(0, 0, 1);
+    return;
+  }
+  auto strides = [](absl::Span<const int64_t> dims) {
+    std::vector<int64_t> s(dims.size(), 1);
+    for (int64_t i = static_cast<int64_t>(dims.size()) - 2; i >= 0; --i) {
+      s[i] = s[i + 1] * dims[i + 1];
+    }
+    return s;
+  };
+  const std::vector<int64_t> src_strides = strides(src_dims);
+  const std::vector<int64_t> dst_strides = strides(dst_dims);
+  ForEachIndex(extent.subspan(0, rank - 1), [&](absl::Span<const int64_t> outer) {
+    int64_t src = src_start[rank - 1], dst = dst_start[rank - 1];
+    for (int64_t i = 0; i + 1 < rank; ++i) {
+      src += (src_start[i] + outer[i]) * src_strides[i];
+      dst += (dst_start[i] + outer[i]) * dst_strides[i];
+    }
+    fn(src, dst, extent[rank - 1]);
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Literal>> ShardedTensor::Split(const Literal& global) const {
+  if (global.shape() != global_shape_) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot split a ", global.shape().ToString(),
+                                                   " literal as ", global_shape_.ToString()));
+  }
+  const int64_t width = ByteWidth(global_shape_.dtype());
+  const int64_t rank = global_shape_.rank();
+  std::vector<Literal> locals;
+  locals.reserve(shards_.size());
+  for (const Shard& shard : shards_) {
+    Literal local(local_shape_);  // zero-filled: the padding
+    if (shard.unreduced_id == 0) {
+      std::vector<int64_t> src_start(rank), dst_start(rank, 0);
+      for (int64_t d = 0; d < rank; ++d) src_start[d] = shard.index[d].first;
+      ForEachRun(global_shape_.dims(), src_start, local_shape_.dims(), dst_start, shard.data_dims(),
+                 [&](int64_t src, int64_t dst, int64_t run) {
+                   std::memcpy(local.raw_data() + dst * width, global.raw_data() + src * width,
+                               run * width);
+                 });
+    }
+    locals.push_back(std::move(local));
+  }
+  return locals;
+}
+
+absl::StatusOr<Literal> ShardedTensor::Assemble(absl::Span<const Literal> locals) const {
+  if (locals.size() != shards_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("assembling ", global_shape_.ToString(),
+                                                   " under ", sharding_.ToString(), " needs ",
+                                                   shards_.size(), " shards, got ", locals.size()));
+  }
+  for (size_t i = 0; i < locals.size(); ++i) {
+    if (locals[i].shape() != local_shape_) {
+      return absl::InvalidArgumentError(absl::StrCat("shard ", i, " (device ", shards_[i].device_id,
+                                                     ") is ", locals[i].shape().ToString(),
+                                                     ", expected ", local_shape_.ToString()));
+    }
+  }
+  Literal global(global_shape_);
+  const int64_t width = ByteWidth(global_shape_.dtype());
+  const int64_t rank = global_shape_.rank();
+  // Pass 0 copies the first partial value of each tile, pass 1 adds the other partial values.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < shards_.size(); ++i) {
+      const Shard& shard = shards_[i];
+      if (shard.replica_id != 0 || (shard.unreduced_id == 0) != (pass == 0)) continue;
+      std::vector<int64_t> src_start(rank, 0), dst_start(rank);
+      for (int64_t d = 0; d < rank; ++d) dst_start[d] = shard.index[d].first;
+      const Literal& local = locals[i];
+      ForEachRun(local_shape_.dims(), src_start, global_shape_.dims(), dst_start, shard.data_dims(),
+                 [&](int64_t src, int64_t dst, int64_t run) {
+                   if (shard.unreduced_id == 0) {
+                     std::memcpy(global.raw_data() + dst * width, local.raw_data() + src * width,
+                                 run * width);
+                     return;
+                   }
+                   VisitDType(global_shape_.dtype(), [&]<typename T>() {
+                     T* out = global.data<T>().data() + dst;
+                     const T* in = local.data<T>().data() + src;
+                     for (int64_t k = 0; k < run; ++k) {
+                       if constexpr (std::is_same_v<T, bool>) {
+                         out[k] = out[k] || in[k];
+                       } else {
+                         out[k] = static_cast<T>(out[k] + in[k]);
+                       }
+                     }
+                   });
+                 });
+    }
+  }
+  return global;
+}
+
+}  // namespace tessel::spmd

@@ -1,0 +1,121 @@
+#include "spmd/visualize.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "spmd/sharded_tensor.h"
+
+namespace tessel::spmd {
+
+std::string CompactDeviceList(std::vector<int64_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    if (j - i >= 2) {
+      parts.push_back(absl::StrCat(ids[i], "-", ids[j]));
+    } else {
+      for (size_t k = i; k <= j; ++k) parts.push_back(absl::StrCat(ids[k]));
+    }
+    i = j + 1;
+  }
+  return absl::StrJoin(parts, ",");
+}
+
+namespace {
+
+struct Cell {
+  std::string devices;
+  std::string range;
+};
+
+std::string Center(const std::string& text, size_t width) {
+  const size_t left = (width - text.size()) / 2;
+  return std::string(left, ' ') + text + std::string(width - text.size() - left, ' ');
+}
+
+std::string RangeText(const Shard& shard) {
+  std::vector<std::string> parts;
+  for (const auto& [start, limit] : shard.index) parts.push_back(absl::StrCat(start, ":", limit));
+  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> VisualizeSharding(const Shape& shape, const Sharding& sharding,
+                                              int64_t num_devices) {
+  if (shape.is_tuple() || shape.rank() > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("VisualizeSharding draws 1-D and 2-D values only, got ", shape.ToString()));
+  }
+  const bool names_all = num_devices <= 0;
+  if (names_all) {
+    num_devices = 1;
+    if (sharding.IsTiled() || sharding.IsMaximal()) {
+      for (int64_t id : sharding.device_list()) num_devices = std::max(num_devices, id + 1);
+    }
+  }
+  TESSEL_ASSIGN_OR_RETURN(ShardedTensor t, ShardedTensor::Create(shape, sharding, num_devices));
+
+  // Cells indexed by the data tile index (row, column).
+  const int64_t rows = shape.rank() == 2 ? sharding.num_tiles(0) : 1;
+  const int64_t cols = shape.rank() == 2   ? sharding.num_tiles(1)
+                       : shape.rank() == 1 ? sharding.num_tiles(0)
+                                           : 1;
+  std::vector<std::vector<Cell>> cells(rows, std::vector<Cell>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      std::vector<int64_t> tile_index;
+      if (shape.rank() == 2) tile_index = {r, c};
+      if (shape.rank() == 1) tile_index = {c};
+      // The devices of this tile, grouped by unreduced position.
+      std::vector<std::vector<int64_t>> partials;
+      const Shard* any = nullptr;
+      for (const Shard& shard : t.shards()) {
+        if (shard.tile_index != tile_index) continue;
+        if (any == nullptr) any = &shard;
+        if (static_cast<int64_t>(partials.size()) <= shard.unreduced_id) {
+          partials.resize(shard.unreduced_id + 1);
+        }
+        partials[shard.unreduced_id].push_back(shard.device_id);
+      }
+      Cell& cell = cells[r][c];
+      if (any == nullptr) continue;  // cannot happen for a validated tiling
+      if (names_all && (sharding.IsReplicated() || sharding.IsUnreduced())) {
+        cell.devices = sharding.IsReplicated() ? "all devices" : "all devices (unreduced)";
+      } else {
+        std::vector<std::string> groups;
+        groups.reserve(partials.size());
+        for (auto& group : partials) groups.push_back(CompactDeviceList(group));
+        cell.devices = absl::StrJoin(groups, " + ");
+      }
+      cell.range = RangeText(*any);
+    }
+  }
+
+  size_t width = 0;
+  for (const auto& row : cells) {
+    for (const Cell& cell : row) width = std::max({width, cell.devices.size(), cell.range.size()});
+  }
+  width += 2;  // one space of margin on each side
+  std::string border = "+";
+  for (int64_t c = 0; c < cols; ++c) border += std::string(width, '-') + "+";
+  border += "\n";
+  std::string out = border;
+  for (const auto& row : cells) {
+    std::string devices_line = "|", range_line = "|";
+    for (const Cell& cell : row) {
+      devices_line += Center(cell.devices, width) + "|";
+      range_line += Center(cell.range, width) + "|";
+    }
+    absl::StrAppend(&out, devices_line, "\n", range_line, "\n", border);
+  }
+  return out;
+}
+
+}  // namespace tessel::spmd
