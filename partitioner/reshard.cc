@@ -1,6 +1,7 @@
 #include "partitioner/reshard.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -42,6 +43,85 @@ int64_t LocalBytes(const Shape& global, const Sharding& s) {
   return LocalShape(global, s).byte_size();
 }
 
+// The single dim that `target` tiles and `base` does not, when every other dim maps alike;
+// -1 otherwise.
+int64_t OnlyNewTiledDim(const Sharding& base, const Sharding& target, int64_t rank,
+                        int64_t num_devices) {
+  int64_t found = -1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (SameDimMapping(base, target, d, num_devices)) continue;
+    if (found >= 0 || base.num_tiles(d) != 1) return -1;
+    found = d;
+  }
+  return found;
+}
+
+// Unreduced -> tiled in one reduce-scatter: the target tiles one dim d more than the reduced
+// source, and position k of every unreduced group is the device holding tile k along d.
+std::optional<ReshardStep> TryReduceScatter(const Sharding& current, const Sharding& target,
+                                            int64_t rank, int64_t num_devices) {
+  Sharding reduced = Reduced(current);
+  const int64_t d = OnlyNewTiledDim(reduced, target, rank, num_devices);
+  if (d < 0) return std::nullopt;
+  std::vector<std::vector<int64_t>> groups = current.UnreducedGroups(num_devices);
+  if (static_cast<int64_t>(groups[0].size()) != target.num_tiles(d)) return std::nullopt;
+  for (const auto& group : groups) {
+    for (size_t k = 0; k < group.size(); ++k) {
+      auto index = target.TileIndexOf(group[k]);
+      if (!index || (*index)[d] != static_cast<int64_t>(k)) return std::nullopt;
+    }
+  }
+  ReshardStep step;
+  step.kind = ReshardStep::Kind::kReduceScatter;
+  step.dim = d;
+  step.groups = std::move(groups);
+  step.after = target;
+  return step;
+}
+
+// Tiled on dim a -> tiled on dim b over the same device groups, both dims divisible: one
+// all-to-all (each device sends chunk i of dim b to the i-th device of its group).
+std::optional<ReshardStep> TryAllToAll(const Sharding& current, const Sharding& target,
+                                       const Shape& global, int64_t num_devices) {
+  if (!current.IsTiled() || !target.IsTiled() || !IsPlainTiling(current) ||
+      !IsPlainTiling(target)) {
+    return std::nullopt;
+  }
+  const int64_t rank = global.rank();
+  int64_t a = -1, b = -1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (SameDimMapping(current, target, d, num_devices)) continue;
+    if (current.num_tiles(d) > 1 && target.num_tiles(d) == 1 && a < 0) {
+      a = d;
+    } else if (current.num_tiles(d) == 1 && target.num_tiles(d) > 1 && b < 0) {
+      b = d;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (a < 0 || b < 0) return std::nullopt;
+  const int64_t t = current.num_tiles(a);
+  if (target.num_tiles(b) != t || global.dim(a) % t != 0 || global.dim(b) % t != 0) {
+    return std::nullopt;
+  }
+  std::vector<std::vector<int64_t>> groups = GroupsAlongDims(current, {a});
+  // Device at position k of its group must hold tile k along b in the target (and tile k along
+  // a in the source, which GroupsAlongDims guarantees).
+  for (const auto& group : groups) {
+    for (size_t k = 0; k < group.size(); ++k) {
+      auto index = target.TileIndexOf(group[k]);
+      if (!index || (*index)[b] != static_cast<int64_t>(k)) return std::nullopt;
+    }
+  }
+  ReshardStep step;
+  step.kind = ReshardStep::Kind::kAllToAll;
+  step.dim = a;
+  step.to_dim = b;
+  step.groups = std::move(groups);
+  step.after = target;
+  return step;
+}
+
 }  // namespace
 
 absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to,
@@ -59,6 +139,15 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to
                                                  " to the unreduced ", target.ToString()));
   }
   const int64_t rank = global_shape.rank();
+  if (HasUnreduced(current) && target.IsTiled()) {
+    std::optional<ReshardStep> step = TryReduceScatter(current, target, rank, num_devices);
+    if (step.has_value()) {
+      int64_t n = static_cast<int64_t>(step->groups[0].size());
+      plan.bytes_per_device += (n - 1) * LocalBytes(global_shape, current) / n;
+      plan.steps.push_back(*std::move(step));
+      return plan;
+    }
+  }
   if (HasUnreduced(current)) {
     ReshardStep step;
     step.kind = ReshardStep::Kind::kAllReduce;
@@ -84,6 +173,13 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to
     step.after = target;
     plan.bytes_per_device += LocalBytes(global_shape, current);
     plan.steps.push_back(std::move(step));
+    return plan;
+  }
+  if (std::optional<ReshardStep> step = TryAllToAll(current, target, global_shape, num_devices)) {
+    plan.bytes_per_device +=
+        LocalBytes(global_shape, current) * (current.num_tiles(step->dim) - 1) /
+        current.num_tiles(step->dim);
+    plan.steps.push_back(*std::move(step));
     return plan;
   }
   // Gather every dim whose mapping differs from the target's.

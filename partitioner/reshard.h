@@ -8,16 +8,21 @@
 //   plan.bytes_per_device == 768;                            // (n-1)/n of the gathered 1 KiB
 //
 // The planner, in order (after XLA SpmdPartitioner's ReshardNoCache):
-//   1. an unreduced (partial-sum) source is all-reduced over its unreduced groups;
+//   1. an unreduced (partial-sum) source is reduce-scattered when the target tiles one more dim
+//      exactly along the unreduced groups (each device keeps its own chunk), otherwise
+//      all-reduced over its unreduced groups;
 //   2. equal shardings need nothing;
-//   3. the same tiling with devices in another order is a collective-permute;
+//   3. the same tiling with devices in another order is a collective-permute; a tiling that
+//      moves from dim a to dim b over the same device groups (both dims divisible) is one
+//      all-to-all;
 //   4. otherwise every data dim whose tile mapping differs is all-gathered (padding sliced off
 //      when the dim is uneven), and the dims the target tiles but the value no longer does are
 //      cut locally with dynamic-slice at the device's offset (partition-id lookup), after padding
 //      the dim to tiles * ceil(dim / tiles). This path is always correct: in the worst case it
 //      goes through the replicated value.
 // Bytes are per device and count what each device receives: all-reduce 2(n-1)/n of the buffer
-// (ring), all-gather (n-1)/n of the result, collective-permute the buffer.
+// (ring), reduce-scatter and all-to-all (n-1)/n of the input, all-gather (n-1)/n of the result,
+// collective-permute the buffer.
 #ifndef TESSEL_PARTITIONER_RESHARD_H_
 #define TESSEL_PARTITIONER_RESHARD_H_
 
@@ -35,13 +40,16 @@ namespace tessel::partitioner {
 struct ReshardStep {
   enum class Kind {
     kAllReduce,           // over `groups`, sum
+    kReduceScatter,       // over `groups`, sum, each device keeping its chunk of `dim`
     kAllGather,           // along `dim` over `groups`, then slice the dim to `global_dim`
+    kAllToAll,            // over `groups`: tiles move from dim `dim` to dim `to_dim`
     kCollectivePermute,   // `pairs`
     kLocalSlice,          // dynamic-slice of the dims with `tiles[d]` > 1 at the device's tile
   };
   Kind kind;
   std::vector<std::vector<int64_t>> groups;
   int64_t dim = 0;
+  int64_t to_dim = 0;
   std::vector<std::pair<int64_t, int64_t>> pairs;
   // kLocalSlice: the target sharding (its tiles and each device's tile index).
   spmd::Sharding target;

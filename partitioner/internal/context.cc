@@ -79,6 +79,75 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
       for (int64_t d = 0; d < global.rank(); ++d) slice.slice.push_back({0, limits[d], 1});
       return Add(Opcode::kSlice, {gathered}, slice);
     }
+    case ReshardStep::Kind::kReduceScatter: {
+      // Pad the dim to a multiple of the group size (zeros add nothing to the sum).
+      const int64_t n = static_cast<int64_t>(step.groups[0].size());
+      const int64_t size = local->shape().dim(step.dim);
+      const int64_t padded = (size + n - 1) / n * n;
+      if (padded != size) {
+        OpAttributes pad;
+        pad.padding.assign(global.rank(), PadDim{});
+        pad.padding[step.dim].high = padded - size;
+        TESSEL_ASSIGN_OR_RETURN(local,
+                                Add(Opcode::kPad, {local, ScalarConstant(global.dtype(), 0)}, pad));
+      }
+      OpAttributes attrs;
+      attrs.replica_groups = step.groups;
+      attrs.dimensions = {step.dim};
+      attrs.reduce_kind = global.dtype() == DType::kPred ? ReduceKind::kOr : ReduceKind::kAdd;
+      return Add(Opcode::kReduceScatter, {local}, attrs);
+    }
+    case ReshardStep::Kind::kAllToAll: {
+      // [.., s_a, .., B, ..] -> split B into [n, B/n], move the n chunks to dim 0, exchange along
+      // dim 0 (chunk i goes to the i-th device; received chunks ordered by source position =
+      // tile index along a), then fold dim 0 into a: [.., n*s_a, .., B/n, ..].
+      const int64_t n = static_cast<int64_t>(step.groups[0].size());
+      const int64_t a = step.dim, b = step.to_dim;
+      const std::vector<int64_t>& dims = local->shape().dims();
+      std::vector<int64_t> split;
+      for (int64_t d = 0; d < global.rank(); ++d) {
+        if (d == b) {
+          split.push_back(n);
+          split.push_back(dims[d] / n);
+        } else {
+          split.push_back(dims[d]);
+        }
+      }
+      TESSEL_ASSIGN_OR_RETURN(
+          Node * reshaped, Add(Opcode::kReshape, Shape(global.dtype(), split), {local}));
+      std::vector<int64_t> to_front = {b};
+      for (int64_t d = 0; d < static_cast<int64_t>(split.size()); ++d) {
+        if (d != b) to_front.push_back(d);
+      }
+      OpAttributes front;
+      front.dimensions = to_front;
+      TESSEL_ASSIGN_OR_RETURN(Node * moved, Add(Opcode::kTranspose, {reshaped}, front));
+      OpAttributes exchange;
+      exchange.replica_groups = step.groups;
+      exchange.dimensions = {0};
+      TESSEL_ASSIGN_OR_RETURN(Node * swapped, Add(Opcode::kAllToAll, {moved}, exchange));
+      // `swapped` dims: [n, rest of split without index b]. Put n right before dim a.
+      std::vector<int64_t> rest;  // positions in `split` of the other dims
+      for (int64_t d = 0; d < static_cast<int64_t>(split.size()); ++d) {
+        if (d != b) rest.push_back(d);
+      }
+      const int64_t a_in_split = a < b ? a : a + 1;
+      std::vector<int64_t> back;
+      std::vector<int64_t> merged_dims;
+      for (size_t i = 0; i < rest.size(); ++i) {
+        if (rest[i] == a_in_split) {
+          back.push_back(0);
+          merged_dims.push_back(n * split[rest[i]]);
+        } else {
+          merged_dims.push_back(split[rest[i]]);
+        }
+        back.push_back(static_cast<int64_t>(i) + 1);
+      }
+      OpAttributes place;
+      place.dimensions = back;
+      TESSEL_ASSIGN_OR_RETURN(Node * placed, Add(Opcode::kTranspose, {swapped}, place));
+      return Add(Opcode::kReshape, Shape(global.dtype(), merged_dims), {placed});
+    }
     case ReshardStep::Kind::kCollectivePermute: {
       OpAttributes attrs;
       attrs.source_target_pairs = step.pairs;

@@ -380,3 +380,66 @@ TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
 
 }  // namespace
 }  // namespace tessel
+
+namespace tessel {
+namespace {
+
+// Hand-picked reshards that take the reduce-scatter and all-to-all paths, checked numerically.
+struct Directed {
+  std::string name;
+  std::string hlo;
+  int64_t num_devices;
+  std::string expected_collective;
+};
+
+TEST(PartitionDirectedTest, ReduceScatterAndAllToAllAreExact) {
+  const std::vector<Directed> cases = {
+      {"dot partial sums -> rows", R"(HloModule rs
+ENTRY %main (a: f32[8,16], b: f32[16,6]) -> f32[8,6] {
+  %a = f32[8,16] parameter(0), sharding={devices=[1,2]0,1}
+  %b = f32[16,6] parameter(1), sharding={devices=[2,1]0,1}
+  ROOT %c = f32[8,6] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,1]0,1}
+})", 2, "reduce-scatter"},
+      {"dot partial sums -> uneven rows", R"(HloModule rs_uneven
+ENTRY %main (a: f32[9,12], b: f32[12,5]) -> f32[9,5] {
+  %a = f32[9,12] parameter(0), sharding={devices=[1,4]0,1,2,3}
+  %b = f32[12,5] parameter(1), sharding={devices=[4,1]0,1,2,3}
+  ROOT %c = f32[9,5] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[4,1]0,1,2,3}
+})", 4, "reduce-scatter"},
+      {"rows -> columns", R"(HloModule a2a
+ENTRY %main (a: f32[8,12]) -> f32[8,12] {
+  %a = f32[8,12] parameter(0), sharding={devices=[4,1]0,1,2,3}
+  ROOT %b = f32[8,12] copy(%a), sharding={devices=[1,4]0,1,2,3}
+})", 4, "all-to-all"},
+      {"rank 3, partial replication", R"(HloModule a2a3
+ENTRY %main (a: f32[4,6,8]) -> f32[4,6,8] {
+  %a = f32[4,6,8] parameter(0), sharding={devices=[1,2,1,2]0,1,2,3 last_tile_dim_replicate}
+  %t = f32[4,6,8] tanh(%a), sharding={devices=[1,2,1,2]0,1,2,3 last_tile_dim_replicate}
+  ROOT %b = f32[4,6,8] copy(%t), sharding={devices=[1,1,2,2]0,1,2,3 last_tile_dim_replicate}
+})", 4, "all-to-all"},
+  };
+  for (const Directed& c : cases) {
+    SCOPED_TRACE(c.name);
+    absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloModule(c.hlo);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    CaseBuilder builder(7);
+    std::vector<Literal> inputs;
+    for (Node* p : (*graph)->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
+    absl::StatusOr<std::vector<Literal>> expected = Executor().Run(**graph, inputs);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    absl::StatusOr<partitioner::SpmdProgram> program =
+        partitioner::Partition(**graph, c.num_devices);
+    ASSERT_TRUE(program.ok()) << program.status();
+    auto counts = partitioner::CountCollectives(*program->program);
+    EXPECT_EQ(counts[c.expected_collective].count, 1) << PrintHloModule(*program->program);
+    EXPECT_EQ(counts.count("all-gather"), 0u) << PrintHloModule(*program->program);
+    absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(AllClose((*got)[0], (*expected)[0], 1e-5, 1e-5))
+        << PrintHloModule(*program->program) << "\nexpected " << (*expected)[0].ToString()
+        << "\ngot " << (*got)[0].ToString();
+  }
+}
+
+}  // namespace
+}  // namespace tessel
