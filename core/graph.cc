@@ -128,6 +128,7 @@ Node* Graph::AddNodeUnchecked(Opcode opcode, const Shape& shape, std::vector<Nod
     operand->users_.push_back(raw);
   }
   by_name_[raw->name_] = raw;
+  if (opcode == Opcode::kParameter) parameter_by_number_.emplace(raw->attrs_.parameter_number, raw);
   storage_.push_back(std::move(node));
   order_.push_back(raw);
   return raw;
@@ -152,11 +153,10 @@ absl::StatusOr<Node*> Graph::AddNode(Opcode opcode, const Shape& shape,
 }
 
 absl::StatusOr<Node*> Graph::AddParameter(int64_t number, const Shape& shape, std::string name) {
-  for (Node* node : order_) {
-    if (node->opcode() == Opcode::kParameter && node->attrs().parameter_number == number) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameter number ", number, " is already taken by %", node->name()));
-    }
+  auto taken = parameter_by_number_.find(number);
+  if (taken != parameter_by_number_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter number ", number, " is already taken by %", taken->second->name()));
   }
   OpAttributes attrs;
   attrs.parameter_number = number;

@@ -241,6 +241,7 @@ class Graph {
   std::vector<Node*> order_;
   Node* root_ = nullptr;
   absl::flat_hash_map<std::string, Node*> by_name_;
+  absl::flat_hash_map<int64_t, Node*> parameter_by_number_;
 };
 
 }  // namespace tessel
