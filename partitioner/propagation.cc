@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "partitioner/internal/op_dims.h"
 #include "partitioner/internal/reshape_dims.h"
 #include "partitioner/sharding_util.h"
 
@@ -13,6 +14,11 @@ namespace tessel::partitioner {
 namespace {
 
 using spmd::Sharding;
+using internal::ChangedDims;
+using internal::DotSpace;
+using internal::IsDimPreserving;
+using internal::Iota;
+using internal::MakeDotSpace;
 
 std::vector<int64_t> AllDimsExcept(int64_t rank, const std::vector<int64_t>& removed) {
   std::vector<int64_t> kept;
@@ -20,92 +26,6 @@ std::vector<int64_t> AllDimsExcept(int64_t rank, const std::vector<int64_t>& rem
     if (std::find(removed.begin(), removed.end(), d) == removed.end()) kept.push_back(d);
   }
   return kept;
-}
-
-// Dims whose extent an op changes (they cannot stay tiled through it without communication).
-std::vector<int64_t> ChangedDims(const Node& node) {
-  const OpAttributes& a = node.attrs();
-  const Shape& in = node.operand(0)->shape();
-  std::vector<int64_t> dims;
-  switch (node.opcode()) {
-    case Opcode::kSlice:
-      for (int64_t d = 0; d < in.rank(); ++d) {
-        const SliceDim& s = a.slice[d];
-        if (s.start != 0 || s.limit != in.dim(d) || s.stride != 1) dims.push_back(d);
-      }
-      break;
-    case Opcode::kPad:
-      for (int64_t d = 0; d < in.rank(); ++d) {
-        const PadDim& p = a.padding[d];
-        if (p.low != 0 || p.high != 0 || p.interior != 0) dims.push_back(d);
-      }
-      break;
-    case Opcode::kConcatenate:
-      dims.push_back(a.dimensions[0]);
-      break;
-    case Opcode::kDynamicSlice:
-      for (int64_t d = 0; d < in.rank(); ++d) {
-        if (a.dynamic_slice_sizes[d] != in.dim(d)) dims.push_back(d);
-      }
-      break;
-    case Opcode::kDynamicUpdateSlice:
-      for (int64_t d = 0; d < in.rank(); ++d) {
-        if (node.operand(1)->shape().dim(d) != in.dim(d)) dims.push_back(d);
-      }
-      break;
-    default:
-      break;
-  }
-  return dims;
-}
-
-bool IsDimPreserving(Opcode op) {
-  return op == Opcode::kSlice || op == Opcode::kPad || op == Opcode::kConcatenate ||
-         op == Opcode::kDynamicSlice || op == Opcode::kDynamicUpdateSlice;
-}
-
-// Dot dims in the "iteration space" order [batch..., lhs free..., rhs free..., contracting...].
-struct DotSpace {
-  std::vector<int64_t> lhs_to_space;  // per lhs dim
-  std::vector<int64_t> rhs_to_space;  // per rhs dim
-  int64_t output_rank = 0;            // batch + lhs free + rhs free
-  int64_t rank = 0;                   // output_rank + contracting
-};
-
-DotSpace MakeDotSpace(const Node& dot) {
-  const DotDimensionNumbers& dn = dot.attrs().dot;
-  const int64_t lr = dot.operand(0)->shape().rank(), rr = dot.operand(1)->shape().rank();
-  DotSpace s;
-  s.lhs_to_space.assign(lr, -1);
-  s.rhs_to_space.assign(rr, -1);
-  int64_t next = 0;
-  for (size_t i = 0; i < dn.lhs_batch_dims.size(); ++i) {
-    s.lhs_to_space[dn.lhs_batch_dims[i]] = next;
-    s.rhs_to_space[dn.rhs_batch_dims[i]] = next;
-    ++next;
-  }
-  for (int64_t d = 0; d < lr; ++d) {
-    if (s.lhs_to_space[d] < 0 && std::find(dn.lhs_contracting_dims.begin(),
-                                           dn.lhs_contracting_dims.end(),
-                                           d) == dn.lhs_contracting_dims.end()) {
-      s.lhs_to_space[d] = next++;
-    }
-  }
-  for (int64_t d = 0; d < rr; ++d) {
-    if (s.rhs_to_space[d] < 0 && std::find(dn.rhs_contracting_dims.begin(),
-                                           dn.rhs_contracting_dims.end(),
-                                           d) == dn.rhs_contracting_dims.end()) {
-      s.rhs_to_space[d] = next++;
-    }
-  }
-  s.output_rank = next;
-  for (size_t i = 0; i < dn.lhs_contracting_dims.size(); ++i) {
-    s.lhs_to_space[dn.lhs_contracting_dims[i]] = next;
-    s.rhs_to_space[dn.rhs_contracting_dims[i]] = next;
-    ++next;
-  }
-  s.rank = next;
-  return s;
 }
 
 class Propagator {
@@ -302,12 +222,6 @@ class Propagator {
       }
     }
     return merged;
-  }
-
-  static std::vector<int64_t> Iota(int64_t n) {
-    std::vector<int64_t> v(n);
-    for (int64_t i = 0; i < n; ++i) v[i] = i;
-    return v;
   }
 
   const Graph& graph_;

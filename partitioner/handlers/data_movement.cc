@@ -6,43 +6,10 @@
 
 #include "core/status_macros.h"
 #include "partitioner/internal/context.h"
+#include "partitioner/internal/op_dims.h"
 #include "partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
-
-namespace {
-
-std::vector<int64_t> ChangedDims(const Node& node) {
-  const OpAttributes& a = node.attrs();
-  const Shape& in = node.operand(0)->shape();
-  std::vector<int64_t> dims;
-  for (int64_t d = 0; d < in.rank(); ++d) {
-    bool changed = false;
-    switch (node.opcode()) {
-      case Opcode::kSlice:
-        changed = a.slice[d].start != 0 || a.slice[d].limit != in.dim(d) || a.slice[d].stride != 1;
-        break;
-      case Opcode::kPad:
-        changed = a.padding[d].low != 0 || a.padding[d].high != 0 || a.padding[d].interior != 0;
-        break;
-      case Opcode::kConcatenate:
-        changed = d == a.dimensions[0];
-        break;
-      case Opcode::kDynamicSlice:
-        changed = a.dynamic_slice_sizes[d] != in.dim(d);
-        break;
-      case Opcode::kDynamicUpdateSlice:
-        changed = node.operand(1)->shape().dim(d) != in.dim(d);
-        break;
-      default:
-        break;
-    }
-    if (changed) dims.push_back(d);
-  }
-  return dims;
-}
-
-}  // namespace
 
 absl::StatusOr<PValue> HandleDataMovement(Context& ctx, const Node& node,
                                           const std::vector<PValue>& operands,

@@ -14,73 +14,26 @@
 
 #include "core/status_macros.h"
 #include "partitioner/internal/context.h"
+#include "partitioner/internal/op_dims.h"
 #include "partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 
 namespace {
 
-struct Space {
-  std::vector<int64_t> lhs_to_space;
-  std::vector<int64_t> rhs_to_space;
-  int64_t output_rank = 0;
-  int64_t rank = 0;
-};
-
-Space MakeSpace(const Node& dot) {
-  const DotDimensionNumbers& dn = dot.attrs().dot;
-  const int64_t lr = dot.operand(0)->shape().rank(), rr = dot.operand(1)->shape().rank();
-  Space s;
-  s.lhs_to_space.assign(lr, -1);
-  s.rhs_to_space.assign(rr, -1);
-  int64_t next = 0;
-  for (size_t i = 0; i < dn.lhs_batch_dims.size(); ++i, ++next) {
-    s.lhs_to_space[dn.lhs_batch_dims[i]] = next;
-    s.rhs_to_space[dn.rhs_batch_dims[i]] = next;
-  }
-  auto contracting = [](const std::vector<int64_t>& dims, int64_t d) {
-    return std::find(dims.begin(), dims.end(), d) != dims.end();
-  };
-  for (int64_t d = 0; d < lr; ++d) {
-    if (s.lhs_to_space[d] < 0 && !contracting(dn.lhs_contracting_dims, d)) {
-      s.lhs_to_space[d] = next++;
-    }
-  }
-  for (int64_t d = 0; d < rr; ++d) {
-    if (s.rhs_to_space[d] < 0 && !contracting(dn.rhs_contracting_dims, d)) {
-      s.rhs_to_space[d] = next++;
-    }
-  }
-  s.output_rank = next;
-  for (size_t i = 0; i < dn.lhs_contracting_dims.size(); ++i, ++next) {
-    s.lhs_to_space[dn.lhs_contracting_dims[i]] = next;
-    s.rhs_to_space[dn.rhs_contracting_dims[i]] = next;
-  }
-  s.rank = next;
-  return s;
-}
-
-std::vector<int64_t> Iota(int64_t begin, int64_t end) {
-  std::vector<int64_t> v;
-  for (int64_t i = begin; i < end; ++i) v.push_back(i);
-  return v;
-}
-
 // The result sharding of the local dot under `space`: output dims tiled as in space, the tiles
 // of contracting dims as an unreduced subgroup (partial sums), the rest replicated.
-Sharding ResultSharding(const Sharding& space, const Space& s) {
+Sharding ResultSharding(const Sharding& space, const DotSpace& s) {
   if (!space.IsTiled()) return space;
   const spmd::DeviceArray& ta = space.tile_assignment();
   std::vector<int64_t> dims = ta.dims();
   if (space.NumSubgroupDims() == 0) dims.push_back(1);
   spmd::DeviceArray full = ta.Reshape(dims);
-  std::vector<int64_t> perm = Iota(0, s.rank + 1);  // already [out..., contracting..., repl]
   int64_t contracting_tiles = 1;
   for (int64_t d = s.output_rank; d < s.rank; ++d) contracting_tiles *= full.dim(d);
   std::vector<int64_t> new_dims(full.dims().begin(), full.dims().begin() + s.output_rank);
   new_dims.push_back(contracting_tiles);
   new_dims.push_back(full.dim(s.rank));
-  (void)perm;
   return Sharding::Subgroup(full.Reshape(new_dims),
                             {spmd::SubgroupType::kUnreduced, spmd::SubgroupType::kReplicated});
 }
@@ -89,12 +42,12 @@ Sharding ResultSharding(const Sharding& space, const Space& s) {
 
 absl::StatusOr<PValue> HandleDot(Context& ctx, const Node& node,
                                  const std::vector<PValue>& operands, const Sharding& target) {
-  const Space s = MakeSpace(node);
+  const DotSpace s = MakeDotSpace(node);
   const PValue& lhs = operands[0];
   const PValue& rhs = operands[1];
   auto plain = [](const Sharding& sh) { return IsPlainTiling(sh) ? sh : Sharding::Replicate(); };
   std::vector<Sharding> candidates;
-  candidates.push_back(Embed(plain(target), s.rank, Iota(0, s.output_rank)));
+  candidates.push_back(Embed(plain(target), s.rank, Iota(s.output_rank)));
   Sharding from_lhs = Embed(plain(lhs.sharding), s.rank, s.lhs_to_space);
   Sharding from_rhs = Embed(plain(rhs.sharding), s.rank, s.rhs_to_space);
   candidates.push_back(from_lhs);

@@ -1,0 +1,81 @@
+#include "partitioner/internal/op_dims.h"
+
+#include <algorithm>
+
+namespace tessel::partitioner::internal {
+
+namespace {
+bool Contains(const std::vector<int64_t>& dims, int64_t d) {
+  return std::find(dims.begin(), dims.end(), d) != dims.end();
+}
+}  // namespace
+
+DotSpace MakeDotSpace(const Node& dot) {
+  const DotDimensionNumbers& dn = dot.attrs().dot;
+  const int64_t lr = dot.operand(0)->shape().rank(), rr = dot.operand(1)->shape().rank();
+  DotSpace s;
+  s.lhs_to_space.assign(lr, -1);
+  s.rhs_to_space.assign(rr, -1);
+  int64_t next = 0;
+  for (size_t i = 0; i < dn.lhs_batch_dims.size(); ++i, ++next) {
+    s.lhs_to_space[dn.lhs_batch_dims[i]] = next;
+    s.rhs_to_space[dn.rhs_batch_dims[i]] = next;
+  }
+  for (int64_t d = 0; d < lr; ++d) {
+    if (s.lhs_to_space[d] < 0 && !Contains(dn.lhs_contracting_dims, d)) s.lhs_to_space[d] = next++;
+  }
+  for (int64_t d = 0; d < rr; ++d) {
+    if (s.rhs_to_space[d] < 0 && !Contains(dn.rhs_contracting_dims, d)) s.rhs_to_space[d] = next++;
+  }
+  s.output_rank = next;
+  for (size_t i = 0; i < dn.lhs_contracting_dims.size(); ++i, ++next) {
+    s.lhs_to_space[dn.lhs_contracting_dims[i]] = next;
+    s.rhs_to_space[dn.rhs_contracting_dims[i]] = next;
+  }
+  s.rank = next;
+  return s;
+}
+
+bool IsDimPreserving(Opcode op) {
+  return op == Opcode::kSlice || op == Opcode::kPad || op == Opcode::kConcatenate ||
+         op == Opcode::kDynamicSlice || op == Opcode::kDynamicUpdateSlice;
+}
+
+std::vector<int64_t> ChangedDims(const Node& node) {
+  const OpAttributes& a = node.attrs();
+  const Shape& in = node.operand(0)->shape();
+  std::vector<int64_t> dims;
+  if (!IsDimPreserving(node.opcode())) return dims;
+  for (int64_t d = 0; d < in.rank(); ++d) {
+    bool changed = false;
+    switch (node.opcode()) {
+      case Opcode::kSlice:
+        changed = a.slice[d].start != 0 || a.slice[d].limit != in.dim(d) || a.slice[d].stride != 1;
+        break;
+      case Opcode::kPad:
+        changed = a.padding[d].low != 0 || a.padding[d].high != 0 || a.padding[d].interior != 0;
+        break;
+      case Opcode::kConcatenate:
+        changed = d == a.dimensions[0];
+        break;
+      case Opcode::kDynamicSlice:
+        changed = a.dynamic_slice_sizes[d] != in.dim(d);
+        break;
+      case Opcode::kDynamicUpdateSlice:
+        changed = node.operand(1)->shape().dim(d) != in.dim(d);
+        break;
+      default:
+        break;
+    }
+    if (changed) dims.push_back(d);
+  }
+  return dims;
+}
+
+std::vector<int64_t> Iota(int64_t n) {
+  std::vector<int64_t> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = i;
+  return v;
+}
+
+}  // namespace tessel::partitioner::internal

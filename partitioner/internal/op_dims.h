@@ -1,0 +1,35 @@
+// How ops relate dims (internal to the partitioner; shared by propagation and the handlers).
+#ifndef TESSEL_PARTITIONER_INTERNAL_OP_DIMS_H_
+#define TESSEL_PARTITIONER_INTERNAL_OP_DIMS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "core/graph.h"
+
+namespace tessel::partitioner::internal {
+
+// A dot's iteration space, ordered [batch..., lhs free..., rhs free..., contracting...]: the
+// space dim of every lhs and rhs dim. The first `output_rank` space dims are the output's.
+struct DotSpace {
+  std::vector<int64_t> lhs_to_space;
+  std::vector<int64_t> rhs_to_space;
+  int64_t output_rank = 0;
+  int64_t rank = 0;
+};
+DotSpace MakeDotSpace(const Node& dot);
+
+// Dims of operand 0 whose extent a slice, pad, concatenate, dynamic-slice or
+// dynamic-update-slice changes (the others pass through element for element); empty for other
+// ops.
+std::vector<int64_t> ChangedDims(const Node& node);
+
+// True for the ops ChangedDims describes.
+bool IsDimPreserving(Opcode opcode);
+
+// 0, 1, ..., n - 1.
+std::vector<int64_t> Iota(int64_t n);
+
+}  // namespace tessel::partitioner::internal
+
+#endif  // TESSEL_PARTITIONER_INTERNAL_OP_DIMS_H_
