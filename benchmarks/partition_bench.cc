@@ -114,7 +114,7 @@ void BM_PropagateAndPartition(benchmark::State& state) {
       static_cast<double>(graph->num_nodes()) * 1e-6,
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
-BENCHMARK(BM_PropagateAndPartition)->Arg(24)->Arg(96)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PropagateAndPartition)->Arg(24)->Arg(48)->Arg(96)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace tessel
