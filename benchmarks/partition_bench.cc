@@ -67,8 +67,8 @@ std::unique_ptr<Graph> BuildTransformer(int64_t layers, const spmd::Mesh& mesh) 
       Tensor t = Slice(qkv, {0, 0, part * kModel}, {kBatch, kSeq, (part + 1) * kModel});
       return Transpose(Reshape(t, {kBatch, kSeq, kHeads, kHeadDim}), {0, 2, 1, 3});
     };
-    Tensor q = heads(0), k = heads(1), v = heads(2);            // [B, H, S, Dh]
-    Tensor scores = Dot(q, k, Batched(3, 3)) * (1.0 / 4.0);   // [B, H, S, S]
+    Tensor q = heads(0), k = heads(1), v = heads(2);                  // [B, H, S, Dh]
+    Tensor scores = Dot(q, k, Batched(3, 3)) * (1.0 / 4.0);           // [B, H, S, S]
     Tensor context = Dot(nn::Softmax(scores, -1), v, Batched(3, 2));  // [B, H, S, Dh]
     Tensor merged = Reshape(Transpose(context, {0, 2, 1, 3}), {kBatch, kSeq, kModel});
     h = h + linear(merged, wo, bo);

@@ -20,9 +20,7 @@ using internal_lazy::LazyNode;
 
 namespace {
 
-Tensor Wrap(const std::shared_ptr<LazyNode>& node) {
-  return Tensor(internal_lazy::MakeImpl(node));
-}
+Tensor Wrap(const std::shared_ptr<LazyNode>& node) { return Tensor(internal_lazy::MakeImpl(node)); }
 
 Tensor ZerosLike(const Tensor& t) { return Zeros(t.shape()); }
 
@@ -45,7 +43,8 @@ std::vector<int64_t> Iota64(int64_t begin, int64_t end) {
 // `other` the other one; the dims are given from `self`'s point of view. `self_is_lhs` says
 // whether the free dims of self come first in the dot output.
 Tensor DotOperandGrad(const Tensor& g, const Tensor& other, int64_t self_rank,
-                      const std::vector<int64_t>& self_batch, const std::vector<int64_t>& self_contract,
+                      const std::vector<int64_t>& self_batch,
+                      const std::vector<int64_t>& self_contract,
                       const std::vector<int64_t>& other_batch,
                       const std::vector<int64_t>& other_contract, bool self_is_lhs) {
   const int64_t nb = static_cast<int64_t>(self_batch.size());
@@ -80,9 +79,9 @@ Tensor DotOperandGrad(const Tensor& g, const Tensor& other, int64_t self_rank,
   for (int64_t i = 0; i < nb; ++i) perm[self_batch[i]] = i;
   for (int64_t j = 0; j < n_self_free; ++j) perm[self_free[j]] = nb + j;
   for (size_t k = 0; k < self_contract.size(); ++k) {
-    int64_t rank_in_sorted = std::find(other_contract_sorted.begin(), other_contract_sorted.end(),
-                                       other_contract[k]) -
-                             other_contract_sorted.begin();
+    int64_t rank_in_sorted =
+        std::find(other_contract_sorted.begin(), other_contract_sorted.end(), other_contract[k]) -
+        other_contract_sorted.begin();
     perm[self_contract[k]] = nb + n_self_free + rank_in_sorted;
   }
   bool identity = true;
@@ -91,8 +90,8 @@ Tensor DotOperandGrad(const Tensor& g, const Tensor& other, int64_t self_rank,
 }
 
 // Appends (operand index, gradient contribution) pairs for `node` given its output gradient g.
-void Vjp(const LazyNode& node, const Tensor& y, const Tensor& g,
-         const std::vector<bool>& wanted, std::vector<std::pair<int, Tensor>>& out) {
+void Vjp(const LazyNode& node, const Tensor& y, const Tensor& g, const std::vector<bool>& wanted,
+         std::vector<std::pair<int, Tensor>>& out) {
   auto x = [&](int i) { return Wrap(node.operands[i]); };
   auto emit = [&](int i, auto&& make) {
     if (wanted[i]) out.emplace_back(i, make());
@@ -117,8 +116,8 @@ void Vjp(const LazyNode& node, const Tensor& y, const Tensor& g,
       break;
     case Opcode::kMaximum:
     case Opcode::kMinimum: {
-      auto dir = node.opcode == Opcode::kMaximum ? ComparisonDirection::kGe
-                                                 : ComparisonDirection::kLe;
+      auto dir =
+          node.opcode == Opcode::kMaximum ? ComparisonDirection::kGe : ComparisonDirection::kLe;
       Tensor first = Compare(x(0), x(1), dir);
       emit(0, [&] { return Select(first, g, ZerosLike(g)); });
       emit(1, [&] { return Select(first, ZerosLike(g), g); });
@@ -132,9 +131,7 @@ void Vjp(const LazyNode& node, const Tensor& y, const Tensor& g,
       emit(0, [&] { return -g; });
       break;
     case Opcode::kAbs:
-      emit(0, [&] {
-        return Select(Compare(x(0), ZerosLike(g), ComparisonDirection::kGe), g, -g);
-      });
+      emit(0, [&] { return Select(Compare(x(0), ZerosLike(g), ComparisonDirection::kGe), g, -g); });
       break;
     case Opcode::kExp:
       emit(0, [&] { return g * y; });
@@ -318,8 +315,7 @@ std::vector<Tensor> Grad(const Tensor& loss, absl::Span<const Tensor> wrt) {
   }
   if (loss.rank() != 0 || !IsFloating(loss.dtype())) {
     return fail(absl::InvalidArgumentError(
-        absl::StrCat("grad: loss must be a floating-point scalar, got ",
-                     loss.shape().ToString())));
+        absl::StrCat("grad: loss must be a floating-point scalar, got ", loss.shape().ToString())));
   }
   // Post-order (operands first) over the DAG below `loss`.
   std::vector<std::shared_ptr<LazyNode>> order;

@@ -109,43 +109,89 @@ std::vector<GradCase> Cases() {
       {"sqrt", {pos23}, [](const V& x) { return Sqrt(x[0]); }},
       {"rsqrt", {pos23}, [](const V& x) { return Rsqrt(x[0]); }},
       {"copy", {a23}, [](const V& x) { return Copy(x[0]); }},
-      {"convert_f32_roundtrip", {a23},
+      {"convert_f32_roundtrip",
+       {a23},
        [](const V& x) { return Convert(Convert(x[0], DType::kF32), DType::kF64) * 0 + x[0]; }},
-      {"select", {a23, a23, a23},
+      {"select",
+       {a23, a23, a23},
        [](const V& x) {
          return Select(Compare(x[0], Zeros(x[0].shape()), ComparisonDirection::kGt), x[1], x[2]);
        }},
-      {"clamp_scalar_bounds", {{{}, -0.9, -0.8}, a23, {{}, 0.8, 0.9}},
+      {"clamp_scalar_bounds",
+       {{{}, -0.9, -0.8}, a23, {{}, 0.8, 0.9}},
        [](const V& x) { return Clamp(x[0], x[1], x[2]); }},
-      {"clamp_array_bounds", {{{2, 3}, -0.5, -0.2}, a23, {{2, 3}, 0.2, 0.5}},
+      {"clamp_array_bounds",
+       {{{2, 3}, -0.5, -0.2}, a23, {{2, 3}, 0.2, 0.5}},
        [](const V& x) { return Clamp(x[0], x[1], x[2]); }},
-      {"broadcast", {{{3}}}, [](const V& x) { return Broadcast(x[0], {2, 3, 4}, {1}); }},
-      {"broadcast_to", {{{1, 3}}}, [](const V& x) { return BroadcastTo(x[0], {4, 2, 3}); }},
-      {"reshape", {a23}, [](const V& x) { return Reshape(x[0], {3, 2}); }},
-      {"transpose", {{{2, 3, 4}}}, [](const V& x) { return Transpose(x[0], {2, 0, 1}); }},
-      {"slice_strided", {{{5, 7}}}, [](const V& x) { return Slice(x[0], {1, 0}, {5, 7}, {2, 3}); }},
-      {"pad_interior_negative", {{{3, 4}}, {{}}},
-       [](const V& x) { return Pad(x[0], x[1], {{1, -1, 1}, {-1, 2, 0}}); }},
-      {"concatenate", {a23, {{2, 1}}, {{2, 2}}},
-       [](const V& x) { return Concatenate({x[0], x[1], x[2]}, 1); }},
-      {"dynamic_slice_clamped", {{{5, 4}}},
-       [](const V& x) { return DynamicSlice(x[0], {S64(4), S64(1)}, {2, 3}); }},
-      {"dynamic_update_slice", {{{5, 4}}, a23},
-       [](const V& x) { return DynamicUpdateSlice(x[0], x[1], {S64(1), S64(1)}); }},
-      {"reduce_sum", {{{3, 4, 2}}}, [](const V& x) { return ReduceSum(x[0], {0, 2}); }},
+      {"broadcast",
+       {{{3}}},
+       [](const V& x) {
+         return Broadcast(x[0], {2, 3, 4}, {1});
+       }},
+      {"broadcast_to",
+       {{{1, 3}}},
+       [](const V& x) {
+         return BroadcastTo(x[0], {4, 2, 3});
+       }},
+      {"reshape",
+       {a23},
+       [](const V& x) {
+         return Reshape(x[0], {3, 2});
+       }},
+      {"transpose",
+       {{{2, 3, 4}}},
+       [](const V& x) {
+         return Transpose(x[0], {2, 0, 1});
+       }},
+      {"slice_strided",
+       {{{5, 7}}},
+       [](const V& x) {
+         return Slice(x[0], {1, 0}, {5, 7}, {2, 3});
+       }},
+      {"pad_interior_negative",
+       {{{3, 4}}, {{}}},
+       [](const V& x) {
+         return Pad(x[0], x[1], {{1, -1, 1}, {-1, 2, 0}});
+       }},
+      {"concatenate",
+       {a23, {{2, 1}}, {{2, 2}}},
+       [](const V& x) {
+         return Concatenate({x[0], x[1], x[2]}, 1);
+       }},
+      {"dynamic_slice_clamped",
+       {{{5, 4}}},
+       [](const V& x) {
+         return DynamicSlice(x[0], {S64(4), S64(1)}, {2, 3});
+       }},
+      {"dynamic_update_slice",
+       {{{5, 4}}, a23},
+       [](const V& x) {
+         return DynamicUpdateSlice(x[0], x[1], {S64(1), S64(1)});
+       }},
+      {"reduce_sum",
+       {{{3, 4, 2}}},
+       [](const V& x) {
+         return ReduceSum(x[0], {0, 2});
+       }},
       {"reduce_max", {{{3, 5}}}, [](const V& x) { return ReduceMax(x[0], {1}); }},
       {"reduce_min", {{{3, 5}}}, [](const V& x) { return ReduceMin(x[0], {0}); }},
-      {"reduce_multiply", {{{3, 4}, 0.5, 1.5}},
-       [](const V& x) {
-         return Reduce(x[0], Scalar(DType::kF64, 1), {1}, ReduceKind::kMultiply);
-       }},
+      {"reduce_multiply",
+       {{{3, 4}, 0.5, 1.5}},
+       [](const V& x) { return Reduce(x[0], Scalar(DType::kF64, 1), {1}, ReduceKind::kMultiply); }},
       {"dot_matmul", {{{3, 5}}, {{5, 4}}}, [](const V& x) { return MatMul(x[0], x[1]); }},
-      {"dot_transposed_contracting", {{{5, 3}}, {{4, 5}}},
+      {"dot_transposed_contracting",
+       {{{5, 3}}, {{4, 5}}},
        [](const V& x) { return Dot(x[0], x[1], Dn({}, {}, {0}, {1})); }},
-      {"dot_batched_two_contracting", {{{2, 3, 4, 5}}, {{5, 2, 3, 6}}},
-       [](const V& x) { return Dot(x[0], x[1], Dn({0}, {1}, {3, 1}, {0, 2})); }},
-      {"dot_vector", {{{7}}, {{7}}}, [](const V& x) { return Dot(x[0], x[1], Dn({}, {}, {0}, {0})); }},
-      {"chain_mlp", {{{4, 3}}, {{3, 5}}, {{5}}},
+      {"dot_batched_two_contracting",
+       {{{2, 3, 4, 5}}, {{5, 2, 3, 6}}},
+       [](const V& x) {
+         return Dot(x[0], x[1], Dn({0}, {1}, {3, 1}, {0, 2}));
+       }},
+      {"dot_vector",
+       {{{7}}, {{7}}},
+       [](const V& x) { return Dot(x[0], x[1], Dn({}, {}, {0}, {0})); }},
+      {"chain_mlp",
+       {{{4, 3}}, {{3, 5}}, {{5}}},
        [](const V& x) {
          Tensor h = MatMul(x[0], x[1]) + BroadcastTo(x[2], {4, 5});
          return Tanh(h) * Logistic(h);

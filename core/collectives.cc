@@ -24,10 +24,14 @@ T Combine(T a, T b, ReduceKind kind) {
     }
   } else {
     switch (kind) {
-      case ReduceKind::kAdd: return static_cast<T>(a + b);
-      case ReduceKind::kMultiply: return static_cast<T>(a * b);
-      case ReduceKind::kMaximum: return a > b || a != a ? a : b;  // NaN propagates
-      case ReduceKind::kMinimum: return a < b || a != a ? a : b;
+      case ReduceKind::kAdd:
+        return static_cast<T>(a + b);
+      case ReduceKind::kMultiply:
+        return static_cast<T>(a * b);
+      case ReduceKind::kMaximum:
+        return a > b || a != a ? a : b;  // NaN propagates
+      case ReduceKind::kMinimum:
+        return a < b || a != a ? a : b;
       case ReduceKind::kAnd:
         if constexpr (std::is_integral_v<T>) return a & b;
         return a;
@@ -47,17 +51,17 @@ absl::StatusOr<Literal> CombineLiterals(const std::vector<const Literal*>& input
   Literal out = *inputs[0];
   for (size_t i = 1; i < inputs.size(); ++i) {
     if (inputs[i]->shape() != out.shape()) {
-      return absl::InvalidArgumentError(absl::StrCat("collective inputs differ: ",
-                                                     out.shape().ToString(), " vs ",
-                                                     inputs[i]->shape().ToString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("collective inputs differ: ", out.shape().ToString(), " vs ",
+                       inputs[i]->shape().ToString()));
     }
     VisitDType(out.shape().dtype(), [&]<typename T>() {
       auto acc = out.data<T>();
       auto in = inputs[i]->data<T>();
       for (size_t j = 0; j < acc.size(); ++j) {
         if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) {
-          acc[j] = static_cast<T>(Combine<float>(static_cast<float>(acc[j]),
-                                                 static_cast<float>(in[j]), kind));
+          acc[j] = static_cast<T>(
+              Combine<float>(static_cast<float>(acc[j]), static_cast<float>(in[j]), kind));
         } else {
           acc[j] = Combine<T>(acc[j], in[j], kind);
         }
@@ -67,8 +71,7 @@ absl::StatusOr<Literal> CombineLiterals(const std::vector<const Literal*>& input
   return out;
 }
 
-absl::StatusOr<Literal> ConcatenateLiterals(const std::vector<const Literal*>& parts,
-                                            int64_t dim) {
+absl::StatusOr<Literal> ConcatenateLiterals(const std::vector<const Literal*>& parts, int64_t dim) {
   if (parts.empty()) return absl::InvalidArgumentError("concatenate: no parts");
   const Shape& first = parts[0]->shape();
   std::vector<int64_t> dims = first.dims();
@@ -101,8 +104,8 @@ absl::StatusOr<Literal> ChunkOfLiteral(const Literal& value, int64_t dim, int64_
                                        int64_t index) {
   const Shape& shape = value.shape();
   if (shape.dim(dim) % count != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("dim ", dim, " of ", shape.ToString(),
-                                                   " is not divisible by ", count));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dim ", dim, " of ", shape.ToString(), " is not divisible by ", count));
   }
   std::vector<int64_t> dims = shape.dims();
   dims[dim] /= count;
@@ -119,8 +122,7 @@ absl::StatusOr<Literal> ChunkOfLiteral(const Literal& value, int64_t dim, int64_
   return out;
 }
 
-InProcessCollectives::InProcessCollectives(int64_t num_devices,
-                                           std::chrono::milliseconds timeout)
+InProcessCollectives::InProcessCollectives(int64_t num_devices, std::chrono::milliseconds timeout)
     : num_devices_(num_devices), timeout_(timeout), sequence_(num_devices, 0) {}
 
 absl::StatusOr<std::vector<int64_t>> InProcessCollectives::GroupOf(
@@ -128,15 +130,14 @@ absl::StatusOr<std::vector<int64_t>> InProcessCollectives::GroupOf(
   for (const auto& group : groups) {
     if (std::find(group.begin(), group.end(), device_id) != group.end()) return group;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("device ", device_id, " is in no replica group"));
+  return absl::InvalidArgumentError(absl::StrCat("device ", device_id, " is in no replica group"));
 }
 
 absl::StatusOr<std::vector<Literal>> InProcessCollectives::Exchange(
     int64_t device_id, const Literal& input, const std::vector<int64_t>& group) {
   if (device_id < 0 || device_id >= num_devices_) {
-    return absl::OutOfRangeError(absl::StrCat("device ", device_id, " is outside 0..",
-                                              num_devices_ - 1));
+    return absl::OutOfRangeError(
+        absl::StrCat("device ", device_id, " is outside 0..", num_devices_ - 1));
   }
   std::unique_lock<std::mutex> lock(mu_);
   const int64_t sequence = sequence_[device_id]++;
@@ -146,16 +147,16 @@ absl::StatusOr<std::vector<Literal>> InProcessCollectives::Exchange(
   cv_.notify_all();
   const size_t size = group.size();
   if (!cv_.wait_for(lock, timeout_, [&] { return slot.inputs.size() == size; })) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "device ", device_id, ": collective #", sequence, " over group {",
-        absl::StrJoin(group, ","), "}: peers did not arrive in time"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("device ", device_id, ": collective #", sequence, " over group {",
+                     absl::StrJoin(group, ","), "}: peers did not arrive in time"));
   }
   std::vector<Literal> all;
   for (int64_t member : group) {
     auto it = slot.inputs.find(member);
     if (it == slot.inputs.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "device ", device_id, ": collective #", sequence, ": groups disagree across devices"));
+      return absl::InvalidArgumentError(absl::StrCat("device ", device_id, ": collective #",
+                                                     sequence, ": groups disagree across devices"));
     }
     all.push_back(it->second);
   }
@@ -174,8 +175,7 @@ absl::StatusOr<Literal> InProcessCollectives::AllReduce(int64_t device_id, const
 }
 
 absl::StatusOr<Literal> InProcessCollectives::AllGather(int64_t device_id, const Literal& input,
-                                                        const ReplicaGroups& groups,
-                                                        int64_t dim) {
+                                                        const ReplicaGroups& groups, int64_t dim) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> group, GroupOf(device_id, groups));
   TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> all, Exchange(device_id, input, group));
   std::vector<const Literal*> ptrs;
@@ -183,8 +183,7 @@ absl::StatusOr<Literal> InProcessCollectives::AllGather(int64_t device_id, const
   return ConcatenateLiterals(ptrs, dim);
 }
 
-absl::StatusOr<Literal> InProcessCollectives::ReduceScatter(int64_t device_id,
-                                                            const Literal& input,
+absl::StatusOr<Literal> InProcessCollectives::ReduceScatter(int64_t device_id, const Literal& input,
                                                             const ReplicaGroups& groups,
                                                             int64_t dim, ReduceKind kind) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> group, GroupOf(device_id, groups));
@@ -197,8 +196,7 @@ absl::StatusOr<Literal> InProcessCollectives::ReduceScatter(int64_t device_id,
 }
 
 absl::StatusOr<Literal> InProcessCollectives::AllToAll(int64_t device_id, const Literal& input,
-                                                       const ReplicaGroups& groups,
-                                                       int64_t dim) {
+                                                       const ReplicaGroups& groups, int64_t dim) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> group, GroupOf(device_id, groups));
   TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> all, Exchange(device_id, input, group));
   const int64_t n = static_cast<int64_t>(group.size());

@@ -30,7 +30,8 @@ TEST(InProcessCollectivesTest, AllReduceAllGatherReduceScatterAllToAll) {
   });
   EXPECT_EQ(sums[0]->ToDoubles(), (std::vector<double>{2, 2}));
   EXPECT_EQ(sums[3]->ToDoubles(), (std::vector<double>{4, 2}));
-  auto gathered = OnDevices(4, [&](int64_t d) { return c.AllGather(d, Row({float(d)}), pairs, 0); });
+  auto gathered =
+      OnDevices(4, [&](int64_t d) { return c.AllGather(d, Row({float(d)}), pairs, 0); });
   EXPECT_EQ(gathered[1]->shape(), Shape(DType::kF32, {2, 1}));
   EXPECT_EQ(gathered[1]->ToDoubles(), (std::vector<double>{1, 3}));
   auto scattered = OnDevices(4, [&](int64_t d) {

@@ -25,13 +25,17 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
 int64_t ByteWidth(DType dtype) {
   switch (dtype) {
     case DType::kPred:
-    case DType::kU8: return 1;
+    case DType::kU8:
+      return 1;
     case DType::kBF16:
-    case DType::kF16: return 2;
+    case DType::kF16:
+      return 2;
     case DType::kS32:
-    case DType::kF32: return 4;
+    case DType::kF32:
+      return 4;
     case DType::kS64:
-    case DType::kF64: return 8;
+    case DType::kF64:
+      return 8;
   }
   return 0;
 }

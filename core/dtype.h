@@ -42,14 +42,38 @@ using f16 = Eigen::half;
 // Maps a C++ element type to its DType: DTypeOf<float>() == DType::kF32. pred is `bool`.
 template <typename T>
 constexpr DType DTypeOf();
-template <> constexpr DType DTypeOf<bool>() { return DType::kPred; }
-template <> constexpr DType DTypeOf<uint8_t>() { return DType::kU8; }
-template <> constexpr DType DTypeOf<int32_t>() { return DType::kS32; }
-template <> constexpr DType DTypeOf<int64_t>() { return DType::kS64; }
-template <> constexpr DType DTypeOf<bf16>() { return DType::kBF16; }
-template <> constexpr DType DTypeOf<f16>() { return DType::kF16; }
-template <> constexpr DType DTypeOf<float>() { return DType::kF32; }
-template <> constexpr DType DTypeOf<double>() { return DType::kF64; }
+template <>
+constexpr DType DTypeOf<bool>() {
+  return DType::kPred;
+}
+template <>
+constexpr DType DTypeOf<uint8_t>() {
+  return DType::kU8;
+}
+template <>
+constexpr DType DTypeOf<int32_t>() {
+  return DType::kS32;
+}
+template <>
+constexpr DType DTypeOf<int64_t>() {
+  return DType::kS64;
+}
+template <>
+constexpr DType DTypeOf<bf16>() {
+  return DType::kBF16;
+}
+template <>
+constexpr DType DTypeOf<f16>() {
+  return DType::kF16;
+}
+template <>
+constexpr DType DTypeOf<float>() {
+  return DType::kF32;
+}
+template <>
+constexpr DType DTypeOf<double>() {
+  return DType::kF64;
+}
 
 // Calls `fn.template operator()<T>()` with the C++ element type T of `dtype` and returns its
 // result. Used by kernels to instantiate one loop per type:
@@ -57,14 +81,22 @@ template <> constexpr DType DTypeOf<double>() { return DType::kF64; }
 template <typename Fn>
 decltype(auto) VisitDType(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::kPred: return fn.template operator()<bool>();
-    case DType::kU8: return fn.template operator()<uint8_t>();
-    case DType::kS32: return fn.template operator()<int32_t>();
-    case DType::kS64: return fn.template operator()<int64_t>();
-    case DType::kBF16: return fn.template operator()<bf16>();
-    case DType::kF16: return fn.template operator()<f16>();
-    case DType::kF32: return fn.template operator()<float>();
-    case DType::kF64: return fn.template operator()<double>();
+    case DType::kPred:
+      return fn.template operator()<bool>();
+    case DType::kU8:
+      return fn.template operator()<uint8_t>();
+    case DType::kS32:
+      return fn.template operator()<int32_t>();
+    case DType::kS64:
+      return fn.template operator()<int64_t>();
+    case DType::kBF16:
+      return fn.template operator()<bf16>();
+    case DType::kF16:
+      return fn.template operator()<f16>();
+    case DType::kF32:
+      return fn.template operator()<float>();
+    case DType::kF64:
+      return fn.template operator()<double>();
   }
   return fn.template operator()<float>();  // unreachable: every enumerator is handled
 }

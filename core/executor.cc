@@ -199,8 +199,7 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
 // One run of a graph: the slots of its nodes and the live-byte accounting.
 class Execution {
  public:
-  Execution(const Graph& graph, absl::Span<const Literal> arguments,
-            const ExecutorOptions& options)
+  Execution(const Graph& graph, absl::Span<const Literal> arguments, const ExecutorOptions& options)
       : graph_(graph), arguments_(arguments), options_(options), slots_(graph.num_nodes()) {}
 
   absl::Status Prepare() {

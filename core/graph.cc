@@ -78,21 +78,17 @@ absl::StatusOr<Opcode> ParseOpcode(std::string_view name) {
   for (const OpcodeInfo& info : kOpcodes) {
     if (name == info.name) return info.opcode;
   }
-  return absl::UnimplementedError(
-      absl::StrCat("unsupported op \"", std::string(name), "\""));
+  return absl::UnimplementedError(absl::StrCat("unsupported op \"", std::string(name), "\""));
 }
 
 bool IsCollective(Opcode opcode) {
   return opcode >= Opcode::kAllReduce && opcode <= Opcode::kCollectivePermute;
 }
 
-bool IsElementwise(Opcode opcode) {
-  return opcode >= Opcode::kAbs && opcode <= Opcode::kClamp;
-}
+bool IsElementwise(Opcode opcode) { return opcode >= Opcode::kAbs && opcode <= Opcode::kClamp; }
 
 const std::string& ComparisonDirectionName(ComparisonDirection d) {
-  static const std::string* const kNames =
-      new std::string[6]{"EQ", "NE", "LT", "LE", "GT", "GE"};
+  static const std::string* const kNames = new std::string[6]{"EQ", "NE", "LT", "LE", "GT", "GE"};
   return kNames[static_cast<int>(d)];
 }
 
@@ -134,22 +130,20 @@ Node* Graph::AddNodeUnchecked(Opcode opcode, const Shape& shape, std::vector<Nod
   return raw;
 }
 
-absl::StatusOr<Node*> Graph::AddNode(Opcode opcode, std::vector<Node*> operands,
-                                     OpAttributes attrs, std::string name) {
+absl::StatusOr<Node*> Graph::AddNode(Opcode opcode, std::vector<Node*> operands, OpAttributes attrs,
+                                     std::string name) {
   std::vector<const Shape*> shapes;
   for (Node* operand : operands) shapes.push_back(&operand->shape());
   TESSEL_ASSIGN_OR_RETURN(Shape shape, InferShape(opcode, shapes, attrs, std::nullopt));
   return AddNodeUnchecked(opcode, shape, std::move(operands), std::move(attrs), std::move(name));
 }
 
-absl::StatusOr<Node*> Graph::AddNode(Opcode opcode, const Shape& shape,
-                                     std::vector<Node*> operands, OpAttributes attrs,
-                                     std::string name) {
+absl::StatusOr<Node*> Graph::AddNode(Opcode opcode, const Shape& shape, std::vector<Node*> operands,
+                                     OpAttributes attrs, std::string name) {
   std::vector<const Shape*> shapes;
   for (Node* operand : operands) shapes.push_back(&operand->shape());
   TESSEL_ASSIGN_OR_RETURN(Shape checked, InferShape(opcode, shapes, attrs, shape));
-  return AddNodeUnchecked(opcode, checked, std::move(operands), std::move(attrs),
-                          std::move(name));
+  return AddNodeUnchecked(opcode, checked, std::move(operands), std::move(attrs), std::move(name));
 }
 
 absl::StatusOr<Node*> Graph::AddParameter(int64_t number, const Shape& shape, std::string name) {

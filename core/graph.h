@@ -44,21 +44,38 @@ enum class Opcode : uint8_t {
   kIota,       // iota(), iota_dimension=D: element value = its index along D
   kRng,        // rng(a, b), distribution=rng_uniform|rng_normal, rng_seed=S (see OpAttributes)
   // Elementwise unary (shape of the operand).
-  kAbs, kNegate, kExp, kLog, kTanh, kLogistic, kSqrt, kRsqrt, kNot, kCopy,
+  kAbs,
+  kNegate,
+  kExp,
+  kLog,
+  kTanh,
+  kLogistic,
+  kSqrt,
+  kRsqrt,
+  kNot,
+  kCopy,
   kConvert,  // element type from the node's shape; XLA convert semantics
   // Elementwise binary (operands of identical shape).
-  kAdd, kSubtract, kMultiply, kDivide, kMaximum, kMinimum, kPower, kAnd, kOr,
+  kAdd,
+  kSubtract,
+  kMultiply,
+  kDivide,
+  kMaximum,
+  kMinimum,
+  kPower,
+  kAnd,
+  kOr,
   kCompare,  // direction=EQ|NE|LT|LE|GT|GE; result pred
   // Elementwise ternary.
   kSelect,  // select(pred p, a, b): p ? a : b
   kClamp,   // clamp(min, x, max); min and max may be scalars
   // Shape ops.
-  kBroadcast,    // dimensions={...}: operand dim i becomes output dim dimensions[i]
-  kReshape,      // same element count, row-major order
-  kTranspose,    // dimensions={...}: output dim i is operand dim dimensions[i]
-  kSlice,        // slice={[start:limit:stride], ...}
-  kPad,          // pad(x, value), padding=low_high_interior per dim, "x"-separated
-  kConcatenate,  // dimensions={d}
+  kBroadcast,           // dimensions={...}: operand dim i becomes output dim dimensions[i]
+  kReshape,             // same element count, row-major order
+  kTranspose,           // dimensions={...}: output dim i is operand dim dimensions[i]
+  kSlice,               // slice={[start:limit:stride], ...}
+  kPad,                 // pad(x, value), padding=low_high_interior per dim, "x"-separated
+  kConcatenate,         // dimensions={d}
   kDynamicSlice,        // dynamic-slice(x, s0, s1, ...), dynamic_slice_sizes={...}
   kDynamicUpdateSlice,  // dynamic-update-slice(x, update, s0, s1, ...)
   // Reductions and contractions.
@@ -130,10 +147,10 @@ struct PadDim {
 struct OpAttributes {
   // broadcast, transpose, reduce, concatenate (one entry) dims.
   std::vector<int64_t> dimensions;
-  std::vector<SliceDim> slice;              // slice
-  std::vector<PadDim> padding;              // pad
-  DotDimensionNumbers dot;                  // dot
-  std::vector<int64_t> dynamic_slice_sizes; // dynamic-slice
+  std::vector<SliceDim> slice;                                          // slice
+  std::vector<PadDim> padding;                                          // pad
+  DotDimensionNumbers dot;                                              // dot
+  std::vector<int64_t> dynamic_slice_sizes;                             // dynamic-slice
   ComparisonDirection comparison_direction = ComparisonDirection::kEq;  // compare
   ReduceKind reduce_kind = ReduceKind::kAdd;                            // reduce
   RngDistribution rng_distribution = RngDistribution::kUniform;         // rng
@@ -141,9 +158,9 @@ struct OpAttributes {
   // depends only on (rng_seed, i). Text: `rng_seed=S` (a Tessel extension; XLA keeps the seed
   // in the module config).
   uint64_t rng_seed = 0;
-  int64_t parameter_number = 0;  // parameter
-  int64_t iota_dimension = 0;    // iota
-  int64_t tuple_index = 0;       // get-tuple-element
+  int64_t parameter_number = 0;            // parameter
+  int64_t iota_dimension = 0;              // iota
+  int64_t tuple_index = 0;                 // get-tuple-element
   std::shared_ptr<const Literal> literal;  // constant
   // Collectives: groups of global device ids; the reduction of all-reduce and reduce-scatter is
   // `reduce_kind`, their dim `dimensions[0]`.
@@ -209,8 +226,8 @@ class Graph {
                                               OpAttributes attrs = {}, std::string name = "");
   // Adds a node with an explicit result `shape`, checked against shape inference.
   [[nodiscard]] absl::StatusOr<Node*> AddNode(Opcode opcode, const Shape& shape,
-                                              std::vector<Node*> operands,
-                                              OpAttributes attrs = {}, std::string name = "");
+                                              std::vector<Node*> operands, OpAttributes attrs = {},
+                                              std::string name = "");
   // Adds a node without checking its shape (the parser uses this and then runs the verifier).
   // Precondition: every operand belongs to this graph.
   Node* AddNodeUnchecked(Opcode opcode, const Shape& shape, std::vector<Node*> operands,
@@ -230,7 +247,9 @@ class Graph {
   Node* FindNode(std::string_view name) const;
 
   // The result. Defaults to the last node added.
-  Node* root() const { return root_ != nullptr ? root_ : (order_.empty() ? nullptr : order_.back()); }
+  Node* root() const {
+    return root_ != nullptr ? root_ : (order_.empty() ? nullptr : order_.back());
+  }
   void set_root(Node* root) { root_ = root; }
 
  private:

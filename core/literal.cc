@@ -127,8 +127,7 @@ double Literal::GetAsDouble(int64_t linear_index) const {
 }
 
 void Literal::SetFromDouble(int64_t linear_index, double value) {
-  VisitDType(shape_.dtype(),
-             [&]<typename T>() { data<T>()[linear_index] = FromDouble<T>(value); });
+  VisitDType(shape_.dtype(), [&]<typename T>() { data<T>()[linear_index] = FromDouble<T>(value); });
 }
 
 std::vector<double> Literal::ToDoubles() const {
@@ -160,8 +159,7 @@ absl::StatusOr<Literal> Literal::Reshape(std::vector<int64_t> dims) const {
   Shape target(shape_.dtype(), std::move(dims));
   if (shape_.is_tuple() || target.num_elements() != num_elements()) {
     return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", shape_.ToString(), " to ",
-                                                   target.ToString(),
-                                                   ": element counts differ"));
+                                                   target.ToString(), ": element counts differ"));
   }
   Literal out = *this;
   out.shape_ = target;
@@ -236,8 +234,8 @@ class ValueParser {
     if (!Consume('{')) return Error(absl::StrCat("expected '{' for dimension ", dim));
     for (int64_t i = 0; i < shape_.dim(dim); ++i) {
       if (i > 0 && !Consume(',')) {
-        return Error(absl::StrCat("expected ',' or too few entries in dimension ", dim,
-                                  " (size ", shape_.dim(dim), ")"));
+        return Error(absl::StrCat("expected ',' or too few entries in dimension ", dim, " (size ",
+                                  shape_.dim(dim), ")"));
       }
       if (dim + 1 == shape_.rank()) {
         TESSEL_RETURN_IF_ERROR(ParseNumber(lit, offset + i));
@@ -255,8 +253,8 @@ class ValueParser {
   absl::Status ParseNumber(Literal& lit, int64_t index) {
     SkipSpace();
     size_t start = pos_;
-    while (pos_ < text_.size() && text_[pos_] != ',' && text_[pos_] != '}' &&
-           text_[pos_] != ' ' && text_[pos_] != '\n') {
+    while (pos_ < text_.size() && text_[pos_] != ',' && text_[pos_] != '}' && text_[pos_] != ' ' &&
+           text_[pos_] != '\n') {
       ++pos_;
     }
     std::string token(text_.substr(start, pos_ - start));
@@ -272,8 +270,8 @@ class ValueParser {
     } else if (token == "nan" || token == "-nan") {
       value = std::numeric_limits<double>::quiet_NaN();
     } else if (!absl::SimpleAtod(token, &value)) {
-      return absl::InvalidArgumentError(absl::StrCat("bad literal value \"", token, "\" for ",
-                                                     shape_.ToString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad literal value \"", token, "\" for ", shape_.ToString()));
     }
     if (shape_.dtype() == DType::kS64) {
       int64_t iv;  // keep full 64-bit precision

@@ -153,8 +153,7 @@ class Literal {
 // scalar "3.5", "true"/"false", "inf", "-inf", "nan". Nesting must match the rank and every
 // brace must hold exactly the dim's count of entries.
 // Errors: kInvalidArgument naming the offending token and the shape.
-[[nodiscard]] absl::StatusOr<Literal> ParseLiteralValues(const Shape& shape,
-                                                         std::string_view text);
+[[nodiscard]] absl::StatusOr<Literal> ParseLiteralValues(const Shape& shape, std::string_view text);
 
 // True when a and b have the same shape and every element satisfies
 // |a - b| <= atol + rtol * |b| (NaNs equal NaNs). Used by tests and the property checker.

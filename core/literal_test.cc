@@ -30,8 +30,8 @@ TEST(LiteralTest, ValueSemantics) {
 }
 
 TEST(LiteralTest, TextRoundTripEveryDType) {
-  for (DType dtype : {DType::kPred, DType::kU8, DType::kS32, DType::kS64, DType::kBF16,
-                      DType::kF16, DType::kF32, DType::kF64}) {
+  for (DType dtype : {DType::kPred, DType::kU8, DType::kS32, DType::kS64, DType::kBF16, DType::kF16,
+                      DType::kF32, DType::kF64}) {
     Literal lit(Shape(dtype, {2, 3}));
     for (int i = 0; i < 6; ++i) lit.SetFromDouble(i, dtype == DType::kPred ? i % 2 : i * 1.5 - 3);
     auto parsed = ParseLiteralValues(lit.shape(), lit.ValuesToString());
@@ -41,13 +41,11 @@ TEST(LiteralTest, TextRoundTripEveryDType) {
   Literal f = Literal::FromVector<float>({3}, {0.1f, -1e-30f, 3.4e38f});
   EXPECT_EQ(*ParseLiteralValues(f.shape(), f.ValuesToString()), f);
   EXPECT_EQ(Literal::Scalar<float>(2.5f).ValuesToString(), "2.5");
-  EXPECT_EQ(Literal::FromVector<float>({2, 2}, {1, 2, 3, 4}).ValuesToString(),
-            "{{1, 2}, {3, 4}}");
+  EXPECT_EQ(Literal::FromVector<float>({2, 2}, {1, 2, 3, 4}).ValuesToString(), "{{1, 2}, {3, 4}}");
 }
 
 TEST(LiteralTest, SpecialFloatsRoundTrip) {
-  Literal f = Literal::FromVector<float>(
-      {3}, {INFINITY, -INFINITY, NAN});
+  Literal f = Literal::FromVector<float>({3}, {INFINITY, -INFINITY, NAN});
   auto parsed = ParseLiteralValues(f.shape(), f.ValuesToString());
   ASSERT_TRUE(parsed.ok());
   EXPECT_TRUE(std::isinf(parsed->data<float>()[0]));

@@ -96,7 +96,8 @@ absl::StatusOr<Shape> ParseShapePrefix(absl::string_view full, absl::string_view
   size_t bracket = s.find('[');
   if (bracket == absl::string_view::npos) return ShapeError(full, "expected '[' after the type");
   absl::string_view type_name = s.substr(0, bracket);
-  TESSEL_ASSIGN_OR_RETURN(DType dtype, ParseDType(std::string_view(type_name.data(), type_name.size())));
+  TESSEL_ASSIGN_OR_RETURN(DType dtype,
+                          ParseDType(std::string_view(type_name.data(), type_name.size())));
   size_t close = s.find(']', bracket);
   if (close == absl::string_view::npos) return ShapeError(full, "missing ']'");
   absl::string_view dims_text = s.substr(bracket + 1, close - bracket - 1);
@@ -105,8 +106,8 @@ absl::StatusOr<Shape> ParseShapePrefix(absl::string_view full, absl::string_view
     for (absl::string_view d : absl::StrSplit(dims_text, ',')) {
       int64_t v;
       if (!absl::SimpleAtoi(d, &v) || v < 0) {
-        return ShapeError(full, absl::StrCat("dimension \"", std::string(d),
-                                             "\" is not a non-negative integer"));
+        return ShapeError(
+            full, absl::StrCat("dimension \"", std::string(d), "\" is not a non-negative integer"));
       }
       dims.push_back(v);
     }

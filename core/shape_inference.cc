@@ -44,8 +44,8 @@ absl::Status CheckDims(Opcode opcode, absl::string_view what, absl::Span<const i
   std::vector<bool> seen(rank, false);
   for (int64_t d : dims) {
     if (d < 0 || d >= rank) {
-      return Error(opcode, absl::StrCat(what, "={", absl::StrJoin(dims, ","),
-                                        "}: dim ", d, " is out of range for rank ", rank));
+      return Error(opcode, absl::StrCat(what, "={", absl::StrJoin(dims, ","), "}: dim ", d,
+                                        " is out of range for rank ", rank));
     }
     if (seen[d]) {
       return Error(opcode, absl::StrCat(what, "={", absl::StrJoin(dims, ","), "}: dim ", d,
@@ -67,8 +67,8 @@ absl::StatusOr<Shape> InferDot(absl::Span<const Shape* const> shapes, const OpAt
   const Shape& rhs = *shapes[1];
   const DotDimensionNumbers& dn = attrs.dot;
   if (lhs.dtype() != rhs.dtype()) {
-    return Error(op, absl::StrCat("operand types differ: ", lhs.ToString(), " vs ",
-                                  rhs.ToString()));
+    return Error(op,
+                 absl::StrCat("operand types differ: ", lhs.ToString(), " vs ", rhs.ToString()));
   }
   if (dn.lhs_batch_dims.size() != dn.rhs_batch_dims.size()) {
     return Error(op, "lhs_batch_dims and rhs_batch_dims have different lengths");
@@ -119,9 +119,9 @@ absl::StatusOr<Shape> InferElementwise(Opcode opcode, absl::Span<const Shape* co
       TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
       TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
       if (declared->dims() != shapes[0]->dims()) {
-        return Error(opcode, absl::StrCat("result ", declared->ToString(),
-                                          " has other dims than the operand ",
-                                          shapes[0]->ToString()));
+        return Error(opcode,
+                     absl::StrCat("result ", declared->ToString(),
+                                  " has other dims than the operand ", shapes[0]->ToString()));
       }
       return *declared;
     }
@@ -141,15 +141,15 @@ absl::StatusOr<Shape> InferElementwise(Opcode opcode, absl::Span<const Shape* co
     case Opcode::kRsqrt:
       TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
       if (!IsFloating(shapes[0]->dtype())) {
-        return Error(opcode, absl::StrCat("operand must be floating point, got ",
-                                          shapes[0]->ToString()));
+        return Error(opcode,
+                     absl::StrCat("operand must be floating point, got ", shapes[0]->ToString()));
       }
       return *shapes[0];
     case Opcode::kNot:
       TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
       if (IsFloating(shapes[0]->dtype())) {
-        return Error(opcode, absl::StrCat("operand must be pred or integer, got ",
-                                          shapes[0]->ToString()));
+        return Error(opcode,
+                     absl::StrCat("operand must be pred or integer, got ", shapes[0]->ToString()));
       }
       return *shapes[0];
     case Opcode::kSelect: {
@@ -159,12 +159,12 @@ absl::StatusOr<Shape> InferElementwise(Opcode opcode, absl::Span<const Shape* co
         return Error(opcode, absl::StrCat("predicate must be pred, got ", p.ToString()));
       }
       if (*shapes[1] != *shapes[2]) {
-        return Error(opcode, absl::StrCat("operand shapes differ: ", shapes[1]->ToString(),
-                                          " vs ", shapes[2]->ToString()));
+        return Error(opcode, absl::StrCat("operand shapes differ: ", shapes[1]->ToString(), " vs ",
+                                          shapes[2]->ToString()));
       }
       if (p.rank() != 0 && p.dims() != shapes[1]->dims()) {
-        return Error(opcode, absl::StrCat("predicate ", p.ToString(),
-                                          " must be a scalar or match ", shapes[1]->ToString()));
+        return Error(opcode, absl::StrCat("predicate ", p.ToString(), " must be a scalar or match ",
+                                          shapes[1]->ToString()));
       }
       return *shapes[1];
     }
@@ -191,8 +191,8 @@ absl::StatusOr<Shape> InferElementwise(Opcode opcode, absl::Span<const Shape* co
   }
   DType dtype = shapes[0]->dtype();
   if ((opcode == Opcode::kAnd || opcode == Opcode::kOr) && IsFloating(dtype)) {
-    return Error(opcode, absl::StrCat("operands must be pred or integer, got ",
-                                      shapes[0]->ToString()));
+    return Error(opcode,
+                 absl::StrCat("operands must be pred or integer, got ", shapes[0]->ToString()));
   }
   if (opcode != Opcode::kAnd && opcode != Opcode::kOr && opcode != Opcode::kCompare &&
       dtype == DType::kPred) {
@@ -237,8 +237,7 @@ absl::StatusOr<Shape> InferCollective(Opcode opcode, absl::Span<const Shape* con
     }
     return x;
   }
-  if (attrs.dimensions.size() != 1 || attrs.dimensions[0] < 0 ||
-      attrs.dimensions[0] >= x.rank()) {
+  if (attrs.dimensions.size() != 1 || attrs.dimensions[0] < 0 || attrs.dimensions[0] >= x.rank()) {
     return Error(opcode, absl::StrCat("dimensions must name one dim of ", x.ToString()));
   }
   int64_t d = attrs.dimensions[0];
@@ -263,8 +262,8 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
       TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 0));
       if (!declared.has_value()) return Error(opcode, "the result shape must be given");
       if (attrs.parameter_number < 0) {
-        return Error(opcode, absl::StrCat("parameter number ", attrs.parameter_number,
-                                          " is negative"));
+        return Error(opcode,
+                     absl::StrCat("parameter number ", attrs.parameter_number, " is negative"));
       }
       return *declared;
     case Opcode::kConstant:
@@ -285,14 +284,14 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
       TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
       for (int i = 0; i < 2; ++i) {
         if (shapes[i]->rank() != 0 || shapes[i]->dtype() != declared->dtype()) {
-          return Error(opcode, absl::StrCat("operand ", i, " must be a ",
-                                            DTypeName(declared->dtype()), " scalar, got ",
-                                            shapes[i]->ToString()));
+          return Error(opcode,
+                       absl::StrCat("operand ", i, " must be a ", DTypeName(declared->dtype()),
+                                    " scalar, got ", shapes[i]->ToString()));
         }
       }
       if (!IsFloating(declared->dtype())) {
-        return Error(opcode, absl::StrCat("result must be floating point, got ",
-                                          declared->ToString()));
+        return Error(opcode,
+                     absl::StrCat("result must be floating point, got ", declared->ToString()));
       }
       return *declared;
     }
@@ -301,9 +300,9 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
       TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
       const Shape& x = *shapes[0];
       if (static_cast<int64_t>(attrs.dimensions.size()) != x.rank()) {
-        return Error(opcode, absl::StrCat("dimensions={", absl::StrJoin(attrs.dimensions, ","),
-                                          "} must have one entry per operand dim (rank ",
-                                          x.rank(), ")"));
+        return Error(opcode,
+                     absl::StrCat("dimensions={", absl::StrJoin(attrs.dimensions, ","),
+                                  "} must have one entry per operand dim (rank ", x.rank(), ")"));
       }
       TESSEL_RETURN_IF_ERROR(CheckDims(opcode, "dimensions", attrs.dimensions, declared->rank()));
       for (int64_t i = 0; i < x.rank(); ++i) {
@@ -389,8 +388,8 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
       const Shape& first = *shapes[0];
       int64_t d = attrs.dimensions[0];
       if (d < 0 || d >= first.rank()) {
-        return Error(opcode, absl::StrCat("dimension ", d, " out of range for rank ",
-                                          first.rank()));
+        return Error(opcode,
+                     absl::StrCat("dimension ", d, " out of range for rank ", first.rank()));
       }
       std::vector<int64_t> dims = first.dims();
       for (size_t i = 1; i < shapes.size(); ++i) {
@@ -398,9 +397,9 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
         bool ok = s.dtype() == first.dtype() && s.rank() == first.rank();
         for (int64_t j = 0; ok && j < s.rank(); ++j) ok = j == d || s.dim(j) == first.dim(j);
         if (!ok) {
-          return Error(opcode, absl::StrCat("operand ", i, " ", s.ToString(),
-                                            " does not match operand 0 ", first.ToString(),
-                                            " outside dimension ", d));
+          return Error(opcode,
+                       absl::StrCat("operand ", i, " ", s.ToString(), " does not match operand 0 ",
+                                    first.ToString(), " outside dimension ", d));
         }
         dims[d] += s.dim(d);
       }
@@ -415,8 +414,9 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
       }
       for (int64_t i = 0; i < x.rank(); ++i) {
         if (!IsScalarInteger(*shapes[1 + i])) {
-          return Error(opcode, absl::StrCat("start index ", i, " must be an s32 or s64 scalar, got ",
-                                            shapes[1 + i]->ToString()));
+          return Error(opcode,
+                       absl::StrCat("start index ", i, " must be an s32 or s64 scalar, got ",
+                                    shapes[1 + i]->ToString()));
         }
         int64_t size = attrs.dynamic_slice_sizes[i];
         if (size < 0 || size > x.dim(i)) {
@@ -441,8 +441,9 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
                                             " is larger than operand ", x.ToString()));
         }
         if (!IsScalarInteger(*shapes[2 + i])) {
-          return Error(opcode, absl::StrCat("start index ", i, " must be an s32 or s64 scalar, got ",
-                                            shapes[2 + i]->ToString()));
+          return Error(opcode,
+                       absl::StrCat("start index ", i, " must be an s32 or s64 scalar, got ",
+                                    shapes[2 + i]->ToString()));
         }
       }
       return x;

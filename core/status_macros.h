@@ -25,10 +25,10 @@
 #define TESSEL_STATUS_CONCAT_(a, b) TESSEL_STATUS_CONCAT_INNER_(a, b)
 
 // Returns the status from the enclosing function if `expr` (an absl::Status) is not OK.
-#define TESSEL_RETURN_IF_ERROR(expr)                   \
-  do {                                                 \
-    ::absl::Status tessel_status_ = (expr);            \
-    if (!tessel_status_.ok()) return tessel_status_;   \
+#define TESSEL_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status tessel_status_ = (expr);          \
+    if (!tessel_status_.ok()) return tessel_status_; \
   } while (false)
 
 // Evaluates `rexpr` (an absl::StatusOr<T>); on error returns its status, otherwise moves the
@@ -42,25 +42,25 @@
   lhs = std::move(statusor).value()
 
 // Aborts with a message when an internal invariant is broken. Never use for user input.
-#define TESSEL_CHECK(cond)                                                              \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
+#define TESSEL_CHECK(cond)                                                                 \
+  do {                                                                                     \
+    if (!(cond)) {                                                                         \
       std::fprintf(stderr, "%s:%d: TESSEL_CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                     \
-    }                                                                                   \
+      std::abort();                                                                        \
+    }                                                                                      \
   } while (false)
 
 // Aborts if `expr` (an absl::Status or StatusOr) is not OK; for internal invariants only.
-#define TESSEL_CHECK_OK(expr)                                                          \
-  do {                                                                                 \
-    const auto& tessel_check_status_ = (expr);                                         \
-    if (!::tessel::internal_status::GetStatus(tessel_check_status_).ok()) {            \
-      std::fprintf(stderr, "%s:%d: TESSEL_CHECK_OK failed: %s\n", __FILE__, __LINE__,  \
-                   std::string(::tessel::internal_status::GetStatus(tessel_check_status_) \
-                                   .ToString())                                        \
-                       .c_str());                                                      \
-      std::abort();                                                                    \
-    }                                                                                  \
+#define TESSEL_CHECK_OK(expr)                                                                \
+  do {                                                                                       \
+    const auto& tessel_check_status_ = (expr);                                               \
+    if (!::tessel::internal_status::GetStatus(tessel_check_status_).ok()) {                  \
+      std::fprintf(                                                                          \
+          stderr, "%s:%d: TESSEL_CHECK_OK failed: %s\n", __FILE__, __LINE__,                 \
+          std::string(::tessel::internal_status::GetStatus(tessel_check_status_).ToString()) \
+              .c_str());                                                                     \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (false)
 
 #include <string>

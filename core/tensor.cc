@@ -309,8 +309,7 @@ absl::Status Sync(absl::Span<const Tensor> tensors) {
   auto execute_start = std::chrono::steady_clock::now();
   ExecutionStats stats;
   Executor executor(ctx.executor_options);
-  TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> results,
-                          executor.Run(*graph, arguments, &stats));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> results, executor.Run(*graph, arguments, &stats));
   ctx.metrics.execute_seconds += Seconds(execute_start);
   ctx.metrics.peak_live_bytes = std::max(ctx.metrics.peak_live_bytes, stats.peak_live_bytes);
   ++ctx.metrics.syncs;
@@ -337,8 +336,7 @@ absl::Status Sync() {
     }
   }
   std::erase_if(ctx.live, [](const std::weak_ptr<TensorImpl>& w) { return w.expired(); });
-  std::sort(live.begin(), live.end(),
-            [](const auto& a, const auto& b) { return a->id < b->id; });
+  std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
   std::vector<Tensor> tensors;
   tensors.reserve(live.size());
   for (auto& impl : live) tensors.emplace_back(std::move(impl));
@@ -347,9 +345,7 @@ absl::Status Sync() {
 
 const LazyMetrics& GetLazyMetrics() { return Context().metrics; }
 void ResetLazyMetrics() { Context().metrics = LazyMetrics(); }
-void SetExecutorOptions(const ExecutorOptions& options) {
-  Context().executor_options = options;
-}
+void SetExecutorOptions(const ExecutorOptions& options) { Context().executor_options = options; }
 void ManualSeed(uint64_t seed) { Context().next_seed = seed; }
 
 // ---------------------------------------------------------------------------------------------
@@ -469,9 +465,8 @@ Tensor BroadcastTo(const Tensor& a, std::vector<int64_t> dims) {
       kept_dims.push_back(a.dim(i));
       broadcast_dims.push_back(offset + i);
     } else if (a.dim(i) != 1) {
-      return Tensor::Error(absl::InvalidArgumentError(
-          absl::StrCat("broadcast_to: dim ", i, " of ", a.shape().ToString(),
-                       " is neither 1 nor ", target)));
+      return Tensor::Error(absl::InvalidArgumentError(absl::StrCat(
+          "broadcast_to: dim ", i, " of ", a.shape().ToString(), " is neither 1 nor ", target)));
     }
   }
   Tensor squeezed = static_cast<int64_t>(kept_dims.size()) == a.rank() ? a : Reshape(a, kept_dims);
@@ -495,8 +490,8 @@ Tensor Slice(const Tensor& a, std::vector<int64_t> starts, std::vector<int64_t> 
              std::vector<int64_t> strides) {
   if (strides.empty()) strides.assign(starts.size(), 1);
   if (starts.size() != limits.size() || starts.size() != strides.size()) {
-    return Tensor::Error(absl::InvalidArgumentError(
-        "slice: starts, limits and strides must have the same length"));
+    return Tensor::Error(
+        absl::InvalidArgumentError("slice: starts, limits and strides must have the same length"));
   }
   OpAttributes attrs;
   for (size_t i = 0; i < starts.size(); ++i) {
@@ -517,8 +512,7 @@ Tensor Concatenate(absl::Span<const Tensor> parts, int64_t dim) {
   return MakeOp(Opcode::kConcatenate, parts, std::move(attrs));
 }
 
-Tensor DynamicSlice(const Tensor& a, absl::Span<const Tensor> starts,
-                    std::vector<int64_t> sizes) {
+Tensor DynamicSlice(const Tensor& a, absl::Span<const Tensor> starts, std::vector<int64_t> sizes) {
   std::vector<Tensor> operands = {a};
   operands.insert(operands.end(), starts.begin(), starts.end());
   OpAttributes attrs;
@@ -526,8 +520,7 @@ Tensor DynamicSlice(const Tensor& a, absl::Span<const Tensor> starts,
   return MakeOp(Opcode::kDynamicSlice, operands, std::move(attrs));
 }
 
-Tensor DynamicUpdateSlice(const Tensor& a, const Tensor& update,
-                          absl::Span<const Tensor> starts) {
+Tensor DynamicUpdateSlice(const Tensor& a, const Tensor& update, absl::Span<const Tensor> starts) {
   std::vector<Tensor> operands = {a, update};
   operands.insert(operands.end(), starts.begin(), starts.end());
   return MakeOp(Opcode::kDynamicUpdateSlice, operands);
@@ -585,9 +578,8 @@ Tensor MatMul(const Tensor& lhs, const Tensor& rhs) {
     return Dot(lhs, rhs, dn);
   }
   if (lhs.rank() != rhs.rank() || lhs.rank() < 3) {
-    return Tensor::Error(absl::InvalidArgumentError(
-        absl::StrCat("matmul: unsupported ranks ", lhs.shape().ToString(), " x ",
-                     rhs.shape().ToString())));
+    return Tensor::Error(absl::InvalidArgumentError(absl::StrCat(
+        "matmul: unsupported ranks ", lhs.shape().ToString(), " x ", rhs.shape().ToString())));
   }
   for (int64_t d = 0; d < lhs.rank() - 2; ++d) {
     dn.lhs_batch_dims.push_back(d);

@@ -109,12 +109,12 @@ struct TracedGraph {
 
 // Counters of this thread's lazy context, like torch_xla's metrics report.
 struct LazyMetrics {
-  int64_t syncs = 0;               // Sync() calls that ran a graph
-  int64_t compiles = 0;            // graphs lowered and verified (cache misses)
-  int64_t cache_hits = 0;          // graphs found in the compilation cache
-  double compile_seconds = 0;      // time spent lowering + verifying
-  double execute_seconds = 0;      // time spent in the executor
-  int64_t peak_live_bytes = 0;     // highest ExecutionStats::peak_live_bytes seen
+  int64_t syncs = 0;            // Sync() calls that ran a graph
+  int64_t compiles = 0;         // graphs lowered and verified (cache misses)
+  int64_t cache_hits = 0;       // graphs found in the compilation cache
+  double compile_seconds = 0;   // time spent lowering + verifying
+  double execute_seconds = 0;   // time spent in the executor
+  int64_t peak_live_bytes = 0;  // highest ExecutionStats::peak_live_bytes seen
 };
 const LazyMetrics& GetLazyMetrics();
 void ResetLazyMetrics();
@@ -204,10 +204,8 @@ Tensor Slice(const Tensor& a, std::vector<int64_t> starts, std::vector<int64_t> 
 Tensor Pad(const Tensor& a, const Tensor& value, std::vector<PadDim> padding);
 Tensor Concatenate(absl::Span<const Tensor> parts, int64_t dim);
 // Start indices are scalar s32/s64 tensors, clamped as XLA does.
-Tensor DynamicSlice(const Tensor& a, absl::Span<const Tensor> starts,
-                    std::vector<int64_t> sizes);
-Tensor DynamicUpdateSlice(const Tensor& a, const Tensor& update,
-                          absl::Span<const Tensor> starts);
+Tensor DynamicSlice(const Tensor& a, absl::Span<const Tensor> starts, std::vector<int64_t> sizes);
+Tensor DynamicUpdateSlice(const Tensor& a, const Tensor& update, absl::Span<const Tensor> starts);
 
 // ---------------------------------------------------------------------------------------------
 // Reductions and contractions.

@@ -87,9 +87,9 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices) {
   for (int64_t i = 0; i < graph.num_nodes(); ++i) {
     const Node* node = graph.nodes()[i];
     if (IsCollective(node->opcode()) || node->opcode() == Opcode::kPartitionId) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "%", node->name(), ": the graph is already partitioned (", OpcodeName(node->opcode()),
-          ")"));
+      return absl::InvalidArgumentError(absl::StrCat("%", node->name(),
+                                                     ": the graph is already partitioned (",
+                                                     OpcodeName(node->opcode()), ")"));
     }
     std::vector<PValue> operands;
     for (const Node* operand : node->operands()) operands.push_back(values.at(operand));

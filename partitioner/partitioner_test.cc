@@ -58,8 +58,8 @@ TEST(ShardingUtilTest, GroupsAndLocalShapes) {
 }
 
 TEST(ReshardTest, TiledToReplicatedIsOneAllGather) {
-  absl::StatusOr<ReshardPlan> plan =
-      PlanReshard(S("{devices=[4,1]0,1,2,3}"), Sharding::Replicate(), Shape(DType::kF32, {8, 32}), 4);
+  absl::StatusOr<ReshardPlan> plan = PlanReshard(S("{devices=[4,1]0,1,2,3}"), Sharding::Replicate(),
+                                                 Shape(DType::kF32, {8, 32}), 4);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->steps.size(), 1u);
   EXPECT_EQ(plan->steps[0].kind, ReshardStep::Kind::kAllGather);
@@ -68,8 +68,8 @@ TEST(ReshardTest, TiledToReplicatedIsOneAllGather) {
 }
 
 TEST(ReshardTest, ReplicatedToTiledIsLocal) {
-  absl::StatusOr<ReshardPlan> plan =
-      PlanReshard(Sharding::Replicate(), S("{devices=[1,4]0,1,2,3}"), Shape(DType::kF32, {8, 13}), 4);
+  absl::StatusOr<ReshardPlan> plan = PlanReshard(Sharding::Replicate(), S("{devices=[1,4]0,1,2,3}"),
+                                                 Shape(DType::kF32, {8, 13}), 4);
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->steps.size(), 1u);
   EXPECT_EQ(plan->steps[0].kind, ReshardStep::Kind::kLocalSlice);
@@ -77,13 +77,13 @@ TEST(ReshardTest, ReplicatedToTiledIsLocal) {
 }
 
 TEST(ReshardTest, UnreducedIsAllReducedAndPermutationIsAPermute) {
-  absl::StatusOr<ReshardPlan> plan = PlanReshard(Sharding::Unreduced(), Sharding::Replicate(),
-                                                 Shape(DType::kF32, {4}), 2);
+  absl::StatusOr<ReshardPlan> plan =
+      PlanReshard(Sharding::Unreduced(), Sharding::Replicate(), Shape(DType::kF32, {4}), 2);
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->steps.size(), 1u);
   EXPECT_EQ(plan->steps[0].kind, ReshardStep::Kind::kAllReduce);
-  absl::StatusOr<ReshardPlan> permute = PlanReshard(
-      S("{devices=[2]0,1}"), S("{devices=[2]1,0}"), Shape(DType::kF32, {4}), 2);
+  absl::StatusOr<ReshardPlan> permute =
+      PlanReshard(S("{devices=[2]0,1}"), S("{devices=[2]1,0}"), Shape(DType::kF32, {4}), 2);
   ASSERT_TRUE(permute.ok());
   ASSERT_EQ(permute->steps.size(), 1u);
   EXPECT_EQ(permute->steps[0].kind, ReshardStep::Kind::kCollectivePermute);
@@ -116,8 +116,7 @@ TEST(PropagationTest, MegatronHiddenIsShardedBothWays) {
   EXPECT_EQ(S(g->FindNode("h")->sharding()), S("{devices=[2,2]0,1,2,3}"));
   EXPECT_EQ(S(g->FindNode("relu")->sharding()), S("{devices=[2,2]0,1,2,3}"));
   // The user's annotation is kept.
-  EXPECT_EQ(S(g->FindNode("y")->sharding()),
-            S("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"));
+  EXPECT_EQ(S(g->FindNode("y")->sharding()), S("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"));
 }
 
 TEST(PartitionTest, MegatronMlpHasOneAllReduceAndNoGather) {
@@ -132,8 +131,7 @@ TEST(PartitionTest, MegatronMlpHasOneAllReduceAndNoGather) {
   for (const Node* node : program->program->nodes()) {
     if (node->opcode() == Opcode::kAllReduce) {
       found = true;
-      EXPECT_EQ(node->attrs().replica_groups,
-                (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+      EXPECT_EQ(node->attrs().replica_groups, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
     }
   }
   EXPECT_TRUE(found);

@@ -13,12 +13,12 @@ namespace tessel::partitioner {
 
 namespace {
 
-using spmd::Sharding;
 using internal::ChangedDims;
 using internal::DotSpace;
-using internal::IsDimPreserving;
 using internal::Iota;
+using internal::IsDimPreserving;
 using internal::MakeDotSpace;
+using spmd::Sharding;
 
 std::vector<int64_t> AllDimsExcept(int64_t rank, const std::vector<int64_t>& removed) {
   std::vector<int64_t> kept;
@@ -30,8 +30,7 @@ std::vector<int64_t> AllDimsExcept(int64_t rank, const std::vector<int64_t>& rem
 
 class Propagator {
  public:
-  Propagator(const Graph& graph, int64_t num_devices)
-      : graph_(graph), num_devices_(num_devices) {}
+  Propagator(const Graph& graph, int64_t num_devices) : graph_(graph), num_devices_(num_devices) {}
 
   absl::StatusOr<std::vector<Sharding>> Run() {
     for (const Node* node : graph_.nodes()) {
@@ -87,17 +86,19 @@ class Propagator {
     if (!fits.ok()) return where(fits.message());
     if (parsed->IsTuple()) return *parsed;
     if (!IsPlainTiling(*parsed) && !parsed->IsMaximal()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "%", node.name(), ": only tiled, partially replicated, replicated and maximal "
-          "shardings are supported as annotations, got ", parsed->ToString()));
+      return absl::UnimplementedError(
+          absl::StrCat("%", node.name(),
+                       ": only tiled, partially replicated, replicated and maximal "
+                       "shardings are supported as annotations, got ",
+                       parsed->ToString()));
     }
     if (parsed->IsMaximal()) {
       // Every device computes the value (maximal is honoured as replicated; documented).
       return Sharding::Replicate();
     }
     if (!CoversAllDevices(*parsed, num_devices_)) {
-      return where(absl::StrCat("the tile assignment must hold every device 0..",
-                                num_devices_ - 1, " exactly once (a sharding on another mesh?)"));
+      return where(absl::StrCat("the tile assignment must hold every device 0..", num_devices_ - 1,
+                                " exactly once (a sharding on another mesh?)"));
     }
     return *parsed;
   }
@@ -147,8 +148,8 @@ class Propagator {
       }
       case Opcode::kReduce:
         if (!in) return std::nullopt;
-        return Project(*in, AllDimsExcept(node.operand(0)->shape().rank(),
-                                          node.attrs().dimensions));
+        return Project(*in,
+                       AllDimsExcept(node.operand(0)->shape().rank(), node.attrs().dimensions));
       case Opcode::kDot: {
         DotSpace space = MakeDotSpace(node);
         std::optional<Sharding> from_lhs, from_rhs;
@@ -204,8 +205,7 @@ class Propagator {
         break;
     }
     if (IsDimPreserving(op)) {
-      bool data_operand = operand_index == 0 ||
-                          (op == Opcode::kConcatenate) ||
+      bool data_operand = operand_index == 0 || (op == Opcode::kConcatenate) ||
                           (op == Opcode::kDynamicUpdateSlice && operand_index == 1);
       if (!data_operand) return std::nullopt;
       return PartiallyReplicate(*out, operand_shape.rank(), ChangedDims(user));
@@ -218,7 +218,8 @@ class Propagator {
     std::optional<Sharding> merged;
     for (const Node* user : node.users()) {
       for (int64_t i = 0; i < user->operand_count(); ++i) {
-        if (user->operand(i) == &node) merged = Merge(merged, FromUser(*user, i), node.shape().rank());
+        if (user->operand(i) == &node)
+          merged = Merge(merged, FromUser(*user, i), node.shape().rank());
       }
     }
     return merged;

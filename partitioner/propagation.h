@@ -35,7 +35,7 @@ namespace tessel::partitioner {
 // fit the node's shape, or names a device outside 0..num_devices-1 or misses one (a sharding on
 // the wrong mesh); kUnimplemented for manual shardings.
 [[nodiscard]] absl::StatusOr<std::vector<spmd::Sharding>> ComputeShardings(const Graph& graph,
-                                                                          int64_t num_devices);
+                                                                           int64_t num_devices);
 
 // Runs ComputeShardings and writes each result into the node's sharding() text.
 [[nodiscard]] absl::Status PropagateShardings(Graph& graph, int64_t num_devices);

@@ -128,8 +128,8 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to
                                         const Shape& global_shape, int64_t num_devices) {
   ReshardPlan plan;
   if (from.IsTuple() || to.IsTuple() || from.IsManual() || to.IsManual()) {
-    return absl::UnimplementedError(absl::StrCat("resharding ", from.ToString(), " to ",
-                                                 to.ToString(), " is not supported"));
+    return absl::UnimplementedError(
+        absl::StrCat("resharding ", from.ToString(), " to ", to.ToString(), " is not supported"));
   }
   Sharding current = from.IsMaximal() ? Sharding::Replicate() : from;
   Sharding target = to.IsMaximal() ? Sharding::Replicate() : to;
@@ -154,7 +154,8 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to
     step.groups = current.UnreducedGroups(num_devices);
     step.after = Reduced(current);
     int64_t n = static_cast<int64_t>(step.groups[0].size());
-    plan.bytes_per_device += 2 * (n - 1) * LocalBytes(global_shape, current) / std::max<int64_t>(n, 1);
+    plan.bytes_per_device +=
+        2 * (n - 1) * LocalBytes(global_shape, current) / std::max<int64_t>(n, 1);
     current = step.after;
     plan.steps.push_back(std::move(step));
     if (current == target) return plan;
@@ -176,9 +177,8 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to
     return plan;
   }
   if (std::optional<ReshardStep> step = TryAllToAll(current, target, global_shape, num_devices)) {
-    plan.bytes_per_device +=
-        LocalBytes(global_shape, current) * (current.num_tiles(step->dim) - 1) /
-        current.num_tiles(step->dim);
+    plan.bytes_per_device += LocalBytes(global_shape, current) *
+                             (current.num_tiles(step->dim) - 1) / current.num_tiles(step->dim);
     plan.steps.push_back(*std::move(step));
     return plan;
   }

@@ -39,12 +39,12 @@ namespace tessel::partitioner {
 
 struct ReshardStep {
   enum class Kind {
-    kAllReduce,           // over `groups`, sum
-    kReduceScatter,       // over `groups`, sum, each device keeping its chunk of `dim`
-    kAllGather,           // along `dim` over `groups`, then slice the dim to `global_dim`
-    kAllToAll,            // over `groups`: tiles move from dim `dim` to dim `to_dim`
-    kCollectivePermute,   // `pairs`
-    kLocalSlice,          // dynamic-slice of the dims with `tiles[d]` > 1 at the device's tile
+    kAllReduce,          // over `groups`, sum
+    kReduceScatter,      // over `groups`, sum, each device keeping its chunk of `dim`
+    kAllGather,          // along `dim` over `groups`, then slice the dim to `global_dim`
+    kAllToAll,           // over `groups`: tiles move from dim `dim` to dim `to_dim`
+    kCollectivePermute,  // `pairs`
+    kLocalSlice,         // dynamic-slice of the dims with `tiles[d]` > 1 at the device's tile
   };
   Kind kind;
   std::vector<std::vector<int64_t>> groups;

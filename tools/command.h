@@ -18,9 +18,9 @@ using CommandFn = std::function<int()>;
 
 // Each Add*Command adds its subcommand to `app` and returns the function that runs it when that
 // subcommand is selected. The options it binds live as long as the process.
-CommandFn AddTopologyCommand(CLI::App& app);  // tools/topology_command.cc
-CommandFn AddMeshCommand(CLI::App& app);      // tools/mesh_command.cc
-CommandFn AddShardCommand(CLI::App& app);     // tools/shard_command.cc
+CommandFn AddTopologyCommand(CLI::App& app);   // tools/topology_command.cc
+CommandFn AddMeshCommand(CLI::App& app);       // tools/mesh_command.cc
+CommandFn AddShardCommand(CLI::App& app);      // tools/shard_command.cc
 CommandFn AddPropagateCommand(CLI::App& app);  // tools/partition_command.cc
 CommandFn AddPartitionCommand(CLI::App& app);  // tools/partition_command.cc
 

@@ -67,8 +67,7 @@ int Fail(const std::string& command, const absl::Status& status) {
 CommandFn AddPropagateCommand(CLI::App& app) {
   auto options = std::make_shared<PartitionOptions>();
   CLI::App* cmd = app.add_subcommand("propagate", "print the module with propagated shardings");
-  cmd->add_option("file", options->path, "HLO text file with sharding annotations")
-      ->required();
+  cmd->add_option("file", options->path, "HLO text file with sharding annotations")->required();
   cmd->add_option("--num-partitions", options->num_partitions, "number of devices")
       ->check(CLI::PositiveNumber);
   return [options]() {
@@ -85,8 +84,7 @@ CommandFn AddPropagateCommand(CLI::App& app) {
 CommandFn AddPartitionCommand(CLI::App& app) {
   auto options = std::make_shared<PartitionOptions>();
   CLI::App* cmd = app.add_subcommand("partition", "print the per-device SPMD program");
-  cmd->add_option("file", options->path, "HLO text file with sharding annotations")
-      ->required();
+  cmd->add_option("file", options->path, "HLO text file with sharding annotations")->required();
   cmd->add_option("--num-partitions", options->num_partitions, "number of devices")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--stats", options->stats, "print collective counts and bytes per kind");

@@ -20,8 +20,8 @@ absl::StatusOr<PValue> HandleDataMovement(Context& ctx, const Node& node,
   const Opcode op = node.opcode();
   std::vector<Node*> locals;
   for (size_t i = 0; i < operands.size(); ++i) {
-    bool data = i == 0 || op == Opcode::kConcatenate ||
-                (op == Opcode::kDynamicUpdateSlice && i == 1);
+    bool data =
+        i == 0 || op == Opcode::kConcatenate || (op == Opcode::kDynamicUpdateSlice && i == 1);
     TESSEL_ASSIGN_OR_RETURN(Node * local,
                             ctx.Reshard(operands[i], data ? layout : Sharding::Replicate()));
     locals.push_back(local);

@@ -80,8 +80,8 @@ absl::StatusOr<PValue> HandleDot(Context& ctx, const Node& node,
                                                      dn.lhs_contracting_dims, 0));
   TESSEL_ASSIGN_OR_RETURN(rhs_local, ctx.MaskPadding(rhs_local, rhs_layout, rhs.global_shape,
                                                      dn.rhs_contracting_dims, 0));
-  TESSEL_ASSIGN_OR_RETURN(Node * result, ctx.Add(Opcode::kDot, {lhs_local, rhs_local},
-                                                 node.attrs()));
+  TESSEL_ASSIGN_OR_RETURN(Node * result,
+                          ctx.Add(Opcode::kDot, {lhs_local, rhs_local}, node.attrs()));
   return PValue{result, ResultSharding(best, s), node.shape(), {}};
 }
 

@@ -25,8 +25,8 @@ absl::StatusOr<PValue> HandleIota(Context& ctx, const Node& node, const std::vec
   if (target.num_tiles(dim) > 1) {
     TESSEL_ASSIGN_OR_RETURN(Node * offset, ctx.TileOffset(target, node.shape(), dim));
     if (local_shape.dtype() != DType::kS32) {
-      TESSEL_ASSIGN_OR_RETURN(
-          offset, ctx.Add(Opcode::kConvert, Shape(local_shape.dtype(), {}), {offset}));
+      TESSEL_ASSIGN_OR_RETURN(offset,
+                              ctx.Add(Opcode::kConvert, Shape(local_shape.dtype(), {}), {offset}));
     }
     TESSEL_ASSIGN_OR_RETURN(Node * offsets, ctx.Add(Opcode::kBroadcast, local_shape, {offset}));
     TESSEL_ASSIGN_OR_RETURN(local, ctx.Add(Opcode::kAdd, {local, offsets}));

@@ -51,8 +51,8 @@ absl::StatusOr<PValue> HandleReduce(Context& ctx, const Node& node,
     if (layout.num_tiles(d) > 1) sharded_reduced.push_back(d);
   }
   const ReduceKind kind = node.attrs().reduce_kind;
-  TESSEL_ASSIGN_OR_RETURN(local, ctx.MaskPadding(local, layout, in, sharded_reduced,
-                                                 Identity(kind, in.dtype())));
+  TESSEL_ASSIGN_OR_RETURN(
+      local, ctx.MaskPadding(local, layout, in, sharded_reduced, Identity(kind, in.dtype())));
   TESSEL_ASSIGN_OR_RETURN(Node * init, ctx.Reshard(operands[1], Sharding::Replicate()));
   TESSEL_ASSIGN_OR_RETURN(Node * result, ctx.Add(Opcode::kReduce, {local, init}, node.attrs()));
   if (!sharded_reduced.empty()) {

@@ -16,7 +16,8 @@ absl::StatusOr<PValue> HandleBroadcast(Context& ctx, const Node& node,
   TESSEL_ASSIGN_OR_RETURN(Node * operand, ctx.Reshard(operands[0], Project(target, dims)));
   OpAttributes attrs = node.attrs();
   TESSEL_ASSIGN_OR_RETURN(
-      Node * result, ctx.Add(Opcode::kBroadcast, LocalShape(node.shape(), target), {operand}, attrs));
+      Node * result,
+      ctx.Add(Opcode::kBroadcast, LocalShape(node.shape(), target), {operand}, attrs));
   return PValue{result, target, node.shape(), {}};
 }
 
@@ -33,8 +34,7 @@ absl::StatusOr<PValue> HandleTranspose(Context& ctx, const Node& node,
 }
 
 absl::StatusOr<PValue> HandleReshape(Context& ctx, const Node& node,
-                                     const std::vector<PValue>& operands,
-                                     const Sharding& target) {
+                                     const std::vector<PValue>& operands, const Sharding& target) {
   const Shape& in = node.operand(0)->shape();
   std::optional<Sharding> operand_sharding = ReshapeSharding(target, node.shape(), in);
   if (operand_sharding.has_value()) {

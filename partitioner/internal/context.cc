@@ -6,8 +6,7 @@
 
 namespace tessel::partitioner::internal {
 
-absl::StatusOr<Node*> Context::Add(Opcode opcode, std::vector<Node*> operands,
-                                   OpAttributes attrs) {
+absl::StatusOr<Node*> Context::Add(Opcode opcode, std::vector<Node*> operands, OpAttributes attrs) {
   return local_.AddNode(opcode, std::move(operands), std::move(attrs));
 }
 
@@ -31,8 +30,8 @@ absl::StatusOr<Node*> Context::PartitionId() {
 
 absl::StatusOr<Node*> Context::PerDeviceScalar(const std::vector<int64_t>& values) {
   std::vector<int32_t> table(values.begin(), values.end());
-  Node* constant = local_.AddConstant(
-      Literal::FromVector<int32_t>({static_cast<int64_t>(table.size())}, table));
+  Node* constant =
+      local_.AddConstant(Literal::FromVector<int32_t>({static_cast<int64_t>(table.size())}, table));
   TESSEL_ASSIGN_OR_RETURN(Node * pid, PartitionId());
   OpAttributes ds;
   ds.dynamic_slice_sizes = {1};
@@ -113,8 +112,8 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
           split.push_back(dims[d]);
         }
       }
-      TESSEL_ASSIGN_OR_RETURN(
-          Node * reshaped, Add(Opcode::kReshape, Shape(global.dtype(), split), {local}));
+      TESSEL_ASSIGN_OR_RETURN(Node * reshaped,
+                              Add(Opcode::kReshape, Shape(global.dtype(), split), {local}));
       std::vector<int64_t> to_front = {b};
       for (int64_t d = 0; d < static_cast<int64_t>(split.size()); ++d) {
         if (d != b) to_front.push_back(d);
@@ -234,9 +233,8 @@ absl::StatusOr<Node*> Context::MaskPadding(Node* local, const Sharding& s, const
     TESSEL_ASSIGN_OR_RETURN(Node * offset, TileOffset(s, global, d));
     TESSEL_ASSIGN_OR_RETURN(Node * offsets, Add(Opcode::kBroadcast, index_shape, {offset}));
     TESSEL_ASSIGN_OR_RETURN(Node * global_index, Add(Opcode::kAdd, {index, offsets}));
-    TESSEL_ASSIGN_OR_RETURN(
-        Node * limit,
-        Add(Opcode::kBroadcast, index_shape, {ScalarConstant(DType::kS32, global.dim(d))}));
+    TESSEL_ASSIGN_OR_RETURN(Node * limit, Add(Opcode::kBroadcast, index_shape,
+                                              {ScalarConstant(DType::kS32, global.dim(d))}));
     OpAttributes lt;
     lt.comparison_direction = ComparisonDirection::kLt;
     TESSEL_ASSIGN_OR_RETURN(Node * in_range, Add(Opcode::kCompare, {global_index, limit}, lt));
@@ -247,9 +245,8 @@ absl::StatusOr<Node*> Context::MaskPadding(Node* local, const Sharding& s, const
     }
   }
   if (valid == nullptr) return local;
-  TESSEL_ASSIGN_OR_RETURN(
-      Node * filler,
-      Add(Opcode::kBroadcast, local_shape, {ScalarConstant(local_shape.dtype(), fill)}));
+  TESSEL_ASSIGN_OR_RETURN(Node * filler, Add(Opcode::kBroadcast, local_shape,
+                                             {ScalarConstant(local_shape.dtype(), fill)}));
   return Add(Opcode::kSelect, {valid, local, filler});
 }
 

@@ -119,8 +119,8 @@ class CaseBuilder {
         return OrNull(g.AddNode(kOps[Rand(0, 4)], {x, y}));
       }
       case 1: {
-        static const Opcode kOps[] = {Opcode::kTanh, Opcode::kNegate, Opcode::kExp,
-                                      Opcode::kAbs, Opcode::kLogistic};
+        static const Opcode kOps[] = {Opcode::kTanh, Opcode::kNegate, Opcode::kExp, Opcode::kAbs,
+                                      Opcode::kLogistic};
         return OrNull(g.AddNode(kOps[Rand(0, 4)], {x}));
       }
       case 2: {  // broadcast: insert a new dim
@@ -342,15 +342,14 @@ TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
     Mesh mesh = builder.RandomMesh();
     std::unique_ptr<Graph> graph = builder.RandomGraph(mesh);
     std::string text = PrintHloModule(*graph);
-    SCOPED_TRACE(::testing::Message() << "case " << c << " on " << mesh.size()
-                                      << " devices, mesh " << mesh.logical_mesh().ToString()
-                                      << "\n" << text);
+    SCOPED_TRACE(::testing::Message() << "case " << c << " on " << mesh.size() << " devices, mesh "
+                                      << mesh.logical_mesh().ToString() << "\n"
+                                      << text);
     std::vector<Literal> inputs;
     for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
     absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
     ASSERT_TRUE(expected.ok()) << expected.status();
-    absl::StatusOr<partitioner::SpmdProgram> program =
-        partitioner::Partition(*graph, mesh.size());
+    absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(*graph, mesh.size());
     ASSERT_TRUE(program.ok()) << program.status();
     absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
     ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*program->program);
@@ -358,7 +357,8 @@ TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
     for (size_t o = 0; o < got->size(); ++o) {
       ASSERT_TRUE(AllClose((*got)[o], (*expected)[o], 1e-4, 1e-4))
           << "output " << o << "\nexpected " << (*expected)[o].ToString() << "\ngot "
-          << (*got)[o].ToString() << "\n" << PrintHloModule(*program->program);
+          << (*got)[o].ToString() << "\n"
+          << PrintHloModule(*program->program);
     }
     ++checked;
     if (mesh.size() > 1) ++multi_device;
@@ -399,24 +399,28 @@ ENTRY %main (a: f32[8,16], b: f32[16,6]) -> f32[8,6] {
   %a = f32[8,16] parameter(0), sharding={devices=[1,2]0,1}
   %b = f32[16,6] parameter(1), sharding={devices=[2,1]0,1}
   ROOT %c = f32[8,6] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[2,1]0,1}
-})", 2, "reduce-scatter"},
+})",
+       2, "reduce-scatter"},
       {"dot partial sums -> uneven rows", R"(HloModule rs_uneven
 ENTRY %main (a: f32[9,12], b: f32[12,5]) -> f32[9,5] {
   %a = f32[9,12] parameter(0), sharding={devices=[1,4]0,1,2,3}
   %b = f32[12,5] parameter(1), sharding={devices=[4,1]0,1,2,3}
   ROOT %c = f32[9,5] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[4,1]0,1,2,3}
-})", 4, "reduce-scatter"},
+})",
+       4, "reduce-scatter"},
       {"rows -> columns", R"(HloModule a2a
 ENTRY %main (a: f32[8,12]) -> f32[8,12] {
   %a = f32[8,12] parameter(0), sharding={devices=[4,1]0,1,2,3}
   ROOT %b = f32[8,12] copy(%a), sharding={devices=[1,4]0,1,2,3}
-})", 4, "all-to-all"},
+})",
+       4, "all-to-all"},
       {"rank 3, partial replication", R"(HloModule a2a3
 ENTRY %main (a: f32[4,6,8]) -> f32[4,6,8] {
   %a = f32[4,6,8] parameter(0), sharding={devices=[1,2,1,2]0,1,2,3 last_tile_dim_replicate}
   %t = f32[4,6,8] tanh(%a), sharding={devices=[1,2,1,2]0,1,2,3 last_tile_dim_replicate}
   ROOT %b = f32[4,6,8] copy(%t), sharding={devices=[1,1,2,2]0,1,2,3 last_tile_dim_replicate}
-})", 4, "all-to-all"},
+})",
+       4, "all-to-all"},
   };
   for (const Directed& c : cases) {
     SCOPED_TRACE(c.name);
