@@ -9,7 +9,6 @@
 // (axis_names is [] for an unnamed mesh).
 // Exit codes (tools/command.h): 0 printed; 1 the topology file is missing or does not validate;
 // 2 bad arguments, including a mesh that does not fit (one line on stderr: `tessel mesh: ...`).
-#include <cctype>
 #include <cstdint>
 #include <iostream>
 #include <memory>
@@ -21,11 +20,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "mesh/topology.h"
 #include "nlohmann/json.hpp"
 #include "spmd/mesh.h"
 #include "tools/command.h"
+#include "tools/flag_parsing.h"
 
 namespace tessel::tools {
 namespace {
@@ -45,39 +44,6 @@ struct MeshOptions {
 int Usage(const std::string& message) {
   std::cerr << "tessel mesh: " << message << "\n";
   return kExitUsage;
-}
-
-// "1,4,1" -> {1, 4, 1}; spaces allowed; an empty text is an empty list.
-absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& text, const std::string& flag) {
-  std::vector<int64_t> values;
-  if (text.find_first_not_of(' ') == std::string::npos) return values;
-  for (absl::string_view piece : absl::StrSplit(text, ',')) {
-    std::string s(piece);
-    s.erase(0, s.find_first_not_of(' '));
-    s.erase(s.find_last_not_of(' ') + 1);
-    size_t digits = (!s.empty() && s[0] == '-') ? 1 : 0;
-    bool ok = s.size() > digits && s.size() <= 15;
-    for (size_t i = digits; ok && i < s.size(); ++i)
-      ok = std::isdigit(static_cast<unsigned char>(s[i]));
-    if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": expected comma-separated integers, got \"", text, "\""));
-    }
-    values.push_back(std::stoll(s));
-  }
-  return values;
-}
-
-std::vector<std::string> ParseNames(const std::string& text) {
-  std::vector<std::string> names;
-  if (text.find_first_not_of(' ') == std::string::npos) return names;
-  for (absl::string_view piece : absl::StrSplit(text, ',')) {
-    std::string s(piece);
-    s.erase(0, s.find_first_not_of(' '));
-    s.erase(s.find_last_not_of(' ') + 1);
-    names.push_back(s);
-  }
-  return names;
 }
 
 // Nested JSON lists of the array's ids.

@@ -10,7 +10,6 @@
 // "local_shape": [4,10], "replica_id": 0}, ...]} with one entry per device, ascending.
 // Exit codes (tools/command.h): 0 printed; 2 bad arguments (one line on stderr:
 // `tessel shard: ...`), including specs that do not fit the mesh or the shape.
-#include <cctype>
 #include <cstdint>
 #include <iostream>
 #include <memory>
@@ -22,7 +21,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "core/shape.h"
 #include "nlohmann/json.hpp"
 #include "spmd/mesh.h"
@@ -31,6 +29,7 @@
 #include "spmd/sharding.h"
 #include "spmd/visualize.h"
 #include "tools/command.h"
+#include "tools/flag_parsing.h"
 
 namespace tessel::tools {
 namespace {
@@ -50,40 +49,6 @@ struct ShardOptions {
 int Usage(const std::string& message) {
   std::cerr << "tessel shard: " << message << "\n";
   return kExitUsage;
-}
-
-std::string Trim(absl::string_view piece) {
-  std::string s(piece);
-  s.erase(0, s.find_first_not_of(' '));
-  s.erase(s.find_last_not_of(' ') + 1);
-  return s;
-}
-
-// "8,10" -> {8, 10}; spaces allowed; an empty text is an empty list.
-absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& text, const std::string& flag) {
-  std::vector<int64_t> values;
-  if (text.find_first_not_of(' ') == std::string::npos) return values;
-  for (absl::string_view piece : absl::StrSplit(text, ',')) {
-    std::string s = Trim(piece);
-    size_t digits = (!s.empty() && s[0] == '-') ? 1 : 0;
-    bool ok = s.size() > digits && s.size() <= 15;
-    for (size_t i = digits; ok && i < s.size(); ++i) {
-      ok = std::isdigit(static_cast<unsigned char>(s[i]));
-    }
-    if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": expected comma-separated integers, got \"", text, "\""));
-    }
-    values.push_back(std::stoll(s));
-  }
-  return values;
-}
-
-std::vector<std::string> ParseNames(const std::string& text) {
-  std::vector<std::string> names;
-  if (text.find_first_not_of(' ') == std::string::npos) return names;
-  for (absl::string_view piece : absl::StrSplit(text, ',')) names.push_back(Trim(piece));
-  return names;
 }
 
 std::string RangeText(const spmd::Shard& shard) {

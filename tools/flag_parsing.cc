@@ -1,0 +1,47 @@
+#include "tools/flag_parsing.h"
+
+#include <cctype>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace tessel::tools {
+
+namespace {
+
+std::string Trim(absl::string_view piece) {
+  std::string s(piece);
+  s.erase(0, s.find_first_not_of(' '));
+  s.erase(s.find_last_not_of(' ') + 1);
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& text, const std::string& flag) {
+  std::vector<int64_t> values;
+  if (text.find_first_not_of(' ') == std::string::npos) return values;
+  for (absl::string_view piece : absl::StrSplit(text, ',')) {
+    std::string s = Trim(piece);
+    size_t digits = (!s.empty() && s[0] == '-') ? 1 : 0;
+    bool ok = s.size() > digits && s.size() <= 15;
+    for (size_t i = digits; ok && i < s.size(); ++i) {
+      ok = std::isdigit(static_cast<unsigned char>(s[i]));
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": expected comma-separated integers, got \"", text, "\""));
+    }
+    values.push_back(std::stoll(s));
+  }
+  return values;
+}
+
+std::vector<std::string> ParseNames(const std::string& text) {
+  std::vector<std::string> names;
+  if (text.find_first_not_of(' ') == std::string::npos) return names;
+  for (absl::string_view piece : absl::StrSplit(text, ',')) names.push_back(Trim(piece));
+  return names;
+}
+
+}  // namespace tessel::tools

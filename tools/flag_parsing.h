@@ -1,0 +1,25 @@
+// Parsing of the list-valued flags shared by `tessel` subcommands (--mesh-shape 2,4,
+// --axis-names data,model, ...).
+#ifndef TESSEL_TOOLS_FLAG_PARSING_H_
+#define TESSEL_TOOLS_FLAG_PARSING_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tessel::tools {
+
+// "1,4,1" -> {1, 4, 1}; spaces around entries allowed; a blank text is an empty list.
+// Errors: kInvalidArgument naming `flag` and the text when an entry is not an integer of at
+// most 15 digits.
+[[nodiscard]] absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& text,
+                                                             const std::string& flag);
+
+// "data, model" -> {"data", "model"}; a blank text is an empty list.
+std::vector<std::string> ParseNames(const std::string& text);
+
+}  // namespace tessel::tools
+
+#endif  // TESSEL_TOOLS_FLAG_PARSING_H_
