@@ -41,7 +41,7 @@ struct Slot {
 };
 
 // Arguments must match the parameters one to one: numbers 0..N-1, same shapes.
-absl::Status CheckArguments(const Graph& graph, absl::Span<const Literal> arguments) {
+absl::Status CheckArguments(const Graph& graph, absl::Span<const Literal* const> arguments) {
   std::vector<Node*> parameters = graph.parameters();
   if (parameters.size() != arguments.size()) {
     return absl::InvalidArgumentError(absl::StrCat("graph \"", graph.name(), "\" has ",
@@ -55,9 +55,9 @@ absl::Status CheckArguments(const Graph& graph, absl::Span<const Literal> argume
           absl::StrCat("parameter %", p.name(), " has number ", p.attrs().parameter_number,
                        "; parameter numbers must be 0..", parameters.size() - 1, " without gaps"));
     }
-    if (arguments[i].shape() != p.shape()) {
+    if (arguments[i]->shape() != p.shape()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "argument ", i, " has shape ", arguments[i].shape().ToString(), " but parameter ", i,
+          "argument ", i, " has shape ", arguments[i]->shape().ToString(), " but parameter ", i,
           " (%", p.name(), ") has shape ", p.shape().ToString()));
     }
   }
@@ -199,7 +199,8 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
 // One run of a graph: the slots of its nodes and the live-byte accounting.
 class Execution {
  public:
-  Execution(const Graph& graph, absl::Span<const Literal> arguments, const ExecutorOptions& options)
+  Execution(const Graph& graph, absl::Span<const Literal* const> arguments,
+            const ExecutorOptions& options)
       : graph_(graph), arguments_(arguments), options_(options), slots_(graph.num_nodes()) {}
 
   absl::Status Prepare() {
@@ -210,7 +211,7 @@ class Execution {
       for (const Node* operand : node->operands()) ++slots_[operand->id()].remaining_uses;
     }
     ++slots_[graph_.root()->id()].remaining_uses;  // the result outlives the run
-    for (const Literal& argument : arguments_) live_bytes_ += TotalBytes(argument);
+    for (const Literal* argument : arguments_) live_bytes_ += TotalBytes(*argument);
     peak_bytes_ = live_bytes_;
     return absl::OkStatus();
   }
@@ -228,7 +229,7 @@ class Execution {
       switch (node->opcode()) {
         case Opcode::kParameter:
           // Arguments are counted as live for the whole run (Prepare).
-          slot.borrowed = &arguments_[node->attrs().parameter_number];
+          slot.borrowed = arguments_[node->attrs().parameter_number];
           break;
         case Opcode::kConstant:
           slot.borrowed = &node->literal();
@@ -346,7 +347,7 @@ class Execution {
   }
 
   const Graph& graph_;
-  absl::Span<const Literal> arguments_;
+  absl::Span<const Literal* const> arguments_;
   const ExecutorOptions& options_;
   std::vector<Slot> slots_;
   std::vector<bool> reachable_;
@@ -362,6 +363,14 @@ Executor::Executor(ExecutorOptions options) : options_(options) {}
 absl::StatusOr<std::vector<Literal>> Executor::Run(const Graph& graph,
                                                    absl::Span<const Literal> arguments,
                                                    ExecutionStats* stats) const {
+  std::vector<const Literal*> pointers;
+  pointers.reserve(arguments.size());
+  for (const Literal& argument : arguments) pointers.push_back(&argument);
+  return RunBorrowed(graph, pointers, stats);
+}
+
+absl::StatusOr<std::vector<Literal>> Executor::RunBorrowed(
+    const Graph& graph, absl::Span<const Literal* const> arguments, ExecutionStats* stats) const {
   if (graph.root() == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("graph \"", graph.name(), "\" has no nodes"));
   }

@@ -55,6 +55,11 @@ class Executor {
   [[nodiscard]] absl::StatusOr<std::vector<Literal>> Run(const Graph& graph,
                                                          absl::Span<const Literal> arguments,
                                                          ExecutionStats* stats = nullptr) const;
+  // The same with the arguments borrowed by pointer (no copies; the lazy Tensor runtime passes
+  // its device data this way). Precondition: no pointer is null.
+  [[nodiscard]] absl::StatusOr<std::vector<Literal>> RunBorrowed(
+      const Graph& graph, absl::Span<const Literal* const> arguments,
+      ExecutionStats* stats = nullptr) const;
 
   const ExecutorOptions& options() const { return options_; }
 

@@ -304,12 +304,13 @@ absl::Status Sync(absl::Span<const Tensor> tensors) {
   }
   ctx.metrics.compile_seconds += Seconds(compile_start);
 
-  std::vector<Literal> arguments;
-  for (const Tensor& p : traced.parameters) arguments.push_back(*p.impl()->node->data);
+  std::vector<const Literal*> arguments;
+  for (const Tensor& p : traced.parameters) arguments.push_back(p.impl()->node->data.get());
   auto execute_start = std::chrono::steady_clock::now();
   ExecutionStats stats;
   Executor executor(ctx.executor_options);
-  TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> results, executor.Run(*graph, arguments, &stats));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> results,
+                          executor.RunBorrowed(*graph, arguments, &stats));
   ctx.metrics.execute_seconds += Seconds(execute_start);
   ctx.metrics.peak_live_bytes = std::max(ctx.metrics.peak_live_bytes, stats.peak_live_bytes);
   ++ctx.metrics.syncs;
