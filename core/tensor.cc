@@ -30,8 +30,10 @@ struct LazyContext {
   uint64_t next_id = 0;
   uint64_t next_seed = 0;
   LazyMetrics metrics;
-  ExecutorOptions executor_options;
   absl::flat_hash_map<uint64_t, CacheEntry> cache;
+  // The installed client; nullptr means `local` (options from SetExecutorOptions).
+  std::shared_ptr<ComputationClient> client;
+  LocalComputationClient local;
 };
 
 LazyContext& Context() {
@@ -108,7 +110,17 @@ Tensor Tensor::FromLiteral(Literal value) {
   auto node = std::make_shared<LazyNode>();
   node->opcode = Opcode::kParameter;
   node->shape = value.shape();
-  node->data = std::make_shared<const Literal>(std::move(value));
+  node->data = std::make_shared<const LiteralData>(std::move(value));
+  return Tensor(internal_lazy::MakeImpl(std::move(node)));
+}
+
+Tensor Tensor::FromDeviceData(std::shared_ptr<const DeviceData> data) {
+  TESSEL_CHECK(data != nullptr);
+  auto node = std::make_shared<LazyNode>();
+  node->opcode = Opcode::kParameter;
+  node->shape = data->shape();
+  node->sharding = data->sharding();
+  node->data = std::move(data);
   return Tensor(internal_lazy::MakeImpl(std::move(node)));
 }
 
@@ -140,6 +152,10 @@ const Shape& Tensor::shape() const {
 
 bool Tensor::is_data() const { return impl_ && impl_->node && impl_->node->data != nullptr; }
 
+std::shared_ptr<const DeviceData> Tensor::device_data() const {
+  return is_data() ? impl_->node->data : nullptr;
+}
+
 const std::string& Tensor::sharding() const {
   static const std::string* const kEmpty = new std::string();
   if (!impl_ || !impl_->node) return *kEmpty;
@@ -154,7 +170,9 @@ void Tensor::SetSharding(std::string xla_sharding_text) {
 absl::StatusOr<Literal> Tensor::ToLiteral() const {
   TESSEL_RETURN_IF_ERROR(status());
   if (!is_data()) TESSEL_RETURN_IF_ERROR(Sync({*this}));
-  return *impl_->node->data;
+  std::shared_ptr<const DeviceData> data = impl_->node->data;
+  if (const auto* whole = dynamic_cast<const LiteralData*>(data.get())) return whole->literal();
+  return GetComputationClient().TransferFromDevice(*data);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -304,23 +322,29 @@ absl::Status Sync(absl::Span<const Tensor> tensors) {
   }
   ctx.metrics.compile_seconds += Seconds(compile_start);
 
-  std::vector<const Literal*> arguments;
-  for (const Tensor& p : traced.parameters) arguments.push_back(p.impl()->node->data.get());
+  std::vector<std::shared_ptr<const DeviceData>> arguments;
+  arguments.reserve(traced.parameters.size());
+  for (const Tensor& p : traced.parameters) arguments.push_back(p.impl()->node->data);
   auto execute_start = std::chrono::steady_clock::now();
   ExecutionStats stats;
-  Executor executor(ctx.executor_options);
-  TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> results,
-                          executor.RunBorrowed(*graph, arguments, &stats));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const DeviceData>> results,
+                          GetComputationClient().Execute(graph, fingerprint, arguments, &stats));
   ctx.metrics.execute_seconds += Seconds(execute_start);
   ctx.metrics.peak_live_bytes = std::max(ctx.metrics.peak_live_bytes, stats.peak_live_bytes);
   ++ctx.metrics.syncs;
-  TESSEL_CHECK(results.size() == pending.size());
+  if (results.size() != pending.size()) {
+    return absl::InternalError(absl::StrCat("computation client returned ", results.size(),
+                                            " values for ", pending.size(), " outputs"));
+  }
   for (size_t i = 0; i < pending.size(); ++i) {
     auto leaf = std::make_shared<LazyNode>();
     leaf->opcode = Opcode::kParameter;
-    leaf->shape = results[i].shape();
+    leaf->shape = results[i]->shape();
+    // An annotated value keeps its annotation; otherwise it takes the layout the client chose
+    // (torch_xla: the sharding of device data becomes the parameter sharding of the next graph).
     leaf->sharding = pending[i].impl()->node->sharding;
-    leaf->data = std::make_shared<const Literal>(std::move(results[i]));
+    if (leaf->sharding.empty()) leaf->sharding = results[i]->sharding();
+    leaf->data = std::move(results[i]);
     pending[i].impl()->node = std::move(leaf);
   }
   return absl::OkStatus();
@@ -346,7 +370,19 @@ absl::Status Sync() {
 
 const LazyMetrics& GetLazyMetrics() { return Context().metrics; }
 void ResetLazyMetrics() { Context().metrics = LazyMetrics(); }
-void SetExecutorOptions(const ExecutorOptions& options) { Context().executor_options = options; }
+void SetExecutorOptions(const ExecutorOptions& options) {
+  Context().local.set_options(options);
+}
+
+void SetComputationClient(std::shared_ptr<ComputationClient> client) {
+  Context().client = std::move(client);
+}
+
+ComputationClient& GetComputationClient() {
+  LazyContext& ctx = Context();
+  if (ctx.client != nullptr) return *ctx.client;
+  return ctx.local;
+}
 void ManualSeed(uint64_t seed) { Context().next_seed = seed; }
 
 // ---------------------------------------------------------------------------------------------

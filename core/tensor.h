@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/computation_client.h"
 #include "core/executor.h"
 #include "core/graph.h"
 #include "core/literal.h"
@@ -48,6 +49,9 @@ class Tensor {
 
   // Device data holding `value` (an array literal). Becomes a graph parameter when used.
   static Tensor FromLiteral(Literal value);
+  // A tensor bound to a computation client's value (e.g. a sharded value whose pieces a
+  // runtime loaded per device). Precondition: data != nullptr (TESSEL_CHECK).
+  static Tensor FromDeviceData(std::shared_ptr<const DeviceData> data);
   // A constant embedded in the graph (its value is part of the fingerprint). For small values.
   static Tensor Constant(Literal value);
   // A tensor holding `status` (which must not be OK); for ops reporting errors.
@@ -64,8 +68,11 @@ class Tensor {
 
   // True when the tensor holds data (after Sync or FromLiteral), false while it is pending.
   bool is_data() const;
-  // Reads the value; syncs this tensor (only) first if it is pending.
-  // Errors: the tensor's status; executor errors.
+  // The value when is_data(), else nullptr.
+  std::shared_ptr<const DeviceData> device_data() const;
+  // Reads the value; syncs this tensor (only) first if it is pending. Goes through the thread's
+  // ComputationClient (core/computation_client.h) for data that is not a whole literal.
+  // Errors: the tensor's status; executor / client errors.
   [[nodiscard]] absl::StatusOr<Literal> ToLiteral() const;
 
   // The XLA HloSharding text annotating this tensor ("" when none). spmd::mark_sharding sets it
@@ -118,7 +125,7 @@ struct LazyMetrics {
 };
 const LazyMetrics& GetLazyMetrics();
 void ResetLazyMetrics();
-// Sets the executor options (threads) used by Sync on this thread.
+// Sets the executor options (threads) used by Sync on this thread's default local client.
 void SetExecutorOptions(const ExecutorOptions& options);
 
 // Seeds the counter used by Rng ops created on this thread: each Rng op takes the next seed.

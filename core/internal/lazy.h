@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/computation_client.h"
 #include "core/graph.h"
 #include "core/literal.h"
 #include "core/shape.h"
@@ -23,8 +24,9 @@ struct LazyNode {
   Shape shape;
   OpAttributes attrs;
   std::vector<std::shared_ptr<LazyNode>> operands;
-  // Set for device-data leaves (opcode kParameter): the value, shared with no one else.
-  std::shared_ptr<const Literal> data;
+  // Set for device-data leaves (opcode kParameter): the value (LiteralData for host data and
+  // the local client; a client's own type otherwise).
+  std::shared_ptr<const DeviceData> data;
   // XLA HloSharding text, "" when none.
   std::string sharding;
 };

@@ -1,0 +1,107 @@
+// Where lazy tensors run: the ComputationClient interface behind Sync(), and the DeviceData
+// values it hands back, as in PyTorch/XLA's ComputationClient (PJRT client) design.
+//
+// By default Sync() runs each step graph on one local device with the Executor, and device data
+// is a whole Literal (LiteralData). A runtime that spreads the program over several devices
+// (mesh/host_runtime.h: SPMD over the devices of a mesh, partitioned by the partitioner) installs
+// its own client on the thread; its data are sharded values whose pieces live on the devices.
+//
+//   std::shared_ptr<ComputationClient> client = ...;   // e.g. mesh::HostRuntime::client()
+//   SetComputationClient(client);                        // this thread's Sync() now uses it
+//   Tensor w = Tensor::FromLiteral(weights);             // host data (LiteralData)
+//   ...; TESSEL_RETURN_IF_ERROR(Sync());                 // client->Execute(graph, ...)
+//   SetComputationClient(nullptr);                       // back to the local executor
+//
+// Thread model: a client is installed per thread (the lazy context is per thread); one client
+// may serve several threads only if its implementation says so.
+#ifndef TESSEL_CORE_COMPUTATION_CLIENT_H_
+#define TESSEL_CORE_COMPUTATION_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/executor.h"
+#include "core/graph.h"
+#include "core/literal.h"
+#include "core/shape.h"
+
+namespace tessel {
+
+// A value held by a computation client (torch_xla: a device data handle). Immutable once made.
+class DeviceData {
+ public:
+  virtual ~DeviceData() = default;
+  // The value's global (logical) shape.
+  virtual const Shape& shape() const = 0;
+  // How the value is laid out over devices, as XLA HloSharding text; "" for a value held whole
+  // in one place (host or single device).
+  virtual const std::string& sharding() const;
+  // Bytes this process holds for the value (all local pieces, padding included).
+  virtual int64_t local_bytes() const = 0;
+};
+
+// A whole value in this process's memory: what Tensor::FromLiteral makes and what the default
+// client returns.
+class LiteralData final : public DeviceData {
+ public:
+  explicit LiteralData(Literal value) : value_(std::move(value)) {}
+  const Shape& shape() const override { return value_.shape(); }
+  int64_t local_bytes() const override { return value_.byte_size(); }
+  const Literal& literal() const { return value_; }
+
+ private:
+  Literal value_;
+};
+
+class ComputationClient {
+ public:
+  virtual ~ComputationClient() = default;
+
+  // Runs `graph` (verified; global shapes; nodes may carry sharding annotations) on `arguments`
+  // (bound to parameter 0, 1, ...; their shapes equal the parameters') and returns one value per
+  // output: the root's elements for a tuple root, else the root. `fingerprint` is
+  // GraphFingerprint(*graph), the cache key for whatever the client compiles from the graph.
+  // `stats` (optional) receives the executor's statistics (for a multi-device client: the
+  // largest peak over its devices).
+  // Errors: implementation-defined (compilation errors naming the instruction, executor errors,
+  // transport errors such as kUnavailable for a lost host).
+  [[nodiscard]] virtual absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> Execute(
+      const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
+      absl::Span<const std::shared_ptr<const DeviceData>> arguments, ExecutionStats* stats) = 0;
+
+  // Reads a value back whole (torch_xla: TransferFromDevice). A multi-host client may need every
+  // host to call this at the same point (SPMD), as torch_xla's `tensor.cpu()` on a sharded
+  // tensor gathers from every device. Errors: implementation-defined.
+  [[nodiscard]] virtual absl::StatusOr<Literal> TransferFromDevice(const DeviceData& data) = 0;
+};
+
+// The default client: one device, the core Executor with `options`. Accepts only LiteralData
+// arguments (kInvalidArgument naming the parameter otherwise); returns LiteralData.
+class LocalComputationClient final : public ComputationClient {
+ public:
+  explicit LocalComputationClient(ExecutorOptions options = {}) : options_(options) {}
+  absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> Execute(
+      const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
+      absl::Span<const std::shared_ptr<const DeviceData>> arguments,
+      ExecutionStats* stats) override;
+  absl::StatusOr<Literal> TransferFromDevice(const DeviceData& data) override;
+  void set_options(const ExecutorOptions& options) { options_ = options; }
+
+ private:
+  ExecutorOptions options_;
+};
+
+// Installs `client` for this thread's Sync() and ToLiteral() (nullptr: the default local client
+// with the options of SetExecutorOptions). Tensors made under one client should only be used
+// under the same client.
+void SetComputationClient(std::shared_ptr<ComputationClient> client);
+// This thread's client (never null).
+ComputationClient& GetComputationClient();
+
+}  // namespace tessel
+
+#endif  // TESSEL_CORE_COMPUTATION_CLIENT_H_
