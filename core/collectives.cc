@@ -127,6 +127,11 @@ InProcessCollectives::InProcessCollectives(int64_t num_devices, std::chrono::mil
 
 absl::StatusOr<std::vector<int64_t>> InProcessCollectives::GroupOf(
     int64_t device_id, const ReplicaGroups& groups) const {
+  if (groups.empty()) {  // XLA: no replica groups means one group of every device
+    std::vector<int64_t> all(num_devices_);
+    for (int64_t d = 0; d < num_devices_; ++d) all[d] = d;
+    return all;
+  }
   for (const auto& group : groups) {
     if (std::find(group.begin(), group.end(), device_id) != group.end()) return group;
   }

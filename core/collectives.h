@@ -7,7 +7,8 @@
 //   ExecutorOptions options{.num_threads = 1, .device_id = d, .collectives = &collectives};
 //   Executor(options).Run(spmd_program, local_arguments);
 //
-// Semantics are XLA's, with replica groups in global device ids: all-reduce combines the inputs
+// Semantics are XLA's, with replica groups in global device ids (an empty list: one group of
+// every device): all-reduce combines the inputs
 // of a group element-wise; all-gather concatenates them along a dim in group order;
 // reduce-scatter all-reduces and keeps the device's chunk (position in its group) of a dim;
 // all-to-all splits a dim into group-size chunks, sends chunk i to the i-th device and

@@ -19,17 +19,25 @@ absl::StatusOr<double> ScalarValue(const Tensor& t) {
 }  // namespace
 
 absl::StatusOr<StepResult> TrainStep(Module& model, Optimizer& optimizer, const Batch& batch) {
+  return TrainStep(model, optimizer, Tensor::FromLiteral(batch.images),
+                   Tensor::FromLiteral(batch.labels));
+}
+
+absl::StatusOr<StepResult> TrainStep(Module& model, Optimizer& optimizer, Tensor images,
+                                     Tensor labels) {
   std::vector<Tensor*> params = model.parameters();
+  const int64_t batch_size = images.rank() > 0 ? images.dim(0) : 0;
   Tensor loss;
   Tensor correct;
   {
     // Everything recorded in this scope except the new parameters, the optimizer state, the
-    // loss and the count dies before Sync, so it is not a graph output.
-    Tensor images = Tensor::FromLiteral(batch.images);
-    Tensor labels = Tensor::FromLiteral(batch.labels);
-    Tensor logits = model.Forward(images);
-    loss = CrossEntropy(logits, labels);
-    correct = NumCorrect(logits, labels);
+    // loss and the count dies before Sync, so it is not a graph output. The inputs are moved
+    // in so they die here too.
+    Tensor step_images = std::move(images);
+    Tensor step_labels = std::move(labels);
+    Tensor logits = model.Forward(step_images);
+    loss = CrossEntropy(logits, step_labels);
+    correct = NumCorrect(logits, step_labels);
     TESSEL_RETURN_IF_ERROR(loss.status());
     TESSEL_RETURN_IF_ERROR(correct.status());
     std::vector<Tensor> values;
@@ -43,7 +51,7 @@ absl::StatusOr<StepResult> TrainStep(Module& model, Optimizer& optimizer, const 
   TESSEL_ASSIGN_OR_RETURN(result.loss, ScalarValue(loss));
   TESSEL_ASSIGN_OR_RETURN(double num_correct, ScalarValue(correct));
   result.num_correct = std::llround(num_correct);
-  result.batch_size = batch.size;
+  result.batch_size = batch_size;
   return result;
 }
 

@@ -37,6 +37,11 @@ struct StepResult {
 // dim is not the model's input size), optimizer errors, executor errors.
 [[nodiscard]] absl::StatusOr<StepResult> TrainStep(Module& model, Optimizer& optimizer,
                                                    const Batch& batch);
+// The same with the batch already as tensors (images [B, in], labels s32[B]), e.g. sharded input
+// pieces from mesh::HostRuntime::MakeShardedInput or tensors annotated with mark_sharding.
+// The caller must not keep other pending tensors alive (they would join the step graph).
+[[nodiscard]] absl::StatusOr<StepResult> TrainStep(Module& model, Optimizer& optimizer,
+                                                   Tensor images, Tensor labels);
 
 struct EvalResult {
   double loss = 0;      // mean cross-entropy over all examples, nats

@@ -1,0 +1,187 @@
+#include "mesh/collective_adapter.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace tessel::mesh {
+namespace {
+
+// [A, D, B] with A = product of the dims before `dim`, D = dims[dim], B = bytes of one
+// element times the product of the dims after it.
+struct Split3 {
+  int64_t outer = 1;
+  int64_t dim = 1;
+  int64_t inner_bytes = 1;
+};
+
+Split3 SplitAround(const Shape& shape, int64_t dim) {
+  Split3 s;
+  for (int64_t i = 0; i < dim; ++i) s.outer *= shape.dim(i);
+  s.dim = shape.dim(dim);
+  s.inner_bytes = shape.num_elements() == 0 ? 0 : shape.byte_size() / (s.outer * s.dim);
+  for (int64_t i = 0; i < shape.rank(); ++i) {
+    if (shape.dim(i) == 0) s.inner_bytes = 0;
+  }
+  return s;
+}
+
+// Shape with dim `dim` moved to the front.
+Shape FrontShape(const Shape& shape, int64_t dim) {
+  std::vector<int64_t> dims = {shape.dim(dim)};
+  for (int64_t i = 0; i < shape.rank(); ++i) {
+    if (i != dim) dims.push_back(shape.dim(i));
+  }
+  return Shape(shape.dtype(), std::move(dims));
+}
+
+absl::Status CheckArray(const Literal& input, int64_t dim, const char* op) {
+  if (input.shape().is_tuple()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": tuple operands are not supported"));
+  }
+  if (dim < 0 || dim >= input.shape().rank()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": dimension ", dim, " is out of range for ",
+                                                   input.shape().ToString()));
+  }
+  return absl::OkStatus();
+}
+
+// Members of the group holding `device_id` (empty groups: every device of the job).
+absl::StatusOr<int64_t> GroupSize(const transport::Communicator& comm, int64_t device_id,
+                                  const ReplicaGroups& groups) {
+  if (groups.empty()) return comm.device_map().num_devices();
+  for (const auto& group : groups) {
+    for (int64_t d : group) {
+      if (d == device_id) return static_cast<int64_t>(group.size());
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("device ", device_id, " is in no replica group"));
+}
+
+}  // namespace
+
+Literal MoveDimToFront(const Literal& value, int64_t dim) {
+  TESSEL_CHECK(!value.shape().is_tuple() && dim >= 0 && dim < value.shape().rank());
+  const Split3 s = SplitAround(value.shape(), dim);
+  Literal out = Literal::Uninitialized(FrontShape(value.shape(), dim));
+  if (s.outer == 1 || s.inner_bytes == 0) {
+    if (value.byte_size() > 0) std::memcpy(out.raw_data(), value.raw_data(), value.byte_size());
+    return out;
+  }
+  const std::byte* in = value.raw_data();
+  std::byte* o = out.raw_data();
+  for (int64_t a = 0; a < s.outer; ++a) {
+    for (int64_t k = 0; k < s.dim; ++k) {
+      std::memcpy(o + (k * s.outer + a) * s.inner_bytes, in + (a * s.dim + k) * s.inner_bytes,
+                  static_cast<size_t>(s.inner_bytes));
+    }
+  }
+  return out;
+}
+
+Literal MoveFrontDimTo(const Literal& front_first, const Shape& shape, int64_t dim) {
+  TESSEL_CHECK(!shape.is_tuple() && dim >= 0 && dim < shape.rank());
+  TESSEL_CHECK(front_first.num_elements() == shape.num_elements());
+  const Split3 s = SplitAround(shape, dim);
+  Literal out = Literal::Uninitialized(shape);
+  if (s.outer == 1 || s.inner_bytes == 0) {
+    if (out.byte_size() > 0) std::memcpy(out.raw_data(), front_first.raw_data(), out.byte_size());
+    return out;
+  }
+  const std::byte* in = front_first.raw_data();
+  std::byte* o = out.raw_data();
+  for (int64_t a = 0; a < s.outer; ++a) {
+    for (int64_t k = 0; k < s.dim; ++k) {
+      std::memcpy(o + (a * s.dim + k) * s.inner_bytes, in + (k * s.outer + a) * s.inner_bytes,
+                  static_cast<size_t>(s.inner_bytes));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<Literal> CommunicatorCollectives::AllReduce(int64_t device_id, const Literal& input,
+                                                           const ReplicaGroups& groups,
+                                                           ReduceKind kind) {
+  if (input.shape().is_tuple()) {
+    return absl::InvalidArgumentError("all-reduce: tuple operands are not supported");
+  }
+  Literal out = Literal::Uninitialized(input.shape());
+  TESSEL_RETURN_IF_ERROR(comm_->AllReduce(device_id, groups, kind, input.shape().dtype(),
+                                          input.raw_data(), out.raw_data(),
+                                          input.num_elements()));
+  return out;
+}
+
+absl::StatusOr<Literal> CommunicatorCollectives::AllGather(int64_t device_id, const Literal& input,
+                                                           const ReplicaGroups& groups,
+                                                           int64_t dim) {
+  TESSEL_RETURN_IF_ERROR(CheckArray(input, dim, "all-gather"));
+  TESSEL_ASSIGN_OR_RETURN(int64_t n, GroupSize(*comm_, device_id, groups));
+  Literal front = MoveDimToFront(input, dim);
+  std::vector<int64_t> gathered_dims = front.shape().dims();
+  gathered_dims[0] *= n;
+  Literal gathered = Literal::Uninitialized(Shape(input.shape().dtype(), gathered_dims));
+  TESSEL_RETURN_IF_ERROR(comm_->AllGather(device_id, groups, input.shape().dtype(),
+                                          front.raw_data(), gathered.raw_data(),
+                                          front.num_elements()));
+  std::vector<int64_t> out_dims = input.shape().dims();
+  out_dims[dim] *= n;
+  return MoveFrontDimTo(gathered, Shape(input.shape().dtype(), out_dims), dim);
+}
+
+absl::StatusOr<Literal> CommunicatorCollectives::ReduceScatter(int64_t device_id,
+                                                               const Literal& input,
+                                                               const ReplicaGroups& groups,
+                                                               int64_t dim, ReduceKind kind) {
+  TESSEL_RETURN_IF_ERROR(CheckArray(input, dim, "reduce-scatter"));
+  TESSEL_ASSIGN_OR_RETURN(int64_t n, GroupSize(*comm_, device_id, groups));
+  if (input.shape().dim(dim) % n != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce-scatter: dimension ", dim, " of ", input.shape().ToString(),
+                     " is not divisible by the group size ", n));
+  }
+  Literal front = MoveDimToFront(input, dim);
+  std::vector<int64_t> out_dims = input.shape().dims();
+  out_dims[dim] /= n;
+  const Shape out_shape(input.shape().dtype(), out_dims);
+  Literal scattered = Literal::Uninitialized(FrontShape(out_shape, dim));
+  TESSEL_RETURN_IF_ERROR(comm_->ReduceScatter(device_id, groups, kind, input.shape().dtype(),
+                                              front.raw_data(), scattered.raw_data(),
+                                              scattered.num_elements()));
+  return MoveFrontDimTo(scattered, out_shape, dim);
+}
+
+absl::StatusOr<Literal> CommunicatorCollectives::AllToAll(int64_t device_id, const Literal& input,
+                                                          const ReplicaGroups& groups,
+                                                          int64_t dim) {
+  TESSEL_RETURN_IF_ERROR(CheckArray(input, dim, "all-to-all"));
+  TESSEL_ASSIGN_OR_RETURN(int64_t n, GroupSize(*comm_, device_id, groups));
+  if (input.shape().dim(dim) % n != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("all-to-all: dimension ", dim, " of ", input.shape().ToString(),
+                     " is not divisible by the group size ", n));
+  }
+  Literal front = MoveDimToFront(input, dim);
+  Literal exchanged = Literal::Uninitialized(front.shape());
+  TESSEL_RETURN_IF_ERROR(comm_->AllToAll(device_id, groups, input.shape().dtype(),
+                                         front.raw_data(), exchanged.raw_data(),
+                                         front.num_elements() / n));
+  return MoveFrontDimTo(exchanged, input.shape(), dim);
+}
+
+absl::StatusOr<Literal> CommunicatorCollectives::CollectivePermute(
+    int64_t device_id, const Literal& input,
+    const std::vector<std::pair<int64_t, int64_t>>& pairs) {
+  if (input.shape().is_tuple()) {
+    return absl::InvalidArgumentError("collective-permute: tuple operands are not supported");
+  }
+  Literal out = Literal::Uninitialized(input.shape());
+  TESSEL_RETURN_IF_ERROR(comm_->CollectivePermute(device_id, pairs, input.shape().dtype(),
+                                                  input.raw_data(), out.raw_data(),
+                                                  input.num_elements()));
+  return out;
+}
+
+}  // namespace tessel::mesh

@@ -1,0 +1,518 @@
+#include "mesh/host_runtime.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/executor.h"
+#include "core/status_macros.h"
+#include "mesh/collective_adapter.h"
+#include "partitioner/partitioner.h"
+
+namespace tessel::mesh {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Index of `device_id`'s shard in layout.shards(), or -1.
+int64_t ShardPosition(const spmd::ShardedTensor& layout, int64_t device_id) {
+  const spmd::Shard* shard = layout.shard_for(device_id);
+  if (shard == nullptr) return -1;
+  return static_cast<int64_t>(shard - layout.shards().data());
+}
+
+// Copies `data` (the unpadded extent of a piece) into the top corner of a zero `local` literal.
+absl::Status PadInto(const Literal& data, Literal* local) {
+  const Shape& from = data.shape();
+  const Shape& to = local->shape();
+  if (from == to) {
+    std::memcpy(local->raw_data(), data.raw_data(), static_cast<size_t>(data.byte_size()));
+    return absl::OkStatus();
+  }
+  const int64_t rank = from.rank();
+  if (from.num_elements() == 0) return absl::OkStatus();
+  const std::vector<int64_t> from_strides = from.strides();
+  const std::vector<int64_t> to_strides = to.strides();
+  const int64_t element = ByteWidth(from.dtype());
+  // Copy rows of the last dim.
+  const int64_t row = from.dim(rank - 1) * element;
+  std::vector<int64_t> index(rank, 0);
+  const int64_t rows = from.num_elements() / from.dim(rank - 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t src = 0, dst = 0;
+    for (int64_t d = 0; d < rank - 1; ++d) {
+      src += index[d] * from_strides[d];
+      dst += index[d] * to_strides[d];
+    }
+    std::memcpy(local->raw_data() + dst * element, data.raw_data() + src * element,
+                static_cast<size_t>(row));
+    for (int64_t d = rank - 2; d >= 0; --d) {
+      if (++index[d] < from.dim(d)) break;
+      index[d] = 0;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// ShardedData.
+
+ShardedData::ShardedData(spmd::ShardedTensor layout, std::vector<int64_t> device_ids,
+                         std::vector<std::shared_ptr<const Literal>> pieces)
+    : layout_(std::move(layout)),
+      sharding_text_(layout_.sharding().ToString()),
+      device_ids_(std::move(device_ids)),
+      pieces_(std::move(pieces)) {
+  TESSEL_CHECK(device_ids_.size() == pieces_.size());
+}
+
+int64_t ShardedData::local_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : pieces_) bytes += p == nullptr ? 0 : p->byte_size();
+  return bytes;
+}
+
+std::shared_ptr<const Literal> ShardedData::piece(int64_t device_id) const {
+  for (size_t i = 0; i < device_ids_.size(); ++i) {
+    if (device_ids_[i] == device_id) return pieces_[i];
+  }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// State and client.
+
+struct HostRuntime::State {
+  Topology topology;
+  std::unique_ptr<transport::Communicator> owned_communicator;
+  transport::Communicator* communicator = nullptr;
+  HostRuntimeOptions options;
+  std::unique_ptr<CommunicatorCollectives> collectives;
+
+  struct Compiled {
+    partitioner::SpmdProgram program;
+    std::vector<spmd::ShardedTensor> parameter_layouts;
+    std::vector<spmd::ShardedTensor> output_layouts;
+  };
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const Compiled>> cache;
+  RuntimeMetrics metrics;
+  int64_t transfers = 0;  // TransferFromDevice calls that gathered (rendezvous tag numbering)
+
+  const std::vector<int64_t>& local_devices() const {
+    return communicator->local_device_ids();
+  }
+
+  absl::StatusOr<std::shared_ptr<const Compiled>> Compile(const Graph& graph,
+                                                          uint64_t fingerprint);
+  // This host's pieces of `argument` laid out as `layout`.
+  absl::StatusOr<std::vector<std::shared_ptr<const Literal>>> LocalPieces(
+      const DeviceData& argument, const spmd::ShardedTensor& layout, int64_t parameter);
+  absl::StatusOr<std::vector<std::shared_ptr<const Literal>>> CutPieces(
+      const Literal& whole, const spmd::ShardedTensor& layout);
+  absl::StatusOr<Literal> Gather(const ShardedData& data);
+};
+
+absl::StatusOr<std::shared_ptr<const HostRuntime::State::Compiled>> HostRuntime::State::Compile(
+    const Graph& graph, uint64_t fingerprint) {
+  auto it = cache.find(fingerprint);
+  if (it != cache.end()) {
+    ++metrics.cache_hits;
+    return it->second;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto compiled = std::make_shared<Compiled>();
+  TESSEL_ASSIGN_OR_RETURN(compiled->program,
+                          partitioner::Partition(graph, topology.num_devices()));
+  for (const partitioner::ShardedValue& p : compiled->program.parameters) {
+    TESSEL_ASSIGN_OR_RETURN(spmd::ShardedTensor layout,
+                            spmd::ShardedTensor::Create(p.global_shape, p.sharding,
+                                                        topology.num_devices()));
+    compiled->parameter_layouts.push_back(std::move(layout));
+  }
+  for (const partitioner::ShardedValue& o : compiled->program.outputs) {
+    TESSEL_ASSIGN_OR_RETURN(spmd::ShardedTensor layout,
+                            spmd::ShardedTensor::Create(o.global_shape, o.sharding,
+                                                        topology.num_devices()));
+    compiled->output_layouts.push_back(std::move(layout));
+  }
+  metrics.compile_seconds += SecondsSince(start);
+  ++metrics.compiles;
+  cache[fingerprint] = compiled;
+  return std::shared_ptr<const Compiled>(compiled);
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<const Literal>>> HostRuntime::State::CutPieces(
+    const Literal& whole, const spmd::ShardedTensor& layout) {
+  std::vector<std::shared_ptr<const Literal>> pieces;
+  for (int64_t device : local_devices()) {
+    const spmd::Shard* shard = layout.shard_for(device);
+    if (shard == nullptr) {
+      pieces.push_back(nullptr);
+      continue;
+    }
+    // Cut just this device's ranges (Split would cut every device's).
+    std::vector<int64_t> starts, sizes;
+    for (const auto& [start, limit] : shard->index) {
+      starts.push_back(start);
+      sizes.push_back(limit - start);
+    }
+    Literal data = Literal::Uninitialized(Shape(whole.shape().dtype(), sizes));
+    const int64_t rank = whole.shape().rank();
+    const int64_t element = ByteWidth(whole.shape().dtype());
+    if (data.num_elements() > 0) {
+      if (rank == 0) {
+        std::memcpy(data.raw_data(), whole.raw_data(), static_cast<size_t>(element));
+      } else {
+        const std::vector<int64_t> from_strides = whole.shape().strides();
+        const std::vector<int64_t> to_strides = data.shape().strides();
+        const int64_t row = sizes[rank - 1] * element;
+        const int64_t rows = data.num_elements() / sizes[rank - 1];
+        std::vector<int64_t> index(rank, 0);
+        for (int64_t r = 0; r < rows; ++r) {
+          int64_t src = starts[rank - 1], dst = 0;
+          for (int64_t d = 0; d < rank - 1; ++d) {
+            src += (starts[d] + index[d]) * from_strides[d];
+            dst += index[d] * to_strides[d];
+          }
+          std::memcpy(data.raw_data() + dst * element, whole.raw_data() + src * element,
+                      static_cast<size_t>(row));
+          for (int64_t d = rank - 2; d >= 0; --d) {
+            if (++index[d] < sizes[d]) break;
+            index[d] = 0;
+          }
+        }
+      }
+    }
+    auto local = std::make_shared<Literal>(layout.local_shape());
+    TESSEL_RETURN_IF_ERROR(PadInto(data, local.get()));
+    // Unreduced subgroups: only unreduced_id 0 carries the value (ShardedTensor::Split).
+    if (shard->unreduced_id != 0) *local = Literal(layout.local_shape());
+    metrics.host_to_device_bytes += local->byte_size();
+    pieces.push_back(std::move(local));
+  }
+  return pieces;
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<const Literal>>> HostRuntime::State::LocalPieces(
+    const DeviceData& argument, const spmd::ShardedTensor& layout, int64_t parameter) {
+  if (const auto* whole = dynamic_cast<const LiteralData*>(&argument)) {
+    return CutPieces(whole->literal(), layout);
+  }
+  const auto* sharded = dynamic_cast<const ShardedData*>(&argument);
+  if (sharded == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter ", parameter, " holds data of another computation client (sharding ",
+        argument.sharding(), ")"));
+  }
+  if (sharded->layout().sharding() == layout.sharding() &&
+      sharded->layout().local_shape() == layout.local_shape()) {
+    std::vector<std::shared_ptr<const Literal>> pieces;
+    for (int64_t device : local_devices()) pieces.push_back(sharded->piece(device));
+    return pieces;
+  }
+  // Another layout: gather through the host and cut again (every host does the same here,
+  // since every host runs the same program on equally laid out values).
+  ++metrics.reshards;
+  TESSEL_ASSIGN_OR_RETURN(Literal whole, Gather(*sharded));
+  return CutPieces(whole, layout);
+}
+
+absl::StatusOr<Literal> HostRuntime::State::Gather(const ShardedData& data) {
+  const spmd::ShardedTensor& layout = data.layout();
+  const Literal* any_local = nullptr;
+  for (int64_t device : local_devices()) {
+    if (auto p = data.piece(device)) any_local = p.get();
+  }
+  // Replicated: any local piece is the value.
+  if (layout.sharding().IsReplicated() && any_local != nullptr &&
+      any_local->shape() == layout.global_shape()) {
+    metrics.device_to_host_bytes += any_local->byte_size();
+    return *any_local;
+  }
+  // Every host contributes its pieces: [device id (8 bytes) | piece bytes]...
+  std::string payload;
+  for (int64_t device : local_devices()) {
+    std::shared_ptr<const Literal> p = data.piece(device);
+    if (p == nullptr) continue;
+    payload.append(reinterpret_cast<const char*>(&device), sizeof(device));
+    payload.append(reinterpret_cast<const char*>(p->raw_data()),
+                   static_cast<size_t>(p->byte_size()));
+  }
+  const std::string tag = absl::StrCat("tessel/transfer#", transfers++);
+  TESSEL_ASSIGN_OR_RETURN(std::vector<std::string> payloads,
+                          communicator->Rendezvous(tag, payload));
+  const Shape& local_shape = layout.local_shape();
+  const size_t piece_bytes = static_cast<size_t>(local_shape.byte_size());
+  absl::flat_hash_map<int64_t, const char*> received;
+  for (size_t host = 0; host < payloads.size(); ++host) {
+    const std::string& p = payloads[host];
+    for (size_t at = 0; at < p.size();) {
+      if (p.size() - at < sizeof(int64_t) + piece_bytes) {
+        return absl::DataLossError(
+            absl::StrCat("value gather: host ", host, " sent a truncated piece"));
+      }
+      int64_t device = 0;
+      std::memcpy(&device, p.data() + at, sizeof(device));
+      received[device] = p.data() + at + sizeof(device);
+      at += sizeof(device) + piece_bytes;
+    }
+  }
+  std::vector<Literal> locals;
+  locals.reserve(layout.shards().size());
+  for (const spmd::Shard& shard : layout.shards()) {
+    auto it = received.find(shard.device_id);
+    if (it == received.end()) {
+      return absl::InternalError(
+          absl::StrCat("value gather: no piece of device ", shard.device_id));
+    }
+    Literal piece = Literal::Uninitialized(local_shape);
+    std::memcpy(piece.raw_data(), it->second, piece_bytes);
+    locals.push_back(std::move(piece));
+  }
+  TESSEL_ASSIGN_OR_RETURN(Literal whole, layout.Assemble(locals));
+  metrics.device_to_host_bytes += whole.byte_size();
+  return whole;
+}
+
+class HostRuntime::Client final : public ComputationClient {
+ public:
+  explicit Client(HostRuntime::State* state) : state_(state) {}
+
+  absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> Execute(
+      const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
+      absl::Span<const std::shared_ptr<const DeviceData>> arguments,
+      ExecutionStats* stats) override {
+    State& s = *state_;
+    TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<const State::Compiled> compiled,
+                            s.Compile(*graph, fingerprint));
+    const partitioner::SpmdProgram& program = compiled->program;
+    if (arguments.size() != compiled->parameter_layouts.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(graph->name(), " takes ",
+                                                     compiled->parameter_layouts.size(),
+                                                     " parameters, got ", arguments.size()));
+    }
+    const std::vector<int64_t>& devices = s.local_devices();
+    const size_t num_local = devices.size();
+    // pieces[parameter][local device]
+    std::vector<std::vector<std::shared_ptr<const Literal>>> pieces;
+    pieces.reserve(arguments.size());
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      TESSEL_ASSIGN_OR_RETURN(
+          auto local,
+          s.LocalPieces(*arguments[i], compiled->parameter_layouts[i], static_cast<int64_t>(i)));
+      pieces.push_back(std::move(local));
+    }
+    std::vector<absl::StatusOr<std::vector<Literal>>> results(
+        num_local, absl::UnknownError("device did not run"));
+    std::vector<ExecutionStats> device_stats(num_local);
+    std::vector<double> device_seconds(num_local, 0);
+    const auto start = std::chrono::steady_clock::now();
+    auto run_device = [&](size_t l) {
+      const auto device_start = std::chrono::steady_clock::now();
+      std::vector<const Literal*> args;
+      args.reserve(pieces.size());
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        if (pieces[i][l] == nullptr) {
+          results[l] = absl::InvalidArgumentError(
+              absl::StrCat("device ", devices[l], " holds no piece of parameter ", i));
+          return;
+        }
+        args.push_back(pieces[i][l].get());
+      }
+      ExecutorOptions options{.num_threads = s.options.threads_per_device,
+                              .device_id = devices[l],
+                              .collectives = s.collectives.get()};
+      results[l] = Executor(options).RunBorrowed(*program.program, args, &device_stats[l]);
+      device_seconds[l] = SecondsSince(device_start);
+    };
+    std::vector<std::thread> threads;
+    for (size_t l = 1; l < num_local; ++l) threads.emplace_back(run_device, l);
+    if (num_local > 0) run_device(0);
+    for (std::thread& t : threads) t.join();
+    s.metrics.execute_seconds += SecondsSince(start);
+    s.metrics.device_seconds += *std::max_element(device_seconds.begin(), device_seconds.end());
+    ++s.metrics.executions;
+    for (size_t l = 0; l < num_local; ++l) {
+      if (!results[l].ok()) {
+        return absl::Status(results[l].status().code(),
+                            absl::StrCat("device ", devices[l], " (host ",
+                                         s.communicator->rank(), "): ",
+                                         results[l].status().message()));
+      }
+      s.metrics.peak_device_bytes =
+          std::max(s.metrics.peak_device_bytes, device_stats[l].peak_live_bytes);
+    }
+    if (stats != nullptr) {
+      *stats = device_stats.empty() ? ExecutionStats() : device_stats[0];
+      for (const ExecutionStats& d : device_stats) {
+        stats->peak_live_bytes = std::max(stats->peak_live_bytes, d.peak_live_bytes);
+      }
+    }
+    const size_t num_outputs = compiled->output_layouts.size();
+    std::vector<std::shared_ptr<const DeviceData>> values;
+    values.reserve(num_outputs);
+    for (size_t o = 0; o < num_outputs; ++o) {
+      std::vector<std::shared_ptr<const Literal>> out_pieces;
+      for (size_t l = 0; l < num_local; ++l) {
+        std::vector<Literal>& device_results = *results[l];
+        if (device_results.size() != num_outputs) {
+          return absl::InternalError(absl::StrCat("device program returned ",
+                                                  device_results.size(), " values for ",
+                                                  num_outputs, " outputs"));
+        }
+        out_pieces.push_back(std::make_shared<const Literal>(std::move(device_results[o])));
+      }
+      values.push_back(
+          std::make_shared<const ShardedData>(compiled->output_layouts[o], devices, out_pieces));
+    }
+    return values;
+  }
+
+  absl::StatusOr<Literal> TransferFromDevice(const DeviceData& data) override {
+    if (const auto* whole = dynamic_cast<const LiteralData*>(&data)) return whole->literal();
+    const auto* sharded = dynamic_cast<const ShardedData*>(&data);
+    if (sharded == nullptr) {
+      return absl::InvalidArgumentError("TransferFromDevice: data of another computation client");
+    }
+    return state_->Gather(*sharded);
+  }
+
+ private:
+  HostRuntime::State* state_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// HostRuntime.
+
+absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
+    const Topology& topology, std::unique_ptr<transport::Communicator> communicator,
+    HostRuntimeOptions options) {
+  if (communicator == nullptr) return absl::InvalidArgumentError("HostRuntime: no communicator");
+  transport::Communicator* raw = communicator.get();
+  TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<HostRuntime> runtime, Create(topology, raw, options));
+  runtime->state_->owned_communicator = std::move(communicator);
+  return runtime;
+}
+
+absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
+    const Topology& topology, transport::Communicator* communicator, HostRuntimeOptions options) {
+  if (communicator == nullptr) return absl::InvalidArgumentError("HostRuntime: no communicator");
+  const transport::DeviceMap& map = communicator->device_map();
+  if (communicator->size() != topology.num_hosts()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the topology has ", topology.num_hosts(), " hosts but the job has ",
+                     communicator->size()));
+  }
+  if (map.num_devices() != topology.num_devices()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the topology has ", topology.num_devices(),
+                     " devices but the job's device map has ", map.num_devices()));
+  }
+  for (const Device& d : topology.devices()) {
+    if (map.host_of_device[d.id] != d.host || map.slice_of_device[d.id] != d.slice) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device ", d.id, " is on host ", d.host, " slice ", d.slice,
+          " in the topology but on host ", map.host_of_device[d.id], " slice ",
+          map.slice_of_device[d.id], " in the job's device map"));
+    }
+  }
+  if (options.threads_per_device < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("threads_per_device must be >= 1, got ", options.threads_per_device));
+  }
+  std::unique_ptr<HostRuntime> runtime(new HostRuntime());
+  runtime->state_ = std::make_unique<State>();
+  State& s = *runtime->state_;
+  s.topology = topology;
+  s.communicator = communicator;
+  s.options = options;
+  s.collectives = std::make_unique<CommunicatorCollectives>(communicator);
+  runtime->client_ = std::make_shared<Client>(runtime->state_.get());
+  return runtime;
+}
+
+HostRuntime::~HostRuntime() = default;
+
+int64_t HostRuntime::host_index() const { return state_->communicator->rank(); }
+int64_t HostRuntime::num_hosts() const { return state_->communicator->size(); }
+int64_t HostRuntime::num_devices() const { return state_->topology.num_devices(); }
+const std::vector<int64_t>& HostRuntime::local_device_ids() const {
+  return state_->local_devices();
+}
+const Topology& HostRuntime::topology() const { return state_->topology; }
+transport::Communicator& HostRuntime::communicator() { return *state_->communicator; }
+std::shared_ptr<ComputationClient> HostRuntime::client() { return client_; }
+
+absl::StatusOr<Tensor> HostRuntime::MakeShardedInput(
+    const Shape& global_shape, const spmd::Sharding& sharding,
+    const std::function<absl::StatusOr<Literal>(const spmd::Shard&)>& load_shard) {
+  State& s = *state_;
+  TESSEL_ASSIGN_OR_RETURN(spmd::ShardedTensor layout,
+                          spmd::ShardedTensor::Create(global_shape, sharding, num_devices()));
+  std::vector<std::shared_ptr<const Literal>> pieces;
+  for (int64_t device : s.local_devices()) {
+    const spmd::Shard* shard = layout.shard_for(device);
+    if (shard == nullptr) {
+      pieces.push_back(nullptr);
+      continue;
+    }
+    TESSEL_ASSIGN_OR_RETURN(Literal data, load_shard(*shard));
+    const Shape expected(global_shape.dtype(), shard->data_dims());
+    if (data.shape() != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input piece of device ", device, ": expected ", expected.ToString(), ", got ",
+          data.shape().ToString()));
+    }
+    auto local = std::make_shared<Literal>(layout.local_shape());
+    TESSEL_RETURN_IF_ERROR(PadInto(data, local.get()));
+    s.metrics.host_to_device_bytes += local->byte_size();
+    pieces.push_back(std::move(local));
+  }
+  return Tensor::FromDeviceData(
+      std::make_shared<const ShardedData>(std::move(layout), s.local_devices(), std::move(pieces)));
+}
+
+RuntimeMetrics HostRuntime::metrics() const {
+  RuntimeMetrics m = state_->metrics;
+  m.collectives = state_->communicator->stats();
+  return m;
+}
+
+std::string HostRuntime::MetricsReport() const {
+  const RuntimeMetrics m = metrics();
+  std::string out;
+  absl::StrAppendFormat(&out, "Metric: CompileCount: %d\n", m.compiles);
+  absl::StrAppendFormat(&out, "Metric: CompileTime: %.3f s\n", m.compile_seconds);
+  absl::StrAppendFormat(&out, "Metric: CachedCompile (hits): %d\n", m.cache_hits);
+  absl::StrAppendFormat(&out, "Metric: ExecuteCount: %d\n", m.executions);
+  absl::StrAppendFormat(&out, "Metric: ExecuteTime: %.3f s (slowest local device: %.3f s)\n",
+                        m.execute_seconds, m.device_seconds);
+  absl::StrAppendFormat(&out, "Metric: HostToDeviceBytes: %d\n", m.host_to_device_bytes);
+  absl::StrAppendFormat(&out, "Metric: DeviceToHostBytes: %d\n", m.device_to_host_bytes);
+  absl::StrAppendFormat(&out, "Metric: ReshardCount: %d\n", m.reshards);
+  absl::StrAppendFormat(&out, "Metric: PeakDeviceLiveBytes: %d\n", m.peak_device_bytes);
+  const transport::CollectiveStats& c = m.collectives;
+  absl::StrAppendFormat(&out, "Metric: CollectiveBytes: local %d in %d messages, ICI %d in %d, DCN %d in %d\n",
+                        c.local.bytes, c.local.messages, c.ici.bytes, c.ici.messages, c.dcn.bytes,
+                        c.dcn.messages);
+  for (int k = 0; k < transport::kNumCollectiveKinds; ++k) {
+    const auto kind = static_cast<transport::CollectiveKind>(k);
+    const transport::KindStats& ks = c.Kind(kind);
+    if (ks.calls == 0) continue;
+    absl::StrAppendFormat(&out, "Counter: %s: %d calls, local %d B, ICI %d B, DCN %d B\n",
+                          transport::CollectiveKindName(kind), ks.calls, ks.local.bytes,
+                          ks.ici.bytes, ks.dcn.bytes);
+  }
+  return out;
+}
+
+}  // namespace tessel::mesh

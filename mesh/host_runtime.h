@@ -1,0 +1,156 @@
+// HostRuntime: runs lazily traced SPMD programs on the devices of one host of a multi-host mesh,
+// with real numbers and real collectives. The multi-controller model of JAX and PyTorch/XLA
+// SPMD: every host process traces the same global graph, partitions it the same way
+// (deterministically, cached by the graph fingerprint) and runs its own devices, one thread per
+// device, each executing the per-device program with the core Executor and calling the
+// transport's Communicator for the collectives.
+//
+//   // In each host process (e.g. started by `tessel run` or `tessel launch`):
+//   TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<HostRuntime> runtime,
+//                           HostRuntime::Create(topology, std::move(communicator)));
+//   SetComputationClient(runtime->client());      // this thread's Sync() now runs SPMD
+//   Tensor w = Tensor::FromLiteral(weights);       // the same value on every host
+//   TESSEL_RETURN_IF_ERROR(spmd::mark_sharding(w, mesh, {kNone, "model"}));
+//   ... build the step, Sync() ...                 // partitioned once, then cache hits
+//   std::cout << runtime->MetricsReport();
+//
+// Data. Values the runtime returns are ShardedData: the global shape, the XLA sharding the
+// partitioner chose (or the annotation), and this host's pieces only (one per local device, in
+// the padded local shape of spmd::ShardedTensor). Fed back into the next graph, a value whose
+// sharding equals the parameter sharding the program expects is used in place; host data
+// (Tensor::FromLiteral) is cut into the local pieces (host-to-device bytes); a value in another
+// sharding is re-laid out through the host (gathered, then cut). Reading a value back
+// (Tensor::ToLiteral) is a host-level gather: every host must read the same values at the same
+// point of the program, as with torch_xla's `tensor.cpu()` on a sharded tensor; a replicated
+// value needs no communication.
+//
+// Input sharding (torch_xla MpDeviceLoader with `input_sharding`): MakeShardedInput asks a
+// callback for the pieces of this host's devices only, so each host loads just its part of the
+// global batch.
+//
+// Thread model: one runtime per host process (or per host thread in single-process tests with
+// InProcTransport); its client is used from one thread at a time.
+#ifndef TESSEL_MESH_HOST_RUNTIME_H_
+#define TESSEL_MESH_HOST_RUNTIME_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/computation_client.h"
+#include "core/literal.h"
+#include "core/tensor.h"
+#include "mesh/topology.h"
+#include "spmd/sharded_tensor.h"
+#include "spmd/sharding.h"
+#include "transport/collective_stats.h"
+#include "transport/communicator.h"
+
+namespace tessel::mesh {
+
+// A sharded value as one host holds it.
+class ShardedData final : public DeviceData {
+ public:
+  // `pieces[i]` is the piece of `device_ids[i]` (a local device), nullptr when that device holds
+  // nothing of the value. Every piece has the padded local shape of `layout`.
+  ShardedData(spmd::ShardedTensor layout, std::vector<int64_t> device_ids,
+              std::vector<std::shared_ptr<const Literal>> pieces);
+
+  const Shape& shape() const override { return layout_.global_shape(); }
+  const std::string& sharding() const override { return sharding_text_; }
+  int64_t local_bytes() const override;
+
+  const spmd::ShardedTensor& layout() const { return layout_; }
+  const std::vector<int64_t>& device_ids() const { return device_ids_; }
+  // The piece of local device `device_id`, or nullptr (not local, or holds nothing).
+  std::shared_ptr<const Literal> piece(int64_t device_id) const;
+
+ private:
+  spmd::ShardedTensor layout_;
+  std::string sharding_text_;
+  std::vector<int64_t> device_ids_;
+  std::vector<std::shared_ptr<const Literal>> pieces_;
+};
+
+// Counters of one host, like torch_xla's metrics_report(). Times are wall seconds.
+struct RuntimeMetrics {
+  int64_t compiles = 0;        // graphs partitioned (partition-cache misses)
+  int64_t cache_hits = 0;      // executions that found their partitioned program cached
+  double compile_seconds = 0;  // time in propagation + partitioning
+  int64_t executions = 0;      // Execute calls
+  double execute_seconds = 0;  // wall time of the device threads' runs (all devices together)
+  // Wall time of the slowest local device, summed over executions (the host's step time).
+  double device_seconds = 0;
+  int64_t host_to_device_bytes = 0;  // pieces cut from host data or loaded by MakeShardedInput
+  int64_t device_to_host_bytes = 0;  // bytes of values read back whole (TransferFromDevice)
+  int64_t reshards = 0;              // arguments re-laid out through the host
+  int64_t peak_device_bytes = 0;     // highest executor peak of live bytes on a local device
+  // Traffic this host's devices sent (transport::Communicator::stats()).
+  transport::CollectiveStats collectives;
+};
+
+struct HostRuntimeOptions {
+  // Executor threads per device (each device already runs on its own thread).
+  int threads_per_device = 1;
+};
+
+class HostRuntime {
+ public:
+  // A runtime for the host `communicator->rank()` of `topology`, whose hosts and devices must be
+  // those of the communicator's device map (global device ids = topology device ids).
+  // Errors: kInvalidArgument when the topology and the communicator disagree (host count,
+  // device count, a device's host or slice), naming the first difference.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<HostRuntime>> Create(
+      const Topology& topology, std::unique_ptr<transport::Communicator> communicator,
+      HostRuntimeOptions options = {});
+  // The same with a communicator owned elsewhere (it must outlive the runtime), e.g. a host of
+  // an InProcTransport in single-process tests.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<HostRuntime>> Create(
+      const Topology& topology, transport::Communicator* communicator,
+      HostRuntimeOptions options = {});
+  ~HostRuntime();
+
+  int64_t host_index() const;
+  int64_t num_hosts() const;
+  int64_t num_devices() const;
+  const std::vector<int64_t>& local_device_ids() const;
+  const Topology& topology() const;
+  transport::Communicator& communicator();
+
+  // The ComputationClient that runs graphs on this host's devices; install it with
+  // SetComputationClient on the thread that traces.
+  std::shared_ptr<ComputationClient> client();
+
+  // A tensor of `global_shape` laid out with `sharding`, whose pieces come from
+  // `load_shard(shard)`, called once per local device that holds data, with the global index
+  // ranges of that device's piece. The callback returns the data of those ranges (shape:
+  // shard.data_dims(), the unpadded extent); padding is added here.
+  // Errors: kInvalidArgument for a sharding that does not fit the shape (spmd::ShardedTensor)
+  // or a callback result of the wrong shape or dtype (naming the device and both shapes); the
+  // callback's own errors.
+  [[nodiscard]] absl::StatusOr<Tensor> MakeShardedInput(
+      const Shape& global_shape, const spmd::Sharding& sharding,
+      const std::function<absl::StatusOr<Literal>(const spmd::Shard&)>& load_shard);
+
+  // Counters so far (collective traffic read from the communicator now).
+  RuntimeMetrics metrics() const;
+  // The counters as text, one "name: value" per line, torch_xla metrics_report() style,
+  // including bytes per collective kind and link class.
+  std::string MetricsReport() const;
+
+  class Client;
+
+ private:
+  HostRuntime() = default;
+  struct State;
+  std::unique_ptr<State> state_;
+  std::shared_ptr<Client> client_;
+};
+
+}  // namespace tessel::mesh
+
+#endif  // TESSEL_MESH_HOST_RUNTIME_H_
