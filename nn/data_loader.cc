@@ -72,7 +72,17 @@ Batch DataLoader::GetBatch(int64_t index) const {
   TESSEL_CHECK(index >= 0 && index < num_batches());
   const int64_t begin = index * options_.batch_size;
   const int64_t end = std::min(begin + options_.batch_size, dataset_->num_examples);
-  const int64_t size = end - begin;
+  return GetBatchRows(index, 0, end - begin);
+}
+
+Batch DataLoader::GetBatchRows(int64_t index, int64_t row_begin, int64_t row_end) const {
+  TESSEL_CHECK(index >= 0 && index < num_batches());
+  const int64_t batch_begin = index * options_.batch_size;
+  const int64_t batch_size =
+      std::min(batch_begin + options_.batch_size, dataset_->num_examples) - batch_begin;
+  TESSEL_CHECK(0 <= row_begin && row_begin <= row_end && row_end <= batch_size);
+  const int64_t begin = batch_begin + row_begin;
+  const int64_t size = row_end - row_begin;
   const int64_t features = dataset_->num_features();
   Batch batch;
   batch.size = size;

@@ -64,6 +64,10 @@ class DataLoader {
   int64_t num_examples_per_epoch() const;
   // Batch `index` of the current epoch. Precondition: 0 <= index < num_batches() (TESSEL_CHECK).
   Batch GetBatch(int64_t index) const;
+  // Rows [row_begin, row_end) of batch `index` only: what one host of a data-parallel job loads
+  // for its devices (torch_xla MpDeviceLoader with input_sharding). Precondition: valid index
+  // and 0 <= row_begin <= row_end <= the batch's size (TESSEL_CHECK).
+  Batch GetBatchRows(int64_t index, int64_t row_begin, int64_t row_end) const;
 
   const std::vector<int64_t>& order() const { return order_; }
   const DataLoaderOptions& options() const { return options_; }

@@ -13,6 +13,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev llvm-14-tools clang-format
   # Data: the real Fashion-MNIST IDX files under /usr/share/datasets/fashion-mnist.
   dataset-fashion-mnist
+  # Process tools the end-to-end tests use (pgrep, pkill).
+  procps
 )
 
 missing=()

@@ -1,0 +1,499 @@
+#include "examples/fashion_mnist_mlp/fashion_mnist.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numbers>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "core/tensor.h"
+#include "mesh/host_env.h"
+#include "mesh/host_runtime.h"
+#include "mesh/topology.h"
+#include "nlohmann/json.hpp"
+#include "nn/data_loader.h"
+#include "nn/functional.h"
+#include "nn/idx.h"
+#include "nn/layers.h"
+#include "nn/optim.h"
+#include "nn/train.h"
+#include "spmd/mark_sharding.h"
+#include "spmd/mesh.h"
+#include "spmd/partition_spec.h"
+#include "transport/zmq_transport.h"
+
+namespace tessel::examples {
+namespace {
+
+using nn::Adam;
+using nn::DataLoader;
+using nn::Dataset;
+using nn::Mlp;
+using spmd::kNone;
+
+constexpr char kProgram[] = "fashion_mnist_mlp";
+
+// Flag checks with one-line messages ("must be positive, got 0").
+CLI::Validator NumberAtLeast(double low, bool strict, const std::string& name) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) {
+          return "expected a number, got \"" + text + "\"";
+        }
+        if (strict ? value > low : value >= low) return "";
+        return std::string(strict ? "must be positive" : "must not be negative") + ", got " + text;
+      },
+      name);
+}
+
+// Learning rate of step `step` (0-based) of `total`: constant, or cosine annealing from --lr to 0
+// (Loshchilov & Hutter 2017, SGDR, without restarts; torch CosineAnnealingLR stepped per batch).
+double LearningRate(const FashionMnistFlags& flags, int64_t step, int64_t total) {
+  if (flags.lr_schedule == "constant" || total <= 0) return flags.lr;
+  const double progress = static_cast<double>(step) / static_cast<double>(total);
+  return flags.lr * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Where the training runs: one device, or this host's devices of a mesh.
+struct Placement {
+  std::unique_ptr<mesh::HostRuntime> runtime;  // null: single device
+  std::optional<spmd::HybridMesh> mesh;
+  std::string config_path;
+  bool printer = true;  // host 0 (or single device) writes the log
+};
+
+// Megatron-style annotations over "model" (when the mesh has that axis): hidden layers
+// alternate column-parallel (weight [in, out] split on out, bias split) and row-parallel
+// (weight split on in, bias replicated); the last layer is row-parallel when its input is
+// split, else replicated. Other parameters stay replicated: their gradients are all-reduced
+// over the data axis by the partitioner.
+absl::Status ShardModel(Mlp& model, const spmd::Mesh& mesh, const std::string& model_axis) {
+  std::vector<Tensor*> params = model.parameters();
+  const size_t layers = params.size() / 2;
+  bool input_split = false;
+  for (size_t i = 0; i < layers; ++i) {
+    Tensor& weight = *params[2 * i];
+    Tensor& bias = *params[2 * i + 1];
+    const bool last = i + 1 == layers;
+    if (input_split) {
+      TESSEL_RETURN_IF_ERROR(spmd::mark_sharding(weight, mesh, {model_axis, kNone}));
+      TESSEL_RETURN_IF_ERROR(spmd::mark_sharding(bias, mesh, {kNone}));
+      input_split = false;
+    } else if (!last) {
+      TESSEL_RETURN_IF_ERROR(spmd::mark_sharding(weight, mesh, {kNone, model_axis}));
+      TESSEL_RETURN_IF_ERROR(spmd::mark_sharding(bias, mesh, {model_axis}));
+      input_split = true;
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool HasAxis(const FashionMnistFlags& flags, const std::string& axis) {
+  for (const std::string& a : flags.axis_names) {
+    if (a == axis) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<spmd::HybridMesh> MakeMesh(const FashionMnistFlags& flags,
+                                          const mesh::Topology& topology,
+                                          const std::string& config_path) {
+  absl::StatusOr<spmd::HybridMesh> hybrid = spmd::HybridMesh::Create(
+      flags.ici_mesh_shape, flags.dcn_mesh_shape, flags.axis_names, topology);
+  if (!hybrid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ici-mesh-shape ", absl::StrJoin(flags.ici_mesh_shape, ","), " --dcn-mesh-shape ",
+        absl::StrJoin(flags.dcn_mesh_shape, ","), " does not fit ", config_path, ": ",
+        hybrid.status().message()));
+  }
+  if (!HasAxis(flags, "data")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--axis-names ", absl::StrJoin(flags.axis_names, ","),
+                     " has no \"data\" axis to shard the batch over"));
+  }
+  return hybrid;
+}
+
+// Connects this host process to its job and builds the mesh. Errors name the config, the
+// environment variable or the flag at fault.
+absl::StatusOr<Placement> ConnectHost(const FashionMnistFlags& flags) {
+  Placement placement;
+  mesh::HostEnvironment env;
+  if (mesh::LaunchedAsHost()) {
+    TESSEL_ASSIGN_OR_RETURN(env, mesh::ReadHostEnvironment());
+  }
+  placement.config_path = !flags.config.empty() ? flags.config : env.config_path;
+  if (placement.config_path.empty()) {
+    return absl::InvalidArgumentError(
+        "no topology config: pass --config FILE or start the hosts with `tessel run CONFIG "
+        "--example fashion-mnist-mlp` (or --single-device)");
+  }
+  TESSEL_ASSIGN_OR_RETURN(mesh::Topology topology, mesh::LoadTopology(placement.config_path));
+  if (!mesh::LaunchedAsHost() && topology.num_hosts() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        placement.config_path, " has ", topology.num_hosts(),
+        " hosts: start them with `tessel run ", placement.config_path,
+        " --example fashion-mnist-mlp` (or `tessel launch`, mpirun, srun)"));
+  }
+  if (env.num_hosts != topology.num_hosts()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the job has ", env.num_hosts, " hosts (", env.source.empty() ? "default" : env.source,
+        ") but ", placement.config_path, " has ", topology.num_hosts()));
+  }
+  placement.printer = env.host_index == 0;
+  TESSEL_ASSIGN_OR_RETURN(placement.mesh, MakeMesh(flags, topology, placement.config_path));
+  transport::ZmqOptions options;
+  options.device_map = mesh::DeviceMapOf(topology);
+  options.rank = env.host_index;
+  options.num_hosts = env.num_hosts;
+  mesh::ApplyHostEnvironment(env, &options);
+  TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<transport::ZmqTransport> transport,
+                          transport::ZmqTransport::Create(std::move(options)));
+  TESSEL_ASSIGN_OR_RETURN(placement.runtime,
+                          mesh::HostRuntime::Create(topology, std::move(transport)));
+  return placement;
+}
+
+// Batch `index` of `loader` as tensors: whole (single device) or this host's rows only.
+absl::StatusOr<std::pair<Tensor, Tensor>> BatchTensors(const Placement& placement,
+                                                       const DataLoader& loader, int64_t index) {
+  const int64_t batch_begin = index * loader.options().batch_size;
+  const int64_t batch_size =
+      std::min(loader.options().batch_size, loader.dataset().num_examples - batch_begin);
+  const int64_t features = loader.dataset().num_features();
+  if (placement.runtime == nullptr) {
+    nn::Batch batch = loader.GetBatch(index);
+    return std::make_pair(Tensor::FromLiteral(std::move(batch.images)),
+                          Tensor::FromLiteral(std::move(batch.labels)));
+  }
+  TESSEL_ASSIGN_OR_RETURN(spmd::Sharding image_sharding,
+                          spmd::ShardingFromPartitionSpec(*placement.mesh, 2, {"data", kNone}));
+  TESSEL_ASSIGN_OR_RETURN(spmd::Sharding label_sharding,
+                          spmd::ShardingFromPartitionSpec(*placement.mesh, 1, {"data"}));
+  TESSEL_ASSIGN_OR_RETURN(
+      Tensor images,
+      placement.runtime->MakeShardedInput(
+          Shape(DType::kF32, {batch_size, features}), image_sharding,
+          [&](const spmd::Shard& shard) -> absl::StatusOr<Literal> {
+            return loader.GetBatchRows(index, shard.index[0].first, shard.index[0].second)
+                .images;
+          }));
+  TESSEL_ASSIGN_OR_RETURN(
+      Tensor labels,
+      placement.runtime->MakeShardedInput(
+          Shape(DType::kS32, {batch_size}), label_sharding,
+          [&](const spmd::Shard& shard) -> absl::StatusOr<Literal> {
+            return loader.GetBatchRows(index, shard.index[0].first, shard.index[0].second)
+                .labels;
+          }));
+  return std::make_pair(std::move(images), std::move(labels));
+}
+
+// nn::Evaluate with the test batches sharded over "data" like the training batches.
+absl::StatusOr<nn::EvalResult> Evaluate(const Placement& placement, const Mlp& model,
+                                        const DataLoader& loader) {
+  nn::EvalResult result;
+  double loss_sum = 0;
+  int64_t correct_sum = 0;
+  for (int64_t i = 0; i < loader.num_batches(); ++i) {
+    Tensor loss;
+    Tensor correct;
+    int64_t size = 0;
+    {
+      TESSEL_ASSIGN_OR_RETURN(auto inputs, BatchTensors(placement, loader, i));
+      size = inputs.first.dim(0);
+      Tensor logits = model.Forward(inputs.first);
+      loss = nn::CrossEntropy(logits, inputs.second);
+      correct = nn::NumCorrect(logits, inputs.second);
+    }
+    TESSEL_RETURN_IF_ERROR(Sync({loss, correct}));
+    TESSEL_ASSIGN_OR_RETURN(Literal loss_value, loss.ToLiteral());
+    TESSEL_ASSIGN_OR_RETURN(Literal correct_value, correct.ToLiteral());
+    loss_sum += loss_value.GetAsDouble(0) * static_cast<double>(size);
+    correct_sum += std::llround(correct_value.GetAsDouble(0));
+    result.num_examples += size;
+  }
+  if (result.num_examples > 0) {
+    result.loss = loss_sum / static_cast<double>(result.num_examples);
+    result.accuracy = static_cast<double>(correct_sum) / static_cast<double>(result.num_examples);
+  }
+  return result;
+}
+
+absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
+  const std::string data_dir =
+      flags.data_dir.empty() ? std::string(nn::kDefaultFashionMnistDir) : flags.data_dir;
+  TESSEL_ASSIGN_OR_RETURN(Dataset train, nn::LoadFashionMnist(data_dir, nn::Split::kTrain));
+  TESSEL_ASSIGN_OR_RETURN(Dataset test, nn::LoadFashionMnist(data_dir, nn::Split::kTest));
+  TESSEL_ASSIGN_OR_RETURN(
+      DataLoader train_loader,
+      DataLoader::Create(&train, {.batch_size = flags.batch_size,
+                                  .shuffle = true,
+                                  .drop_last = true,
+                                  .seed = flags.seed}));
+  TESSEL_ASSIGN_OR_RETURN(DataLoader test_loader,
+                          DataLoader::Create(&test, {.batch_size = flags.eval_batch_size}));
+
+  std::vector<int64_t> sizes = {train.num_features()};
+  sizes.insert(sizes.end(), flags.hidden.begin(), flags.hidden.end());
+  sizes.push_back(train.num_classes);
+  TESSEL_ASSIGN_OR_RETURN(Mlp model, Mlp::Create(sizes, flags.seed));
+  if (placement.runtime != nullptr && HasAxis(flags, "model")) {
+    TESSEL_RETURN_IF_ERROR(ShardModel(model, *placement.mesh, "model"));
+  }
+  Adam adam({.lr = flags.lr});
+  const bool print = placement.printer;
+
+  std::string where = "single device";
+  if (placement.runtime != nullptr) {
+    where = absl::StrCat(placement.runtime->num_devices(), " devices on ",
+                         placement.runtime->num_hosts(), " hosts of ", placement.config_path,
+                         ", mesh ", placement.mesh->ToString());
+  }
+  if (print && !flags.json) {
+    std::printf(
+        "Fashion-MNIST MLP %s (%lld parameters), Adam lr %g (%s schedule), batch %lld, %lld "
+        "train / %lld test examples, %s\n",
+        absl::StrJoin(sizes, "-").c_str(), static_cast<long long>(model.num_parameters()),
+        flags.lr, flags.lr_schedule.c_str(), static_cast<long long>(flags.batch_size),
+        static_cast<long long>(train.num_examples), static_cast<long long>(test.num_examples),
+        where.c_str());
+    std::fflush(stdout);
+  }
+
+  ResetLazyMetrics();
+  const auto run_start = std::chrono::steady_clock::now();
+  int64_t steps_per_epoch = train_loader.num_batches();
+  if (flags.steps > 0 && flags.steps < steps_per_epoch) steps_per_epoch = flags.steps;
+  int64_t total_steps = 0;
+  const int64_t planned_steps = flags.epochs * steps_per_epoch;
+  double test_accuracy = 0;
+  double train_seconds_total = 0;
+  int64_t samples_total = 0;
+  for (int64_t epoch = 0; epoch < flags.epochs; ++epoch) {
+    const auto epoch_start = std::chrono::steady_clock::now();
+    train_loader.StartEpoch(epoch);
+    double loss_sum = 0;
+    int64_t correct = 0;
+    int64_t seen = 0;
+    for (int64_t i = 0; i < steps_per_epoch; ++i) {
+      const int64_t step = total_steps + i;
+      // The learning rate is graph data (nn/optim.h): changing it every step recompiles nothing.
+      adam.set_lr(LearningRate(flags, step, planned_steps));
+      TESSEL_ASSIGN_OR_RETURN(auto inputs, BatchTensors(placement, train_loader, i));
+      TESSEL_ASSIGN_OR_RETURN(nn::StepResult result,
+                              nn::TrainStep(model, adam, std::move(inputs.first),
+                                            std::move(inputs.second)));
+      loss_sum += result.loss * static_cast<double>(result.batch_size);
+      correct += result.num_correct;
+      seen += result.batch_size;
+      if (print && flags.log_every > 0 && (step + 1) % flags.log_every == 0) {
+        if (flags.json) {
+          nlohmann::json line = {{"step", step + 1}, {"loss", result.loss}};
+          std::printf("%s\n", line.dump().c_str());
+        } else {
+          std::printf("step %lld  loss %.6f\n", static_cast<long long>(step + 1), result.loss);
+        }
+        std::fflush(stdout);
+      }
+    }
+    total_steps += steps_per_epoch;
+    const double train_seconds = SecondsSince(epoch_start);
+    train_seconds_total += train_seconds;
+    samples_total += seen;
+    TESSEL_ASSIGN_OR_RETURN(nn::EvalResult eval, Evaluate(placement, model, test_loader));
+    test_accuracy = eval.accuracy;
+    const double epoch_seconds = SecondsSince(epoch_start);
+    const double loss = loss_sum / static_cast<double>(seen);
+    const double train_accuracy = static_cast<double>(correct) / static_cast<double>(seen);
+    const double samples_per_second = static_cast<double>(seen) / train_seconds;
+    if (!print) continue;
+    if (flags.json) {
+      nlohmann::json line = {{"epoch", epoch + 1},
+                             {"epochs", flags.epochs},
+                             {"steps", total_steps},
+                             {"loss", loss},
+                             {"train_acc", train_accuracy},
+                             {"test_loss", eval.loss},
+                             {"test_acc", eval.accuracy},
+                             {"samples_per_second", samples_per_second},
+                             {"train_seconds", train_seconds},
+                             {"seconds", epoch_seconds}};
+      std::printf("%s\n", line.dump().c_str());
+    } else {
+      std::printf(
+          "epoch %lld/%lld  step %lld  loss %.4f  train_acc %.4f  test_acc %.4f  samples/s %.0f  "
+          "(%.1f s)\n",
+          static_cast<long long>(epoch + 1), static_cast<long long>(flags.epochs),
+          static_cast<long long>(total_steps), loss, train_accuracy, eval.accuracy,
+          samples_per_second, epoch_seconds);
+    }
+    std::fflush(stdout);
+  }
+  const LazyMetrics& lazy = GetLazyMetrics();
+  const double total_seconds = SecondsSince(run_start);
+  if (!print) return absl::OkStatus();
+  nlohmann::json summary = {{"summary", true},
+                            {"final_test_acc", test_accuracy},
+                            {"test_examples", test.num_examples},
+                            {"epochs", flags.epochs},
+                            {"train_steps", total_steps},
+                            {"batch_size", flags.batch_size},
+                            {"parameters", model.num_parameters()},
+                            {"samples_per_second",
+                             train_seconds_total > 0
+                                 ? static_cast<double>(samples_total) / train_seconds_total
+                                 : 0.0},
+                            {"graphs_traced", lazy.compiles},
+                            {"trace_cache_hits", lazy.cache_hits},
+                            {"seconds", total_seconds}};
+  if (placement.runtime != nullptr) {
+    const mesh::RuntimeMetrics m = placement.runtime->metrics();
+    summary["devices"] = placement.runtime->num_devices();
+    summary["hosts"] = placement.runtime->num_hosts();
+    summary["compiles"] = m.compiles;
+    summary["cache_hits"] = m.cache_hits;
+    summary["compile_seconds"] = m.compile_seconds;
+    summary["execute_seconds"] = m.device_seconds;
+    summary["host_to_device_bytes"] = m.host_to_device_bytes;
+    summary["host0_ici_bytes"] = m.collectives.ici.bytes;
+    summary["host0_dcn_bytes"] = m.collectives.dcn.bytes;
+    summary["host0_local_bytes"] = m.collectives.local.bytes;
+  } else {
+    summary["execute_seconds"] = lazy.execute_seconds;
+  }
+  if (flags.json) {
+    std::printf("%s\n", summary.dump().c_str());
+  } else {
+    std::printf("final test accuracy %.4f (%lld examples)  total %.1f s, %.0f samples/s\n",
+                test_accuracy, static_cast<long long>(test.num_examples), total_seconds,
+                summary["samples_per_second"].get<double>());
+    if (placement.runtime != nullptr) {
+      std::printf("metrics report (host 0):\n%s", placement.runtime->MetricsReport().c_str());
+    } else {
+      std::printf("%lld graphs compiled, %lld cache hits\n", static_cast<long long>(lazy.compiles),
+                  static_cast<long long>(lazy.cache_hits));
+    }
+  }
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckFashionMnistRun(const FashionMnistFlags& flags, const mesh::Topology& topology,
+                                  const std::string& config_path) {
+  TESSEL_RETURN_IF_ERROR(MakeMesh(flags, topology, config_path).status());
+  const std::string data_dir =
+      flags.data_dir.empty() ? std::string(nn::kDefaultFashionMnistDir) : flags.data_dir;
+  return nn::LoadFashionMnist(data_dir, nn::Split::kTest).status();
+}
+
+void AddFashionMnistFlags(CLI::App& app, FashionMnistFlags* flags) {
+  app.add_option("--data-dir", flags->data_dir,
+                 "directory with the Fashion-MNIST IDX files (default " +
+                     std::string(nn::kDefaultFashionMnistDir) + ")");
+  app.add_option("--epochs", flags->epochs, "passes over the training set")
+      ->check(NumberAtLeast(0, true, "POSITIVE"))
+      ->capture_default_str();
+  app.add_option("--batch-size", flags->batch_size, "global training batch size")
+      ->check(NumberAtLeast(0, true, "POSITIVE"))
+      ->capture_default_str();
+  app.add_option("--eval-batch-size", flags->eval_batch_size, "test-set batch size")
+      ->check(NumberAtLeast(0, true, "POSITIVE"))
+      ->capture_default_str();
+  app.add_option("--lr", flags->lr, "Adam learning rate")
+      ->check(NumberAtLeast(0, true, "POSITIVE"))
+      ->capture_default_str();
+  app.add_option("--lr-schedule", flags->lr_schedule,
+                 "cosine: anneal the learning rate from --lr to 0 over the run (per step); "
+                 "constant: keep --lr")
+      ->check(CLI::IsMember({"cosine", "constant"}))
+      ->capture_default_str();
+  app.add_option("--seed", flags->seed,
+                 "seed of the parameter initialization and of the shuffling (seed + epoch)")
+      ->capture_default_str();
+  app.add_option("--hidden", flags->hidden, "hidden layer sizes, comma separated")
+      ->delimiter(',')
+      ->check(NumberAtLeast(0, true, "POSITIVE"))
+      ->default_str("1024,1024");
+  app.add_option("--steps", flags->steps,
+                 "at most this many training steps per epoch (0: the whole epoch), for quick runs")
+      ->check(NumberAtLeast(0, false, "NONNEGATIVE"))
+      ->capture_default_str();
+  app.add_option("--threads", flags->threads,
+                 "executor threads of the single-device run (0: one per core)")
+      ->check(NumberAtLeast(0, false, "NONNEGATIVE"))
+      ->capture_default_str();
+  app.add_option("--log-every", flags->log_every, "print the loss every N steps (0: never)")
+      ->check(NumberAtLeast(0, false, "NONNEGATIVE"))
+      ->capture_default_str();
+  app.add_flag("--json", flags->json, "print one JSON object per epoch (and per logged step) and "
+                                      "a summary object");
+  app.add_flag("--single-device", flags->single_device, "train on one device, no mesh");
+  app.add_option("--config", flags->config,
+                 "topology JSON of the mesh (default: TESSEL_CONFIG, set by tessel run)");
+  app.add_option("--ici-mesh-shape", flags->ici_mesh_shape,
+                 "logical mesh inside each slice, comma separated (torch_xla HybridMesh)")
+      ->delimiter(',')
+      ->check(NumberAtLeast(0, true, "POSITIVE"))
+      ->default_str("2,2");
+  app.add_option("--dcn-mesh-shape", flags->dcn_mesh_shape,
+                 "mesh of slices, comma separated (torch_xla HybridMesh)")
+      ->delimiter(',')
+      ->check(NumberAtLeast(0, true, "POSITIVE"))
+      ->default_str("2,1");
+  app.add_option("--axis-names", flags->axis_names,
+                 "mesh axis names: the batch is sharded over \"data\", hidden layers over "
+                 "\"model\"")
+      ->delimiter(',')
+      ->default_str("data,model");
+}
+
+int RunFashionMnist(const FashionMnistFlags& flags) {
+  Placement placement;
+  if (!flags.single_device) {
+    absl::StatusOr<Placement> connected = ConnectHost(flags);
+    if (!connected.ok()) {
+      // Every host reaches the same verdict on config and flag errors: host 0 says it once.
+      const bool quiet = mesh::LaunchedAsHost() && connected.status().code() ==
+                                                       absl::StatusCode::kInvalidArgument;
+      absl::StatusOr<mesh::HostEnvironment> env = mesh::ReadHostEnvironment();
+      if (!quiet || !env.ok() || env->host_index == 0) {
+        std::fprintf(stderr, "%s: %s\n", kProgram, std::string(connected.status().message()).c_str());
+      }
+      return 1;
+    }
+    placement = std::move(*connected);
+  } else {
+    SetExecutorOptions({.num_threads = flags.threads});
+  }
+  if (placement.runtime != nullptr) SetComputationClient(placement.runtime->client());
+  absl::Status status = Train(flags, placement);
+  SetComputationClient(nullptr);
+  if (!status.ok()) {
+    std::string where;
+    if (placement.runtime != nullptr) {
+      where = absl::StrCat("host ", placement.runtime->host_index(), ": ");
+    }
+    std::fprintf(stderr, "%s: %s%s\n", kProgram, where.c_str(),
+                 std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tessel::examples
