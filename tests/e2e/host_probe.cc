@@ -118,7 +118,7 @@ absl::Status Probe(const mesh::HostEnvironment& env, const ProbeFlags& flags) {
   if (topology.num_hosts() != env.num_hosts) {
     return absl::InvalidArgumentError(absl::StrCat(env.config_path, " has ", topology.num_hosts(),
                                                    " hosts but the job has ", env.num_hosts,
-                                                   " (from ", env.source, ")"));
+                                                   " (rank from ", env.source, ")"));
   }
   transport::ZmqOptions options;
   mesh::ApplyHostEnvironment(env, &options);
@@ -158,8 +158,12 @@ int Main(int argc, char** argv) {
   }
   absl::Status status = Probe(*env, flags);
   if (!status.ok()) {
+    // Transport errors already start with "host <i>: "; say it once.
+    std::string message(status.message());
+    const std::string host_prefix = absl::StrCat("host ", env->host_index, ": ");
+    if (message.rfind(host_prefix, 0) == 0) message.erase(0, host_prefix.size());
     std::fprintf(stderr, "host_probe host %lld: %s\n", static_cast<long long>(env->host_index),
-                 std::string(status.message()).c_str());
+                 message.c_str());
     return 1;
   }
   return 0;
