@@ -23,6 +23,8 @@ CommandFn AddMeshCommand(CLI::App& app);       // tools/mesh_command.cc
 CommandFn AddShardCommand(CLI::App& app);      // tools/shard_command.cc
 CommandFn AddPropagateCommand(CLI::App& app);  // tools/partition_command.cc
 CommandFn AddPartitionCommand(CLI::App& app);  // tools/partition_command.cc
+CommandFn AddLaunchCommand(CLI::App& app);     // tools/launch_command.cc
+CommandFn AddRunCommand(CLI::App& app);        // tools/run_command.cc
 
 // Exit code for bad arguments.
 inline constexpr int kExitUsage = 2;

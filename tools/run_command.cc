@@ -84,9 +84,7 @@ CommandFn AddRunCommand(CLI::App& app) {
       std::fprintf(stderr, "tessel run: %s\n", std::string(result.status().message()).c_str());
       return 1;
     }
-    if (result->exit_code != 0) {
-      std::fprintf(stderr, "tessel run: %s\n", result->message.c_str());
-    }
+    // LaunchHosts has already said which host failed (one line on stderr).
     return result->exit_code;
   };
 }

@@ -1,0 +1,189 @@
+#include "mesh/host_env.h"
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace tessel::mesh {
+namespace {
+
+// One launcher's pair of variables: the rank and the number of ranks.
+struct RankFamily {
+  const char* rank_variable;
+  const char* size_variable;
+  const char* launcher;      // for messages
+  bool derives_coordinator;  // an ipc coordinator may be derived from the MPI job id
+};
+
+constexpr RankFamily kFamilies[] = {
+    {"TESSEL_HOST_INDEX", "TESSEL_NUM_HOSTS", "tessel launch", false},
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "mpirun", true},
+    {"PMI_RANK", "PMI_SIZE", "hydra mpiexec", true},
+    {"SLURM_PROCID", "SLURM_NTASKS", "srun", false},
+};
+
+std::optional<std::string> GetEnv(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+absl::StatusOr<int64_t> ParseInteger(const char* variable, const std::string& value) {
+  int64_t number = 0;
+  if (!absl::SimpleAtoi(value, &number)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(variable, "=\"", value, "\": expected an integer"));
+  }
+  return number;
+}
+
+// 64-bit FNV-1a, the hash DeviceMap::Fingerprint uses too.
+uint64_t Fnv1a(std::string_view text) {
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+// The ipc:// coordinator address every rank of one mpirun / hydra job derives from the job id,
+// or nullopt when none of kDerivedCoordinatorSources is set.
+std::optional<std::string> DerivedCoordinator() {
+  for (std::string_view name : kDerivedCoordinatorSources) {
+    std::optional<std::string> job_id = GetEnv(std::string(name).c_str());
+    if (!job_id.has_value() || job_id->empty()) continue;
+    std::string dir = GetEnv("TMPDIR").value_or("");
+    if (dir.empty()) dir = "/tmp";
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    return absl::StrFormat("ipc://%s/tessel-%d-%016x.coord", dir, static_cast<int64_t>(getuid()),
+                           Fnv1a(*job_id));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool LaunchedAsHost() {
+  for (const RankFamily& family : kFamilies) {
+    if (std::getenv(family.rank_variable) != nullptr) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<HostEnvironment> ReadHostEnvironment() {
+  const RankFamily* family = nullptr;
+  for (const RankFamily& f : kFamilies) {
+    if (std::getenv(f.rank_variable) != nullptr) {
+      family = &f;
+      break;
+    }
+  }
+  if (family == nullptr) {
+    return absl::NotFoundError(
+        "no host index in the environment: none of TESSEL_HOST_INDEX, OMPI_COMM_WORLD_RANK, "
+        "PMI_RANK, SLURM_PROCID is set (start the program with `tessel launch CONFIG -- ...`, "
+        "mpirun or srun)");
+  }
+  HostEnvironment env;
+  env.source = family->rank_variable;
+
+  const std::string rank_text = *GetEnv(family->rank_variable);
+  absl::StatusOr<int64_t> rank = ParseInteger(family->rank_variable, rank_text);
+  if (!rank.ok()) return rank.status();
+  env.host_index = *rank;
+
+  // An explicit TESSEL_NUM_HOSTS wins; otherwise the count of the launcher that gave the rank.
+  const char* size_variable =
+      std::getenv("TESSEL_NUM_HOSTS") != nullptr ? "TESSEL_NUM_HOSTS" : family->size_variable;
+  std::optional<std::string> size_text = GetEnv(size_variable);
+  if (!size_text.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(family->rank_variable, "=", rank_text,
+                                                   " is set but ", size_variable,
+                                                   " (the number of hosts) is not"));
+  }
+  absl::StatusOr<int64_t> size = ParseInteger(size_variable, *size_text);
+  if (!size.ok()) return size.status();
+  if (*size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(size_variable, "=", *size_text, ": the number of hosts must be at least 1"));
+  }
+  env.num_hosts = *size;
+  if (env.host_index < 0 || env.host_index >= env.num_hosts) {
+    return absl::InvalidArgumentError(absl::StrCat(family->rank_variable, "=", rank_text,
+                                                   " is outside [0, ", env.num_hosts, ") (",
+                                                   size_variable, "=", *size_text, ")"));
+  }
+
+  env.config_path = GetEnv("TESSEL_CONFIG").value_or("");
+  env.job_token = GetEnv("TESSEL_JOB_TOKEN").value_or("");
+  env.tcp_interface = GetEnv("TESSEL_TCP_INTERFACE").value_or("");
+  env.ipc_dir = GetEnv("TESSEL_IPC_DIR").value_or("");
+
+  if (std::optional<std::string> timeout = GetEnv("TESSEL_BOOTSTRAP_TIMEOUT_S")) {
+    double seconds = 0.0;
+    if (!absl::SimpleAtod(*timeout, &seconds) || !(seconds > 0.0) || seconds > 1e9) {
+      return absl::InvalidArgumentError(absl::StrCat("TESSEL_BOOTSTRAP_TIMEOUT_S=\"", *timeout,
+                                                     "\": expected a positive number of seconds"));
+    }
+    env.bootstrap_timeout = absl::Seconds(seconds);
+  }
+
+  if (std::optional<std::string> coordinator = GetEnv("TESSEL_COORDINATOR");
+      coordinator.has_value() && !coordinator->empty()) {
+    if (!absl::StartsWith(*coordinator, "tcp://") && !absl::StartsWith(*coordinator, "ipc://")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TESSEL_COORDINATOR=\"", *coordinator,
+                       "\": expected tcp://<host>:<port> or ipc://<path>"));
+    }
+    env.coordinator = *coordinator;
+  } else if (env.num_hosts > 1) {
+    std::optional<std::string> derived =
+        family->derives_coordinator ? DerivedCoordinator() : std::nullopt;
+    if (!derived.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          family->rank_variable, "=", rank_text, " (", family->launcher,
+          "): no coordinator address; set TESSEL_COORDINATOR=tcp://<host>:<port> for every "
+          "host, with <host> the machine that runs ",
+          family->rank_variable, "=0 and <port> a free port there"));
+    }
+    env.coordinator = *derived;
+  }
+  return env;
+}
+
+void ApplyHostEnvironment(const HostEnvironment& env, transport::ZmqOptions* options) {
+  options->rank = env.host_index;
+  options->num_hosts = env.num_hosts;
+  options->coordinator_address = env.coordinator;
+  options->protocol = absl::StartsWith(env.coordinator, "tcp://") ? transport::ZmqProtocol::kTcp
+                                                                  : transport::ZmqProtocol::kIpc;
+  options->job_token = env.job_token;
+  if (env.bootstrap_timeout.has_value()) options->bootstrap_timeout = *env.bootstrap_timeout;
+  if (!env.tcp_interface.empty()) options->tcp_interface = env.tcp_interface;
+  if (!env.ipc_dir.empty()) options->ipc_dir = env.ipc_dir;
+  transport::ApplyEnvironment(options);
+}
+
+transport::DeviceMap DeviceMapOf(const Topology& topology) {
+  transport::DeviceMap map;
+  map.host_of_device.reserve(topology.num_devices());
+  map.slice_of_device.reserve(topology.num_devices());
+  for (const Device& device : topology.devices()) {
+    map.host_of_device.push_back(device.host);
+    map.slice_of_device.push_back(device.slice);
+  }
+  return map;
+}
+
+}  // namespace tessel::mesh

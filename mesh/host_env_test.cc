@@ -1,0 +1,263 @@
+#include "mesh/host_env.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "transport/zmq_transport.h"
+
+namespace tessel::mesh {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Every variable ReadHostEnvironment or ApplyEnvironment looks at.
+const std::vector<std::string> kVariables = {"TESSEL_HOST_INDEX",
+                                             "TESSEL_NUM_HOSTS",
+                                             "TESSEL_CONFIG",
+                                             "TESSEL_COORDINATOR",
+                                             "TESSEL_JOB_TOKEN",
+                                             "TESSEL_EXTERNAL_COORDINATOR",
+                                             "TESSEL_BOOTSTRAP_TIMEOUT_S",
+                                             "TESSEL_TCP_INTERFACE",
+                                             "TESSEL_IPC_DIR",
+                                             "OMPI_COMM_WORLD_RANK",
+                                             "OMPI_COMM_WORLD_SIZE",
+                                             "PMIX_NAMESPACE",
+                                             "OMPI_MCA_ess_base_jobid",
+                                             "PMI_RANK",
+                                             "PMI_SIZE",
+                                             "PMI_KVSNAME",
+                                             "SLURM_PROCID",
+                                             "SLURM_NTASKS",
+                                             "TMPDIR"};
+
+// Clears the variables for each test and restores the process environment afterwards.
+class HostEnvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const std::string& name : kVariables) {
+      if (const char* v = std::getenv(name.c_str())) saved_[name] = v;
+      unsetenv(name.c_str());
+    }
+  }
+  void TearDown() override {
+    for (const std::string& name : kVariables) unsetenv(name.c_str());
+    for (const auto& [name, value] : saved_) setenv(name.c_str(), value.c_str(), 1);
+  }
+  static void Set(const std::string& name, const std::string& value) {
+    setenv(name.c_str(), value.c_str(), 1);
+  }
+
+ private:
+  std::map<std::string, std::string> saved_;
+};
+
+TEST_F(HostEnvTest, NoRankVariableIsNotFound) {
+  EXPECT_FALSE(LaunchedAsHost());
+  absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
+  ASSERT_FALSE(env.ok());
+  EXPECT_EQ(env.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(env.status().message(), HasSubstr("TESSEL_HOST_INDEX"));
+}
+
+TEST_F(HostEnvTest, TesselVariables) {
+  Set("TESSEL_HOST_INDEX", "2");
+  Set("TESSEL_NUM_HOSTS", "4");
+  Set("TESSEL_CONFIG", "/cfg/x.json");
+  Set("TESSEL_COORDINATOR", "ipc:///tmp/job/coordinator");
+  Set("TESSEL_JOB_TOKEN", "abc123");
+  Set("TESSEL_BOOTSTRAP_TIMEOUT_S", "1.5");
+  Set("TESSEL_IPC_DIR", "/tmp/job");
+  // Another launcher's variables are ignored when TESSEL_HOST_INDEX is set.
+  Set("OMPI_COMM_WORLD_RANK", "0");
+  Set("OMPI_COMM_WORLD_SIZE", "8");
+  EXPECT_TRUE(LaunchedAsHost());
+  absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->host_index, 2);
+  EXPECT_EQ(env->num_hosts, 4);
+  EXPECT_EQ(env->config_path, "/cfg/x.json");
+  EXPECT_EQ(env->coordinator, "ipc:///tmp/job/coordinator");
+  EXPECT_EQ(env->job_token, "abc123");
+  EXPECT_EQ(env->source, "TESSEL_HOST_INDEX");
+  ASSERT_TRUE(env->bootstrap_timeout.has_value());
+  EXPECT_EQ(*env->bootstrap_timeout, absl::Milliseconds(1500));
+
+  transport::ZmqOptions options;
+  ApplyHostEnvironment(*env, &options);
+  EXPECT_EQ(options.rank, 2);
+  EXPECT_EQ(options.num_hosts, 4);
+  EXPECT_EQ(options.coordinator_address, "ipc:///tmp/job/coordinator");
+  EXPECT_EQ(options.protocol, transport::ZmqProtocol::kIpc);
+  EXPECT_EQ(options.job_token, "abc123");
+  EXPECT_EQ(options.bootstrap_timeout, absl::Milliseconds(1500));
+  EXPECT_EQ(options.ipc_dir, "/tmp/job");
+  EXPECT_EQ(options.tcp_interface, "127.0.0.1");
+  EXPECT_FALSE(options.external_coordinator);
+}
+
+TEST_F(HostEnvTest, TcpCoordinatorSelectsTcp) {
+  Set("TESSEL_HOST_INDEX", "0");
+  Set("TESSEL_NUM_HOSTS", "2");
+  Set("TESSEL_COORDINATOR", "tcp://10.0.0.1:5555");
+  Set("TESSEL_TCP_INTERFACE", "10.0.0.2");
+  Set("TESSEL_EXTERNAL_COORDINATOR", "1");
+  absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status();
+  transport::ZmqOptions options;
+  ApplyHostEnvironment(*env, &options);
+  EXPECT_EQ(options.protocol, transport::ZmqProtocol::kTcp);
+  EXPECT_EQ(options.coordinator_address, "tcp://10.0.0.1:5555");
+  EXPECT_EQ(options.tcp_interface, "10.0.0.2");
+  EXPECT_TRUE(options.external_coordinator);
+  EXPECT_EQ(options.bootstrap_timeout, absl::Seconds(60));  // unchanged default
+}
+
+TEST_F(HostEnvTest, OpenMpiDerivesSharedIpcCoordinator) {
+  Set("OMPI_COMM_WORLD_RANK", "3");
+  Set("OMPI_COMM_WORLD_SIZE", "4");
+  Set("PMIX_NAMESPACE", "prterun-box-1234@1");
+  Set("TMPDIR", "/var/tmp/");
+  absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->host_index, 3);
+  EXPECT_EQ(env->num_hosts, 4);
+  EXPECT_EQ(env->source, "OMPI_COMM_WORLD_RANK");
+  const std::string prefix = absl::StrFormat("ipc:///var/tmp/tessel-%d-", getuid());
+  EXPECT_EQ(env->coordinator.rfind(prefix, 0), 0u) << env->coordinator;
+  EXPECT_EQ(env->coordinator.size(), prefix.size() + 16 + std::string(".coord").size());
+  const std::string rank3 = env->coordinator;
+
+  // Another rank of the same job derives the same address; another job a different one.
+  Set("OMPI_COMM_WORLD_RANK", "0");
+  absl::StatusOr<HostEnvironment> rank0 = ReadHostEnvironment();
+  ASSERT_TRUE(rank0.ok()) << rank0.status();
+  EXPECT_EQ(rank0->coordinator, rank3);
+  Set("PMIX_NAMESPACE", "prterun-box-1235@1");
+  absl::StatusOr<HostEnvironment> other_job = ReadHostEnvironment();
+  ASSERT_TRUE(other_job.ok()) << other_job.status();
+  EXPECT_NE(other_job->coordinator, rank3);
+
+  // Open MPI 4's job id alone is enough; an explicit TESSEL_COORDINATOR wins.
+  unsetenv("PMIX_NAMESPACE");
+  Set("OMPI_MCA_ess_base_jobid", "2290679809");
+  absl::StatusOr<HostEnvironment> jobid = ReadHostEnvironment();
+  ASSERT_TRUE(jobid.ok()) << jobid.status();
+  EXPECT_EQ(jobid->coordinator.rfind(prefix, 0), 0u);
+  Set("TESSEL_COORDINATOR", "tcp://127.0.0.1:4000");
+  absl::StatusOr<HostEnvironment> explicit_address = ReadHostEnvironment();
+  ASSERT_TRUE(explicit_address.ok()) << explicit_address.status();
+  EXPECT_EQ(explicit_address->coordinator, "tcp://127.0.0.1:4000");
+}
+
+TEST_F(HostEnvTest, HydraPmiVariables) {
+  Set("PMI_RANK", "1");
+  Set("PMI_SIZE", "2");
+  Set("PMI_KVSNAME", "kvs_1234_0");
+  absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->host_index, 1);
+  EXPECT_EQ(env->num_hosts, 2);
+  EXPECT_EQ(env->source, "PMI_RANK");
+  EXPECT_THAT(env->coordinator, HasSubstr(".coord"));
+}
+
+TEST_F(HostEnvTest, SlurmNeedsCoordinator) {
+  Set("SLURM_PROCID", "1");
+  Set("SLURM_NTASKS", "4");
+  Set("PMIX_NAMESPACE", "slurm.pmix.42.0");  // srun --mpi=pmix sets it; not used for srun
+  absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
+  ASSERT_FALSE(env.ok());
+  EXPECT_EQ(env.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(env.status().message(), HasSubstr("SLURM_PROCID=1"));
+  EXPECT_THAT(env.status().message(), HasSubstr("TESSEL_COORDINATOR=tcp://"));
+
+  Set("TESSEL_COORDINATOR", "tcp://node0:29500");
+  env = ReadHostEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->host_index, 1);
+  EXPECT_EQ(env->num_hosts, 4);
+  EXPECT_EQ(env->source, "SLURM_PROCID");
+  EXPECT_EQ(env->coordinator, "tcp://node0:29500");
+}
+
+TEST_F(HostEnvTest, SingleHostNeedsNoCoordinator) {
+  Set("SLURM_PROCID", "0");
+  Set("SLURM_NTASKS", "1");
+  absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->num_hosts, 1);
+  EXPECT_EQ(env->coordinator, "");
+}
+
+// Bad values: kInvalidArgument naming the variable and the value.
+struct BadCase {
+  std::map<std::string, std::string> vars;
+  std::string expected;  // substring of the message
+};
+
+TEST_F(HostEnvTest, BadValuesNameVariableAndValue) {
+  const std::vector<BadCase> cases = {
+      {{{"TESSEL_HOST_INDEX", "two"}, {"TESSEL_NUM_HOSTS", "4"}},
+       "TESSEL_HOST_INDEX=\"two\": expected an integer"},
+      {{{"TESSEL_HOST_INDEX", "1"}, {"TESSEL_NUM_HOSTS", "4x"}},
+       "TESSEL_NUM_HOSTS=\"4x\": expected an integer"},
+      {{{"TESSEL_HOST_INDEX", "4"}, {"TESSEL_NUM_HOSTS", "4"}, {"TESSEL_COORDINATOR", "ipc:///c"}},
+       "TESSEL_HOST_INDEX=4 is outside [0, 4)"},
+      {{{"TESSEL_HOST_INDEX", "-1"}, {"TESSEL_NUM_HOSTS", "4"}}, "TESSEL_HOST_INDEX=-1 is outside"},
+      {{{"TESSEL_HOST_INDEX", "0"}, {"TESSEL_NUM_HOSTS", "0"}},
+       "TESSEL_NUM_HOSTS=0: the number of hosts must be at least 1"},
+      {{{"TESSEL_HOST_INDEX", "0"}}, "TESSEL_NUM_HOSTS (the number of hosts) is not"},
+      {{{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "2"}},
+       "OMPI_COMM_WORLD_RANK=5 is outside [0, 2)"},
+      {{{"SLURM_PROCID", "x"}, {"SLURM_NTASKS", "2"}}, "SLURM_PROCID=\"x\""},
+      {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", ""}}, "SLURM_NTASKS=\"\""},
+      {{{"TESSEL_HOST_INDEX", "0"}, {"TESSEL_NUM_HOSTS", "2"}},
+       "TESSEL_HOST_INDEX=0 (tessel launch): no coordinator address"},
+      {{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}},
+       "set TESSEL_COORDINATOR=tcp://"},  // mpirun without any job id
+      {{{"TESSEL_HOST_INDEX", "0"}, {"TESSEL_NUM_HOSTS", "2"}, {"TESSEL_COORDINATOR", "host:1"}},
+       "TESSEL_COORDINATOR=\"host:1\": expected tcp://<host>:<port> or ipc://<path>"},
+      {{{"TESSEL_HOST_INDEX", "0"}, {"TESSEL_NUM_HOSTS", "1"}, {"TESSEL_BOOTSTRAP_TIMEOUT_S", "0"}},
+       "TESSEL_BOOTSTRAP_TIMEOUT_S=\"0\": expected a positive number of seconds"},
+      {{{"TESSEL_HOST_INDEX", "0"},
+        {"TESSEL_NUM_HOSTS", "1"},
+        {"TESSEL_BOOTSTRAP_TIMEOUT_S", "soon"}},
+       "TESSEL_BOOTSTRAP_TIMEOUT_S=\"soon\""},
+  };
+  for (const BadCase& c : cases) {
+    for (const std::string& name : kVariables) unsetenv(name.c_str());
+    std::string described;
+    for (const auto& [name, value] : c.vars) {
+      Set(name, value);
+      absl::StrAppend(&described, name, "=", value, " ");
+    }
+    EXPECT_TRUE(LaunchedAsHost()) << described;
+    absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
+    ASSERT_FALSE(env.ok()) << described;
+    EXPECT_EQ(env.status().code(), absl::StatusCode::kInvalidArgument) << described;
+    EXPECT_THAT(env.status().message(), HasSubstr(c.expected)) << described;
+  }
+}
+
+TEST_F(HostEnvTest, DeviceMapOfTwoSlices) {
+  absl::StatusOr<Topology> topology = MakeUniformTopology(2, {2, 2, 1}, 2);
+  ASSERT_TRUE(topology.ok()) << topology.status();
+  const transport::DeviceMap map = DeviceMapOf(*topology);
+  EXPECT_EQ(map.host_of_device, (std::vector<int64_t>{0, 0, 1, 1, 2, 2, 3, 3}));
+  EXPECT_EQ(map.slice_of_device, (std::vector<int64_t>{0, 0, 0, 0, 1, 1, 1, 1}));
+  EXPECT_EQ(map, transport::DeviceMap::Uniform(4, 2, 2));
+  EXPECT_TRUE(map.Validate(4).ok());
+}
+
+}  // namespace
+}  // namespace tessel::mesh

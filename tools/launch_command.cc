@@ -1,0 +1,89 @@
+// `tessel launch CONFIG [--all-stdout] [--grace-s S] -- PROGRAM ARGS...`: starts PROGRAM once
+// per host of the topology CONFIG on this machine, multi-controller style, as torchrun
+// (--standalone --nproc-per-node) and `mpirun -np N` do. Host i gets TESSEL_HOST_INDEX=i,
+// TESSEL_NUM_HOSTS, TESSEL_CONFIG (absolute), TESSEL_COORDINATOR (a private ipc:// address) and
+// TESSEL_JOB_TOKEN (mesh/launcher.h, mesh/host_env.h, docs/launch.md).
+//
+//   $ tessel launch configs/two_slices_2x2hosts.json -- build/tests/e2e/host_probe --iterations 20
+//   host 0: ok (20 all-reduces of 4096 f32 over 8 devices on 4 hosts; rank from TESSEL_HOST_INDEX)
+//
+// Host 0's stdout passes through (--all-stdout: every host's); every host's stderr passes
+// through. When a host fails the others are stopped and the failure is named on stderr:
+//   tessel launch: host 2 (pid 4242) exited with status 3; stopping the other 3 host(s)
+//
+// Exit codes: 0 every host exited 0; 1 CONFIG does not load or PROGRAM cannot be started (one
+// line on stderr: `tessel launch: <error>`); 2 bad arguments (tools/command.h); otherwise the
+// failed host's status (128 + signal number when it was killed, or when the launcher was
+// interrupted).
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "mesh/launcher.h"
+#include "mesh/topology.h"
+#include "tools/command.h"
+
+namespace tessel::tools {
+namespace {
+
+struct LaunchCommandOptions {
+  std::string config_path;
+  std::vector<std::string> argv;
+  bool all_stdout = false;
+  double grace_s = 2.0;
+};
+
+int RunLaunch(const LaunchCommandOptions& options) {
+  if (!(options.grace_s >= 0.0) || options.grace_s > 3600.0) {
+    std::cerr << "tessel: launch: --grace-s must be in [0, 3600] seconds, got " << options.grace_s
+              << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<mesh::Topology> topology = mesh::LoadTopology(options.config_path);
+  if (!topology.ok()) {
+    std::cerr << "tessel launch: " << topology.status().message() << "\n";
+    return 1;
+  }
+  mesh::LaunchOptions launch;
+  launch.argv = options.argv;
+  launch.num_hosts = topology->num_hosts();
+  launch.config_path = options.config_path;
+  launch.forward_all_stdout = options.all_stdout;
+  launch.failure_grace = absl::Seconds(options.grace_s);
+  launch.program_name = "tessel launch";
+  absl::StatusOr<mesh::LaunchResult> result = mesh::LaunchHosts(launch);
+  if (!result.ok()) {
+    std::cerr << "tessel launch: " << result.status().message() << "\n";
+    return 1;
+  }
+  // LaunchHosts already printed the failure when it happened (mesh/launcher.h).
+  return result->exit_code;
+}
+
+}  // namespace
+
+CommandFn AddLaunchCommand(CLI::App& app) {
+  auto options = std::make_shared<LaunchCommandOptions>();
+  CLI::App* command = app.add_subcommand(
+      "launch",
+      "Start PROGRAM once per host of the topology CONFIG on this machine (like torchrun / "
+      "mpirun): tessel launch CONFIG -- PROGRAM ARGS...");
+  command
+      ->add_option("CONFIG", options->config_path,
+                   "topology JSON file; its number of hosts is the number of processes")
+      ->required();
+  command->add_option("PROGRAM", options->argv, "program and its arguments, after --")->required();
+  command->add_flag("--all-stdout", options->all_stdout,
+                    "pass every host's stdout through (default: host 0's only)");
+  command->add_option("--grace-s", options->grace_s,
+                      "after a host fails: seconds between SIGTERM and SIGKILL to the others "
+                      "(default 2)");
+  return [options]() { return RunLaunch(*options); };
+}
+
+}  // namespace tessel::tools
