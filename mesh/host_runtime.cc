@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -10,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/executor.h"
+#include "core/hlo_text.h"
 #include "core/status_macros.h"
 #include "mesh/collective_adapter.h"
 #include "partitioner/partitioner.h"
@@ -146,6 +149,11 @@ absl::StatusOr<std::shared_ptr<const HostRuntime::State::Compiled>> HostRuntime:
   }
   metrics.compile_seconds += SecondsSince(start);
   ++metrics.compiles;
+  if (!options.dump_to.empty() && communicator->rank() == 0) {
+    const std::string base = absl::StrFormat("%s/%016x", options.dump_to, fingerprint);
+    std::ofstream(base + ".before.hlo") << PrintHloModule(graph);
+    std::ofstream(base + ".spmd.hlo") << PrintHloModule(*compiled->program.program);
+  }
   cache[fingerprint] = compiled;
   return std::shared_ptr<const Compiled>(compiled);
 }
@@ -435,6 +443,9 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
   s.topology = topology;
   s.communicator = communicator;
   s.options = options;
+  if (s.options.dump_to.empty()) {
+    if (const char* dump = std::getenv("TESSEL_DUMP_TO"); dump != nullptr) s.options.dump_to = dump;
+  }
   s.collectives = std::make_unique<CommunicatorCollectives>(communicator);
   runtime->client_ = std::make_shared<Client>(runtime->state_.get());
   return runtime;
@@ -479,6 +490,43 @@ absl::StatusOr<Tensor> HostRuntime::MakeShardedInput(
   }
   return Tensor::FromDeviceData(
       std::make_shared<const ShardedData>(std::move(layout), s.local_devices(), std::move(pieces)));
+}
+
+absl::StatusOr<transport::CollectiveStats> HostRuntime::SumOverHosts(
+    const transport::CollectiveStats& stats) {
+  // Every counter as int64, in a fixed order.
+  auto fields = [](transport::CollectiveStats& s) {
+    std::vector<int64_t*> f = {&s.local.bytes, &s.local.messages, &s.ici.bytes,
+                               &s.ici.messages, &s.dcn.bytes,   &s.dcn.messages};
+    for (transport::KindStats& k : s.per_kind) {
+      for (int64_t* v : {&k.calls, &k.local.bytes, &k.local.messages, &k.ici.bytes,
+                         &k.ici.messages, &k.dcn.bytes, &k.dcn.messages}) {
+        f.push_back(v);
+      }
+    }
+    return f;
+  };
+  transport::CollectiveStats mine = stats;
+  std::string payload;
+  for (int64_t* v : fields(mine)) payload.append(reinterpret_cast<const char*>(v), sizeof(*v));
+  const std::string tag = absl::StrCat("tessel/stats#", state_->transfers++);
+  TESSEL_ASSIGN_OR_RETURN(std::vector<std::string> payloads,
+                          state_->communicator->Rendezvous(tag, payload));
+  transport::CollectiveStats total;
+  for (size_t host = 0; host < payloads.size(); ++host) {
+    if (payloads[host].size() != payload.size()) {
+      return absl::DataLossError(absl::StrCat("traffic sum: host ", host, " sent ",
+                                              payloads[host].size(), " bytes, expected ",
+                                              payload.size()));
+    }
+    transport::CollectiveStats theirs;
+    std::vector<int64_t*> f = fields(theirs);
+    for (size_t i = 0; i < f.size(); ++i) {
+      std::memcpy(f[i], payloads[host].data() + i * sizeof(int64_t), sizeof(int64_t));
+    }
+    total += theirs;
+  }
+  return total;
 }
 
 RuntimeMetrics HostRuntime::metrics() const {

@@ -96,6 +96,10 @@ struct RuntimeMetrics {
 struct HostRuntimeOptions {
   // Executor threads per device (each device already runs on its own thread).
   int threads_per_device = 1;
+  // When not empty, every graph partitioned is written there as HLO text, before
+  // (`<fingerprint>.before.hlo`) and after (`<fingerprint>.spmd.hlo`) partitioning, by host 0
+  // only (like XLA's --xla_dump_to). Default: the environment variable TESSEL_DUMP_TO.
+  std::string dump_to;
 };
 
 class HostRuntime {
@@ -135,6 +139,14 @@ class HostRuntime {
   [[nodiscard]] absl::StatusOr<Tensor> MakeShardedInput(
       const Shape& global_shape, const spmd::Sharding& sharding,
       const std::function<absl::StatusOr<Literal>(const spmd::Shard&)>& load_shard);
+
+  // `stats` summed over every host of the job (each host passes its own, e.g. the difference of
+  // two communicator().stats() snapshots): the job's traffic. A host-level collective (through
+  // Communicator::Rendezvous): every host must call it at the same point of the program.
+  // Errors: those of Rendezvous (kUnavailable for a lost host, ...); kDataLoss for a malformed
+  // payload.
+  [[nodiscard]] absl::StatusOr<transport::CollectiveStats> SumOverHosts(
+      const transport::CollectiveStats& stats);
 
   // Counters so far (collective traffic read from the communicator now).
   RuntimeMetrics metrics() const;

@@ -8,6 +8,7 @@
 #include <numbers>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -283,12 +284,17 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
   double test_accuracy = 0;
   double train_seconds_total = 0;
   int64_t samples_total = 0;
+  // This host's collective traffic during training steps only (evaluation excluded).
+  transport::CollectiveStats train_traffic;
   for (int64_t epoch = 0; epoch < flags.epochs; ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
     train_loader.StartEpoch(epoch);
     double loss_sum = 0;
     int64_t correct = 0;
     int64_t seen = 0;
+    const transport::CollectiveStats before =
+        placement.runtime != nullptr ? placement.runtime->communicator().stats()
+                                     : transport::CollectiveStats();
     for (int64_t i = 0; i < steps_per_epoch; ++i) {
       const int64_t step = total_steps + i;
       // The learning rate is graph data (nn/optim.h): changing it every step recompiles nothing.
@@ -312,6 +318,15 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
     }
     total_steps += steps_per_epoch;
     const double train_seconds = SecondsSince(epoch_start);
+    if (placement.runtime != nullptr) {
+      const transport::CollectiveStats after = placement.runtime->communicator().stats();
+      for (auto [total, a, b] : {std::tuple(&train_traffic.local, after.local, before.local),
+                                 std::tuple(&train_traffic.ici, after.ici, before.ici),
+                                 std::tuple(&train_traffic.dcn, after.dcn, before.dcn)}) {
+        total->bytes += a.bytes - b.bytes;
+        total->messages += a.messages - b.messages;
+      }
+    }
     train_seconds_total += train_seconds;
     samples_total += seen;
     TESSEL_ASSIGN_OR_RETURN(nn::EvalResult eval, Evaluate(placement, model, test_loader));
@@ -345,6 +360,10 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
   }
   const LazyMetrics& lazy = GetLazyMetrics();
   const double total_seconds = SecondsSince(run_start);
+  transport::CollectiveStats job_train_traffic;
+  if (placement.runtime != nullptr) {  // every host takes part
+    TESSEL_ASSIGN_OR_RETURN(job_train_traffic, placement.runtime->SumOverHosts(train_traffic));
+  }
   if (!print) return absl::OkStatus();
   nlohmann::json summary = {{"summary", true},
                             {"final_test_acc", test_accuracy},
@@ -372,6 +391,11 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
     summary["host0_ici_bytes"] = m.collectives.ici.bytes;
     summary["host0_dcn_bytes"] = m.collectives.dcn.bytes;
     summary["host0_local_bytes"] = m.collectives.local.bytes;
+    // The job's traffic per training step (all hosts, evaluation excluded).
+    const double steps = static_cast<double>(std::max<int64_t>(total_steps, 1));
+    summary["step_local_bytes"] = static_cast<double>(job_train_traffic.local.bytes) / steps;
+    summary["step_ici_bytes"] = static_cast<double>(job_train_traffic.ici.bytes) / steps;
+    summary["step_dcn_bytes"] = static_cast<double>(job_train_traffic.dcn.bytes) / steps;
   } else {
     summary["execute_seconds"] = lazy.execute_seconds;
   }
@@ -382,7 +406,11 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
                 test_accuracy, static_cast<long long>(test.num_examples), total_seconds,
                 summary["samples_per_second"].get<double>());
     if (placement.runtime != nullptr) {
-      std::printf("metrics report (host 0):\n%s", placement.runtime->MetricsReport().c_str());
+      std::printf(
+          "job traffic per training step: ICI %.0f B, DCN %.0f B, host-local %.0f B\n"
+          "metrics report (host 0):\n%s",
+          summary["step_ici_bytes"].get<double>(), summary["step_dcn_bytes"].get<double>(),
+          summary["step_local_bytes"].get<double>(), placement.runtime->MetricsReport().c_str());
     } else {
       std::printf("%lld graphs compiled, %lld cache hits\n", static_cast<long long>(lazy.compiles),
                   static_cast<long long>(lazy.cache_hits));
