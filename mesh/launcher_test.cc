@@ -203,7 +203,12 @@ TEST_F(LauncherTest, HostsStopWhenTheLauncherIsKilled) {
 }
 
 TEST_F(LauncherTest, SigtermToTheLauncherIsForwarded) {
-  LaunchOptions options = Script("echo $$ > \"$OUT/pid$TESSEL_HOST_INDEX\"; exec sleep 60", 2);
+  // Each host notes the SIGTERM it receives; SIGKILL (after failure_grace) would leave no note.
+  LaunchOptions options = Script(
+      "trap 'echo term > \"$OUT/term$TESSEL_HOST_INDEX\"; exit 0' TERM; "
+      "echo $$ > \"$OUT/pid$TESSEL_HOST_INDEX\"; while :; do sleep 0.05; done",
+      2);
+  options.failure_grace = absl::Seconds(20);
   const pid_t launcher = fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {
@@ -224,6 +229,8 @@ TEST_F(LauncherTest, SigtermToTheLauncherIsForwarded) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
   EXPECT_TRUE(AllGoneWithin(hosts, absl::Seconds(10)));
+  EXPECT_EQ(Read("term0"), "term\n");
+  EXPECT_EQ(Read("term1"), "term\n");
 }
 
 // Runs LaunchHosts with the process's stdout sent to `path`.
