@@ -73,7 +73,7 @@ struct LaunchResult {
   int exit_code = 0;
   int64_t failed_host = -1;  // the first host that failed; -1 if none (success, interrupted)
   // "" on success; else "host 2 (pid 1234) was killed by signal 9 (Killed)", "host 1 (pid 1233)
-  // exited with status 3", or "interrupted by signal 2 (Interrupt); stopped 4 hosts".
+  // exited with status 3", or "interrupted by signal 2 (Interrupt); stopped 4 host(s)".
   std::string message;
 };
 

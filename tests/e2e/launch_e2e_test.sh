@@ -11,6 +11,8 @@
 #   host_killed  SIGKILL host 1 mid-run: non-zero exit within 10 s, stderr names host 1 and its
 #                pid, nothing left
 #   bad_config   missing file / not JSON / not found program: exit 1 and one line; bad args: 2
+#   mpirun       4 ranks under Open MPI's mpirun with only TESSEL_CONFIG set (skipped, exit 77,
+#                when mpirun is not installed)
 #   unreachable  host 1 of 2 started by hand, coordinator that nobody serves (ipc and tcp),
 #                TESSEL_BOOTSTRAP_TIMEOUT_S=1: exit 1 and one line naming the coordinator
 set -u
@@ -162,6 +164,24 @@ case "$case_name" in
       grep -qF "$coordinator" "$tmp/err" || fail "$coordinator not named: $(cat "$tmp/err")"
       [[ "$elapsed" -le 6 ]] || fail "$coordinator: took ${elapsed}s with a 1 s bootstrap timeout"
     done
+    ;;
+
+  mpirun)
+    if ! command -v mpirun >/dev/null; then
+      echo "mpirun not installed (Debian: openmpi-bin); skipped"
+      exit 77
+    fi
+    # Open MPI's rank variables and the coordinator derived from its job id (mesh/host_env.h).
+    timeout 60 mpirun --allow-run-as-root --oversubscribe -np 4 -x TESSEL_CONFIG="$config" \
+      "$probe" --iterations 5 --tag "$tag" >"$tmp/out" 2>"$tmp/err"
+    code=$?
+    [[ "$code" == 0 ]] || fail "mpirun exit $code, expected 0; stderr: $(cat "$tmp/err")"
+    for h in 0 1 2 3; do
+      grep -qx "host $h: ok (5 all-reduces of 4096 f32 over 8 devices on 4 hosts; rank from OMPI_COMM_WORLD_RANK)" \
+        "$tmp/out" || fail "no line for host $h in: $(cat "$tmp/out")"
+    done
+    [[ $(wc -l <"$tmp/out") == 4 ]] || fail "expected 4 lines, got: $(cat "$tmp/out")"
+    expect_no_probe
     ;;
 
   *)
