@@ -74,6 +74,7 @@ class LauncherTest : public ::testing::Test {
 
 // True once `pid` no longer runs (gone, or a zombie nobody reaped yet).
 bool Gone(pid_t pid) {
+  if (pid <= 0) return false;  // never found: kill(-1, 0) would probe every process
   if (kill(pid, 0) != 0 && errno == ESRCH) return true;
   std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
   std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
@@ -141,9 +142,11 @@ TEST_F(LauncherTest, AllHostsSucceedWithTheirEnvironment) {
 }
 
 TEST_F(LauncherTest, FailedHostIsNamedAndTheOthersStopped) {
+  // Host 1 fails once every host has written its pid.
   LaunchOptions options = Script(
       "echo $$ > \"$OUT/pid$TESSEL_HOST_INDEX\"; "
-      "if [ \"$TESSEL_HOST_INDEX\" = 1 ]; then sleep 0.3; exit 3; fi; exec sleep 60",
+      "if [ \"$TESSEL_HOST_INDEX\" = 1 ]; then for h in 0 2 3; do "
+      "while [ ! -s \"$OUT/pid$h\" ]; do sleep 0.01; done; done; exit 3; fi; exec sleep 60",
       4);
   absl::StatusOr<LaunchResult> result = LaunchHosts(options);
   ASSERT_TRUE(result.ok()) << result.status();
@@ -172,16 +175,19 @@ TEST_F(LauncherTest, KilledHostIsNamedWithTheSignal) {
 
 TEST_F(LauncherTest, HostIgnoringSigtermIsKilled) {
   // TERM ignored by the shell and inherited as ignored by its sleep: only SIGKILL stops it.
+  // Host 0 fails once host 1 ignores TERM.
   LaunchOptions options = Script(
-      "if [ \"$TESSEL_HOST_INDEX\" = 0 ]; then sleep 0.2; exit 5; fi; trap '' TERM; "
-      "echo $$ > \"$OUT/pid\"; while :; do sleep 0.05; done",
+      "if [ \"$TESSEL_HOST_INDEX\" = 0 ]; then while [ ! -s \"$OUT/pid\" ]; do sleep 0.01; "
+      "done; exit 5; fi; trap '' TERM; echo $$ > \"$OUT/pid\"; while :; do sleep 0.05; done",
       2);
   options.failure_grace = absl::Milliseconds(300);
   absl::StatusOr<LaunchResult> result = LaunchHosts(options);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->exit_code, 5);
   EXPECT_EQ(result->failed_host, 0);
-  EXPECT_TRUE(Gone(WaitForPid("pid")));
+  const pid_t pid = WaitForPid("pid");
+  ASSERT_GT(pid, 0);
+  EXPECT_TRUE(Gone(pid));
 }
 
 TEST_F(LauncherTest, HostsStopWhenTheLauncherIsKilled) {
