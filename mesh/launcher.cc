@@ -160,15 +160,19 @@ std::vector<std::string> JobEnvironment(const LaunchOptions& options, const std:
     const std::string name = entry.substr(0, entry.find('='));
     if (replaced.count(name) == 0) env.push_back(entry);
   }
-  for (const auto& [name, value] : ours) {
-    std::erase_if(env, [&](const std::string& e) { return e.rfind(name + "=", 0) == 0; });
-    env.push_back(absl::StrCat(name, "=", value));
+  // Later entries of `ours` win (extra_env over the job's variables).
+  for (const auto& entry : ours) {
+    const std::string prefix = entry.first + "=";
+    std::erase_if(env, [&prefix](const std::string& e) { return e.rfind(prefix, 0) == 0; });
+    env.push_back(prefix + entry.second);
   }
   return env;
 }
 
+// argv / envp for execve: pointers into `strings` (which must outlive them), then nullptr.
 std::vector<char*> CStrings(std::vector<std::string>& strings) {
   std::vector<char*> pointers;
+  pointers.reserve(strings.size() + 1);
   for (std::string& s : strings) pointers.push_back(s.data());
   pointers.push_back(nullptr);
   return pointers;
