@@ -373,6 +373,7 @@ absl::StatusOr<LaunchResult> LaunchHosts(const LaunchOptions& options) {
   absl::Time kill_deadline = absl::InfiniteFuture();
   int seen_signals = 0;
   int interrupt_signal = 0;
+  int64_t interrupted_hosts = 0;  // hosts still running when the signal came
   auto stop_all = [&](int signo) {
     for (const HostProcess& h : hosts) {
       if (h.running) SignalHost(h.pid, signo);
@@ -387,6 +388,7 @@ absl::StatusOr<LaunchResult> LaunchHosts(const LaunchOptions& options) {
       if (!stopping) {
         stopping = true;
         interrupt_signal = signo;
+        interrupted_hosts = running;
         kill_deadline = absl::Now() + options.failure_grace;
         PrintLine(options, absl::StrCat("received ", SignalText(signo), "; forwarding it to ",
                                         running, " running host(s)"));
@@ -394,7 +396,7 @@ absl::StatusOr<LaunchResult> LaunchHosts(const LaunchOptions& options) {
       } else if (!killed) {
         killed = true;
         PrintLine(options, absl::StrCat("received ", SignalText(signo),
-                                        " again; killing the hosts (SIGKILL)"));
+                                        " while stopping the hosts; killing them (SIGKILL)"));
         stop_all(SIGKILL);
       }
     }
@@ -449,7 +451,7 @@ absl::StatusOr<LaunchResult> LaunchHosts(const LaunchOptions& options) {
   if (interrupt_signal != 0 && result.failed_host < 0) {
     result.exit_code = 128 + interrupt_signal;
     result.message = absl::StrCat("interrupted by ", SignalText(interrupt_signal), "; stopped ",
-                                  options.num_hosts, " host(s)");
+                                  interrupted_hosts, " host(s)");
   }
   return result;
 }

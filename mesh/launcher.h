@@ -28,7 +28,8 @@
 //     running failure_grace later, then reaps them all. Nothing is left running on return.
 //   - SIGINT / SIGTERM sent to the launcher during LaunchHosts are forwarded to every running
 //     host (its process group); SIGKILL follows failure_grace later, or at once on a second
-//     signal. The launcher's previous handlers are restored on return.
+//     signal (or a signal that arrives while the hosts are being stopped after a failure).
+//     The launcher's previous handlers are restored on return.
 //   - Messages of its own go to stderr, one line each, prefixed by program_name: the failure
 //     (the same text as LaunchResult::message, when it is detected), a forwarded signal, and
 //     hosts that needed SIGKILL. Callers need not print LaunchResult::message again.
