@@ -191,7 +191,10 @@ TEST_F(LauncherTest, HostIgnoringSigtermIsKilled) {
 }
 
 TEST_F(LauncherTest, HostsStopWhenTheLauncherIsKilled) {
-  LaunchOptions options = Script("echo $$ > \"$OUT/pid$TESSEL_HOST_INDEX\"; exec sleep 60", 2);
+  LaunchOptions options = Script(
+      "echo \"$TESSEL_IPC_DIR\" > \"$OUT/ipc_dir\"; echo $$ > \"$OUT/pid$TESSEL_HOST_INDEX\"; "
+      "exec sleep 60",
+      2);
   const pid_t launcher = fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {
@@ -206,6 +209,10 @@ TEST_F(LauncherTest, HostsStopWhenTheLauncherIsKilled) {
   ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
   // PR_SET_PDEATHSIG: the orphans are killed.
   EXPECT_TRUE(AllGoneWithin(hosts, absl::Seconds(10)));
+  // A launcher killed by SIGKILL cannot remove its private directory; the test does.
+  const std::string ipc_dir(absl::StripAsciiWhitespace(Read("ipc_dir")));
+  ASSERT_THAT(ipc_dir, HasSubstr("/tessel-launch-"));
+  std::filesystem::remove_all(ipc_dir);
 }
 
 TEST_F(LauncherTest, SigtermToTheLauncherIsForwarded) {

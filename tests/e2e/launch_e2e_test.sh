@@ -146,6 +146,8 @@ case "$case_name" in
     [[ $(probe_pids | wc -l) == 4 ]] || fail "4 hosts never ran; stderr: $(cat "$tmp/err")"
     sleep 0.5
     if [[ "$case_name" == launcher_killed ]]; then
+      # The private directory a SIGKILLed launcher cannot remove; the test removes it below.
+      ipc_dir=$(tr '\0' '\n' <"/proc/$(probe_pids | head -1)/environ" | sed -n 's/^TESSEL_IPC_DIR=//p')
       kill -9 "$launcher"
       wait "$launcher"
     else
@@ -162,6 +164,7 @@ case "$case_name" in
         "$tmp/err" || fail "no forwarding message: $(cat "$tmp/err")"
     fi
     expect_no_probe
+    [[ "$case_name" == launcher_killed && "$ipc_dir" == */tessel-launch-* ]] && rm -rf "$ipc_dir"
     ;;
 
   bad_config)
