@@ -15,7 +15,8 @@
 //   TESSEL_COORDINATOR=ipc://<private dir>/coordinator (host 0 serves the bootstrap there),
 //   TESSEL_IPC_DIR=<private dir> (the hosts' ipc data sockets), TESSEL_JOB_TOKEN=<128 random
 //   bits in hex>, then LaunchOptions::extra_env. TESSEL_EXTERNAL_COORDINATOR is removed. The
-//   private directory is made with mkdtemp under $TMPDIR (else /tmp) and removed at the end.
+//   private directory is made with mkdtemp under $TMPDIR (else /tmp) and removed at the end
+//   (a launcher killed by SIGKILL cannot remove it: an empty-ish tessel-launch-XXXXXX stays).
 //
 // Process handling (Linux):
 //   - fork + execve, no shell. stdin is /dev/null. Host 0's stdout is the launcher's; the other
