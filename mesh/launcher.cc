@@ -160,15 +160,19 @@ std::vector<std::string> JobEnvironment(const LaunchOptions& options, const std:
     const std::string name = entry.substr(0, entry.find('='));
     if (replaced.count(name) == 0) env.push_back(entry);
   }
-  for (const auto& [name, value] : ours) {
-    std::erase_if(env, [&](const std::string& e) { return e.rfind(name + "=", 0) == 0; });
-    env.push_back(absl::StrCat(name, "=", value));
+  // Later entries of `ours` win (extra_env over the job's variables).
+  for (const auto& entry : ours) {
+    const std::string prefix = entry.first + "=";
+    std::erase_if(env, [&prefix](const std::string& e) { return e.rfind(prefix, 0) == 0; });
+    env.push_back(prefix + entry.second);
   }
   return env;
 }
 
+// argv / envp for execve: pointers into `strings` (which must outlive them), then nullptr.
 std::vector<char*> CStrings(std::vector<std::string>& strings) {
   std::vector<char*> pointers;
+  pointers.reserve(strings.size() + 1);
   for (std::string& s : strings) pointers.push_back(s.data());
   pointers.push_back(nullptr);
   return pointers;
@@ -369,6 +373,7 @@ absl::StatusOr<LaunchResult> LaunchHosts(const LaunchOptions& options) {
   absl::Time kill_deadline = absl::InfiniteFuture();
   int seen_signals = 0;
   int interrupt_signal = 0;
+  int64_t interrupted_hosts = 0;  // hosts still running when the signal came
   auto stop_all = [&](int signo) {
     for (const HostProcess& h : hosts) {
       if (h.running) SignalHost(h.pid, signo);
@@ -383,6 +388,7 @@ absl::StatusOr<LaunchResult> LaunchHosts(const LaunchOptions& options) {
       if (!stopping) {
         stopping = true;
         interrupt_signal = signo;
+        interrupted_hosts = running;
         kill_deadline = absl::Now() + options.failure_grace;
         PrintLine(options, absl::StrCat("received ", SignalText(signo), "; forwarding it to ",
                                         running, " running host(s)"));
@@ -390,7 +396,7 @@ absl::StatusOr<LaunchResult> LaunchHosts(const LaunchOptions& options) {
       } else if (!killed) {
         killed = true;
         PrintLine(options, absl::StrCat("received ", SignalText(signo),
-                                        " again; killing the hosts (SIGKILL)"));
+                                        " while stopping the hosts; killing them (SIGKILL)"));
         stop_all(SIGKILL);
       }
     }
@@ -445,7 +451,7 @@ absl::StatusOr<LaunchResult> LaunchHosts(const LaunchOptions& options) {
   if (interrupt_signal != 0 && result.failed_host < 0) {
     result.exit_code = 128 + interrupt_signal;
     result.message = absl::StrCat("interrupted by ", SignalText(interrupt_signal), "; stopped ",
-                                  options.num_hosts, " host(s)");
+                                  interrupted_hosts, " host(s)");
   }
   return result;
 }

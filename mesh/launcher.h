@@ -15,7 +15,8 @@
 //   TESSEL_COORDINATOR=ipc://<private dir>/coordinator (host 0 serves the bootstrap there),
 //   TESSEL_IPC_DIR=<private dir> (the hosts' ipc data sockets), TESSEL_JOB_TOKEN=<128 random
 //   bits in hex>, then LaunchOptions::extra_env. TESSEL_EXTERNAL_COORDINATOR is removed. The
-//   private directory is made with mkdtemp under $TMPDIR (else /tmp) and removed at the end.
+//   private directory is made with mkdtemp under $TMPDIR (else /tmp) and removed at the end
+//   (a launcher killed by SIGKILL cannot remove it: an empty-ish tessel-launch-XXXXXX stays).
 //
 // Process handling (Linux):
 //   - fork + execve, no shell. stdin is /dev/null. Host 0's stdout is the launcher's; the other
@@ -28,7 +29,8 @@
 //     running failure_grace later, then reaps them all. Nothing is left running on return.
 //   - SIGINT / SIGTERM sent to the launcher during LaunchHosts are forwarded to every running
 //     host (its process group); SIGKILL follows failure_grace later, or at once on a second
-//     signal. The launcher's previous handlers are restored on return.
+//     signal (or a signal that arrives while the hosts are being stopped after a failure).
+//     The launcher's previous handlers are restored on return.
 //   - Messages of its own go to stderr, one line each, prefixed by program_name: the failure
 //     (the same text as LaunchResult::message, when it is detected), a forwarded signal, and
 //     hosts that needed SIGKILL. Callers need not print LaunchResult::message again.
@@ -73,7 +75,7 @@ struct LaunchResult {
   int exit_code = 0;
   int64_t failed_host = -1;  // the first host that failed; -1 if none (success, interrupted)
   // "" on success; else "host 2 (pid 1234) was killed by signal 9 (Killed)", "host 1 (pid 1233)
-  // exited with status 3", or "interrupted by signal 2 (Interrupt); stopped 4 hosts".
+  // exited with status 3", or "interrupted by signal 2 (Interrupt); stopped 4 host(s)".
   std::string message;
 };
 

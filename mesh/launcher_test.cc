@@ -74,6 +74,7 @@ class LauncherTest : public ::testing::Test {
 
 // True once `pid` no longer runs (gone, or a zombie nobody reaped yet).
 bool Gone(pid_t pid) {
+  if (pid <= 0) return false;  // never found: kill(-1, 0) would probe every process
   if (kill(pid, 0) != 0 && errno == ESRCH) return true;
   std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
   std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
@@ -141,9 +142,11 @@ TEST_F(LauncherTest, AllHostsSucceedWithTheirEnvironment) {
 }
 
 TEST_F(LauncherTest, FailedHostIsNamedAndTheOthersStopped) {
+  // Host 1 fails once every host has written its pid.
   LaunchOptions options = Script(
       "echo $$ > \"$OUT/pid$TESSEL_HOST_INDEX\"; "
-      "if [ \"$TESSEL_HOST_INDEX\" = 1 ]; then sleep 0.3; exit 3; fi; exec sleep 60",
+      "if [ \"$TESSEL_HOST_INDEX\" = 1 ]; then for h in 0 2 3; do "
+      "while [ ! -s \"$OUT/pid$h\" ]; do sleep 0.01; done; done; exit 3; fi; exec sleep 60",
       4);
   absl::StatusOr<LaunchResult> result = LaunchHosts(options);
   ASSERT_TRUE(result.ok()) << result.status();
@@ -172,20 +175,26 @@ TEST_F(LauncherTest, KilledHostIsNamedWithTheSignal) {
 
 TEST_F(LauncherTest, HostIgnoringSigtermIsKilled) {
   // TERM ignored by the shell and inherited as ignored by its sleep: only SIGKILL stops it.
+  // Host 0 fails once host 1 ignores TERM.
   LaunchOptions options = Script(
-      "if [ \"$TESSEL_HOST_INDEX\" = 0 ]; then sleep 0.2; exit 5; fi; trap '' TERM; "
-      "echo $$ > \"$OUT/pid\"; while :; do sleep 0.05; done",
+      "if [ \"$TESSEL_HOST_INDEX\" = 0 ]; then while [ ! -s \"$OUT/pid\" ]; do sleep 0.01; "
+      "done; exit 5; fi; trap '' TERM; echo $$ > \"$OUT/pid\"; while :; do sleep 0.05; done",
       2);
   options.failure_grace = absl::Milliseconds(300);
   absl::StatusOr<LaunchResult> result = LaunchHosts(options);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->exit_code, 5);
   EXPECT_EQ(result->failed_host, 0);
-  EXPECT_TRUE(Gone(WaitForPid("pid")));
+  const pid_t pid = WaitForPid("pid");
+  ASSERT_GT(pid, 0);
+  EXPECT_TRUE(Gone(pid));
 }
 
 TEST_F(LauncherTest, HostsStopWhenTheLauncherIsKilled) {
-  LaunchOptions options = Script("echo $$ > \"$OUT/pid$TESSEL_HOST_INDEX\"; exec sleep 60", 2);
+  LaunchOptions options = Script(
+      "echo \"$TESSEL_IPC_DIR\" > \"$OUT/ipc_dir\"; echo $$ > \"$OUT/pid$TESSEL_HOST_INDEX\"; "
+      "exec sleep 60",
+      2);
   const pid_t launcher = fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {
@@ -200,10 +209,19 @@ TEST_F(LauncherTest, HostsStopWhenTheLauncherIsKilled) {
   ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
   // PR_SET_PDEATHSIG: the orphans are killed.
   EXPECT_TRUE(AllGoneWithin(hosts, absl::Seconds(10)));
+  // A launcher killed by SIGKILL cannot remove its private directory; the test does.
+  const std::string ipc_dir(absl::StripAsciiWhitespace(Read("ipc_dir")));
+  ASSERT_THAT(ipc_dir, HasSubstr("/tessel-launch-"));
+  std::filesystem::remove_all(ipc_dir);
 }
 
 TEST_F(LauncherTest, SigtermToTheLauncherIsForwarded) {
-  LaunchOptions options = Script("echo $$ > \"$OUT/pid$TESSEL_HOST_INDEX\"; exec sleep 60", 2);
+  // Each host notes the SIGTERM it receives; SIGKILL (after failure_grace) would leave no note.
+  LaunchOptions options = Script(
+      "trap 'echo term > \"$OUT/term$TESSEL_HOST_INDEX\"; exit 0' TERM; "
+      "echo $$ > \"$OUT/pid$TESSEL_HOST_INDEX\"; while :; do sleep 0.05; done",
+      2);
+  options.failure_grace = absl::Seconds(20);
   const pid_t launcher = fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {
@@ -224,6 +242,8 @@ TEST_F(LauncherTest, SigtermToTheLauncherIsForwarded) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
   EXPECT_TRUE(AllGoneWithin(hosts, absl::Seconds(10)));
+  EXPECT_EQ(Read("term0"), "term\n");
+  EXPECT_EQ(Read("term1"), "term\n");
 }
 
 // Runs LaunchHosts with the process's stdout sent to `path`.

@@ -95,8 +95,9 @@ absl::Status RunDevice(transport::Communicator& comm, int64_t device_id, const P
     TESSEL_RETURN_IF_ERROR(comm.AllReduce(device_id, {}, ReduceKind::kAdd, DType::kF32, in.data(),
                                           out.data(), flags.elements));
     for (int64_t i = 0; i < flags.elements; ++i) {
-      const float expected =
-          static_cast<float>((iteration % 16 + 1) * n * (n + 1) / 2 + n * (i % 7));
+      // Sum over devices d of (d + 1) * m + i % 7, in exact integer arithmetic.
+      const int64_t expected_sum = (iteration % 16 + 1) * (n * (n + 1) / 2) + n * (i % 7);
+      const float expected = static_cast<float>(expected_sum);
       if (out[i] != expected) {
         return absl::InternalError(absl::StrCat("all-reduce #", iteration, " on device ", device_id,
                                                 ": element ", i, " = ", out[i], ", expected ",

@@ -10,7 +10,11 @@
 #   host_exit    host 2 exits 3 after bootstrap: non-zero exit, stderr names host 2, nothing left
 #   host_killed  SIGKILL host 1 mid-run: non-zero exit within 10 s, stderr names host 1 and its
 #                pid, nothing left
+#   launcher_killed  SIGKILL of tessel launch mid-run: no host is left (PR_SET_PDEATHSIG)
+#   interrupted  SIGINT to tessel launch: forwarded, exit 130, no host left
 #   bad_config   missing file / not JSON / not found program: exit 1 and one line; bad args: 2
+#   mpirun       4 ranks under Open MPI's mpirun with only TESSEL_CONFIG set (skipped, exit 77,
+#                when mpirun is not installed)
 #   unreachable  host 1 of 2 started by hand, coordinator that nobody serves (ipc and tcp),
 #                TESSEL_BOOTSTRAP_TIMEOUT_S=1: exit 1 and one line naming the coordinator
 set -u
@@ -23,11 +27,14 @@ tmp="$(mktemp -d)"
 tag="launch-e2e-$$-$RANDOM$RANDOM"
 failures=0
 
-# Pids of host_probe processes carrying this run's tag.
+# Pids of live host_probe processes carrying this run's tag (zombies that an init without a
+# reaper keeps around are dead and not listed).
 probe_pids() {
-  local pid
+  local pid state
   for pid in $(pgrep -f -- "--tag $tag" 2>/dev/null); do
-    [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == host_probe ]] && echo "$pid"
+    [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == host_probe ]] || continue
+    state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)
+    [[ -n "$state" && "$state" != Z ]] && echo "$pid"
   done
 }
 
@@ -126,6 +133,40 @@ case "$case_name" in
     expect_no_probe
     ;;
 
+  launcher_killed | interrupted)
+    # SIGKILL of the launcher: PR_SET_PDEATHSIG takes the hosts down. SIGINT (Ctrl-C): forwarded
+    # to the hosts, exit 130.
+    "$tessel" launch "$config" -- "$probe" --iterations 1000000 --sleep-ms 10 --tag "$tag" \
+      >"$tmp/out" 2>"$tmp/err" &
+    launcher=$!
+    for i in $(seq 200); do
+      [[ $(probe_pids | wc -l) == 4 ]] && break
+      sleep 0.05
+    done
+    [[ $(probe_pids | wc -l) == 4 ]] || fail "4 hosts never ran; stderr: $(cat "$tmp/err")"
+    sleep 0.5
+    if [[ "$case_name" == launcher_killed ]]; then
+      # The private directory a SIGKILLed launcher cannot remove; the test removes it below.
+      ipc_dir=$(tr '\0' '\n' <"/proc/$(probe_pids | head -1)/environ" | sed -n 's/^TESSEL_IPC_DIR=//p')
+      kill -9 "$launcher"
+      wait "$launcher"
+    else
+      kill -INT "$launcher"
+      for i in $(seq 100); do
+        kill -0 "$launcher" 2>/dev/null || break
+        sleep 0.1
+      done
+      kill -0 "$launcher" 2>/dev/null && fail "tessel launch still running 10 s after SIGINT"
+      wait "$launcher"
+      code=$?
+      [[ "$code" == 130 ]] || fail "exit $code after SIGINT, expected 130"
+      grep -qF "tessel launch: received signal 2 (Interrupt); forwarding it to 4 running host(s)" \
+        "$tmp/err" || fail "no forwarding message: $(cat "$tmp/err")"
+    fi
+    expect_no_probe
+    [[ "$case_name" == launcher_killed && "$ipc_dir" == */tessel-launch-* ]] && rm -rf "$ipc_dir"
+    ;;
+
   bad_config)
     "$tessel" launch "$tmp/no_such.json" -- "$probe" >"$tmp/out" 2>"$tmp/err"
     code=$?
@@ -162,6 +203,24 @@ case "$case_name" in
       grep -qF "$coordinator" "$tmp/err" || fail "$coordinator not named: $(cat "$tmp/err")"
       [[ "$elapsed" -le 6 ]] || fail "$coordinator: took ${elapsed}s with a 1 s bootstrap timeout"
     done
+    ;;
+
+  mpirun)
+    if ! command -v mpirun >/dev/null; then
+      echo "mpirun not installed (Debian: openmpi-bin); skipped"
+      exit 77
+    fi
+    # Open MPI's rank variables and the coordinator derived from its job id (mesh/host_env.h).
+    timeout 60 mpirun --allow-run-as-root --oversubscribe -np 4 -x TESSEL_CONFIG="$config" \
+      "$probe" --iterations 5 --tag "$tag" >"$tmp/out" 2>"$tmp/err"
+    code=$?
+    [[ "$code" == 0 ]] || fail "mpirun exit $code, expected 0; stderr: $(cat "$tmp/err")"
+    for h in 0 1 2 3; do
+      grep -qx "host $h: ok (5 all-reduces of 4096 f32 over 8 devices on 4 hosts; rank from OMPI_COMM_WORLD_RANK)" \
+        "$tmp/out" || fail "no line for host $h in: $(cat "$tmp/out")"
+    done
+    [[ $(wc -l <"$tmp/out") == 4 ]] || fail "expected 4 lines, got: $(cat "$tmp/out")"
+    expect_no_probe
     ;;
 
   *)
