@@ -370,9 +370,7 @@ absl::Status Sync() {
 
 const LazyMetrics& GetLazyMetrics() { return Context().metrics; }
 void ResetLazyMetrics() { Context().metrics = LazyMetrics(); }
-void SetExecutorOptions(const ExecutorOptions& options) {
-  Context().local.set_options(options);
-}
+void SetExecutorOptions(const ExecutorOptions& options) { Context().local.set_options(options); }
 
 void SetComputationClient(std::shared_ptr<ComputationClient> client) {
   Context().client = std::move(client);

@@ -41,8 +41,8 @@ absl::Status CheckArray(const Literal& input, int64_t dim, const char* op) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": tuple operands are not supported"));
   }
   if (dim < 0 || dim >= input.shape().rank()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": dimension ", dim, " is out of range for ",
-                                                   input.shape().ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": dimension ", dim, " is out of range for ", input.shape().ToString()));
   }
   return absl::OkStatus();
 }
@@ -56,8 +56,7 @@ absl::StatusOr<int64_t> GroupSize(const transport::Communicator& comm, int64_t d
       if (d == device_id) return static_cast<int64_t>(group.size());
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("device ", device_id, " is in no replica group"));
+  return absl::InvalidArgumentError(absl::StrCat("device ", device_id, " is in no replica group"));
 }
 
 }  // namespace
@@ -101,22 +100,30 @@ Literal MoveFrontDimTo(const Literal& front_first, const Shape& shape, int64_t d
   return out;
 }
 
+void CommunicatorCollectives::Observe(int64_t device_id, const char* op,
+                                      std::chrono::steady_clock::time_point start,
+                                      int64_t input_bytes) const {
+  if (observer_) observer_(device_id, op, start, std::chrono::steady_clock::now(), input_bytes);
+}
+
 absl::StatusOr<Literal> CommunicatorCollectives::AllReduce(int64_t device_id, const Literal& input,
                                                            const ReplicaGroups& groups,
                                                            ReduceKind kind) {
+  const auto start = std::chrono::steady_clock::now();
   if (input.shape().is_tuple()) {
     return absl::InvalidArgumentError("all-reduce: tuple operands are not supported");
   }
   Literal out = Literal::Uninitialized(input.shape());
   TESSEL_RETURN_IF_ERROR(comm_->AllReduce(device_id, groups, kind, input.shape().dtype(),
-                                          input.raw_data(), out.raw_data(),
-                                          input.num_elements()));
+                                          input.raw_data(), out.raw_data(), input.num_elements()));
+  Observe(device_id, "all-reduce", start, input.byte_size());
   return out;
 }
 
 absl::StatusOr<Literal> CommunicatorCollectives::AllGather(int64_t device_id, const Literal& input,
                                                            const ReplicaGroups& groups,
                                                            int64_t dim) {
+  const auto start = std::chrono::steady_clock::now();
   TESSEL_RETURN_IF_ERROR(CheckArray(input, dim, "all-gather"));
   TESSEL_ASSIGN_OR_RETURN(int64_t n, GroupSize(*comm_, device_id, groups));
   Literal front = MoveDimToFront(input, dim);
@@ -128,19 +135,22 @@ absl::StatusOr<Literal> CommunicatorCollectives::AllGather(int64_t device_id, co
                                           front.num_elements()));
   std::vector<int64_t> out_dims = input.shape().dims();
   out_dims[dim] *= n;
-  return MoveFrontDimTo(gathered, Shape(input.shape().dtype(), out_dims), dim);
+  Literal result = MoveFrontDimTo(gathered, Shape(input.shape().dtype(), out_dims), dim);
+  Observe(device_id, "all-gather", start, input.byte_size());
+  return result;
 }
 
 absl::StatusOr<Literal> CommunicatorCollectives::ReduceScatter(int64_t device_id,
                                                                const Literal& input,
                                                                const ReplicaGroups& groups,
                                                                int64_t dim, ReduceKind kind) {
+  const auto start = std::chrono::steady_clock::now();
   TESSEL_RETURN_IF_ERROR(CheckArray(input, dim, "reduce-scatter"));
   TESSEL_ASSIGN_OR_RETURN(int64_t n, GroupSize(*comm_, device_id, groups));
   if (input.shape().dim(dim) % n != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("reduce-scatter: dimension ", dim, " of ", input.shape().ToString(),
-                     " is not divisible by the group size ", n));
+    return absl::InvalidArgumentError(absl::StrCat("reduce-scatter: dimension ", dim, " of ",
+                                                   input.shape().ToString(),
+                                                   " is not divisible by the group size ", n));
   }
   Literal front = MoveDimToFront(input, dim);
   std::vector<int64_t> out_dims = input.shape().dims();
@@ -150,30 +160,35 @@ absl::StatusOr<Literal> CommunicatorCollectives::ReduceScatter(int64_t device_id
   TESSEL_RETURN_IF_ERROR(comm_->ReduceScatter(device_id, groups, kind, input.shape().dtype(),
                                               front.raw_data(), scattered.raw_data(),
                                               scattered.num_elements()));
-  return MoveFrontDimTo(scattered, out_shape, dim);
+  Literal result = MoveFrontDimTo(scattered, out_shape, dim);
+  Observe(device_id, "reduce-scatter", start, input.byte_size());
+  return result;
 }
 
 absl::StatusOr<Literal> CommunicatorCollectives::AllToAll(int64_t device_id, const Literal& input,
                                                           const ReplicaGroups& groups,
                                                           int64_t dim) {
+  const auto start = std::chrono::steady_clock::now();
   TESSEL_RETURN_IF_ERROR(CheckArray(input, dim, "all-to-all"));
   TESSEL_ASSIGN_OR_RETURN(int64_t n, GroupSize(*comm_, device_id, groups));
   if (input.shape().dim(dim) % n != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("all-to-all: dimension ", dim, " of ", input.shape().ToString(),
-                     " is not divisible by the group size ", n));
+    return absl::InvalidArgumentError(absl::StrCat("all-to-all: dimension ", dim, " of ",
+                                                   input.shape().ToString(),
+                                                   " is not divisible by the group size ", n));
   }
   Literal front = MoveDimToFront(input, dim);
   Literal exchanged = Literal::Uninitialized(front.shape());
-  TESSEL_RETURN_IF_ERROR(comm_->AllToAll(device_id, groups, input.shape().dtype(),
-                                         front.raw_data(), exchanged.raw_data(),
-                                         front.num_elements() / n));
-  return MoveFrontDimTo(exchanged, input.shape(), dim);
+  TESSEL_RETURN_IF_ERROR(comm_->AllToAll(device_id, groups, input.shape().dtype(), front.raw_data(),
+                                         exchanged.raw_data(), front.num_elements() / n));
+  Literal result = MoveFrontDimTo(exchanged, input.shape(), dim);
+  Observe(device_id, "all-to-all", start, input.byte_size());
+  return result;
 }
 
 absl::StatusOr<Literal> CommunicatorCollectives::CollectivePermute(
     int64_t device_id, const Literal& input,
     const std::vector<std::pair<int64_t, int64_t>>& pairs) {
+  const auto start = std::chrono::steady_clock::now();
   if (input.shape().is_tuple()) {
     return absl::InvalidArgumentError("collective-permute: tuple operands are not supported");
   }
@@ -181,6 +196,7 @@ absl::StatusOr<Literal> CommunicatorCollectives::CollectivePermute(
   TESSEL_RETURN_IF_ERROR(comm_->CollectivePermute(device_id, pairs, input.shape().dtype(),
                                                   input.raw_data(), out.raw_data(),
                                                   input.num_elements()));
+  Observe(device_id, "collective-permute", start, input.byte_size());
   return out;
 }
 

@@ -17,7 +17,9 @@
 #ifndef TESSEL_MESH_COLLECTIVE_ADAPTER_H_
 #define TESSEL_MESH_COLLECTIVE_ADAPTER_H_
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -33,6 +35,13 @@ class CommunicatorCollectives final : public CollectiveBackend {
   // `comm` must outlive this object. Thread safety: as the Communicator (one call at a time per
   // device, devices concurrently).
   explicit CommunicatorCollectives(transport::Communicator* comm) : comm_(comm) {}
+
+  // Called after every collective with the device, the XLA op name ("all-reduce", ...), its wall
+  // start and end, and the bytes of the device's input (for timelines). Set before any call.
+  using Observer = std::function<void(
+      int64_t device_id, const char* op, std::chrono::steady_clock::time_point start,
+      std::chrono::steady_clock::time_point end, int64_t input_bytes)>;
+  void set_observer(Observer observer) { observer_ = std::move(observer); }
 
   // Each: device `device_id`'s result, XLA semantics (core/collectives.h). Shapes: `input` is
   // the device's local operand; all-gather multiplies dim `dim` by the group size,
@@ -55,7 +64,12 @@ class CommunicatorCollectives final : public CollectiveBackend {
       const std::vector<std::pair<int64_t, int64_t>>& pairs) override;
 
  private:
+  // Calls observer_ (if set) for a collective that started at `start`.
+  void Observe(int64_t device_id, const char* op, std::chrono::steady_clock::time_point start,
+               int64_t input_bytes) const;
+
   transport::Communicator* comm_;
+  Observer observer_;
 };
 
 // Layout helpers (exposed for tests). `MoveDimToFront` returns `value` with dim `dim` first

@@ -84,11 +84,9 @@ TEST(CollectiveAdapterTest, AllReduceMatchesReference) {
 TEST(CollectiveAdapterTest, AllGatherEveryDim) {
   for (int64_t dim = 0; dim < 3; ++dim) {
     for (const ReplicaGroups& groups : {kRows, kColumns}) {
-      ExpectSameAsReference(
-          [&](CollectiveBackend& b, int64_t d, const Literal& x) {
-            return b.AllGather(d, x, groups, dim);
-          },
-          {4, 6, 8});
+      ExpectSameAsReference([&](CollectiveBackend& b, int64_t d,
+                                const Literal& x) { return b.AllGather(d, x, groups, dim); },
+                            {4, 6, 8});
     }
   }
 }

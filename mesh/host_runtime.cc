@@ -1,6 +1,7 @@
 #include "mesh/host_runtime.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -15,6 +17,7 @@
 #include "core/hlo_text.h"
 #include "core/status_macros.h"
 #include "mesh/collective_adapter.h"
+#include "nlohmann/json.hpp"
 #include "partitioner/partitioner.h"
 
 namespace tessel::mesh {
@@ -108,14 +111,27 @@ struct HostRuntime::State {
   };
   absl::flat_hash_map<uint64_t, std::shared_ptr<const Compiled>> cache;
   RuntimeMetrics metrics;
-  int64_t transfers = 0;  // TransferFromDevice calls that gathered (rendezvous tag numbering)
+  int64_t transfers = 0;
 
-  const std::vector<int64_t>& local_devices() const {
-    return communicator->local_device_ids();
-  }
+  // Timeline (EnableTracing).
+  struct TraceEvent {
+    int64_t device = 0;
+    std::string name;
+    std::string category;  // "execute" or "collective"
+    std::chrono::steady_clock::time_point start, end;
+    int64_t bytes = 0;
+  };
+  std::atomic<bool> tracing{false};
+  std::mutex trace_mu;
+  std::vector<TraceEvent> trace;
+  void Record(TraceEvent event) {
+    std::lock_guard<std::mutex> lock(trace_mu);
+    trace.push_back(std::move(event));
+  }  // TransferFromDevice calls that gathered (rendezvous tag numbering)
 
-  absl::StatusOr<std::shared_ptr<const Compiled>> Compile(const Graph& graph,
-                                                          uint64_t fingerprint);
+  const std::vector<int64_t>& local_devices() const { return communicator->local_device_ids(); }
+
+  absl::StatusOr<std::shared_ptr<const Compiled>> Compile(const Graph& graph, uint64_t fingerprint);
   // This host's pieces of `argument` laid out as `layout`.
   absl::StatusOr<std::vector<std::shared_ptr<const Literal>>> LocalPieces(
       const DeviceData& argument, const spmd::ShardedTensor& layout, int64_t parameter);
@@ -133,18 +149,17 @@ absl::StatusOr<std::shared_ptr<const HostRuntime::State::Compiled>> HostRuntime:
   }
   const auto start = std::chrono::steady_clock::now();
   auto compiled = std::make_shared<Compiled>();
-  TESSEL_ASSIGN_OR_RETURN(compiled->program,
-                          partitioner::Partition(graph, topology.num_devices()));
+  TESSEL_ASSIGN_OR_RETURN(compiled->program, partitioner::Partition(graph, topology.num_devices()));
   for (const partitioner::ShardedValue& p : compiled->program.parameters) {
-    TESSEL_ASSIGN_OR_RETURN(spmd::ShardedTensor layout,
-                            spmd::ShardedTensor::Create(p.global_shape, p.sharding,
-                                                        topology.num_devices()));
+    TESSEL_ASSIGN_OR_RETURN(
+        spmd::ShardedTensor layout,
+        spmd::ShardedTensor::Create(p.global_shape, p.sharding, topology.num_devices()));
     compiled->parameter_layouts.push_back(std::move(layout));
   }
   for (const partitioner::ShardedValue& o : compiled->program.outputs) {
-    TESSEL_ASSIGN_OR_RETURN(spmd::ShardedTensor layout,
-                            spmd::ShardedTensor::Create(o.global_shape, o.sharding,
-                                                        topology.num_devices()));
+    TESSEL_ASSIGN_OR_RETURN(
+        spmd::ShardedTensor layout,
+        spmd::ShardedTensor::Create(o.global_shape, o.sharding, topology.num_devices()));
     compiled->output_layouts.push_back(std::move(layout));
   }
   metrics.compile_seconds += SecondsSince(start);
@@ -326,6 +341,12 @@ class HostRuntime::Client final : public ComputationClient {
     const auto start = std::chrono::steady_clock::now();
     auto run_device = [&](size_t l) {
       const auto device_start = std::chrono::steady_clock::now();
+      absl::Cleanup record = [&] {
+        if (s.tracing) {
+          s.Record({devices[l], absl::StrFormat("%s %016x", graph->name(), fingerprint), "execute",
+                    device_start, std::chrono::steady_clock::now(), 0});
+        }
+      };
       std::vector<const Literal*> args;
       args.reserve(pieces.size());
       for (size_t i = 0; i < pieces.size(); ++i) {
@@ -352,9 +373,8 @@ class HostRuntime::Client final : public ComputationClient {
     for (size_t l = 0; l < num_local; ++l) {
       if (!results[l].ok()) {
         return absl::Status(results[l].status().code(),
-                            absl::StrCat("device ", devices[l], " (host ",
-                                         s.communicator->rank(), "): ",
-                                         results[l].status().message()));
+                            absl::StrCat("device ", devices[l], " (host ", s.communicator->rank(),
+                                         "): ", results[l].status().message()));
       }
       s.metrics.peak_device_bytes =
           std::max(s.metrics.peak_device_bytes, device_stats[l].peak_live_bytes);
@@ -373,9 +393,8 @@ class HostRuntime::Client final : public ComputationClient {
       for (size_t l = 0; l < num_local; ++l) {
         std::vector<Literal>& device_results = *results[l];
         if (device_results.size() != num_outputs) {
-          return absl::InternalError(absl::StrCat("device program returned ",
-                                                  device_results.size(), " values for ",
-                                                  num_outputs, " outputs"));
+          return absl::InternalError(absl::StrCat("device program returned ", device_results.size(),
+                                                  " values for ", num_outputs, " outputs"));
         }
         out_pieces.push_back(std::make_shared<const Literal>(std::move(device_results[o])));
       }
@@ -416,21 +435,21 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
   if (communicator == nullptr) return absl::InvalidArgumentError("HostRuntime: no communicator");
   const transport::DeviceMap& map = communicator->device_map();
   if (communicator->size() != topology.num_hosts()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the topology has ", topology.num_hosts(), " hosts but the job has ",
-                     communicator->size()));
+    return absl::InvalidArgumentError(absl::StrCat("the topology has ", topology.num_hosts(),
+                                                   " hosts but the job has ",
+                                                   communicator->size()));
   }
   if (map.num_devices() != topology.num_devices()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the topology has ", topology.num_devices(),
-                     " devices but the job's device map has ", map.num_devices()));
+    return absl::InvalidArgumentError(absl::StrCat("the topology has ", topology.num_devices(),
+                                                   " devices but the job's device map has ",
+                                                   map.num_devices()));
   }
   for (const Device& d : topology.devices()) {
     if (map.host_of_device[d.id] != d.host || map.slice_of_device[d.id] != d.slice) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "device ", d.id, " is on host ", d.host, " slice ", d.slice,
-          " in the topology but on host ", map.host_of_device[d.id], " slice ",
-          map.slice_of_device[d.id], " in the job's device map"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("device ", d.id, " is on host ", d.host, " slice ", d.slice,
+                       " in the topology but on host ", map.host_of_device[d.id], " slice ",
+                       map.slice_of_device[d.id], " in the job's device map"));
     }
   }
   if (options.threads_per_device < 1) {
@@ -447,6 +466,12 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
     if (const char* dump = std::getenv("TESSEL_DUMP_TO"); dump != nullptr) s.options.dump_to = dump;
   }
   s.collectives = std::make_unique<CommunicatorCollectives>(communicator);
+  State* state = runtime->state_.get();
+  s.collectives->set_observer([state](int64_t device, const char* op,
+                                      std::chrono::steady_clock::time_point start,
+                                      std::chrono::steady_clock::time_point end, int64_t bytes) {
+    if (state->tracing) state->Record({device, op, "collective", start, end, bytes});
+  });
   runtime->client_ = std::make_shared<Client>(runtime->state_.get());
   return runtime;
 }
@@ -479,9 +504,9 @@ absl::StatusOr<Tensor> HostRuntime::MakeShardedInput(
     TESSEL_ASSIGN_OR_RETURN(Literal data, load_shard(*shard));
     const Shape expected(global_shape.dtype(), shard->data_dims());
     if (data.shape() != expected) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input piece of device ", device, ": expected ", expected.ToString(), ", got ",
-          data.shape().ToString()));
+      return absl::InvalidArgumentError(absl::StrCat("input piece of device ", device,
+                                                     ": expected ", expected.ToString(), ", got ",
+                                                     data.shape().ToString()));
     }
     auto local = std::make_shared<Literal>(layout.local_shape());
     TESSEL_RETURN_IF_ERROR(PadInto(data, local.get()));
@@ -496,11 +521,11 @@ absl::StatusOr<transport::CollectiveStats> HostRuntime::SumOverHosts(
     const transport::CollectiveStats& stats) {
   // Every counter as int64, in a fixed order.
   auto fields = [](transport::CollectiveStats& s) {
-    std::vector<int64_t*> f = {&s.local.bytes, &s.local.messages, &s.ici.bytes,
-                               &s.ici.messages, &s.dcn.bytes,   &s.dcn.messages};
+    std::vector<int64_t*> f = {&s.local.bytes,  &s.local.messages, &s.ici.bytes,
+                               &s.ici.messages, &s.dcn.bytes,      &s.dcn.messages};
     for (transport::KindStats& k : s.per_kind) {
-      for (int64_t* v : {&k.calls, &k.local.bytes, &k.local.messages, &k.ici.bytes,
-                         &k.ici.messages, &k.dcn.bytes, &k.dcn.messages}) {
+      for (int64_t* v : {&k.calls, &k.local.bytes, &k.local.messages, &k.ici.bytes, &k.ici.messages,
+                         &k.dcn.bytes, &k.dcn.messages}) {
         f.push_back(v);
       }
     }
@@ -529,6 +554,63 @@ absl::StatusOr<transport::CollectiveStats> HostRuntime::SumOverHosts(
   return total;
 }
 
+void HostRuntime::EnableTracing(bool on) { state_->tracing = on; }
+
+absl::StatusOr<std::string> HostRuntime::CollectTrace() {
+  State& s = *state_;
+  nlohmann::json mine = nlohmann::json::array();
+  {
+    std::lock_guard<std::mutex> lock(s.trace_mu);
+    for (const State::TraceEvent& e : s.trace) {
+      // Monotonic clock: comparable across the processes of one machine.
+      const auto since = [](std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
+      };
+      mine.push_back(
+          {e.device, e.name, e.category, since(e.start), since(e.end) - since(e.start), e.bytes});
+    }
+  }
+  const std::string tag = absl::StrCat("tessel/trace#", s.transfers++);
+  TESSEL_ASSIGN_OR_RETURN(std::vector<std::string> payloads,
+                          s.communicator->Rendezvous(tag, mine.dump()));
+  if (s.communicator->rank() != 0) return std::string();
+  nlohmann::json events = nlohmann::json::array();
+  double origin = -1;
+  std::vector<nlohmann::json> per_host;
+  for (const std::string& p : payloads) {
+    nlohmann::json host = nlohmann::json::parse(p, nullptr, /*allow_exceptions=*/false);
+    if (host.is_discarded() || !host.is_array()) {
+      return absl::DataLossError("trace: a host sent a malformed event list");
+    }
+    for (const auto& e : host) {
+      const double ts = e[3].get<double>();
+      if (origin < 0 || ts < origin) origin = ts;
+    }
+    per_host.push_back(std::move(host));
+  }
+  for (size_t h = 0; h < per_host.size(); ++h) {
+    events.push_back({{"ph", "M"},
+                      {"name", "process_name"},
+                      {"pid", h},
+                      {"args", {{"name", absl::StrCat("host ", h)}}}});
+    for (int64_t d : s.topology.host(static_cast<int64_t>(h)).device_ids) {
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", h},
+                        {"tid", d},
+                        {"args", {{"name", absl::StrCat("device ", d)}}}});
+    }
+    for (const auto& e : per_host[h]) {
+      nlohmann::json event = {{"ph", "X"},    {"pid", h},    {"tid", e[0]},
+                              {"name", e[1]}, {"cat", e[2]}, {"ts", e[3].get<double>() - origin},
+                              {"dur", e[4]}};
+      if (e[5].get<int64_t>() > 0) event["args"] = {{"bytes", e[5]}};
+      events.push_back(std::move(event));
+    }
+  }
+  return nlohmann::json({{"traceEvents", events}, {"displayTimeUnit", "ms"}}).dump();
+}
+
 RuntimeMetrics HostRuntime::metrics() const {
   RuntimeMetrics m = state_->metrics;
   m.collectives = state_->communicator->stats();
@@ -549,9 +631,9 @@ std::string HostRuntime::MetricsReport() const {
   absl::StrAppendFormat(&out, "Metric: ReshardCount: %d\n", m.reshards);
   absl::StrAppendFormat(&out, "Metric: PeakDeviceLiveBytes: %d\n", m.peak_device_bytes);
   const transport::CollectiveStats& c = m.collectives;
-  absl::StrAppendFormat(&out, "Metric: CollectiveBytes: local %d in %d messages, ICI %d in %d, DCN %d in %d\n",
-                        c.local.bytes, c.local.messages, c.ici.bytes, c.ici.messages, c.dcn.bytes,
-                        c.dcn.messages);
+  absl::StrAppendFormat(
+      &out, "Metric: CollectiveBytes: local %d in %d messages, ICI %d in %d, DCN %d in %d\n",
+      c.local.bytes, c.local.messages, c.ici.bytes, c.ici.messages, c.dcn.bytes, c.dcn.messages);
   for (int k = 0; k < transport::kNumCollectiveKinds; ++k) {
     const auto kind = static_cast<transport::CollectiveKind>(k);
     const transport::KindStats& ks = c.Kind(kind);

@@ -148,6 +148,15 @@ class HostRuntime {
   [[nodiscard]] absl::StatusOr<transport::CollectiveStats> SumOverHosts(
       const transport::CollectiveStats& stats);
 
+  // Timeline recording (off by default): while on, every execution of a program on a local
+  // device and every collective it calls is recorded with its wall start and duration.
+  void EnableTracing(bool on);
+  // Gathers every host's recorded events (a host-level collective: every host calls it at the
+  // same point) and returns them on host 0 as Chrome trace JSON (Trace Event Format, "X" events;
+  // opens in Perfetto / chrome://tracing): one process per host, one thread per device, times in
+  // microseconds since the first event. Other hosts get "". Errors: those of Rendezvous.
+  [[nodiscard]] absl::StatusOr<std::string> CollectTrace();
+
   // Counters so far (collective traffic read from the communicator now).
   RuntimeMetrics metrics() const;
   // The counters as text, one "name: value" per line, torch_xla metrics_report() style,

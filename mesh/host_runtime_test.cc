@@ -4,11 +4,13 @@
 #include "mesh/host_runtime.h"
 
 #include <cmath>
+#include <map>
 #include <random>
 #include <thread>
 
 #include "core/tensor.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "nn/functional.h"
 #include "nn/layers.h"
 #include "nn/optim.h"
@@ -85,8 +87,10 @@ TEST(HostRuntimeTest, ShardedDotMatchesSingleDevice) {
   }
   std::vector<RuntimeMetrics> metrics(topology.num_hosts());
   std::vector<Literal> got_y(topology.num_hosts()), got_sum(topology.num_hosts());
+  std::string trace;
   std::vector<absl::Status> statuses = RunHosts(topology, [&](HostRuntime& runtime) {
     spmd::HybridMesh mesh = DataModelMesh(topology);
+    runtime.EnableTracing(true);
     for (int step = 0; step < 2; ++step) {
       Tensor x = Tensor::FromLiteral(x_value);
       Tensor w = Tensor::FromLiteral(w_value);
@@ -101,8 +105,23 @@ TEST(HostRuntimeTest, ShardedDotMatchesSingleDevice) {
       TESSEL_ASSIGN_OR_RETURN(got_sum[runtime.host_index()], sum.ToLiteral());
     }
     metrics[runtime.host_index()] = runtime.metrics();
+    TESSEL_ASSIGN_OR_RETURN(std::string t, runtime.CollectTrace());
+    if (runtime.host_index() == 0) trace = t;
     return absl::OkStatus();
   });
+  // The timeline: 2 executions on each of the 8 devices, and their collectives.
+  nlohmann::json parsed = nlohmann::json::parse(trace);
+  std::map<int64_t, int> executions;
+  int collectives = 0;
+  for (const auto& e : parsed["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    if (e["cat"] == "execute") ++executions[e["tid"].get<int64_t>()];
+    if (e["cat"] == "collective") ++collectives;
+    EXPECT_GE(e["dur"].get<double>(), 0);
+  }
+  EXPECT_EQ(executions.size(), 8u);
+  for (const auto& [device, count] : executions) EXPECT_EQ(count, 2) << "device " << device;
+  EXPECT_GT(collectives, 0);
   for (int64_t h = 0; h < topology.num_hosts(); ++h) {
     ASSERT_TRUE(statuses[h].ok()) << "host " << h << ": " << statuses[h];
     EXPECT_TRUE(AllClose(got_y[h], want_y, 1e-5, 1e-6)) << "host " << h;
@@ -127,7 +146,8 @@ TEST(HostRuntimeTest, MlpTrainingMatchesSingleDevice) {
   for (int s = 0; s < kSteps; ++s) {
     images.push_back(RandomLiteral({kBatch, sizes.front()}, 10 + s));
     Literal l(Shape(DType::kS32, {kBatch}));
-    for (int64_t i = 0; i < kBatch; ++i) l.data<int32_t>()[i] = static_cast<int32_t>((i * 7 + s) % 4);
+    for (int64_t i = 0; i < kBatch; ++i)
+      l.data<int32_t>()[i] = static_cast<int32_t>((i * 7 + s) % 4);
     labels.push_back(std::move(l));
   }
   std::vector<double> want;
@@ -136,9 +156,9 @@ TEST(HostRuntimeTest, MlpTrainingMatchesSingleDevice) {
     nn::Mlp model = nn::Mlp::Create(sizes, /*seed=*/3).value();
     nn::Adam adam({.lr = 1e-2});
     for (int s = 0; s < kSteps; ++s) {
-      nn::StepResult r = nn::TrainStep(model, adam, Tensor::FromLiteral(images[s]),
-                                       Tensor::FromLiteral(labels[s]))
-                             .value();
+      nn::StepResult r =
+          nn::TrainStep(model, adam, Tensor::FromLiteral(images[s]), Tensor::FromLiteral(labels[s]))
+              .value();
       want.push_back(r.loss);
     }
     want_w1 = model.parameters()[0]->ToLiteral().value();
@@ -169,10 +189,10 @@ TEST(HostRuntimeTest, MlpTrainingMatchesSingleDevice) {
           return piece;
         };
       };
-      TESSEL_ASSIGN_OR_RETURN(Tensor x, runtime.MakeShardedInput(images[s].shape(),
-                                                                 image_sharding, rows(images[s])));
-      TESSEL_ASSIGN_OR_RETURN(Tensor y, runtime.MakeShardedInput(labels[s].shape(),
-                                                                 label_sharding, rows(labels[s])));
+      TESSEL_ASSIGN_OR_RETURN(
+          Tensor x, runtime.MakeShardedInput(images[s].shape(), image_sharding, rows(images[s])));
+      TESSEL_ASSIGN_OR_RETURN(
+          Tensor y, runtime.MakeShardedInput(labels[s].shape(), label_sharding, rows(labels[s])));
       TESSEL_ASSIGN_OR_RETURN(nn::StepResult r, nn::TrainStep(model, adam, x, y));
       got[runtime.host_index()].push_back(r.loss);
     }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <numbers>
 #include <optional>
@@ -115,10 +116,10 @@ absl::StatusOr<spmd::HybridMesh> MakeMesh(const FashionMnistFlags& flags,
   absl::StatusOr<spmd::HybridMesh> hybrid = spmd::HybridMesh::Create(
       flags.ici_mesh_shape, flags.dcn_mesh_shape, flags.axis_names, topology);
   if (!hybrid.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--ici-mesh-shape ", absl::StrJoin(flags.ici_mesh_shape, ","), " --dcn-mesh-shape ",
-        absl::StrJoin(flags.dcn_mesh_shape, ","), " does not fit ", config_path, ": ",
-        hybrid.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ici-mesh-shape ", absl::StrJoin(flags.ici_mesh_shape, ","),
+                     " --dcn-mesh-shape ", absl::StrJoin(flags.dcn_mesh_shape, ","),
+                     " does not fit ", config_path, ": ", hybrid.status().message()));
   }
   if (!HasAxis(flags, "data")) {
     return absl::InvalidArgumentError(
@@ -144,10 +145,10 @@ absl::StatusOr<Placement> ConnectHost(const FashionMnistFlags& flags) {
   }
   TESSEL_ASSIGN_OR_RETURN(mesh::Topology topology, mesh::LoadTopology(placement.config_path));
   if (!mesh::LaunchedAsHost() && topology.num_hosts() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        placement.config_path, " has ", topology.num_hosts(),
-        " hosts: start them with `tessel run ", placement.config_path,
-        " --example fashion-mnist-mlp` (or `tessel launch`, mpirun, srun)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(placement.config_path, " has ", topology.num_hosts(),
+                     " hosts: start them with `tessel run ", placement.config_path,
+                     " --example fashion-mnist-mlp` (or `tessel launch`, mpirun, srun)"));
   }
   if (env.num_hosts != topology.num_hosts()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -189,16 +190,14 @@ absl::StatusOr<std::pair<Tensor, Tensor>> BatchTensors(const Placement& placemen
       placement.runtime->MakeShardedInput(
           Shape(DType::kF32, {batch_size, features}), image_sharding,
           [&](const spmd::Shard& shard) -> absl::StatusOr<Literal> {
-            return loader.GetBatchRows(index, shard.index[0].first, shard.index[0].second)
-                .images;
+            return loader.GetBatchRows(index, shard.index[0].first, shard.index[0].second).images;
           }));
   TESSEL_ASSIGN_OR_RETURN(
       Tensor labels,
       placement.runtime->MakeShardedInput(
           Shape(DType::kS32, {batch_size}), label_sharding,
           [&](const spmd::Shard& shard) -> absl::StatusOr<Literal> {
-            return loader.GetBatchRows(index, shard.index[0].first, shard.index[0].second)
-                .labels;
+            return loader.GetBatchRows(index, shard.index[0].first, shard.index[0].second).labels;
           }));
   return std::make_pair(std::move(images), std::move(labels));
 }
@@ -239,12 +238,11 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
       flags.data_dir.empty() ? std::string(nn::kDefaultFashionMnistDir) : flags.data_dir;
   TESSEL_ASSIGN_OR_RETURN(Dataset train, nn::LoadFashionMnist(data_dir, nn::Split::kTrain));
   TESSEL_ASSIGN_OR_RETURN(Dataset test, nn::LoadFashionMnist(data_dir, nn::Split::kTest));
-  TESSEL_ASSIGN_OR_RETURN(
-      DataLoader train_loader,
-      DataLoader::Create(&train, {.batch_size = flags.batch_size,
-                                  .shuffle = true,
-                                  .drop_last = true,
-                                  .seed = flags.seed}));
+  TESSEL_ASSIGN_OR_RETURN(DataLoader train_loader,
+                          DataLoader::Create(&train, {.batch_size = flags.batch_size,
+                                                      .shuffle = true,
+                                                      .drop_last = true,
+                                                      .seed = flags.seed}));
   TESSEL_ASSIGN_OR_RETURN(DataLoader test_loader,
                           DataLoader::Create(&test, {.batch_size = flags.eval_batch_size}));
 
@@ -268,13 +266,16 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
     std::printf(
         "Fashion-MNIST MLP %s (%lld parameters), Adam lr %g (%s schedule), batch %lld, %lld "
         "train / %lld test examples, %s\n",
-        absl::StrJoin(sizes, "-").c_str(), static_cast<long long>(model.num_parameters()),
-        flags.lr, flags.lr_schedule.c_str(), static_cast<long long>(flags.batch_size),
+        absl::StrJoin(sizes, "-").c_str(), static_cast<long long>(model.num_parameters()), flags.lr,
+        flags.lr_schedule.c_str(), static_cast<long long>(flags.batch_size),
         static_cast<long long>(train.num_examples), static_cast<long long>(test.num_examples),
         where.c_str());
     std::fflush(stdout);
   }
 
+  if (placement.runtime != nullptr && !flags.trace.empty()) {
+    placement.runtime->EnableTracing(true);
+  }
   ResetLazyMetrics();
   const auto run_start = std::chrono::steady_clock::now();
   int64_t steps_per_epoch = train_loader.num_batches();
@@ -292,17 +293,17 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
     double loss_sum = 0;
     int64_t correct = 0;
     int64_t seen = 0;
-    const transport::CollectiveStats before =
-        placement.runtime != nullptr ? placement.runtime->communicator().stats()
-                                     : transport::CollectiveStats();
+    const transport::CollectiveStats before = placement.runtime != nullptr
+                                                  ? placement.runtime->communicator().stats()
+                                                  : transport::CollectiveStats();
     for (int64_t i = 0; i < steps_per_epoch; ++i) {
       const int64_t step = total_steps + i;
       // The learning rate is graph data (nn/optim.h): changing it every step recompiles nothing.
       adam.set_lr(LearningRate(flags, step, planned_steps));
       TESSEL_ASSIGN_OR_RETURN(auto inputs, BatchTensors(placement, train_loader, i));
-      TESSEL_ASSIGN_OR_RETURN(nn::StepResult result,
-                              nn::TrainStep(model, adam, std::move(inputs.first),
-                                            std::move(inputs.second)));
+      TESSEL_ASSIGN_OR_RETURN(
+          nn::StepResult result,
+          nn::TrainStep(model, adam, std::move(inputs.first), std::move(inputs.second)));
       loss_sum += result.loss * static_cast<double>(result.batch_size);
       correct += result.num_correct;
       seen += result.batch_size;
@@ -363,22 +364,31 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
   transport::CollectiveStats job_train_traffic;
   if (placement.runtime != nullptr) {  // every host takes part
     TESSEL_ASSIGN_OR_RETURN(job_train_traffic, placement.runtime->SumOverHosts(train_traffic));
+    if (!flags.trace.empty()) {
+      TESSEL_ASSIGN_OR_RETURN(std::string trace, placement.runtime->CollectTrace());
+      if (placement.printer) {
+        std::ofstream out(flags.trace);
+        out << trace;
+        if (!out.good()) {
+          return absl::PermissionDeniedError(absl::StrCat("cannot write --trace ", flags.trace));
+        }
+      }
+    }
   }
   if (!print) return absl::OkStatus();
-  nlohmann::json summary = {{"summary", true},
-                            {"final_test_acc", test_accuracy},
-                            {"test_examples", test.num_examples},
-                            {"epochs", flags.epochs},
-                            {"train_steps", total_steps},
-                            {"batch_size", flags.batch_size},
-                            {"parameters", model.num_parameters()},
-                            {"samples_per_second",
-                             train_seconds_total > 0
-                                 ? static_cast<double>(samples_total) / train_seconds_total
-                                 : 0.0},
-                            {"graphs_traced", lazy.compiles},
-                            {"trace_cache_hits", lazy.cache_hits},
-                            {"seconds", total_seconds}};
+  nlohmann::json summary = {
+      {"summary", true},
+      {"final_test_acc", test_accuracy},
+      {"test_examples", test.num_examples},
+      {"epochs", flags.epochs},
+      {"train_steps", total_steps},
+      {"batch_size", flags.batch_size},
+      {"parameters", model.num_parameters()},
+      {"samples_per_second",
+       train_seconds_total > 0 ? static_cast<double>(samples_total) / train_seconds_total : 0.0},
+      {"graphs_traced", lazy.compiles},
+      {"trace_cache_hits", lazy.cache_hits},
+      {"seconds", total_seconds}};
   if (placement.runtime != nullptr) {
     const mesh::RuntimeMetrics m = placement.runtime->metrics();
     summary["devices"] = placement.runtime->num_devices();
@@ -469,9 +479,13 @@ void AddFashionMnistFlags(CLI::App& app, FashionMnistFlags* flags) {
   app.add_option("--log-every", flags->log_every, "print the loss every N steps (0: never)")
       ->check(NumberAtLeast(0, false, "NONNEGATIVE"))
       ->capture_default_str();
-  app.add_flag("--json", flags->json, "print one JSON object per epoch (and per logged step) and "
-                                      "a summary object");
-  app.add_flag("--single-device", flags->single_device, "train on one device, no mesh");
+  app.add_flag("--json", flags->json,
+               "print one JSON object per epoch (and per logged step) and "
+               "a summary object");
+  app.add_flag("--single-device", flags->single_device, "train on one device, no mesh")
+      ->excludes(app.add_option("--trace", flags->trace,
+                                "write a Chrome-trace JSON timeline of every device's steps and "
+                                "collectives (sharded runs; open in Perfetto)"));
   app.add_option("--config", flags->config,
                  "topology JSON of the mesh (default: TESSEL_CONFIG, set by tessel run)");
   app.add_option("--ici-mesh-shape", flags->ici_mesh_shape,
@@ -497,11 +511,12 @@ int RunFashionMnist(const FashionMnistFlags& flags) {
     absl::StatusOr<Placement> connected = ConnectHost(flags);
     if (!connected.ok()) {
       // Every host reaches the same verdict on config and flag errors: host 0 says it once.
-      const bool quiet = mesh::LaunchedAsHost() && connected.status().code() ==
-                                                       absl::StatusCode::kInvalidArgument;
+      const bool quiet =
+          mesh::LaunchedAsHost() && connected.status().code() == absl::StatusCode::kInvalidArgument;
       absl::StatusOr<mesh::HostEnvironment> env = mesh::ReadHostEnvironment();
       if (!quiet || !env.ok() || env->host_index == 0) {
-        std::fprintf(stderr, "%s: %s\n", kProgram, std::string(connected.status().message()).c_str());
+        std::fprintf(stderr, "%s: %s\n", kProgram,
+                     std::string(connected.status().message()).c_str());
       }
       return 1;
     }

@@ -39,6 +39,8 @@ struct FashionMnistFlags {
   int64_t log_every = 0;
   bool json = false;
   bool single_device = false;
+  std::string
+      trace;  // Chrome-trace JSON of the run's device timeline (sharded runs), written by host 0
   // Sharded runs: the topology (else TESSEL_CONFIG) and the logical mesh.
   std::string config;
   std::vector<int64_t> ici_mesh_shape = {2, 2};

@@ -3,7 +3,8 @@
 //
 //   fashion_mnist_mlp --single-device --epochs 5
 //   tessel run configs/two_slices_2x2hosts.json --example fashion-mnist-mlp --epochs 1
-//   tessel launch configs/two_slices_2x2hosts.json -- build/examples/fashion_mnist_mlp/fashion_mnist_mlp
+//   tessel launch configs/two_slices_2x2hosts.json --
+//   build/examples/fashion_mnist_mlp/fashion_mnist_mlp
 //
 // Exit codes: 0 success; 1 a run-time failure (one line on stderr); 2 bad flags.
 #include <cstdio>
