@@ -25,6 +25,9 @@ struct LazyNode {
   std::vector<std::shared_ptr<LazyNode>> operands;
   // Set for device-data leaves (opcode kParameter): the value, shared with no one else.
   std::shared_ptr<const Literal> data;
+  // Set for shape-only inputs (Tensor::Placeholder, opcode kParameter): a graph input that has
+  // no value; TraceGraph makes it a parameter, Sync refuses to run a graph that reads it.
+  bool placeholder = false;
   // XLA HloSharding text, "" when none.
   std::string sharding;
 };
