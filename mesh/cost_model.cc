@@ -99,7 +99,7 @@ absl::StatusOr<CostModel> CostModel::Create(const Topology& topology, CostModelO
     } else {
       double fallback = bf16 ? *bf16 : *f32;
       model.peak_flops_[dtype] = fallback * 1e12;
-      if (dtype == DType::kF32 || dtype == DType::kF16) {
+      if (dtype == DType::kF32) {
         model.notes_.push_back(absl::StrFormat(
             "%s has no peak in the device spec of %s; using the %s peak (%g TFLOP/s)",
             DTypeName(dtype), device_name, bf16 ? "bf16" : "f32", fallback));

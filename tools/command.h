@@ -23,6 +23,7 @@ CommandFn AddMeshCommand(CLI::App& app);       // tools/mesh_command.cc
 CommandFn AddShardCommand(CLI::App& app);      // tools/shard_command.cc
 CommandFn AddPropagateCommand(CLI::App& app);  // tools/partition_command.cc
 CommandFn AddPartitionCommand(CLI::App& app);  // tools/partition_command.cc
+CommandFn AddSimulateCommand(CLI::App& app);   // tools/simulate_command.cc
 
 // Exit code for bad arguments.
 inline constexpr int kExitUsage = 2;

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add(&tessel::tools::AddShardCommand);
   add(&tessel::tools::AddPropagateCommand);
   add(&tessel::tools::AddPartitionCommand);
+  add(&tessel::tools::AddSimulateCommand);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
