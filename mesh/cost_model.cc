@@ -18,11 +18,24 @@ bool IsFusible(Opcode op) {
     case Opcode::kReshape:
     case Opcode::kIota:
     case Opcode::kSlice:
+    case Opcode::kDynamicSlice:
     case Opcode::kConstant:
       return true;
     default:
       return false;
   }
+}
+
+bool FusesProducers(Opcode op) {
+  return IsFusible(op) || op == Opcode::kReduce || op == Opcode::kDot;
+}
+
+bool KeptOnChip(const Node& node) {
+  if (!IsFusible(node.opcode()) || node.users().empty()) return false;
+  for (const Node* user : node.users()) {
+    if (!FusesProducers(user->opcode())) return false;
+  }
+  return true;
 }
 
 namespace {
@@ -194,20 +207,19 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
     return cost;
   }
   cost.flops = Flops(node);
-  // HBM traffic: result written unless every user fuses it; operands read unless produced by
-  // a fusible op that this (fusible) op absorbs.
-  const bool fuse = options_.fuse_elementwise && IsFusible(op);
+  // HBM traffic: the result is written unless every user fuses it; an operand is read unless
+  // it was kept on chip (fused into this op). slice and dynamic-slice read only the window.
   int64_t bytes = 0;
-  bool result_in_hbm = !options_.fuse_elementwise || !IsFusible(op) || node.users().empty();
-  if (!result_in_hbm) {
-    for (const Node* user : node.users()) {
-      if (!IsFusible(user->opcode())) result_in_hbm = true;
+  const bool fuse = options_.fuse_elementwise;
+  if (!(fuse && KeptOnChip(node))) bytes += node.shape().byte_size();
+  for (int64_t i = 0; i < node.operand_count(); ++i) {
+    const Node* operand = node.operand(i);
+    if (fuse && KeptOnChip(*operand)) continue;
+    if (operand->shape().num_elements() <= 1) continue;  // scalars live in registers
+    if ((op == Opcode::kSlice || op == Opcode::kDynamicSlice) && i == 0) {
+      bytes += node.shape().byte_size();
+      continue;
     }
-  }
-  if (result_in_hbm) bytes += node.shape().byte_size();
-  for (const Node* operand : node.operands()) {
-    if (fuse && IsFusible(operand->opcode())) continue;
-    if (operand->opcode() == Opcode::kConstant && operand->shape().num_elements() <= 1) continue;
     bytes += operand->shape().byte_size();
   }
   cost.bytes_accessed = bytes;

@@ -15,8 +15,9 @@
 // Source: Williams, Waterman & Patterson 2009, "Roofline"; How to Scale Your Model (Austin et
 // al. 2025), "All About Rooflines". flops as XLA's HloCostAnalysis: dot 2 * |output| *
 // |contracting dims|; elementwise |output|; reduce |input|; data movement 0. bytes_accessed:
-// operands + result, except that with `fuse_elementwise` an edge between two fusible ops
-// (elementwise, broadcast, reshape, convert, iota, slice...) stays on chip (XLA loop fusion).
+// operands + result (slice / dynamic-slice read only their window), except that with
+// `fuse_elementwise` a value kept on chip (KeptOnChip: a fusible op whose users all absorb it,
+// XLA's loop / input / producer fusion) is neither written nor read.
 // A dtype without a peak in the spec (f32 on TPU presets) uses the bf16 peak; Create records
 // that in notes().
 //
@@ -76,9 +77,14 @@ struct NodeCost {
 enum class OpClass { kNone, kDot, kElementwise, kReduce, kDataMovement, kCollective };
 [[nodiscard]] OpClass ClassOf(Opcode opcode);
 [[nodiscard]] const char* OpClassName(OpClass op_class);  // "dot", ...; "none" for leaves
-// Ops whose producer-consumer edges XLA's loop fusion keeps on chip: elementwise ops,
-// broadcast, reshape, iota, slice, constant.
+// Ops whose producer-consumer edges XLA's fusion keeps on chip: elementwise ops, broadcast,
+// reshape, iota, slice, dynamic-slice, constant.
 [[nodiscard]] bool IsFusible(Opcode opcode);
+// Ops that absorb fusible producers: the fusible ops (loop fusion), reduce (input fusion) and
+// dot (producer fusion into the MXU / tensor-core kernel, as XLA:TPU's convolution fusions).
+[[nodiscard]] bool FusesProducers(Opcode opcode);
+// True when `node` is fusible and every user absorbs it: its value never reaches HBM.
+[[nodiscard]] bool KeptOnChip(const Node& node);
 
 struct CostModelOptions {
   // Approximate XLA's loop fusion: edges between fusible ops do not touch HBM.

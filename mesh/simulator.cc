@@ -66,11 +66,7 @@ bool Materialized(const Node& node) {
   const Opcode op = node.opcode();
   if (op == Opcode::kTuple || op == Opcode::kGetTupleElement) return false;
   if (op == Opcode::kParameter) return true;
-  if (!IsFusible(op) || node.users().empty()) return true;
-  for (const Node* user : node.users()) {
-    if (!IsFusible(user->opcode())) return true;
-  }
-  return false;
+  return !KeptOnChip(node);
 }
 
 }  // namespace

@@ -154,7 +154,7 @@ TEST(SimulatorTest, CollectivesSynchroniseSlowerClasses) {
 }
 
 TEST(SimulatorTest, LiveBufferPeak) {
-  // p0 f32[100] (400 B) -> exp (fused into add) -> add with p1 -> dot-free chain; tuple root.
+  // p0 f32[100] (400 B) -> exp (fused into add) -> add with p1 -> reduce; tuple root.
   auto g = std::make_unique<Graph>("mem");
   Node* p0 = g->AddParameter(0, Shape(DType::kF32, {100})).value();
   Node* p1 = g->AddParameter(1, Shape(DType::kF32, {100})).value();
@@ -164,8 +164,9 @@ TEST(SimulatorTest, LiveBufferPeak) {
   OpAttributes reduce;
   reduce.dimensions = {0};
   Node* r = g->AddNode(Opcode::kReduce, {s, zero}, reduce).value();  // f32[]
-  g->set_root(g->AddNode(Opcode::kTuple, {r}).value());
-  // Live: params 800; + s 400 = 1200 (p0, p1 freed after the add); then the reduce's 4 bytes.
+  g->set_root(g->AddNode(Opcode::kTuple, {r, s}).value());  // s is an output: materialized
+  // Live: params 800; + s 400 = 1200 (p0, p1 freed after the add, which reads them through the
+  // fused exp); then the reduce's 4 bytes (the constant is fused into the reduce).
   EXPECT_EQ(PeakLiveBytes(*g), 1200);
 }
 
@@ -255,8 +256,8 @@ TEST(SimulatorTest, ReplicatedAndFsdpDifferByTheShardedBytes) {
   SimulationReport dp = run(nn::ShardingRecipe::kDp);
   SimulationReport fsdp = run(nn::ShardingRecipe::kFsdp);
   // FSDP shards one dim of every weight matrix 8 ways (by hand, elements saved per device):
-  // embedding [24,16] -> [24,2]: 336; position [8,16] -> [8,2]: 112; per layer wqkv [16,48]
-  // -> [2,48]: 672, wo [16,16] -> [16,2]: 224, w1 [16,32] -> [2,32]: 448, w2 [32,16] ->
+  // embedding [24,16] -> [24,2]: 336; position [8,16] -> [8,2]: 112; per layer wq, wk, wv
+  // [16,16] -> [2,16]: 3 x 224 = 672, wo [16,16] -> [16,2]: 224, w1 [16,32] -> [2,32]: 448, w2 [32,16] ->
   // [32,2]: 448 (1792 x 2 layers = 3584); head [16,24] -> [2,24]: 336. Total 4368 f32
   // elements, for the parameter and its two Adam moments: 4368 * 4 * 3 = 52416 bytes.
   EXPECT_EQ(dp.parameter_bytes - fsdp.parameter_bytes, 52416);

@@ -364,17 +364,23 @@ absl::StatusOr<TransformerStep> BuildTransformerStep(const TransformerConfig& c,
   for (int64_t layer = 0; layer < c.layers; ++layer) {
     if (gpt) {
       Tensor g1 = b.Weight({d}, WeightKind::kVector), b1 = b.Weight({d}, WeightKind::kVector);
-      Tensor wqkv = b.Weight({d, d + 2 * kv * dh}, WeightKind::kColumn);
-      Tensor bqkv = b.Weight({d + 2 * kv * dh}, WeightKind::kColumnBias);
+      // Separate Q, K, V projections (the same parameters as a fused [D, D + 2*Dkv] matrix):
+      // slicing a fused QKV output along its tensor-parallel dim would gather it whole.
+      Tensor wq = b.Weight({d, d}, WeightKind::kColumn);
+      Tensor bq = b.Weight({d}, WeightKind::kColumnBias);
+      Tensor wk = b.Weight({d, kv * dh}, WeightKind::kColumn);
+      Tensor bk = b.Weight({kv * dh}, WeightKind::kColumnBias);
+      Tensor wv = b.Weight({d, kv * dh}, WeightKind::kColumn);
+      Tensor bv = b.Weight({kv * dh}, WeightKind::kColumnBias);
       Tensor wo = b.Weight({d, d}, WeightKind::kRow), bo = b.Weight({d}, WeightKind::kVector);
       Tensor g2 = b.Weight({d}, WeightKind::kVector), b2 = b.Weight({d}, WeightKind::kVector);
       Tensor w1 = b.Weight({d, f}, WeightKind::kColumn);
       Tensor bf1 = b.Weight({f}, WeightKind::kColumnBias);
       Tensor w2 = b.Weight({f, d}, WeightKind::kRow), bf2 = b.Weight({d}, WeightKind::kVector);
-      Tensor qkv = b.Linear(b.LayerNorm(x, g1, b1), wqkv, bqkv);
-      Tensor q = b.SplitHeads(Slice(qkv, {0, 0, 0}, {c.batch, s, d}), h);
-      Tensor k = b.SplitHeads(Slice(qkv, {0, 0, d}, {c.batch, s, d + kv * dh}), kv);
-      Tensor val = b.SplitHeads(Slice(qkv, {0, 0, d + kv * dh}, {c.batch, s, d + 2 * kv * dh}), kv);
+      Tensor a = b.LayerNorm(x, g1, b1);
+      Tensor q = b.SplitHeads(b.Linear(a, wq, bq), h);
+      Tensor k = b.SplitHeads(b.Linear(a, wk, bk), kv);
+      Tensor val = b.SplitHeads(b.Linear(a, wv, bv), kv);
       x = x + b.Linear(b.Attention(q, k, val), wo, bo);
       x = x + b.Linear(Gelu(b.Linear(b.LayerNorm(x, g2, b2), w1, bf1)), w2, bf2);
     } else {

@@ -23,7 +23,8 @@
 // `use_iota_embed`) and it adds 2 * tokens * vocab * d_model flops per forward.
 //
 // GPT (Radford et al. 2019, GPT-2): learned position embedding, pre-LayerNorm with bias,
-// multi-head attention with biases, GELU MLP (d_model -> ffn -> d_model) with biases.
+// multi-head attention with biases (separate Q, K, V projections; `kv_heads` applies too),
+// GELU MLP (d_model -> ffn -> d_model) with biases.
 // Llama (Touvron et al. 2023): RMSNorm, rotary position embedding (Su et al. 2021; cos/sin
 // tables are inputs), grouped-query attention with `kv_heads` (Ainslie et al. 2023), SwiGLU MLP
 // (Shazeer 2020) with three [d_model, ffn] matrices, no biases. Both: causal mask, untied LM head.
