@@ -124,6 +124,14 @@ Tensor Tensor::FromDeviceData(std::shared_ptr<const DeviceData> data) {
   return Tensor(internal_lazy::MakeImpl(std::move(node)));
 }
 
+Tensor Tensor::Placeholder(Shape shape) {
+  auto node = std::make_shared<LazyNode>();
+  node->opcode = Opcode::kParameter;
+  node->shape = std::move(shape);
+  node->placeholder = true;
+  return Tensor(internal_lazy::MakeImpl(std::move(node)));
+}
+
 Tensor Tensor::Constant(Literal value) {
   auto node = std::make_shared<LazyNode>();
   node->opcode = Opcode::kConstant;
@@ -200,7 +208,7 @@ absl::StatusOr<TracedGraph> TraceGraph(absl::Span<const Tensor> outputs, std::st
         continue;
       }
       Node* n;
-      if (node->data != nullptr) {
+      if (node->data != nullptr || node->placeholder) {
         int64_t number = static_cast<int64_t>(traced.parameters.size());
         TESSEL_ASSIGN_OR_RETURN(n, graph.AddParameter(number, node->shape));
         traced.parameters.emplace_back(internal_lazy::MakeImpl(node));
@@ -300,6 +308,11 @@ absl::Status Sync(absl::Span<const Tensor> tensors) {
   for (const Tensor& t : tensors) {
     TESSEL_RETURN_IF_ERROR(t.status());
     if (t.is_data()) continue;
+    if (t.impl()->node->placeholder) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot run a graph on a placeholder input of shape ",
+                       t.shape().ToString(), ": it has no value"));
+    }
     bool seen = false;
     for (const Tensor& p : pending) seen = seen || p.SameAs(t);
     if (!seen) pending.push_back(t);
@@ -324,7 +337,14 @@ absl::Status Sync(absl::Span<const Tensor> tensors) {
 
   std::vector<std::shared_ptr<const DeviceData>> arguments;
   arguments.reserve(traced.parameters.size());
-  for (const Tensor& p : traced.parameters) arguments.push_back(p.impl()->node->data);
+  for (const Tensor& p : traced.parameters) {
+    if (p.impl()->node->data == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot run a graph that reads a placeholder input of shape ",
+                       p.shape().ToString(), ": it has no value"));
+    }
+    arguments.push_back(p.impl()->node->data);
+  }
   auto execute_start = std::chrono::steady_clock::now();
   ExecutionStats stats;
   TESSEL_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const DeviceData>> results,
@@ -355,7 +375,8 @@ absl::Status Sync() {
   std::vector<std::shared_ptr<TensorImpl>> live;
   for (const auto& weak : ctx.live) {
     if (auto impl = weak.lock()) {
-      if (impl->status.ok() && impl->node && impl->node->data == nullptr) {
+      if (impl->status.ok() && impl->node && impl->node->data == nullptr &&
+          !impl->node->placeholder) {
         live.push_back(std::move(impl));
       }
     }

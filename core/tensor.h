@@ -52,6 +52,11 @@ class Tensor {
   // A tensor bound to a computation client's value (e.g. a sharded value whose pieces a
   // runtime loaded per device). Precondition: data != nullptr (TESSEL_CHECK).
   static Tensor FromDeviceData(std::shared_ptr<const DeviceData> data);
+  // A graph input with a shape and no value (as JAX's jax.ShapeDtypeStruct): TraceGraph makes it
+  // a parameter like device data, so graphs of any size can be traced for partitioning and
+  // simulation without allocating their inputs. Reading it (ToLiteral, or Sync of a graph that
+  // uses it) fails with kFailedPrecondition. is_data() is false; Sync() leaves it alone.
+  static Tensor Placeholder(Shape shape);
   // A constant embedded in the graph (its value is part of the fingerprint). For small values.
   static Tensor Constant(Literal value);
   // A tensor holding `status` (which must not be OK); for ops reporting errors.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
@@ -17,6 +18,7 @@
 #include "core/hlo_text.h"
 #include "core/status_macros.h"
 #include "mesh/collective_adapter.h"
+#include "mesh/simulator.h"
 #include "nlohmann/json.hpp"
 #include "partitioner/partitioner.h"
 
@@ -104,8 +106,11 @@ struct HostRuntime::State {
   HostRuntimeOptions options;
   std::unique_ptr<CommunicatorCollectives> collectives;
 
+  std::optional<Simulator> simulator;  // absent when the topology cannot be costed
+
   struct Compiled {
     partitioner::SpmdProgram program;
+    double simulated_step_seconds = 0;  // the simulator's in-order step time
     std::vector<spmd::ShardedTensor> parameter_layouts;
     std::vector<spmd::ShardedTensor> output_layouts;
   };
@@ -161,6 +166,14 @@ absl::StatusOr<std::shared_ptr<const HostRuntime::State::Compiled>> HostRuntime:
         spmd::ShardedTensor layout,
         spmd::ShardedTensor::Create(o.global_shape, o.sharding, topology.num_devices()));
     compiled->output_layouts.push_back(std::move(layout));
+  }
+  if (simulator.has_value()) {
+    absl::StatusOr<SimulationReport> report = simulator->Run(compiled->program);
+    if (report.ok()) {
+      compiled->simulated_step_seconds = report->in_order_seconds;
+    } else if (metrics.simulation_note.empty()) {
+      metrics.simulation_note = std::string(report.status().message());
+    }
   }
   metrics.compile_seconds += SecondsSince(start);
   ++metrics.compiles;
@@ -370,6 +383,8 @@ class HostRuntime::Client final : public ComputationClient {
     s.metrics.execute_seconds += SecondsSince(start);
     s.metrics.device_seconds += *std::max_element(device_seconds.begin(), device_seconds.end());
     ++s.metrics.executions;
+    s.metrics.simulated_seconds += compiled->simulated_step_seconds;
+    s.metrics.last_simulated_step_seconds = compiled->simulated_step_seconds;
     for (size_t l = 0; l < num_local; ++l) {
       if (!results[l].ok()) {
         return absl::Status(results[l].status().code(),
@@ -466,6 +481,11 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
     if (const char* dump = std::getenv("TESSEL_DUMP_TO"); dump != nullptr) s.options.dump_to = dump;
   }
   s.collectives = std::make_unique<CommunicatorCollectives>(communicator);
+  if (absl::StatusOr<Simulator> simulator = Simulator::Create(topology); simulator.ok()) {
+    s.simulator.emplace(*std::move(simulator));
+  } else {
+    s.metrics.simulation_note = absl::StrCat("no simulated clock: ", simulator.status().message());
+  }
   State* state = runtime->state_.get();
   s.collectives->set_observer([state](int64_t device, const char* op,
                                       std::chrono::steady_clock::time_point start,
@@ -626,6 +646,14 @@ std::string HostRuntime::MetricsReport() const {
   absl::StrAppendFormat(&out, "Metric: ExecuteCount: %d\n", m.executions);
   absl::StrAppendFormat(&out, "Metric: ExecuteTime: %.3f s (slowest local device: %.3f s)\n",
                         m.execute_seconds, m.device_seconds);
+  if (m.simulation_note.empty()) {
+    absl::StrAppendFormat(&out,
+                          "Metric: SimulatedTime: %.6f s on %s (last step %.3f ms predicted)\n",
+                          m.simulated_seconds, state_->topology.device_spec().name,
+                          m.last_simulated_step_seconds * 1e3);
+  } else {
+    absl::StrAppendFormat(&out, "Metric: SimulatedTime: none (%s)\n", m.simulation_note);
+  }
   absl::StrAppendFormat(&out, "Metric: HostToDeviceBytes: %d\n", m.host_to_device_bytes);
   absl::StrAppendFormat(&out, "Metric: DeviceToHostBytes: %d\n", m.device_to_host_bytes);
   absl::StrAppendFormat(&out, "Metric: ReshardCount: %d\n", m.reshards);

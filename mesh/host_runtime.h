@@ -28,6 +28,10 @@
 // callback for the pieces of this host's devices only, so each host loads just its part of the
 // global batch.
 //
+// Simulated clock: each program is also run once through the mesh simulator (mesh/simulator.h)
+// when it is compiled; every execution then advances the clock of the host's devices by the
+// predicted step time on the topology's hardware (e.g. TPU v4), reported next to wall time.
+//
 // Thread model: one runtime per host process (or per host thread in single-process tests with
 // InProcTransport); its client is used from one thread at a time.
 #ifndef TESSEL_MESH_HOST_RUNTIME_H_
@@ -91,6 +95,13 @@ struct RuntimeMetrics {
   int64_t peak_device_bytes = 0;     // highest executor peak of live bytes on a local device
   // Traffic this host's devices sent (transport::Communicator::stats()).
   transport::CollectiveStats collectives;
+  // The simulated clock (mesh/simulator.h: the cost model of the topology's hardware, in-order
+  // schedule): seconds the executions so far would take on the real devices, summed, and the
+  // predicted step time of the last execution. 0 when the topology cannot be costed (see
+  // simulation_note).
+  double simulated_seconds = 0;
+  double last_simulated_step_seconds = 0;
+  std::string simulation_note;
 };
 
 struct HostRuntimeOptions {

@@ -395,7 +395,8 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
   if (value == nullptr) return Expected(pointer, "an object (the device spec)", nullptr);
   TESSEL_RETURN_IF_ERROR(CheckObject(*value, pointer));
   TESSEL_RETURN_IF_ERROR(
-      CheckKeys(*value, pointer, {"peak_tflops", "hbm_bytes", "hbm_bandwidth_gbytes_per_s"}));
+      CheckKeys(*value, pointer,
+                {"peak_tflops", "hbm_bytes", "hbm_bandwidth_gbytes_per_s", "efficiency"}));
   DeviceSpec spec;
   if (const json* name = Find(*value, "name")) spec.name = name->get<std::string>();
 
@@ -425,6 +426,26 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
   TESSEL_ASSIGN_OR_RETURN(spec.hbm_bandwidth_gbytes_per_s,
                           ReadNumber(Find(*value, "hbm_bandwidth_gbytes_per_s"),
                                      Child(pointer, "hbm_bandwidth_gbytes_per_s"), false));
+  if (const json* efficiency = Find(*value, "efficiency")) {
+    std::string eff_pointer = Child(pointer, "efficiency");
+    if (!efficiency->is_object()) {
+      return Expected(eff_pointer, "an object mapping op classes to factors in (0, 1]",
+                      efficiency);
+    }
+    for (auto it = efficiency->begin(); it != efficiency->end(); ++it) {
+      std::string child = Child(eff_pointer, it.key());
+      bool known = std::find(std::begin(kEfficiencyClasses), std::end(kEfficiencyClasses),
+                             it.key()) != std::end(kEfficiencyClasses);
+      if (!known) {
+        return Error(child, absl::StrCat("unknown op class \"", it.key(), "\"; expected one of ",
+                                         JoinNames(std::begin(kEfficiencyClasses),
+                                                   std::end(kEfficiencyClasses))));
+      }
+      TESSEL_ASSIGN_OR_RETURN(double factor, ReadNumber(&it.value(), child, false));
+      if (factor > 1.0) return Expected(child, "a factor in (0, 1]", &it.value());
+      spec.efficiency[it.key()] = factor;
+    }
+  }
   return spec;
 }
 

@@ -106,6 +106,10 @@ struct DeviceSpec {
   std::map<std::string, double> peak_tflops;
   int64_t hbm_bytes = 0;                    // HBM capacity per device, bytes
   double hbm_bandwidth_gbytes_per_s = 0.0;  // HBM bandwidth per device, 10^9 bytes/s
+  // Optional (JSON "efficiency"): fraction of peak that one op class reaches, in (0, 1], keyed
+  // by the names of kEfficiencyClasses ("dot", "elementwise", "reduce", "data_movement",
+  // "collective"). The cost model (mesh/cost_model.h) uses its defaults for classes not given.
+  std::map<std::string, double> efficiency;
 
   // Peak of `dtype` in 10^12 op/s, or nullopt when the spec gives none for it.
   [[nodiscard]] std::optional<double> PeakTflops(std::string_view dtype) const;
@@ -151,6 +155,13 @@ struct IciLink {
   int64_t device_b = 0;
   bool wraparound = false;  // the link that closes the ring
 };
+
+// The op classes accepted as keys of DeviceSpec::efficiency: "dot" (dot, the MXU / tensor
+// cores), "elementwise" (unary, binary, compare, select, convert, ...), "reduce",
+// "data_movement" (broadcast, transpose, reshape, slice, pad, concatenate, dynamic-slice, ...),
+// "collective" (fraction of the link bandwidth a collective reaches).
+inline constexpr std::string_view kEfficiencyClasses[] = {"dot", "elementwise", "reduce",
+                                                          "data_movement", "collective"};
 
 // The XLA type names accepted as keys of `peak_tflops`.
 inline constexpr std::string_view kKnownDTypeNames[] = {

@@ -1,6 +1,8 @@
 #include "spmd/device_array.h"
 
 #include <algorithm>
+#include <limits>
+#include <memory>
 #include <numeric>
 #include <utility>
 
@@ -21,6 +23,7 @@ DeviceArray::DeviceArray(std::vector<int64_t> dims, std::vector<int64_t> device_
     : dims_(std::move(dims)), device_ids_(std::move(device_ids)) {
   for (int64_t d : dims_) TESSEL_CHECK(d >= 0);
   TESSEL_CHECK(Product(dims_) == static_cast<int64_t>(device_ids_.size()));
+  BuildPositions();
 }
 
 DeviceArray DeviceArray::Iota(std::vector<int64_t> dims) {
@@ -87,10 +90,32 @@ int64_t DeviceArray::at(absl::Span<const int64_t> index) const {
   return device_ids_[linear];
 }
 
+void DeviceArray::BuildPositions() {
+  const int64_t n = static_cast<int64_t>(device_ids_.size());
+  int64_t max_id = -1;
+  for (int64_t id : device_ids_) {
+    if (id < 0) return;  // invalid ids: IndexOf scans
+    max_id = std::max(max_id, id);
+  }
+  if (max_id > 4 * n + 1024 || n > std::numeric_limits<int32_t>::max()) return;
+  auto positions = std::make_shared<std::vector<int32_t>>(max_id + 1, -1);
+  for (int64_t i = n - 1; i >= 0; --i) (*positions)[device_ids_[i]] = static_cast<int32_t>(i);
+  positions_ = std::move(positions);
+}
+
 std::optional<std::vector<int64_t>> DeviceArray::IndexOf(int64_t device_id) const {
-  auto it = std::find(device_ids_.begin(), device_ids_.end(), device_id);
-  if (it == device_ids_.end()) return std::nullopt;
-  int64_t linear = it - device_ids_.begin();
+  int64_t linear;
+  if (positions_ != nullptr) {
+    if (device_id < 0 || device_id >= static_cast<int64_t>(positions_->size())) {
+      return std::nullopt;
+    }
+    linear = (*positions_)[device_id];
+    if (linear < 0) return std::nullopt;
+  } else {
+    auto it = std::find(device_ids_.begin(), device_ids_.end(), device_id);
+    if (it == device_ids_.end()) return std::nullopt;
+    linear = it - device_ids_.begin();
+  }
   std::vector<int64_t> index(dims_.size());
   for (int64_t i = rank() - 1; i >= 0; --i) {
     index[i] = linear % dims_[i];
@@ -120,7 +145,12 @@ DeviceArray DeviceArray::Transpose(absl::Span<const int64_t> perm) const {
 }
 
 DeviceArray DeviceArray::Reshape(std::vector<int64_t> dims) const {
-  return DeviceArray(std::move(dims), device_ids_);
+  TESSEL_CHECK(Product(dims) == num_elements());
+  DeviceArray reshaped;
+  reshaped.dims_ = std::move(dims);
+  reshaped.device_ids_ = device_ids_;
+  reshaped.positions_ = positions_;  // same contents, same positions
+  return reshaped;
 }
 
 bool DeviceArray::IsIota() const {

@@ -17,6 +17,7 @@
 #define TESSEL_SPMD_DEVICE_ARRAY_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,7 +54,8 @@ class DeviceArray {
 
   // The device at a multi-index. Precondition: index.size() == rank(), each in range.
   int64_t at(absl::Span<const int64_t> index) const;
-  // The multi-index of the first element equal to `device_id`, or nullopt if absent.
+  // The multi-index of the first element equal to `device_id`, or nullopt if absent. O(rank)
+  // (a position table built with the array) when the ids are dense enough, otherwise a scan.
   std::optional<std::vector<int64_t>> IndexOf(int64_t device_id) const;
   // Row-major strides in elements.
   std::vector<int64_t> strides() const;
@@ -80,8 +82,13 @@ class DeviceArray {
   }
 
  private:
+  void BuildPositions();
+
   std::vector<int64_t> dims_;
   std::vector<int64_t> device_ids_;
+  // positions_[id]: row-major position of the first element equal to id, -1 if absent; null
+  // when the ids are too sparse for a table (max id > 4 * size + 1024). Shared between copies.
+  std::shared_ptr<const std::vector<int32_t>> positions_;
 };
 
 // Calls `fn(index)` for every multi-index of `dims` in row-major order (the last dim fastest).

@@ -55,12 +55,26 @@ absl::Status Sharding::ValidateTileAssignment(const DeviceArray& tile_assignment
   for (int64_t d : tile_assignment.dims()) {
     if (d < 1) return absl::InvalidArgumentError(absl::StrCat("tile dim ", d, " is < 1"));
   }
-  absl::flat_hash_set<int64_t> seen;
-  for (int64_t id : tile_assignment.device_ids()) {
+  const std::vector<int64_t>& ids = tile_assignment.device_ids();
+  int64_t max_id = -1;
+  for (int64_t id : ids) {
     if (id < 0) return absl::InvalidArgumentError(absl::StrCat("negative device id ", id));
-    if (!seen.insert(id).second) {
-      return absl::InvalidArgumentError(absl::StrCat("device id ", id, " appears twice"));
+    max_id = std::max(max_id, id);
+  }
+  auto twice = [](int64_t id) {
+    return absl::InvalidArgumentError(absl::StrCat("device id ", id, " appears twice"));
+  };
+  if (max_id <= 4 * static_cast<int64_t>(ids.size()) + 1024) {
+    std::vector<bool> seen(max_id + 1, false);  // dense ids: a bitmap, no hashing
+    for (int64_t id : ids) {
+      if (seen[id]) return twice(id);
+      seen[id] = true;
     }
+    return absl::OkStatus();
+  }
+  absl::flat_hash_set<int64_t> seen;
+  for (int64_t id : ids) {
+    if (!seen.insert(id).second) return twice(id);
   }
   return absl::OkStatus();
 }

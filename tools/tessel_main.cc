@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   add(&tessel::tools::AddPartitionCommand);
   add(&tessel::tools::AddLaunchCommand);
   add(&tessel::tools::AddRunCommand);
+  add(&tessel::tools::AddSimulateCommand);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

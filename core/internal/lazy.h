@@ -27,6 +27,9 @@ struct LazyNode {
   // Set for device-data leaves (opcode kParameter): the value (LiteralData for host data and
   // the local client; a client's own type otherwise).
   std::shared_ptr<const DeviceData> data;
+  // Set for shape-only inputs (Tensor::Placeholder, opcode kParameter): a graph input that has
+  // no value; TraceGraph makes it a parameter, Sync refuses to run a graph that reads it.
+  bool placeholder = false;
   // XLA HloSharding text, "" when none.
   std::string sharding;
 };

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
@@ -296,6 +297,8 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
     const transport::CollectiveStats before = placement.runtime != nullptr
                                                   ? placement.runtime->communicator().stats()
                                                   : transport::CollectiveStats();
+    const double simulated_before =
+        placement.runtime != nullptr ? placement.runtime->metrics().simulated_seconds : 0;
     for (int64_t i = 0; i < steps_per_epoch; ++i) {
       const int64_t step = total_steps + i;
       // The learning rate is graph data (nn/optim.h): changing it every step recompiles nothing.
@@ -330,6 +333,12 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
     }
     train_seconds_total += train_seconds;
     samples_total += seen;
+    // Predicted time of one training step on the topology's hardware (mesh/simulator.h).
+    const double simulated_step =
+        placement.runtime != nullptr
+            ? (placement.runtime->metrics().simulated_seconds - simulated_before) /
+                  static_cast<double>(steps_per_epoch)
+            : 0;
     TESSEL_ASSIGN_OR_RETURN(nn::EvalResult eval, Evaluate(placement, model, test_loader));
     test_accuracy = eval.accuracy;
     const double epoch_seconds = SecondsSince(epoch_start);
@@ -346,16 +355,25 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
                              {"test_loss", eval.loss},
                              {"test_acc", eval.accuracy},
                              {"samples_per_second", samples_per_second},
+                             {"step_seconds", train_seconds / static_cast<double>(steps_per_epoch)},
+                             {"simulated_step_seconds", simulated_step},
                              {"train_seconds", train_seconds},
                              {"seconds", epoch_seconds}};
       std::printf("%s\n", line.dump().c_str());
     } else {
+      std::string simulated;
+      if (simulated_step > 0) {
+        simulated =
+            absl::StrFormat("  step %.1f ms (simulated %s: %.3f ms)",
+                            1e3 * train_seconds / static_cast<double>(steps_per_epoch),
+                            placement.runtime->topology().device_spec().name, 1e3 * simulated_step);
+      }
       std::printf(
-          "epoch %lld/%lld  step %lld  loss %.4f  train_acc %.4f  test_acc %.4f  samples/s %.0f  "
+          "epoch %lld/%lld  step %lld  loss %.4f  train_acc %.4f  test_acc %.4f  samples/s %.0f%s  "
           "(%.1f s)\n",
           static_cast<long long>(epoch + 1), static_cast<long long>(flags.epochs),
           static_cast<long long>(total_steps), loss, train_accuracy, eval.accuracy,
-          samples_per_second, epoch_seconds);
+          samples_per_second, simulated.c_str(), epoch_seconds);
     }
     std::fflush(stdout);
   }

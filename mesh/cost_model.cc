@@ -1,0 +1,387 @@
+#include "mesh/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+
+namespace tessel::mesh {
+
+bool IsFusible(Opcode op) {
+  if (IsElementwise(op)) return true;
+  switch (op) {
+    case Opcode::kBroadcast:
+    case Opcode::kReshape:
+    case Opcode::kIota:
+    case Opcode::kSlice:
+    case Opcode::kDynamicSlice:
+    case Opcode::kConstant:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool FusesProducers(Opcode op) {
+  return IsFusible(op) || op == Opcode::kReduce || op == Opcode::kDot;
+}
+
+bool KeptOnChip(const Node& node) {
+  if (!IsFusible(node.opcode()) || node.users().empty()) return false;
+  for (const Node* user : node.users()) {
+    if (!FusesProducers(user->opcode())) return false;
+  }
+  return true;
+}
+
+namespace {
+
+bool FreeOp(Opcode op) {
+  switch (op) {
+    case Opcode::kParameter:
+    case Opcode::kConstant:
+    case Opcode::kTuple:
+    case Opcode::kGetTupleElement:
+    case Opcode::kPartitionId:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+OpClass ClassOf(Opcode opcode) {
+  if (IsCollective(opcode)) return OpClass::kCollective;
+  if (FreeOp(opcode)) return OpClass::kNone;
+  if (opcode == Opcode::kDot) return OpClass::kDot;
+  if (opcode == Opcode::kReduce) return OpClass::kReduce;
+  if (IsElementwise(opcode) || opcode == Opcode::kRng) return OpClass::kElementwise;
+  return OpClass::kDataMovement;
+}
+
+const char* OpClassName(OpClass op_class) {
+  switch (op_class) {
+    case OpClass::kNone:
+      return "none";
+    case OpClass::kDot:
+      return "dot";
+    case OpClass::kElementwise:
+      return "elementwise";
+    case OpClass::kReduce:
+      return "reduce";
+    case OpClass::kDataMovement:
+      return "data_movement";
+    case OpClass::kCollective:
+      return "collective";
+  }
+  return "none";
+}
+
+absl::StatusOr<CostModel> CostModel::Create(const Topology& topology, CostModelOptions options) {
+  CostModel model;
+  model.topology_ = topology;
+  model.options_ = std::move(options);
+  const DeviceSpec& spec = topology.device_spec();
+  const std::string device_name = spec.name.empty() ? "the device" : spec.name;
+  for (const auto& [cls, factor] : model.options_.default_efficiency) {
+    model.efficiency_[cls] = factor;
+  }
+  for (const auto& [cls, factor] : spec.efficiency) model.efficiency_[cls] = factor;
+  for (const auto& [cls, factor] : model.efficiency_) {
+    if (!(factor > 0 && factor <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("efficiency of \"", cls, "\" must be in (0, 1], got ", factor));
+    }
+  }
+  std::optional<double> bf16 = spec.PeakTflops("bf16");
+  std::optional<double> f32 = spec.PeakTflops("f32");
+  if (!bf16 && !f32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device spec of ", device_name, " gives no peak_tflops for bf16 or f32; cannot cost"));
+  }
+  for (DType dtype : {DType::kPred, DType::kU8, DType::kS32, DType::kS64, DType::kBF16, DType::kF16,
+                      DType::kF32, DType::kF64}) {
+    std::optional<double> peak = spec.PeakTflops(DTypeName(dtype));
+    if (peak) {
+      model.peak_flops_[dtype] = *peak * 1e12;
+    } else {
+      double fallback = bf16 ? *bf16 : *f32;
+      model.peak_flops_[dtype] = fallback * 1e12;
+      if (dtype == DType::kF32) {
+        model.notes_.push_back(absl::StrFormat(
+            "%s has no peak in the device spec of %s; using the %s peak (%g TFLOP/s)",
+            DTypeName(dtype), device_name, bf16 ? "bf16" : "f32", fallback));
+      }
+    }
+  }
+  model.default_peak_flops_ = model.peak_flops_[DType::kBF16];
+  model.hbm_bytes_per_s_ = spec.hbm_bandwidth_gbytes_per_s * 1e9;
+  model.ici_bytes_per_s_ = topology.ici().bandwidth_gbps * 1e9 / 8;
+  model.ici_latency_s_ = topology.ici().latency_us * 1e-6;
+  if (model.hbm_bytes_per_s_ <= 0) {
+    return absl::InvalidArgumentError("device spec has no HBM bandwidth; cannot cost");
+  }
+  if (model.ici_bytes_per_s_ <= 0 && topology.num_devices() > topology.num_slices()) {
+    return absl::InvalidArgumentError("topology has no ICI bandwidth; cannot cost");
+  }
+  if (topology.dcn()) {
+    // Devices of one host share its DCN interfaces.
+    int64_t devices_per_host = topology.num_hosts() > 0 ? topology.host(0).num_devices() : 1;
+    model.dcn_bytes_per_s_per_device_ =
+        topology.dcn()->bandwidth_gbps * 1e9 / 8 / static_cast<double>(devices_per_host);
+    model.dcn_latency_s_ = topology.dcn()->latency_us * 1e-6;
+  }
+  return model;
+}
+
+double CostModel::PeakFlopsPerSecond(DType dtype) const {
+  auto it = peak_flops_.find(dtype);
+  return it == peak_flops_.end() ? default_peak_flops_ : it->second;
+}
+
+double CostModel::Efficiency(OpClass op_class) const {
+  auto it = efficiency_.find(OpClassName(op_class));
+  return it == efficiency_.end() ? 1.0 : it->second;
+}
+
+double CostModel::Flops(const Node& node) {
+  const Opcode op = node.opcode();
+  switch (ClassOf(op)) {
+    case OpClass::kDot: {
+      double contracting = 1;
+      const Shape& lhs = node.operand(0)->shape();
+      for (int64_t d : node.attrs().dot.lhs_contracting_dims) {
+        contracting *= static_cast<double>(lhs.dim(d));
+      }
+      return 2.0 * static_cast<double>(node.shape().num_elements()) * contracting;
+    }
+    case OpClass::kElementwise:
+      return static_cast<double>(node.shape().num_elements());
+    case OpClass::kReduce:
+      return static_cast<double>(node.operand(0)->shape().num_elements());
+    default:
+      return 0;
+  }
+}
+
+NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
+  NodeCost cost;
+  const Opcode op = node.opcode();
+  const OpClass cls = ClassOf(op);
+  if (cls == OpClass::kNone) return cost;
+  if (cls == OpClass::kCollective) {
+    const int64_t bytes =
+        op == Opcode::kAllGather ? node.shape().byte_size() : node.operand(0)->shape().byte_size();
+    if (op == Opcode::kCollectivePermute) {
+      for (const auto& [source, target] : node.attrs().source_target_pairs) {
+        if (source == device_id && target != device_id) {
+          return CollectiveCost(op, {device_id, target}, bytes, device_id);
+        }
+      }
+      // A device that only receives waits for its sender's transfer (bytes sent: none).
+      for (const auto& [source, target] : node.attrs().source_target_pairs) {
+        if (target == device_id && source != device_id) {
+          NodeCost received = CollectiveCost(op, {source, device_id}, bytes, source);
+          received.ici_bytes = received.dcn_bytes = 0;
+          return received;
+        }
+      }
+      return cost;  // this device takes no part
+    }
+    const auto& groups = node.attrs().replica_groups;
+    if (groups.empty()) {
+      std::vector<int64_t> all(topology_.num_devices());
+      for (int64_t i = 0; i < topology_.num_devices(); ++i) all[i] = i;
+      return CollectiveCost(op, all, bytes, device_id);
+    }
+    for (const std::vector<int64_t>& group : groups) {
+      if (std::find(group.begin(), group.end(), device_id) != group.end()) {
+        return CollectiveCost(op, group, bytes, device_id);
+      }
+    }
+    return cost;
+  }
+  cost.flops = Flops(node);
+  // HBM traffic: the result is written unless every user fuses it; an operand is read unless
+  // it was kept on chip (fused into this op). slice and dynamic-slice read only the window.
+  int64_t bytes = 0;
+  const bool fuse = options_.fuse_elementwise;
+  if (!(fuse && KeptOnChip(node))) bytes += node.shape().byte_size();
+  for (int64_t i = 0; i < node.operand_count(); ++i) {
+    const Node* operand = node.operand(i);
+    if (fuse && KeptOnChip(*operand)) continue;
+    if (operand->shape().num_elements() <= 1) continue;  // scalars live in registers
+    if ((op == Opcode::kSlice || op == Opcode::kDynamicSlice) && i == 0) {
+      bytes += node.shape().byte_size();
+      continue;
+    }
+    bytes += operand->shape().byte_size();
+  }
+  cost.bytes_accessed = bytes;
+  const double efficiency = Efficiency(cls);
+  DType dtype = node.shape().is_tuple() ? DType::kF32 : node.shape().dtype();
+  if (op == Opcode::kDot) dtype = node.operand(0)->shape().dtype();
+  cost.compute_seconds = cost.flops / (PeakFlopsPerSecond(dtype) * efficiency);
+  cost.memory_seconds = static_cast<double>(bytes) / (hbm_bytes_per_s_ * efficiency);
+  cost.seconds = std::max(cost.compute_seconds, cost.memory_seconds);
+  return cost;
+}
+
+NodeCost CostModel::CollectiveCost(Opcode opcode, const std::vector<int64_t>& group, int64_t bytes,
+                                   int64_t device_id) const {
+  NodeCost cost;
+  if (group.size() <= 1 && opcode != Opcode::kCollectivePermute) return cost;
+  const double v = static_cast<double>(bytes);
+  const double eff = Efficiency(OpClass::kCollective);
+  const int64_t my_slice = topology_.device(device_id).slice;
+  if (opcode == Opcode::kCollectivePermute) {
+    const int64_t target = group.size() > 1 ? group[1] : device_id;
+    if (target == device_id) return cost;
+    if (topology_.device(target).slice != my_slice) {
+      cost.dcn_seconds = v / (dcn_bytes_per_s_per_device_ * eff) + dcn_latency_s_;
+      cost.dcn_bytes = bytes;
+    } else {
+      NodeCost ici = IciCollective(opcode, {device_id, target}, bytes, device_id);
+      cost.ici_seconds = ici.ici_seconds;
+      cost.ici_bytes = ici.ici_bytes;
+    }
+    cost.seconds = cost.ici_seconds + cost.dcn_seconds;
+    return cost;
+  }
+  // Members of the group in this device's slice, and the number of slices spanned.
+  std::vector<int64_t> local;
+  std::set<int64_t> slices;
+  for (int64_t id : group) {
+    const int64_t s = topology_.device(id).slice;
+    slices.insert(s);
+    if (s == my_slice) local.push_back(id);
+  }
+  const double m = static_cast<double>(slices.size());
+  const double n_s = static_cast<double>(local.size());
+  // ICI phase over the local members; the all-to-all ICI phase carries the in-slice share.
+  if (local.size() > 1) {
+    int64_t ici_bytes = bytes;
+    if (opcode == Opcode::kAllToAll) ici_bytes = static_cast<int64_t>(v / m);
+    NodeCost ici = IciCollective(opcode, local, ici_bytes, device_id);
+    cost.ici_seconds = ici.ici_seconds;
+    cost.ici_bytes = ici.ici_bytes;
+  }
+  if (slices.size() > 1) {
+    const double b = dcn_bytes_per_s_per_device_ * eff;
+    const double steps = m - 1;
+    double sent = 0;
+    double latency = 0;
+    switch (opcode) {
+      case Opcode::kAllReduce:
+        sent = 2 * (m - 1) / m * (v / n_s);
+        latency = 2 * steps * dcn_latency_s_;
+        break;
+      case Opcode::kAllGather:
+      case Opcode::kReduceScatter:
+        sent = (m - 1) / m * (v / n_s);
+        latency = steps * dcn_latency_s_;
+        break;
+      case Opcode::kAllToAll:
+        sent = (m - 1) / m * v;
+        latency = steps * dcn_latency_s_;
+        break;
+      default:
+        break;
+    }
+    cost.dcn_seconds = sent / b + latency;
+    cost.dcn_bytes = static_cast<int64_t>(sent);
+  }
+  cost.seconds = cost.ici_seconds + cost.dcn_seconds;
+  return cost;
+}
+
+NodeCost CostModel::IciCollective(Opcode opcode, const std::vector<int64_t>& members, int64_t bytes,
+                                  int64_t device_id) const {
+  NodeCost cost;
+  const double v = static_cast<double>(bytes);
+  const double n = static_cast<double>(members.size());
+  const double b = ici_bytes_per_s_ * Efficiency(OpClass::kCollective);
+  const double alpha = ici_latency_s_;
+  if (topology_.ici().kind == IciKind::kSwitch) {
+    // NCCL ring over the switch: each device's port carries (n-1)/n of the data per phase.
+    double sent = 0, steps = n - 1;
+    switch (opcode) {
+      case Opcode::kAllReduce:
+        sent = 2 * (n - 1) / n * v;
+        steps *= 2;
+        break;
+      case Opcode::kAllGather:
+      case Opcode::kReduceScatter:
+      case Opcode::kAllToAll:
+        sent = (n - 1) / n * v;
+        break;
+      case Opcode::kCollectivePermute:
+        sent = v;
+        steps = 1;
+        break;
+      default:
+        break;
+    }
+    cost.ici_seconds = sent / b + steps * alpha;
+    cost.ici_bytes = static_cast<int64_t>(sent);
+    return cost;
+  }
+  // Torus: the physical dims the members span, their extents, and whether each closes a ring.
+  const Device& me = topology_.device(device_id);
+  const Slice& slice = topology_.slice(me.slice);
+  const int64_t rank = static_cast<int64_t>(slice.shape.size());
+  if (opcode == Opcode::kCollectivePermute) {
+    const Device& target = topology_.device(members[1]);
+    int64_t hops = 0;
+    for (int64_t d = 0; d < rank; ++d) {
+      int64_t delta = std::abs(target.coords[d] - me.coords[d]);
+      if (slice.wraparound[d]) delta = std::min(delta, slice.shape[d] - delta);
+      hops += delta;
+    }
+    cost.ici_seconds = v / b + static_cast<double>(std::max<int64_t>(hops, 1)) * alpha;
+    cost.ici_bytes = bytes;
+    return cost;
+  }
+  std::vector<std::set<int64_t>> coords(rank);
+  for (int64_t id : members) {
+    const Device& d = topology_.device(id);
+    for (int64_t i = 0; i < rank; ++i) coords[i].insert(d.coords[i]);
+  }
+  double bandwidth = 0, hops = 0, all_to_all_seconds = 0;
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t k = static_cast<int64_t>(coords[d].size());
+    if (k <= 1) continue;
+    const bool closed = k == slice.shape[d] && slice.wraparound[d] && k > 2;
+    bandwidth += closed ? 2 * b : b;
+    hops += closed ? static_cast<double>(k / 2) : static_cast<double>(k - 1);
+    all_to_all_seconds +=
+        v * static_cast<double>(k) / ((closed ? 8 : 4) * b) +
+        (closed ? static_cast<double>(k / 2) : static_cast<double>(k - 1)) * alpha;
+  }
+  if (bandwidth == 0) return cost;  // all members at one coordinate (cannot happen: ids unique)
+  switch (opcode) {
+    case Opcode::kAllReduce:
+      cost.ici_seconds = 2 * (n - 1) / n * v / bandwidth + 2 * hops * alpha;
+      cost.ici_bytes = static_cast<int64_t>(2 * (n - 1) / n * v);
+      break;
+    case Opcode::kAllGather:
+    case Opcode::kReduceScatter:
+      cost.ici_seconds = (n - 1) / n * v / bandwidth + hops * alpha;
+      cost.ici_bytes = static_cast<int64_t>((n - 1) / n * v);
+      break;
+    case Opcode::kAllToAll:
+      cost.ici_seconds = all_to_all_seconds;
+      cost.ici_bytes = static_cast<int64_t>((n - 1) / n * v);
+      break;
+    default:
+      break;
+  }
+  return cost;
+}
+
+}  // namespace tessel::mesh

@@ -1,0 +1,154 @@
+// Analytic cost of one node of a partitioned (per-device, local-shape) program on a Topology:
+// a roofline for local ops and alpha-beta models for collectives over the links their replica
+// groups really span. No data, no processes: the simulator (mesh/simulator.h) and the host
+// runtime's simulated clocks both call it.
+//
+//   TESSEL_ASSIGN_OR_RETURN(mesh::CostModel model, mesh::CostModel::Create(topology));
+//   for (const Node* node : program.program->nodes()) {
+//     mesh::NodeCost c = model.Cost(*node, /*device_id=*/0);   // seconds, bytes
+//   }
+//
+// Compute (local ops), per op class k (efficiency e_k from the device spec, default 1):
+//   compute_seconds = flops / (peak_flops[dtype] * e_k)
+//   memory_seconds  = bytes_accessed / (hbm_bandwidth * e_k)
+//   seconds         = max(compute_seconds, memory_seconds)                       (roofline)
+// Source: Williams, Waterman & Patterson 2009, "Roofline"; How to Scale Your Model (Austin et
+// al. 2025), "All About Rooflines". flops as XLA's HloCostAnalysis: dot 2 * |output| *
+// |contracting dims|; elementwise |output|; reduce |input|; data movement 0. bytes_accessed:
+// operands + result (slice / dynamic-slice read only their window), except that with
+// `fuse_elementwise` a value kept on chip (KeptOnChip: a fusible op whose users all absorb it,
+// XLA's loop / input / producer fusion) is neither written nor read.
+// A dtype without a peak in the spec (f32 on TPU presets) uses the bf16 peak; Create records
+// that in notes().
+//
+// Collectives (alpha-beta; V = bytes of the full buffer: all-gather output, reduce-scatter input,
+// all-reduce / all-to-all / collective-permute operand; n = group size; B = link bandwidth of
+// one direction in bytes/s times the "collective" efficiency; alpha = latency per step):
+// - ICI torus, group spanning physical dims D with extents k_d (ring closed iff the extent is the
+//   whole dim and it has wraparound): every spanned dim's links work at once (How to Scale Your
+//   Model, "All About TPUs" / collectives: bandwidth grows with the number of axes), each dim
+//   contributing 2B when closed (bidirectional ring) or B when not (a line):
+//     all-gather / reduce-scatter:  (n-1)/n * V / sum_d B_d   +  alpha * sum_d hops_d
+//     all-reduce:                   2 * (n-1)/n * V / sum_d B_d + 2 * alpha * sum_d hops_d
+//   hops_d = floor(k_d / 2) for a closed ring, k_d - 1 for a line.
+//     all-to-all (bisection bound, per dim, summed): V * k_d / (8B) closed, V * k_d / (4B) line.
+//     collective-permute: V / B + alpha * (torus distance to the target).
+// - ICI switch (NVLink + NVSwitch): NCCL's ring, (n-1)/n * V / B (x2 for all-reduce),
+//   alpha * (n-1) (x2), all-to-all (n-1)/n * V / B. Source: NCCL docs, "Performance" (bus
+//   bandwidth); Thakur, Rabenseifner & Gropp 2005.
+// - A group spanning m > 1 slices with n_s members per slice: hierarchical (ICI reduce-scatter,
+//   DCN ring all-reduce across slices on V / n_s, ICI all-gather); DCN bandwidth per device is
+//   the host's DCN bandwidth divided by its devices (all run the same SPMD collective):
+//     B_dcn = dcn_bandwidth / devices_per_host,
+//     all-reduce DCN term 2 * (m-1)/m * (V / n_s) / B_dcn + 2 * alpha_dcn * (m-1),
+//     all-gather / reduce-scatter DCN term (m-1)/m * (V / n_s) / B_dcn + alpha_dcn * (m-1),
+//     all-to-all (m-1)/m * V / B_dcn, collective-permute V / B_dcn + alpha_dcn.
+//   Source: Thakur et al. 2005 (ring, reduce-scatter + all-gather all-reduce); Cloud TPU
+//   multislice docs (DCN per host); How to Scale Your Model, "multislice".
+// seconds of a collective = ici_seconds + dcn_seconds (the phases run one after the other).
+#ifndef TESSEL_MESH_COST_MODEL_H_
+#define TESSEL_MESH_COST_MODEL_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/graph.h"
+#include "mesh/topology.h"
+
+namespace tessel::mesh {
+
+// The cost of one node on one device. Units: seconds, flops (operations), bytes.
+struct NodeCost {
+  double seconds = 0;          // what the node takes on the device's timeline
+  double compute_seconds = 0;  // flops / (peak * efficiency); 0 for collectives
+  double memory_seconds = 0;   // bytes_accessed / (hbm bandwidth * efficiency)
+  double ici_seconds = 0;      // collective time on ICI links (latency included)
+  double dcn_seconds = 0;      // collective time on DCN (latency included)
+  double flops = 0;
+  int64_t bytes_accessed = 0;  // HBM bytes read + written (after the fusion approximation)
+  int64_t ici_bytes = 0;       // bytes this device sends over ICI
+  int64_t dcn_bytes = 0;       // bytes this device sends over DCN
+};
+
+// The op classes of the cost model (DeviceSpec::efficiency keys, kEfficiencyClasses).
+enum class OpClass { kNone, kDot, kElementwise, kReduce, kDataMovement, kCollective };
+[[nodiscard]] OpClass ClassOf(Opcode opcode);
+[[nodiscard]] const char* OpClassName(OpClass op_class);  // "dot", ...; "none" for leaves
+// Ops whose producer-consumer edges XLA's fusion keeps on chip: elementwise ops, broadcast,
+// reshape, iota, slice, dynamic-slice, constant.
+[[nodiscard]] bool IsFusible(Opcode opcode);
+// Ops that absorb fusible producers: the fusible ops (loop fusion), reduce (input fusion) and
+// dot (producer fusion into the MXU / tensor-core kernel, as XLA:TPU's convolution fusions).
+[[nodiscard]] bool FusesProducers(Opcode opcode);
+// True when `node` is fusible and every user absorbs it: its value never reaches HBM.
+[[nodiscard]] bool KeptOnChip(const Node& node);
+
+struct CostModelOptions {
+  // Approximate XLA's loop fusion: edges between fusible ops do not touch HBM.
+  bool fuse_elementwise = true;
+  // Efficiency factors used when the device spec gives none for a class (pure roofline: 1).
+  std::map<std::string, double> default_efficiency = {{"dot", 1.0},
+                                                      {"elementwise", 1.0},
+                                                      {"reduce", 1.0},
+                                                      {"data_movement", 1.0},
+                                                      {"collective", 1.0}};
+};
+
+class CostModel {
+ public:
+  // Validates `topology` for costing. Errors: kInvalidArgument when the device spec has no
+  // peak for bf16 nor f32, a zero HBM or ICI bandwidth, or an efficiency outside (0, 1].
+  // The topology is copied (the model owns it).
+  [[nodiscard]] static absl::StatusOr<CostModel> Create(const Topology& topology,
+                                                        CostModelOptions options = {});
+
+  // Cost of one node of a partitioned (local-shape) program executed by device `device_id`;
+  // collectives are costed from their replica_groups / source_target_pairs (global ids; an
+  // empty replica_groups means one group of every device, as XLA). A device outside every
+  // group costs nothing; a device that only receives in a collective-permute takes its
+  // sender's transfer time (and sends no bytes). Precondition: 0 <= device_id <
+  // topology.num_devices().
+  NodeCost Cost(const Node& node, int64_t device_id) const;
+
+  // The collective part alone, for a group given explicitly: `opcode` one of the collective
+  // opcodes, `group` the participating global ids (device_id among them), `bytes` = V above.
+  // For collective-permute, `group` is {device_id, target}.
+  NodeCost CollectiveCost(Opcode opcode, const std::vector<int64_t>& group, int64_t bytes,
+                          int64_t device_id) const;
+
+  // flops of a local op as defined above (0 for collectives and leaves).
+  [[nodiscard]] static double Flops(const Node& node);
+  // Peak of `dtype` in op/s (10^12 * peak_tflops), with the bf16 fallback.
+  [[nodiscard]] double PeakFlopsPerSecond(DType dtype) const;
+  // The efficiency factor of an op class.
+  [[nodiscard]] double Efficiency(OpClass op_class) const;
+
+  const Topology& topology() const { return topology_; }
+  // Human-readable assumptions made while costing (e.g. "f32 has no peak in the device spec
+  // of TPU v5p; using the bf16 peak (459 TFLOP/s)").
+  const std::vector<std::string>& notes() const { return notes_; }
+
+ private:
+  CostModel() = default;
+  NodeCost IciCollective(Opcode opcode, const std::vector<int64_t>& members, int64_t bytes,
+                         int64_t device_id) const;
+
+  Topology topology_;
+  CostModelOptions options_;
+  std::map<std::string, double> efficiency_;
+  std::map<DType, double> peak_flops_;  // op/s per dtype, fallbacks resolved
+  double default_peak_flops_ = 0;
+  double hbm_bytes_per_s_ = 0;
+  double ici_bytes_per_s_ = 0;  // one link (torus) or one port (switch), one direction
+  double ici_latency_s_ = 0;
+  double dcn_bytes_per_s_per_device_ = 0;
+  double dcn_latency_s_ = 0;
+  std::vector<std::string> notes_;
+};
+
+}  // namespace tessel::mesh
+
+#endif  // TESSEL_MESH_COST_MODEL_H_

@@ -1,0 +1,203 @@
+#include "mesh/cost_model.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessel::mesh {
+namespace {
+
+using ::testing::DoubleNear;
+using ::testing::HasSubstr;
+
+// A one-or-more-slice torus topology: 1 TFLOP/s bf16 (and f32 unless `bf16_only`), HBM
+// 1000 GB/s, ICI `ici_gbps` per link direction, latency `ici_us`; DCN `dcn_gbps` per host.
+std::string TopologyJson(const std::string& slice_shape, const std::string& wraparound, int slices,
+                         int hosts, int devices_per_host, double ici_gbps = 400, double ici_us = 1,
+                         double dcn_gbps = 200, double dcn_us = 10,
+                         const std::string& extra_spec = "", bool bf16_only = false,
+                         const std::string& ici_kind = "torus") {
+  std::string slice =
+      absl::StrCat("{\"shape\": ", slice_shape, ", \"wraparound\": ", wraparound,
+                   ", \"hosts\": ", hosts, ", \"devices_per_host\": ", devices_per_host, "}");
+  std::string slice_list = slice;
+  for (int i = 1; i < slices; ++i) slice_list += ", " + slice;
+  return absl::StrCat("{\"device_spec\": {\"name\": \"test\", \"peak_tflops\": {",
+                      bf16_only ? "\"bf16\": 1" : "\"bf16\": 1, \"f32\": 1",
+                      "}, \"hbm_bytes\": 1073741824, \"hbm_bandwidth_gbytes_per_s\": 1000",
+                      extra_spec, "}, \"ici\": {\"kind\": \"", ici_kind,
+                      "\", \"bandwidth_gbps\": ", ici_gbps, ", \"latency_us\": ", ici_us,
+                      "}, \"dcn\": {\"bandwidth_gbps\": ", dcn_gbps, ", \"latency_us\": ", dcn_us,
+                      "}, \"slices\": [", slice_list, "]}");
+}
+
+CostModel Model(const std::string& json) {
+  absl::StatusOr<Topology> topology = ParseTopology(json, "<test>");
+  EXPECT_TRUE(topology.ok()) << topology.status();
+  absl::StatusOr<CostModel> model = CostModel::Create(*topology);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return *std::move(model);
+}
+
+TEST(CostModelTest, DotIsComputeBound) {
+  CostModel model = Model(TopologyJson("[4]", "[true]", 1, 1, 4));
+  Graph g("dot");
+  Node* a = g.AddParameter(0, Shape(DType::kF32, {64, 128})).value();
+  Node* b = g.AddParameter(1, Shape(DType::kF32, {128, 256})).value();
+  OpAttributes attrs;
+  attrs.dot.lhs_contracting_dims = {1};
+  attrs.dot.rhs_contracting_dims = {0};
+  Node* dot = g.AddNode(Opcode::kDot, {a, b}, attrs).value();
+  NodeCost c = model.Cost(*dot, 0);
+  // flops = 2 * 64 * 256 * 128; 1e12 flop/s.
+  EXPECT_DOUBLE_EQ(c.flops, 4194304.0);
+  EXPECT_DOUBLE_EQ(c.compute_seconds, 4194304.0 / 1e12);
+  // bytes = (64*128 + 128*256 + 64*256) * 4 at 1e12 bytes/s.
+  EXPECT_EQ(c.bytes_accessed, 229376);
+  EXPECT_DOUBLE_EQ(c.memory_seconds, 229376.0 / 1e12);
+  EXPECT_DOUBLE_EQ(c.seconds, c.compute_seconds);
+  EXPECT_EQ(c.ici_seconds, 0);
+}
+
+TEST(CostModelTest, ElementwiseIsMemoryBoundAndFusesChains) {
+  CostModel model = Model(TopologyJson("[4]", "[true]", 1, 1, 4));
+  Graph g("add");
+  Node* a = g.AddParameter(0, Shape(DType::kF32, {1000})).value();
+  Node* b = g.AddParameter(1, Shape(DType::kF32, {1000})).value();
+  Node* sum = g.AddNode(Opcode::kAdd, {a, b}).value();
+  Node* e = g.AddNode(Opcode::kExp, {sum}).value();
+  Node* r = g.AddNode(Opcode::kTuple, {e}).value();
+  g.set_root(r);
+  // add: reads 2 x 4000 bytes, its result stays on chip (its only user, exp, is fusible).
+  NodeCost c = model.Cost(*sum, 0);
+  EXPECT_DOUBLE_EQ(c.flops, 1000);
+  EXPECT_EQ(c.bytes_accessed, 8000);
+  EXPECT_DOUBLE_EQ(c.seconds, 8000 / 1e12);
+  // exp: reads nothing from HBM (fused), writes 4000 bytes for the tuple.
+  EXPECT_EQ(model.Cost(*e, 0).bytes_accessed, 4000);
+  // Without the fusion approximation: 3 buffers each.
+  CostModelOptions unfused;
+  unfused.fuse_elementwise = false;
+  CostModel plain = *CostModel::Create(model.topology(), unfused);
+  EXPECT_EQ(plain.Cost(*sum, 0).bytes_accessed, 12000);
+}
+
+TEST(CostModelTest, EfficiencyFromTheDeviceSpecAndF32Fallback) {
+  CostModel model = Model(TopologyJson("[4]", "[true]", 1, 1, 4, 400, 1, 200, 10,
+                                       ", \"efficiency\": {\"dot\": 0.5}", /*bf16_only=*/true));
+  EXPECT_DOUBLE_EQ(model.Efficiency(OpClass::kDot), 0.5);
+  EXPECT_DOUBLE_EQ(model.Efficiency(OpClass::kElementwise), 1.0);
+  EXPECT_DOUBLE_EQ(model.PeakFlopsPerSecond(DType::kF32), 1e12);
+  EXPECT_THAT(
+      model.notes(),
+      ::testing::Contains(HasSubstr("f32 has no peak in the device spec of test; using the bf16")));
+  Graph g("dot");
+  Node* a = g.AddParameter(0, Shape(DType::kBF16, {64, 128})).value();
+  Node* b = g.AddParameter(1, Shape(DType::kBF16, {128, 256})).value();
+  OpAttributes attrs;
+  attrs.dot.lhs_contracting_dims = {1};
+  attrs.dot.rhs_contracting_dims = {0};
+  Node* dot = g.AddNode(Opcode::kDot, {a, b}, attrs).value();
+  EXPECT_DOUBLE_EQ(model.Cost(*dot, 0).compute_seconds, 4194304.0 / (0.5 * 1e12));
+
+  absl::StatusOr<Topology> bad = ParseTopology(
+      TopologyJson("[4]", "[true]", 1, 1, 4, 400, 1, 200, 10, ", \"efficiency\": {\"dot\": 1.5}"),
+      "<test>");
+  EXPECT_THAT(bad.status().message(), HasSubstr("/device_spec/efficiency/dot"));
+  bad = ParseTopology(
+      TopologyJson("[4]", "[true]", 1, 1, 4, 400, 1, 200, 10, ", \"efficiency\": {\"mxu\": 0.5}"),
+      "<test>");
+  EXPECT_THAT(bad.status().message(), HasSubstr("unknown op class \"mxu\""));
+}
+
+TEST(CostModelTest, RingAllReduceOnAClosedRingOfFour) {
+  // 400 Gbps = 50e9 B/s per direction; closed ring: 2 directions; hops floor(4/2) = 2.
+  CostModel model = Model(TopologyJson("[4]", "[true]", 1, 1, 4));
+  const double v = 4e6;
+  NodeCost c = model.CollectiveCost(Opcode::kAllReduce, {0, 1, 2, 3}, 4000000, 1);
+  EXPECT_NEAR(c.ici_seconds, 2 * 0.75 * v / 100e9 + 2 * 2 * 1e-6, 1e-15);
+  EXPECT_EQ(c.ici_bytes, 6000000);
+  EXPECT_EQ(c.dcn_seconds, 0);
+  EXPECT_DOUBLE_EQ(c.seconds, c.ici_seconds);
+  // The same 4 chips as a line (no wraparound): one direction's bandwidth, 3 hops.
+  CostModel line = Model(TopologyJson("[4]", "[false]", 1, 1, 4));
+  NodeCost l = line.CollectiveCost(Opcode::kAllReduce, {0, 1, 2, 3}, 4000000, 1);
+  EXPECT_NEAR(l.ici_seconds, 2 * 0.75 * v / 50e9 + 2 * 3 * 1e-6, 1e-15);
+  // All-gather and reduce-scatter are one phase.
+  NodeCost ag = model.CollectiveCost(Opcode::kAllGather, {0, 1, 2, 3}, 4000000, 1);
+  EXPECT_NEAR(ag.ici_seconds, 0.75 * v / 100e9 + 2 * 1e-6, 1e-15);
+}
+
+TEST(CostModelTest, TwoDimensionalTorusUsesBothAxes) {
+  CostModel model = Model(TopologyJson("[4, 4]", "[true, true]", 1, 4, 4));
+  std::vector<int64_t> all(16);
+  for (int i = 0; i < 16; ++i) all[i] = i;
+  NodeCost c = model.CollectiveCost(Opcode::kAllGather, all, 16000000, 0);
+  // 2 closed rings x 2 directions x 50e9; hops 2 + 2.
+  EXPECT_NEAR(c.ici_seconds, 15.0 / 16 * 16e6 / 200e9 + 4 * 1e-6, 1e-15);
+  // A group along x only (devices 0..3 are x = 0..3 at y = 0).
+  NodeCost x = model.CollectiveCost(Opcode::kAllGather, {0, 1, 2, 3}, 16000000, 0);
+  EXPECT_NEAR(x.ici_seconds, 0.75 * 16e6 / 100e9 + 2 * 1e-6, 1e-15);
+  // collective-permute to (2, 2): 4 hops.
+  NodeCost p = model.CollectiveCost(Opcode::kCollectivePermute, {0, 10}, 1000000, 0);
+  EXPECT_NEAR(p.ici_seconds, 1e6 / 50e9 + 4 * 1e-6, 1e-15);
+  // all-to-all over the x ring: V * k / (8B) + hops * alpha.
+  NodeCost a2a = model.CollectiveCost(Opcode::kAllToAll, {0, 1, 2, 3}, 8000000, 0);
+  EXPECT_NEAR(a2a.ici_seconds, 8e6 * 4 / (8 * 50e9) + 2 * 1e-6, 1e-15);
+}
+
+TEST(CostModelTest, HierarchicalAllReduceAcrossSlices) {
+  // 2 slices of 2 chips (line), 1 host each: DCN 200 Gbps per host shared by 2 devices.
+  CostModel model = Model(TopologyJson("[2]", "[false]", 2, 1, 2));
+  const double v = 8e6;
+  NodeCost c = model.CollectiveCost(Opcode::kAllReduce, {0, 1, 2, 3}, 8000000, 0);
+  EXPECT_NEAR(c.ici_seconds, 2 * 0.5 * v / 50e9 + 2 * 1 * 1e-6, 1e-15);
+  const double dcn_per_device = 200e9 / 8 / 2;
+  EXPECT_NEAR(c.dcn_seconds, 2 * 0.5 * (v / 2) / dcn_per_device + 2 * 1 * 10e-6, 1e-15);
+  EXPECT_EQ(c.dcn_bytes, 4000000);
+  EXPECT_DOUBLE_EQ(c.seconds, c.ici_seconds + c.dcn_seconds);
+  // A pure DCN group (one device per slice): no ICI phase.
+  NodeCost d = model.CollectiveCost(Opcode::kAllReduce, {0, 2}, 8000000, 0);
+  EXPECT_EQ(d.ici_seconds, 0);
+  EXPECT_NEAR(d.dcn_seconds, 2 * 0.5 * v / dcn_per_device + 2 * 10e-6, 1e-15);
+}
+
+TEST(CostModelTest, DoublingDcnBandwidthHalvesTheDcnTerm) {
+  CostModel slow = Model(TopologyJson("[2]", "[false]", 2, 1, 2, 400, 1, 200, /*dcn_us=*/0));
+  CostModel fast = Model(TopologyJson("[2]", "[false]", 2, 1, 2, 400, 1, 400, /*dcn_us=*/0));
+  for (Opcode op :
+       {Opcode::kAllReduce, Opcode::kAllGather, Opcode::kReduceScatter, Opcode::kAllToAll}) {
+    NodeCost s = slow.CollectiveCost(op, {0, 1, 2, 3}, 8000000, 0);
+    NodeCost f = fast.CollectiveCost(op, {0, 1, 2, 3}, 8000000, 0);
+    ASSERT_GT(s.dcn_seconds, 0) << OpcodeName(op);
+    EXPECT_DOUBLE_EQ(f.dcn_seconds, s.dcn_seconds / 2) << OpcodeName(op);
+    EXPECT_DOUBLE_EQ(f.ici_seconds, s.ici_seconds) << OpcodeName(op);
+  }
+}
+
+TEST(CostModelTest, SwitchUsesNcclRing) {
+  CostModel model =
+      Model(TopologyJson("[8]", "[false]", 1, 1, 8, 3600, 1, 200, 10, "", false, "switch"));
+  std::vector<int64_t> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  NodeCost c = model.CollectiveCost(Opcode::kAllReduce, all, 8000000, 3);
+  EXPECT_NEAR(c.ici_seconds, 2 * 7.0 / 8 * 8e6 / 450e9 + 14 * 1e-6, 1e-15);
+}
+
+TEST(CostModelTest, CollectiveNodesFindTheirGroup) {
+  CostModel model = Model(TopologyJson("[4]", "[true]", 1, 1, 4));
+  Graph g("ar");
+  Node* p = g.AddParameter(0, Shape(DType::kF32, {1000})).value();
+  OpAttributes attrs;
+  attrs.replica_groups = {{0, 2}, {1, 3}};
+  Node* ar = g.AddNode(Opcode::kAllReduce, {p}, attrs).value();
+  // {1, 3} spans x = 1 and 3 of a ring of 4: not the whole ring, so a line of 2.
+  NodeCost c = model.Cost(*ar, 3);
+  EXPECT_NEAR(c.ici_seconds, 2 * 0.5 * 4000 / 50e9 + 2 * 1e-6, 1e-15);
+  EXPECT_EQ(model.Cost(*ar, 1).ici_bytes, c.ici_bytes);
+}
+
+}  // namespace
+}  // namespace tessel::mesh

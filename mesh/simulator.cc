@@ -1,0 +1,459 @@
+#include "mesh/simulator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace tessel::mesh {
+namespace {
+
+uint64_t Mix(uint64_t h, uint64_t v) {
+  // splitmix64-style combine.
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  h ^= h >> 31;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  return h;
+}
+
+// What a replica group spans, seen from the slice of `members[0]`: the link-class signature.
+uint64_t GroupSignature(const Topology& topology, const std::vector<int64_t>& members) {
+  const Device& first = topology.device(members[0]);
+  const Slice& slice = topology.slice(first.slice);
+  const int64_t rank = static_cast<int64_t>(slice.shape.size());
+  std::set<int64_t> slices;
+  std::vector<std::set<int64_t>> coords(rank);
+  int64_t local = 0;
+  for (int64_t id : members) {
+    const Device& d = topology.device(id);
+    slices.insert(d.slice);
+    if (d.slice != first.slice) continue;
+    ++local;
+    for (int64_t i = 0; i < rank; ++i) coords[i].insert(d.coords[i]);
+  }
+  uint64_t h = Mix(static_cast<uint64_t>(slices.size()), static_cast<uint64_t>(local));
+  for (int64_t i = 0; i < rank; ++i) {
+    const int64_t k = static_cast<int64_t>(coords[i].size());
+    const bool closed = k == slice.shape[i] && slice.wraparound[i] && k > 2;
+    h = Mix(h, static_cast<uint64_t>(k * 2 + (closed ? 1 : 0)));
+  }
+  return h;
+}
+
+int64_t TorusHops(const Topology& topology, int64_t a, int64_t b) {
+  const Device& da = topology.device(a);
+  const Device& db = topology.device(b);
+  if (da.slice != db.slice) return -1;
+  const Slice& slice = topology.slice(da.slice);
+  int64_t hops = 0;
+  for (size_t d = 0; d < slice.shape.size(); ++d) {
+    int64_t delta = std::abs(da.coords[d] - db.coords[d]);
+    if (slice.wraparound[d]) delta = std::min(delta, slice.shape[d] - delta);
+    hops += delta;
+  }
+  return hops;
+}
+
+bool Materialized(const Node& node) {
+  const Opcode op = node.opcode();
+  if (op == Opcode::kTuple || op == Opcode::kGetTupleElement) return false;
+  if (op == Opcode::kParameter) return true;
+  return !KeptOnChip(node);
+}
+
+}  // namespace
+
+int64_t PeakLiveBytes(const Graph& program) {
+  const std::vector<Node*>& nodes = program.nodes();
+  const int64_t n = static_cast<int64_t>(nodes.size());
+  std::unordered_map<const Node*, int64_t> position;
+  position.reserve(nodes.size());
+  for (int64_t i = 0; i < n; ++i) position[nodes[i]] = i;
+  // last_use[i]: position after which node i's buffer is free (n: live to the end).
+  std::vector<int64_t> last_use(n, -1);
+  for (int64_t i = 0; i < n; ++i) {
+    for (const Node* operand : nodes[i]->operands()) {
+      int64_t p = position.at(operand);
+      last_use[p] = std::max(last_use[p], i);
+    }
+  }
+  auto keep_to_end = [&](const Node* node) { last_use[position.at(node)] = n; };
+  if (const Node* root = program.root()) {
+    keep_to_end(root);
+    if (root->opcode() == Opcode::kTuple) {
+      for (const Node* e : root->operands()) keep_to_end(e);
+    }
+  }
+  // A tuple or get-tuple-element aliases its operands, and a fused (not materialized) value is
+  // computed inside its consumer: extend their operands' lifetime to their own.
+  for (int64_t i = n - 1; i >= 0; --i) {
+    if (Materialized(*nodes[i])) continue;
+    for (const Node* operand : nodes[i]->operands()) {
+      int64_t p = position.at(operand);
+      last_use[p] = std::max(last_use[p], last_use[i]);
+    }
+  }
+  std::vector<int64_t> size(n, 0);
+  int64_t live = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!Materialized(*nodes[i]) || nodes[i]->shape().is_tuple()) continue;
+    size[i] = nodes[i]->shape().byte_size();
+    if (nodes[i]->opcode() == Opcode::kParameter) live += size[i];  // resident from the start
+  }
+  // frees[i]: bytes released after node i.
+  std::vector<int64_t> frees(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (size[i] == 0) continue;
+    // A value with no use is freed right after it is produced.
+    int64_t end = last_use[i] < 0 ? i : last_use[i];
+    frees[std::min(end, n)] += size[i];
+  }
+  int64_t peak = live;
+  for (int64_t i = 0; i < n; ++i) {
+    if (nodes[i]->opcode() != Opcode::kParameter) live += size[i];
+    peak = std::max(peak, live);
+    live -= frees[i];
+  }
+  return peak;
+}
+
+absl::StatusOr<Simulator> Simulator::Create(const Topology& topology, SimulatorOptions options) {
+  TESSEL_ASSIGN_OR_RETURN(CostModel model, CostModel::Create(topology, options.cost));
+  return Simulator(std::move(model), std::move(options));
+}
+
+absl::StatusOr<SimulationReport> Simulator::Run(const partitioner::SpmdProgram& program) const {
+  const Topology& topology = cost_model_.topology();
+  const int64_t num_devices = topology.num_devices();
+  if (program.num_devices != num_devices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the program is partitioned for ", program.num_devices,
+                     " devices but the topology \"", topology.name(), "\" has ", num_devices));
+  }
+  const Graph& graph = *program.program;
+  const std::vector<Node*>& nodes = graph.nodes();
+  const int64_t n = static_cast<int64_t>(nodes.size());
+
+  // 1. Device classes: a running signature per device over every collective.
+  std::vector<uint64_t> signature(num_devices, 0);
+  std::vector<int64_t> all_devices;
+  auto groups_of = [&](const Node& node) -> const std::vector<std::vector<int64_t>>& {
+    static const std::vector<std::vector<int64_t>> kNoGroups;
+    return node.attrs().replica_groups.empty() ? kNoGroups : node.attrs().replica_groups;
+  };
+  for (const Node* node : nodes) {
+    if (!IsCollective(node->opcode())) continue;
+    if (node->opcode() == Opcode::kCollectivePermute) {
+      for (const auto& [source, target] : node->attrs().source_target_pairs) {
+        if (source < 0 || source >= num_devices || target < 0 || target >= num_devices) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              node->name(), ": source_target_pairs name a device outside 0..", num_devices - 1));
+        }
+        const uint64_t hops = static_cast<uint64_t>(TorusHops(topology, source, target) + 2);
+        signature[source] = Mix(signature[source], hops);
+        signature[target] = Mix(signature[target], hops + (uint64_t{1} << 32));  // receiver
+      }
+      continue;
+    }
+    const auto& groups = groups_of(*node);
+    if (groups.empty()) {
+      if (all_devices.empty()) {
+        all_devices.resize(num_devices);
+        std::iota(all_devices.begin(), all_devices.end(), 0);
+      }
+      uint64_t sig = GroupSignature(topology, all_devices);
+      for (int64_t d = 0; d < num_devices; ++d) signature[d] = Mix(signature[d], sig);
+      continue;
+    }
+    for (const std::vector<int64_t>& group : groups) {
+      for (int64_t id : group) {
+        if (id < 0 || id >= num_devices) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              node->name(), ": replica group names device ", id, " outside 0..", num_devices - 1));
+        }
+      }
+      if (group.empty()) continue;
+      uint64_t sig = GroupSignature(topology, group);
+      for (int64_t id : group) signature[id] = Mix(signature[id], sig);
+    }
+  }
+  std::unordered_map<uint64_t, int64_t> class_index;
+  std::vector<int32_t> class_of(num_devices);
+  SimulationReport report;
+  for (int64_t d = 0; d < num_devices; ++d) {
+    auto [it, inserted] =
+        class_index.emplace(signature[d], static_cast<int64_t>(report.classes.size()));
+    if (inserted) {
+      DeviceClass c;
+      c.representative_device = d;
+      report.classes.push_back(c);
+    }
+    class_of[d] = static_cast<int32_t>(it->second);
+    ++report.classes[it->second].num_devices;
+  }
+  signature.clear();
+  signature.shrink_to_fit();
+  const int64_t num_classes = static_cast<int64_t>(report.classes.size());
+
+  // 2. Costs: local ops once, collectives per class; and which classes each collective syncs.
+  std::vector<NodeCost> local_cost(n);
+  // collective_cost[k * num_classes + c] for the k-th collective.
+  std::vector<NodeCost> collective_cost;
+  std::vector<std::vector<int32_t>> sync_classes;  // same indexing
+  std::vector<int64_t> collective_index(n, -1);
+  int64_t num_collectives = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const Node& node = *nodes[i];
+    if (!IsCollective(node.opcode())) {
+      local_cost[i] = cost_model_.Cost(node, 0);
+      continue;
+    }
+    collective_index[i] = num_collectives++;
+    for (int64_t c = 0; c < num_classes; ++c) {
+      const int64_t rep = report.classes[c].representative_device;
+      collective_cost.push_back(cost_model_.Cost(node, rep));
+      std::vector<int32_t> sync = {static_cast<int32_t>(c)};
+      if (node.opcode() == Opcode::kCollectivePermute) {
+        for (const auto& [source, target] : node.attrs().source_target_pairs) {
+          if (source == rep) sync.push_back(class_of[target]);
+          if (target == rep) sync.push_back(class_of[source]);
+        }
+      } else if (node.attrs().replica_groups.empty()) {
+        for (int64_t k = 0; k < num_classes; ++k) sync.push_back(static_cast<int32_t>(k));
+      } else {
+        for (const std::vector<int64_t>& group : node.attrs().replica_groups) {
+          if (std::find(group.begin(), group.end(), rep) == group.end()) continue;
+          for (int64_t id : group) sync.push_back(class_of[id]);
+          break;
+        }
+      }
+      std::sort(sync.begin(), sync.end());
+      sync.erase(std::unique(sync.begin(), sync.end()), sync.end());
+      sync_classes.push_back(std::move(sync));
+    }
+  }
+  class_of.clear();
+  class_of.shrink_to_fit();
+  auto cost_of = [&](int64_t i, int64_t c) -> const NodeCost& {
+    return collective_index[i] < 0 ? local_cost[i]
+                                   : collective_cost[collective_index[i] * num_classes + c];
+  };
+
+  // 3. Schedules, all classes in lockstep.
+  std::unordered_map<const Node*, int64_t> position;
+  position.reserve(nodes.size());
+  for (int64_t i = 0; i < n; ++i) position[nodes[i]] = i;
+  std::vector<double> in_order(num_classes, 0.0);
+  std::vector<double> compute_free(num_classes, 0.0), comm_free(num_classes, 0.0);
+  std::vector<double> done(static_cast<size_t>(n * num_classes), 0.0);
+  std::vector<double> in_order_start(options_.record_trace ? n * num_classes : 0);
+  std::vector<double> overlap_start(options_.record_trace ? n * num_classes : 0);
+  std::vector<double> ready(num_classes), start(num_classes);
+  for (int64_t i = 0; i < n; ++i) {
+    const Node& node = *nodes[i];
+    const bool collective = collective_index[i] >= 0;
+    for (int64_t c = 0; c < num_classes; ++c) {
+      double r = 0;
+      for (const Node* operand : node.operands()) {
+        r = std::max(r, done[position.at(operand) * num_classes + c]);
+      }
+      ready[c] = r;
+    }
+    if (collective) {
+      const int64_t k = collective_index[i];
+      // In order: wait for every class of the group to reach the collective.
+      std::vector<double> begin(num_classes);
+      std::vector<double> overlapped_begin(num_classes);
+      for (int64_t c = 0; c < num_classes; ++c) {
+        double b = 0, ob = 0;
+        for (int32_t other : sync_classes[k * num_classes + c]) {
+          b = std::max(b, in_order[other]);
+          ob = std::max(ob, std::max(ready[other], comm_free[other]));
+        }
+        begin[c] = b;
+        overlapped_begin[c] = ob;
+      }
+      for (int64_t c = 0; c < num_classes; ++c) {
+        const NodeCost& cost = cost_of(i, c);
+        if (options_.record_trace) {
+          in_order_start[i * num_classes + c] = begin[c];
+          overlap_start[i * num_classes + c] = overlapped_begin[c];
+        }
+        in_order[c] = begin[c] + cost.seconds;
+        done[i * num_classes + c] = overlapped_begin[c] + cost.seconds;
+        comm_free[c] = done[i * num_classes + c];
+        DeviceClass& dc = report.classes[c];
+        dc.ici_seconds += cost.ici_seconds;
+        dc.dcn_seconds += cost.dcn_seconds;
+        dc.ici_bytes += cost.ici_bytes;
+        dc.dcn_bytes += cost.dcn_bytes;
+      }
+      continue;
+    }
+    const NodeCost& cost = local_cost[i];
+    for (int64_t c = 0; c < num_classes; ++c) {
+      if (options_.record_trace) in_order_start[i * num_classes + c] = in_order[c];
+      in_order[c] += cost.seconds;
+      double s = cost.seconds > 0 ? std::max(ready[c], compute_free[c]) : ready[c];
+      if (options_.record_trace) overlap_start[i * num_classes + c] = s;
+      done[i * num_classes + c] = s + cost.seconds;
+      if (cost.seconds > 0) compute_free[c] = s + cost.seconds;
+      report.classes[c].compute_seconds += cost.seconds;
+    }
+  }
+  for (int64_t c = 0; c < num_classes; ++c) {
+    DeviceClass& dc = report.classes[c];
+    dc.in_order_seconds = in_order[c];
+    double end = 0;
+    for (int64_t i = 0; i < n; ++i) end = std::max(end, done[i * num_classes + c]);
+    dc.overlapped_seconds = end;
+  }
+
+  // 4. Report: the slowest class of the chosen schedule.
+  report.device_name = topology.device_spec().name;
+  report.num_devices = num_devices;
+  report.overlap = options_.overlap;
+  int64_t slowest = 0;
+  for (int64_t c = 0; c < num_classes; ++c) {
+    const DeviceClass& dc = report.classes[c];
+    report.in_order_seconds = std::max(report.in_order_seconds, dc.in_order_seconds);
+    report.overlapped_seconds = std::max(report.overlapped_seconds, dc.overlapped_seconds);
+    auto step = [&](const DeviceClass& x) {
+      return options_.overlap ? x.overlapped_seconds : x.in_order_seconds;
+    };
+    if (step(dc) > step(report.classes[slowest])) slowest = c;
+    report.ici_bytes_total += dc.ici_bytes * dc.num_devices;
+    report.dcn_bytes_total += dc.dcn_bytes * dc.num_devices;
+  }
+  const DeviceClass& worst = report.classes[slowest];
+  report.step_seconds = options_.overlap ? report.overlapped_seconds : report.in_order_seconds;
+  report.compute_seconds = worst.compute_seconds;
+  report.ici_seconds = worst.ici_seconds;
+  report.dcn_seconds = worst.dcn_seconds;
+  report.exposed_comm_seconds = std::max(0.0, report.step_seconds - worst.compute_seconds);
+  report.ici_bytes_per_device = worst.ici_bytes;
+  report.dcn_bytes_per_device = worst.dcn_bytes;
+  for (int64_t i = 0; i < n; ++i) report.flops_per_device += local_cost[i].flops;
+
+  for (const std::string& note : cost_model_.notes()) report.warnings.push_back(note);
+  report.hbm_bytes = topology.device_spec().hbm_bytes;
+  report.peak_memory_bytes = PeakLiveBytes(graph);
+  for (const Node* p : graph.parameters()) report.parameter_bytes += p->shape().byte_size();
+  if (report.peak_memory_bytes > report.hbm_bytes) {
+    report.exceeds_hbm = true;
+    report.warnings.push_back(
+        absl::StrFormat("error: peak memory %.2f GiB per device exceeds the HBM of %s (%.2f GiB)",
+                        static_cast<double>(report.peak_memory_bytes) / (1 << 30),
+                        report.device_name.empty() ? "the device" : report.device_name,
+                        static_cast<double>(report.hbm_bytes) / (1 << 30)));
+  }
+
+  // Top-k on the slowest class.
+  std::vector<int64_t> locals, collectives;
+  for (int64_t i = 0; i < n; ++i) {
+    if (collective_index[i] >= 0) {
+      collectives.push_back(i);
+    } else if (local_cost[i].seconds > 0) {
+      locals.push_back(i);
+    }
+  }
+  auto top = [&](std::vector<int64_t>& indices, std::vector<OpEntry>& out) {
+    const size_t k = std::min<size_t>(indices.size(), static_cast<size_t>(options_.top_k));
+    std::partial_sort(indices.begin(), indices.begin() + k, indices.end(),
+                      [&](int64_t a, int64_t b) {
+                        double sa = cost_of(a, slowest).seconds, sb = cost_of(b, slowest).seconds;
+                        return sa != sb ? sa > sb : a < b;
+                      });
+    for (size_t j = 0; j < k; ++j) {
+      const Node& node = *nodes[indices[j]];
+      const NodeCost& cost = cost_of(indices[j], slowest);
+      OpEntry e;
+      e.name = node.name();
+      e.opcode = OpcodeName(node.opcode());
+      e.shape = node.shape().ToString();
+      e.seconds = cost.seconds;
+      e.flops = cost.flops;
+      e.bytes = IsCollective(node.opcode()) ? cost.ici_bytes + cost.dcn_bytes : cost.bytes_accessed;
+      out.push_back(std::move(e));
+    }
+  };
+  top(locals, report.top_ops);
+  top(collectives, report.top_collectives);
+
+  if (options_.record_trace) {
+    const std::vector<double>& starts = options_.overlap ? overlap_start : in_order_start;
+    for (int64_t c = 0; c < num_classes; ++c) {
+      for (int64_t i = 0; i < n; ++i) {
+        const NodeCost& cost = cost_of(i, c);
+        if (cost.seconds <= 0) continue;
+        TraceEvent e;
+        e.device_class = c;
+        e.name = nodes[i]->name();
+        e.opcode = OpcodeName(nodes[i]->opcode());
+        e.start_seconds = starts[i * num_classes + c];
+        e.seconds = cost.seconds;
+        e.ici_seconds = cost.ici_seconds;
+        e.dcn_seconds = cost.dcn_seconds;
+        report.trace.push_back(std::move(e));
+      }
+    }
+  }
+  return report;
+}
+
+absl::Status WriteChromeTrace(const SimulationReport& report, const std::string& path) {
+  if (report.trace.empty() && !report.classes.empty()) {
+    return absl::FailedPreconditionError(
+        "the simulation kept no trace; run it with SimulatorOptions::record_trace");
+  }
+  std::ofstream out(path);
+  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write trace file ", path));
+  const int64_t num_classes = static_cast<int64_t>(report.classes.size());
+  const int64_t ici_track = num_classes, dcn_track = num_classes + 1;
+  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  bool first = true;
+  auto meta = [&](int64_t tid, const std::string& name) {
+    nlohmann::json m = {
+        {"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid}, {"args", {{"name", name}}}};
+    out << (first ? "" : ",\n") << m.dump();
+    first = false;
+  };
+  for (int64_t c = 0; c < num_classes; ++c) {
+    const DeviceClass& dc = report.classes[c];
+    meta(c, absl::StrCat("class ", c, ": ", dc.num_devices, " devices (e.g. device ",
+                         dc.representative_device, ")"));
+  }
+  meta(ici_track, "ICI (class 0)");
+  meta(dcn_track, "DCN (class 0)");
+  for (const TraceEvent& e : report.trace) {
+    auto emit = [&](int64_t tid, double start, double seconds) {
+      nlohmann::json j = {{"name", e.name},
+                          {"cat", e.opcode},
+                          {"ph", "X"},
+                          {"pid", 0},
+                          {"tid", tid},
+                          {"ts", start * 1e6},
+                          {"dur", seconds * 1e6},
+                          {"args", {{"op", e.opcode}}}};
+      out << (first ? "" : ",\n") << j.dump();
+      first = false;
+    };
+    emit(e.device_class, e.start_seconds, e.seconds);
+    if (e.device_class != 0) continue;
+    if (e.ici_seconds > 0) emit(ici_track, e.start_seconds, e.ici_seconds);
+    if (e.dcn_seconds > 0) emit(dcn_track, e.start_seconds + e.ici_seconds, e.dcn_seconds);
+  }
+  out << "\n]}\n";
+  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write trace file ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace tessel::mesh

@@ -1,0 +1,460 @@
+#include "nn/transformer.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "core/internal/lazy.h"
+#include "core/status_macros.h"
+#include "nn/functional.h"
+#include "spmd/mark_sharding.h"
+#include "spmd/partition_spec.h"
+
+namespace tessel::nn {
+namespace {
+
+using spmd::PartitionSpec;
+
+// How a weight is laid out for the recipes: which of its dims is Megatron-split (tensor) and
+// which is FSDP-split.
+enum class WeightKind {
+  kColumn,      // [in, out]: out over tensor, in over fsdp (QKV, MLP in)
+  kRow,         // [in, out]: in over tensor, out over fsdp (attention out, MLP out)
+  kEmbedding,   // [vocab, d_model]: vocab over tensor, d_model over fsdp
+  kHead,        // [d_model, vocab]: vocab over tensor, d_model over fsdp
+  kPosition,    // [seq, d_model]: d_model over fsdp
+  kColumnBias,  // [out] of a column layer: over tensor
+  kVector,      // norm scales and other biases: replicated
+};
+
+// Mesh axes per role for one recipe.
+struct RecipeLayout {
+  std::vector<std::string> batch;  // the batch dim of tokens/labels
+  std::vector<std::string> fsdp;   // the FSDP dim of weights
+  std::string tensor;              // the Megatron dim of weights ("" = none)
+};
+
+PartitionSpec::Entry AxesEntry(const std::vector<std::string>& names) {
+  if (names.empty()) return spmd::kNone;
+  if (names.size() == 1) return names[0];
+  std::vector<spmd::AxisRef> refs(names.begin(), names.end());
+  return spmd::Axes(std::move(refs));
+}
+
+bool HasAxis(const spmd::Mesh& mesh, const std::string& name) {
+  for (const std::string& a : mesh.axis_names()) {
+    if (a == name) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<RecipeLayout> LayoutFor(const spmd::Mesh& mesh, ShardingRecipe recipe,
+                                       const RecipeAxes& axes) {
+  RecipeLayout layout;
+  const std::vector<std::string>& all = mesh.axis_names();
+  if (all.empty() && mesh.size() > 1) {
+    return absl::InvalidArgumentError("sharding recipes need a mesh with axis names");
+  }
+  auto all_but = [&](const std::string& skip) {
+    std::vector<std::string> out;
+    for (const std::string& a : all) {
+      if (a != skip) out.push_back(a);
+    }
+    return out;
+  };
+  switch (recipe) {
+    case ShardingRecipe::kDp:
+      layout.batch = all;
+      break;
+    case ShardingRecipe::kFsdp:
+      layout.batch = all;
+      layout.fsdp = all;
+      break;
+    case ShardingRecipe::kTp:
+    case ShardingRecipe::kFsdpTp:
+      if (!HasAxis(mesh, axes.tensor)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "recipe \"", std::string(ShardingRecipeName(recipe)), "\" needs a tensor axis \"",
+            axes.tensor, "\"; mesh has axes ", mesh.AxesToString()));
+      }
+      layout.tensor = axes.tensor;
+      layout.batch = all_but(axes.tensor);
+      if (recipe == ShardingRecipe::kFsdpTp && HasAxis(mesh, axes.fsdp)) {
+        layout.fsdp = {axes.fsdp};
+      }
+      break;
+    case ShardingRecipe::kMultisliceDp:
+      layout.batch = all;
+      layout.fsdp = all_but(axes.data);
+      break;
+  }
+  return layout;
+}
+
+PartitionSpec WeightSpec(WeightKind kind, const RecipeLayout& layout) {
+  PartitionSpec::Entry fsdp = AxesEntry(layout.fsdp);
+  PartitionSpec::Entry tensor = layout.tensor.empty() ? PartitionSpec::Entry(spmd::kNone)
+                                                      : PartitionSpec::Entry(layout.tensor);
+  switch (kind) {
+    case WeightKind::kColumn:
+    case WeightKind::kHead:
+      return PartitionSpec{fsdp, tensor};
+    case WeightKind::kRow:
+    case WeightKind::kEmbedding:
+      return PartitionSpec{tensor, fsdp};
+    case WeightKind::kPosition:
+      return PartitionSpec{spmd::kNone, fsdp};
+    case WeightKind::kColumnBias:
+      return PartitionSpec{tensor};
+    case WeightKind::kVector:
+      return PartitionSpec{spmd::kNone};
+  }
+  return PartitionSpec{spmd::kNone};
+}
+
+// Records the parameters (placeholders, sharded by the recipe) and the forward pass.
+class Builder {
+ public:
+  Builder(const TransformerConfig& config, const spmd::Mesh& mesh, RecipeLayout layout)
+      : config_(config), mesh_(mesh), layout_(std::move(layout)) {}
+
+  absl::Status status() const { return status_; }
+  std::vector<Tensor>& params() { return params_; }
+
+  // A trainable parameter in param_dtype, returned converted to the compute dtype.
+  Tensor Weight(std::vector<int64_t> dims, WeightKind kind) {
+    Tensor p = Tensor::Placeholder(Shape(config_.param_dtype, std::move(dims)));
+    Mark(p, WeightSpec(kind, layout_));
+    params_.push_back(p);
+    return config_.param_dtype == config_.dtype ? p : Convert(p, config_.dtype);
+  }
+
+  // A non-trainable input (tokens, labels, tables).
+  Tensor Input(DType dtype, std::vector<int64_t> dims, PartitionSpec spec) {
+    Tensor t = Tensor::Placeholder(Shape(dtype, std::move(dims)));
+    Mark(t, spec);
+    inputs_.push_back(t);
+    return t;
+  }
+
+  PartitionSpec BatchSpec(int64_t rank) const {
+    std::vector<PartitionSpec::Entry> entries(rank, spmd::kNone);
+    entries[0] = AxesEntry(layout_.batch);
+    return PartitionSpec(std::move(entries));
+  }
+
+  // [B, S, in] x [in, out] (+ bias [out]).
+  Tensor Linear(const Tensor& x, const Tensor& w) { return MatMul(x, w); }
+  Tensor Linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+    Tensor y = MatMul(x, w);
+    return y + Broadcast(b, y.shape().dims(), {y.rank() - 1});
+  }
+
+  // Scale over the last dim: [D] -> x's shape.
+  Tensor Last(const Tensor& v, const Tensor& like) {
+    return Broadcast(v, like.shape().dims(), {like.rank() - 1});
+  }
+
+  Tensor RmsNorm(const Tensor& x, const Tensor& gain) {
+    const int64_t last = x.rank() - 1;
+    Tensor xf = Convert(x, DType::kF32);
+    Tensor mean_sq = ReduceMean(xf * xf, {last});
+    std::vector<int64_t> keep;
+    for (int64_t d = 0; d < last; ++d) keep.push_back(d);
+    Tensor scale = Rsqrt(Broadcast(mean_sq, x.shape().dims(), keep) + 1e-6);
+    return Convert(xf * scale, config_.dtype) * Last(gain, x);
+  }
+
+  Tensor LayerNorm(const Tensor& x, const Tensor& gain, const Tensor& bias) {
+    return Convert(LayerNormalize(Convert(x, DType::kF32), Convert(gain, DType::kF32),
+                                  Convert(bias, DType::kF32)),
+                   config_.dtype);
+  }
+
+  // [B, S, n*Dh] -> [B, n, S, Dh].
+  Tensor SplitHeads(const Tensor& x, int64_t n) {
+    const int64_t b = config_.batch, s = config_.seq_len, dh = config_.head_dim();
+    return Transpose(Reshape(x, {b, s, n, dh}), {0, 2, 1, 3});
+  }
+
+  // Rotary embedding on [B, H, S, Dh] with cos/sin tables [S, Dh]:
+  // x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[..., Dh/2:], x[..., :Dh/2]).
+  Tensor Rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+    const std::vector<int64_t>& dims = x.shape().dims();
+    const int64_t dh = dims[3], half = dh / 2;
+    Tensor lo = Slice(x, {0, 0, 0, 0}, {dims[0], dims[1], dims[2], half});
+    Tensor hi = Slice(x, {0, 0, 0, half}, {dims[0], dims[1], dims[2], dh});
+    Tensor rotated = Concatenate({-hi, lo}, 3);
+    return x * Broadcast(cos, dims, {2, 3}) + rotated * Broadcast(sin, dims, {2, 3});
+  }
+
+  // Causal grouped-query attention: q [B, H, S, Dh], k/v [B, KV, S, Dh] -> [B, S, H*Dh].
+  Tensor Attention(const Tensor& q, Tensor k, Tensor v) {
+    const int64_t b = config_.batch, s = config_.seq_len, h = config_.heads,
+                  kv = config_.num_kv_heads(), dh = config_.head_dim();
+    if (kv != h) {
+      // Repeat each key/value head h/kv times (GQA), as Llama's repeat_kv.
+      const int64_t group = h / kv;
+      k = Reshape(Broadcast(k, {b, kv, group, s, dh}, {0, 1, 3, 4}), {b, h, s, dh});
+      v = Reshape(Broadcast(v, {b, kv, group, s, dh}, {0, 1, 3, 4}), {b, h, s, dh});
+    }
+    DotDimensionNumbers qk;
+    qk.lhs_batch_dims = qk.rhs_batch_dims = {0, 1};
+    qk.lhs_contracting_dims = {3};
+    qk.rhs_contracting_dims = {3};
+    Tensor scores = Dot(q, k, qk) * (1.0 / std::sqrt(static_cast<double>(dh)));  // [B,H,S,S]
+    Shape mask_shape(DType::kS32, {b, h, s, s});
+    Tensor causal = Compare(Iota(mask_shape, 2), Iota(mask_shape, 3), ComparisonDirection::kGe);
+    Tensor neg = Full(scores.shape(), -1e9);
+    Tensor probs =
+        Convert(Softmax(Convert(Select(causal, scores, neg), DType::kF32), -1), config_.dtype);
+    DotDimensionNumbers pv;
+    pv.lhs_batch_dims = pv.rhs_batch_dims = {0, 1};
+    pv.lhs_contracting_dims = {3};
+    pv.rhs_contracting_dims = {2};
+    Tensor context = Dot(probs, v, pv);  // [B, H, S, Dh]
+    return Reshape(Transpose(context, {0, 2, 1, 3}), {b, s, h * dh});
+  }
+
+  // Mean next-token cross-entropy of logits [B, S, V] against labels s32[B, S], in f32.
+  Tensor Loss(const Tensor& logits, const Tensor& labels) {
+    const int64_t b = config_.batch, s = config_.seq_len, vocab = config_.vocab;
+    Shape one_hot_shape(DType::kS32, {b, s, vocab});
+    Tensor one_hot = Convert(Compare(Broadcast(labels, {b, s, vocab}, {0, 1}),
+                                     Iota(one_hot_shape, 2), ComparisonDirection::kEq),
+                             DType::kF32);
+    Tensor logp = LogSoftmax(Convert(logits, DType::kF32), -1);
+    return -ReduceSum(one_hot * logp, {0, 1, 2}) / static_cast<double>(b * s);
+  }
+
+  // Embedding lookup as one-hot(tokens) . table: s32[B, S] x [V, D] -> [B, S, D].
+  Tensor Embed(const Tensor& tokens, const Tensor& table) {
+    const int64_t b = config_.batch, s = config_.seq_len, vocab = config_.vocab;
+    Shape one_hot_shape(DType::kS32, {b, s, vocab});
+    Tensor one_hot = Convert(Compare(Broadcast(tokens, {b, s, vocab}, {0, 1}),
+                                     Iota(one_hot_shape, 2), ComparisonDirection::kEq),
+                             config_.dtype);
+    return MatMul(one_hot, table);
+  }
+
+  std::vector<Tensor>& inputs() { return inputs_; }
+
+ private:
+  void Mark(Tensor& t, const PartitionSpec& spec) {
+    if (!status_.ok() || mesh_.size() == 1) return;
+    absl::Status s = spmd::mark_sharding(t, mesh_, spec);
+    if (!s.ok()) status_ = s;
+  }
+
+  const TransformerConfig& config_;
+  const spmd::Mesh& mesh_;
+  RecipeLayout layout_;
+  absl::Status status_;
+  std::vector<Tensor> params_;
+  std::vector<Tensor> inputs_;
+};
+
+}  // namespace
+
+std::string_view TransformerArchName(TransformerArch arch) {
+  return arch == TransformerArch::kGpt ? "gpt" : "llama";
+}
+
+absl::StatusOr<TransformerArch> ParseTransformerArch(std::string_view name) {
+  if (name == "gpt") return TransformerArch::kGpt;
+  if (name == "llama") return TransformerArch::kLlama;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown model \"", std::string(name), "\"; expected gpt or llama"));
+}
+
+std::string_view ShardingRecipeName(ShardingRecipe recipe) {
+  switch (recipe) {
+    case ShardingRecipe::kDp:
+      return "dp";
+    case ShardingRecipe::kFsdp:
+      return "fsdp";
+    case ShardingRecipe::kTp:
+      return "tp";
+    case ShardingRecipe::kFsdpTp:
+      return "fsdp_tp";
+    case ShardingRecipe::kMultisliceDp:
+      return "multislice_dp";
+  }
+  return "?";
+}
+
+absl::StatusOr<ShardingRecipe> ParseShardingRecipe(std::string_view name) {
+  for (ShardingRecipe r : {ShardingRecipe::kDp, ShardingRecipe::kFsdp, ShardingRecipe::kTp,
+                           ShardingRecipe::kFsdpTp, ShardingRecipe::kMultisliceDp}) {
+    if (ShardingRecipeName(r) == name) return r;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown recipe \"", std::string(name),
+                   "\"; expected one of dp, fsdp, tp, fsdp_tp, multislice_dp"));
+}
+
+absl::Status ValidateTransformerConfig(const TransformerConfig& c) {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"layers", c.layers}, {"d_model", c.d_model}, {"heads", c.heads}, {"ffn", c.ffn},
+      {"vocab", c.vocab},   {"seq_len", c.seq_len}, {"batch", c.batch}};
+  for (const auto& [name, value] : sizes) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("transformer config: ", name, " must be positive, got ", value));
+    }
+  }
+  if (c.kv_heads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transformer config: kv_heads must be >= 0, got ", c.kv_heads));
+  }
+  if (c.d_model % c.heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("transformer config: heads (", c.heads,
+                                                   ") must divide d_model (", c.d_model, ")"));
+  }
+  if (c.heads % c.num_kv_heads() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transformer config: kv_heads (", c.num_kv_heads(), ") must divide heads (", c.heads, ")"));
+  }
+  if (c.arch == TransformerArch::kLlama && c.head_dim() % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transformer config: rotary embedding needs an even head_dim, got ", c.head_dim()));
+  }
+  if (!IsFloating(c.dtype) || !IsFloating(c.param_dtype)) {
+    return absl::InvalidArgumentError("transformer config: dtype and param_dtype must be floating");
+  }
+  return absl::OkStatus();
+}
+
+int64_t TransformerParameterCount(const TransformerConfig& c) {
+  const int64_t d = c.d_model, f = c.ffn, v = c.vocab, s = c.seq_len, l = c.layers;
+  const int64_t dkv = c.num_kv_heads() * c.head_dim();
+  if (c.arch == TransformerArch::kGpt) {
+    const int64_t per_layer =
+        d * (d + 2 * dkv) + (d + 2 * dkv) + d * d + d + 2 * d * f + f + d + 4 * d;
+    return v * d + s * d + l * per_layer + 2 * d + d * v;
+  }
+  const int64_t per_layer = d * (d + 2 * dkv) + d * d + 3 * d * f + 2 * d;
+  return v * d + l * per_layer + d + d * v;
+}
+
+absl::StatusOr<TransformerStep> BuildTransformerStep(const TransformerConfig& c,
+                                                     const spmd::Mesh& mesh, ShardingRecipe recipe,
+                                                     const RecipeAxes& axes) {
+  TESSEL_RETURN_IF_ERROR(ValidateTransformerConfig(c));
+  TESSEL_ASSIGN_OR_RETURN(RecipeLayout layout, LayoutFor(mesh, recipe, axes));
+  Builder b(c, mesh, layout);
+  const int64_t d = c.d_model, f = c.ffn, v = c.vocab, s = c.seq_len;
+  const int64_t h = c.heads, kv = c.num_kv_heads(), dh = c.head_dim();
+  const bool gpt = c.arch == TransformerArch::kGpt;
+
+  Tensor tokens = b.Input(DType::kS32, {c.batch, s}, b.BatchSpec(2));
+  Tensor labels = b.Input(DType::kS32, {c.batch, s}, b.BatchSpec(2));
+  Tensor x = b.Embed(tokens, b.Weight({v, d}, WeightKind::kEmbedding));
+  if (gpt) {
+    Tensor pos = b.Weight({s, d}, WeightKind::kPosition);
+    x = x + Broadcast(pos, x.shape().dims(), {1, 2});
+  }
+  Tensor cos, sin;
+  if (!gpt) {
+    cos = b.Input(c.dtype, {s, dh}, PartitionSpec{spmd::kNone, spmd::kNone});
+    sin = b.Input(c.dtype, {s, dh}, PartitionSpec{spmd::kNone, spmd::kNone});
+  }
+  for (int64_t layer = 0; layer < c.layers; ++layer) {
+    if (gpt) {
+      Tensor g1 = b.Weight({d}, WeightKind::kVector), b1 = b.Weight({d}, WeightKind::kVector);
+      // Separate Q, K, V projections (the same parameters as a fused [D, D + 2*Dkv] matrix):
+      // slicing a fused QKV output along its tensor-parallel dim would gather it whole.
+      Tensor wq = b.Weight({d, d}, WeightKind::kColumn);
+      Tensor bq = b.Weight({d}, WeightKind::kColumnBias);
+      Tensor wk = b.Weight({d, kv * dh}, WeightKind::kColumn);
+      Tensor bk = b.Weight({kv * dh}, WeightKind::kColumnBias);
+      Tensor wv = b.Weight({d, kv * dh}, WeightKind::kColumn);
+      Tensor bv = b.Weight({kv * dh}, WeightKind::kColumnBias);
+      Tensor wo = b.Weight({d, d}, WeightKind::kRow), bo = b.Weight({d}, WeightKind::kVector);
+      Tensor g2 = b.Weight({d}, WeightKind::kVector), b2 = b.Weight({d}, WeightKind::kVector);
+      Tensor w1 = b.Weight({d, f}, WeightKind::kColumn);
+      Tensor bf1 = b.Weight({f}, WeightKind::kColumnBias);
+      Tensor w2 = b.Weight({f, d}, WeightKind::kRow), bf2 = b.Weight({d}, WeightKind::kVector);
+      Tensor a = b.LayerNorm(x, g1, b1);
+      Tensor q = b.SplitHeads(b.Linear(a, wq, bq), h);
+      Tensor k = b.SplitHeads(b.Linear(a, wk, bk), kv);
+      Tensor val = b.SplitHeads(b.Linear(a, wv, bv), kv);
+      x = x + b.Linear(b.Attention(q, k, val), wo, bo);
+      x = x + b.Linear(Gelu(b.Linear(b.LayerNorm(x, g2, b2), w1, bf1)), w2, bf2);
+    } else {
+      Tensor g1 = b.Weight({d}, WeightKind::kVector);
+      Tensor wq = b.Weight({d, d}, WeightKind::kColumn);
+      Tensor wk = b.Weight({d, kv * dh}, WeightKind::kColumn);
+      Tensor wv = b.Weight({d, kv * dh}, WeightKind::kColumn);
+      Tensor wo = b.Weight({d, d}, WeightKind::kRow);
+      Tensor g2 = b.Weight({d}, WeightKind::kVector);
+      Tensor w_gate = b.Weight({d, f}, WeightKind::kColumn);
+      Tensor w_up = b.Weight({d, f}, WeightKind::kColumn);
+      Tensor w_down = b.Weight({f, d}, WeightKind::kRow);
+      Tensor a = b.RmsNorm(x, g1);
+      Tensor q = b.Rope(b.SplitHeads(b.Linear(a, wq), h), cos, sin);
+      Tensor k = b.Rope(b.SplitHeads(b.Linear(a, wk), kv), cos, sin);
+      Tensor val = b.SplitHeads(b.Linear(a, wv), kv);
+      x = x + b.Linear(b.Attention(q, k, val), wo);
+      Tensor m = b.RmsNorm(x, g2);
+      Tensor gate = b.Linear(m, w_gate);
+      x = x + b.Linear(gate * Logistic(gate) * b.Linear(m, w_up), w_down);  // SwiGLU
+    }
+  }
+  if (gpt) {
+    Tensor gf = b.Weight({d}, WeightKind::kVector), bf = b.Weight({d}, WeightKind::kVector);
+    x = b.LayerNorm(x, gf, bf);
+  } else {
+    x = b.RmsNorm(x, b.Weight({d}, WeightKind::kVector));
+  }
+  Tensor logits = b.Linear(x, b.Weight({d, v}, WeightKind::kHead));
+  Tensor loss = b.Loss(logits, labels);
+  TESSEL_RETURN_IF_ERROR(b.status());
+  TESSEL_RETURN_IF_ERROR(loss.status());
+
+  std::vector<Tensor>& params = b.params();
+  std::vector<Tensor> grads = Grad(loss, params);
+  // Adam, torch.optim.Adam formulation (nn/optim.h): the bias-correction factors
+  // lr / (1 - beta1^t) and 1 / sqrt(1 - beta2^t) are scalar inputs, moments placeholders
+  // sharded like their parameter.
+  Tensor step_size = b.Input(c.param_dtype, {}, PartitionSpec{});
+  Tensor inv_sqrt_bc2 = b.Input(c.param_dtype, {}, PartitionSpec{});
+  std::vector<Tensor> outputs = {loss};
+  std::vector<Tensor> moments;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    Tensor m = Tensor::Placeholder(p.shape());
+    Tensor var = Tensor::Placeholder(p.shape());
+    m.SetSharding(p.sharding());
+    var.SetSharding(p.sharding());
+    moments.push_back(m);
+    moments.push_back(var);
+    const std::vector<int64_t>& dims = p.shape().dims();
+    Tensor m1 = m * c.beta1 + grads[i] * (1.0 - c.beta1);
+    Tensor v1 = var * c.beta2 + grads[i] * grads[i] * (1.0 - c.beta2);
+    Tensor denom = Sqrt(v1) * Broadcast(inv_sqrt_bc2, dims, {}) + c.eps;
+    outputs.push_back(p - Broadcast(step_size, dims, {}) * m1 / denom);
+    outputs.push_back(m1);
+    outputs.push_back(v1);
+  }
+  TESSEL_ASSIGN_OR_RETURN(
+      TracedGraph traced,
+      TraceGraph(outputs, absl::StrCat(std::string(TransformerArchName(c.arch)), "_step")));
+  TransformerStep step;
+  step.graph = std::move(traced.graph);
+  step.num_parameters = TransformerParameterCount(c);
+  // TraceGraph binds parameter i to a tensor sharing the placeholder's IR node.
+  absl::flat_hash_set<const internal_lazy::LazyNode*> weight_nodes, moment_nodes;
+  for (const Tensor& p : params) weight_nodes.insert(p.impl()->node.get());
+  for (const Tensor& m : moments) moment_nodes.insert(m.impl()->node.get());
+  for (size_t i = 0; i < traced.parameters.size(); ++i) {
+    const internal_lazy::LazyNode* node = traced.parameters[i].impl()->node.get();
+    if (weight_nodes.contains(node)) step.weight_parameters.push_back(static_cast<int64_t>(i));
+    if (moment_nodes.contains(node)) step.moment_parameters.push_back(static_cast<int64_t>(i));
+  }
+  return step;
+}
+
+}  // namespace tessel::nn

@@ -1,0 +1,147 @@
+// Decoder-only transformer training steps (GPT-style and Llama-style) traced into one Graph, and
+// the usual sharding recipes applied with spmd::mark_sharding.
+//
+//   nn::TransformerConfig config = nn::Gpt2Small();            // or a hand-written config
+//   TESSEL_ASSIGN_OR_RETURN(spmd::Mesh mesh,
+//       spmd::Mesh::Create(ids, {2, 2, 2}, {"data", "fsdp", "tensor"}));
+//   TESSEL_ASSIGN_OR_RETURN(nn::TransformerStep step,
+//       nn::BuildTransformerStep(config, mesh, nn::ShardingRecipe::kFsdpTp));
+//   partitioner::Partition(*step.graph, mesh.size());          // one SPMD program
+//   nn::TransformerParameterCount(config);                     // for MFU: 6 * params * tokens
+//
+// The graph is one training step: forward (embedding, `layers` decoder blocks, final norm, LM
+// head, mean next-token cross-entropy), backward (tessel::Grad) and an Adam update of every
+// parameter (the torch.optim.Adam formulation of nn/optim.h, bias-correction factors fed as
+// scalar inputs). Every input is a Tensor::Placeholder: nothing is allocated, so configs of any
+// size (Llama-70B, GPT-3 175B) can be traced for the partitioner and the simulator.
+//
+// Shapes (global): tokens and labels s32[batch, seq_len]; activations [batch, seq_len, d_model]
+// in `dtype`; parameters and Adam moments in `param_dtype` (mixed precision as MaxText's
+// weight_dtype=f32, dtype=bf16: parameters are converted to `dtype` where they are used).
+// The embedding is a dot of the one-hot tokens (compare with iota) with the table, because the
+// IR has no gather; this is how TPU programs often embed (Flax `Embed.attend`, MaxText
+// `use_iota_embed`) and it adds 2 * tokens * vocab * d_model flops per forward.
+//
+// GPT (Radford et al. 2019, GPT-2): learned position embedding, pre-LayerNorm with bias,
+// multi-head attention with biases (separate Q, K, V projections; `kv_heads` applies too),
+// GELU MLP (d_model -> ffn -> d_model) with biases.
+// Llama (Touvron et al. 2023): RMSNorm, rotary position embedding (Su et al. 2021; cos/sin
+// tables are inputs), grouped-query attention with `kv_heads` (Ainslie et al. 2023), SwiGLU MLP
+// (Shazeer 2020) with three [d_model, ffn] matrices, no biases. Both: causal mask, untied LM head.
+#ifndef TESSEL_NN_TRANSFORMER_H_
+#define TESSEL_NN_TRANSFORMER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "core/graph.h"
+#include "core/tensor.h"
+#include "spmd/mesh.h"
+
+namespace tessel::nn {
+
+enum class TransformerArch { kGpt, kLlama };
+
+// "gpt" / "llama".
+[[nodiscard]] std::string_view TransformerArchName(TransformerArch arch);
+// Errors: kInvalidArgument naming `name` and the accepted names.
+[[nodiscard]] absl::StatusOr<TransformerArch> ParseTransformerArch(std::string_view name);
+
+struct TransformerConfig {
+  TransformerArch arch = TransformerArch::kGpt;
+  int64_t layers = 2;
+  int64_t d_model = 64;
+  int64_t heads = 4;     // query heads; head_dim = d_model / heads
+  int64_t kv_heads = 0;  // key/value heads (GQA); 0 means `heads` (multi-head attention)
+  int64_t ffn = 256;     // MLP hidden size
+  int64_t vocab = 128;
+  int64_t seq_len = 16;
+  int64_t batch = 8;                // global batch (sequences per step)
+  DType dtype = DType::kBF16;       // activations and matmul inputs
+  DType param_dtype = DType::kF32;  // parameters, gradients and Adam moments
+  // Adam (torch.optim.Adam) hyperparameters; graph constants.
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+
+  int64_t head_dim() const { return d_model / heads; }
+  int64_t num_kv_heads() const { return kv_heads == 0 ? heads : kv_heads; }
+  int64_t tokens() const { return batch * seq_len; }
+};
+
+// Checks that every size is positive, heads divides d_model, kv_heads divides heads, and the
+// dtypes are floating. Errors: kInvalidArgument naming the field and its value.
+[[nodiscard]] absl::Status ValidateTransformerConfig(const TransformerConfig& config);
+
+// Number of trainable parameters (elements), counted from the shapes BuildTransformerStep
+// creates:
+//   GPT:   V*D + S*D + L*(D*(D + 2*Dkv) + (D + 2*Dkv) + D*D + D + 2*D*F + F + D + 4*D) + 2*D + D*V
+//   Llama: V*D + L*(D*(D + 2*Dkv) + D*D + 3*D*F + 2*D) + D + D*V
+// with Dkv = kv_heads * head_dim. MFU uses 6 * params * tokens (Kaplan et al. 2020;
+// Chowdhery et al. 2022, appendix B, without the attention term).
+[[nodiscard]] int64_t TransformerParameterCount(const TransformerConfig& config);
+
+// The named sharding recipes. Axis roles come from RecipeAxes; a role whose axis the mesh does
+// not have is simply not used (so "fsdp_tp" on a mesh without "fsdp" is Megatron TP x DP).
+enum class ShardingRecipe {
+  // Data parallel: the batch over every mesh axis; parameters and optimizer state replicated.
+  kDp,
+  // Fully sharded data parallel (ZeRO-3, PyTorch FSDP): the batch over every mesh axis; every
+  // weight matrix sharded along one dim over every mesh axis (all-gathered before use,
+  // gradients reduce-scattered). Norm scales and biases stay replicated.
+  kFsdp,
+  // Megatron tensor parallel (Shoeybi et al. 2019): QKV / MLP-in matrices split by columns,
+  // output / MLP-out matrices by rows over the tensor axis, vocab split over it for the
+  // embedding and LM head; the batch over every other axis (data parallel).
+  kTp,
+  // FSDP x TP (MaxText's fsdp + tensor): Megatron over the tensor axis and the other dim of each
+  // weight over the fsdp axis; the batch over the data and fsdp axes.
+  kFsdpTp,
+  // Multi-slice data parallel (MaxText dcn_data_parallelism): pure data parallel over the data
+  // axis (the DCN axis of a HybridMesh: gradients all-reduced across slices), FSDP over the
+  // other (ICI) axes inside each slice; the batch over every axis.
+  kMultisliceDp,
+};
+
+// "dp", "fsdp", "tp", "fsdp_tp", "multislice_dp".
+[[nodiscard]] std::string_view ShardingRecipeName(ShardingRecipe recipe);
+// Errors: kInvalidArgument naming `name` and the accepted names.
+[[nodiscard]] absl::StatusOr<ShardingRecipe> ParseShardingRecipe(std::string_view name);
+
+// Which mesh axis plays which role (names as given to spmd::Mesh / HybridMesh).
+struct RecipeAxes {
+  std::string data = "data";  // the data-parallel axis; the DCN axis in multi-slice meshes
+  std::string fsdp = "fsdp";
+  std::string tensor = "tensor";
+};
+
+// One traced training step.
+struct TransformerStep {
+  // Global shapes; parameters carry the recipe's shardings (XLA HloSharding text). Root: a
+  // tuple (loss, then for each parameter: new parameter, new first moment, new second moment).
+  std::unique_ptr<Graph> graph;
+  // Graph parameter numbers of the trainable parameters and of their Adam moments, ascending;
+  // every other parameter is a data input (tokens, labels, rotary tables, Adam scalars).
+  std::vector<int64_t> weight_parameters;
+  std::vector<int64_t> moment_parameters;
+  int64_t num_parameters = 0;  // TransformerParameterCount(config)
+};
+
+// Builds, annotates and traces one training step of `config` (see the file comment).
+// Shapes: global. Errors: kInvalidArgument from ValidateTransformerConfig, or when `recipe`
+// needs an axis role the mesh lacks entirely (tp / fsdp_tp without `axes.tensor`); errors of
+// mark_sharding and TraceGraph.
+[[nodiscard]] absl::StatusOr<TransformerStep> BuildTransformerStep(const TransformerConfig& config,
+                                                                   const spmd::Mesh& mesh,
+                                                                   ShardingRecipe recipe,
+                                                                   const RecipeAxes& axes = {});
+
+}  // namespace tessel::nn
+
+#endif  // TESSEL_NN_TRANSFORMER_H_

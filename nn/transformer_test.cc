@@ -1,0 +1,133 @@
+#include "nn/transformer.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "spmd/mesh.h"
+
+namespace tessel::nn {
+namespace {
+
+using ::testing::HasSubstr;
+
+spmd::Mesh Mesh8() {
+  std::vector<int64_t> ids(8);
+  for (int64_t i = 0; i < 8; ++i) ids[i] = i;
+  return *spmd::Mesh::Create(ids, {2, 2, 2}, {"data", "fsdp", "tensor"});
+}
+
+TransformerConfig Tiny(TransformerArch arch) {
+  TransformerConfig c;
+  c.arch = arch;
+  c.layers = 2;
+  c.d_model = 16;
+  c.heads = 4;
+  c.kv_heads = arch == TransformerArch::kLlama ? 2 : 0;
+  c.ffn = 32;
+  c.vocab = 24;
+  c.seq_len = 8;
+  c.batch = 4;
+  return c;
+}
+
+// Element count of the graph parameters listed in `numbers`.
+int64_t Elements(const Graph& graph, const std::vector<int64_t>& numbers) {
+  int64_t total = 0;
+  for (int64_t n : numbers) total += graph.parameters()[n]->shape().num_elements();
+  return total;
+}
+
+TEST(TransformerTest, GptParameterCountByHand) {
+  TransformerConfig c = Tiny(TransformerArch::kGpt);
+  // D=16, F=32, V=24, S=8, L=2, Dkv=16.
+  // per layer: 16*48 + 48 + 16*16 + 16 + 2*16*32 + 32 + 16 + 4*16 = 2224
+  // total: 24*16 + 8*16 + 2*2224 + 2*16 + 16*24 = 384 + 128 + 4448 + 32 + 384 = 5376
+  EXPECT_EQ(TransformerParameterCount(c), 5376);
+}
+
+TEST(TransformerTest, LlamaParameterCountByHand) {
+  TransformerConfig c = Tiny(TransformerArch::kLlama);
+  // D=16, heads 4 (Dh 4), kv 2 -> Dkv 8. per layer: 16*(16+16) + 256 + 3*16*32 + 32 = 2336
+  // total: 24*16 + 2*2336 + 16 + 16*24 = 384 + 4672 + 16 + 384 = 5456
+  EXPECT_EQ(TransformerParameterCount(c), 5456);
+}
+
+TEST(TransformerTest, Llama2_70bParameterCount) {
+  // Llama 2 70B: L=80, D=8192, 64 heads, 8 KV heads, F=28672, V=32000: 68.98e9 parameters
+  // (Touvron et al. 2023 report "70B").
+  TransformerConfig c;
+  c.arch = TransformerArch::kLlama;
+  c.layers = 80;
+  c.d_model = 8192;
+  c.heads = 64;
+  c.kv_heads = 8;
+  c.ffn = 28672;
+  c.vocab = 32000;
+  EXPECT_EQ(TransformerParameterCount(c), 68976648192);
+}
+
+TEST(TransformerTest, TracedParametersMatchTheCount) {
+  for (TransformerArch arch : {TransformerArch::kGpt, TransformerArch::kLlama}) {
+    TransformerConfig c = Tiny(arch);
+    absl::StatusOr<TransformerStep> step = BuildTransformerStep(c, Mesh8(), ShardingRecipe::kDp);
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_EQ(Elements(*step->graph, step->weight_parameters), TransformerParameterCount(c));
+    EXPECT_EQ(Elements(*step->graph, step->moment_parameters), 2 * TransformerParameterCount(c));
+    // Root: loss + (parameter, m, v) per weight.
+    EXPECT_EQ(step->graph->root()->operand_count(),
+              1 + 3 * static_cast<int64_t>(step->weight_parameters.size()));
+    EXPECT_EQ(step->graph->root()->operand(0)->shape().ToString(), "f32[]");
+  }
+}
+
+TEST(TransformerTest, RecipesAnnotateWeights) {
+  TransformerConfig c = Tiny(TransformerArch::kGpt);
+  absl::StatusOr<TransformerStep> dp = BuildTransformerStep(c, Mesh8(), ShardingRecipe::kDp);
+  absl::StatusOr<TransformerStep> tp = BuildTransformerStep(c, Mesh8(), ShardingRecipe::kTp);
+  absl::StatusOr<TransformerStep> fsdp = BuildTransformerStep(c, Mesh8(), ShardingRecipe::kFsdp);
+  ASSERT_TRUE(dp.ok() && tp.ok() && fsdp.ok());
+  // Weight 0 is the embedding table [V, D].
+  const Node* dp_emb = dp->graph->parameters()[dp->weight_parameters[0]];
+  const Node* tp_emb = tp->graph->parameters()[tp->weight_parameters[0]];
+  const Node* fsdp_emb = fsdp->graph->parameters()[fsdp->weight_parameters[0]];
+  EXPECT_EQ(dp_emb->shape().ToString(), "f32[24,16]");
+  EXPECT_EQ(dp_emb->sharding(), "{replicated}");
+  // vocab over "tensor" (mesh axis 2), replicated over data x fsdp.
+  EXPECT_EQ(tp_emb->sharding(), "{devices=[2,1,4]0,2,4,6,1,3,5,7 last_tile_dim_replicate}");
+  // d_model over every axis.
+  EXPECT_EQ(fsdp_emb->sharding(), "{devices=[1,8]0,1,2,3,4,5,6,7}");
+}
+
+TEST(TransformerTest, Errors) {
+  TransformerConfig c = Tiny(TransformerArch::kGpt);
+  c.heads = 5;
+  EXPECT_THAT(BuildTransformerStep(c, Mesh8(), ShardingRecipe::kDp).status().message(),
+              HasSubstr("heads (5) must divide d_model (16)"));
+  c = Tiny(TransformerArch::kLlama);
+  c.kv_heads = 3;
+  EXPECT_THAT(ValidateTransformerConfig(c).message(), HasSubstr("kv_heads (3) must divide"));
+  c.kv_heads = 2;
+  c.batch = 0;
+  EXPECT_THAT(ValidateTransformerConfig(c).message(), HasSubstr("batch must be positive"));
+  spmd::Mesh no_tensor = *spmd::Mesh::Create({0, 1}, {2}, {"data"});
+  EXPECT_THAT(BuildTransformerStep(Tiny(TransformerArch::kGpt), no_tensor, ShardingRecipe::kTp)
+                  .status()
+                  .message(),
+              HasSubstr("needs a tensor axis \"tensor\""));
+  EXPECT_THAT(ParseShardingRecipe("zero3").status().message(), HasSubstr("unknown recipe"));
+  EXPECT_EQ(*ParseShardingRecipe("fsdp_tp"), ShardingRecipe::kFsdpTp);
+  EXPECT_EQ(*ParseTransformerArch("llama"), TransformerArch::kLlama);
+}
+
+TEST(TransformerTest, PlaceholdersCannotRun) {
+  Tensor p = Tensor::Placeholder(Shape(DType::kF32, {2}));
+  absl::StatusOr<Literal> value = (p + 1.0).ToLiteral();
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(p.ToLiteral().ok());
+  EXPECT_TRUE(Sync().ok());  // a live placeholder is not pending work
+}
+
+}  // namespace
+}  // namespace tessel::nn

@@ -1,0 +1,354 @@
+// `tessel simulate CONFIG --model gpt|llama [model flags] [mesh flags] --recipe R [--overlap]
+//     [--trace out.json] [--json]`: builds one training step of a decoder transformer
+// (nn/transformer.h), shards it with a named recipe on a HybridMesh of the topology CONFIG,
+// partitions it and simulates the step (mesh/simulator.h).
+// `tessel simulate CONFIG --hlo FILE.hlo [...]`: the same for an HLO module with shardings.
+//
+//   $ tessel simulate configs/v5p-128.json --model llama --layers 2 --d-model 1024 \
+//       --heads 8 --ffn 4096 --vocab 32000 --seq-len 2048 --batch 64 \
+//       --ici-mesh-shape 1,16,4 --axis-names data,fsdp,tensor --recipe fsdp_tp
+//
+// Output: step time (in order and overlapped), compute / ICI / DCN / exposed communication,
+// MFU (6 * params * tokens / (step time * peak bf16 of all devices); for --hlo the program's own
+// flops), tokens per second, per-device peak memory, bytes per link class, the top 10 ops and
+// collectives. --json prints one object instead (keys in docs/simulator.md).
+// Exit codes (tools/command.h): 0 success; 2 bad arguments (unknown model or recipe, sizes,
+// a mesh whose product is not the device count, unknown axis names); 1 failures (missing or
+// invalid files, partitioning errors, a model that does not fit in HBM: the report is still
+// printed, and the error line goes to stderr).
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/hlo_text.h"
+#include "mesh/simulator.h"
+#include "mesh/topology.h"
+#include "nlohmann/json.hpp"
+#include "nn/transformer.h"
+#include "partitioner/partitioner.h"
+#include "spmd/mesh.h"
+#include "tools/command.h"
+#include "tools/flag_parsing.h"
+
+namespace tessel::tools {
+namespace {
+
+struct SimulateFlags {
+  std::string config;
+  std::string model;
+  std::string hlo;
+  int64_t layers = 2;
+  int64_t d_model = 512;
+  int64_t heads = 8;
+  int64_t kv_heads = 0;
+  int64_t ffn = 0;  // 0: 4 * d_model
+  int64_t vocab = 32000;
+  int64_t seq_len = 1024;
+  int64_t batch = 0;  // 0: one sequence per device
+  std::string dtype = "bf16";
+  std::string param_dtype = "f32";
+  std::string ici_mesh_shape;
+  std::string dcn_mesh_shape;
+  std::string axis_names = "data,fsdp,tensor";
+  std::string recipe = "fsdp_tp";
+  bool overlap = false;
+  std::string trace;
+  bool json = false;
+};
+
+int Usage(const std::string& message) {
+  std::cerr << "tessel simulate: " << message << "\n";
+  return kExitUsage;
+}
+
+int Fail(const std::string& message) {
+  std::cerr << "tessel simulate: " << message << "\n";
+  return 1;
+}
+
+double Since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string Bytes(double bytes) {
+  if (bytes >= 1024.0 * 1024 * 1024) return absl::StrFormat("%.2f GiB", bytes / (1 << 30));
+  if (bytes >= 1024.0 * 1024) return absl::StrFormat("%.2f MiB", bytes / (1 << 20));
+  if (bytes >= 1024.0) return absl::StrFormat("%.2f KiB", bytes / 1024);
+  return absl::StrFormat("%.0f B", bytes);
+}
+
+std::string Seconds(double s) {
+  if (s >= 1) return absl::StrFormat("%.3f s", s);
+  if (s >= 1e-3) return absl::StrFormat("%.3f ms", s * 1e3);
+  return absl::StrFormat("%.3f us", s * 1e6);
+}
+
+absl::StatusOr<DType> ParseFloatDType(const std::string& name, const std::string& flag) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "f16") return DType::kF16;
+  if (name == "f32") return DType::kF32;
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, ": unknown dtype \"", name, "\"; expected bf16, f16 or f32"));
+}
+
+nlohmann::json OpsJson(const std::vector<mesh::OpEntry>& ops) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const mesh::OpEntry& e : ops) {
+    out.push_back({{"name", e.name},
+                   {"opcode", e.opcode},
+                   {"shape", e.shape},
+                   {"seconds", e.seconds},
+                   {"flops", e.flops},
+                   {"bytes", e.bytes}});
+  }
+  return out;
+}
+
+void PrintOps(const std::string& title, const std::vector<mesh::OpEntry>& ops) {
+  std::cout << title << "\n";
+  for (const mesh::OpEntry& e : ops) {
+    std::cout << absl::StrFormat("  %12s  %-18s %-28s %s\n", Seconds(e.seconds), e.opcode, e.shape,
+                                 e.name);
+  }
+}
+
+int Run(const SimulateFlags& f) {
+  if (f.model.empty() == f.hlo.empty()) {
+    return Usage("give exactly one of --model gpt|llama and --hlo FILE");
+  }
+  absl::StatusOr<mesh::Topology> topology = mesh::LoadTopology(f.config);
+  if (!topology.ok()) return Fail(std::string(topology.status().message()));
+  const int64_t num_devices = topology->num_devices();
+
+  mesh::SimulatorOptions sim_options;
+  sim_options.overlap = f.overlap;
+  sim_options.record_trace = !f.trace.empty();
+  absl::StatusOr<mesh::Simulator> simulator = mesh::Simulator::Create(*topology, sim_options);
+  if (!simulator.ok()) return Fail(std::string(simulator.status().message()));
+
+  auto t_build = std::chrono::steady_clock::now();
+  std::unique_ptr<Graph> graph;
+  nn::TransformerConfig config;
+  std::string mesh_text;
+  if (!f.model.empty()) {
+    absl::StatusOr<nn::TransformerArch> arch = nn::ParseTransformerArch(f.model);
+    if (!arch.ok()) return Usage(std::string(arch.status().message()));
+    absl::StatusOr<nn::ShardingRecipe> recipe = nn::ParseShardingRecipe(f.recipe);
+    if (!recipe.ok()) return Usage(std::string(recipe.status().message()));
+    absl::StatusOr<DType> dtype = ParseFloatDType(f.dtype, "--dtype");
+    absl::StatusOr<DType> param_dtype = ParseFloatDType(f.param_dtype, "--param-dtype");
+    if (!dtype.ok()) return Usage(std::string(dtype.status().message()));
+    if (!param_dtype.ok()) return Usage(std::string(param_dtype.status().message()));
+    config.arch = *arch;
+    config.layers = f.layers;
+    config.d_model = f.d_model;
+    config.heads = f.heads;
+    config.kv_heads = f.kv_heads;
+    config.ffn = f.ffn > 0 ? f.ffn : 4 * f.d_model;
+    config.vocab = f.vocab;
+    config.seq_len = f.seq_len;
+    config.batch = f.batch > 0 ? f.batch : num_devices;
+    config.dtype = *dtype;
+    config.param_dtype = *param_dtype;
+    absl::Status valid = nn::ValidateTransformerConfig(config);
+    if (!valid.ok()) return Usage(std::string(valid.message()));
+
+    std::vector<std::string> names = ParseNames(f.axis_names);
+    std::vector<int64_t> ici, dcn;
+    if (f.ici_mesh_shape.empty()) {
+      ici = {num_devices / topology->num_slices()};
+    } else {
+      absl::StatusOr<std::vector<int64_t>> parsed = ParseInts(f.ici_mesh_shape, "--ici-mesh-shape");
+      if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
+      ici = *parsed;
+    }
+    if (f.dcn_mesh_shape.empty()) {
+      dcn.assign(ici.size(), 1);
+      if (topology->num_slices() > 1) dcn[0] = topology->num_slices();
+    } else {
+      absl::StatusOr<std::vector<int64_t>> parsed = ParseInts(f.dcn_mesh_shape, "--dcn-mesh-shape");
+      if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
+      dcn = *parsed;
+    }
+    if (f.ici_mesh_shape.empty() && names.size() != 1) names = {"data"};
+    absl::StatusOr<spmd::HybridMesh> mesh = spmd::HybridMesh::Create(ici, dcn, names, *topology);
+    if (!mesh.ok()) return Usage(std::string(mesh.status().message()));
+    mesh_text = mesh->AxesToString();
+    absl::StatusOr<nn::TransformerStep> step = nn::BuildTransformerStep(config, *mesh, *recipe);
+    if (!step.ok()) return Usage(std::string(step.status().message()));
+    graph = std::move(step->graph);
+  } else {
+    std::ifstream in(f.hlo);
+    if (!in) return Fail(absl::StrCat(f.hlo, ": cannot open the file"));
+    std::stringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<std::unique_ptr<Graph>> parsed = ParseHloModule(text.str());
+    if (!parsed.ok()) return Fail(absl::StrCat(f.hlo, ": ", parsed.status().message()));
+    graph = *std::move(parsed);
+  }
+  const double build_s = Since(t_build);
+  const int64_t global_nodes = graph->num_nodes();
+
+  auto t_partition = std::chrono::steady_clock::now();
+  absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(*graph, num_devices);
+  if (!program.ok()) return Fail(std::string(program.status().message()));
+  graph.reset();
+  const double partition_s = Since(t_partition);
+
+  auto t_simulate = std::chrono::steady_clock::now();
+  absl::StatusOr<mesh::SimulationReport> report = simulator->Run(*program);
+  if (!report.ok()) return Fail(std::string(report.status().message()));
+  const double simulate_s = Since(t_simulate);
+  const mesh::SimulationReport& r = *report;
+
+  const double peak_flops =
+      simulator->cost_model().PeakFlopsPerSecond(DType::kBF16) * static_cast<double>(num_devices);
+  double mfu = 0, tokens_per_s = 0, params = 0, tokens = 0;
+  if (!f.model.empty()) {
+    params = static_cast<double>(nn::TransformerParameterCount(config));
+    tokens = static_cast<double>(config.tokens());
+    mfu = r.step_seconds > 0 ? 6 * params * tokens / (r.step_seconds * peak_flops) : 0;
+    tokens_per_s = r.step_seconds > 0 ? tokens / r.step_seconds : 0;
+  } else {
+    mfu = r.step_seconds > 0 ? r.flops_per_device * static_cast<double>(num_devices) /
+                                   (r.step_seconds * peak_flops)
+                             : 0;
+  }
+
+  if (!f.trace.empty()) {
+    absl::Status written = mesh::WriteChromeTrace(r, f.trace);
+    if (!written.ok()) return Fail(std::string(written.message()));
+  }
+
+  if (f.json) {
+    nlohmann::json j = {
+        {"topology", topology->name()},
+        {"device", r.device_name},
+        {"num_devices", num_devices},
+        {"num_slices", topology->num_slices()},
+        {"mesh", mesh_text},
+        {"recipe", f.model.empty() ? "" : f.recipe},
+        {"model", f.model.empty() ? "hlo" : f.model},
+        {"params", params},
+        {"tokens_per_step", tokens},
+        {"overlap", f.overlap},
+        {"step_time_s", r.step_seconds},
+        {"in_order_step_time_s", r.in_order_seconds},
+        {"overlapped_step_time_s", r.overlapped_seconds},
+        {"compute_s", r.compute_seconds},
+        {"ici_s", r.ici_seconds},
+        {"dcn_s", r.dcn_seconds},
+        {"exposed_comm_s", r.exposed_comm_seconds},
+        {"mfu", mfu},
+        {"mfu_basis", f.model.empty() ? "program flops" : "6 * params * tokens"},
+        {"tokens_per_s", tokens_per_s},
+        {"flops_per_device", r.flops_per_device},
+        {"peak_memory_bytes", r.peak_memory_bytes},
+        {"parameter_bytes", r.parameter_bytes},
+        {"hbm_bytes", r.hbm_bytes},
+        {"exceeds_hbm", r.exceeds_hbm},
+        {"ici_bytes_per_device", r.ici_bytes_per_device},
+        {"dcn_bytes_per_device", r.dcn_bytes_per_device},
+        {"ici_bytes_total", r.ici_bytes_total},
+        {"dcn_bytes_total", r.dcn_bytes_total},
+        {"device_classes", r.classes.size()},
+        {"global_nodes", global_nodes},
+        {"local_nodes", program->program->num_nodes()},
+        {"top_ops", OpsJson(r.top_ops)},
+        {"top_collectives", OpsJson(r.top_collectives)},
+        {"warnings", r.warnings},
+        {"wall_s", {{"build", build_s}, {"partition", partition_s}, {"simulate", simulate_s}}},
+    };
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << absl::StrFormat("topology       %s: %d devices (%s), %d slices\n",
+                                 topology->name(), num_devices, r.device_name,
+                                 topology->num_slices());
+    if (!f.model.empty()) {
+      std::cout << absl::StrFormat(
+          "model          %s, %d layers, d_model %d, heads %d/%d, ffn %d, vocab %d, seq %d, "
+          "batch %d: %.4g parameters\n",
+          f.model, config.layers, config.d_model, config.heads, config.num_kv_heads(), config.ffn,
+          config.vocab, config.seq_len, config.batch, params);
+      std::cout << "mesh           " << mesh_text << ", recipe " << f.recipe << "\n";
+    }
+    std::cout << absl::StrFormat("step time      %s (%s; in order %s, overlapped %s)\n",
+                                 Seconds(r.step_seconds), f.overlap ? "overlapped" : "in order",
+                                 Seconds(r.in_order_seconds), Seconds(r.overlapped_seconds));
+    std::cout << absl::StrFormat("compute        %s\n", Seconds(r.compute_seconds));
+    std::cout << absl::StrFormat("ICI            %s\n", Seconds(r.ici_seconds));
+    std::cout << absl::StrFormat("DCN            %s\n", Seconds(r.dcn_seconds));
+    std::cout << absl::StrFormat("exposed comm   %s\n", Seconds(r.exposed_comm_seconds));
+    std::cout << absl::StrFormat("MFU            %.1f %% (%s)\n", 100 * mfu,
+                                 f.model.empty() ? "program flops" : "6 * params * tokens");
+    if (!f.model.empty()) {
+      std::cout << absl::StrFormat("tokens/s       %.4g\n", tokens_per_s);
+    }
+    std::cout << absl::StrFormat("peak memory    %s per device (HBM %s; parameters and state %s)\n",
+                                 Bytes(static_cast<double>(r.peak_memory_bytes)),
+                                 Bytes(static_cast<double>(r.hbm_bytes)),
+                                 Bytes(static_cast<double>(r.parameter_bytes)));
+    std::cout << absl::StrFormat("ICI bytes      %s per device, %s in all\n",
+                                 Bytes(static_cast<double>(r.ici_bytes_per_device)),
+                                 Bytes(static_cast<double>(r.ici_bytes_total)));
+    std::cout << absl::StrFormat("DCN bytes      %s per device, %s in all\n",
+                                 Bytes(static_cast<double>(r.dcn_bytes_per_device)),
+                                 Bytes(static_cast<double>(r.dcn_bytes_total)));
+    std::cout << absl::StrFormat("device classes %d; %d global nodes, %d local nodes\n",
+                                 r.classes.size(), global_nodes, program->program->num_nodes());
+    PrintOps("top ops:", r.top_ops);
+    PrintOps("top collectives:", r.top_collectives);
+    for (const std::string& w : r.warnings) {
+      if (w.rfind("error:", 0) != 0) std::cout << "note: " << w << "\n";
+    }
+  }
+  if (r.exceeds_hbm) {
+    return Fail(absl::StrFormat(
+        "the model does not fit: peak memory %s per device exceeds the HBM of %s (%s)",
+        Bytes(static_cast<double>(r.peak_memory_bytes)), r.device_name,
+        Bytes(static_cast<double>(r.hbm_bytes))));
+  }
+  return 0;
+}
+
+}  // namespace
+
+CommandFn AddSimulateCommand(CLI::App& app) {
+  auto f = std::make_shared<SimulateFlags>();
+  CLI::App* cmd = app.add_subcommand("simulate", "predict the step time and memory of a model");
+  cmd->add_option("config", f->config, "topology JSON (configs/)")->required();
+  cmd->add_option("--model", f->model, "gpt or llama (a generated training step)");
+  cmd->add_option("--hlo", f->hlo, "HLO text file with shardings instead of --model");
+  cmd->add_option("--layers", f->layers, "decoder layers")->check(CLI::PositiveNumber);
+  cmd->add_option("--d-model", f->d_model, "model width")->check(CLI::PositiveNumber);
+  cmd->add_option("--heads", f->heads, "attention heads")->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-heads", f->kv_heads, "key/value heads (GQA; default = heads)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--ffn", f->ffn, "MLP hidden size (default 4 * d_model)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--vocab", f->vocab, "vocabulary size")->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len", f->seq_len, "sequence length")->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", f->batch, "global batch in sequences (default: one per device)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--dtype", f->dtype, "activation dtype: bf16 (default), f16, f32");
+  cmd->add_option("--param-dtype", f->param_dtype, "parameter / optimizer dtype (default f32)");
+  cmd->add_option("--ici-mesh-shape", f->ici_mesh_shape, "per-slice mesh, e.g. 1,64,4");
+  cmd->add_option("--dcn-mesh-shape", f->dcn_mesh_shape, "across slices, e.g. 2,1,1");
+  cmd->add_option("--axis-names", f->axis_names, "mesh axis names (default data,fsdp,tensor)");
+  cmd->add_option("--recipe", f->recipe, "dp, fsdp, tp, fsdp_tp (default), multislice_dp");
+  cmd->add_flag("--overlap", f->overlap, "report the overlapped (latency-hiding) schedule");
+  cmd->add_option("--trace", f->trace, "write a Chrome trace (Perfetto) to this file");
+  cmd->add_flag("--json", f->json, "print one JSON object");
+  return [f]() { return Run(*f); };
+}
+
+}  // namespace tessel::tools
