@@ -310,8 +310,8 @@ absl::Status Sync(absl::Span<const Tensor> tensors) {
     if (t.is_data()) continue;
     if (t.impl()->node->placeholder) {
       return absl::FailedPreconditionError(
-          absl::StrCat("cannot run a graph on a placeholder input of shape ",
-                       t.shape().ToString(), ": it has no value"));
+          absl::StrCat("cannot run a graph on a placeholder input of shape ", t.shape().ToString(),
+                       ": it has no value"));
     }
     bool seen = false;
     for (const Tensor& p : pending) seen = seen || p.SameAs(t);

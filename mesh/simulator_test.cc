@@ -164,7 +164,7 @@ TEST(SimulatorTest, LiveBufferPeak) {
   OpAttributes reduce;
   reduce.dimensions = {0};
   Node* r = g->AddNode(Opcode::kReduce, {s, zero}, reduce).value();  // f32[]
-  g->set_root(g->AddNode(Opcode::kTuple, {r, s}).value());  // s is an output: materialized
+  g->set_root(g->AddNode(Opcode::kTuple, {r, s}).value());           // s is an output: materialized
   // Live: params 800; + s 400 = 1200 (p0, p1 freed after the add, which reads them through the
   // fused exp); then the reduce's 4 bytes (the constant is fused into the reduce).
   EXPECT_EQ(PeakLiveBytes(*g), 1200);
@@ -257,8 +257,8 @@ TEST(SimulatorTest, ReplicatedAndFsdpDifferByTheShardedBytes) {
   SimulationReport fsdp = run(nn::ShardingRecipe::kFsdp);
   // FSDP shards one dim of every weight matrix 8 ways (by hand, elements saved per device):
   // embedding [24,16] -> [24,2]: 336; position [8,16] -> [8,2]: 112; per layer wq, wk, wv
-  // [16,16] -> [2,16]: 3 x 224 = 672, wo [16,16] -> [16,2]: 224, w1 [16,32] -> [2,32]: 448, w2 [32,16] ->
-  // [32,2]: 448 (1792 x 2 layers = 3584); head [16,24] -> [2,24]: 336. Total 4368 f32
+  // [16,16] -> [2,16]: 3 x 224 = 672, wo [16,16] -> [16,2]: 224, w1 [16,32] -> [2,32]: 448, w2
+  // [32,16] -> [32,2]: 448 (1792 x 2 layers = 3584); head [16,24] -> [2,24]: 336. Total 4368 f32
   // elements, for the parameter and its two Adam moments: 4368 * 4 * 3 = 52416 bytes.
   EXPECT_EQ(dp.parameter_bytes - fsdp.parameter_bytes, 52416);
   EXPECT_GT(dp.peak_memory_bytes, fsdp.peak_memory_bytes);

@@ -394,9 +394,8 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
                                                            const std::string& pointer) const {
   if (value == nullptr) return Expected(pointer, "an object (the device spec)", nullptr);
   TESSEL_RETURN_IF_ERROR(CheckObject(*value, pointer));
-  TESSEL_RETURN_IF_ERROR(
-      CheckKeys(*value, pointer,
-                {"peak_tflops", "hbm_bytes", "hbm_bandwidth_gbytes_per_s", "efficiency"}));
+  TESSEL_RETURN_IF_ERROR(CheckKeys(
+      *value, pointer, {"peak_tflops", "hbm_bytes", "hbm_bandwidth_gbytes_per_s", "efficiency"}));
   DeviceSpec spec;
   if (const json* name = Find(*value, "name")) spec.name = name->get<std::string>();
 
@@ -429,8 +428,7 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
   if (const json* efficiency = Find(*value, "efficiency")) {
     std::string eff_pointer = Child(pointer, "efficiency");
     if (!efficiency->is_object()) {
-      return Expected(eff_pointer, "an object mapping op classes to factors in (0, 1]",
-                      efficiency);
+      return Expected(eff_pointer, "an object mapping op classes to factors in (0, 1]", efficiency);
     }
     for (auto it = efficiency->begin(); it != efficiency->end(); ++it) {
       std::string child = Child(eff_pointer, it.key());
