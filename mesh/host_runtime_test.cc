@@ -10,6 +10,7 @@
 
 #include "core/tensor.h"
 #include "gtest/gtest.h"
+#include "mesh/host_env.h"
 #include "nlohmann/json.hpp"
 #include "nn/functional.h"
 #include "nn/layers.h"
@@ -29,15 +30,6 @@ Topology MainTopology() {
   return LoadTopology(std::string(TESSEL_CONFIGS_DIR) + "/two_slices_2x2hosts.json").value();
 }
 
-transport::DeviceMap MapOf(const Topology& topology) {
-  transport::DeviceMap map;
-  for (const Device& d : topology.devices()) {
-    map.host_of_device.push_back(d.host);
-    map.slice_of_device.push_back(d.slice);
-  }
-  return map;
-}
-
 spmd::HybridMesh DataModelMesh(const Topology& topology) {
   return spmd::HybridMesh::Create({2, 2}, {2, 1}, {"data", "model"}, topology).value();
 }
@@ -46,7 +38,7 @@ spmd::HybridMesh DataModelMesh(const Topology& topology) {
 // thread's computation client. Returns each host's status.
 std::vector<absl::Status> RunHosts(const Topology& topology,
                                    const std::function<absl::Status(HostRuntime&)>& body) {
-  auto job = transport::InProcTransport::Create(topology.num_hosts(), MapOf(topology)).value();
+  auto job = transport::InProcTransport::Create(topology.num_hosts(), DeviceMapOf(topology)).value();
   std::vector<absl::Status> statuses(topology.num_hosts());
   std::vector<std::thread> threads;
   for (int64_t h = 0; h < topology.num_hosts(); ++h) {
