@@ -4,7 +4,7 @@
 //
 //   collectives_bench [--hosts=2,4,8] [--protocol=ipc|tcp] [--min_bytes=4096]
 //                     [--max_bytes=67108864] [--step=4] [--budget_ms=300]
-//                     [--chunk_bytes=1048576] [--memcpy_only]
+//                     [--chunk_bytes=1048576] [--curve] [--memcpy_only]
 //
 // For each host count the driver forks that many host processes (one device each); host 0
 // prints one row per (collective, size):
@@ -15,6 +15,9 @@
 // busbw = algbw * 2(n-1)/n; all-gather busbw = algbw * (n-1)/n. The time of one call is the
 // mean over a timed loop (iteration count from one call after 2 warm-up calls, at least 3, so
 // that the loop takes about budget_ms) measured on host 0 between two barriers.
+//
+// --curve turns on ZmqOptions::curve (CURVE encryption); the impl column then reads
+// "tessel-tcp-curve" (or "tessel-ipc-curve").
 //
 // Before the collectives (or alone, with --memcpy_only) it prints rows "memcpy memcpy 1 <bytes>
 // ..." for every size: memcpy between two warm buffers of that size in this process, the
@@ -48,6 +51,7 @@ struct Flags {
   int64_t budget_ms = 300;
   int64_t chunk_bytes = 1 << 20;  // CommunicatorOptions::pipeline_chunk_bytes
   bool memcpy_only = false;
+  bool curve = false;  // ZmqOptions::curve
 };
 
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
@@ -97,6 +101,7 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
   options.coordinator_address = absl::StrCat("ipc://", dir, "/coord");
   options.ipc_dir = dir;
   options.communicator.pipeline_chunk_bytes = flags.chunk_bytes;
+  options.curve = flags.curve;
   auto comm = ZmqTransport::Create(options);
   if (!comm.ok()) {
     std::fprintf(stderr, "host %lld: %s\n", static_cast<long long>(rank),
@@ -104,7 +109,9 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
     return 3;
   }
   Communicator& c = **comm;
-  const std::string label = flags.protocol == ZmqProtocol::kTcp ? "tessel-tcp" : "tessel-ipc";
+  const std::string label =
+      absl::StrCat(flags.protocol == ZmqProtocol::kTcp ? "tessel-tcp" : "tessel-ipc",
+                   flags.curve ? "-curve" : "");
   for (const char* op : {"all-reduce", "all-gather"}) {
     const bool reduce = std::strcmp(op, "all-reduce") == 0;
     for (int64_t size = flags.min_bytes; size <= flags.max_bytes; size *= flags.step) {
@@ -177,6 +184,8 @@ int Main(int argc, char** argv) {
         if (!absl::SimpleAtoi(h, &v) || v < 1) return 2;
         flags.hosts.push_back(v);
       }
+    } else if (kv.first == "--curve") {
+      flags.curve = true;
     } else if (kv.first == "--memcpy_only") {
       flags.memcpy_only = true;
     } else if (kv.first == "--protocol") {
