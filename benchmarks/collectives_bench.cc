@@ -4,7 +4,8 @@
 //
 //   collectives_bench [--hosts=2,4,8] [--protocol=ipc|tcp] [--min_bytes=4096]
 //                     [--max_bytes=67108864] [--step=4] [--budget_ms=300]
-//                     [--chunk_bytes=1048576] [--curve] [--memcpy_only]
+//                     [--chunk_bytes=1048576] [--small_bytes=65536] [--curve]
+//                     [--memcpy_only]
 //
 // For each host count the driver forks that many host processes (one device each); host 0
 // prints one row per (collective, size):
@@ -49,7 +50,8 @@ struct Flags {
   int64_t max_bytes = 64 << 20;
   int64_t step = 4;
   int64_t budget_ms = 300;
-  int64_t chunk_bytes = 1 << 20;  // CommunicatorOptions::pipeline_chunk_bytes
+  int64_t chunk_bytes = 1 << 20;   // CommunicatorOptions::pipeline_chunk_bytes
+  int64_t small_bytes = 64 << 10;  // CommunicatorOptions::small_message_bytes
   bool memcpy_only = false;
   bool curve = false;  // ZmqOptions::curve
 };
@@ -101,6 +103,7 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
   options.coordinator_address = absl::StrCat("ipc://", dir, "/coord");
   options.ipc_dir = dir;
   options.communicator.pipeline_chunk_bytes = flags.chunk_bytes;
+  options.communicator.small_message_bytes = flags.small_bytes;
   options.curve = flags.curve;
   auto comm = ZmqTransport::Create(options);
   if (!comm.ok()) {
@@ -196,6 +199,7 @@ int Main(int argc, char** argv) {
       if (kv.first == "--step") flags.step = std::max<int64_t>(v, 2);
       if (kv.first == "--budget_ms") flags.budget_ms = v;
       if (kv.first == "--chunk_bytes") flags.chunk_bytes = v;
+      if (kv.first == "--small_bytes") flags.small_bytes = v;
     } else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
