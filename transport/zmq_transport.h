@@ -130,7 +130,8 @@ class ZmqTransport : public Communicator {
   // every CURVE handshake from a public key that is not in the job's table).
   int64_t refused_connections() const;
   // With curve: this host's CURVE public key, 40 characters of Z85 (ZeroMQ's text encoding of
-  // the 32-byte Curve25519 key), as published in the endpoint table. Empty without curve.
+  // the 32-byte Curve25519 key), as published in the endpoint table. Empty without curve and
+  // in a single-host job (it has no connections).
   const std::string& curve_public_key() const;
 
   class Impl;
