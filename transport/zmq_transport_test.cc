@@ -415,6 +415,11 @@ TEST(ZmqTransportCurveTest, RefusesPeersWithoutTheJobsKeys) {
   EXPECT_EQ(out0[4095], 3.0f);
   EXPECT_EQ(out1[0], 3.0f);
   EXPECT_TRUE((*coordinator)->Wait().ok());
+  // Shut both hosts down at once, as separate processes would (each waits for the other's
+  // goodbye).
+  std::thread closer([&] { hosts[1]->reset(); });
+  hosts[0]->reset();
+  closer.join();
 }
 
 TEST(ZmqTransportTest, SingleHostNeedsNoSockets) {
