@@ -1,21 +1,32 @@
 // collectives_bench: all-reduce and all-gather bus bandwidth of ZmqTransport between real host
-// processes on this machine, nccl-tests style.
+// processes on this machine, nccl-tests style; the table format is shared with
+// mpi_collectives_bench (the OpenMPI baseline), scripts/bench_collectives.sh runs both.
 //
 //   collectives_bench [--hosts=2,4,8] [--protocol=ipc|tcp] [--min_bytes=4096]
 //                     [--max_bytes=67108864] [--step=4] [--budget_ms=300]
-//                     [--chunk_bytes=1048576]
+//                     [--chunk_bytes=1048576] [--small_bytes=65536] [--curve]
+//                     [--memcpy_only]
 //
 // For each host count the driver forks that many host processes (one device each); host 0
-// prints one line per (collective, size):
-//   all-reduce  hosts=4  bytes=1048576  us=812.4  algbw_gbps=1.29  busbw_gbps=1.94
-// Sizes are nccl-tests' "size": the all-reduce buffer, the all-gather output. Bandwidths are
-// 10^9 bytes/s: algbw = size / time; all-reduce busbw = algbw * 2(n-1)/n; all-gather busbw =
-// algbw * (n-1)/n. The time of one call is the mean over a timed loop after 2 warm-up calls,
-// measured on host 0 between two barriers. Also printed: this machine's memcpy bandwidth on a
-// warm 64 MiB buffer (the physical limit of any in-memory transport).
+// prints one row per (collective, size):
+//   # collective impl         ranks      bytes           us algbw_gbps busbw_gbps
+//   all-reduce   tessel-ipc       4    1048576        812.4      1.291      1.936
+// Sizes are nccl-tests' "size": the all-reduce buffer, the all-gather output (each host
+// contributes size / hosts). Bandwidths are 10^9 bytes/s: algbw = size / time; all-reduce
+// busbw = algbw * 2(n-1)/n; all-gather busbw = algbw * (n-1)/n. The time of one call is the
+// mean over a timed loop (iteration count from one call after 2 warm-up calls, at least 3, so
+// that the loop takes about budget_ms) measured on host 0 between two barriers.
+//
+// --curve turns on ZmqOptions::curve (CURVE encryption); the impl column then reads
+// "tessel-tcp-curve" (or "tessel-ipc-curve").
+//
+// Before the collectives (or alone, with --memcpy_only) it prints rows "memcpy memcpy 1 <bytes>
+// ..." for every size: memcpy between two warm buffers of that size in this process, the
+// physical limit of any transport that copies each byte once (busbw = algbw).
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -39,22 +50,47 @@ struct Flags {
   int64_t max_bytes = 64 << 20;
   int64_t step = 4;
   int64_t budget_ms = 300;
-  int64_t chunk_bytes = 1 << 20;  // CommunicatorOptions::pipeline_chunk_bytes
+  int64_t chunk_bytes = 1 << 20;   // CommunicatorOptions::pipeline_chunk_bytes
+  int64_t small_bytes = 64 << 10;  // CommunicatorOptions::small_message_bytes
+  bool memcpy_only = false;
+  bool curve = false;  // ZmqOptions::curve
 };
 
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-double MemcpyGbps() {
-  const size_t bytes = 64 << 20;
+void PrintHeader() {
+  std::printf("%-12s %-12s %5s %10s %12s %10s %10s\n", "# collective", "impl", "ranks", "bytes",
+              "us", "algbw_gbps", "busbw_gbps");
+  std::fflush(stdout);
+}
+
+void PrintRow(const char* collective, const std::string& impl, int64_t ranks, int64_t bytes,
+              double seconds, double bus_factor) {
+  const double algbw_gbps = static_cast<double>(bytes) / seconds / 1e9;
+  std::printf("%-12s %-12s %5lld %10lld %12.1f %10.3f %10.3f\n", collective, impl.c_str(),
+              static_cast<long long>(ranks), static_cast<long long>(bytes), seconds * 1e6,
+              algbw_gbps, algbw_gbps * bus_factor);
+  std::fflush(stdout);
+}
+
+// memcpy of `bytes` between two warm buffers: seconds per copy (mean over about budget_ms).
+double MemcpySeconds(int64_t bytes, int64_t budget_ms) {
   std::vector<char> a(bytes, 1), b(bytes, 2);
-  std::memcpy(b.data(), a.data(), bytes);  // warm
+  std::memcpy(b.data(), a.data(), bytes);  // warm: every page touched
+  const auto t0 = std::chrono::steady_clock::now();
+  std::memcpy(b.data(), a.data(), bytes);
+  const double one = Seconds(t0, std::chrono::steady_clock::now());
+  const int64_t reps =
+      std::clamp<int64_t>(static_cast<int64_t>(budget_ms / 1e3 / std::max(one, 1e-8)), 3, 100000);
   const auto start = std::chrono::steady_clock::now();
-  const int reps = 5;
-  for (int i = 0; i < reps; ++i) std::memcpy(b.data(), a.data(), bytes);
-  const double s = Seconds(start, std::chrono::steady_clock::now());
-  return reps * static_cast<double>(bytes) / s / 1e9;
+  for (int64_t i = 0; i < reps; ++i) {
+    std::memcpy(b.data(), a.data(), bytes);
+    // Keep the compiler from merging the copies: the destination is read.
+    asm volatile("" : : "r"(b.data()) : "memory");
+  }
+  return Seconds(start, std::chrono::steady_clock::now()) / static_cast<double>(reps);
 }
 
 // Runs one host of the benchmark; returns the process exit code.
@@ -67,6 +103,8 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
   options.coordinator_address = absl::StrCat("ipc://", dir, "/coord");
   options.ipc_dir = dir;
   options.communicator.pipeline_chunk_bytes = flags.chunk_bytes;
+  options.communicator.small_message_bytes = flags.small_bytes;
+  options.curve = flags.curve;
   auto comm = ZmqTransport::Create(options);
   if (!comm.ok()) {
     std::fprintf(stderr, "host %lld: %s\n", static_cast<long long>(rank),
@@ -74,13 +112,16 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
     return 3;
   }
   Communicator& c = **comm;
+  const std::string label =
+      absl::StrCat(flags.protocol == ZmqProtocol::kTcp ? "tessel-tcp" : "tessel-ipc",
+                   flags.curve ? "-curve" : "");
   for (const char* op : {"all-reduce", "all-gather"}) {
     const bool reduce = std::strcmp(op, "all-reduce") == 0;
     for (int64_t size = flags.min_bytes; size <= flags.max_bytes; size *= flags.step) {
       // all-gather: `size` is the output; each host contributes size / hosts.
       const int64_t count = reduce ? size / 4 : size / 4 / hosts;
       if (count == 0) continue;
-      std::vector<float> in(reduce ? count : count, 1.0f);
+      std::vector<float> in(count, 1.0f);
       std::vector<float> out(reduce ? count : count * hosts);
       auto once = [&]() {
         return reduce ? c.AllReduce(rank, {}, ReduceKind::kAdd, DType::kF32, in.data(), out.data(),
@@ -94,16 +135,17 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
           return 3;
         }
       }
-      // Iterations from the warm-up time on host 0, agreed through a broadcast.
+      // Iterations from one more call on host 0, agreed through a broadcast.
       int64_t iterations = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      if (absl::Status s = once(); !s.ok()) {
+        std::fprintf(stderr, "host %lld: %s\n", static_cast<long long>(rank), s.ToString().c_str());
+        return 3;
+      }
       if (rank == 0) {
-        const auto t0 = std::chrono::steady_clock::now();
-        (void)once();
         const double one = Seconds(t0, std::chrono::steady_clock::now());
         iterations = std::clamp<int64_t>(
             static_cast<int64_t>(flags.budget_ms / 1e3 / std::max(one, 1e-7)), 3, 2000);
-      } else {
-        (void)once();
       }
       if (!c.Broadcast(rank, {}, 0, DType::kS64, &iterations, 1).ok()) return 3;
       if (!c.Barrier(rank, {}).ok()) return 3;
@@ -117,14 +159,17 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
       }
       if (!c.Barrier(rank, {}).ok()) return 3;
       const double seconds = Seconds(start, std::chrono::steady_clock::now()) / iterations;
+      // A check that the collective did its work (every host contributed 1.0f).
+      const float expected = reduce ? static_cast<float>(hosts) : 1.0f;
+      if (out.front() != expected || out.back() != expected) {
+        std::fprintf(stderr, "host %lld: wrong result %g (expected %g)\n",
+                     static_cast<long long>(rank), out.front(), expected);
+        return 4;
+      }
       if (rank == 0) {
         const int64_t bytes = reduce ? count * 4 : count * 4 * hosts;
-        const double algbw = bytes / seconds / 1e9;
         const double factor = reduce ? 2.0 * (hosts - 1) / hosts : 1.0 * (hosts - 1) / hosts;
-        std::printf("%-11s hosts=%lld  bytes=%-9lld us=%-10.1f algbw_gbps=%-7.3f busbw_gbps=%.3f\n",
-                    op, static_cast<long long>(hosts), static_cast<long long>(bytes), seconds * 1e6,
-                    algbw, algbw * factor);
-        std::fflush(stdout);
+        PrintRow(op, label, hosts, bytes, seconds, factor);
       }
     }
   }
@@ -142,6 +187,10 @@ int Main(int argc, char** argv) {
         if (!absl::SimpleAtoi(h, &v) || v < 1) return 2;
         flags.hosts.push_back(v);
       }
+    } else if (kv.first == "--curve") {
+      flags.curve = true;
+    } else if (kv.first == "--memcpy_only") {
+      flags.memcpy_only = true;
     } else if (kv.first == "--protocol") {
       flags.protocol = kv.second == "tcp" ? ZmqProtocol::kTcp : ZmqProtocol::kIpc;
     } else if (absl::SimpleAtoi(kv.second, &v) && v > 0) {
@@ -150,13 +199,17 @@ int Main(int argc, char** argv) {
       if (kv.first == "--step") flags.step = std::max<int64_t>(v, 2);
       if (kv.first == "--budget_ms") flags.budget_ms = v;
       if (kv.first == "--chunk_bytes") flags.chunk_bytes = v;
+      if (kv.first == "--small_bytes") flags.small_bytes = v;
     } else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
     }
   }
-  std::printf("memcpy (warm 64 MiB): %.2f GB/s\n", MemcpyGbps());
-  std::fflush(stdout);
+  PrintHeader();
+  for (int64_t size = flags.min_bytes; size <= flags.max_bytes; size *= flags.step) {
+    PrintRow("memcpy", "memcpy", 1, size, MemcpySeconds(size, flags.budget_ms), 1.0);
+  }
+  if (flags.memcpy_only) return 0;
   int result = 0;
   for (int64_t hosts : flags.hosts) {
     char pattern[] = "/tmp/tsl-bench-XXXXXX";

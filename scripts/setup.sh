@@ -11,6 +11,9 @@ PACKAGES=(
   zlib1g-dev
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev llvm-14-tools clang-format
+  # Optional benchmark baseline: OpenMPI (benchmarks/mpi_collectives_bench, found by CMake's
+  # FindMPI; without it that benchmark is skipped).
+  libopenmpi-dev openmpi-bin
   # Data: the real Fashion-MNIST IDX files under /usr/share/datasets/fashion-mnist.
   dataset-fashion-mnist
   # Process tools the end-to-end tests use (pgrep, pkill).

@@ -4,6 +4,7 @@
 //   transport_worker --rank=0 --num_hosts=3 --coordinator=ipc:///tmp/x/coord
 //       --scenario=checks [--protocol=tcp] [--devices_per_host=2] [--hosts_per_slice=1]
 //       [--external_coordinator=1] [--token=T] [--ring=1] [--timeout_s=30] [--ipc_dir=D]
+//       [--curve=1]
 //
 // Scenarios:
 //   checks        every collective, dtype, count and replica-group set (RunCollectiveChecks)
@@ -181,6 +182,7 @@ int Main(int argc, char** argv) {
   if (flags.count("token")) options.job_token = flags.at("token");
   if (flags.count("ipc_dir")) options.ipc_dir = flags.at("ipc_dir");
   options.external_coordinator = IntFlag(flags, "external_coordinator", 0) == 1;
+  options.curve = IntFlag(flags, "curve", 0) == 1;
   if (flags.count("protocol") && flags.at("protocol") == "tcp") {
     options.protocol = ZmqProtocol::kTcp;
   }

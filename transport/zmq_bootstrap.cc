@@ -76,6 +76,7 @@ class BootstrapCoordinator::Impl {
     std::string identity;
     std::string endpoint;
     uint64_t fingerprint = 0;
+    std::string curve_public_key;  // empty: the host does not use CURVE
   };
 
   void Reply(const std::string& identity, MessageType type, const std::string& body) {
@@ -146,9 +147,10 @@ class BootstrapCoordinator::Impl {
         if (header->type != MessageType::kHello) continue;
         std::vector<std::string> fields;
         if (frames.size() != 3 || !UnpackStrings(FrameText(frames[2]), &fields) ||
-            fields.size() != 2) {
+            fields.size() < 2 || fields.size() > 3) {
           continue;
         }
+        const std::string curve_key = fields.size() == 3 ? fields[2] : "";
         if (!internal::TokensEqual(fields[0], job_token_)) {
           Reply(identity, MessageType::kRefused,
                 absl::StrCat("refused by the bootstrap coordinator at ", address_,
@@ -184,11 +186,26 @@ class BootstrapCoordinator::Impl {
                     rank, header->signature.group_id, other, registered[other]->fingerprint)));
           }
         }
+        for (int64_t other = 0; other < num_hosts_; ++other) {
+          if (registered[other] && other != rank &&
+              registered[other]->curve_public_key.empty() != curve_key.empty()) {
+            const int64_t with = curve_key.empty() ? other : rank;
+            return FailJob(
+                registered, identity,
+                absl::FailedPreconditionError(absl::StrCat(
+                    "host ", with, " uses CURVE encryption but host ", with == rank ? other : rank,
+                    " does not (set ZmqOptions::curve or TESSEL_CURVE=1 on every "
+                    "host)")));
+          }
+        }
         if (!registered[rank]) ++count;
-        registered[rank] = Registration{identity, fields[1], header->signature.group_id};
+        registered[rank] = Registration{identity, fields[1], header->signature.group_id, curve_key};
         if (count == num_hosts_) {
           std::vector<std::string> table;
           for (const auto& r : registered) table.push_back(r->endpoint);
+          if (!curve_key.empty()) {
+            for (const auto& r : registered) table.push_back(r->curve_public_key);
+          }
           const std::string body = PackStrings(table);
           for (const auto& r : registered) Reply(r->identity, MessageType::kTable, body);
           return absl::OkStatus();
@@ -238,10 +255,10 @@ absl::Status BootstrapCoordinator::Wait() { return impl_->Wait(); }
 
 namespace internal {
 
-absl::StatusOr<std::vector<std::string>> RegisterWithCoordinator(
+absl::StatusOr<EndpointTable> RegisterWithCoordinator(
     zmq::context_t& context, const std::string& coordinator_address, int64_t rank,
     int64_t num_hosts, const std::string& job_token, uint64_t device_map_fingerprint,
-    const std::string& endpoint, absl::Time deadline) {
+    const std::string& endpoint, const std::string& curve_public_key, absl::Time deadline) {
   try {
     zmq::socket_t dealer(context, zmq::socket_type::dealer);
     dealer.set(zmq::sockopt::linger, 0);
@@ -250,7 +267,9 @@ absl::StatusOr<std::vector<std::string>> RegisterWithCoordinator(
     h.sequence = static_cast<uint64_t>(num_hosts);
     h.signature.group_id = device_map_fingerprint;
     dealer.send(HeaderFrame(h), zmq::send_flags::sndmore);
-    dealer.send(zmq::buffer(PackStrings({job_token, endpoint})), zmq::send_flags::none);
+    std::vector<std::string> body = {job_token, endpoint};
+    if (!curve_public_key.empty()) body.push_back(curve_public_key);
+    dealer.send(zmq::buffer(PackStrings(body)), zmq::send_flags::none);
     while (absl::Now() < deadline) {
       zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
       zmq::poll(&item, 1, std::chrono::milliseconds(100));
@@ -270,12 +289,16 @@ absl::StatusOr<std::vector<std::string>> RegisterWithCoordinator(
             absl::StrCat("host ", rank, ": ", std::string(FrameText(body))));
       }
       if (reply->type == MessageType::kTable) {
-        std::vector<std::string> table;
-        if (!UnpackStrings(FrameText(body), &table) ||
-            static_cast<int64_t>(table.size()) != num_hosts) {
-          return absl::InternalError(
-              absl::StrCat("malformed endpoint table from ", coordinator_address));
+        std::vector<std::string> strings;
+        const size_t expected = static_cast<size_t>(num_hosts) * (curve_public_key.empty() ? 1 : 2);
+        if (!UnpackStrings(FrameText(body), &strings) || strings.size() != expected) {
+          return absl::InternalError(absl::StrCat("malformed endpoint table from ",
+                                                  coordinator_address, ": ", strings.size(),
+                                                  " entries, expected ", expected));
         }
+        EndpointTable table;
+        table.endpoints.assign(strings.begin(), strings.begin() + num_hosts);
+        table.curve_public_keys.assign(strings.begin() + num_hosts, strings.end());
         return table;
       }
     }

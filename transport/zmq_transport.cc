@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <random>
 #include <thread>
@@ -61,7 +62,12 @@ void ApplyEnvironment(ZmqOptions* options) {
   if (const char* v = std::getenv("TESSEL_EXTERNAL_COORDINATOR")) {
     if (std::string(v) == "1") options->external_coordinator = true;
   }
+  if (const char* v = std::getenv("TESSEL_CURVE")) {
+    if (std::string(v) == "1") options->curve = true;
+  }
 }
+
+bool CurveAvailable() { return zmq_has("curve") != 0; }
 
 // The sockets, the progress thread and the HostLink of one host.
 class ZmqTransport::Impl : public internal::HostLink {
@@ -83,6 +89,7 @@ class ZmqTransport::Impl : public internal::HostLink {
 
   const std::string& endpoint() const { return endpoint_; }
   int64_t refused() const { return refused_.load(); }
+  const std::string& curve_public_key() const { return curve_public_; }
 
  private:
   struct Peer {
@@ -95,7 +102,10 @@ class ZmqTransport::Impl : public internal::HostLink {
   };
 
   absl::Status BindData();
-  absl::Status ConnectPeers(const std::vector<std::string>& table);
+  absl::Status ConnectPeers(const internal::EndpointTable& table);
+  // Answers the CURVE handshakes' ZAP requests (RFC 27) waiting on zap_: accepts a client
+  // whose public key is in the job's table, refuses (and counts) any other.
+  void AnswerZap();
   // Sends a header (and optional body) on peer `p`'s socket, retrying while the connection is
   // not up yet, until `deadline`.
   absl::Status SendControl(int64_t p, const WireHeader& header, const std::string& body,
@@ -113,6 +123,12 @@ class ZmqTransport::Impl : public internal::HostLink {
   internal::HostState* state_;
   const int64_t rank_;
   zmq::context_t context_{1};
+  // CURVE: this host's keypair (Z85), the REP socket of the context's ZAP handler (progress
+  // thread once started), and the public keys (32 bytes, binary) allowed to connect.
+  std::string curve_public_;
+  std::string curve_secret_;
+  std::unique_ptr<zmq::socket_t> zap_;
+  std::vector<std::string> allowed_keys_;
   zmq::socket_t in_;  // ROUTER, progress thread only once started
   std::string endpoint_;
   std::vector<std::unique_ptr<Peer>> peers_;
@@ -151,9 +167,21 @@ absl::Status ZmqTransport::Impl::BindData() {
     address = absl::StrCat("tcp://", options_.tcp_interface, ":*");
   }
   try {
+    if (options_.curve) {
+      // The ZAP handler must be bound before the first CURVE socket of the context: without
+      // one, libzmq accepts every client key.
+      zap_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::rep);
+      zap_->set(zmq::sockopt::linger, 0);
+      zap_->bind("inproc://zeromq.zap.01");
+    }
     in_ = zmq::socket_t(context_, zmq::socket_type::router);
     in_.set(zmq::sockopt::linger, 0);
     in_.set(zmq::sockopt::rcvhwm, 0);
+    if (options_.curve) {
+      in_.set(zmq::sockopt::curve_server, 1);
+      in_.set(zmq::sockopt::curve_secretkey, curve_secret_);
+      in_.set(zmq::sockopt::zap_domain, "tessel");
+    }
     in_.bind(address);
     endpoint_ = in_.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
@@ -162,7 +190,7 @@ absl::Status ZmqTransport::Impl::BindData() {
   return absl::OkStatus();
 }
 
-absl::Status ZmqTransport::Impl::ConnectPeers(const std::vector<std::string>& table) {
+absl::Status ZmqTransport::Impl::ConnectPeers(const internal::EndpointTable& table) {
   const int64_t n = options_.num_hosts;
   peers_.resize(n);
   try {
@@ -173,6 +201,11 @@ absl::Status ZmqTransport::Impl::ConnectPeers(const std::vector<std::string>& ta
       out->set(zmq::sockopt::immediate, 1);
       out->set(zmq::sockopt::sndhwm, 0);
       out->set(zmq::sockopt::linger, 0);
+      if (options_.curve) {
+        out->set(zmq::sockopt::curve_serverkey, table.curve_public_keys[p]);
+        out->set(zmq::sockopt::curve_publickey, curve_public_);
+        out->set(zmq::sockopt::curve_secretkey, curve_secret_);
+      }
       const std::string monitor_address =
           absl::StrFormat("inproc://tessel-monitor-%p-%d", static_cast<void*>(this), p);
       if (zmq_socket_monitor(out->handle(), monitor_address.c_str(),
@@ -182,7 +215,7 @@ absl::Status ZmqTransport::Impl::ConnectPeers(const std::vector<std::string>& ta
       auto monitor = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
       monitor->set(zmq::sockopt::linger, 0);
       monitor->connect(monitor_address);
-      out->connect(table[p]);
+      out->connect(table.endpoints[p]);
       absl::MutexLock lock(&peers_[p]->mu);
       peers_[p]->out = std::move(out);
       peers_[p]->monitor = std::move(monitor);
@@ -203,6 +236,16 @@ absl::Status ZmqTransport::Impl::Start() {
   }
   if (n == 1) return absl::OkStatus();
   const absl::Time deadline = absl::Now() + options_.bootstrap_timeout;
+  if (options_.curve) {
+    char public_z85[41] = {};
+    char secret_z85[41] = {};
+    if (zmq_curve_keypair(public_z85, secret_z85) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("host ", rank_, ": cannot generate a CURVE keypair: ", zmq_strerror(errno)));
+    }
+    curve_public_ = public_z85;
+    curve_secret_ = secret_z85;
+  }
   TESSEL_RETURN_IF_ERROR(BindData());
   if (rank_ == 0 && !options_.external_coordinator) {
     TESSEL_ASSIGN_OR_RETURN(
@@ -211,10 +254,23 @@ absl::Status ZmqTransport::Impl::Start() {
   }
   // Wait a little longer than the coordinator, so its explanation (who is missing) arrives.
   TESSEL_ASSIGN_OR_RETURN(
-      std::vector<std::string> table,
+      internal::EndpointTable table,
       internal::RegisterWithCoordinator(context_, options_.coordinator_address, rank_, n,
                                         options_.job_token, options_.device_map.Fingerprint(),
-                                        endpoint_, deadline + absl::Seconds(1)));
+                                        endpoint_, curve_public_, deadline + absl::Seconds(1)));
+  if (options_.curve) {
+    for (int64_t p = 0; p < n; ++p) {
+      std::string key(32, '\0');
+      if (table.curve_public_keys[p].size() != 40 ||
+          zmq_z85_decode(reinterpret_cast<uint8_t*>(key.data()),
+                         table.curve_public_keys[p].c_str()) == nullptr) {
+        return absl::InternalError(absl::StrCat("host ", rank_, ": host ", p,
+                                                "'s CURVE public key in the endpoint table is "
+                                                "not 40 characters of Z85"));
+      }
+      allowed_keys_.push_back(std::move(key));
+    }
+  }
   TESSEL_RETURN_IF_ERROR(ConnectPeers(table));
   started_ = true;
   progress_ = std::thread([this] { ProgressLoop(); });
@@ -475,6 +531,43 @@ void ZmqTransport::Impl::ReadMonitor(int64_t p) {
   }
 }
 
+void ZmqTransport::Impl::AnswerZap() {
+  while (true) {
+    // Request (RFC 27): version, request id, domain, address, routing id, mechanism, then
+    // the mechanism's credentials (CURVE: the client's 32-byte public key).
+    std::vector<zmq::message_t> frames;
+    zmq::message_t first;
+    if (!zap_->recv(first, zmq::recv_flags::dontwait)) return;
+    bool more = first.more();
+    frames.push_back(std::move(first));
+    while (more) {
+      zmq::message_t next;
+      (void)zap_->recv(next, zmq::recv_flags::none);
+      more = next.more();
+      frames.push_back(std::move(next));
+    }
+    bool allowed = false;
+    if (frames.size() == 7 && FrameText(frames[5]) == "CURVE") {
+      for (const std::string& key : allowed_keys_) {
+        allowed = allowed || internal::TokensEqual(FrameText(frames[6]), key);
+      }
+    }
+    if (!allowed) ++refused_;
+    const std::string request_id = frames.size() > 1 ? std::string(FrameText(frames[1])) : "";
+    const std::vector<std::string> reply = {
+        "1.0",
+        request_id,
+        allowed ? "200" : "400",
+        allowed ? "OK" : "CURVE public key is not in this job's endpoint table",
+        "",
+        ""};
+    for (size_t i = 0; i < reply.size(); ++i) {
+      (void)zap_->send(zmq::buffer(reply[i]),
+                       i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  }
+}
+
 void ZmqTransport::Impl::CheckPeers(absl::Time now) {
   std::vector<bool> bye;
   {
@@ -538,6 +631,10 @@ void ZmqTransport::Impl::ProgressLoop() {
     items.push_back({peers_[p]->monitor->handle(), 0, ZMQ_POLLIN, 0});
     item_peer.push_back(p);
   }
+  if (zap_ != nullptr) {
+    items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
+    item_peer.push_back(-1);
+  }
   const auto poll_timeout = std::chrono::milliseconds(
       std::clamp<int64_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval) / 2, 1, 50));
   absl::Time next_heartbeat = absl::Now();
@@ -546,7 +643,12 @@ void ZmqTransport::Impl::ProgressLoop() {
       zmq::poll(items.data(), items.size(), poll_timeout);
       if (items[0].revents & ZMQ_POLLIN) ReadIncoming();
       for (size_t i = 1; i < items.size(); ++i) {
-        if (items[i].revents & ZMQ_POLLIN) ReadMonitor(item_peer[i]);
+        if (!(items[i].revents & ZMQ_POLLIN)) continue;
+        if (item_peer[i] >= 0) {
+          ReadMonitor(item_peer[i]);
+        } else {
+          AnswerZap();
+        }
       }
     } catch (const zmq::error_t& e) {
       state_->mailbox().Fail(internal::ZmqStatus(e, absl::StrCat("host ", rank_, " receiving")),
@@ -610,6 +712,7 @@ void ZmqTransport::Impl::Shutdown() {
     if (peer != nullptr && peer->monitor != nullptr) peer->monitor->close();
   }
   in_.close();
+  if (zap_ != nullptr) zap_->close();
   coordinator_.reset();
   context_.close();
 }
@@ -627,6 +730,8 @@ ZmqTransport::~ZmqTransport() { impl_->Shutdown(); }
 const std::string& ZmqTransport::endpoint() const { return impl_->endpoint(); }
 
 int64_t ZmqTransport::refused_connections() const { return impl_->refused(); }
+
+const std::string& ZmqTransport::curve_public_key() const { return impl_->curve_public_key(); }
 
 absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(ZmqOptions options) {
   ApplyEnvironment(&options);
@@ -647,6 +752,12 @@ absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(ZmqOptions op
         "zmq transport: heartbeat_timeout (", absl::FormatDuration(options.heartbeat_timeout),
         ") must exceed heartbeat_interval (", absl::FormatDuration(options.heartbeat_interval),
         ") > 0"));
+  }
+  if (options.curve && !CurveAvailable()) {
+    return absl::FailedPreconditionError(
+        "zmq transport: ZmqOptions::curve (or TESSEL_CURVE=1) asks for CURVE encryption, but the "
+        "linked libzmq was built without it (zmq_has(\"curve\") is false); use a libzmq built "
+        "with libsodium or turn curve off");
   }
   std::unique_ptr<ZmqTransport> transport(new ZmqTransport(std::move(options)));
   TESSEL_RETURN_IF_ERROR(transport->impl_->Start());

@@ -33,8 +33,20 @@
 // host fails with kUnavailable: "... all-reduce #12 on device 0 (host 0) ...: lost host 2: its
 // connection closed (the process exited or was killed)", and the other hosts are told (abort).
 //
-// Security: the job token keeps stray processes out (a hello with another token is refused and
-// its messages dropped); it is not encryption. CURVE encryption is not implemented.
+// Security. The job token keeps stray processes out (a hello with another token is refused and
+// its messages dropped); by itself it is not encryption. With ZmqOptions::curve (environment
+// TESSEL_CURVE=1) every host-to-host connection uses ZeroMQ's CURVE mechanism (CurveZMQ, RFC 26:
+// Curve25519 key exchange, every message encrypted and authenticated with XSalsa20-Poly1305):
+// each host generates a fresh keypair in Create (the secret key never leaves the process), sends
+// its public key with its registration, and the endpoint table from the coordinator carries
+// every host's public key. A host's data socket is a CURVE server with its own key and accepts
+// only clients whose public key is in the table (a ZAP handler refuses the rest, counted in
+// refused_connections()); its connections to peers are CURVE clients that require the peer's
+// public key from the table. Trust model: the bootstrap channel itself is not encrypted; it is
+// authenticated only by the job token, so the table (endpoints and public keys) is as
+// trustworthy as the path to the coordinator and the secrecy of the token. Run the coordinator
+// on a trusted network (or host 0's loopback / ipc) for links that leave the machine.
+// docs/transport.md has the details and the cost.
 #ifndef TESSEL_TRANSPORT_ZMQ_TRANSPORT_H_
 #define TESSEL_TRANSPORT_ZMQ_TRANSPORT_H_
 
@@ -84,11 +96,19 @@ struct ZmqOptions {
   absl::Duration shutdown_timeout = absl::Seconds(2);
   // Payloads at least this large are sent without a copy when the algorithm allows.
   int64_t zero_copy_min_bytes = 32 << 10;
+  // CURVE encryption and key authentication of every connection between hosts (see the file
+  // comment). Must be equal on every host (the coordinator refuses a mix and names the hosts).
+  // Needs a libzmq built with CURVE (zmq_has("curve"); Debian's libzmq5 is, via libsodium);
+  // otherwise Create fails with kFailedPrecondition. Environment: TESSEL_CURVE=1.
+  bool curve = false;
 };
 
-// Fills empty coordinator_address / job_token from TESSEL_COORDINATOR / TESSEL_JOB_TOKEN and
-// sets external_coordinator when TESSEL_EXTERNAL_COORDINATOR=1.
+// Fills empty coordinator_address / job_token from TESSEL_COORDINATOR / TESSEL_JOB_TOKEN, sets
+// external_coordinator when TESSEL_EXTERNAL_COORDINATOR=1 and curve when TESSEL_CURVE=1.
 void ApplyEnvironment(ZmqOptions* options);
+
+// True when the linked libzmq supports CURVE (zmq_has("curve")).
+[[nodiscard]] bool CurveAvailable();
 
 class ZmqTransport : public Communicator {
  public:
@@ -106,8 +126,13 @@ class ZmqTransport : public Communicator {
 
   // This host's data endpoint, e.g. "tcp://127.0.0.1:40213".
   const std::string& endpoint() const;
-  // Connections refused so far (bad token, foreign protocol version, no hello).
+  // Connections refused so far (bad token, foreign protocol version, no hello; with curve also
+  // every CURVE handshake from a public key that is not in the job's table).
   int64_t refused_connections() const;
+  // With curve: this host's CURVE public key, 40 characters of Z85 (ZeroMQ's text encoding of
+  // the 32-byte Curve25519 key), as published in the endpoint table. Empty without curve and
+  // in a single-host job (it has no connections).
+  const std::string& curve_public_key() const;
 
   class Impl;
 

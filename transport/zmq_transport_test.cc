@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -274,6 +275,151 @@ TEST(ZmqTransportTest, PeerOfAnotherProtocolVersionIsRefused) {
                         "version 1"));
   absl::Status served = (*coordinator)->Wait();
   EXPECT_EQ(served.code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// CURVE on loopback tcp (the case of links that leave the machine): every collective passes
+// encrypted.
+TEST(ZmqTransportCurveTest, EncryptedCollectivesOverTcp) {
+  if (!CurveAvailable()) GTEST_SKIP() << "the linked libzmq has no CURVE";
+  RunJob(2, /*tcp=*/true, {"--scenario=checks", "--curve=1"});
+}
+
+// A job where one host asks for CURVE and the other does not fails at bootstrap, naming both.
+TEST(ZmqTransportCurveTest, OnOneHostOnlyIsRefused) {
+  if (!CurveAvailable()) GTEST_SKIP() << "the linked libzmq has no CURVE";
+  Job job;
+  for (int r = 0; r < 2; ++r) {
+    job.Spawn(r, {"--scenario=checks", "--num_hosts=2", "--bootstrap_timeout_s=10",
+                  r == 1 ? "--curve=1" : "--curve=0",
+                  absl::StrCat("--coordinator=", job.ipc_coordinator())});
+  }
+  ASSERT_TRUE(job.WaitAll(absl::Seconds(30))) << job.Report();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(job.exit_code(r), 3) << job.Report();
+    EXPECT_THAT(job.err(r), HasSubstr("host 1 uses CURVE encryption but host 0 does not"));
+  }
+}
+
+// Waits up to `timeout` for one of `events` on a socket monitor; returns the event id or 0.
+uint16_t NextMonitorEvent(zmq::socket_t& monitor, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    zmq::pollitem_t item{monitor.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(50));
+    zmq::message_t event, address;
+    if (!monitor.recv(event, zmq::recv_flags::dontwait)) continue;
+    if (event.more()) (void)monitor.recv(address);
+    uint16_t id = 0;
+    if (event.size() >= 2) std::memcpy(&id, event.data(), 2);
+    return id;
+  }
+  return 0;
+}
+
+// Two CURVE hosts in this process. An intruder that knows host 0's public key and endpoint but
+// whose own key is not in the job's table is refused by the ZAP handler; one that uses a wrong
+// server key never completes the handshake. The hosts' own all-reduce still works.
+TEST(ZmqTransportCurveTest, RefusesPeersWithoutTheJobsKeys) {
+  if (!CurveAvailable()) GTEST_SKIP() << "the linked libzmq has no CURVE";
+  auto coordinator =
+      BootstrapCoordinator::Start("tcp://127.0.0.1:*", 2, "curve-token", absl::Seconds(30));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  std::vector<absl::StatusOr<std::unique_ptr<ZmqTransport>>> hosts;
+  for (int r = 0; r < 2; ++r) hosts.emplace_back(absl::UnknownError("not started"));
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        ZmqOptions options;
+        options.rank = r;
+        options.num_hosts = 2;
+        options.device_map = DeviceMap::Uniform(2, 1);
+        options.protocol = ZmqProtocol::kTcp;
+        options.coordinator_address = (*coordinator)->address();
+        options.external_coordinator = true;
+        options.job_token = "curve-token";
+        options.curve = true;
+        hosts[r] = ZmqTransport::Create(options);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  ASSERT_TRUE(hosts[0].ok()) << hosts[0].status();
+  ASSERT_TRUE(hosts[1].ok()) << hosts[1].status();
+  ZmqTransport& host0 = **hosts[0];
+  ASSERT_EQ(host0.curve_public_key().size(), 40u);
+  EXPECT_NE(host0.curve_public_key(), (*hosts[1])->curve_public_key());
+  const int64_t refused_before = host0.refused_connections();
+
+  zmq::context_t context(1);
+  auto intruder_with = [&](const std::string& server_key, const std::string& name,
+                           zmq::socket_t* monitor) {
+    char public_z85[41] = {};
+    char secret_z85[41] = {};
+    EXPECT_EQ(zmq_curve_keypair(public_z85, secret_z85), 0);
+    zmq::socket_t dealer(context, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.set(zmq::sockopt::curve_serverkey, server_key);
+    dealer.set(zmq::sockopt::curve_publickey, std::string(public_z85));
+    dealer.set(zmq::sockopt::curve_secretkey, std::string(secret_z85));
+    const std::string address = absl::StrCat("inproc://", name);
+    EXPECT_EQ(zmq_socket_monitor(dealer.handle(), address.c_str(), ZMQ_EVENT_ALL), 0);
+    *monitor = zmq::socket_t(context, zmq::socket_type::pair);
+    monitor->connect(address);
+    dealer.connect(host0.endpoint());
+    return dealer;
+  };
+  // Waits for the intruder's handshake to end; fails the test if it succeeded.
+  auto expect_no_handshake = [](zmq::socket_t& monitor, const char* who) {
+    bool ended = false;
+    for (int i = 0; i < 20 && !ended; ++i) {
+      const uint16_t id = NextMonitorEvent(monitor, absl::Seconds(10));
+      ASSERT_NE(id, 0) << who << ": no handshake outcome within 10 s";
+      ASSERT_NE(id, ZMQ_EVENT_HANDSHAKE_SUCCEEDED) << who << " was accepted";
+      ended = id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+              id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || id == ZMQ_EVENT_DISCONNECTED;
+    }
+    EXPECT_TRUE(ended) << who;
+  };
+
+  // Right server key, unknown client key: the ZAP handler refuses it (status 400).
+  zmq::socket_t monitor_a;
+  zmq::socket_t unknown_client = intruder_with(host0.curve_public_key(), "intruder-a", &monitor_a);
+  expect_no_handshake(monitor_a, "a client with an unknown key");
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (host0.refused_connections() == refused_before && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_GT(host0.refused_connections(), refused_before);
+
+  // A wrong server key: host 0 cannot open the client's hello, no handshake.
+  char other_public[41] = {};
+  char other_secret[41] = {};
+  ASSERT_EQ(zmq_curve_keypair(other_public, other_secret), 0);
+  zmq::socket_t monitor_b;
+  zmq::socket_t wrong_server = intruder_with(other_public, "intruder-b", &monitor_b);
+  expect_no_handshake(monitor_b, "a client with a wrong server key");
+
+  // The job itself is unaffected.
+  std::vector<float> in0(4096, 1.0f), in1(4096, 2.0f), out0(4096), out1(4096);
+  absl::Status s1;
+  std::thread t([&] {
+    s1 =
+        (*hosts[1])->AllReduce(1, {}, ReduceKind::kAdd, DType::kF32, in1.data(), out1.data(), 4096);
+  });
+  const absl::Status s0 =
+      host0.AllReduce(0, {}, ReduceKind::kAdd, DType::kF32, in0.data(), out0.data(), 4096);
+  t.join();
+  ASSERT_TRUE(s0.ok()) << s0;
+  ASSERT_TRUE(s1.ok()) << s1;
+  EXPECT_EQ(out0[4095], 3.0f);
+  EXPECT_EQ(out1[0], 3.0f);
+  EXPECT_TRUE((*coordinator)->Wait().ok());
+  // Shut both hosts down at once, as separate processes would (each waits for the other's
+  // goodbye).
+  std::thread closer([&] { hosts[1]->reset(); });
+  hosts[0]->reset();
+  closer.join();
 }
 
 TEST(ZmqTransportTest, SingleHostNeedsNoSockets) {

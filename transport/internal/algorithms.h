@@ -5,7 +5,8 @@
 //   all-reduce      < small_message_bytes: recursive doubling (Rabenseifner & Thakur's
 //                   non-power-of-two fold), else ring reduce-scatter + ring all-gather with
 //                   pipelined segments; hierarchical when the group spans slices.
-//   all-gather      < small (output bytes): direct sends; else ring.
+//   all-gather      < small (output bytes): direct sends; else recursive doubling when the
+//                   group size is a power of two >= 8, ring otherwise.
 //   reduce-scatter  < small (input bytes): direct sends, folded in group order; else ring.
 //   all-to-all      direct, pipelined segments.
 //   broadcast       < small: binomial tree; else pipelined chain.

@@ -1,0 +1,146 @@
+// mpi_collectives_bench: the OpenMPI baseline of collectives_bench. MPI_Allreduce (MPI_SUM) and
+// MPI_Allgather of floats, nccl-tests style, printing the same table as collectives_bench so
+// scripts/bench_collectives.sh can put both side by side.
+//
+//   mpirun -n 4 --mca btl self,tcp build/benchmarks/mpi_collectives_bench --label=mpi-tcp
+//   mpirun -n 4 build/benchmarks/mpi_collectives_bench --label=mpi-shm   # default: vader (shm)
+//
+// Flags: --min_bytes=4096 --max_bytes=67108864 --step=4 --budget_ms=300 --label=mpi.
+// Rank 0 prints one row per (collective, size) (see benchmarks/collectives_bench.cc for the
+// columns). Sizes are nccl-tests' "size": the all-reduce buffer, the all-gather output (each rank
+// contributes size / ranks). Bandwidths are 10^9 bytes/s: algbw = size / time; all-reduce
+// busbw = algbw * 2(n-1)/n; all-gather busbw = algbw * (n-1)/n. The time of one call is the mean
+// over a timed loop (iteration count from one call after 2 warm-up calls, at least 3, so that
+// the loop takes about budget_ms) measured on rank 0 between two MPI_Barriers; this is the
+// same protocol as collectives_bench.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Flags {
+  int64_t min_bytes = 4096;
+  int64_t max_bytes = 64 << 20;
+  int64_t step = 4;
+  int64_t budget_ms = 300;
+  std::string label = "mpi";
+};
+
+// Parses --name=value flags; false (with a message) on an unknown or malformed flag.
+bool ParseFlags(int argc, char** argv, Flags* flags) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    if (eq == std::string::npos) {
+      std::fprintf(stderr, "mpi_collectives_bench: expected --name=value, got %s\n", argv[i]);
+      return false;
+    }
+    const std::string name = arg.substr(0, eq);
+    const std::string value = arg.substr(eq + 1);
+    if (name == "--label") {
+      flags->label = value;
+      continue;
+    }
+    char* end = nullptr;
+    const long long v = std::strtoll(value.c_str(), &end, 10);
+    if (end == value.c_str() || *end != '\0' || v <= 0) {
+      std::fprintf(stderr, "mpi_collectives_bench: %s needs a positive integer\n", argv[i]);
+      return false;
+    }
+    if (name == "--min_bytes") {
+      flags->min_bytes = v;
+    } else if (name == "--max_bytes") {
+      flags->max_bytes = v;
+    } else if (name == "--step") {
+      flags->step = std::max<int64_t>(v, 2);
+    } else if (name == "--budget_ms") {
+      flags->budget_ms = v;
+    } else {
+      std::fprintf(stderr, "mpi_collectives_bench: unknown flag %s\n", argv[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+int Run(const Flags& flags) {
+  int rank = 0;
+  int ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (rank == 0) {
+    std::printf("%-12s %-12s %5s %10s %12s %10s %10s\n", "# collective", "impl", "ranks", "bytes",
+                "us", "algbw_gbps", "busbw_gbps");
+    std::fflush(stdout);
+  }
+  for (const bool reduce : {true, false}) {
+    for (int64_t size = flags.min_bytes; size <= flags.max_bytes; size *= flags.step) {
+      // all-gather: `size` is the output; each rank contributes size / ranks.
+      const int64_t count = reduce ? size / 4 : size / 4 / ranks;
+      if (count == 0) continue;
+      std::vector<float> in(count, 1.0f);
+      std::vector<float> out(reduce ? count : count * ranks);
+      const int n = static_cast<int>(count);
+      auto once = [&]() {
+        return reduce ? MPI_Allreduce(in.data(), out.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD)
+                      : MPI_Allgather(in.data(), n, MPI_FLOAT, out.data(), n, MPI_FLOAT,
+                                      MPI_COMM_WORLD);
+      };
+      for (int i = 0; i < 2; ++i) {
+        if (once() != MPI_SUCCESS) return 3;
+      }
+      // Iterations from one more call on rank 0, agreed through a broadcast.
+      long long iterations = 0;
+      const double t0 = MPI_Wtime();
+      if (once() != MPI_SUCCESS) return 3;
+      const double one = MPI_Wtime() - t0;
+      if (rank == 0) {
+        iterations = std::clamp<long long>(
+            static_cast<long long>(flags.budget_ms / 1e3 / std::max(one, 1e-7)), 3, 2000);
+      }
+      MPI_Bcast(&iterations, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double start = MPI_Wtime();
+      for (long long i = 0; i < iterations; ++i) {
+        if (once() != MPI_SUCCESS) return 3;
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double seconds = (MPI_Wtime() - start) / static_cast<double>(iterations);
+      // A check that the collective did its work (every rank contributed 1.0f).
+      const float expected = reduce ? static_cast<float>(ranks) : 1.0f;
+      if (out.front() != expected || out.back() != expected) {
+        std::fprintf(stderr, "rank %d: wrong result %g (expected %g)\n", rank, out.front(),
+                     expected);
+        return 4;
+      }
+      if (rank == 0) {
+        const int64_t bytes = reduce ? count * 4 : count * 4 * ranks;
+        const double algbw = static_cast<double>(bytes) / seconds / 1e9;
+        const double factor = reduce ? 2.0 * (ranks - 1) / ranks : 1.0 * (ranks - 1) / ranks;
+        std::printf("%-12s %-12s %5d %10lld %12.1f %10.3f %10.3f\n",
+                    reduce ? "all-reduce" : "all-gather", flags.label.c_str(), ranks,
+                    static_cast<long long>(bytes), seconds * 1e6, algbw, algbw * factor);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  Flags flags;
+  int result = ParseFlags(argc, argv, &flags) ? Run(flags) : 2;
+  if (result != 0) MPI_Abort(MPI_COMM_WORLD, result);
+  MPI_Finalize();
+  return result;
+}
