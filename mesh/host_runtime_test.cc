@@ -38,7 +38,8 @@ spmd::HybridMesh DataModelMesh(const Topology& topology) {
 // thread's computation client. Returns each host's status.
 std::vector<absl::Status> RunHosts(const Topology& topology,
                                    const std::function<absl::Status(HostRuntime&)>& body) {
-  auto job = transport::InProcTransport::Create(topology.num_hosts(), DeviceMapOf(topology)).value();
+  auto job =
+      transport::InProcTransport::Create(topology.num_hosts(), DeviceMapOf(topology)).value();
   std::vector<absl::Status> statuses(topology.num_hosts());
   std::vector<std::thread> threads;
   for (int64_t h = 0; h < topology.num_hosts(); ++h) {
