@@ -7,27 +7,9 @@
 set -u
 tessel="$1"
 configs="$2"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-failures=0
+source "$(dirname "$0")/cli_test_lib.sh"
 
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
 
-# expect_exit CODE ARGS...: runs tessel ARGS, checks the exit code, keeps stdout/stderr.
-expect_exit() {
-  local want="$1"
-  shift
-  "$tessel" "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [[ "$got" != "$want" ]]; then
-    fail "tessel $* exited $got, expected $want; stderr: $(cat "$tmp/err")"
-    return 1
-  fi
-  return 0
-}
 
 # expect_one_error_line PREFIX: stderr is exactly one line starting with PREFIX.
 expect_one_error_line() {
