@@ -1,11 +1,14 @@
 // BootstrapCoordinator and the host's registration with it.
 #include "transport/internal/zmq_bootstrap.h"
 
+#include <unistd.h>
+
 #include <optional>
 #include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -35,6 +38,8 @@ class BootstrapCoordinator::Impl {
     if (thread_.joinable()) thread_.join();
     router_.close();
     context_.close();
+    // An ipc endpoint is a file: remove it so jobs leave nothing behind in the directory.
+    if (absl::StartsWith(address_, "ipc://")) ::unlink(address_.c_str() + 6);
   }
 
   absl::Status Bind(const std::string& address) {

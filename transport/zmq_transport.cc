@@ -137,6 +137,7 @@ class ZmqTransport::Impl : public internal::HostLink {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> refused_{0};
   bool started_ = false;  // the progress thread runs
+  std::string ipc_path_;  // the data socket's file (ipc only), removed at shutdown
   bool ready_ = false;    // Start() succeeded
   bool shut_down_ = false;
   bool outgoing_closed_ = false;                          // progress thread
@@ -163,6 +164,7 @@ absl::Status ZmqTransport::Impl::BindData() {
                                                      kMaxIpcPathBytes, "; set a shorter ipc_dir"));
     }
     address = absl::StrCat("ipc://", path);
+    ipc_path_ = path;
   } else {
     address = absl::StrCat("tcp://", options_.tcp_interface, ":*");
   }
@@ -715,6 +717,8 @@ void ZmqTransport::Impl::Shutdown() {
   if (zap_ != nullptr) zap_->close();
   coordinator_.reset();
   context_.close();
+  // The ipc endpoint is a file: remove it so finished jobs leave nothing in the directory.
+  if (!ipc_path_.empty()) ::unlink(ipc_path_.c_str());
 }
 
 ZmqTransport::ZmqTransport(ZmqOptions options)
