@@ -59,6 +59,19 @@ absl::StatusOr<int64_t> GroupSize(const transport::Communicator& comm, int64_t d
   return absl::InvalidArgumentError(absl::StrCat("device ", device_id, " is in no replica group"));
 }
 
+// Copies `in` ([outer, dim, inner] when !to_front, [dim, outer, inner] when to_front) into `out`
+// laid out the other way. Both moves are this one block permutation.
+void PermuteBlocks(const std::byte* in, std::byte* out, const Split3& s, bool to_front) {
+  for (int64_t a = 0; a < s.outer; ++a) {
+    for (int64_t k = 0; k < s.dim; ++k) {
+      const int64_t front = (k * s.outer + a) * s.inner_bytes;
+      const int64_t back = (a * s.dim + k) * s.inner_bytes;
+      std::memcpy(out + (to_front ? front : back), in + (to_front ? back : front),
+                  static_cast<size_t>(s.inner_bytes));
+    }
+  }
+}
+
 }  // namespace
 
 Literal MoveDimToFront(const Literal& value, int64_t dim) {
@@ -69,14 +82,7 @@ Literal MoveDimToFront(const Literal& value, int64_t dim) {
     if (value.byte_size() > 0) std::memcpy(out.raw_data(), value.raw_data(), value.byte_size());
     return out;
   }
-  const std::byte* in = value.raw_data();
-  std::byte* o = out.raw_data();
-  for (int64_t a = 0; a < s.outer; ++a) {
-    for (int64_t k = 0; k < s.dim; ++k) {
-      std::memcpy(o + (k * s.outer + a) * s.inner_bytes, in + (a * s.dim + k) * s.inner_bytes,
-                  static_cast<size_t>(s.inner_bytes));
-    }
-  }
+  PermuteBlocks(value.raw_data(), out.raw_data(), s, /*to_front=*/true);
   return out;
 }
 
@@ -89,14 +95,7 @@ Literal MoveFrontDimTo(const Literal& front_first, const Shape& shape, int64_t d
     if (out.byte_size() > 0) std::memcpy(out.raw_data(), front_first.raw_data(), out.byte_size());
     return out;
   }
-  const std::byte* in = front_first.raw_data();
-  std::byte* o = out.raw_data();
-  for (int64_t a = 0; a < s.outer; ++a) {
-    for (int64_t k = 0; k < s.dim; ++k) {
-      std::memcpy(o + (a * s.dim + k) * s.inner_bytes, in + (k * s.outer + a) * s.inner_bytes,
-                  static_cast<size_t>(s.inner_bytes));
-    }
-  }
+  PermuteBlocks(front_first.raw_data(), out.raw_data(), s, /*to_front=*/false);
   return out;
 }
 

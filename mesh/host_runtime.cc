@@ -29,44 +29,38 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Index of `device_id`'s shard in layout.shards(), or -1.
-int64_t ShardPosition(const spmd::ShardedTensor& layout, int64_t device_id) {
-  const spmd::Shard* shard = layout.shard_for(device_id);
-  if (shard == nullptr) return -1;
-  return static_cast<int64_t>(shard - layout.shards().data());
-}
-
-// Copies `data` (the unpadded extent of a piece) into the top corner of a zero `local` literal.
-absl::Status PadInto(const Literal& data, Literal* local) {
-  const Shape& from = data.shape();
-  const Shape& to = local->shape();
-  if (from == to) {
-    std::memcpy(local->raw_data(), data.raw_data(), static_cast<size_t>(data.byte_size()));
-    return absl::OkStatus();
+// Copies the box of `sizes` elements starting at `src_start` in `src` to the origin of `dst`
+// (same dtype and rank; the rest of `dst` is untouched): cutting a device's piece out of a
+// whole value, or placing unpadded data into a padded piece. Copies whole rows of the last dim.
+void CopyBox(const Literal& src, const std::vector<int64_t>& src_start,
+             const std::vector<int64_t>& sizes, Literal* dst) {
+  const int64_t rank = src.shape().rank();
+  const int64_t element = ByteWidth(src.shape().dtype());
+  int64_t count = 1;
+  for (int64_t size : sizes) count *= size;
+  if (count == 0) return;
+  if (rank == 0) {
+    std::memcpy(dst->raw_data(), src.raw_data(), static_cast<size_t>(element));
+    return;
   }
-  const int64_t rank = from.rank();
-  if (from.num_elements() == 0) return absl::OkStatus();
-  const std::vector<int64_t> from_strides = from.strides();
-  const std::vector<int64_t> to_strides = to.strides();
-  const int64_t element = ByteWidth(from.dtype());
-  // Copy rows of the last dim.
-  const int64_t row = from.dim(rank - 1) * element;
+  const std::vector<int64_t> src_strides = src.shape().strides();
+  const std::vector<int64_t> dst_strides = dst->shape().strides();
+  const int64_t row_bytes = sizes[rank - 1] * element;
+  const int64_t rows = count / sizes[rank - 1];
   std::vector<int64_t> index(rank, 0);
-  const int64_t rows = from.num_elements() / from.dim(rank - 1);
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t src = 0, dst = 0;
+    int64_t from = src_start[rank - 1], to = 0;
     for (int64_t d = 0; d < rank - 1; ++d) {
-      src += index[d] * from_strides[d];
-      dst += index[d] * to_strides[d];
+      from += (src_start[d] + index[d]) * src_strides[d];
+      to += index[d] * dst_strides[d];
     }
-    std::memcpy(local->raw_data() + dst * element, data.raw_data() + src * element,
-                static_cast<size_t>(row));
+    std::memcpy(dst->raw_data() + to * element, src.raw_data() + from * element,
+                static_cast<size_t>(row_bytes));
     for (int64_t d = rank - 2; d >= 0; --d) {
-      if (++index[d] < from.dim(d)) break;
+      if (++index[d] < sizes[d]) break;
       index[d] = 0;
     }
   }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -195,41 +189,15 @@ absl::StatusOr<std::vector<std::shared_ptr<const Literal>>> HostRuntime::State::
       pieces.push_back(nullptr);
       continue;
     }
-    // Cut just this device's ranges (Split would cut every device's).
+    // Cut just this device's ranges (Split would cut every device's), straight into the
+    // zero-padded piece.
     std::vector<int64_t> starts, sizes;
     for (const auto& [start, limit] : shard->index) {
       starts.push_back(start);
       sizes.push_back(limit - start);
     }
-    Literal data = Literal::Uninitialized(Shape(whole.shape().dtype(), sizes));
-    const int64_t rank = whole.shape().rank();
-    const int64_t element = ByteWidth(whole.shape().dtype());
-    if (data.num_elements() > 0) {
-      if (rank == 0) {
-        std::memcpy(data.raw_data(), whole.raw_data(), static_cast<size_t>(element));
-      } else {
-        const std::vector<int64_t> from_strides = whole.shape().strides();
-        const std::vector<int64_t> to_strides = data.shape().strides();
-        const int64_t row = sizes[rank - 1] * element;
-        const int64_t rows = data.num_elements() / sizes[rank - 1];
-        std::vector<int64_t> index(rank, 0);
-        for (int64_t r = 0; r < rows; ++r) {
-          int64_t src = starts[rank - 1], dst = 0;
-          for (int64_t d = 0; d < rank - 1; ++d) {
-            src += (starts[d] + index[d]) * from_strides[d];
-            dst += index[d] * to_strides[d];
-          }
-          std::memcpy(data.raw_data() + dst * element, whole.raw_data() + src * element,
-                      static_cast<size_t>(row));
-          for (int64_t d = rank - 2; d >= 0; --d) {
-            if (++index[d] < sizes[d]) break;
-            index[d] = 0;
-          }
-        }
-      }
-    }
     auto local = std::make_shared<Literal>(layout.local_shape());
-    TESSEL_RETURN_IF_ERROR(PadInto(data, local.get()));
+    CopyBox(whole, starts, sizes, local.get());
     // Unreduced subgroups: only unreduced_id 0 carries the value (ShardedTensor::Split).
     if (shard->unreduced_id != 0) *local = Literal(layout.local_shape());
     metrics.host_to_device_bytes += local->byte_size();
@@ -529,7 +497,7 @@ absl::StatusOr<Tensor> HostRuntime::MakeShardedInput(
                                                      data.shape().ToString()));
     }
     auto local = std::make_shared<Literal>(layout.local_shape());
-    TESSEL_RETURN_IF_ERROR(PadInto(data, local.get()));
+    CopyBox(data, std::vector<int64_t>(data.shape().rank(), 0), data.shape().dims(), local.get());
     s.metrics.host_to_device_bytes += local->byte_size();
     pieces.push_back(std::move(local));
   }
