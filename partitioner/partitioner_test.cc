@@ -2,6 +2,12 @@
 // structure. Numerical correctness is tests/integration/partition_property_test.cc.
 #include "partitioner/partitioner.h"
 
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <random>
+
 #include "core/graph.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -35,6 +41,96 @@ TEST(ShardingUtilTest, EmbedAndPartiallyReplicate) {
   Sharding s = S("{devices=[2,2]0,1,2,3}");
   EXPECT_EQ(PartiallyReplicate(s, 2, {1}), S("{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"));
   EXPECT_EQ(TransposeSharding(s, {1, 0}), S("{devices=[2,2]0,2,1,3}"));
+}
+
+// The device-by-device merge (the definition): each device keeps its tile index from a on a's
+// tiled dims and from b on b's; the devices of one merged tile, ascending, form its replicas.
+std::optional<Sharding> ReferenceMerge(const Sharding& a, const Sharding& b, int64_t rank,
+                                       int64_t num_devices) {
+  std::vector<int64_t> tiles(rank, 1);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (a.num_tiles(d) > 1 && b.num_tiles(d) > 1 && a.num_tiles(d) != b.num_tiles(d)) {
+      return std::nullopt;
+    }
+    tiles[d] = std::max(a.num_tiles(d), b.num_tiles(d));
+  }
+  std::map<std::vector<int64_t>, std::vector<int64_t>> by_index;
+  for (int64_t device = 0; device < num_devices; ++device) {
+    std::vector<int64_t> ia = *a.TileIndexOf(device), ib = *b.TileIndexOf(device);
+    std::vector<int64_t> index(rank);
+    for (int64_t d = 0; d < rank; ++d) {
+      if (a.num_tiles(d) > 1 && b.num_tiles(d) > 1 && ia[d] != ib[d]) return std::nullopt;
+      index[d] = a.num_tiles(d) > 1 ? ia[d] : ib[d];
+    }
+    by_index[index].push_back(device);
+  }
+  if (static_cast<int64_t>(by_index.size()) != spmd::Product(tiles)) return std::nullopt;
+  std::vector<int64_t> ids;
+  for (const auto& [index, devices] : by_index) {
+    if (devices.size() != by_index.begin()->second.size()) return std::nullopt;
+    ids.insert(ids.end(), devices.begin(), devices.end());
+  }
+  tiles.push_back(static_cast<int64_t>(by_index.begin()->second.size()));
+  return Sharding::PartialTile(DeviceArray(tiles, ids));
+}
+
+// Random partially replicated tilings of a random mesh (as mark_sharding makes them), merged
+// pairwise: the O(rank) merge on compact tile assignments equals the definition.
+TEST(ShardingUtilTest, MergeOnCompactTilingsMatchesDeviceByDeviceMerge) {
+  std::mt19937 rng(5);
+  int merged = 0, conflicts = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    // Mesh of 2-3 axes over 8, 16 or 24 devices, ids a transposed iota.
+    const std::vector<std::vector<int64_t>> meshes = {{2, 4}, {4, 2}, {2, 2, 2}, {2, 2, 4},
+                                                      {4, 4}, {2, 3, 4}, {3, 8}};
+    const std::vector<int64_t>& mesh_dims = meshes[rng() % meshes.size()];
+    const int64_t n = spmd::Product(mesh_dims);
+    std::vector<int64_t> perm(mesh_dims.size());
+    std::iota(perm.begin(), perm.end(), int64_t{0});
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int64_t> reshape;
+    for (int64_t p : perm) reshape.push_back(mesh_dims[p]);
+    std::vector<int64_t> inverse(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+    DeviceArray mesh = *DeviceArray::IotaTransposed(mesh_dims, reshape, inverse);
+    const int64_t rank = 3;
+    // A tensor dim takes at most one mesh axis; unused axes replicate (torch_xla semantics).
+    auto random_sharding = [&] {
+      std::vector<int64_t> axis_of_dim(rank, -1);
+      for (int64_t axis = 0; axis < static_cast<int64_t>(mesh_dims.size()); ++axis) {
+        const int64_t d = static_cast<int64_t>(rng() % (rank + 1));
+        if (d < rank && axis_of_dim[d] < 0) axis_of_dim[d] = axis;
+      }
+      std::vector<int64_t> order, dims;
+      for (int64_t d = 0; d < rank; ++d) {
+        if (axis_of_dim[d] >= 0) order.push_back(axis_of_dim[d]);
+        dims.push_back(axis_of_dim[d] >= 0 ? mesh_dims[axis_of_dim[d]] : 1);
+      }
+      int64_t replicas = 1;
+      for (int64_t axis = 0; axis < static_cast<int64_t>(mesh_dims.size()); ++axis) {
+        if (std::find(order.begin(), order.end(), axis) == order.end()) {
+          order.push_back(axis);
+          replicas *= mesh_dims[axis];
+        }
+      }
+      dims.push_back(replicas);
+      return Sharding::PartialTile(mesh.Transpose(order).Reshape(dims));
+    };
+    Sharding a = random_sharding(), b = random_sharding();
+    if (!a.IsTiled() || !b.IsTiled()) continue;
+    ASSERT_TRUE(a.tile_assignment().is_compact());
+    std::optional<Sharding> expected = ReferenceMerge(a, b, rank, n);
+    std::optional<Sharding> got = MergeShardings(a, b, rank, n);
+    ASSERT_EQ(got.has_value(), expected.has_value()) << a << " + " << b;
+    if (got.has_value()) {
+      EXPECT_EQ(*got, *expected) << a << " + " << b;
+      ++merged;
+    } else {
+      ++conflicts;
+    }
+  }
+  EXPECT_GT(merged, 100);
+  EXPECT_GT(conflicts, 10);
 }
 
 TEST(ShardingUtilTest, MergeCombinesDisjointTilings) {

@@ -32,6 +32,15 @@ bool HasUnreduced(const Sharding& s) {
 bool SameDimMapping(const Sharding& a, const Sharding& b, int64_t d, int64_t num_devices) {
   if (a.num_tiles(d) != b.num_tiles(d)) return false;
   if (a.num_tiles(d) == 1) return true;
+  // Compact tile assignments: the dim's id digits decide the mapping (O(rank)).
+  const spmd::DeviceArray& ta = a.tile_assignment();
+  const spmd::DeviceArray& tb = b.tile_assignment();
+  if (ta.is_compact() && tb.is_compact() && ta.num_elements() == num_devices &&
+      tb.num_elements() == num_devices) {
+    std::optional<std::vector<spmd::IdFactor>> fa = ta.DimFactors(d);
+    std::optional<std::vector<spmd::IdFactor>> fb = tb.DimFactors(d);
+    if (fa.has_value() && fb.has_value()) return *fa == *fb;
+  }
   for (int64_t device = 0; device < num_devices; ++device) {
     auto ia = a.TileIndexOf(device), ib = b.TileIndexOf(device);
     if (!ia || !ib || (*ia)[d] != (*ib)[d]) return false;

@@ -88,6 +88,73 @@ Sharding TransposeSharding(const Sharding& s, const std::vector<int64_t>& perm) 
   return Sharding::Subgroup(ta, s.subgroup_types());
 }
 
+namespace {
+
+// MergeShardings on compact tile assignments in O(rank): each merged data dim takes the id
+// digits of whichever sharding tiles it, and the replicated dim the digits no data dim uses.
+// nullopt when this shortcut does not apply (the caller then checks device by device); the
+// result, when given, is the one the device-by-device merge gives.
+std::optional<Sharding> MergeCompact(const Sharding& a, const Sharding& b, int64_t rank,
+                                     int64_t num_devices) {
+  const DeviceArray& ta = a.tile_assignment();
+  const DeviceArray& tb = b.tile_assignment();
+  if (!ta.is_compact() || !tb.is_compact() || ta.num_elements() != num_devices ||
+      tb.num_elements() != num_devices || a.TiledDataRank() != rank ||
+      b.TiledDataRank() != rank) {
+    return std::nullopt;
+  }
+  std::vector<std::vector<spmd::IdFactor>> dim_factors(rank);
+  std::vector<spmd::IdFactor> used;
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < rank; ++d) {
+    const bool in_a = a.num_tiles(d) > 1, in_b = b.num_tiles(d) > 1;
+    dims.push_back(std::max(a.num_tiles(d), b.num_tiles(d)));
+    if (!in_a && !in_b) continue;
+    std::optional<std::vector<spmd::IdFactor>> fa, fb;
+    if (in_a && !(fa = ta.DimFactors(d))) return std::nullopt;
+    if (in_b && !(fb = tb.DimFactors(d))) return std::nullopt;
+    if (in_a && in_b && *fa != *fb) return std::nullopt;
+    dim_factors[d] = in_a ? *fa : *fb;
+    used.insert(used.end(), dim_factors[d].begin(), dim_factors[d].end());
+  }
+  // The used digits must be disjoint ranges of the id's mixed radix; the gaps between them
+  // (and below the first, above the last) are the replicated digits.
+  std::sort(used.begin(), used.end(),
+            [](const spmd::IdFactor& x, const spmd::IdFactor& y) { return x.stride < y.stride; });
+  std::vector<spmd::IdFactor> replicated;  // ascending stride
+  int64_t covered = 1;                     // ids below `covered` are spanned so far
+  for (const spmd::IdFactor& f : used) {
+    if (f.stride < covered || f.stride % covered != 0) return std::nullopt;
+    if (f.stride > covered) replicated.push_back({f.stride / covered, covered});
+    covered = f.stride * f.size;
+  }
+  if (covered > num_devices || num_devices % covered != 0) return std::nullopt;
+  if (num_devices > covered) replicated.push_back({num_devices / covered, covered});
+  std::vector<spmd::IdFactor> factors;
+  for (const auto& f : dim_factors) factors.insert(factors.end(), f.begin(), f.end());
+  factors.insert(factors.end(), replicated.rbegin(), replicated.rend());  // ascending ids
+  int64_t replicas = 1;
+  for (const spmd::IdFactor& f : replicated) replicas *= f.size;
+  dims.push_back(replicas);
+  // Rebuild through IotaTransposed (reshape dims = sizes by decreasing stride).
+  std::vector<int64_t> order(factors.size());
+  for (size_t i = 0; i < factors.size(); ++i) order[i] = static_cast<int64_t>(i);
+  std::sort(order.begin(), order.end(),
+            [&](int64_t x, int64_t y) { return factors[x].stride > factors[y].stride; });
+  std::vector<int64_t> reshape_dims, perm(factors.size());
+  for (size_t r = 0; r < order.size(); ++r) {
+    reshape_dims.push_back(factors[order[r]].size);
+    perm[order[r]] = static_cast<int64_t>(r);
+  }
+  if (reshape_dims.empty()) reshape_dims.push_back(1);
+  if (perm.empty()) perm.push_back(0);
+  absl::StatusOr<DeviceArray> merged = DeviceArray::IotaTransposed(dims, reshape_dims, perm);
+  if (!merged.ok()) return std::nullopt;
+  return Sharding::PartialTile(*merged);
+}
+
+}  // namespace
+
 std::optional<Sharding> MergeShardings(const Sharding& a, const Sharding& b, int64_t rank,
                                        int64_t num_devices) {
   if (!IsPlainTiling(a) || !IsPlainTiling(b)) return std::nullopt;
@@ -100,6 +167,7 @@ std::optional<Sharding> MergeShardings(const Sharding& a, const Sharding& b, int
     if (ta > 1 && tb > 1 && ta != tb) return std::nullopt;
     tiles[d] = std::max(ta, tb);
   }
+  if (std::optional<Sharding> merged = MergeCompact(a, b, rank, num_devices)) return merged;
   std::map<std::vector<int64_t>, std::vector<int64_t>> by_index;
   for (int64_t device = 0; device < num_devices; ++device) {
     auto ia = a.TileIndexOf(device), ib = b.TileIndexOf(device);
@@ -160,6 +228,7 @@ Shape LocalShape(const Shape& global, const Sharding& s) {
 bool CoversAllDevices(const Sharding& s, int64_t num_devices) {
   if (s.IsReplicated() || s.IsMaximal() || s.IsUnreduced()) return true;
   if (!s.IsTiled()) return false;
+  if (s.tile_assignment().is_compact()) return s.tile_assignment().num_elements() == num_devices;
   std::vector<int64_t> ids = s.device_list();
   std::sort(ids.begin(), ids.end());
   if (static_cast<int64_t>(ids.size()) != num_devices) return false;

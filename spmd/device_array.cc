@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <utility>
 
@@ -19,17 +20,127 @@ int64_t Product(absl::Span<const int64_t> dims) {
   return product;
 }
 
+struct DeviceArray::Storage {
+  // Row-major ids: set at construction for explicit arrays, materialised under `once` for
+  // compact ones.
+  std::once_flag once;
+  std::vector<int64_t> ids;
+  // Explicit arrays only: positions[id] is the row-major position of the first element equal to
+  // id, -1 if absent; empty when the ids are too sparse for a table (IndexOf then scans).
+  std::vector<int32_t> positions;
+};
+
+namespace {
+
+// Drops factors of size 1 and merges an outer factor into the inner one it continues
+// (outer stride == inner stride * inner size). Input and output are major to minor.
+std::vector<IdFactor> Canonical(const std::vector<IdFactor>& factors) {
+  std::vector<IdFactor> out;
+  out.reserve(factors.size());
+  for (const IdFactor& f : factors) {
+    if (f.size == 1) continue;
+    if (!out.empty() && out.back().stride == f.stride * f.size) {
+      out.back() = IdFactor{out.back().size * f.size, f.stride};
+    } else {
+      out.push_back(f);
+    }
+  }
+  return out;
+}
+
+// The compact form of `ids` (n >= 2) when they are a transposed iota of 0..n-1, else nullopt.
+// Greedy from the minor end: the next factor's stride is the id one block further, its size the
+// longest run of multiples of that stride (a canonical form's adjacent factors never continue
+// each other, so the run stops exactly at the factor's size). Then one O(n) pass checks every id
+// against the formula, and the strides are checked to be a mixed radix of n (so the ids are a
+// permutation of 0..n-1).
+std::optional<std::vector<IdFactor>> Compress(const std::vector<int64_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (n < 2 || ids[0] != 0) return std::nullopt;
+  std::vector<IdFactor> factors;  // minor to major while collecting
+  int64_t block = 1;
+  while (block < n) {
+    const int64_t stride = ids[block];
+    if (stride <= 0 || stride >= n) return std::nullopt;
+    int64_t size = 2;
+    while (size * block < n && ids[size * block] == size * stride) ++size;
+    if (n % (size * block) != 0) return std::nullopt;
+    factors.push_back(IdFactor{size, stride});
+    block *= size;
+  }
+  std::vector<IdFactor> by_stride = factors;
+  std::sort(by_stride.begin(), by_stride.end(),
+            [](const IdFactor& a, const IdFactor& b) { return a.stride < b.stride; });
+  int64_t expected_stride = 1;
+  for (const IdFactor& f : by_stride) {
+    if (f.stride != expected_stride) return std::nullopt;
+    expected_stride *= f.size;
+  }
+  std::reverse(factors.begin(), factors.end());
+  const int64_t k = static_cast<int64_t>(factors.size());
+  std::vector<int64_t> digits(k, 0);
+  int64_t id = 0;
+  for (int64_t p = 0; p < n; ++p) {
+    if (ids[p] != id) return std::nullopt;
+    for (int64_t i = k - 1; i >= 0; --i) {
+      id += factors[i].stride;
+      if (++digits[i] < factors[i].size) break;
+      id -= factors[i].stride * factors[i].size;
+      digits[i] = 0;
+    }
+  }
+  return factors;
+}
+
+}  // namespace
+
+DeviceArray::DeviceArray() : storage_(std::make_shared<Storage>()) {}
+
+DeviceArray DeviceArray::FromFactors(std::vector<int64_t> dims, std::vector<IdFactor> factors) {
+  DeviceArray a;
+  a.num_elements_ = Product(dims);
+  a.dims_ = std::move(dims);
+  a.factors_ = std::move(factors);
+  return a;
+}
+
 DeviceArray::DeviceArray(std::vector<int64_t> dims, std::vector<int64_t> device_ids)
-    : dims_(std::move(dims)), device_ids_(std::move(device_ids)) {
+    : dims_(std::move(dims)), storage_(std::make_shared<Storage>()) {
   for (int64_t d : dims_) TESSEL_CHECK(d >= 0);
-  TESSEL_CHECK(Product(dims_) == static_cast<int64_t>(device_ids_.size()));
-  BuildPositions();
+  num_elements_ = Product(dims_);
+  TESSEL_CHECK(num_elements_ == static_cast<int64_t>(device_ids.size()));
+  const int64_t n = num_elements_;
+  if (n == 0 || (n == 1 && device_ids[0] == 0)) {
+    compact_ = true;
+  } else if (std::optional<std::vector<IdFactor>> factors = Compress(device_ids)) {
+    compact_ = true;
+    factors_ = *std::move(factors);
+  } else {
+    compact_ = false;
+  }
+  if (compact_) {
+    std::call_once(storage_->once, [&] { storage_->ids = std::move(device_ids); });
+    return;
+  }
+  storage_->ids = std::move(device_ids);
+  int64_t max_id = -1;
+  for (int64_t id : storage_->ids) {
+    if (id < 0) return;  // invalid ids: IndexOf scans
+    max_id = std::max(max_id, id);
+  }
+  if (max_id > 4 * n + 1024 || n > std::numeric_limits<int32_t>::max()) return;
+  storage_->positions.assign(max_id + 1, -1);
+  for (int64_t i = n - 1; i >= 0; --i) {
+    storage_->positions[storage_->ids[i]] = static_cast<int32_t>(i);
+  }
 }
 
 DeviceArray DeviceArray::Iota(std::vector<int64_t> dims) {
-  std::vector<int64_t> ids(Product(dims));
-  std::iota(ids.begin(), ids.end(), int64_t{0});
-  return DeviceArray(std::move(dims), std::move(ids));
+  for (int64_t d : dims) TESSEL_CHECK(d >= 0);
+  const int64_t n = Product(dims);
+  std::vector<IdFactor> factors;
+  if (n > 1) factors.push_back(IdFactor{n, 1});
+  return FromFactors(std::move(dims), std::move(factors));
 }
 
 absl::StatusOr<DeviceArray> DeviceArray::IotaTransposed(std::vector<int64_t> dims,
@@ -71,13 +182,63 @@ absl::StatusOr<DeviceArray> DeviceArray::IotaTransposed(std::vector<int64_t> dim
                                                    ") is not a permutation of ",
                                                    reshape_dims.size(), " iota dims"));
   }
-  return Iota(std::move(reshape_dims)).Transpose(transpose_perm).Reshape(std::move(dims));
+  std::vector<int64_t> reshape_strides(reshape_dims.size(), 1);
+  for (int64_t i = static_cast<int64_t>(reshape_dims.size()) - 2; i >= 0; --i) {
+    reshape_strides[i] = reshape_strides[i + 1] * reshape_dims[i + 1];
+  }
+  std::vector<IdFactor> factors;
+  for (int64_t p : transpose_perm) factors.push_back(IdFactor{reshape_dims[p], reshape_strides[p]});
+  return FromFactors(std::move(dims), Canonical(factors));
+}
+
+const std::vector<int64_t>& DeviceArray::device_ids() const {
+  if (!compact_) return storage_->ids;
+  std::call_once(storage_->once, [this] {
+    std::vector<int64_t>& ids = storage_->ids;
+    ids.resize(num_elements_);
+    for (int64_t p = 0; p < num_elements_; ++p) ids[p] = AtLinear(p);
+  });
+  return storage_->ids;
+}
+
+std::vector<int64_t> DeviceArray::iota_reshape_dims() const {
+  TESSEL_CHECK(compact_);
+  if (factors_.empty()) return {num_elements_};
+  std::vector<IdFactor> by_stride = factors_;
+  std::sort(by_stride.begin(), by_stride.end(),
+            [](const IdFactor& a, const IdFactor& b) { return a.stride > b.stride; });
+  std::vector<int64_t> dims;
+  for (const IdFactor& f : by_stride) dims.push_back(f.size);
+  return dims;
+}
+
+std::vector<int64_t> DeviceArray::iota_transpose_perm() const {
+  TESSEL_CHECK(compact_);
+  if (factors_.empty()) return {0};
+  std::vector<int64_t> perm;
+  for (const IdFactor& f : factors_) {
+    int64_t larger = 0;  // position in decreasing-stride order
+    for (const IdFactor& g : factors_) larger += g.stride > f.stride ? 1 : 0;
+    perm.push_back(larger);
+  }
+  return perm;
 }
 
 std::vector<int64_t> DeviceArray::strides() const {
   std::vector<int64_t> strides(dims_.size(), 1);
   for (int64_t i = rank() - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims_[i + 1];
   return strides;
+}
+
+int64_t DeviceArray::AtLinear(int64_t linear) const {
+  TESSEL_CHECK(linear >= 0 && linear < num_elements_);
+  if (!compact_) return storage_->ids[linear];
+  int64_t id = 0;
+  for (int64_t k = static_cast<int64_t>(factors_.size()) - 1; k >= 0; --k) {
+    id += (linear % factors_[k].size) * factors_[k].stride;
+    linear /= factors_[k].size;
+  }
+  return id;
 }
 
 int64_t DeviceArray::at(absl::Span<const int64_t> index) const {
@@ -87,34 +248,26 @@ int64_t DeviceArray::at(absl::Span<const int64_t> index) const {
     TESSEL_CHECK(index[i] >= 0 && index[i] < dims_[i]);
     linear = linear * dims_[i] + index[i];
   }
-  return device_ids_[linear];
-}
-
-void DeviceArray::BuildPositions() {
-  const int64_t n = static_cast<int64_t>(device_ids_.size());
-  int64_t max_id = -1;
-  for (int64_t id : device_ids_) {
-    if (id < 0) return;  // invalid ids: IndexOf scans
-    max_id = std::max(max_id, id);
-  }
-  if (max_id > 4 * n + 1024 || n > std::numeric_limits<int32_t>::max()) return;
-  auto positions = std::make_shared<std::vector<int32_t>>(max_id + 1, -1);
-  for (int64_t i = n - 1; i >= 0; --i) (*positions)[device_ids_[i]] = static_cast<int32_t>(i);
-  positions_ = std::move(positions);
+  return AtLinear(linear);
 }
 
 std::optional<std::vector<int64_t>> DeviceArray::IndexOf(int64_t device_id) const {
-  int64_t linear;
-  if (positions_ != nullptr) {
-    if (device_id < 0 || device_id >= static_cast<int64_t>(positions_->size())) {
+  int64_t linear = 0;
+  if (compact_) {
+    if (device_id < 0 || device_id >= num_elements_) return std::nullopt;
+    for (const IdFactor& f : factors_) linear = linear * f.size + (device_id / f.stride) % f.size;
+  } else if (!storage_->positions.empty()) {
+    const std::vector<int32_t>& positions = storage_->positions;
+    if (device_id < 0 || device_id >= static_cast<int64_t>(positions.size())) {
       return std::nullopt;
     }
-    linear = (*positions_)[device_id];
+    linear = positions[device_id];
     if (linear < 0) return std::nullopt;
   } else {
-    auto it = std::find(device_ids_.begin(), device_ids_.end(), device_id);
-    if (it == device_ids_.end()) return std::nullopt;
-    linear = it - device_ids_.begin();
+    const std::vector<int64_t>& ids = storage_->ids;
+    auto it = std::find(ids.begin(), ids.end(), device_id);
+    if (it == ids.end()) return std::nullopt;
+    linear = it - ids.begin();
   }
   std::vector<int64_t> index(dims_.size());
   for (int64_t i = rank() - 1; i >= 0; --i) {
@@ -122,6 +275,40 @@ std::optional<std::vector<int64_t>> DeviceArray::IndexOf(int64_t device_id) cons
     linear /= dims_[i];
   }
   return index;
+}
+
+std::optional<std::vector<std::vector<IdFactor>>> DeviceArray::SplitFactorsByDim() const {
+  if (!compact_ || num_elements_ == 0) return std::nullopt;
+  std::vector<std::vector<IdFactor>> groups(dims_.size());
+  int64_t k = static_cast<int64_t>(factors_.size()) - 1;
+  IdFactor current = k >= 0 ? factors_[k] : IdFactor{};
+  for (int64_t d = rank() - 1; d >= 0; --d) {
+    int64_t need = dims_[d];
+    while (need > 1) {
+      if (k < 0) return std::nullopt;
+      if (current.size <= need) {
+        if (need % current.size != 0) return std::nullopt;
+        groups[d].push_back(current);
+        need /= current.size;
+        --k;
+        current = k >= 0 ? factors_[k] : IdFactor{};
+      } else {
+        if (current.size % need != 0) return std::nullopt;
+        groups[d].push_back(IdFactor{need, current.stride});
+        current = IdFactor{current.size / need, current.stride * need};
+        need = 1;
+      }
+    }
+  }
+  for (std::vector<IdFactor>& g : groups) std::reverse(g.begin(), g.end());
+  return groups;
+}
+
+std::optional<std::vector<IdFactor>> DeviceArray::DimFactors(int64_t dim) const {
+  TESSEL_CHECK(dim >= 0 && dim < rank());
+  std::optional<std::vector<std::vector<IdFactor>>> groups = SplitFactorsByDim();
+  if (!groups.has_value()) return std::nullopt;
+  return Canonical((*groups)[dim]);
 }
 
 DeviceArray DeviceArray::Transpose(absl::Span<const int64_t> perm) const {
@@ -133,44 +320,74 @@ DeviceArray DeviceArray::Transpose(absl::Span<const int64_t> perm) const {
   }
   std::vector<int64_t> out_dims(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) out_dims[i] = dims_[perm[i]];
+  if (compact_ && num_elements_ == 0) return FromFactors(std::move(out_dims), {});
+  if (std::optional<std::vector<std::vector<IdFactor>>> groups = SplitFactorsByDim()) {
+    std::vector<IdFactor> factors;
+    for (int64_t p : perm) factors.insert(factors.end(), (*groups)[p].begin(), (*groups)[p].end());
+    return FromFactors(std::move(out_dims), Canonical(factors));
+  }
   std::vector<int64_t> in_strides = strides();
   std::vector<int64_t> out_ids;
-  out_ids.reserve(device_ids_.size());
+  out_ids.reserve(num_elements_);
   ForEachIndex(out_dims, [&](absl::Span<const int64_t> out_index) {
     int64_t linear = 0;
     for (size_t i = 0; i < perm.size(); ++i) linear += out_index[i] * in_strides[perm[i]];
-    out_ids.push_back(device_ids_[linear]);
+    out_ids.push_back(AtLinear(linear));
   });
   return DeviceArray(std::move(out_dims), std::move(out_ids));
 }
 
 DeviceArray DeviceArray::Reshape(std::vector<int64_t> dims) const {
-  TESSEL_CHECK(Product(dims) == num_elements());
-  DeviceArray reshaped;
+  for (int64_t d : dims) TESSEL_CHECK(d >= 0);
+  TESSEL_CHECK(Product(dims) == num_elements_);
+  DeviceArray reshaped = *this;  // same row-major contents: factors and storage are shared
   reshaped.dims_ = std::move(dims);
-  reshaped.device_ids_ = device_ids_;
-  reshaped.positions_ = positions_;  // same contents, same positions
   return reshaped;
 }
 
-bool DeviceArray::IsIota() const {
-  for (size_t i = 0; i < device_ids_.size(); ++i) {
-    if (device_ids_[i] != static_cast<int64_t>(i)) return false;
+DeviceArray DeviceArray::SortLastDimGroups() const {
+  if (rank() == 0 || num_elements_ <= 1) return *this;
+  if (std::optional<std::vector<std::vector<IdFactor>>> groups = SplitFactorsByDim()) {
+    // Ids along the last dim ascend exactly when its digits go from the largest stride (major)
+    // to the smallest.
+    std::vector<IdFactor>& last = groups->back();
+    std::sort(last.begin(), last.end(),
+              [](const IdFactor& a, const IdFactor& b) { return a.stride > b.stride; });
+    std::vector<IdFactor> factors;
+    for (const std::vector<IdFactor>& g : *groups)
+      factors.insert(factors.end(), g.begin(), g.end());
+    return FromFactors(dims_, Canonical(factors));
   }
-  return true;
+  std::vector<int64_t> ids = device_ids();
+  const int64_t group_size = dims_.back();
+  for (int64_t start = 0; start < num_elements_; start += group_size) {
+    std::sort(ids.begin() + start, ids.begin() + start + group_size);
+  }
+  return DeviceArray(dims_, std::move(ids));
+}
+
+bool DeviceArray::IsIota() const {
+  return compact_ && (factors_.empty() || (factors_.size() == 1 && factors_[0].stride == 1));
+}
+
+bool DeviceArray::operator==(const DeviceArray& other) const {
+  // Both forms are canonical: an array that can be compact always is.
+  if (dims_ != other.dims_ || compact_ != other.compact_) return false;
+  if (compact_) return factors_ == other.factors_;
+  return storage_ == other.storage_ || storage_->ids == other.storage_->ids;
 }
 
 namespace {
-void AppendNested(const DeviceArray& a, int64_t dim, int64_t offset, std::string* out) {
+void AppendNested(const DeviceArray& a, const std::vector<int64_t>& strides, int64_t dim,
+                  int64_t offset, std::string* out) {
   if (dim == a.rank()) {
-    absl::StrAppend(out, a.device_ids()[offset]);
+    absl::StrAppend(out, a.AtLinear(offset));
     return;
   }
-  int64_t stride = a.strides()[dim];
   out->push_back('[');
   for (int64_t i = 0; i < a.dim(dim); ++i) {
     if (i > 0) out->append(", ");
-    AppendNested(a, dim + 1, offset + i * stride, out);
+    AppendNested(a, strides, dim + 1, offset + i * strides[dim], out);
   }
   out->push_back(']');
 }
@@ -178,7 +395,8 @@ void AppendNested(const DeviceArray& a, int64_t dim, int64_t offset, std::string
 
 std::string DeviceArray::ToString() const {
   std::string out;
-  AppendNested(*this, 0, 0, &out);
+  if (num_elements_ == 0 && rank() == 0) return out;
+  AppendNested(*this, strides(), 0, 0, &out);
   return out;
 }
 

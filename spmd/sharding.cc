@@ -55,6 +55,7 @@ absl::Status Sharding::ValidateTileAssignment(const DeviceArray& tile_assignment
   for (int64_t d : tile_assignment.dims()) {
     if (d < 1) return absl::InvalidArgumentError(absl::StrCat("tile dim ", d, " is < 1"));
   }
+  if (tile_assignment.is_compact()) return absl::OkStatus();  // ids 0..n-1, each once
   const std::vector<int64_t>& ids = tile_assignment.device_ids();
   int64_t max_id = -1;
   for (int64_t id : ids) {
@@ -96,13 +97,9 @@ Sharding Sharding::PartialTile(const DeviceArray& tiles) {
     dims.pop_back();
     return Tile(tiles.Reshape(std::move(dims)));
   }
-  std::vector<int64_t> ids = tiles.device_ids();
-  for (size_t start = 0; start < ids.size(); start += group_size) {
-    std::sort(ids.begin() + start, ids.begin() + start + group_size);
-  }
   Sharding s;
   s.kind_ = Kind::kTiled;
-  s.tile_assignment_ = DeviceArray(tiles.dims(), std::move(ids));
+  s.tile_assignment_ = tiles.SortLastDimGroups();
   s.replicate_on_last_tile_dim_ = true;
   return s;
 }
@@ -170,16 +167,10 @@ Sharding Sharding::Subgroup(DeviceArray tiles, std::vector<SubgroupType> types) 
   if (merged_types.size() == 1 && merged_types[0] == SubgroupType::kReplicated) {
     return PartialTile(merged);
   }
-  std::vector<int64_t> ids = merged.device_ids();
-  if (merged_types.back() == SubgroupType::kReplicated) {
-    const int64_t group_size = merged_dims.back();
-    for (size_t start = 0; start < ids.size(); start += group_size) {
-      std::sort(ids.begin() + start, ids.begin() + start + group_size);
-    }
-  }
   Sharding s;
   s.kind_ = Kind::kTiled;
-  s.tile_assignment_ = DeviceArray(std::move(merged_dims), std::move(ids));
+  s.tile_assignment_ =
+      merged_types.back() == SubgroupType::kReplicated ? merged.SortLastDimGroups() : merged;
   s.subgroup_types_ = std::move(merged_types);
   return s;
 }
@@ -237,7 +228,7 @@ int64_t Sharding::NumTiles() const {
 
 std::optional<int64_t> Sharding::unique_device() const {
   if (kind_ != Kind::kMaximal) return std::nullopt;
-  return tile_assignment_.device_ids()[0];
+  return tile_assignment_.AtLinear(0);
 }
 
 bool Sharding::UsesDevice(int64_t device_id) const {
@@ -374,6 +365,9 @@ absl::Status Sharding::Validate(const Shape& shape, int64_t num_devices) const {
                                                    TiledDataRank(), " dims but shape ",
                                                    shape.ToString(), " has rank ", shape.rank()));
   }
+  if (tile_assignment_.is_compact() && tile_assignment_.num_elements() <= num_devices) {
+    return absl::OkStatus();  // ids 0..n-1; otherwise the scan below names the first bad one
+  }
   for (int64_t id : tile_assignment_.device_ids()) {
     if (id >= num_devices) {
       return absl::OutOfRangeError(absl::StrCat("sharding ", ToString(), " uses device ", id,
@@ -401,7 +395,7 @@ std::string Sharding::ToString() const {
     case Kind::kUnreduced:
       return "{unreduced}";
     case Kind::kMaximal:
-      return absl::StrCat("{maximal device=", tile_assignment_.device_ids()[0], "}");
+      return absl::StrCat("{maximal device=", tile_assignment_.AtLinear(0), "}");
     case Kind::kTuple: {
       std::string out = "{";
       for (size_t i = 0; i < tuple_elements_.size(); ++i) {

@@ -42,12 +42,17 @@ absl::StatusOr<Node*> Context::PerDeviceScalar(const std::vector<int64_t>& value
 absl::StatusOr<Node*> Context::TileOffset(const Sharding& s, const Shape& global, int64_t dim) {
   const int64_t tiles = s.num_tiles(dim);
   const int64_t size = (global.dim(dim) + tiles - 1) / tiles;
-  std::vector<int64_t> offsets(num_devices_, 0);
-  for (int64_t device = 0; device < num_devices_; ++device) {
-    auto index = s.TileIndexOf(device);
-    offsets[device] = index ? (*index)[dim] * size : 0;
+  OffsetKey key{s, dim, size};
+  auto it = offsets_.find(key);
+  if (it == offsets_.end()) {
+    std::vector<int64_t> offsets(num_devices_, 0);
+    for (int64_t device = 0; device < num_devices_; ++device) {
+      auto index = s.TileIndexOf(device);
+      offsets[device] = index ? (*index)[dim] * size : 0;
+    }
+    it = offsets_.emplace(std::move(key), std::move(offsets)).first;
   }
-  return PerDeviceScalar(offsets);
+  return PerDeviceScalar(it->second);
 }
 
 absl::StatusOr<Node*> Context::AllReduce(Node* local, std::vector<std::vector<int64_t>> groups,
@@ -192,18 +197,34 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
   return absl::InternalError("unknown reshard step");
 }
 
-absl::StatusOr<PValue> Context::ReshardValue(const PValue& value, const Sharding& to) {
+absl::StatusOr<const ReshardPlan*> Context::Plan(const PValue& value, const Sharding& to) {
+  if (value.global_shape.is_tuple()) {  // rare; not worth a key of its own
+    TESSEL_ASSIGN_OR_RETURN(ReshardPlan plan,
+                            PlanReshard(value.sharding, to, value.global_shape, num_devices_));
+    uncached_plans_.push_back(std::make_unique<const ReshardPlan>(std::move(plan)));
+    return uncached_plans_.back().get();
+  }
+  PlanKey key{value.sharding, to, value.global_shape.dtype(), value.global_shape.dims()};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second.get();
   TESSEL_ASSIGN_OR_RETURN(ReshardPlan plan,
                           PlanReshard(value.sharding, to, value.global_shape, num_devices_));
+  auto inserted =
+      plans_.emplace(std::move(key), std::make_unique<const ReshardPlan>(std::move(plan)));
+  return inserted.first->second.get();
+}
+
+absl::StatusOr<PValue> Context::ReshardValue(const PValue& value, const Sharding& to) {
+  TESSEL_ASSIGN_OR_RETURN(const ReshardPlan* plan, Plan(value, to));
   Node* local = value.local;
   Sharding current = value.sharding;
-  for (const ReshardStep& step : plan.steps) {
+  for (const ReshardStep& step : plan->steps) {
     TESSEL_ASSIGN_OR_RETURN(local, EmitStep(local, current, step, value.global_shape));
     current = step.after;
   }
   PValue out;
   out.local = local;
-  out.sharding = plan.steps.empty() ? value.sharding : current;
+  out.sharding = plan->steps.empty() ? value.sharding : current;
   out.global_shape = value.global_shape;
   return out;
 }
@@ -214,9 +235,8 @@ absl::StatusOr<Node*> Context::Reshard(const PValue& value, const Sharding& to) 
 }
 
 absl::StatusOr<int64_t> Context::ReshardBytes(const PValue& value, const Sharding& to) {
-  TESSEL_ASSIGN_OR_RETURN(ReshardPlan plan,
-                          PlanReshard(value.sharding, to, value.global_shape, num_devices_));
-  return plan.bytes_per_device;
+  TESSEL_ASSIGN_OR_RETURN(const ReshardPlan* plan, Plan(value, to));
+  return plan->bytes_per_device;
 }
 
 absl::StatusOr<Node*> Context::MaskPadding(Node* local, const Sharding& s, const Shape& global,

@@ -4,9 +4,12 @@
 #define TESSEL_PARTITIONER_INTERNAL_CONTEXT_H_
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "core/graph.h"
 #include "partitioner/reshard.h"
@@ -59,6 +62,23 @@ class Context {
                                   ReduceKind kind);
 
  private:
+  // PlanReshard memoized for this partitioning: a model repeats the same (from, to, shape)
+  // triples in every layer, and with compact tile assignments the key hashes in O(rank).
+  struct PlanKey {
+    Sharding from;
+    Sharding to;
+    DType dtype;
+    std::vector<int64_t> dims;
+    bool operator==(const PlanKey& o) const {
+      return dtype == o.dtype && dims == o.dims && from == o.from && to == o.to;
+    }
+    template <typename H>
+    friend H AbslHashValue(H h, const PlanKey& k) {
+      return H::combine(std::move(h), k.from, k.to, k.dtype, k.dims);
+    }
+  };
+  absl::StatusOr<const ReshardPlan*> Plan(const PValue& value, const Sharding& to);
+
   absl::StatusOr<Node*> EmitStep(Node* local, const Sharding& before, const ReshardStep& step,
                                  const Shape& global);
   absl::StatusOr<Node*> PartitionId();
@@ -66,6 +86,23 @@ class Context {
   Graph& local_;
   int64_t num_devices_;
   Node* partition_id_ = nullptr;
+  // Node-stable storage: pointers into it stay valid as it grows.
+  absl::flat_hash_map<PlanKey, std::unique_ptr<const ReshardPlan>> plans_;
+  std::vector<std::unique_ptr<const ReshardPlan>> uncached_plans_;
+  // TileOffset's per-device tables, by (sharding, dim, tile size).
+  struct OffsetKey {
+    Sharding sharding;
+    int64_t dim;
+    int64_t size;
+    bool operator==(const OffsetKey& o) const {
+      return dim == o.dim && size == o.size && sharding == o.sharding;
+    }
+    template <typename H>
+    friend H AbslHashValue(H h, const OffsetKey& k) {
+      return H::combine(std::move(h), k.sharding, k.dim, k.size);
+    }
+  };
+  absl::flat_hash_map<OffsetKey, std::vector<int64_t>> offsets_;
 };
 
 // Op-family rules. Each returns the partitioned result, in any sharding; the driver reshards it
