@@ -28,7 +28,8 @@ absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
       TESSEL_ASSIGN_OR_RETURN(
           Node * local, ctx.local().AddParameter(attrs.parameter_number,
                                                  LocalShape(node.shape(), target), node.name()));
-      local->set_sharding(target.ToString());
+      // XLA's iota spelling: O(rank) text however many devices the mesh has.
+      local->set_sharding(target.ToString(Sharding::DeviceListFormat::kIota));
       int64_t number = attrs.parameter_number;
       if (static_cast<int64_t>(program.parameters.size()) <= number) {
         program.parameters.resize(number + 1);

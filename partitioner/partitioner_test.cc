@@ -81,7 +81,7 @@ TEST(ShardingUtilTest, MergeOnCompactTilingsMatchesDeviceByDeviceMerge) {
   int merged = 0, conflicts = 0;
   for (int trial = 0; trial < 600; ++trial) {
     // Mesh of 2-3 axes over 8, 16 or 24 devices, ids a transposed iota.
-    const std::vector<std::vector<int64_t>> meshes = {{2, 4}, {4, 2}, {2, 2, 2}, {2, 2, 4},
+    const std::vector<std::vector<int64_t>> meshes = {{2, 4}, {4, 2},    {2, 2, 2}, {2, 2, 4},
                                                       {4, 4}, {2, 3, 4}, {3, 8}};
     const std::vector<int64_t>& mesh_dims = meshes[rng() % meshes.size()];
     const int64_t n = spmd::Product(mesh_dims);

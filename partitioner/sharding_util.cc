@@ -90,18 +90,34 @@ Sharding TransposeSharding(const Sharding& s, const std::vector<int64_t>& perm) 
 
 namespace {
 
+// The outcome of MergeCompact: `decided` false when the shortcut does not apply (the caller
+// then merges device by device); otherwise `merged` is what the device-by-device merge gives.
+struct CompactMerge {
+  bool decided = false;
+  std::optional<Sharding> merged;
+};
+constexpr CompactMerge kUndecided{};
+const CompactMerge kConflict{true, std::nullopt};
+
+// Whether two id digits p and f (p.stride <= f.stride) whose ranges overlap can take every pair
+// of values: both are functions of q = (id / p.stride) mod span, which has `span` values, so
+// when span < p.size * f.size some pair of tile indices never occurs and the merge fails.
+// Returns false only when that is proven; true when the divisibility the proof needs is missing.
+bool OverlapMayHoldEveryPair(const spmd::IdFactor& p, const spmd::IdFactor& f) {
+  const int64_t p_end = p.stride * p.size, f_end = f.stride * f.size;
+  const int64_t end = std::max(p_end, f_end);
+  if (f.stride % p.stride != 0 || end % std::min(p_end, f_end) != 0) return true;
+  return end / p.stride >= p.size * f.size;
+}
+
 // MergeShardings on compact tile assignments in O(rank): each merged data dim takes the id
 // digits of whichever sharding tiles it, and the replicated dim the digits no data dim uses.
-// nullopt when this shortcut does not apply (the caller then checks device by device); the
-// result, when given, is the one the device-by-device merge gives.
-std::optional<Sharding> MergeCompact(const Sharding& a, const Sharding& b, int64_t rank,
-                                     int64_t num_devices) {
+CompactMerge MergeCompact(const Sharding& a, const Sharding& b, int64_t rank, int64_t num_devices) {
   const DeviceArray& ta = a.tile_assignment();
   const DeviceArray& tb = b.tile_assignment();
   if (!ta.is_compact() || !tb.is_compact() || ta.num_elements() != num_devices ||
-      tb.num_elements() != num_devices || a.TiledDataRank() != rank ||
-      b.TiledDataRank() != rank) {
-    return std::nullopt;
+      tb.num_elements() != num_devices || a.TiledDataRank() != rank || b.TiledDataRank() != rank) {
+    return kUndecided;
   }
   std::vector<std::vector<spmd::IdFactor>> dim_factors(rank);
   std::vector<spmd::IdFactor> used;
@@ -111,9 +127,11 @@ std::optional<Sharding> MergeCompact(const Sharding& a, const Sharding& b, int64
     dims.push_back(std::max(a.num_tiles(d), b.num_tiles(d)));
     if (!in_a && !in_b) continue;
     std::optional<std::vector<spmd::IdFactor>> fa, fb;
-    if (in_a && !(fa = ta.DimFactors(d))) return std::nullopt;
-    if (in_b && !(fb = tb.DimFactors(d))) return std::nullopt;
-    if (in_a && in_b && *fa != *fb) return std::nullopt;
+    if (in_a && !(fa = ta.DimFactors(d))) return kUndecided;
+    if (in_b && !(fb = tb.DimFactors(d))) return kUndecided;
+    // Different digits for one dim: some device has another tile index in each (see
+    // DeviceArray::DimFactors), which the device-by-device merge rejects.
+    if (in_a && in_b && *fa != *fb) return kConflict;
     dim_factors[d] = in_a ? *fa : *fb;
     used.insert(used.end(), dim_factors[d].begin(), dim_factors[d].end());
   }
@@ -123,12 +141,16 @@ std::optional<Sharding> MergeCompact(const Sharding& a, const Sharding& b, int64
             [](const spmd::IdFactor& x, const spmd::IdFactor& y) { return x.stride < y.stride; });
   std::vector<spmd::IdFactor> replicated;  // ascending stride
   int64_t covered = 1;                     // ids below `covered` are spanned so far
-  for (const spmd::IdFactor& f : used) {
-    if (f.stride < covered || f.stride % covered != 0) return std::nullopt;
+  for (size_t i = 0; i < used.size(); ++i) {
+    const spmd::IdFactor& f = used[i];
+    if (f.stride < covered) {  // overlaps the previous digit
+      return OverlapMayHoldEveryPair(used[i - 1], f) ? kUndecided : kConflict;
+    }
+    if (f.stride % covered != 0) return kUndecided;
     if (f.stride > covered) replicated.push_back({f.stride / covered, covered});
     covered = f.stride * f.size;
   }
-  if (covered > num_devices || num_devices % covered != 0) return std::nullopt;
+  if (covered > num_devices || num_devices % covered != 0) return kUndecided;
   if (num_devices > covered) replicated.push_back({num_devices / covered, covered});
   std::vector<spmd::IdFactor> factors;
   for (const auto& f : dim_factors) factors.insert(factors.end(), f.begin(), f.end());
@@ -149,8 +171,8 @@ std::optional<Sharding> MergeCompact(const Sharding& a, const Sharding& b, int64
   if (reshape_dims.empty()) reshape_dims.push_back(1);
   if (perm.empty()) perm.push_back(0);
   absl::StatusOr<DeviceArray> merged = DeviceArray::IotaTransposed(dims, reshape_dims, perm);
-  if (!merged.ok()) return std::nullopt;
-  return Sharding::PartialTile(*merged);
+  if (!merged.ok()) return kUndecided;
+  return CompactMerge{true, Sharding::PartialTile(*merged)};
 }
 
 }  // namespace
@@ -167,7 +189,9 @@ std::optional<Sharding> MergeShardings(const Sharding& a, const Sharding& b, int
     if (ta > 1 && tb > 1 && ta != tb) return std::nullopt;
     tiles[d] = std::max(ta, tb);
   }
-  if (std::optional<Sharding> merged = MergeCompact(a, b, rank, num_devices)) return merged;
+  if (CompactMerge compact = MergeCompact(a, b, rank, num_devices); compact.decided) {
+    return compact.merged;
+  }
   std::map<std::vector<int64_t>, std::vector<int64_t>> by_index;
   for (int64_t device = 0; device < num_devices; ++device) {
     auto ia = a.TileIndexOf(device), ib = b.TileIndexOf(device);

@@ -118,10 +118,7 @@ DeviceArray::DeviceArray(std::vector<int64_t> dims, std::vector<int64_t> device_
   } else {
     compact_ = false;
   }
-  if (compact_) {
-    std::call_once(storage_->once, [&] { storage_->ids = std::move(device_ids); });
-    return;
-  }
+  if (compact_) return;  // O(rank) from here on; ids are materialised again only on demand
   storage_->ids = std::move(device_ids);
   int64_t max_id = -1;
   for (int64_t id : storage_->ids) {

@@ -386,7 +386,7 @@ bool Sharding::operator==(const Sharding& other) const {
 // ----------------------------------------------------------------------------------------------
 // Printing.
 
-std::string Sharding::ToString() const {
+std::string Sharding::ToString(DeviceListFormat format) const {
   switch (kind_) {
     case Kind::kReplicated:
       return "{replicated}";
@@ -400,15 +400,23 @@ std::string Sharding::ToString() const {
       std::string out = "{";
       for (size_t i = 0; i < tuple_elements_.size(); ++i) {
         if (i > 0) absl::StrAppend(&out, i % 5 == 0 ? absl::StrCat(", /*index=", i, "*/") : ", ");
-        absl::StrAppend(&out, tuple_elements_[i].ToString());
+        absl::StrAppend(&out, tuple_elements_[i].ToString(format));
       }
       return out + "}";
     }
     case Kind::kTiled:
       break;
   }
-  std::string out = absl::StrCat("{devices=[", absl::StrJoin(tile_assignment_.dims(), ","), "]",
-                                 absl::StrJoin(tile_assignment_.device_ids(), ","));
+  std::string out = absl::StrCat("{devices=[", absl::StrJoin(tile_assignment_.dims(), ","), "]");
+  if (format == DeviceListFormat::kIota && tile_assignment_.is_compact()) {
+    const std::vector<int64_t> perm = tile_assignment_.iota_transpose_perm();
+    absl::StrAppend(&out, "<=[", absl::StrJoin(tile_assignment_.iota_reshape_dims(), ","), "]");
+    if (!std::is_sorted(perm.begin(), perm.end())) {
+      absl::StrAppend(&out, "T(", absl::StrJoin(perm, ","), ")");
+    }
+  } else {
+    absl::StrAppend(&out, absl::StrJoin(tile_assignment_.device_ids(), ","));
+  }
   if (replicate_on_last_tile_dim_) out += " last_tile_dim_replicate";
   if (!subgroup_types_.empty()) {
     absl::StrAppend(&out, " last_tile_dims={",

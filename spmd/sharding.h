@@ -162,11 +162,21 @@ class Sharding {
   // Errors: kInvalidArgument (rank, arity), kOutOfRange (a device id >= num_devices).
   [[nodiscard]] absl::Status Validate(const Shape& shape, int64_t num_devices) const;
 
+  // How ToString spells the device list of a tiled sharding.
+  enum class DeviceListFormat : uint8_t {
+    // Every id, as torch_xla prints shardings: "{devices=[4,2]0,4,1,5,2,6,3,7}".
+    kExplicit,
+    // XLA's iota spelling when the tile assignment is compact (DeviceArray::is_compact), the
+    // explicit list otherwise: "{devices=[4,2]<=[2,4]T(1,0)}", "{devices=[2,4]<=[8]}". O(rank)
+    // text for any device count; ParseSharding reads it back to the same sharding.
+    kIota,
+  };
+
   // XLA's text: "{replicated}", "{maximal device=3}", "{manual}", "{unreduced}",
   // "{devices=[2,2]0,1,2,3}", "{devices=[2,1,4]0,...,7 last_tile_dim_replicate}",
   // "{devices=[2,2,2]... last_tile_dims={manual, replicated}}", "{{replicated}, {manual}}"
   // (tuple elements at index 5, 10, ... are preceded by "/*index=5*/", as XLA prints).
-  std::string ToString() const;
+  std::string ToString(DeviceListFormat format = DeviceListFormat::kExplicit) const;
 
   // Equality of the normalized form (see the top of this file).
   bool operator==(const Sharding& other) const;

@@ -42,17 +42,19 @@ absl::StatusOr<Node*> Context::PerDeviceScalar(const std::vector<int64_t>& value
 absl::StatusOr<Node*> Context::TileOffset(const Sharding& s, const Shape& global, int64_t dim) {
   const int64_t tiles = s.num_tiles(dim);
   const int64_t size = (global.dim(dim) + tiles - 1) / tiles;
+  // One offset node per (sharding, dim, tile size), reused by every later user (as XLA's CSE
+  // would leave it): the per-device table is O(devices), so building it once matters at scale.
   OffsetKey key{s, dim, size};
   auto it = offsets_.find(key);
-  if (it == offsets_.end()) {
-    std::vector<int64_t> offsets(num_devices_, 0);
-    for (int64_t device = 0; device < num_devices_; ++device) {
-      auto index = s.TileIndexOf(device);
-      offsets[device] = index ? (*index)[dim] * size : 0;
-    }
-    it = offsets_.emplace(std::move(key), std::move(offsets)).first;
+  if (it != offsets_.end()) return it->second;
+  std::vector<int64_t> offsets(num_devices_, 0);
+  for (int64_t device = 0; device < num_devices_; ++device) {
+    auto index = s.TileIndexOf(device);
+    offsets[device] = index ? (*index)[dim] * size : 0;
   }
-  return PerDeviceScalar(it->second);
+  TESSEL_ASSIGN_OR_RETURN(Node * offset, PerDeviceScalar(offsets));
+  offsets_.emplace(std::move(key), offset);
+  return offset;
 }
 
 absl::StatusOr<Node*> Context::AllReduce(Node* local, std::vector<std::vector<int64_t>> groups,

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 #include <memory>
-#include <utility>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -89,7 +89,7 @@ class Context {
   // Node-stable storage: pointers into it stay valid as it grows.
   absl::flat_hash_map<PlanKey, std::unique_ptr<const ReshardPlan>> plans_;
   std::vector<std::unique_ptr<const ReshardPlan>> uncached_plans_;
-  // TileOffset's per-device tables, by (sharding, dim, tile size).
+  // TileOffset's nodes, by (sharding, dim, tile size).
   struct OffsetKey {
     Sharding sharding;
     int64_t dim;
@@ -102,7 +102,7 @@ class Context {
       return H::combine(std::move(h), k.sharding, k.dim, k.size);
     }
   };
-  absl::flat_hash_map<OffsetKey, std::vector<int64_t>> offsets_;
+  absl::flat_hash_map<OffsetKey, Node*> offsets_;
 };
 
 // Op-family rules. Each returns the partitioned result, in any sharding; the driver reshards it
