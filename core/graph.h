@@ -31,6 +31,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/collective_device_list.h"
 #include "core/literal.h"
 #include "core/shape.h"
 
@@ -164,7 +165,7 @@ struct OpAttributes {
   std::shared_ptr<const Literal> literal;  // constant
   // Collectives: groups of global device ids; the reduction of all-reduce and reduce-scatter is
   // `reduce_kind`, their dim `dimensions[0]`.
-  std::vector<std::vector<int64_t>> replica_groups;
+  CollectiveDeviceList replica_groups;
   // collective-permute: (source device, target device) pairs. A device that is no target
   // receives zeros, as in XLA.
   std::vector<std::pair<int64_t, int64_t>> source_target_pairs;

@@ -214,16 +214,27 @@ absl::StatusOr<Shape> InferCollective(Opcode opcode, absl::Span<const Shape* con
   }
   if (attrs.replica_groups.empty()) return Error(opcode, "replica_groups must not be empty");
   size_t group_size = attrs.replica_groups[0].size();
-  absl::flat_hash_set<int64_t> seen;
+  int64_t count = 0, max_id = -1;
   for (const auto& group : attrs.replica_groups) {
     if (group.size() != group_size || group.empty()) {
       return Error(opcode, "replica groups must be non-empty and of equal size");
     }
     for (int64_t id : group) {
       if (id < 0) return Error(opcode, absl::StrCat("device id ", id, " is negative"));
-      if (!seen.insert(id).second) {
-        return Error(opcode, absl::StrCat("device ", id, " appears in two groups"));
-      }
+      max_id = std::max(max_id, id);
+    }
+    count += static_cast<int64_t>(group.size());
+  }
+  // Dense ids (the usual case, thousands of devices): a bitmap; sparse ones: a hash set.
+  std::vector<bool> seen_dense;
+  absl::flat_hash_set<int64_t> seen_sparse;
+  const bool dense = max_id <= 4 * count + 1024;
+  if (dense) seen_dense.assign(max_id + 1, false);
+  for (const auto& group : attrs.replica_groups) {
+    for (int64_t id : group) {
+      const bool fresh = dense ? !seen_dense[id] : seen_sparse.insert(id).second;
+      if (!fresh) return Error(opcode, absl::StrCat("device ", id, " appears in two groups"));
+      if (dense) seen_dense[id] = true;
     }
   }
   if (opcode == Opcode::kAllReduce) {

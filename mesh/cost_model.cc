@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -255,12 +254,15 @@ NodeCost CostModel::CollectiveCost(Opcode opcode, const std::vector<int64_t>& gr
   }
   // Members of the group in this device's slice, and the number of slices spanned.
   std::vector<int64_t> local;
-  std::set<int64_t> slices;
+  std::vector<int64_t> slices;
+  slices.reserve(group.size());
   for (int64_t id : group) {
     const int64_t s = topology_.device(id).slice;
-    slices.insert(s);
+    slices.push_back(s);
     if (s == my_slice) local.push_back(id);
   }
+  std::sort(slices.begin(), slices.end());
+  slices.erase(std::unique(slices.begin(), slices.end()), slices.end());
   const double m = static_cast<double>(slices.size());
   const double n_s = static_cast<double>(local.size());
   // ICI phase over the local members; the all-to-all ICI phase carries the in-slice share.
@@ -347,14 +349,14 @@ NodeCost CostModel::IciCollective(Opcode opcode, const std::vector<int64_t>& mem
     cost.ici_bytes = bytes;
     return cost;
   }
-  std::vector<std::set<int64_t>> coords(rank);
-  for (int64_t id : members) {
-    const Device& d = topology_.device(id);
-    for (int64_t i = 0; i < rank; ++i) coords[i].insert(d.coords[i]);
-  }
+  std::vector<int64_t> coords;  // one dim's coordinates at a time
+  coords.reserve(members.size());
   double bandwidth = 0, hops = 0, all_to_all_seconds = 0;
   for (int64_t d = 0; d < rank; ++d) {
-    const int64_t k = static_cast<int64_t>(coords[d].size());
+    coords.clear();
+    for (int64_t id : members) coords.push_back(topology_.device(id).coords[d]);
+    std::sort(coords.begin(), coords.end());
+    const int64_t k = std::unique(coords.begin(), coords.end()) - coords.begin();
     if (k <= 1) continue;
     const bool closed = k == slice.shape[d] && slice.wraparound[d] && k > 2;
     bandwidth += closed ? 2 * b : b;

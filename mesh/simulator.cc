@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <fstream>
 #include <numeric>
-#include <set>
 #include <unordered_map>
 #include <utility>
 
@@ -24,24 +23,31 @@ uint64_t Mix(uint64_t h, uint64_t v) {
   return h;
 }
 
+// The number of distinct values in `values` (sorted in place).
+int64_t CountDistinct(std::vector<int64_t>& values) {
+  std::sort(values.begin(), values.end());
+  return std::unique(values.begin(), values.end()) - values.begin();
+}
+
 // What a replica group spans, seen from the slice of `members[0]`: the link-class signature.
 uint64_t GroupSignature(const Topology& topology, const std::vector<int64_t>& members) {
   const Device& first = topology.device(members[0]);
   const Slice& slice = topology.slice(first.slice);
   const int64_t rank = static_cast<int64_t>(slice.shape.size());
-  std::set<int64_t> slices;
-  std::vector<std::set<int64_t>> coords(rank);
+  std::vector<int64_t> values;
+  values.reserve(members.size());
+  for (int64_t id : members) values.push_back(topology.device(id).slice);
+  const int64_t num_slices = CountDistinct(values);
   int64_t local = 0;
-  for (int64_t id : members) {
-    const Device& d = topology.device(id);
-    slices.insert(d.slice);
-    if (d.slice != first.slice) continue;
-    ++local;
-    for (int64_t i = 0; i < rank; ++i) coords[i].insert(d.coords[i]);
-  }
-  uint64_t h = Mix(static_cast<uint64_t>(slices.size()), static_cast<uint64_t>(local));
+  for (int64_t id : members) local += topology.device(id).slice == first.slice ? 1 : 0;
+  uint64_t h = Mix(static_cast<uint64_t>(num_slices), static_cast<uint64_t>(local));
   for (int64_t i = 0; i < rank; ++i) {
-    const int64_t k = static_cast<int64_t>(coords[i].size());
+    values.clear();
+    for (int64_t id : members) {
+      const Device& d = topology.device(id);
+      if (d.slice == first.slice) values.push_back(d.coords[i]);
+    }
+    const int64_t k = CountDistinct(values);
     const bool closed = k == slice.shape[i] && slice.wraparound[i] && k > 2;
     h = Mix(h, static_cast<uint64_t>(k * 2 + (closed ? 1 : 0)));
   }
@@ -142,12 +148,35 @@ absl::StatusOr<SimulationReport> Simulator::Run(const partitioner::SpmdProgram& 
   const std::vector<Node*>& nodes = graph.nodes();
   const int64_t n = static_cast<int64_t>(nodes.size());
 
-  // 1. Device classes: a running signature per device over every collective.
+  // 1. Device classes: a running signature per device over every collective. Each distinct
+  // replica-group list (CollectiveDeviceList::identity; the partitioner shares one list among
+  // the collectives that use it) is read once: `member_signature[d]` is the signature of d's
+  // group, 0 when d is in none.
   std::vector<uint64_t> signature(num_devices, 0);
-  std::vector<int64_t> all_devices;
-  auto groups_of = [&](const Node& node) -> const std::vector<std::vector<int64_t>>& {
-    static const std::vector<std::vector<int64_t>> kNoGroups;
-    return node.attrs().replica_groups.empty() ? kNoGroups : node.attrs().replica_groups;
+  std::unordered_map<const void*, std::vector<uint64_t>> list_signatures;
+  auto signatures_of = [&](const Node& node) -> absl::StatusOr<const std::vector<uint64_t>*> {
+    const CollectiveDeviceList& list = node.attrs().replica_groups;
+    auto it = list_signatures.find(list.identity());
+    if (it != list_signatures.end()) return &it->second;
+    std::vector<uint64_t> member_signature(num_devices, 0);
+    if (list.empty()) {
+      std::vector<int64_t> all_devices(num_devices);
+      std::iota(all_devices.begin(), all_devices.end(), 0);
+      const uint64_t sig = GroupSignature(topology, all_devices) | 1;
+      std::fill(member_signature.begin(), member_signature.end(), sig);
+    }
+    for (const std::vector<int64_t>& group : list) {
+      for (int64_t id : group) {
+        if (id < 0 || id >= num_devices) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              node.name(), ": replica group names device ", id, " outside 0..", num_devices - 1));
+        }
+      }
+      if (group.empty()) continue;
+      const uint64_t sig = GroupSignature(topology, group) | 1;  // never 0 (= no group)
+      for (int64_t id : group) member_signature[id] = sig;
+    }
+    return &list_signatures.emplace(list.identity(), std::move(member_signature)).first->second;
   };
   for (const Node* node : nodes) {
     if (!IsCollective(node->opcode())) continue;
@@ -163,28 +192,12 @@ absl::StatusOr<SimulationReport> Simulator::Run(const partitioner::SpmdProgram& 
       }
       continue;
     }
-    const auto& groups = groups_of(*node);
-    if (groups.empty()) {
-      if (all_devices.empty()) {
-        all_devices.resize(num_devices);
-        std::iota(all_devices.begin(), all_devices.end(), 0);
-      }
-      uint64_t sig = GroupSignature(topology, all_devices);
-      for (int64_t d = 0; d < num_devices; ++d) signature[d] = Mix(signature[d], sig);
-      continue;
-    }
-    for (const std::vector<int64_t>& group : groups) {
-      for (int64_t id : group) {
-        if (id < 0 || id >= num_devices) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              node->name(), ": replica group names device ", id, " outside 0..", num_devices - 1));
-        }
-      }
-      if (group.empty()) continue;
-      uint64_t sig = GroupSignature(topology, group);
-      for (int64_t id : group) signature[id] = Mix(signature[id], sig);
+    TESSEL_ASSIGN_OR_RETURN(const std::vector<uint64_t>* member_signature, signatures_of(*node));
+    for (int64_t d = 0; d < num_devices; ++d) {
+      if ((*member_signature)[d] != 0) signature[d] = Mix(signature[d], (*member_signature)[d]);
     }
   }
+  list_signatures.clear();
   std::unordered_map<uint64_t, int64_t> class_index;
   std::vector<int32_t> class_of(num_devices);
   SimulationReport report;

@@ -47,7 +47,8 @@ struct ReshardStep {
     kLocalSlice,         // dynamic-slice of the dims with `tiles[d]` > 1 at the device's tile
   };
   Kind kind;
-  std::vector<std::vector<int64_t>> groups;
+  // Shared storage: a memoized plan hands the same list to every collective it emits.
+  CollectiveDeviceList groups;
   int64_t dim = 0;
   int64_t to_dim = 0;
   std::vector<std::pair<int64_t, int64_t>> pairs;

@@ -57,7 +57,7 @@ absl::StatusOr<PValue> HandleReduce(Context& ctx, const Node& node,
   TESSEL_ASSIGN_OR_RETURN(Node * result, ctx.Add(Opcode::kReduce, {local, init}, node.attrs()));
   if (!sharded_reduced.empty()) {
     TESSEL_ASSIGN_OR_RETURN(result,
-                            ctx.AllReduce(result, GroupsAlongDims(layout, sharded_reduced), kind));
+                            ctx.AllReduce(result, ctx.GroupsAlong(layout, sharded_reduced), kind));
   }
   return PValue{result, Project(layout, kept), node.shape(), {}};
 }

@@ -57,7 +57,14 @@ absl::StatusOr<Node*> Context::TileOffset(const Sharding& s, const Shape& global
   return offset;
 }
 
-absl::StatusOr<Node*> Context::AllReduce(Node* local, std::vector<std::vector<int64_t>> groups,
+CollectiveDeviceList Context::GroupsAlong(const Sharding& s, const std::vector<int64_t>& dims) {
+  auto key = std::make_pair(s, dims);
+  auto it = groups_.find(key);
+  if (it == groups_.end()) it = groups_.emplace(std::move(key), GroupsAlongDims(s, dims)).first;
+  return it->second;
+}
+
+absl::StatusOr<Node*> Context::AllReduce(Node* local, CollectiveDeviceList groups,
                                          ReduceKind kind) {
   if (groups.empty() || groups[0].size() <= 1) return local;
   OpAttributes attrs;

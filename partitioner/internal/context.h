@@ -58,8 +58,10 @@ class Context {
                                     const std::vector<int64_t>& dims, double fill);
 
   // all-reduce of `local` over `groups`.
-  absl::StatusOr<Node*> AllReduce(Node* local, std::vector<std::vector<int64_t>> groups,
-                                  ReduceKind kind);
+  absl::StatusOr<Node*> AllReduce(Node* local, CollectiveDeviceList groups, ReduceKind kind);
+  // GroupsAlongDims(s, dims) (partitioner/sharding_util.h), memoized: one shared list per
+  // (sharding, dims) for every collective over them.
+  CollectiveDeviceList GroupsAlong(const Sharding& s, const std::vector<int64_t>& dims);
 
  private:
   // PlanReshard memoized for this partitioning: a model repeats the same (from, to, shape)
@@ -103,6 +105,7 @@ class Context {
     }
   };
   absl::flat_hash_map<OffsetKey, Node*> offsets_;
+  absl::flat_hash_map<std::pair<Sharding, std::vector<int64_t>>, CollectiveDeviceList> groups_;
 };
 
 // Op-family rules. Each returns the partitioned result, in any sharding; the driver reshards it
