@@ -95,9 +95,9 @@ TEST(TransformerTest, RecipesAnnotateWeights) {
   EXPECT_EQ(dp_emb->shape().ToString(), "f32[24,16]");
   EXPECT_EQ(dp_emb->sharding(), "{replicated}");
   // vocab over "tensor" (mesh axis 2), replicated over data x fsdp.
-  EXPECT_EQ(tp_emb->sharding(), "{devices=[2,1,4]0,2,4,6,1,3,5,7 last_tile_dim_replicate}");
+  EXPECT_EQ(tp_emb->sharding(), "{devices=[2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}");
   // d_model over every axis.
-  EXPECT_EQ(fsdp_emb->sharding(), "{devices=[1,8]0,1,2,3,4,5,6,7}");
+  EXPECT_EQ(fsdp_emb->sharding(), "{devices=[1,8]<=[8]}");
 }
 
 TEST(TransformerTest, Errors) {

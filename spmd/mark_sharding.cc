@@ -14,7 +14,9 @@ absl::Status mark_sharding(Tensor& tensor, const Mesh& mesh, const PartitionSpec
     return absl::InvalidArgumentError(absl::StrCat("mark_sharding on ", tensor.shape().ToString(),
                                                    ": ", std::string(sharding.status().message())));
   }
-  tensor.SetSharding(sharding->ToString());
+  // XLA's HLO spelling: the iota form for compact tile assignments (as JAX lowers a
+  // NamedSharding), so an annotation is O(rank) text on any mesh size.
+  tensor.SetSharding(sharding->ToString(Sharding::DeviceListFormat::kIota));
   return absl::OkStatus();
 }
 

@@ -4,11 +4,16 @@
 //   Mesh mesh = *Mesh::Create({0, 1, 2, 3, 4, 5, 6, 7}, {4, 2}, {"x", "y"});
 //   Tensor input = Tensor::FromLiteral(batch);               // f32[8,32]
 //   TESSEL_RETURN_IF_ERROR(mark_sharding(input, mesh, {"x", kNone}));   // 4-way data parallel
-//   input.sharding() == "{devices=[4,1,2]0,1,2,3,4,5,6,7 last_tile_dim_replicate}";
+//   input.sharding() == "{devices=[4,1,2]<=[8] last_tile_dim_replicate}";
+//   GetSharding(input)->value().ToString() ==
+//       "{devices=[4,1,2]0,1,2,3,4,5,6,7 last_tile_dim_replicate}";   // the same, every id
 //   clear_sharding(input);                                   // input.sharding() == ""
 //
-// The annotation is XLA sharding text on the tensor (Tensor::SetSharding); the translation is
-// ShardingFromPartitionSpec (spmd/partition_spec.h), which holds the rules and their tests.
+// The annotation is XLA sharding text on the tensor (Tensor::SetSharding), in XLA's iota
+// spelling when the tile assignment is a transposed iota (Sharding::DeviceListFormat::kIota; as
+// JAX lowers a NamedSharding), so it is O(rank) text on a mesh of any size; the explicit id list
+// otherwise. The translation is ShardingFromPartitionSpec (spmd/partition_spec.h), which holds
+// the rules and their tests.
 #ifndef TESSEL_SPMD_MARK_SHARDING_H_
 #define TESSEL_SPMD_MARK_SHARDING_H_
 

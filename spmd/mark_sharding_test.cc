@@ -25,10 +25,14 @@ TEST(MarkShardingTest, SetsXlaText) {
   // torch_xla's docstring: 4-way data parallel input, 2-way model parallel weight.
   Tensor input = Zeros({8, 32});
   ASSERT_TRUE(mark_sharding(input, Mesh42(), {0, kNone}).ok());
-  EXPECT_EQ(input.sharding(), "{devices=[4,1,2]0,1,2,3,4,5,6,7 last_tile_dim_replicate}");
+  EXPECT_EQ(input.sharding(), "{devices=[4,1,2]<=[8] last_tile_dim_replicate}");
+  EXPECT_EQ(GetSharding(input)->value().ToString(),
+            "{devices=[4,1,2]0,1,2,3,4,5,6,7 last_tile_dim_replicate}");
   Tensor weight = Zeros({10, 32});
   ASSERT_TRUE(mark_sharding(weight, Mesh42(), {kNone, "y"}).ok());
-  EXPECT_EQ(weight.sharding(), "{devices=[1,2,4]0,2,4,6,1,3,5,7 last_tile_dim_replicate}");
+  EXPECT_EQ(weight.sharding(), "{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}");
+  EXPECT_EQ(GetSharding(weight)->value().ToString(),
+            "{devices=[1,2,4]0,2,4,6,1,3,5,7 last_tile_dim_replicate}");
   absl::StatusOr<std::optional<Sharding>> parsed = GetSharding(weight);
   ASSERT_TRUE(parsed.ok() && parsed->has_value());
   EXPECT_EQ((*parsed)->num_tiles(1), 2);
@@ -67,13 +71,13 @@ TEST(MarkShardingTest, GlobalMeshAndShardingSpec) {
   EXPECT_EQ(mark_sharding(t, {0, kNone}).code(), absl::StatusCode::kFailedPrecondition);
   set_global_mesh(Mesh42());
   ASSERT_TRUE(mark_sharding(t, {"x", "y"}).ok());
-  EXPECT_EQ(t.sharding(), "{devices=[4,2]0,1,2,3,4,5,6,7}");
+  EXPECT_EQ(t.sharding(), "{devices=[4,2]<=[8]}");
   clear_global_mesh();
 
   ShardingSpec spec(Mesh42(), {kNone, 0});
   Tensor u = Zeros({3, 8});
   ASSERT_TRUE(ApplyShardingSpec(spec, u).ok());
-  EXPECT_EQ(u.sharding(), "{devices=[1,4,2]0,1,2,3,4,5,6,7 last_tile_dim_replicate}");
+  EXPECT_EQ(u.sharding(), "{devices=[1,4,2]<=[8] last_tile_dim_replicate}");
   Tensor v = Zeros({3});
   EXPECT_THAT(ApplyShardingSpec(spec, v).message(), HasSubstr("does not apply to f32[3]"));
 }
