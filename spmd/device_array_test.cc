@@ -85,24 +85,6 @@ TEST(DeviceArrayTest, IotaTransposedMatchesXla) {
 // ----------------------------------------------------------------------------------------------
 // The compact (iota) form against a naive explicit reference.
 
-// Row-major ids of numpy.arange(n).reshape(reshape).transpose(perm) (then any reshape).
-std::vector<int64_t> NaiveIotaTransposed(const std::vector<int64_t>& reshape,
-                                         const std::vector<int64_t>& perm) {
-  std::vector<int64_t> strides(reshape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(reshape.size()) - 2; i >= 0; --i) {
-    strides[i] = strides[i + 1] * reshape[i + 1];
-  }
-  std::vector<int64_t> out_dims;
-  for (int64_t p : perm) out_dims.push_back(reshape[p]);
-  std::vector<int64_t> ids;
-  ForEachIndex(out_dims, [&](absl::Span<const int64_t> index) {
-    int64_t id = 0;
-    for (size_t i = 0; i < perm.size(); ++i) id += index[i] * strides[perm[i]];
-    ids.push_back(id);
-  });
-  return ids;
-}
-
 std::vector<int64_t> NaiveTranspose(const std::vector<int64_t>& dims,
                                     const std::vector<int64_t>& ids,
                                     const std::vector<int64_t>& perm) {
@@ -119,6 +101,14 @@ std::vector<int64_t> NaiveTranspose(const std::vector<int64_t>& dims,
     out.push_back(ids[linear]);
   });
   return out;
+}
+
+// Row-major ids of numpy.arange(n).reshape(reshape).transpose(perm) (then any reshape).
+std::vector<int64_t> NaiveIotaTransposed(const std::vector<int64_t>& reshape,
+                                         const std::vector<int64_t>& perm) {
+  std::vector<int64_t> iota(Product(reshape));
+  std::iota(iota.begin(), iota.end(), int64_t{0});
+  return NaiveTranspose(reshape, iota, perm);
 }
 
 // Splits n into a random list of factors >= 2 (n itself if prime-ish).
