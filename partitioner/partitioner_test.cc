@@ -7,6 +7,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "core/graph.h"
 #include "gmock/gmock.h"
@@ -231,6 +232,47 @@ TEST(PartitionTest, MegatronMlpHasOneAllReduceAndNoGather) {
     }
   }
   EXPECT_TRUE(found);
+}
+
+// Four identical Megatron blocks on a 1024-device mesh (data=256 x model=4): the program keeps
+// one replica-group list per distinct set of groups, shared by the collectives over it, and the
+// partitioned parameters carry XLA's iota spelling, so nothing is repeated per layer x device.
+TEST(PartitionTest, RepeatedLayersShareOneReplicaGroupListAtScale) {
+  const int64_t n = 1024;
+  auto g = std::make_unique<Graph>("blocks");
+  Node* x = g->AddParameter(0, Shape(DType::kF32, {512, 16}), "x").value();
+  x->set_sharding("{devices=[256,1,4]<=[1024] last_tile_dim_replicate}");
+  OpAttributes dot;
+  dot.dot.lhs_contracting_dims = {1};
+  dot.dot.rhs_contracting_dims = {0};
+  for (int layer = 0; layer < 4; ++layer) {
+    Node* w1 = g->AddParameter(1 + 2 * layer, Shape(DType::kF32, {16, 32})).value();
+    Node* w2 = g->AddParameter(2 + 2 * layer, Shape(DType::kF32, {32, 16})).value();
+    w1->set_sharding("{devices=[1,4,256]<=[256,4]T(1,0) last_tile_dim_replicate}");
+    w2->set_sharding("{devices=[4,1,256]<=[256,4]T(1,0) last_tile_dim_replicate}");
+    Node* h = g->AddNode(Opcode::kDot, {x, w1}, dot).value();
+    x = g->AddNode(Opcode::kDot, {h, w2}, dot).value();
+    x->set_sharding("{devices=[256,1,4]<=[1024] last_tile_dim_replicate}");
+  }
+  absl::StatusOr<SpmdProgram> program = Partition(*g, n);
+  ASSERT_TRUE(program.ok()) << program.status();
+  std::set<const void*> identities;
+  std::set<std::vector<std::vector<int64_t>>> contents;
+  int64_t all_reduces = 0;
+  for (const Node* node : program->program->nodes()) {
+    if (node->opcode() == Opcode::kParameter) {
+      EXPECT_THAT(node->sharding(), HasSubstr("<=[")) << node->name();
+    }
+    if (!IsCollective(node->opcode())) continue;
+    identities.insert(node->attrs().replica_groups.identity());
+    contents.insert(node->attrs().replica_groups.groups());
+    all_reduces += node->opcode() == Opcode::kAllReduce ? 1 : 0;
+  }
+  EXPECT_EQ(all_reduces, 4);  // one per block, over the model groups
+  EXPECT_EQ(identities.size(), contents.size());
+  const std::vector<std::vector<int64_t>>& groups = *contents.begin();
+  EXPECT_EQ(groups.size(), 256u);
+  EXPECT_EQ(groups[255], (std::vector<int64_t>{1020, 1021, 1022, 1023}));
 }
 
 TEST(PartitionTest, WrongMeshAndBadAnnotationsAreErrorsNamingTheInstruction) {

@@ -352,7 +352,29 @@ TEST(ShardingTest, RandomRoundTrip) {
     EXPECT_EQ(*parsed, s) << text << " vs " << parsed->ToString();
     EXPECT_EQ(parsed->ToString(), text);
     EXPECT_EQ(absl::HashOf(*parsed), absl::HashOf(s));
+    // XLA's iota spelling reads back to the same sharding.
+    const std::string iota_text = s.ToString(Sharding::DeviceListFormat::kIota);
+    absl::StatusOr<Sharding> from_iota = ParseSharding(iota_text);
+    ASSERT_TRUE(from_iota.ok()) << iota_text << ": " << from_iota.status();
+    EXPECT_EQ(*from_iota, s) << iota_text;
   }
+}
+
+TEST(ShardingTest, IotaSpellingIsXlas) {
+  using Format = Sharding::DeviceListFormat;
+  EXPECT_EQ(Parse("{devices=[4,2]0,4,1,5,2,6,3,7}").ToString(Format::kIota),
+            "{devices=[4,2]<=[2,4]T(1,0)}");
+  EXPECT_EQ(
+      Parse("{devices=[2,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}").ToString(Format::kIota),
+      "{devices=[2,1,4]<=[8] last_tile_dim_replicate}");
+  // No compact form: the explicit list.
+  EXPECT_EQ(Parse("{devices=[4]0,3,1,2}").ToString(Format::kIota), "{devices=[4]0,3,1,2}");
+  EXPECT_EQ(Parse("{{replicated}, {devices=[2]0,1}}").ToString(Format::kIota),
+            "{{replicated}, {devices=[2]<=[2]}}");
+  // 8192 devices: O(rank) text.
+  Sharding big = Parse("{devices=[2048,4]<=[4,2048]T(1,0)}");
+  EXPECT_EQ(big.ToString(Format::kIota), "{devices=[2048,4]<=[4,2048]T(1,0)}");
+  EXPECT_EQ(big.tile_assignment().at({2047, 3}), 8191);
 }
 
 // The iota form against an independent computation of its meaning.
