@@ -158,19 +158,7 @@ CompactMerge MergeCompact(const Sharding& a, const Sharding& b, int64_t rank, in
   int64_t replicas = 1;
   for (const spmd::IdFactor& f : replicated) replicas *= f.size;
   dims.push_back(replicas);
-  // Rebuild through IotaTransposed (reshape dims = sizes by decreasing stride).
-  std::vector<int64_t> order(factors.size());
-  for (size_t i = 0; i < factors.size(); ++i) order[i] = static_cast<int64_t>(i);
-  std::sort(order.begin(), order.end(),
-            [&](int64_t x, int64_t y) { return factors[x].stride > factors[y].stride; });
-  std::vector<int64_t> reshape_dims, perm(factors.size());
-  for (size_t r = 0; r < order.size(); ++r) {
-    reshape_dims.push_back(factors[order[r]].size);
-    perm[order[r]] = static_cast<int64_t>(r);
-  }
-  if (reshape_dims.empty()) reshape_dims.push_back(1);
-  if (perm.empty()) perm.push_back(0);
-  absl::StatusOr<DeviceArray> merged = DeviceArray::IotaTransposed(dims, reshape_dims, perm);
+  absl::StatusOr<DeviceArray> merged = DeviceArray::FromIdFactors(dims, factors);
   if (!merged.ok()) return kUndecided;
   return CompactMerge{true, Sharding::PartialTile(*merged)};
 }

@@ -188,6 +188,31 @@ absl::StatusOr<DeviceArray> DeviceArray::IotaTransposed(std::vector<int64_t> dim
   return FromFactors(std::move(dims), Canonical(factors));
 }
 
+absl::StatusOr<DeviceArray> DeviceArray::FromIdFactors(std::vector<int64_t> dims,
+                                                       std::vector<IdFactor> factors) {
+  for (int64_t d : dims) {
+    if (d < 0) return absl::InvalidArgumentError(absl::StrCat("dim ", d, " is < 0"));
+  }
+  std::vector<IdFactor> by_stride = factors;
+  std::sort(by_stride.begin(), by_stride.end(),
+            [](const IdFactor& a, const IdFactor& b) { return a.stride < b.stride; });
+  int64_t expected_stride = 1;
+  for (const IdFactor& f : by_stride) {
+    if (f.size < 1 || f.stride != expected_stride) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("id digit (size ", f.size, ", stride ", f.stride,
+                       ") does not continue a mixed radix at stride ", expected_stride));
+    }
+    expected_stride *= f.size;
+  }
+  if (expected_stride != Product(dims)) {
+    return absl::InvalidArgumentError(absl::StrCat("id digits span ", expected_stride,
+                                                   " devices but dims [", absl::StrJoin(dims, ","),
+                                                   "] hold ", Product(dims)));
+  }
+  return FromFactors(std::move(dims), Canonical(factors));
+}
+
 const std::vector<int64_t>& DeviceArray::device_ids() const {
   if (!compact_) return storage_->ids;
   std::call_once(storage_->once, [this] {

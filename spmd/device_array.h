@@ -78,6 +78,15 @@ class DeviceArray {
       std::vector<int64_t> dims, std::vector<int64_t> reshape_dims,
       std::vector<int64_t> transpose_perm);
 
+  // The compact array of `dims` whose element at row-major position p is sum_k digit_k(p) *
+  // factors[k].stride, the digits taken in the mixed radix of the factor sizes (major to
+  // minor); see the top of this file. O(rank).
+  // Errors: kInvalidArgument unless the strides, ordered, are the row-major strides of the
+  // sizes (each stride the product of the sizes of the smaller-stride factors) and the sizes
+  // multiply to product(dims).
+  [[nodiscard]] static absl::StatusOr<DeviceArray> FromIdFactors(std::vector<int64_t> dims,
+                                                                 std::vector<IdFactor> factors);
+
   const std::vector<int64_t>& dims() const { return dims_; }
   int64_t dim(int64_t i) const { return dims_[i]; }
   int64_t rank() const { return static_cast<int64_t>(dims_.size()); }

@@ -158,6 +158,17 @@ TEST(DeviceArrayTest, ExplicitIdsOfATransposedIotaBecomeCompact) {
   EXPECT_NE(DeviceArray({2}, {0, 1}), DeviceArray({1, 2}, {0, 1}));
 }
 
+TEST(DeviceArrayTest, FromIdFactors) {
+  // Digits major to minor: (2, stride 1) then (4, stride 2) is iota(8).reshape(4,2).T.
+  absl::StatusOr<DeviceArray> a = DeviceArray::FromIdFactors({2, 4}, {{2, 1}, {4, 2}});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_THAT(a->device_ids(), ElementsAre(0, 2, 4, 6, 1, 3, 5, 7));
+  EXPECT_THAT(DeviceArray::FromIdFactors({8}, {{2, 1}, {4, 3}}).status().message(),
+              HasSubstr("does not continue a mixed radix at stride 2"));
+  EXPECT_THAT(DeviceArray::FromIdFactors({6}, {{2, 1}, {4, 2}}).status().message(),
+              HasSubstr("span 8 devices but dims [6] hold 6"));
+}
+
 TEST(DeviceArrayTest, CompactOperationsMatchNaiveReference) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 400; ++trial) {
