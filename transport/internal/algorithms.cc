@@ -65,12 +65,20 @@ absl::Status RecvSegments(CallContext& ctx, int64_t src, uint8_t phase, uint32_t
   return absl::OkStatus();
 }
 
-// Ring reduce-scatter over `members` on `buf`, cut at element `offsets` (members.size() + 1
-// entries). At step s member r sends chunk r-s-1 and folds the received chunk r-s-2 as
-// (received op own), forwarding it at step s+1 segment by segment. Afterwards member r holds
-// chunk r folded over all members: ((x[r+1] op x[r+2]) op ...) op x[r].
+// Ring reduce-scatter over `members` from `src` into `buf` (both cut at element `offsets`,
+// members.size() + 1 entries; `src` may equal `buf`, else it must stay unchanged until the
+// call finishes). At step s member r sends chunk r-s-1 (step 0 straight from `src`) and folds
+// the received chunk r-s-2 as (received op own) into `buf`, forwarding it at step s+1 segment
+// by segment. Afterwards member r holds chunk r folded over all members:
+// ((x[r+1] op x[r+2]) op ...) op x[r]. Every chunk of `buf` but r-1 is written.
+// With `gather_phase` >= 0 every segment of chunk r is also sent as soon as it is final, as
+// step 0 of a ring all-gather in that phase (RingAllGather with first_step_sent), so the
+// all-gather starts while the reduce-scatter still runs; chunk r must then stay unchanged
+// until the call finishes (SendFinal).
 absl::Status RingReduceScatter(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
-                               std::byte* buf, const std::vector<int64_t>& offsets, uint8_t phase) {
+                               const std::byte* src, std::byte* buf,
+                               const std::vector<int64_t>& offsets, uint8_t phase,
+                               int gather_phase = -1) {
   const int64_t n = static_cast<int64_t>(members.size());
   if (n == 1) return absl::OkStatus();
   const int64_t w = ctx.width();
@@ -79,18 +87,23 @@ absl::Status RingReduceScatter(CallContext& ctx, const std::vector<int64_t>& mem
   auto chunk = [&](int64_t c) { return buf + offsets[c] * w; };
   auto chunk_bytes = [&](int64_t c) { return (offsets[c + 1] - offsets[c]) * w; };
   const int64_t first = Mod(me - 1, n);
-  TESSEL_RETURN_IF_ERROR(SendSegments(ctx, right, phase, 0, chunk(first), chunk_bytes(first)));
+  TESSEL_RETURN_IF_ERROR(
+      SendSegments(ctx, right, phase, 0, src + offsets[first] * w, chunk_bytes(first)));
   for (int64_t s = 0; s + 1 < n; ++s) {
     const int64_t c = Mod(me - s - 2, n);
     const Segments segs{chunk_bytes(c), ctx.segment_bytes()};
     for (uint32_t g = 0; g < segs.count(); ++g) {
       std::byte* p = chunk(c) + segs.offset(g);
+      const std::byte* own = src + offsets[c] * w + segs.offset(g);
       const int64_t len = segs.size(g);
       TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(left, phase, static_cast<uint32_t>(s), g, len));
-      Combine(ctx.reduce_kind(), ctx.dtype(), m.data(), p, p, len / w);
+      Combine(ctx.reduce_kind(), ctx.dtype(), m.data(), own, p, len / w);
       if (s + 2 < n) {
         TESSEL_RETURN_IF_ERROR(
             ctx.Send(right, phase, static_cast<uint32_t>(s + 1), g, p, len, /*stable=*/true));
+      } else if (gather_phase >= 0) {
+        TESSEL_RETURN_IF_ERROR(
+            ctx.SendFinal(right, static_cast<uint8_t>(gather_phase), /*step=*/0, g, p, len));
       }
     }
   }
@@ -98,9 +111,13 @@ absl::Status RingReduceScatter(CallContext& ctx, const std::vector<int64_t>& mem
 }
 
 // Ring all-gather: member r starts with chunk r and at step s forwards chunk r-s, receiving
-// chunk r-s-1.
+// chunk r-s-1. `first_step_sent`: step 0 (chunk r) was already sent (RingReduceScatter with
+// gather_phase). `own`: where step 0 sends chunk r from (null: from `buf`; otherwise a region
+// that stays unchanged until the call finishes, copied into chunk r while the first messages
+// are in flight).
 absl::Status RingAllGather(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
-                           std::byte* buf, const std::vector<int64_t>& offsets, uint8_t phase) {
+                           std::byte* buf, const std::vector<int64_t>& offsets, uint8_t phase,
+                           bool first_step_sent = false, const std::byte* own = nullptr) {
   const int64_t n = static_cast<int64_t>(members.size());
   if (n == 1) return absl::OkStatus();
   const int64_t w = ctx.width();
@@ -108,7 +125,11 @@ absl::Status RingAllGather(CallContext& ctx, const std::vector<int64_t>& members
   const int64_t left = members[Mod(me - 1, n)];
   auto chunk = [&](int64_t c) { return buf + offsets[c] * w; };
   auto chunk_bytes = [&](int64_t c) { return (offsets[c + 1] - offsets[c]) * w; };
-  TESSEL_RETURN_IF_ERROR(SendSegments(ctx, right, phase, 0, chunk(me), chunk_bytes(me)));
+  if (!first_step_sent) {
+    TESSEL_RETURN_IF_ERROR(
+        SendSegments(ctx, right, phase, 0, own != nullptr ? own : chunk(me), chunk_bytes(me)));
+  }
+  if (own != nullptr && own != chunk(me)) std::memcpy(chunk(me), own, chunk_bytes(me));
   for (int64_t s = 0; s + 1 < n; ++s) {
     const int64_t c = Mod(me - s - 1, n);
     const Segments segs{chunk_bytes(c), ctx.segment_bytes()};
@@ -203,20 +224,28 @@ absl::Status RecursiveDoubling(CallContext& ctx, const std::vector<int64_t>& mem
   return absl::OkStatus();
 }
 
-// Ring or recursive doubling, in place, over `members`.
+// Ring or recursive doubling over `members` of `src` into `buf` (`src` may equal `buf`, else it
+// must stay unchanged until the call finishes).
 absl::Status FlatAllReduce(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
-                           std::byte* buf, int64_t count, uint8_t rs_phase, uint8_t ag_phase,
-                           uint8_t rd_phase) {
+                           const std::byte* src, std::byte* buf, int64_t count, uint8_t rs_phase,
+                           uint8_t ag_phase, uint8_t rd_phase) {
   const int64_t n = static_cast<int64_t>(members.size());
-  if (n == 1 || count == 0) return absl::OkStatus();
-  if (count * ctx.width() < ctx.options().small_message_bytes) {
+  const int64_t bytes = count * ctx.width();
+  if (n == 1 || count == 0 || bytes < ctx.options().small_message_bytes) {
+    if (src != buf && bytes > 0) std::memcpy(buf, src, bytes);
+    if (n == 1 || count == 0) return absl::OkStatus();
     return RecursiveDoubling(ctx, members, me, buf, count, rd_phase);
   }
   const std::vector<int64_t> offsets = EvenOffsets(count, n);
-  TESSEL_RETURN_IF_ERROR(RingReduceScatter(ctx, members, me, buf, offsets, rs_phase));
-  // The all-gather overwrites chunks this member sent zero-copy during the reduce-scatter.
+  // No copy of `src` into `buf` first: the reduce-scatter reads `src` and writes every chunk
+  // but r-1, which the all-gather then receives. Each segment of this member's chunk leaves
+  // for the all-gather as soon as it is reduced.
+  TESSEL_RETURN_IF_ERROR(
+      RingReduceScatter(ctx, members, me, src, buf, offsets, rs_phase, ag_phase));
+  // The all-gather overwrites the other chunks, which this member sent zero-copy during the
+  // reduce-scatter.
   TESSEL_RETURN_IF_ERROR(ctx.WaitSendsReleased());
-  return RingAllGather(ctx, members, me, buf, offsets, ag_phase);
+  return RingAllGather(ctx, members, me, buf, offsets, ag_phase, /*first_step_sent=*/true);
 }
 
 }  // namespace
@@ -224,9 +253,12 @@ absl::Status FlatAllReduce(CallContext& ctx, const std::vector<int64_t>& members
 absl::Status RunAllReduce(CallContext& ctx, const GroupView& view, const DeviceMap& map,
                           const void* input, void* output, int64_t element_count) {
   const int64_t bytes = element_count * ctx.width();
+  const auto* in = static_cast<const std::byte*>(input);
   auto* out = static_cast<std::byte*>(output);
-  if (input != output && bytes > 0) std::memcpy(out, input, bytes);
-  if (view.size() == 1 || element_count == 0) return absl::OkStatus();
+  if (view.size() == 1 || element_count == 0) {
+    if (in != out && bytes > 0) std::memcpy(out, in, bytes);
+    return absl::OkStatus();
+  }
   std::vector<std::vector<int64_t>> slices;
   int64_t my_slice = 0;
   int64_t my_local = 0;
@@ -238,17 +270,17 @@ absl::Status RunAllReduce(CallContext& ctx, const GroupView& view, const DeviceM
     const std::vector<int64_t> offsets = EvenOffsets(element_count, k);
     const std::vector<int64_t>& slice = slices[my_slice];
     TESSEL_RETURN_IF_ERROR(
-        RingReduceScatter(ctx, slice, my_local, out, offsets, kPhaseReduceScatter));
+        RingReduceScatter(ctx, slice, my_local, in, out, offsets, kPhaseReduceScatter));
     std::vector<int64_t> column;
     for (const auto& s : slices) column.push_back(s[my_local]);
+    std::byte* mine = out + offsets[my_local] * ctx.width();
     TESSEL_RETURN_IF_ERROR(
-        FlatAllReduce(ctx, column, my_slice, out + offsets[my_local] * ctx.width(),
-                      offsets[my_local + 1] - offsets[my_local], kPhaseCrossReduceScatter,
-                      kPhaseCrossAllGather, kPhaseCrossDoubling));
+        FlatAllReduce(ctx, column, my_slice, mine, mine, offsets[my_local + 1] - offsets[my_local],
+                      kPhaseCrossReduceScatter, kPhaseCrossAllGather, kPhaseCrossDoubling));
     TESSEL_RETURN_IF_ERROR(ctx.WaitSendsReleased());
     return RingAllGather(ctx, slice, my_local, out, offsets, kPhaseAllGather);
   }
-  return FlatAllReduce(ctx, view.members, view.index, out, element_count, kPhaseReduceScatter,
+  return FlatAllReduce(ctx, view.members, view.index, in, out, element_count, kPhaseReduceScatter,
                        kPhaseAllGather, kPhaseCrossDoubling);
 }
 
@@ -259,7 +291,9 @@ absl::Status RunAllGather(CallContext& ctx, const GroupView& view, const void* i
   const int64_t bytes = element_count * ctx.width();
   auto* out = static_cast<std::byte*>(output);
   if (bytes == 0) return absl::OkStatus();
-  std::memcpy(out + me * bytes, input, bytes);
+  const bool ring =
+      bytes * n >= ctx.options().small_message_bytes && !(n >= 8 && (n & (n - 1)) == 0);
+  if (n == 1 || !ring) std::memcpy(out + me * bytes, input, bytes);
   if (n == 1) return absl::OkStatus();
   if (bytes * n < ctx.options().small_message_bytes) {
     for (int64_t d = 1; d < n; ++d) {
@@ -279,7 +313,10 @@ absl::Status RunAllGather(CallContext& ctx, const GroupView& view, const void* i
   if (n >= 8 && (n & (n - 1)) == 0) {
     return RecursiveDoublingAllGather(ctx, view.members, me, out, bytes, kPhaseAllGather);
   }
-  return RingAllGather(ctx, view.members, me, out, BlockOffsets(element_count, n), kPhaseAllGather);
+  // The ring sends this member's block straight from the input and copies it into the output
+  // while the first messages are in flight.
+  return RingAllGather(ctx, view.members, me, out, BlockOffsets(element_count, n), kPhaseAllGather,
+                       /*first_step_sent=*/false, static_cast<const std::byte*>(input));
 }
 
 absl::Status RunReduceScatter(CallContext& ctx, const GroupView& view, const void* input,
@@ -317,10 +354,9 @@ absl::Status RunReduceScatter(CallContext& ctx, const GroupView& view, const voi
     }
     return absl::OkStatus();
   }
-  // Ring on a pooled copy of the input; member r ends holding block r.
+  // Ring from the input into a pooled work buffer; member r ends holding block r.
   std::unique_ptr<PooledBuffer> work = ctx.pool().Acquire(bytes * n);
-  std::memcpy(work->mutable_data(), in, bytes * n);
-  absl::Status status = RingReduceScatter(ctx, view.members, me, work->mutable_data(),
+  absl::Status status = RingReduceScatter(ctx, view.members, me, in, work->mutable_data(),
                                           BlockOffsets(element_count, n), kPhaseReduceScatter);
   // The work buffer goes back to the pool: the link must be done reading it.
   absl::Status released = ctx.WaitSendsReleased();
