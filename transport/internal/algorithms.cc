@@ -224,6 +224,67 @@ absl::Status RecursiveDoubling(CallContext& ctx, const std::vector<int64_t>& mem
   return absl::OkStatus();
 }
 
+// Direct all-reduce of `src` into `buf` (`src` may equal `buf`, else it must stay unchanged
+// until the call finishes), for groups of n >= 3 at moderate sizes: 2 hops instead of the
+// ring's 2(n-1), the same bytes per member (2 (n-1)/n of the buffer). Chunk j (EvenOffsets)
+// goes from every member straight to member j, which folds it in group order
+// ((x[0] op x[1]) op ...) op x[n-1] segment by segment and sends each final segment straight
+// to every other member.
+absl::Status DirectAllReduce(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
+                             const std::byte* src, std::byte* buf, int64_t count, uint8_t rs_phase,
+                             uint8_t ag_phase) {
+  const int64_t n = static_cast<int64_t>(members.size());
+  const int64_t w = ctx.width();
+  const std::vector<int64_t> offsets = EvenOffsets(count, n);
+  auto chunk_bytes = [&](int64_t c) { return (offsets[c + 1] - offsets[c]) * w; };
+  for (int64_t d = 1; d < n; ++d) {
+    const int64_t j = Mod(me + d, n);
+    TESSEL_RETURN_IF_ERROR(
+        SendSegments(ctx, members[j], rs_phase, 0, src + offsets[j] * w, chunk_bytes(j)));
+  }
+  const Segments segs{chunk_bytes(me), ctx.segment_bytes()};
+  for (uint32_t g = 0; g < segs.count(); ++g) {
+    const int64_t at = offsets[me] * w + segs.offset(g);
+    const int64_t len = segs.size(g);
+    std::byte* acc = buf + at;
+    const std::byte* own = src + at;
+    std::unique_ptr<PooledBuffer> own_copy;
+    if (own == acc && me >= 2) {
+      // In place: the folds before this member's turn overwrite its own block.
+      own_copy = ctx.pool().Acquire(len);
+      std::memcpy(own_copy->mutable_data(), own, len);
+      own = own_copy->data();
+    }
+    Message first_message;  // keeps the first block alive until the first fold
+    const std::byte* first = nullptr;
+    for (int64_t j = 0; j < n; ++j) {
+      const std::byte* block = own;
+      Message m;
+      if (j != me) {
+        TESSEL_ASSIGN_OR_RETURN(m, ctx.Recv(members[j], rs_phase, 0, g, len));
+        block = m.data();
+      }
+      if (j == 0) {
+        first = block;
+        first_message = std::move(m);
+      } else {
+        Combine(ctx.reduce_kind(), ctx.dtype(), j == 1 ? first : acc, block, acc, len / w);
+      }
+    }
+    for (int64_t d = 1; d < n; ++d) {
+      TESSEL_RETURN_IF_ERROR(ctx.SendFinal(members[Mod(me + d, n)], ag_phase, 0, g, acc, len));
+    }
+  }
+  // The all-gather writes the other chunks, which an in-place call sent zero-copy above.
+  TESSEL_RETURN_IF_ERROR(ctx.WaitSendsReleased());
+  for (int64_t d = 1; d < n; ++d) {
+    const int64_t j = Mod(me - d, n);
+    TESSEL_RETURN_IF_ERROR(
+        RecvSegments(ctx, members[j], ag_phase, 0, buf + offsets[j] * w, chunk_bytes(j)));
+  }
+  return absl::OkStatus();
+}
+
 // Ring or recursive doubling over `members` of `src` into `buf` (`src` may equal `buf`, else it
 // must stay unchanged until the call finishes).
 absl::Status FlatAllReduce(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
@@ -235,6 +296,9 @@ absl::Status FlatAllReduce(CallContext& ctx, const std::vector<int64_t>& members
     if (src != buf && bytes > 0) std::memcpy(buf, src, bytes);
     if (n == 1 || count == 0) return absl::OkStatus();
     return RecursiveDoubling(ctx, members, me, buf, count, rd_phase);
+  }
+  if (n >= 3 && bytes < ctx.options().direct_max_bytes) {
+    return DirectAllReduce(ctx, members, me, src, buf, count, rs_phase, ag_phase);
   }
   const std::vector<int64_t> offsets = EvenOffsets(count, n);
   // No copy of `src` into `buf` first: the reduce-scatter reads `src` and writes every chunk
@@ -289,21 +353,26 @@ absl::Status RunAllGather(CallContext& ctx, const GroupView& view, const void* i
   const int64_t n = view.size();
   const int64_t me = view.index;
   const int64_t bytes = element_count * ctx.width();
+  const auto* in = static_cast<const std::byte*>(input);
   auto* out = static_cast<std::byte*>(output);
+  std::byte* mine = out + me * bytes;
   if (bytes == 0) return absl::OkStatus();
-  const bool ring =
-      bytes * n >= ctx.options().small_message_bytes && !(n >= 8 && (n & (n - 1)) == 0);
-  if (n == 1 || !ring) std::memcpy(out + me * bytes, input, bytes);
-  if (n == 1) return absl::OkStatus();
-  if (bytes * n < ctx.options().small_message_bytes) {
+  if (n == 1) {
+    if (mine != in) std::memcpy(mine, in, bytes);
+    return absl::OkStatus();
+  }
+  const int64_t total = bytes * n;
+  if (total < ctx.options().small_message_bytes ||
+      (n >= 3 && total < ctx.options().direct_max_bytes)) {
+    // Direct: this member's block goes to every other member at once (one hop), straight from
+    // the input; it is copied into the output while the messages are in flight.
     for (int64_t d = 1; d < n; ++d) {
-      const int64_t j = Mod(me + d, n);
-      TESSEL_RETURN_IF_ERROR(ctx.Send(view.members[j], 0, 0, 0, input, bytes, /*stable=*/true));
+      TESSEL_RETURN_IF_ERROR(SendSegments(ctx, view.members[Mod(me + d, n)], 0, 0, in, bytes));
     }
+    if (mine != in) std::memcpy(mine, in, bytes);
     for (int64_t d = 1; d < n; ++d) {
       const int64_t j = Mod(me - d, n);
-      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(view.members[j], 0, 0, 0, bytes));
-      std::memcpy(out + j * bytes, m.data(), bytes);
+      TESSEL_RETURN_IF_ERROR(RecvSegments(ctx, view.members[j], 0, 0, out + j * bytes, bytes));
     }
     return absl::OkStatus();
   }
@@ -311,12 +380,13 @@ absl::Status RunAllGather(CallContext& ctx, const GroupView& view, const void* i
   // which outweighs losing the ring's pipelining across steps; at n = 4 it saves one hop and
   // measured no better than the ring (docs/transport.md).
   if (n >= 8 && (n & (n - 1)) == 0) {
+    if (mine != in) std::memcpy(mine, in, bytes);
     return RecursiveDoublingAllGather(ctx, view.members, me, out, bytes, kPhaseAllGather);
   }
   // The ring sends this member's block straight from the input and copies it into the output
   // while the first messages are in flight.
   return RingAllGather(ctx, view.members, me, out, BlockOffsets(element_count, n), kPhaseAllGather,
-                       /*first_step_sent=*/false, static_cast<const std::byte*>(input));
+                       /*first_step_sent=*/false, in);
 }
 
 absl::Status RunReduceScatter(CallContext& ctx, const GroupView& view, const void* input,
