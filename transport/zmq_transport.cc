@@ -179,7 +179,7 @@ absl::Status ZmqTransport::Impl::BindData() {
     in_ = zmq::socket_t(context_, zmq::socket_type::router);
     in_.set(zmq::sockopt::linger, 0);
     in_.set(zmq::sockopt::rcvhwm, 0);
-    if (options_.socket_buffer_bytes > 0) {
+    if (options_.socket_buffer_bytes > 0 && options_.protocol == ZmqProtocol::kIpc) {
       in_.set(zmq::sockopt::rcvbuf, static_cast<int>(options_.socket_buffer_bytes));
     }
     if (options_.curve) {
@@ -205,7 +205,7 @@ absl::Status ZmqTransport::Impl::ConnectPeers(const internal::EndpointTable& tab
       auto out = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
       out->set(zmq::sockopt::immediate, 1);
       out->set(zmq::sockopt::sndhwm, 0);
-      if (options_.socket_buffer_bytes > 0) {
+      if (options_.socket_buffer_bytes > 0 && options_.protocol == ZmqProtocol::kIpc) {
         out->set(zmq::sockopt::sndbuf, static_cast<int>(options_.socket_buffer_bytes));
       }
       out->set(zmq::sockopt::linger, 0);
