@@ -5,6 +5,7 @@
 //   collectives_bench [--hosts=2,4,8] [--protocol=ipc|tcp] [--min_bytes=4096]
 //                     [--max_bytes=67108864] [--step=4] [--budget_ms=300]
 //                     [--chunk_bytes=1048576] [--small_bytes=65536] [--curve]
+//                     [--socket_buffer_bytes=4194304] [--direct_max_bytes=4194304]
 //                     [--memcpy_only]
 //
 // For each host count the driver forks that many host processes (one device each); host 0
@@ -53,7 +54,9 @@ struct Flags {
   int64_t chunk_bytes = 1 << 20;   // CommunicatorOptions::pipeline_chunk_bytes
   int64_t small_bytes = 64 << 10;  // CommunicatorOptions::small_message_bytes
   bool memcpy_only = false;
-  bool curve = false;  // ZmqOptions::curve
+  bool curve = false;                                                 // ZmqOptions::curve
+  int64_t socket_buffer_bytes = ZmqOptions().socket_buffer_bytes;     // 0: the kernel default
+  int64_t direct_max_bytes = CommunicatorOptions().direct_max_bytes;  // 0: always the ring
 };
 
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
@@ -105,6 +108,8 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
   options.communicator.pipeline_chunk_bytes = flags.chunk_bytes;
   options.communicator.small_message_bytes = flags.small_bytes;
   options.curve = flags.curve;
+  options.socket_buffer_bytes = flags.socket_buffer_bytes;
+  options.communicator.direct_max_bytes = flags.direct_max_bytes;
   auto comm = ZmqTransport::Create(options);
   if (!comm.ok()) {
     std::fprintf(stderr, "host %lld: %s\n", static_cast<long long>(rank),
@@ -191,6 +196,10 @@ int Main(int argc, char** argv) {
       flags.curve = true;
     } else if (kv.first == "--memcpy_only") {
       flags.memcpy_only = true;
+    } else if (kv.first == "--direct_max_bytes" && absl::SimpleAtoi(kv.second, &v) && v >= 0) {
+      flags.direct_max_bytes = v;
+    } else if (kv.first == "--socket_buffer_bytes" && absl::SimpleAtoi(kv.second, &v) && v >= 0) {
+      flags.socket_buffer_bytes = v;
     } else if (kv.first == "--protocol") {
       flags.protocol = kv.second == "tcp" ? ZmqProtocol::kTcp : ZmqProtocol::kIpc;
     } else if (absl::SimpleAtoi(kv.second, &v) && v > 0) {

@@ -121,6 +121,13 @@ struct CommunicatorOptions {
   // Large transfers are cut into messages of at most this many bytes and pipelined: a chunk
   // received is reduced and forwarded while the next is in flight.
   int64_t pipeline_chunk_bytes = 1 << 20;
+  // All-reduce buffers (bytes per device) and all-gather outputs of at least
+  // small_message_bytes but below this, in groups of 3 or more members, are exchanged directly:
+  // every member sends to every other at once (all-reduce: chunk j to member j, which folds it
+  // and sends the result to all; 2 hops instead of the ring's 2(n-1), all-gather 1 instead of
+  // n-1), with the ring's bytes per member, pipelined in segments. At or above it: the ring. 0:
+  // always the ring.
+  int64_t direct_max_bytes = 4 << 20;
   // Use the hierarchical all-reduce (intra-slice reduce-scatter, cross-slice all-reduce,
   // intra-slice all-gather) when a group spans several slices with the same number (>= 2) of
   // its members in each. Off: the flat algorithms over the group order.

@@ -76,6 +76,10 @@ absl::Status ValidateOptions(const CommunicatorOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline_chunk_bytes must be >= 1, got ", options.pipeline_chunk_bytes));
   }
+  if (options.direct_max_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("direct_max_bytes must be >= 0, got ", options.direct_max_bytes));
+  }
   if (options.small_message_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("small_message_bytes must be >= 0, got ", options.small_message_bytes));

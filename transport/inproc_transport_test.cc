@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -68,11 +69,65 @@ TEST(InProcTransportTest, EveryCollectiveSmallPath) {
 TEST(InProcTransportTest, EveryCollectiveRingPathWithSegments) {
   CommunicatorOptions options;
   options.small_message_bytes = 0;
+  options.direct_max_bytes = 0;
   options.pipeline_chunk_bytes = 24;
   testing::CheckOptions checks;
   checks.counts = {1, -1, 37};
   for (int64_t hosts : {2, 3, 4, 8}) {
     RunChecks(hosts, DeviceMap::Uniform(hosts, 1), options, checks);
+  }
+}
+
+// Every size of 3 or more members takes the direct all-reduce / all-gather (every member sends
+// to every other at once), in segments of 24 bytes.
+TEST(InProcTransportTest, EveryCollectiveDirectPathWithSegments) {
+  CommunicatorOptions options;
+  options.small_message_bytes = 0;
+  options.pipeline_chunk_bytes = 24;
+  options.direct_max_bytes = int64_t{1} << 30;
+  testing::CheckOptions checks;
+  checks.counts = {1, -1, 37};
+  for (int64_t hosts : {3, 4, 8}) {
+    RunChecks(hosts, DeviceMap::Uniform(hosts, 1), options, checks);
+  }
+  RunChecks(3, DeviceMap::Uniform(3, 2), options, checks);
+}
+
+// An all-reduce whose output is its input gives the same bits as one into another buffer, on
+// every algorithm (the direct and ring ones read the input while they write the output).
+TEST(InProcTransportTest, InPlaceAllReduceMatchesOutOfPlace) {
+  for (int64_t direct_max : {int64_t{0}, int64_t{1} << 20}) {
+    for (int64_t small_bytes : {int64_t{0}, int64_t{1} << 20}) {
+      for (int64_t hosts : {2, 3, 5}) {
+        SCOPED_TRACE(absl::StrCat(hosts, " hosts, direct_max_bytes ", direct_max,
+                                  ", small_message_bytes ", small_bytes));
+        CommunicatorOptions options;
+        options.small_message_bytes = small_bytes;
+        options.direct_max_bytes = direct_max;
+        options.pipeline_chunk_bytes = 40;
+        auto job = MakeJob(hosts, DeviceMap::Uniform(hosts, 1), options);
+        const int64_t count = 301;
+        std::vector<std::vector<float>> in(hosts, std::vector<float>(count));
+        std::mt19937 rng(7);
+        std::uniform_real_distribution<float> dist(-100.f, 100.f);
+        for (auto& v : in) {
+          for (float& x : v) x = dist(rng);
+        }
+        std::vector<std::vector<float>> out(hosts, std::vector<float>(count));
+        std::vector<std::vector<float>> inout = in;
+        ExpectAllOk(RunDevices(*job, [&](int64_t d) -> absl::Status {
+          Communicator& c = job->host_of_device(d);
+          TESSEL_RETURN_IF_ERROR(c.AllReduce(d, {}, ReduceKind::kAdd, DType::kF32, in[d].data(),
+                                             out[d].data(), count));
+          return c.AllReduce(d, {}, ReduceKind::kAdd, DType::kF32, inout[d].data(), inout[d].data(),
+                             count);
+        }));
+        for (int64_t d = 0; d < hosts; ++d) {
+          EXPECT_EQ(std::memcmp(out[d].data(), inout[d].data(), count * sizeof(float)), 0)
+              << "device " << d;
+        }
+      }
+    }
   }
 }
 
@@ -82,6 +137,7 @@ TEST(InProcTransportTest, SeveralDevicesPerHost) {
   RunChecks(2, DeviceMap::Uniform(2, 4), CommunicatorOptions{}, checks);
   CommunicatorOptions ring;
   ring.small_message_bytes = 0;
+  ring.direct_max_bytes = 0;
   ring.pipeline_chunk_bytes = 64;
   RunChecks(3, DeviceMap::Uniform(3, 2), ring, checks);
 }
@@ -94,18 +150,24 @@ TEST(InProcTransportTest, HierarchicalAllReduceOnTwoSlices) {
   RunChecks(4, DeviceMap::Uniform(4, 2, 2), CommunicatorOptions{}, checks);
   CommunicatorOptions ring;
   ring.small_message_bytes = 0;
+  ring.direct_max_bytes = 0;
   ring.pipeline_chunk_bytes = 40;
   RunChecks(4, DeviceMap::Uniform(4, 2, 2), ring, checks);
 }
 
-// Random floats: every participant gets the same bits, and the ring result equals the
-// documented fold ((x[j+1] + x[j+2]) + ...) + x[j] for chunk j.
+// Random floats: every participant gets the same bits; the ring result equals the documented
+// fold ((x[j+1] + x[j+2]) + ...) + x[j] for chunk j, the direct one ((x[0] + x[1]) + ...) +
+// x[n-1].
 TEST(InProcTransportTest, FloatSumsAreBitIdenticalAndFollowTheDocumentedOrder) {
-  for (int64_t small_bytes : {int64_t{1} << 20, int64_t{0}}) {
+  // (small_message_bytes, direct_max_bytes): recursive doubling, ring, direct.
+  for (auto [small_bytes, direct_max] :
+       {std::pair<int64_t, int64_t>{1 << 20, 0}, {0, 0}, {0, 1 << 20}}) {
     for (int64_t hosts : {3, 5, 8}) {
-      SCOPED_TRACE(absl::StrCat(hosts, " hosts, small_message_bytes ", small_bytes));
+      SCOPED_TRACE(absl::StrCat(hosts, " hosts, small_message_bytes ", small_bytes,
+                                ", direct_max_bytes ", direct_max));
       CommunicatorOptions options;
       options.small_message_bytes = small_bytes;
+      options.direct_max_bytes = direct_max;
       options.pipeline_chunk_bytes = 36;
       auto job = MakeJob(hosts, DeviceMap::Uniform(hosts, 1), options);
       const int64_t count = 1000;
@@ -126,12 +188,14 @@ TEST(InProcTransportTest, FloatSumsAreBitIdenticalAndFollowTheDocumentedOrder) {
       }
       if (small_bytes == 0) {
         const int64_t base = count / hosts, extra = count % hosts;
+        // The member whose value starts chunk j's fold: j + 1 (ring) or 0 (direct).
+        auto start = [&](int64_t j) { return direct_max > 0 ? int64_t{0} : j + 1; };
         int64_t begin = 0;
         for (int64_t j = 0; j < hosts; ++j) {
           const int64_t end = begin + base + (j < extra ? 1 : 0);
           for (int64_t i = begin; i < end; ++i) {
-            float acc = in[(j + 1) % hosts][i];
-            for (int64_t k = 2; k <= hosts; ++k) acc = acc + in[(j + k) % hosts][i];
+            float acc = in[start(j) % hosts][i];
+            for (int64_t k = 1; k < hosts; ++k) acc = acc + in[(start(j) + k) % hosts][i];
             ASSERT_EQ(std::memcmp(&acc, &out[0][i], sizeof(float)), 0)
                 << "element " << i << " of chunk " << j;
           }

@@ -188,8 +188,11 @@ int Main(int argc, char** argv) {
   }
   options.bootstrap_timeout = absl::Seconds(IntFlag(flags, "bootstrap_timeout_s", 30));
   options.communicator.collective_timeout = absl::Seconds(IntFlag(flags, "timeout_s", 30));
-  if (IntFlag(flags, "ring", 0) == 1) {
+  // --ring=1: the ring algorithms for every size; --ring=2: the direct ones (groups of 3 or
+  // more). Both in 4 KiB segments, zero-copy from 1 KiB.
+  if (const int64_t ring = IntFlag(flags, "ring", 0); ring == 1 || ring == 2) {
     options.communicator.small_message_bytes = 0;
+    options.communicator.direct_max_bytes = ring == 1 ? 0 : int64_t{1} << 30;
     options.communicator.pipeline_chunk_bytes = 4096;
     options.zero_copy_min_bytes = 1024;
   }

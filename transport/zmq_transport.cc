@@ -179,6 +179,9 @@ absl::Status ZmqTransport::Impl::BindData() {
     in_ = zmq::socket_t(context_, zmq::socket_type::router);
     in_.set(zmq::sockopt::linger, 0);
     in_.set(zmq::sockopt::rcvhwm, 0);
+    if (options_.socket_buffer_bytes > 0 && options_.protocol == ZmqProtocol::kIpc) {
+      in_.set(zmq::sockopt::rcvbuf, static_cast<int>(options_.socket_buffer_bytes));
+    }
     if (options_.curve) {
       in_.set(zmq::sockopt::curve_server, 1);
       in_.set(zmq::sockopt::curve_secretkey, curve_secret_);
@@ -202,6 +205,9 @@ absl::Status ZmqTransport::Impl::ConnectPeers(const internal::EndpointTable& tab
       auto out = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
       out->set(zmq::sockopt::immediate, 1);
       out->set(zmq::sockopt::sndhwm, 0);
+      if (options_.socket_buffer_bytes > 0 && options_.protocol == ZmqProtocol::kIpc) {
+        out->set(zmq::sockopt::sndbuf, static_cast<int>(options_.socket_buffer_bytes));
+      }
       out->set(zmq::sockopt::linger, 0);
       if (options_.curve) {
         out->set(zmq::sockopt::curve_serverkey, table.curve_public_keys[p]);
@@ -756,6 +762,11 @@ absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(ZmqOptions op
         "zmq transport: heartbeat_timeout (", absl::FormatDuration(options.heartbeat_timeout),
         ") must exceed heartbeat_interval (", absl::FormatDuration(options.heartbeat_interval),
         ") > 0"));
+  }
+  if (options.socket_buffer_bytes < 0 || options.socket_buffer_bytes > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("zmq transport: socket_buffer_bytes (",
+                                                   options.socket_buffer_bytes,
+                                                   ") must be in [0, 2^31)"));
   }
   if (options.curve && !CurveAvailable()) {
     return absl::FailedPreconditionError(

@@ -96,6 +96,14 @@ struct ZmqOptions {
   absl::Duration shutdown_timeout = absl::Seconds(2);
   // Payloads at least this large are sent without a copy when the algorithm allows.
   int64_t zero_copy_min_bytes = 32 << 10;
+  // Kernel send and receive buffer of every ipc data connection, in bytes (ZMQ_SNDBUF on the
+  // outgoing DEALERs, ZMQ_RCVBUF on the incoming ROUTER), in [0, 2^31). The kernel caps it at
+  // net.core.wmem_max / rmem_max without an error (4 MiB on the development machine; many
+  // kernels default to 208 KiB). A segment larger than the buffer crosses in several rounds,
+  // each a wake-up of both ZeroMQ I/O threads; the kernel default for Unix sockets, 208 KiB, is
+  // below the 1 MiB pipeline segments. 0: the kernel default. tcp connections always keep the
+  // kernel default, whose autotuning measured faster than a fixed 4 MiB (docs/PERFORMANCE.md).
+  int64_t socket_buffer_bytes = 4 << 20;
   // CURVE encryption and key authentication of every connection between hosts (see the file
   // comment). Must be equal on every host (the coordinator refuses a mix and names the hosts).
   // Needs a libzmq built with CURVE (zmq_has("curve"); Debian's libzmq5 is, via libsodium);

@@ -185,6 +185,12 @@ TEST(ZmqTransportTest, RingPathZeroCopyAndSeveralDevicesPerHost) {
   RunJob(3, /*tcp=*/true, {"--scenario=checks", "--ring=1"});
 }
 
+// Direct all-reduce / all-gather for every size (every member sends to every other at once).
+TEST(ZmqTransportTest, DirectPathZeroCopy) {
+  RunJob(4, /*tcp=*/false, {"--scenario=checks", "--ring=2"});
+  RunJob(3, /*tcp=*/true, {"--scenario=checks", "--ring=2", "--devices_per_host=2"});
+}
+
 // 4 hosts x 2 devices in 2 slices: the job's DCN bytes equal 2 * (slices - 1) * N * 4.
 TEST(ZmqTransportTest, HierarchicalAllReduceDcnBytesMatchFormula) {
   const int64_t count = 100003;

@@ -65,12 +65,20 @@ absl::Status RecvSegments(CallContext& ctx, int64_t src, uint8_t phase, uint32_t
   return absl::OkStatus();
 }
 
-// Ring reduce-scatter over `members` on `buf`, cut at element `offsets` (members.size() + 1
-// entries). At step s member r sends chunk r-s-1 and folds the received chunk r-s-2 as
-// (received op own), forwarding it at step s+1 segment by segment. Afterwards member r holds
-// chunk r folded over all members: ((x[r+1] op x[r+2]) op ...) op x[r].
+// Ring reduce-scatter over `members` from `src` into `buf` (both cut at element `offsets`,
+// members.size() + 1 entries; `src` may equal `buf`, else it must stay unchanged until the
+// call finishes). At step s member r sends chunk r-s-1 (step 0 straight from `src`) and folds
+// the received chunk r-s-2 as (received op own) into `buf`, forwarding it at step s+1 segment
+// by segment. Afterwards member r holds chunk r folded over all members:
+// ((x[r+1] op x[r+2]) op ...) op x[r]. Every chunk of `buf` but r-1 is written.
+// With `gather_phase` >= 0 every segment of chunk r is also sent as soon as it is final, as
+// step 0 of a ring all-gather in that phase (RingAllGather with first_step_sent), so the
+// all-gather starts while the reduce-scatter still runs; chunk r must then stay unchanged
+// until the call finishes (SendFinal).
 absl::Status RingReduceScatter(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
-                               std::byte* buf, const std::vector<int64_t>& offsets, uint8_t phase) {
+                               const std::byte* src, std::byte* buf,
+                               const std::vector<int64_t>& offsets, uint8_t phase,
+                               int gather_phase = -1) {
   const int64_t n = static_cast<int64_t>(members.size());
   if (n == 1) return absl::OkStatus();
   const int64_t w = ctx.width();
@@ -79,18 +87,23 @@ absl::Status RingReduceScatter(CallContext& ctx, const std::vector<int64_t>& mem
   auto chunk = [&](int64_t c) { return buf + offsets[c] * w; };
   auto chunk_bytes = [&](int64_t c) { return (offsets[c + 1] - offsets[c]) * w; };
   const int64_t first = Mod(me - 1, n);
-  TESSEL_RETURN_IF_ERROR(SendSegments(ctx, right, phase, 0, chunk(first), chunk_bytes(first)));
+  TESSEL_RETURN_IF_ERROR(
+      SendSegments(ctx, right, phase, 0, src + offsets[first] * w, chunk_bytes(first)));
   for (int64_t s = 0; s + 1 < n; ++s) {
     const int64_t c = Mod(me - s - 2, n);
     const Segments segs{chunk_bytes(c), ctx.segment_bytes()};
     for (uint32_t g = 0; g < segs.count(); ++g) {
       std::byte* p = chunk(c) + segs.offset(g);
+      const std::byte* own = src + offsets[c] * w + segs.offset(g);
       const int64_t len = segs.size(g);
       TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(left, phase, static_cast<uint32_t>(s), g, len));
-      Combine(ctx.reduce_kind(), ctx.dtype(), m.data(), p, p, len / w);
+      Combine(ctx.reduce_kind(), ctx.dtype(), m.data(), own, p, len / w);
       if (s + 2 < n) {
         TESSEL_RETURN_IF_ERROR(
             ctx.Send(right, phase, static_cast<uint32_t>(s + 1), g, p, len, /*stable=*/true));
+      } else if (gather_phase >= 0) {
+        TESSEL_RETURN_IF_ERROR(
+            ctx.SendFinal(right, static_cast<uint8_t>(gather_phase), /*step=*/0, g, p, len));
       }
     }
   }
@@ -98,9 +111,13 @@ absl::Status RingReduceScatter(CallContext& ctx, const std::vector<int64_t>& mem
 }
 
 // Ring all-gather: member r starts with chunk r and at step s forwards chunk r-s, receiving
-// chunk r-s-1.
+// chunk r-s-1. `first_step_sent`: step 0 (chunk r) was already sent (RingReduceScatter with
+// gather_phase). `own`: where step 0 sends chunk r from (null: from `buf`; otherwise a region
+// that stays unchanged until the call finishes, copied into chunk r while the first messages
+// are in flight).
 absl::Status RingAllGather(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
-                           std::byte* buf, const std::vector<int64_t>& offsets, uint8_t phase) {
+                           std::byte* buf, const std::vector<int64_t>& offsets, uint8_t phase,
+                           bool first_step_sent = false, const std::byte* own = nullptr) {
   const int64_t n = static_cast<int64_t>(members.size());
   if (n == 1) return absl::OkStatus();
   const int64_t w = ctx.width();
@@ -108,7 +125,11 @@ absl::Status RingAllGather(CallContext& ctx, const std::vector<int64_t>& members
   const int64_t left = members[Mod(me - 1, n)];
   auto chunk = [&](int64_t c) { return buf + offsets[c] * w; };
   auto chunk_bytes = [&](int64_t c) { return (offsets[c + 1] - offsets[c]) * w; };
-  TESSEL_RETURN_IF_ERROR(SendSegments(ctx, right, phase, 0, chunk(me), chunk_bytes(me)));
+  if (!first_step_sent) {
+    TESSEL_RETURN_IF_ERROR(
+        SendSegments(ctx, right, phase, 0, own != nullptr ? own : chunk(me), chunk_bytes(me)));
+  }
+  if (own != nullptr && own != chunk(me)) std::memcpy(chunk(me), own, chunk_bytes(me));
   for (int64_t s = 0; s + 1 < n; ++s) {
     const int64_t c = Mod(me - s - 1, n);
     const Segments segs{chunk_bytes(c), ctx.segment_bytes()};
@@ -203,20 +224,92 @@ absl::Status RecursiveDoubling(CallContext& ctx, const std::vector<int64_t>& mem
   return absl::OkStatus();
 }
 
-// Ring or recursive doubling, in place, over `members`.
-absl::Status FlatAllReduce(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
-                           std::byte* buf, int64_t count, uint8_t rs_phase, uint8_t ag_phase,
-                           uint8_t rd_phase) {
+// Direct all-reduce of `src` into `buf` (`src` may equal `buf`, else it must stay unchanged
+// until the call finishes), for groups of n >= 3 at moderate sizes: 2 hops instead of the
+// ring's 2(n-1), the same bytes per member (2 (n-1)/n of the buffer). Chunk j (EvenOffsets)
+// goes from every member straight to member j, which folds it in group order
+// ((x[0] op x[1]) op ...) op x[n-1] segment by segment and sends each final segment straight
+// to every other member.
+absl::Status DirectAllReduce(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
+                             const std::byte* src, std::byte* buf, int64_t count, uint8_t rs_phase,
+                             uint8_t ag_phase) {
   const int64_t n = static_cast<int64_t>(members.size());
-  if (n == 1 || count == 0) return absl::OkStatus();
-  if (count * ctx.width() < ctx.options().small_message_bytes) {
+  const int64_t w = ctx.width();
+  const std::vector<int64_t> offsets = EvenOffsets(count, n);
+  auto chunk_bytes = [&](int64_t c) { return (offsets[c + 1] - offsets[c]) * w; };
+  for (int64_t d = 1; d < n; ++d) {
+    const int64_t j = Mod(me + d, n);
+    TESSEL_RETURN_IF_ERROR(
+        SendSegments(ctx, members[j], rs_phase, 0, src + offsets[j] * w, chunk_bytes(j)));
+  }
+  const Segments segs{chunk_bytes(me), ctx.segment_bytes()};
+  for (uint32_t g = 0; g < segs.count(); ++g) {
+    const int64_t at = offsets[me] * w + segs.offset(g);
+    const int64_t len = segs.size(g);
+    std::byte* acc = buf + at;
+    const std::byte* own = src + at;
+    std::unique_ptr<PooledBuffer> own_copy;
+    if (own == acc && me >= 2) {
+      // In place: the folds before this member's turn overwrite its own block.
+      own_copy = ctx.pool().Acquire(len);
+      std::memcpy(own_copy->mutable_data(), own, len);
+      own = own_copy->data();
+    }
+    Message first_message;  // keeps the first block alive until the first fold
+    const std::byte* first = nullptr;
+    for (int64_t j = 0; j < n; ++j) {
+      const std::byte* block = own;
+      Message m;
+      if (j != me) {
+        TESSEL_ASSIGN_OR_RETURN(m, ctx.Recv(members[j], rs_phase, 0, g, len));
+        block = m.data();
+      }
+      if (j == 0) {
+        first = block;
+        first_message = std::move(m);
+      } else {
+        Combine(ctx.reduce_kind(), ctx.dtype(), j == 1 ? first : acc, block, acc, len / w);
+      }
+    }
+    for (int64_t d = 1; d < n; ++d) {
+      TESSEL_RETURN_IF_ERROR(ctx.SendFinal(members[Mod(me + d, n)], ag_phase, 0, g, acc, len));
+    }
+  }
+  // The all-gather writes the other chunks, which an in-place call sent zero-copy above.
+  TESSEL_RETURN_IF_ERROR(ctx.WaitSendsReleased());
+  for (int64_t d = 1; d < n; ++d) {
+    const int64_t j = Mod(me - d, n);
+    TESSEL_RETURN_IF_ERROR(
+        RecvSegments(ctx, members[j], ag_phase, 0, buf + offsets[j] * w, chunk_bytes(j)));
+  }
+  return absl::OkStatus();
+}
+
+// Ring or recursive doubling over `members` of `src` into `buf` (`src` may equal `buf`, else it
+// must stay unchanged until the call finishes).
+absl::Status FlatAllReduce(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
+                           const std::byte* src, std::byte* buf, int64_t count, uint8_t rs_phase,
+                           uint8_t ag_phase, uint8_t rd_phase) {
+  const int64_t n = static_cast<int64_t>(members.size());
+  const int64_t bytes = count * ctx.width();
+  if (n == 1 || count == 0 || bytes < ctx.options().small_message_bytes) {
+    if (src != buf && bytes > 0) std::memcpy(buf, src, bytes);
+    if (n == 1 || count == 0) return absl::OkStatus();
     return RecursiveDoubling(ctx, members, me, buf, count, rd_phase);
   }
+  if (n >= 3 && bytes < ctx.options().direct_max_bytes) {
+    return DirectAllReduce(ctx, members, me, src, buf, count, rs_phase, ag_phase);
+  }
   const std::vector<int64_t> offsets = EvenOffsets(count, n);
-  TESSEL_RETURN_IF_ERROR(RingReduceScatter(ctx, members, me, buf, offsets, rs_phase));
-  // The all-gather overwrites chunks this member sent zero-copy during the reduce-scatter.
+  // No copy of `src` into `buf` first: the reduce-scatter reads `src` and writes every chunk
+  // but r-1, which the all-gather then receives. Each segment of this member's chunk leaves
+  // for the all-gather as soon as it is reduced.
+  TESSEL_RETURN_IF_ERROR(
+      RingReduceScatter(ctx, members, me, src, buf, offsets, rs_phase, ag_phase));
+  // The all-gather overwrites the other chunks, which this member sent zero-copy during the
+  // reduce-scatter.
   TESSEL_RETURN_IF_ERROR(ctx.WaitSendsReleased());
-  return RingAllGather(ctx, members, me, buf, offsets, ag_phase);
+  return RingAllGather(ctx, members, me, buf, offsets, ag_phase, /*first_step_sent=*/true);
 }
 
 }  // namespace
@@ -224,9 +317,12 @@ absl::Status FlatAllReduce(CallContext& ctx, const std::vector<int64_t>& members
 absl::Status RunAllReduce(CallContext& ctx, const GroupView& view, const DeviceMap& map,
                           const void* input, void* output, int64_t element_count) {
   const int64_t bytes = element_count * ctx.width();
+  const auto* in = static_cast<const std::byte*>(input);
   auto* out = static_cast<std::byte*>(output);
-  if (input != output && bytes > 0) std::memcpy(out, input, bytes);
-  if (view.size() == 1 || element_count == 0) return absl::OkStatus();
+  if (view.size() == 1 || element_count == 0) {
+    if (in != out && bytes > 0) std::memcpy(out, in, bytes);
+    return absl::OkStatus();
+  }
   std::vector<std::vector<int64_t>> slices;
   int64_t my_slice = 0;
   int64_t my_local = 0;
@@ -238,17 +334,17 @@ absl::Status RunAllReduce(CallContext& ctx, const GroupView& view, const DeviceM
     const std::vector<int64_t> offsets = EvenOffsets(element_count, k);
     const std::vector<int64_t>& slice = slices[my_slice];
     TESSEL_RETURN_IF_ERROR(
-        RingReduceScatter(ctx, slice, my_local, out, offsets, kPhaseReduceScatter));
+        RingReduceScatter(ctx, slice, my_local, in, out, offsets, kPhaseReduceScatter));
     std::vector<int64_t> column;
     for (const auto& s : slices) column.push_back(s[my_local]);
+    std::byte* mine = out + offsets[my_local] * ctx.width();
     TESSEL_RETURN_IF_ERROR(
-        FlatAllReduce(ctx, column, my_slice, out + offsets[my_local] * ctx.width(),
-                      offsets[my_local + 1] - offsets[my_local], kPhaseCrossReduceScatter,
-                      kPhaseCrossAllGather, kPhaseCrossDoubling));
+        FlatAllReduce(ctx, column, my_slice, mine, mine, offsets[my_local + 1] - offsets[my_local],
+                      kPhaseCrossReduceScatter, kPhaseCrossAllGather, kPhaseCrossDoubling));
     TESSEL_RETURN_IF_ERROR(ctx.WaitSendsReleased());
     return RingAllGather(ctx, slice, my_local, out, offsets, kPhaseAllGather);
   }
-  return FlatAllReduce(ctx, view.members, view.index, out, element_count, kPhaseReduceScatter,
+  return FlatAllReduce(ctx, view.members, view.index, in, out, element_count, kPhaseReduceScatter,
                        kPhaseAllGather, kPhaseCrossDoubling);
 }
 
@@ -257,19 +353,26 @@ absl::Status RunAllGather(CallContext& ctx, const GroupView& view, const void* i
   const int64_t n = view.size();
   const int64_t me = view.index;
   const int64_t bytes = element_count * ctx.width();
+  const auto* in = static_cast<const std::byte*>(input);
   auto* out = static_cast<std::byte*>(output);
+  std::byte* mine = out + me * bytes;
   if (bytes == 0) return absl::OkStatus();
-  std::memcpy(out + me * bytes, input, bytes);
-  if (n == 1) return absl::OkStatus();
-  if (bytes * n < ctx.options().small_message_bytes) {
+  if (n == 1) {
+    if (mine != in) std::memcpy(mine, in, bytes);
+    return absl::OkStatus();
+  }
+  const int64_t total = bytes * n;
+  if (total < ctx.options().small_message_bytes ||
+      (n >= 3 && total < ctx.options().direct_max_bytes)) {
+    // Direct: this member's block goes to every other member at once (one hop), straight from
+    // the input; it is copied into the output while the messages are in flight.
     for (int64_t d = 1; d < n; ++d) {
-      const int64_t j = Mod(me + d, n);
-      TESSEL_RETURN_IF_ERROR(ctx.Send(view.members[j], 0, 0, 0, input, bytes, /*stable=*/true));
+      TESSEL_RETURN_IF_ERROR(SendSegments(ctx, view.members[Mod(me + d, n)], 0, 0, in, bytes));
     }
+    if (mine != in) std::memcpy(mine, in, bytes);
     for (int64_t d = 1; d < n; ++d) {
       const int64_t j = Mod(me - d, n);
-      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(view.members[j], 0, 0, 0, bytes));
-      std::memcpy(out + j * bytes, m.data(), bytes);
+      TESSEL_RETURN_IF_ERROR(RecvSegments(ctx, view.members[j], 0, 0, out + j * bytes, bytes));
     }
     return absl::OkStatus();
   }
@@ -277,9 +380,13 @@ absl::Status RunAllGather(CallContext& ctx, const GroupView& view, const void* i
   // which outweighs losing the ring's pipelining across steps; at n = 4 it saves one hop and
   // measured no better than the ring (docs/transport.md).
   if (n >= 8 && (n & (n - 1)) == 0) {
+    if (mine != in) std::memcpy(mine, in, bytes);
     return RecursiveDoublingAllGather(ctx, view.members, me, out, bytes, kPhaseAllGather);
   }
-  return RingAllGather(ctx, view.members, me, out, BlockOffsets(element_count, n), kPhaseAllGather);
+  // The ring sends this member's block straight from the input and copies it into the output
+  // while the first messages are in flight.
+  return RingAllGather(ctx, view.members, me, out, BlockOffsets(element_count, n), kPhaseAllGather,
+                       /*first_step_sent=*/false, in);
 }
 
 absl::Status RunReduceScatter(CallContext& ctx, const GroupView& view, const void* input,
@@ -317,10 +424,9 @@ absl::Status RunReduceScatter(CallContext& ctx, const GroupView& view, const voi
     }
     return absl::OkStatus();
   }
-  // Ring on a pooled copy of the input; member r ends holding block r.
+  // Ring from the input into a pooled work buffer; member r ends holding block r.
   std::unique_ptr<PooledBuffer> work = ctx.pool().Acquire(bytes * n);
-  std::memcpy(work->mutable_data(), in, bytes * n);
-  absl::Status status = RingReduceScatter(ctx, view.members, me, work->mutable_data(),
+  absl::Status status = RingReduceScatter(ctx, view.members, me, in, work->mutable_data(),
                                           BlockOffsets(element_count, n), kPhaseReduceScatter);
   // The work buffer goes back to the pool: the link must be done reading it.
   absl::Status released = ctx.WaitSendsReleased();

@@ -3,10 +3,13 @@
 // view.members[view.index]) and writes only the caller's output.
 //
 //   all-reduce      < small_message_bytes: recursive doubling (Rabenseifner & Thakur's
-//                   non-power-of-two fold), else ring reduce-scatter + ring all-gather with
-//                   pipelined segments; hierarchical when the group spans slices.
-//   all-gather      < small (output bytes): direct sends; else recursive doubling when the
-//                   group size is a power of two >= 8, ring otherwise.
+//                   non-power-of-two fold); < direct_max_bytes with 3+ members: direct
+//                   (chunk j to member j, folded in group order, result to all); else ring
+//                   reduce-scatter + ring all-gather with pipelined segments, the all-gather
+//                   starting per segment; hierarchical when the group spans slices.
+//   all-gather      < small, or < direct_max_bytes with 3+ members (output bytes): direct
+//                   sends; else recursive doubling when the group size is a power of two
+//                   >= 8, ring otherwise.
 //   reduce-scatter  < small (input bytes): direct sends, folded in group order; else ring.
 //   all-to-all      direct, pipelined segments.
 //   broadcast       < small: binomial tree; else pipelined chain.

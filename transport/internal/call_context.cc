@@ -26,7 +26,11 @@ CallContext::CallContext(HostState& host, int64_t device, uint64_t sequence,
 CallContext::~CallContext() {
   // A context left without Finish() (never expected) must still not return while the link
   // reads the caller's buffers.
-  if (!finished_) tracker_.WaitAllReleased(absl::Now() + host_.options().collective_timeout);
+  if (!finished_) {
+    const absl::Time deadline = absl::Now() + host_.options().collective_timeout;
+    tracker_.WaitAllReleased(deadline);
+    final_tracker_.WaitAllReleased(deadline);
+  }
 }
 
 std::string CallContext::Describe() const {
@@ -46,8 +50,10 @@ absl::Status CallContext::Begin() {
 }
 
 absl::Status CallContext::Finish(absl::Status status) {
-  absl::Status released = WaitSendsReleased();
+  absl::Status released = WaitReleased(tracker_);
+  absl::Status final_released = WaitReleased(final_tracker_);
   if (status.ok()) status = released;
+  if (status.ok()) status = final_released;
   if (begun_) host_.mailbox().EndCall(device_);
   finished_ = true;
   if (status.ok()) return status;
@@ -58,6 +64,18 @@ absl::Status CallContext::Finish(absl::Status status) {
 
 absl::Status CallContext::Send(int64_t dst_device, uint8_t phase, uint32_t step, uint32_t segment,
                                const void* payload, size_t bytes, bool stable) {
+  return SendTracked(dst_device, phase, step, segment, payload, bytes,
+                     stable ? &tracker_ : nullptr);
+}
+
+absl::Status CallContext::SendFinal(int64_t dst_device, uint8_t phase, uint32_t step,
+                                    uint32_t segment, const void* payload, size_t bytes) {
+  return SendTracked(dst_device, phase, step, segment, payload, bytes, &final_tracker_);
+}
+
+absl::Status CallContext::SendTracked(int64_t dst_device, uint8_t phase, uint32_t step,
+                                      uint32_t segment, const void* payload, size_t bytes,
+                                      SendTracker* tracker) {
   WireHeader header;
   header.type = MessageType::kData;
   header.channel = Channel::kCollective;
@@ -84,9 +102,9 @@ absl::Status CallContext::Send(int64_t dst_device, uint8_t phase, uint32_t step,
     return absl::OkStatus();
   }
   HostLink* link = host_.link();
-  const bool zero_copy = stable && bytes >= link->zero_copy_min_bytes();
+  const bool zero_copy = tracker != nullptr && bytes >= link->zero_copy_min_bytes();
   return link->Send(host_.host_of(dst_device), header, payload, bytes,
-                    zero_copy ? &tracker_ : nullptr,
+                    zero_copy ? tracker : nullptr,
                     absl::Now() + host_.options().collective_timeout);
 }
 
@@ -122,12 +140,14 @@ absl::StatusOr<Message> CallContext::Recv(int64_t src_device, uint8_t phase, uin
   return message;
 }
 
-absl::Status CallContext::WaitSendsReleased() {
-  if (tracker_.WaitAllReleased(absl::Now() + host_.options().collective_timeout)) {
+absl::Status CallContext::WaitSendsReleased() { return WaitReleased(tracker_); }
+
+absl::Status CallContext::WaitReleased(SendTracker& tracker) {
+  if (tracker.WaitAllReleased(absl::Now() + host_.options().collective_timeout)) {
     return absl::OkStatus();
   }
   return absl::DeadlineExceededError(
-      absl::StrCat(tracker_.outstanding(), " zero-copy sends were not released by the link"));
+      absl::StrCat(tracker.outstanding(), " zero-copy sends were not released by the link"));
 }
 
 }  // namespace tessel::transport::internal

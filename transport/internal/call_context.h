@@ -49,7 +49,14 @@ class CallContext {
   // kDeadlineExceeded naming the peer after collective_timeout.
   [[nodiscard]] absl::StatusOr<Message> Recv(int64_t src_device, uint8_t phase, uint32_t step,
                                              uint32_t segment, size_t expected_bytes);
-  // Waits until the link no longer reads any region sent with stable = true.
+  // Like Send with stable = true, for a region that stays unchanged until Finish(), not only
+  // until the next WaitSendsReleased(): WaitSendsReleased() does not wait for these sends
+  // (Finish() does), so a caller can overwrite the other regions it sent from while these are
+  // still in flight.
+  [[nodiscard]] absl::Status SendFinal(int64_t dst_device, uint8_t phase, uint32_t step,
+                                       uint32_t segment, const void* payload, size_t bytes);
+  // Waits until the link no longer reads any region sent with stable = true (SendFinal regions
+  // excepted).
   [[nodiscard]] absl::Status WaitSendsReleased();
 
   const CallSignature& signature() const { return signature_; }
@@ -66,6 +73,12 @@ class CallContext {
   std::string Describe() const;
 
  private:
+  // Send with the tracker of zero-copy sends to use (null: always copied).
+  absl::Status SendTracked(int64_t dst_device, uint8_t phase, uint32_t step, uint32_t segment,
+                           const void* payload, size_t bytes, SendTracker* tracker);
+  // Waits for the zero-copy sends of `tracker`.
+  absl::Status WaitReleased(SendTracker& tracker);
+
   HostState& host_;
   const int64_t device_;
   const uint64_t sequence_;
@@ -76,7 +89,8 @@ class CallContext {
   const int64_t segment_bytes_;
   bool begun_ = false;
   bool finished_ = false;
-  SendTracker tracker_;
+  SendTracker tracker_;        // stable sends
+  SendTracker final_tracker_;  // SendFinal
 };
 
 }  // namespace tessel::transport::internal
