@@ -6,12 +6,15 @@
 //                     [--max_bytes=67108864] [--step=4] [--budget_ms=300]
 //                     [--chunk_bytes=1048576] [--small_bytes=65536] [--curve]
 //                     [--socket_buffer_bytes=4194304] [--direct_max_bytes=4194304]
-//                     [--memcpy_only]
+//                     [--spin_us=N] [--memcpy_only]
 //
 // For each host count the driver forks that many host processes (one device each); host 0
 // prints one row per (collective, size):
 //   # collective impl         ranks      bytes           us algbw_gbps busbw_gbps
 //   all-reduce   tessel-ipc       4    1048576        812.4      1.291      1.936
+// The last column, cpu_us, is the CPU time (user + system, every thread: device, progress and
+// ZeroMQ I/O) that all hosts together spent per call during the timed loop (memcpy rows: the
+// copying process).
 // Sizes are nccl-tests' "size": the all-reduce buffer, the all-gather output (each host
 // contributes size / hosts). Bandwidths are 10^9 bytes/s: algbw = size / time; all-reduce
 // busbw = algbw * 2(n-1)/n; all-gather busbw = algbw * (n-1)/n. The time of one call is the
@@ -25,6 +28,7 @@
 // ..." for every size: memcpy between two warm buffers of that size in this process, the
 // physical limit of any transport that copies each byte once (busbw = algbw).
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,29 +61,40 @@ struct Flags {
   bool curve = false;                                                 // ZmqOptions::curve
   int64_t socket_buffer_bytes = ZmqOptions().socket_buffer_bytes;     // 0: the kernel default
   int64_t direct_max_bytes = CommunicatorOptions().direct_max_bytes;  // 0: always the ring
+  // CommunicatorOptions::spin_wait in microseconds; 0: sleep at once; -1 (default): the
+  // transport's choice (EffectiveSpinWait).
+  int64_t spin_us = -1;
 };
 
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// CPU time (user + system, all threads) this process has used, in seconds.
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 void PrintHeader() {
-  std::printf("%-12s %-12s %5s %10s %12s %10s %10s\n", "# collective", "impl", "ranks", "bytes",
-              "us", "algbw_gbps", "busbw_gbps");
+  std::printf("%-12s %-12s %5s %10s %12s %10s %10s %10s\n", "# collective", "impl", "ranks",
+              "bytes", "us", "algbw_gbps", "busbw_gbps", "cpu_us");
   std::fflush(stdout);
 }
 
+// `seconds` and `cpu_seconds` per call.
 void PrintRow(const char* collective, const std::string& impl, int64_t ranks, int64_t bytes,
-              double seconds, double bus_factor) {
+              double seconds, double bus_factor, double cpu_seconds) {
   const double algbw_gbps = static_cast<double>(bytes) / seconds / 1e9;
-  std::printf("%-12s %-12s %5lld %10lld %12.1f %10.3f %10.3f\n", collective, impl.c_str(),
+  std::printf("%-12s %-12s %5lld %10lld %12.1f %10.3f %10.3f %10.1f\n", collective, impl.c_str(),
               static_cast<long long>(ranks), static_cast<long long>(bytes), seconds * 1e6,
-              algbw_gbps, algbw_gbps * bus_factor);
+              algbw_gbps, algbw_gbps * bus_factor, cpu_seconds * 1e6);
   std::fflush(stdout);
 }
 
 // memcpy of `bytes` between two warm buffers: seconds per copy (mean over about budget_ms).
-double MemcpySeconds(int64_t bytes, int64_t budget_ms) {
+double MemcpySeconds(int64_t bytes, int64_t budget_ms, double* cpu_seconds) {
   std::vector<char> a(bytes, 1), b(bytes, 2);
   std::memcpy(b.data(), a.data(), bytes);  // warm: every page touched
   const auto t0 = std::chrono::steady_clock::now();
@@ -88,11 +103,13 @@ double MemcpySeconds(int64_t bytes, int64_t budget_ms) {
   const int64_t reps =
       std::clamp<int64_t>(static_cast<int64_t>(budget_ms / 1e3 / std::max(one, 1e-8)), 3, 100000);
   const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = ProcessCpuSeconds();
   for (int64_t i = 0; i < reps; ++i) {
     std::memcpy(b.data(), a.data(), bytes);
     // Keep the compiler from merging the copies: the destination is read.
     asm volatile("" : : "r"(b.data()) : "memory");
   }
+  *cpu_seconds = (ProcessCpuSeconds() - cpu_start) / static_cast<double>(reps);
   return Seconds(start, std::chrono::steady_clock::now()) / static_cast<double>(reps);
 }
 
@@ -110,6 +127,7 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
   options.curve = flags.curve;
   options.socket_buffer_bytes = flags.socket_buffer_bytes;
   options.communicator.direct_max_bytes = flags.direct_max_bytes;
+  if (flags.spin_us >= 0) options.communicator.spin_wait = absl::Microseconds(flags.spin_us);
   auto comm = ZmqTransport::Create(options);
   if (!comm.ok()) {
     std::fprintf(stderr, "host %lld: %s\n", static_cast<long long>(rank),
@@ -155,6 +173,7 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
       if (!c.Broadcast(rank, {}, 0, DType::kS64, &iterations, 1).ok()) return 3;
       if (!c.Barrier(rank, {}).ok()) return 3;
       const auto start = std::chrono::steady_clock::now();
+      const double cpu_start = ProcessCpuSeconds();
       for (int64_t i = 0; i < iterations; ++i) {
         if (absl::Status s = once(); !s.ok()) {
           std::fprintf(stderr, "host %lld: %s\n", static_cast<long long>(rank),
@@ -164,6 +183,9 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
       }
       if (!c.Barrier(rank, {}).ok()) return 3;
       const double seconds = Seconds(start, std::chrono::steady_clock::now()) / iterations;
+      // Every host's CPU time per call, summed on host 0 (after the timed loop).
+      double cpu = (ProcessCpuSeconds() - cpu_start) / static_cast<double>(iterations);
+      if (!c.AllReduce(rank, {}, ReduceKind::kAdd, DType::kF64, &cpu, &cpu, 1).ok()) return 3;
       // A check that the collective did its work (every host contributed 1.0f).
       const float expected = reduce ? static_cast<float>(hosts) : 1.0f;
       if (out.front() != expected || out.back() != expected) {
@@ -174,7 +196,7 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
       if (rank == 0) {
         const int64_t bytes = reduce ? count * 4 : count * 4 * hosts;
         const double factor = reduce ? 2.0 * (hosts - 1) / hosts : 1.0 * (hosts - 1) / hosts;
-        PrintRow(op, label, hosts, bytes, seconds, factor);
+        PrintRow(op, label, hosts, bytes, seconds, factor, cpu);
       }
     }
   }
@@ -198,6 +220,8 @@ int Main(int argc, char** argv) {
       flags.memcpy_only = true;
     } else if (kv.first == "--direct_max_bytes" && absl::SimpleAtoi(kv.second, &v) && v >= 0) {
       flags.direct_max_bytes = v;
+    } else if (kv.first == "--spin_us" && absl::SimpleAtoi(kv.second, &v) && v >= 0) {
+      flags.spin_us = v;
     } else if (kv.first == "--socket_buffer_bytes" && absl::SimpleAtoi(kv.second, &v) && v >= 0) {
       flags.socket_buffer_bytes = v;
     } else if (kv.first == "--protocol") {
@@ -216,7 +240,9 @@ int Main(int argc, char** argv) {
   }
   PrintHeader();
   for (int64_t size = flags.min_bytes; size <= flags.max_bytes; size *= flags.step) {
-    PrintRow("memcpy", "memcpy", 1, size, MemcpySeconds(size, flags.budget_ms), 1.0);
+    double cpu = 0;
+    const double seconds = MemcpySeconds(size, flags.budget_ms, &cpu);
+    PrintRow("memcpy", "memcpy", 1, size, seconds, 1.0, cpu);
   }
   if (flags.memcpy_only) return 0;
   int result = 0;

@@ -12,8 +12,11 @@
 // busbw = algbw * 2(n-1)/n; all-gather busbw = algbw * (n-1)/n. The time of one call is the mean
 // over a timed loop (iteration count from one call after 2 warm-up calls, at least 3, so that
 // the loop takes about budget_ms) measured on rank 0 between two MPI_Barriers; this is the
-// same protocol as collectives_bench.
+// same protocol as collectives_bench. The last column, cpu_us, is the CPU time (user + system,
+// every thread) that all ranks together spent per call during the timed loop: OpenMPI's ranks
+// poll while they wait, so it shows what that costs.
 #include <mpi.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -24,6 +27,13 @@
 #include <vector>
 
 namespace {
+
+// CPU time (user + system, all threads) this process has used, in seconds.
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 struct Flags {
   int64_t min_bytes = 4096;
@@ -76,8 +86,8 @@ int Run(const Flags& flags) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (rank == 0) {
-    std::printf("%-12s %-12s %5s %10s %12s %10s %10s\n", "# collective", "impl", "ranks", "bytes",
-                "us", "algbw_gbps", "busbw_gbps");
+    std::printf("%-12s %-12s %5s %10s %12s %10s %10s %10s\n", "# collective", "impl", "ranks",
+                "bytes", "us", "algbw_gbps", "busbw_gbps", "cpu_us");
     std::fflush(stdout);
   }
   for (const bool reduce : {true, false}) {
@@ -108,11 +118,15 @@ int Run(const Flags& flags) {
       MPI_Bcast(&iterations, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
       MPI_Barrier(MPI_COMM_WORLD);
       const double start = MPI_Wtime();
+      const double cpu_start = ProcessCpuSeconds();
       for (long long i = 0; i < iterations; ++i) {
         if (once() != MPI_SUCCESS) return 3;
       }
       MPI_Barrier(MPI_COMM_WORLD);
       const double seconds = (MPI_Wtime() - start) / static_cast<double>(iterations);
+      const double cpu = (ProcessCpuSeconds() - cpu_start) / static_cast<double>(iterations);
+      double cpu_all = 0;
+      MPI_Reduce(&cpu, &cpu_all, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
       // A check that the collective did its work (every rank contributed 1.0f).
       const float expected = reduce ? static_cast<float>(ranks) : 1.0f;
       if (out.front() != expected || out.back() != expected) {
@@ -124,9 +138,10 @@ int Run(const Flags& flags) {
         const int64_t bytes = reduce ? count * 4 : count * 4 * ranks;
         const double algbw = static_cast<double>(bytes) / seconds / 1e9;
         const double factor = reduce ? 2.0 * (ranks - 1) / ranks : 1.0 * (ranks - 1) / ranks;
-        std::printf("%-12s %-12s %5d %10lld %12.1f %10.3f %10.3f\n",
+        std::printf("%-12s %-12s %5d %10lld %12.1f %10.3f %10.3f %10.1f\n",
                     reduce ? "all-reduce" : "all-gather", flags.label.c_str(), ranks,
-                    static_cast<long long>(bytes), seconds * 1e6, algbw, algbw * factor);
+                    static_cast<long long>(bytes), seconds * 1e6, algbw, algbw * factor,
+                    cpu_all * 1e6);
         std::fflush(stdout);
       }
     }

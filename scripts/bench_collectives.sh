@@ -17,13 +17,15 @@
 #      `pml ob1` pins the point-to-point layer that uses these BTLs (otherwise UCX could be
 #      picked and the btl list ignored); --oversubscribe lets 8 ranks share fewer cores;
 #      --allow-run-as-root is added when running as root.
-# Every run prints rows "collective impl ranks bytes us algbw_gbps busbw_gbps" (nccl-tests
-# definitions, see benchmarks/collectives_bench.cc); all rows go to the raw file (default:
+# Every run prints rows "collective impl ranks bytes us algbw_gbps busbw_gbps cpu_us" (nccl-tests
+# definitions, see benchmarks/collectives_bench.cc; cpu_us = CPU time of all ranks per call);
+# all rows go to the raw file (default:
 # a temporary file, path printed) and the table below joins them by (collective, ranks, bytes):
 # the median over the rounds of the bus bandwidth in GB/s of each implementation, and the ratios
 # of those medians
 #   ipc/mpi-tcp, tcp/mpi-tcp, ipc/mpi-shm, ipc/memcpy (busbw of Tessel-ipc over the warm memcpy
-#   bandwidth of a buffer of that size).
+#   bandwidth of a buffer of that size);
+# then a second table of the median CPU time per call of all ranks together.
 # Requires: a build with collectives_bench and mpi_collectives_bench (scripts/setup.sh installs
 # libopenmpi-dev and openmpi-bin; CMake builds the MPI driver when it finds MPI).
 set -euo pipefail
@@ -100,6 +102,7 @@ fi
 # One row per (collective, ranks, bytes): median bus bandwidths (GB/s) and their ratios.
 awk '
   { key = $1 " " $3 " " $4; id = $2 SUBSEP key; vals[id] = vals[id] " " $7
+    if (NF >= 8) cpus[id] = cpus[id] " " $8
     if ($1 != "memcpy" && !(key in seen)) { seen[key] = 1; order[++n] = key } }
   # The median of the space-separated numbers in s ("" if none).
   function median(s,    a, m, i, j, t) {
@@ -122,5 +125,16 @@ awk '
       printf "%-11s %5s %10s | %10s %10s %10s %10s %10s | %7s %7s %7s %7s\n", k[1], k[2], k[3],
              val(ipc), val(tcp), val(mt), val(ms), val(mc), ratio(ipc, mt), ratio(tcp, mt),
              ratio(ipc, ms), ratio(ipc, mc)
+    }
+    # CPU time per call, all ranks together (rows written before the cpu_us column have none).
+    printf "\nCPU time per call, all ranks together (us, median)\n"
+    printf "%-11s %5s %10s | %10s %10s %10s %10s | %7s\n", "collective", "ranks", "bytes",
+           "tessel-ipc", "tessel-tcp", "mpi-tcp", "mpi-shm", "ipc/mtcp"
+    for (i = 1; i <= n; ++i) {
+      split(order[i], k, " ")
+      ipc = median(cpus["tessel-ipc", order[i]]); tcp = median(cpus["tessel-tcp", order[i]])
+      mt = median(cpus["mpi-tcp", order[i]]); ms = median(cpus["mpi-shm", order[i]])
+      printf "%-11s %5s %10s | %10s %10s %10s %10s | %7s\n", k[1], k[2], k[3], val(ipc),
+             val(tcp), val(mt), val(ms), ratio(ipc, mt)
     }
   }' "$RAW"

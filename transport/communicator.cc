@@ -1,5 +1,8 @@
 #include "transport/communicator.h"
 
+#include <algorithm>
+#include <thread>
+
 #include <cstring>
 #include <utility>
 
@@ -81,6 +84,15 @@ uint64_t DeviceMap::Fingerprint() const {
   for (int64_t v : host_of_device) mix(static_cast<uint64_t>(v));
   for (int64_t v : slice_of_device) mix(static_cast<uint64_t>(v));
   return h;
+}
+
+absl::Duration EffectiveSpinWait(const CommunicatorOptions& options,
+                                 int64_t devices_on_this_machine, int64_t hardware_threads) {
+  if (options.spin_wait.has_value()) return *options.spin_wait;
+  if (hardware_threads <= 0) {
+    hardware_threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  }
+  return devices_on_this_machine <= hardware_threads ? kDefaultSpinWait : absl::ZeroDuration();
 }
 
 Communicator::Communicator(int64_t rank, int64_t size, DeviceMap device_map,

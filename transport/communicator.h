@@ -52,6 +52,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -132,7 +133,31 @@ struct CommunicatorOptions {
   // intra-slice all-gather) when a group spans several slices with the same number (>= 2) of
   // its members in each. Off: the flat algorithms over the group order.
   bool hierarchical_all_reduce = true;
+  // A device thread waiting for a message of a collective (or Recv, Rendezvous) or for the link
+  // to release its zero-copy sends first polls for up to this long, yielding its core between
+  // checks (sched_yield), and only then sleeps. A message that arrives within it costs no
+  // sleep/wake-up round trip (23-46 us on the development VM, far more when the VM's idle
+  // virtual CPUs are descheduled), and the core stays busy with the ZeroMQ I/O and progress
+  // threads that deliver it: the bounded busy-wait with yield of OpenMPI's ranks. Costs CPU
+  // while waiting; zero: sleep at once. nullopt (the default): kDefaultSpinWait if the job's
+  // devices on this machine are no more than its hardware threads, else zero, because with
+  // more device threads than cores a spinning thread takes the core from the threads that
+  // deliver its message (see EffectiveSpinWait). Measured in docs/PERFORMANCE.md ("Spin, then
+  // sleep").
+  std::optional<absl::Duration> spin_wait;
 };
+
+// The default spin of a device thread that waits (CommunicatorOptions::spin_wait).
+inline constexpr absl::Duration kDefaultSpinWait = absl::Milliseconds(1);
+
+// The spin a Communicator uses: options.spin_wait if set, else kDefaultSpinWait when
+// `devices_on_this_machine` (devices of the job whose threads run on this machine) is at most
+// `hardware_threads` (std::thread::hardware_concurrency() when 0 is passed), else zero.
+// InProcTransport counts every device of the job; ZmqTransport every device of the hosts on
+// this machine: all of them for ipc and for tcp on a loopback interface, its own otherwise.
+[[nodiscard]] absl::Duration EffectiveSpinWait(const CommunicatorOptions& options,
+                                               int64_t devices_on_this_machine,
+                                               int64_t hardware_threads = 0);
 
 // One host's endpoint of a job. Created by InProcTransport or ZmqTransport.
 class Communicator {

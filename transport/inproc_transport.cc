@@ -89,6 +89,10 @@ absl::Status ValidateOptions(const CommunicatorOptions& options) {
         absl::StrCat("collective_timeout must be positive, got ",
                      absl::FormatDuration(options.collective_timeout)));
   }
+  if (options.spin_wait.has_value() && *options.spin_wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("spin_wait must be >= 0, got ",
+                                                   absl::FormatDuration(*options.spin_wait)));
+  }
   return absl::OkStatus();
 }
 
@@ -98,7 +102,9 @@ absl::StatusOr<std::unique_ptr<InProcTransport>> InProcTransport::Create(
   TESSEL_RETURN_IF_ERROR(ValidateOptions(options));
   std::unique_ptr<InProcTransport> job(new InProcTransport());
   for (int64_t h = 0; h < num_hosts; ++h) {
-    job->hosts_.push_back(std::make_unique<Host>(job.get(), h, num_hosts, device_map, options));
+    CommunicatorOptions resolved = options;  // every device of the job runs in this process
+    resolved.spin_wait = EffectiveSpinWait(options, device_map.num_devices());
+    job->hosts_.push_back(std::make_unique<Host>(job.get(), h, num_hosts, device_map, resolved));
   }
   return job;
 }

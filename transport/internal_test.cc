@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -11,6 +12,7 @@
 #include "transport/collective_stats.h"
 #include "transport/internal/buffer_pool.h"
 #include "transport/internal/groups.h"
+#include "transport/internal/host_link.h"
 #include "transport/internal/mailbox.h"
 #include "transport/internal/reduce.h"
 #include "transport/internal/wire.h"
@@ -264,6 +266,93 @@ TEST(MailboxTest, FailWakesWaitersAndCallsTheAbortCallbackOnce) {
   waiter.join();
   EXPECT_EQ(aborts, 1);
   EXPECT_EQ(box.failure().message(), "lost host 1");
+}
+
+// The same waits with a spin phase longer than every wait in the test: a waiter still spinning
+// must see each kind of wake-up (a message, a departure, a failure) and the deadline.
+TEST(MailboxTest, SpinningTakeSeesMessagesDeparturesFailuresAndDeadlines) {
+  const absl::Duration spin = absl::Seconds(20);
+  const MailKey key{Channel::kCollective, 0, 1, 0, 0, 0, 0};
+  CallSignature ar;
+  ar.kind = CollectiveKind::kAllReduce;
+  ar.dtype = DType::kF32;
+  ar.element_count = 4;
+  {
+    Mailbox box(0, {0}, spin);
+    ASSERT_TRUE(box.BeginCall(0, 0, ar).ok());
+    std::thread sender([&] {
+      absl::SleepFor(absl::Milliseconds(20));
+      box.Deliver(MakeMessage(7, 0, 0, ar));  // another key first: the waiter keeps waiting
+      absl::SleepFor(absl::Milliseconds(20));
+      box.Deliver(MakeMessage(1, 0, 0, ar));
+    });
+    const absl::Time start = absl::Now();
+    absl::StatusOr<Message> m = box.Take(key, 1, start + absl::Seconds(30));
+    sender.join();
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(m->header.src, 1);
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  }
+  {
+    Mailbox box(0, {0}, spin);
+    std::thread departer([&] {
+      absl::SleepFor(absl::Milliseconds(20));
+      box.MarkDeparted(1);
+    });
+    EXPECT_EQ(box.Take(key, 1, absl::Now() + absl::Seconds(30)).status().code(),
+              absl::StatusCode::kUnavailable);
+    departer.join();
+  }
+  {
+    Mailbox box(0, {0}, spin);
+    std::thread failer([&] {
+      absl::SleepFor(absl::Milliseconds(20));
+      box.Fail(absl::UnavailableError("lost host 1"), false);
+    });
+    absl::StatusOr<Message> m = box.Take(key, 1, absl::Now() + absl::Seconds(30));
+    EXPECT_EQ(m.status().message(), "lost host 1");
+    failer.join();
+  }
+  {
+    // The spin never outlasts the deadline.
+    Mailbox box(0, {0}, spin);
+    const absl::Time start = absl::Now();
+    EXPECT_EQ(box.Take(key, 1, start + absl::Milliseconds(50)).status().code(),
+              absl::StatusCode::kDeadlineExceeded);
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  }
+}
+
+TEST(SendTrackerTest, SpinningWaitSeesReleasesAndHonoursTheDeadline) {
+  SendTracker tracker;
+  tracker.Acquire();
+  tracker.Acquire();
+  std::thread io([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    tracker.Release();
+    absl::SleepFor(absl::Milliseconds(20));
+    tracker.Release();
+  });
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(tracker.WaitAllReleased(start + absl::Seconds(30), absl::Seconds(20)));
+  io.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(tracker.outstanding(), 0);
+  tracker.Acquire();
+  const absl::Time again = absl::Now();
+  EXPECT_FALSE(tracker.WaitAllReleased(again + absl::Milliseconds(50), absl::Seconds(20)));
+  EXPECT_LT(absl::Now() - again, absl::Seconds(10));
+  tracker.Release();
+}
+
+TEST(EffectiveSpinWaitTest, SpinsOnlyWithoutOversubscriptionUnlessSet) {
+  CommunicatorOptions options;
+  EXPECT_EQ(EffectiveSpinWait(options, 2, 2), kDefaultSpinWait);
+  EXPECT_EQ(EffectiveSpinWait(options, 3, 2), absl::ZeroDuration());
+  options.spin_wait = absl::Microseconds(50);
+  EXPECT_EQ(EffectiveSpinWait(options, 64, 2), absl::Microseconds(50));
+  options.spin_wait = absl::ZeroDuration();
+  EXPECT_EQ(EffectiveSpinWait(options, 1, 2), absl::ZeroDuration());
 }
 
 TEST(CollectiveStatsTest, RecordsAndSums) {

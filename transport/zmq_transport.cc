@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -727,8 +728,26 @@ void ZmqTransport::Impl::Shutdown() {
   if (!ipc_path_.empty()) ::unlink(ipc_path_.c_str());
 }
 
+namespace {
+
+// options.communicator with spin_wait resolved (EffectiveSpinWait): ipc and loopback tcp put
+// every host of the job on this machine; another interface, only this one for certain.
+CommunicatorOptions ResolvedCommunicatorOptions(const ZmqOptions& options) {
+  CommunicatorOptions resolved = options.communicator;
+  const bool one_machine = options.protocol == ZmqProtocol::kIpc ||
+                           absl::StartsWith(options.tcp_interface, "127.") ||
+                           options.tcp_interface == "localhost" || options.tcp_interface == "::1";
+  int64_t devices = 0;
+  for (int64_t h : options.device_map.host_of_device) devices += one_machine || h == options.rank;
+  resolved.spin_wait = EffectiveSpinWait(options.communicator, devices);
+  return resolved;
+}
+
+}  // namespace
+
 ZmqTransport::ZmqTransport(ZmqOptions options)
-    : Communicator(options.rank, options.num_hosts, options.device_map, options.communicator) {
+    : Communicator(options.rank, options.num_hosts, options.device_map,
+                   ResolvedCommunicatorOptions(options)) {
   impl_ = std::make_unique<Impl>(std::move(options), &host_state());
   set_link(impl_.get());
   host_state().mailbox().set_abort_callback(

@@ -143,7 +143,8 @@ absl::StatusOr<Message> CallContext::Recv(int64_t src_device, uint8_t phase, uin
 absl::Status CallContext::WaitSendsReleased() { return WaitReleased(tracker_); }
 
 absl::Status CallContext::WaitReleased(SendTracker& tracker) {
-  if (tracker.WaitAllReleased(absl::Now() + host_.options().collective_timeout)) {
+  if (tracker.WaitAllReleased(absl::Now() + host_.options().collective_timeout,
+                              host_.options().spin_wait.value_or(absl::ZeroDuration()))) {
     return absl::OkStatus();
   }
   return absl::DeadlineExceededError(

@@ -5,6 +5,11 @@
 #ifndef TESSEL_TRANSPORT_INTERNAL_HOST_LINK_H_
 #define TESSEL_TRANSPORT_INTERNAL_HOST_LINK_H_
 
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -23,26 +28,35 @@ class SendTracker {
  public:
   void Acquire() {
     absl::MutexLock lock(&mu_);
-    ++outstanding_;
+    outstanding_.fetch_add(1, std::memory_order_relaxed);
   }
   void Release() {
     absl::MutexLock lock(&mu_);
-    --outstanding_;
+    outstanding_.fetch_sub(1, std::memory_order_release);
   }
-  // Waits until every acquired send is released; false if `deadline` passed first.
-  bool WaitAllReleased(absl::Time deadline) {
+  // Waits until every acquired send is released, first polling for up to `spin` (yielding the
+  // core between checks, as Mailbox::Take), then asleep; false if `deadline` passed first.
+  bool WaitAllReleased(absl::Time deadline, absl::Duration spin = absl::ZeroDuration()) {
+    if (spin > absl::ZeroDuration()) {
+      const auto until = std::chrono::steady_clock::now() +
+                         absl::ToChronoNanoseconds(std::min(spin, deadline - absl::Now()));
+      while (outstanding_.load(std::memory_order_acquire) != 0) {
+        if (std::chrono::steady_clock::now() >= until) break;
+        sched_yield();
+      }
+    }
     absl::MutexLock lock(&mu_);
-    auto done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return outstanding_ == 0; };
+    auto done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return outstanding_.load(std::memory_order_relaxed) == 0;
+    };
     return mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
   }
-  int64_t outstanding() const {
-    absl::MutexLock lock(&mu_);
-    return outstanding_;
-  }
+  int64_t outstanding() const { return outstanding_.load(std::memory_order_acquire); }
 
  private:
   mutable absl::Mutex mu_;
-  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  // Changed only under mu_ (so Await sees every change); read without it while spinning.
+  std::atomic<int64_t> outstanding_{0};
 };
 
 class HostLink {

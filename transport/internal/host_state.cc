@@ -13,7 +13,7 @@ HostState::HostState(int64_t rank, int64_t size, const DeviceMap& device_map,
       device_map_(device_map),
       options_(options),
       pool_(kMaxPooledBytes),
-      mailbox_(rank, local_devices) {
+      mailbox_(rank, local_devices, options.spin_wait.value_or(absl::ZeroDuration())) {
   for (int64_t d : local_devices) devices_[d] = DeviceState();
 }
 

@@ -11,9 +11,11 @@
 #ifndef TESSEL_TRANSPORT_INTERNAL_MAILBOX_H_
 #define TESSEL_TRANSPORT_INTERNAL_MAILBOX_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -58,8 +60,10 @@ struct MailKey {
 class Mailbox {
  public:
   // `rank` is this host; `local_devices` the devices that may wait here (plus the host itself
-  // for rendezvous messages, whose dst is a host rank).
-  Mailbox(int64_t rank, const std::vector<int64_t>& local_devices);
+  // for rendezvous messages, whose dst is a host rank). `spin_wait`: how long Take polls before
+  // it sleeps (CommunicatorOptions::spin_wait); zero sleeps at once.
+  Mailbox(int64_t rank, const std::vector<int64_t>& local_devices,
+          absl::Duration spin_wait = absl::ZeroDuration());
   ~Mailbox();
 
   // Called (outside the mailbox lock) with the failure when Fail(status, /*broadcast=*/true)
@@ -81,7 +85,8 @@ class Mailbox {
   void EndCall(int64_t device);
 
   // Removes and returns the message with `key` (sent by host `src_host`), waiting until it
-  // arrives. Errors: the job's failure (any code, see Fail); kUnavailable if `src_host` left the
+  // arrives: first polling for up to spin_wait (yielding the core between checks, no lock
+  // held), then asleep on the slot's condition variable. Errors: the job's failure (any code, see Fail); kUnavailable if `src_host` left the
   // job (MarkDeparted) without sending it; kDeadlineExceeded at `deadline`.
   [[nodiscard]] absl::StatusOr<Message> Take(const MailKey& key, int64_t src_host,
                                              absl::Time deadline);
@@ -103,6 +108,9 @@ class Mailbox {
  private:
   struct Slot {
     absl::CondVar cv;
+    // Bumped (after the change, under mu_) by every Deliver to this slot, Fail and
+    // MarkDeparted: a spinning Take re-checks only when it moves.
+    std::atomic<uint64_t> events{0};
     bool active = false;         // inside a collective call
     uint64_t sequence = 0;       // of the current call when active
     uint64_t next_sequence = 0;  // calls finished so far (collective channel)
@@ -119,8 +127,15 @@ class Mailbox {
                              int64_t src, int32_t src_host, const CallSignature& theirs) const;
   // Sets the failure under mu_; returns true if it was the first.
   bool FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Wakes every slot's waiters, spinning (events) and sleeping (cv).
+  void WakeAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Take's answer if it is already known: the message, the failure or the departure error;
+  // nullopt while the message may still come.
+  std::optional<absl::StatusOr<Message>> TryTakeLocked(const MailKey& key, int64_t src_host)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t rank_;
+  const absl::Duration spin_wait_;
   std::function<void(const absl::Status&)> abort_callback_;
   mutable absl::Mutex mu_;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
