@@ -27,7 +27,6 @@
 // Before the collectives (or alone, with --memcpy_only) it prints rows "memcpy memcpy 1 <bytes>
 // ..." for every size: memcpy between two warm buffers of that size in this process, the
 // physical limit of any transport that copies each byte once (busbw = algbw).
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,13 +35,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "benchmarks/fork_hosts.h"
 #include "transport/zmq_transport.h"
 
 namespace tessel::transport {
@@ -247,21 +246,10 @@ int Main(int argc, char** argv) {
   if (flags.memcpy_only) return 0;
   int result = 0;
   for (int64_t hosts : flags.hosts) {
-    char pattern[] = "/tmp/tsl-bench-XXXXXX";
-    const std::string dir = mkdtemp(pattern);
-    std::vector<pid_t> children;
-    for (int64_t r = 0; r < hosts; ++r) {
-      const pid_t pid = fork();
-      if (pid == 0) _exit(RunHost(flags, r, hosts, dir));
-      children.push_back(pid);
-    }
-    for (pid_t pid : children) {
-      int status = 0;
-      waitpid(pid, &status, 0);
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) result = 1;
-    }
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
+    result |= benchmarks::RunForkedHosts(hosts, "tsl-bench",
+                                         [&](int64_t rank, const std::string& dir) {
+                                           return RunHost(flags, rank, hosts, dir);
+                                         });
   }
   return result;
 }

@@ -19,7 +19,6 @@
 // collectives_bench's format (impl "zmq-raw-ipc" / "zmq-raw-tcp", collective "all-gather",
 // busbw = algbw * (n-1)/n, cpu_us = CPU time of all processes per call). The iteration count is
 // fixed from the size (about budget_ms at 1 GB/s, 3 to 2000), so no process has to agree on it.
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +36,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "benchmarks/fork_hosts.h"
 #include "zmq.hpp"
 
 namespace {
@@ -225,34 +225,16 @@ int Main(int argc, char** argv) {
   std::fflush(stdout);
   int result = 0;
   for (int64_t hosts : flags.hosts) {
-    char pattern[] = "/tmp/tsl-floor-XXXXXX";
-    const char* made = mkdtemp(pattern);
-    if (made == nullptr) {
-      std::perror("zmq_floor_bench: mkdtemp");
-      return 1;
-    }
-    const std::string dir = made;
-    std::vector<pid_t> children;
-    for (int r = 0; r < hosts; ++r) {
-      const pid_t pid = fork();
-      if (pid == 0) {
-        int code = 3;
-        try {
-          code = RunHost(flags, r, static_cast<int>(hosts), dir);
-        } catch (const zmq::error_t& e) {
-          std::fprintf(stderr, "zmq_floor_bench: process %d: %s\n", r, e.what());
-        }
-        _exit(code);
-      }
-      children.push_back(pid);
-    }
-    for (pid_t pid : children) {
-      int status = 0;
-      waitpid(pid, &status, 0);
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) result = 1;
-    }
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
+    result |= tessel::benchmarks::RunForkedHosts(
+        hosts, "tsl-floor", [&](int64_t rank, const std::string& dir) {
+          try {
+            return RunHost(flags, static_cast<int>(rank), static_cast<int>(hosts), dir);
+          } catch (const zmq::error_t& e) {
+            std::fprintf(stderr, "zmq_floor_bench: process %lld: %s\n",
+                         static_cast<long long>(rank), e.what());
+            return 3;
+          }
+        });
   }
   return result;
 }
