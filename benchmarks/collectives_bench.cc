@@ -6,7 +6,7 @@
 //                     [--max_bytes=67108864] [--step=4] [--budget_ms=300]
 //                     [--chunk_bytes=1048576] [--small_bytes=65536] [--curve]
 //                     [--socket_buffer_bytes=4194304] [--direct_max_bytes=4194304]
-//                     [--spin_us=N] [--memcpy_only]
+//                     [--spin_us=N] [--memcpy_only]     (CLI11; --help lists them)
 //
 // For each host count the driver forks that many host processes (one device each); host 0
 // prints one row per (collective, size):
@@ -38,22 +38,17 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "CLI/CLI.hpp"
 #include "benchmarks/fork_hosts.h"
+#include "benchmarks/sweep_flags.h"
 #include "transport/zmq_transport.h"
 
 namespace tessel::transport {
 namespace {
 
-struct Flags {
-  std::vector<int64_t> hosts = {2, 4, 8};
+struct Flags : benchmarks::SweepFlags {
   ZmqProtocol protocol = ZmqProtocol::kIpc;
-  int64_t min_bytes = 4096;
-  int64_t max_bytes = 64 << 20;
-  int64_t step = 4;
-  int64_t budget_ms = 300;
   int64_t chunk_bytes = 1 << 20;   // CommunicatorOptions::pipeline_chunk_bytes
   int64_t small_bytes = 64 << 10;  // CommunicatorOptions::small_message_bytes
   bool memcpy_only = false;
@@ -204,39 +199,29 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
 
 int Main(int argc, char** argv) {
   Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(argv[i], absl::MaxSplits('=', 1));
-    int64_t v = 0;
-    if (kv.first == "--hosts") {
-      flags.hosts.clear();
-      for (absl::string_view h : absl::StrSplit(kv.second, ',')) {
-        if (!absl::SimpleAtoi(h, &v) || v < 1) return 2;
-        flags.hosts.push_back(v);
-      }
-    } else if (kv.first == "--curve") {
-      flags.curve = true;
-    } else if (kv.first == "--memcpy_only") {
-      flags.memcpy_only = true;
-    } else if (kv.first == "--direct_max_bytes" && absl::SimpleAtoi(kv.second, &v) && v >= 0) {
-      flags.direct_max_bytes = v;
-    } else if (kv.first == "--spin_us" && absl::SimpleAtoi(kv.second, &v) && v >= 0) {
-      flags.spin_us = v;
-    } else if (kv.first == "--socket_buffer_bytes" && absl::SimpleAtoi(kv.second, &v) && v >= 0) {
-      flags.socket_buffer_bytes = v;
-    } else if (kv.first == "--protocol") {
-      flags.protocol = kv.second == "tcp" ? ZmqProtocol::kTcp : ZmqProtocol::kIpc;
-    } else if (absl::SimpleAtoi(kv.second, &v) && v > 0) {
-      if (kv.first == "--min_bytes") flags.min_bytes = v;
-      if (kv.first == "--max_bytes") flags.max_bytes = v;
-      if (kv.first == "--step") flags.step = std::max<int64_t>(v, 2);
-      if (kv.first == "--budget_ms") flags.budget_ms = v;
-      if (kv.first == "--chunk_bytes") flags.chunk_bytes = v;
-      if (kv.first == "--small_bytes") flags.small_bytes = v;
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", argv[i]);
-      return 2;
-    }
-  }
+  CLI::App app{"All-reduce and all-gather bus bandwidth of ZmqTransport between forked host "
+               "processes (nccl-tests definitions), and memcpy.",
+               "collectives_bench"};
+  benchmarks::AddSweepFlags(app, &flags, /*min_hosts=*/1);
+  std::string protocol = "ipc";
+  app.add_option("--protocol", protocol, "ipc or tcp")->check(CLI::IsMember({"ipc", "tcp"}));
+  app.add_option("--chunk_bytes", flags.chunk_bytes, "CommunicatorOptions::pipeline_chunk_bytes")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--small_bytes", flags.small_bytes, "CommunicatorOptions::small_message_bytes")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--direct_max_bytes", flags.direct_max_bytes,
+                 "CommunicatorOptions::direct_max_bytes (0: always the ring)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--socket_buffer_bytes", flags.socket_buffer_bytes,
+                 "ZmqOptions::socket_buffer_bytes (0: the kernel default)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--spin_us", flags.spin_us,
+                 "CommunicatorOptions::spin_wait in us (default: the transport's choice)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--curve", flags.curve, "ZmqOptions::curve (CURVE encryption)");
+  app.add_flag("--memcpy_only", flags.memcpy_only, "only the memcpy rows");
+  if (int code = benchmarks::ParseFlags(app, argc, argv); code >= 0) return code;
+  flags.protocol = protocol == "tcp" ? ZmqProtocol::kTcp : ZmqProtocol::kIpc;
   PrintHeader();
   for (int64_t size = flags.min_bytes; size <= flags.max_bytes; size *= flags.step) {
     double cpu = 0;

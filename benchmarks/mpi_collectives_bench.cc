@@ -5,7 +5,8 @@
 //   mpirun -n 4 --mca btl self,tcp build/benchmarks/mpi_collectives_bench --label=mpi-tcp
 //   mpirun -n 4 build/benchmarks/mpi_collectives_bench --label=mpi-shm   # default: vader (shm)
 //
-// Flags: --min_bytes=4096 --max_bytes=67108864 --step=4 --budget_ms=300 --label=mpi.
+// Flags (benchmarks/sweep_flags.h, see --help): --min_bytes=4096 --max_bytes=67108864 --step=4
+// --budget_ms=300 --label=mpi.
 // Rank 0 prints one row per (collective, size) (see benchmarks/collectives_bench.cc for the
 // columns). Sizes are nccl-tests' "size": the all-reduce buffer, the all-gather output (each rank
 // contributes size / ranks). Bandwidths are 10^9 bytes/s: algbw = size / time; all-reduce
@@ -26,6 +27,9 @@
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
+#include "benchmarks/sweep_flags.h"
+
 namespace {
 
 // CPU time (user + system, all threads) this process has used, in seconds.
@@ -35,50 +39,9 @@ double ProcessCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-struct Flags {
-  int64_t min_bytes = 4096;
-  int64_t max_bytes = 64 << 20;
-  int64_t step = 4;
-  int64_t budget_ms = 300;
+struct Flags : tessel::benchmarks::SweepFlags {
   std::string label = "mpi";
 };
-
-// Parses --name=value flags; false (with a message) on an unknown or malformed flag.
-bool ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const size_t eq = arg.find('=');
-    if (eq == std::string::npos) {
-      std::fprintf(stderr, "mpi_collectives_bench: expected --name=value, got %s\n", argv[i]);
-      return false;
-    }
-    const std::string name = arg.substr(0, eq);
-    const std::string value = arg.substr(eq + 1);
-    if (name == "--label") {
-      flags->label = value;
-      continue;
-    }
-    char* end = nullptr;
-    const long long v = std::strtoll(value.c_str(), &end, 10);
-    if (end == value.c_str() || *end != '\0' || v <= 0) {
-      std::fprintf(stderr, "mpi_collectives_bench: %s needs a positive integer\n", argv[i]);
-      return false;
-    }
-    if (name == "--min_bytes") {
-      flags->min_bytes = v;
-    } else if (name == "--max_bytes") {
-      flags->max_bytes = v;
-    } else if (name == "--step") {
-      flags->step = std::max<int64_t>(v, 2);
-    } else if (name == "--budget_ms") {
-      flags->budget_ms = v;
-    } else {
-      std::fprintf(stderr, "mpi_collectives_bench: unknown flag %s\n", argv[i]);
-      return false;
-    }
-  }
-  return true;
-}
 
 int Run(const Flags& flags) {
   int rank = 0;
@@ -154,7 +117,13 @@ int Run(const Flags& flags) {
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   Flags flags;
-  int result = ParseFlags(argc, argv, &flags) ? Run(flags) : 2;
+  CLI::App app{"OpenMPI's MPI_Allreduce / MPI_Allgather bus bandwidth, in collectives_bench's "
+               "table (the baseline of scripts/bench_collectives.sh); run under mpirun.",
+               "mpi_collectives_bench"};
+  tessel::benchmarks::AddSweepFlags(app, &flags, /*min_hosts=*/0);
+  app.add_option("--label", flags.label, "the impl column")->capture_default_str();
+  int result = tessel::benchmarks::ParseFlags(app, argc, argv);
+  result = result >= 0 ? result : Run(flags);
   if (result != 0) MPI_Abort(MPI_COMM_WORLD, result);
   MPI_Finalize();
   return result;

@@ -33,21 +33,16 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "CLI/CLI.hpp"
 #include "benchmarks/fork_hosts.h"
+#include "benchmarks/sweep_flags.h"
 #include "zmq.hpp"
 
 namespace {
 
-struct Flags {
-  std::vector<int64_t> hosts = {2, 4, 8};
+struct Flags : tessel::benchmarks::SweepFlags {
   bool tcp = false;
-  int64_t min_bytes = 4096;
-  int64_t max_bytes = 64 << 20;
-  int64_t step = 4;
-  int64_t budget_ms = 300;
   int64_t socket_buffer_bytes = 4 << 20;  // ipc only, as ZmqOptions::socket_buffer_bytes
   int64_t chunk_bytes = 1 << 20;          // largest message, as pipeline_chunk_bytes
 };
@@ -190,36 +185,18 @@ int RunHost(const Flags& flags, int rank, int hosts, const std::string& dir) {
 
 int Main(int argc, char** argv) {
   Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(argv[i], absl::MaxSplits('=', 1));
-    int64_t v = 0;
-    if (kv.first == "--hosts") {
-      flags.hosts.clear();
-      for (absl::string_view h : absl::StrSplit(kv.second, ',')) {
-        if (!absl::SimpleAtoi(h, &v) || v < 2) {
-          std::fprintf(stderr, "zmq_floor_bench: --hosts needs integers >= 2, got %s\n", argv[i]);
-          return 2;
-        }
-        flags.hosts.push_back(v);
-      }
-    } else if (kv.first == "--protocol" && (kv.second == "ipc" || kv.second == "tcp")) {
-      flags.tcp = kv.second == "tcp";
-    } else if (kv.first == "--socket_buffer_bytes" && absl::SimpleAtoi(kv.second, &v) && v > 0) {
-      flags.socket_buffer_bytes = v;
-    } else if (kv.first == "--chunk_bytes" && absl::SimpleAtoi(kv.second, &v) && v > 0) {
-      flags.chunk_bytes = v;
-    } else if (absl::SimpleAtoi(kv.second, &v) && v > 0 &&
-               (kv.first == "--min_bytes" || kv.first == "--max_bytes" || kv.first == "--step" ||
-                kv.first == "--budget_ms")) {
-      if (kv.first == "--min_bytes") flags.min_bytes = v;
-      if (kv.first == "--max_bytes") flags.max_bytes = v;
-      if (kv.first == "--step") flags.step = std::max<int64_t>(v, 2);
-      if (kv.first == "--budget_ms") flags.budget_ms = v;
-    } else {
-      std::fprintf(stderr, "zmq_floor_bench: unknown or malformed flag %s\n", argv[i]);
-      return 2;
-    }
-  }
+  CLI::App app{"Tessel's direct all-gather exchange on bare ZeroMQ sockets between forked "
+               "processes: the carrier's floor, in collectives_bench's table.",
+               "zmq_floor_bench"};
+  tessel::benchmarks::AddSweepFlags(app, &flags, /*min_hosts=*/2);
+  std::string protocol = "ipc";
+  app.add_option("--protocol", protocol, "ipc or tcp")->check(CLI::IsMember({"ipc", "tcp"}));
+  app.add_option("--socket_buffer_bytes", flags.socket_buffer_bytes, "ipc socket buffers")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--chunk_bytes", flags.chunk_bytes, "largest message")
+      ->check(CLI::PositiveNumber);
+  if (int code = tessel::benchmarks::ParseFlags(app, argc, argv); code >= 0) return code;
+  flags.tcp = protocol == "tcp";
   std::printf("%-12s %-12s %5s %10s %12s %10s %10s %10s\n", "# collective", "impl", "ranks",
               "bytes", "us", "algbw_gbps", "busbw_gbps", "cpu_us");
   std::fflush(stdout);
