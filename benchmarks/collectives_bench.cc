@@ -38,8 +38,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "benchmarks/fork_hosts.h"
 #include "benchmarks/sweep_flags.h"
 #include "transport/zmq_transport.h"
@@ -199,9 +199,10 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
 
 int Main(int argc, char** argv) {
   Flags flags;
-  CLI::App app{"All-reduce and all-gather bus bandwidth of ZmqTransport between forked host "
-               "processes (nccl-tests definitions), and memcpy.",
-               "collectives_bench"};
+  CLI::App app{
+      "All-reduce and all-gather bus bandwidth of ZmqTransport between forked host "
+      "processes (nccl-tests definitions), and memcpy.",
+      "collectives_bench"};
   benchmarks::AddSweepFlags(app, &flags, /*min_hosts=*/1);
   std::string protocol = "ipc";
   app.add_option("--protocol", protocol, "ipc or tcp")->check(CLI::IsMember({"ipc", "tcp"}));
@@ -231,10 +232,9 @@ int Main(int argc, char** argv) {
   if (flags.memcpy_only) return 0;
   int result = 0;
   for (int64_t hosts : flags.hosts) {
-    result |= benchmarks::RunForkedHosts(hosts, "tsl-bench",
-                                         [&](int64_t rank, const std::string& dir) {
-                                           return RunHost(flags, rank, hosts, dir);
-                                         });
+    result |= benchmarks::RunForkedHosts(
+        hosts, "tsl-bench",
+        [&](int64_t rank, const std::string& dir) { return RunHost(flags, rank, hosts, dir); });
   }
   return result;
 }

@@ -117,9 +117,10 @@ int Run(const Flags& flags) {
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   Flags flags;
-  CLI::App app{"OpenMPI's MPI_Allreduce / MPI_Allgather bus bandwidth, in collectives_bench's "
-               "table (the baseline of scripts/bench_collectives.sh); run under mpirun.",
-               "mpi_collectives_bench"};
+  CLI::App app{
+      "OpenMPI's MPI_Allreduce / MPI_Allgather bus bandwidth, in collectives_bench's "
+      "table (the baseline of scripts/bench_collectives.sh); run under mpirun.",
+      "mpi_collectives_bench"};
   tessel::benchmarks::AddSweepFlags(app, &flags, /*min_hosts=*/0);
   app.add_option("--label", flags.label, "the impl column")->capture_default_str();
   int result = tessel::benchmarks::ParseFlags(app, argc, argv);

@@ -15,8 +15,8 @@
 // zero-copy messages of at most chunk_bytes (Tessel's pipeline_chunk_bytes, 1 MiB), copies its
 // own block into the output, and copies each received message out of ZeroMQ's frame into the
 // output at its place; messages between a pair arrive in order, so consecutive calls need no
-// other synchronisation. This is Tessel's direct all-gather without its protocol. Process 0 prints rows in
-// collectives_bench's format (impl "zmq-raw-ipc" / "zmq-raw-tcp", collective "all-gather",
+// other synchronisation. This is Tessel's direct all-gather without its protocol. Process 0 prints
+// rows in collectives_bench's format (impl "zmq-raw-ipc" / "zmq-raw-tcp", collective "all-gather",
 // busbw = algbw * (n-1)/n, cpu_us = CPU time of all processes per call). The iteration count is
 // fixed from the size (about budget_ms at 1 GB/s, 3 to 2000), so no process has to agree on it.
 #include <time.h>
@@ -33,8 +33,8 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "benchmarks/fork_hosts.h"
 #include "benchmarks/sweep_flags.h"
 #include "zmq.hpp"
@@ -185,16 +185,16 @@ int RunHost(const Flags& flags, int rank, int hosts, const std::string& dir) {
 
 int Main(int argc, char** argv) {
   Flags flags;
-  CLI::App app{"Tessel's direct all-gather exchange on bare ZeroMQ sockets between forked "
-               "processes: the carrier's floor, in collectives_bench's table.",
-               "zmq_floor_bench"};
+  CLI::App app{
+      "Tessel's direct all-gather exchange on bare ZeroMQ sockets between forked "
+      "processes: the carrier's floor, in collectives_bench's table.",
+      "zmq_floor_bench"};
   tessel::benchmarks::AddSweepFlags(app, &flags, /*min_hosts=*/2);
   std::string protocol = "ipc";
   app.add_option("--protocol", protocol, "ipc or tcp")->check(CLI::IsMember({"ipc", "tcp"}));
   app.add_option("--socket_buffer_bytes", flags.socket_buffer_bytes, "ipc socket buffers")
       ->check(CLI::PositiveNumber);
-  app.add_option("--chunk_bytes", flags.chunk_bytes, "largest message")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--chunk_bytes", flags.chunk_bytes, "largest message")->check(CLI::PositiveNumber);
   if (int code = tessel::benchmarks::ParseFlags(app, argc, argv); code >= 0) return code;
   flags.tcp = protocol == "tcp";
   std::printf("%-12s %-12s %5s %10s %12s %10s %10s %10s\n", "# collective", "impl", "ranks",

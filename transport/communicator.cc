@@ -1,9 +1,8 @@
 #include "transport/communicator.h"
 
 #include <algorithm>
-#include <thread>
-
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"

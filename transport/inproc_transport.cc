@@ -90,8 +90,8 @@ absl::Status ValidateOptions(const CommunicatorOptions& options) {
                      absl::FormatDuration(options.collective_timeout)));
   }
   if (options.spin_wait.has_value() && *options.spin_wait < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat("spin_wait must be >= 0, got ",
-                                                   absl::FormatDuration(*options.spin_wait)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spin_wait must be >= 0, got ", absl::FormatDuration(*options.spin_wait)));
   }
   return absl::OkStatus();
 }

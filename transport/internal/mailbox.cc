@@ -10,8 +10,7 @@
 
 namespace tessel::transport::internal {
 
-Mailbox::Mailbox(int64_t rank, const std::vector<int64_t>& local_devices,
-                 absl::Duration spin_wait)
+Mailbox::Mailbox(int64_t rank, const std::vector<int64_t>& local_devices, absl::Duration spin_wait)
     : rank_(rank), spin_wait_(spin_wait), host_slot_(std::make_unique<Slot>()) {
   for (int64_t d : local_devices) slots_[d] = std::make_unique<Slot>();
 }

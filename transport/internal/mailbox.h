@@ -86,8 +86,9 @@ class Mailbox {
 
   // Removes and returns the message with `key` (sent by host `src_host`), waiting until it
   // arrives: first polling for up to spin_wait (yielding the core between checks, no lock
-  // held), then asleep on the slot's condition variable. Errors: the job's failure (any code, see Fail); kUnavailable if `src_host` left the
-  // job (MarkDeparted) without sending it; kDeadlineExceeded at `deadline`.
+  // held), then asleep on the slot's condition variable. Errors: the job's failure (any code, see
+  // Fail); kUnavailable if `src_host` left the job (MarkDeparted) without sending it;
+  // kDeadlineExceeded at `deadline`.
   [[nodiscard]] absl::StatusOr<Message> Take(const MailKey& key, int64_t src_host,
                                              absl::Time deadline);
 
