@@ -379,6 +379,11 @@ TEST(InProcTransportTest, InvalidArgumentsAreRejected) {
   CommunicatorOptions bad;
   bad.pipeline_chunk_bytes = 0;
   EXPECT_FALSE(InProcTransport::Create(2, DeviceMap::Uniform(2, 1), bad).ok());
+  CommunicatorOptions negative_spin;
+  negative_spin.spin_wait = absl::Microseconds(-1);
+  absl::Status spin = InProcTransport::Create(2, DeviceMap::Uniform(2, 1), negative_spin).status();
+  EXPECT_EQ(spin.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spin.message()), HasSubstr("spin_wait must be >= 0, got -1us"));
 }
 
 TEST(InProcTransportTest, RendezvousReturnsEveryPayloadAndChecksTags) {
