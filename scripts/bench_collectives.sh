@@ -28,7 +28,8 @@
 #   ipc/mpi-tcp, tcp/mpi-tcp, ipc/mpi-shm, ipc/memcpy (busbw of Tessel-ipc over the warm memcpy
 #   bandwidth of a buffer of that size);
 #   and ipc/raw (Tessel-ipc over bare ZeroMQ, all-gather only);
-# then a second table of the median CPU time per call of all ranks together.
+# then a second table of the median CPU time per call of all ranks together. The header lines
+# give the load average and the hypervisor's steal (/proc/stat) of every round.
 # Requires: a build with collectives_bench and mpi_collectives_bench (scripts/setup.sh installs
 # libopenmpi-dev and openmpi-bin; CMake builds the MPI driver when it finds MPI).
 set -euo pipefail
@@ -83,7 +84,16 @@ else
   # Keeps only table rows (drops headers and MPI's chatter), echoing progress to stderr.
   collect() { grep -E '^(memcpy|all-reduce|all-gather) ' | tee -a "$RAW" >&2; }
 
+  # user+nice+system+idle+iowait+irq+softirq+steal and steal, from /proc/stat: the share of
+  # CPU time the hypervisor gave to others during a round (high steal makes a round noise).
+  cpu_times() { awk '/^cpu /{ t = 0; for (i = 2; i <= 9; ++i) t += $i; print t, $9 }' /proc/stat; }
+  steal_since() {
+    read -r total1 steal1 < <(cpu_times)
+    echo "$(( ($steal1 - $2) * 100 / ($total1 - $1 + 1) ))%"
+  }
   for round in $(seq "$REPEAT"); do
+    if [ "$round" -gt 1 ]; then echo "# round $((round - 1)): steal $(steal_since $total0 $steal0)"; fi
+    read -r total0 steal0 < <(cpu_times)
     echo "# round $round of $REPEAT, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
     "$TESSEL_BENCH" --memcpy_only "${SIZES[@]}" | collect
     for protocol in ipc tcp; do
@@ -100,6 +110,7 @@ else
       done
     done
   done
+  echo "# round $REPEAT: steal $(steal_since $total0 $steal0)"
   echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 fi
