@@ -5,7 +5,7 @@
 //
 //   zmq_floor_bench [--hosts=2,4,8] [--protocol=ipc|tcp] [--min_bytes=4096]
 //                   [--max_bytes=67108864] [--step=4] [--budget_ms=300]
-//                   [--socket_buffer_bytes=4194304] [--chunk_bytes=1048576]
+//                   [--socket_buffer_bytes=4194304] [--chunk_bytes=1048576] [--poll]
 //
 // For each host count the driver forks that many processes. Each binds a ROUTER (ipc under a
 // temporary directory, or tcp on 127.0.0.1 with a kernel-chosen port published through a file)
@@ -19,6 +19,9 @@
 // rows in collectives_bench's format (impl "zmq-raw-ipc" / "zmq-raw-tcp", collective "all-gather",
 // busbw = algbw * (n-1)/n, cpu_us = CPU time of all processes per call). The iteration count is
 // fixed from the size (about budget_ms at 1 GB/s, 3 to 2000), so no process has to agree on it.
+// A process waits asleep in zmq recv, or with --poll (impl "zmq-raw-poll-ipc") polls the socket
+// without sleeping, yielding its core between tries, as OpenMPI's ranks wait.
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +48,7 @@ struct Flags : tessel::benchmarks::SweepFlags {
   bool tcp = false;
   int64_t socket_buffer_bytes = 4 << 20;  // ipc only, as ZmqOptions::socket_buffer_bytes
   int64_t chunk_bytes = 1 << 20;          // largest message, as pipeline_chunk_bytes
+  bool poll = false;  // wait by polling the socket (yielding the core), not asleep in recv
 };
 
 double ProcessCpuSeconds() {
@@ -100,8 +104,17 @@ int RunHost(const Flags& flags, int rank, int hosts, const std::string& dir) {
     while (pending[p].empty()) {
       zmq::message_t id;
       zmq::message_t body;
-      (void)in.recv(id);
-      (void)in.recv(body);
+      if (flags.poll) {
+        // Poll without sleeping, yielding the core: OpenMPI's way of waiting, and Tessel's
+        // spin_wait without its bound.
+        if (!in.recv(id, zmq::recv_flags::dontwait)) {
+          sched_yield();
+          continue;
+        }
+      } else {
+        (void)in.recv(id);
+      }
+      (void)in.recv(body);  // the rest of a multipart message is there once its first frame is
       pending[std::stoi(id.to_string())].push_back(std::move(body));
     }
     zmq::message_t body = std::move(pending[p].front());
@@ -171,8 +184,10 @@ int RunHost(const Flags& flags, int rank, int hosts, const std::string& dir) {
       const int64_t bytes = block * hosts;
       const double algbw_gbps = static_cast<double>(bytes) / seconds / 1e9;
       std::printf("%-12s %-12s %5d %10lld %12.1f %10.3f %10.3f %10.1f\n", "all-gather",
-                  flags.tcp ? "zmq-raw-tcp" : "zmq-raw-ipc", hosts, static_cast<long long>(bytes),
-                  seconds * 1e6, algbw_gbps, algbw_gbps * (hosts - 1) / hosts, cpu * 1e6);
+                  absl::StrCat(flags.poll ? "zmq-raw-poll-" : "zmq-raw-", flags.tcp ? "tcp" : "ipc")
+                      .c_str(),
+                  hosts, static_cast<long long>(bytes), seconds * 1e6, algbw_gbps,
+                  algbw_gbps * (hosts - 1) / hosts, cpu * 1e6);
       std::fflush(stdout);
     }
   }
@@ -195,6 +210,8 @@ int Main(int argc, char** argv) {
   app.add_option("--socket_buffer_bytes", flags.socket_buffer_bytes, "ipc socket buffers")
       ->check(CLI::PositiveNumber);
   app.add_option("--chunk_bytes", flags.chunk_bytes, "largest message")->check(CLI::PositiveNumber);
+  app.add_flag("--poll", flags.poll,
+               "wait by polling the socket, yielding the core (impl zmq-raw-poll-*)");
   if (int code = tessel::benchmarks::ParseFlags(app, argc, argv); code >= 0) return code;
   flags.tcp = protocol == "tcp";
   std::printf("%-12s %-12s %5s %10s %12s %10s %10s %10s\n", "# collective", "impl", "ranks",

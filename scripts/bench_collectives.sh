@@ -10,8 +10,9 @@
 # implementation sees the same mix of machine load), then reports the median of the rounds:
 #   1. build/benchmarks/collectives_bench --memcpy_only: memcpy between warm buffers, every size;
 #   2. collectives_bench --protocol=ipc and --protocol=tcp (Tessel, one process per rank), and
-#      zmq_floor_bench --protocol=ipc (Tessel's direct all-gather exchange with bare ZeroMQ
-#      sockets and no Tessel protocol: what the carrier alone costs, "zmq-raw");
+#      zmq_floor_bench --protocol=ipc, asleep in recv and with --poll (Tessel's direct all-gather
+#      exchange with bare ZeroMQ sockets and no Tessel protocol: what the carrier alone costs,
+#      "zmq-raw" and "zmq-poll");
 #   3. for every rank count, build/benchmarks/mpi_collectives_bench under
 #      mpirun --mca pml ob1 --mca btl self,tcp    (OpenMPI over loopback TCP, "mpi-tcp")
 #      mpirun --mca pml ob1 --mca btl self,vader  (OpenMPI's default on-node shared-memory
@@ -27,7 +28,8 @@
 # of those medians
 #   ipc/mpi-tcp, tcp/mpi-tcp, ipc/mpi-shm, ipc/memcpy (busbw of Tessel-ipc over the warm memcpy
 #   bandwidth of a buffer of that size);
-#   and ipc/raw (Tessel-ipc over bare ZeroMQ, all-gather only);
+#   ipc/raw (Tessel-ipc over bare ZeroMQ, all-gather only) and poll/mtcp (bare ZeroMQ, polling,
+#   over OpenMPI-tcp);
 # then a second table of the median CPU time per call of all ranks together. The header lines
 # give the load average and the hypervisor's steal (/proc/stat) of every round.
 # Requires: a build with collectives_bench and mpi_collectives_bench (scripts/setup.sh installs
@@ -100,6 +102,7 @@ else
       "$TESSEL_BENCH" --hosts="$HOSTS_CSV" --protocol="$protocol" "${SIZES[@]}" | collect
     done
     "$FLOOR_BENCH" --hosts="$HOSTS_CSV" --protocol=ipc "${SIZES[@]}" | collect
+    "$FLOOR_BENCH" --hosts="$HOSTS_CSV" --protocol=ipc --poll "${SIZES[@]}" | collect
     for n in $RANKS; do
       for mode in tcp shm; do
         btl="self,tcp"
@@ -130,17 +133,20 @@ awk '
   function ratio(a, b) { return (a == "" || b == "" || b == 0) ? "-" : sprintf("%.2f", a / b) }
   function val(x) { return x == "" ? "-" : x }
   END {
-    printf "%-11s %5s %10s | %10s %10s %10s %10s %10s %10s | %7s %7s %7s %7s %7s\n", "collective",
-           "ranks", "bytes", "tessel-ipc", "tessel-tcp", "zmq-raw", "mpi-tcp", "mpi-shm", "memcpy",
-           "ipc/mtcp", "tcp/mtcp", "ipc/mshm", "ipc/mcpy", "ipc/raw"
+    printf "%-11s %5s %10s | %10s %10s %10s %10s %10s %10s %10s | %7s %7s %7s %7s %7s %7s\n",
+           "collective", "ranks", "bytes", "tessel-ipc", "tessel-tcp", "zmq-raw", "zmq-poll",
+           "mpi-tcp", "mpi-shm", "memcpy", "ipc/mtcp", "tcp/mtcp", "ipc/mshm", "ipc/mcpy",
+           "ipc/raw", "poll/mtcp"
     for (i = 1; i <= n; ++i) {
       split(order[i], k, " ")
       ipc = get("tessel-ipc", order[i]); tcp = get("tessel-tcp", order[i])
       mt = get("mpi-tcp", order[i]); ms = get("mpi-shm", order[i])
       mc = get("memcpy", "memcpy 1 " k[3]); raw = get("zmq-raw-ipc", order[i])
-      printf "%-11s %5s %10s | %10s %10s %10s %10s %10s %10s | %7s %7s %7s %7s %7s\n", k[1], k[2],
-             k[3], val(ipc), val(tcp), val(raw), val(mt), val(ms), val(mc), ratio(ipc, mt),
-             ratio(tcp, mt), ratio(ipc, ms), ratio(ipc, mc), ratio(ipc, raw)
+      poll = get("zmq-raw-poll-ipc", order[i])
+      printf "%-11s %5s %10s | %10s %10s %10s %10s %10s %10s %10s | %7s %7s %7s %7s %7s %7s\n",
+             k[1], k[2], k[3], val(ipc), val(tcp), val(raw), val(poll), val(mt), val(ms), val(mc),
+             ratio(ipc, mt), ratio(tcp, mt), ratio(ipc, ms), ratio(ipc, mc), ratio(ipc, raw),
+             ratio(poll, mt)
     }
     # CPU time per call, all ranks together (rows written before the cpu_us column have none).
     printf "\nCPU time per call, all ranks together (us, median)\n"
