@@ -1,7 +1,8 @@
 // zmq_floor_bench: what ZeroMQ alone costs for the exchange under a direct all-gather, with none
-// of Tessel's protocol (no headers, matching, progress thread, deadlines or statistics). It is
-// the floor any collective carried by ZeroMQ sits on, and separates Tessel's own overhead from
-// the carrier's in the comparison with OpenMPI (scripts/bench_collectives.sh runs it).
+// of Tessel's protocol (no headers, matching, progress thread, deadlines or statistics). A
+// baseline that separates Tessel's own overhead from the carrier's in the comparison with
+// OpenMPI (scripts/bench_collectives.sh runs it). Not a strict floor: Tessel's ring and
+// pipelining beat this one-message-per-peer exchange in most cells (docs/PERFORMANCE.md).
 //
 //   zmq_floor_bench [--hosts=2,4,8] [--protocol=ipc|tcp] [--min_bytes=4096]
 //                   [--max_bytes=67108864] [--step=4] [--budget_ms=300]
@@ -202,7 +203,7 @@ int Main(int argc, char** argv) {
   Flags flags;
   CLI::App app{
       "Tessel's direct all-gather exchange on bare ZeroMQ sockets between forked "
-      "processes: the carrier's floor, in collectives_bench's table.",
+      "processes: a baseline for the carrier, in collectives_bench's table.",
       "zmq_floor_bench"};
   tessel::benchmarks::AddSweepFlags(app, &flags, /*min_hosts=*/2);
   std::string protocol = "ipc";
