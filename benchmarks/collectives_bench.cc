@@ -6,7 +6,8 @@
 //                     [--max_bytes=67108864] [--step=4] [--budget_ms=300]
 //                     [--chunk_bytes=1048576] [--small_bytes=65536] [--curve]
 //                     [--socket_buffer_bytes=4194304] [--direct_max_bytes=4194304]
-//                     [--spin_us=N] [--memcpy_only]     (CLI11; --help lists them)
+//                     [--spin_us=N] [--shared_memory=0|1] [--shm_slots=4] [--memcpy_only]
+//                     (CLI11; --help lists them)
 //
 // For each host count the driver forks that many host processes (one device each); host 0
 // prints one row per (collective, size):
@@ -21,8 +22,10 @@
 // mean over a timed loop (iteration count from one call after 2 warm-up calls, at least 3, so
 // that the loop takes about budget_ms) measured on host 0 between two barriers.
 //
-// --curve turns on ZmqOptions::curve (CURVE encryption); the impl column then reads
-// "tessel-tcp-curve" (or "tessel-ipc-curve").
+// The impl column: "tessel-shm" for ipc with shared-memory payloads (ZmqOptions::shared_memory,
+// the default), "tessel-ipc" for ipc with --shared_memory=0 (ZeroMQ carries every byte),
+// "tessel-tcp" for --protocol=tcp. --curve turns on ZmqOptions::curve (CURVE encryption, never
+// with shared memory); the impl column then reads "tessel-tcp-curve" (or "tessel-ipc-curve").
 //
 // Before the collectives (or alone, with --memcpy_only) it prints rows "memcpy memcpy 1 <bytes>
 // ..." for every size: memcpy between two warm buffers of that size in this process, the
@@ -58,6 +61,8 @@ struct Flags : benchmarks::SweepFlags {
   // CommunicatorOptions::spin_wait in microseconds; 0: sleep at once; -1 (default): the
   // transport's choice (EffectiveSpinWait).
   int64_t spin_us = -1;
+  bool shared_memory = true;  // ZmqOptions::shared_memory (ipc only)
+  int64_t shm_slots = ZmqOptions().shared_memory_slots;
 };
 
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
@@ -119,6 +124,8 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
   options.communicator.pipeline_chunk_bytes = flags.chunk_bytes;
   options.communicator.small_message_bytes = flags.small_bytes;
   options.curve = flags.curve;
+  options.shared_memory = flags.shared_memory;
+  options.shared_memory_slots = static_cast<int32_t>(flags.shm_slots);
   options.socket_buffer_bytes = flags.socket_buffer_bytes;
   options.communicator.direct_max_bytes = flags.direct_max_bytes;
   if (flags.spin_us >= 0) options.communicator.spin_wait = absl::Microseconds(flags.spin_us);
@@ -129,9 +136,13 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
     return 3;
   }
   Communicator& c = **comm;
-  const std::string label =
-      absl::StrCat(flags.protocol == ZmqProtocol::kTcp ? "tessel-tcp" : "tessel-ipc",
-                   flags.curve ? "-curve" : "");
+  // ipc with shared-memory payloads (the default) reads "tessel-shm"; "tessel-ipc" is ipc with
+  // ZeroMQ carrying every byte.
+  const bool shm = flags.protocol == ZmqProtocol::kIpc && flags.shared_memory && !flags.curve;
+  const std::string label = absl::StrCat(flags.protocol == ZmqProtocol::kTcp ? "tessel-tcp"
+                                         : shm                               ? "tessel-shm"
+                                                                             : "tessel-ipc",
+                                         flags.curve ? "-curve" : "");
   for (const char* op : {"all-reduce", "all-gather"}) {
     const bool reduce = std::strcmp(op, "all-reduce") == 0;
     for (int64_t size = flags.min_bytes; size <= flags.max_bytes; size *= flags.step) {
@@ -220,6 +231,11 @@ int Main(int argc, char** argv) {
                  "CommunicatorOptions::spin_wait in us (default: the transport's choice)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--curve", flags.curve, "ZmqOptions::curve (CURVE encryption)");
+  app.add_option("--shared_memory", flags.shared_memory,
+                 "ZmqOptions::shared_memory: payloads through shared-memory slots over ipc (1, "
+                 "the default; impl tessel-shm) or ZeroMQ carries every byte (0; tessel-ipc)");
+  app.add_option("--shm_slots", flags.shm_slots, "ZmqOptions::shared_memory_slots")
+      ->check(CLI::Range(1, 1024));
   app.add_flag("--memcpy_only", flags.memcpy_only, "only the memcpy rows");
   if (int code = benchmarks::ParseFlags(app, argc, argv); code >= 0) return code;
   flags.protocol = protocol == "tcp" ? ZmqProtocol::kTcp : ZmqProtocol::kIpc;

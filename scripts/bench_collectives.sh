@@ -9,10 +9,11 @@
 # Runs, one after the other (never concurrently), --repeat times (rounds, so that every
 # implementation sees the same mix of machine load), then reports the median of the rounds:
 #   1. build/benchmarks/collectives_bench --memcpy_only: memcpy between warm buffers, every size;
-#   2. collectives_bench --protocol=ipc and --protocol=tcp (Tessel, one process per rank), and
-#      zmq_floor_bench --protocol=ipc, asleep in recv and with --poll (Tessel's direct all-gather
-#      exchange with bare ZeroMQ sockets and no Tessel protocol: what the carrier alone costs,
-#      "zmq-raw" and "zmq-poll");
+#   2. collectives_bench (Tessel, one process per rank) over ipc with its default shared-memory
+#      payloads ("tessel-shm"), over ipc with ZeroMQ carrying every byte (--shared_memory=0,
+#      "tessel-ipc") and over loopback tcp ("tessel-tcp"); and zmq_floor_bench --protocol=ipc
+#      (Tessel's direct all-gather exchange on bare ZeroMQ sockets with no Tessel protocol: what
+#      the carrier alone costs, "zmq-raw"; --poll, "zmq-raw-poll-ipc", is not run here);
 #   3. for every rank count, build/benchmarks/mpi_collectives_bench under
 #      mpirun --mca pml ob1 --mca btl self,tcp    (OpenMPI over loopback TCP, "mpi-tcp")
 #      mpirun --mca pml ob1 --mca btl self,vader  (OpenMPI's default on-node shared-memory
@@ -26,10 +27,9 @@
 # a temporary file, path printed) and the table below joins them by (collective, ranks, bytes):
 # the median over the rounds of the bus bandwidth in GB/s of each implementation, and the ratios
 # of those medians
-#   ipc/mpi-tcp, tcp/mpi-tcp, ipc/mpi-shm, ipc/memcpy (busbw of Tessel-ipc over the warm memcpy
-#   bandwidth of a buffer of that size);
-#   ipc/raw (Tessel-ipc over bare ZeroMQ, all-gather only) and poll/mtcp (bare ZeroMQ, polling,
-#   over OpenMPI-tcp);
+#   shm/mtcp, ipc/mtcp, tcp/mtcp (each Tessel variant over OpenMPI-tcp), shm/mshm (over OpenMPI
+#   shared memory), shm/mcpy (busbw of tessel-shm over the warm memcpy bandwidth of a buffer of
+#   that size), ipc/raw (Tessel-ipc over bare ZeroMQ, all-gather only);
 # then a second table of the median CPU time per call of all ranks together. The header lines
 # give the load average and the hypervisor's steal (/proc/stat) of every round.
 # Requires: a build with collectives_bench and mpi_collectives_bench (scripts/setup.sh installs
@@ -98,11 +98,10 @@ else
     read -r total0 steal0 < <(cpu_times)
     echo "# round $round of $REPEAT, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
     "$TESSEL_BENCH" --memcpy_only "${SIZES[@]}" | collect
-    for protocol in ipc tcp; do
-      "$TESSEL_BENCH" --hosts="$HOSTS_CSV" --protocol="$protocol" "${SIZES[@]}" | collect
-    done
+    "$TESSEL_BENCH" --hosts="$HOSTS_CSV" --protocol=ipc "${SIZES[@]}" | collect
+    "$TESSEL_BENCH" --hosts="$HOSTS_CSV" --protocol=ipc --shared_memory=0 "${SIZES[@]}" | collect
+    "$TESSEL_BENCH" --hosts="$HOSTS_CSV" --protocol=tcp "${SIZES[@]}" | collect
     "$FLOOR_BENCH" --hosts="$HOSTS_CSV" --protocol=ipc "${SIZES[@]}" | collect
-    "$FLOOR_BENCH" --hosts="$HOSTS_CSV" --protocol=ipc --poll "${SIZES[@]}" | collect
     for n in $RANKS; do
       for mode in tcp shm; do
         btl="self,tcp"
@@ -133,30 +132,30 @@ awk '
   function ratio(a, b) { return (a == "" || b == "" || b == 0) ? "-" : sprintf("%.2f", a / b) }
   function val(x) { return x == "" ? "-" : x }
   END {
-    printf "%-11s %5s %10s | %10s %10s %10s %10s %10s %10s %10s | %7s %7s %7s %7s %7s %7s\n",
-           "collective", "ranks", "bytes", "tessel-ipc", "tessel-tcp", "zmq-raw", "zmq-poll",
-           "mpi-tcp", "mpi-shm", "memcpy", "ipc/mtcp", "tcp/mtcp", "ipc/mshm", "ipc/mcpy",
-           "ipc/raw", "poll/mtcp"
+    printf "%-11s %5s %10s | %10s %10s %10s %10s %10s %10s %10s | %8s %8s %8s %8s %8s %8s\n",
+           "collective", "ranks", "bytes", "tessel-shm", "tessel-ipc", "tessel-tcp", "zmq-raw",
+           "mpi-tcp", "mpi-shm", "memcpy", "shm/mtcp", "ipc/mtcp", "tcp/mtcp", "shm/mshm",
+           "shm/mcpy", "ipc/raw"
     for (i = 1; i <= n; ++i) {
       split(order[i], k, " ")
-      ipc = get("tessel-ipc", order[i]); tcp = get("tessel-tcp", order[i])
+      shm = get("tessel-shm", order[i]); ipc = get("tessel-ipc", order[i])
+      tcp = get("tessel-tcp", order[i])
       mt = get("mpi-tcp", order[i]); ms = get("mpi-shm", order[i])
       mc = get("memcpy", "memcpy 1 " k[3]); raw = get("zmq-raw-ipc", order[i])
-      poll = get("zmq-raw-poll-ipc", order[i])
-      printf "%-11s %5s %10s | %10s %10s %10s %10s %10s %10s %10s | %7s %7s %7s %7s %7s %7s\n",
-             k[1], k[2], k[3], val(ipc), val(tcp), val(raw), val(poll), val(mt), val(ms), val(mc),
-             ratio(ipc, mt), ratio(tcp, mt), ratio(ipc, ms), ratio(ipc, mc), ratio(ipc, raw),
-             ratio(poll, mt)
+      printf "%-11s %5s %10s | %10s %10s %10s %10s %10s %10s %10s | %8s %8s %8s %8s %8s %8s\n",
+             k[1], k[2], k[3], val(shm), val(ipc), val(tcp), val(raw), val(mt), val(ms), val(mc),
+             ratio(shm, mt), ratio(ipc, mt), ratio(tcp, mt), ratio(shm, ms), ratio(shm, mc),
+             ratio(ipc, raw)
     }
     # CPU time per call, all ranks together (rows written before the cpu_us column have none).
     printf "\nCPU time per call, all ranks together (us, median)\n"
-    printf "%-11s %5s %10s | %10s %10s %10s %10s | %7s\n", "collective", "ranks", "bytes",
-           "tessel-ipc", "tessel-tcp", "mpi-tcp", "mpi-shm", "ipc/mtcp"
+    printf "%-11s %5s %10s | %10s %10s %10s %10s | %8s %8s\n", "collective", "ranks", "bytes",
+           "tessel-shm", "tessel-ipc", "mpi-tcp", "mpi-shm", "shm/mtcp", "ipc/mtcp"
     for (i = 1; i <= n; ++i) {
       split(order[i], k, " ")
-      ipc = median(cpus["tessel-ipc", order[i]]); tcp = median(cpus["tessel-tcp", order[i]])
+      shm = median(cpus["tessel-shm", order[i]]); ipc = median(cpus["tessel-ipc", order[i]])
       mt = median(cpus["mpi-tcp", order[i]]); ms = median(cpus["mpi-shm", order[i]])
-      printf "%-11s %5s %10s | %10s %10s %10s %10s | %7s\n", k[1], k[2], k[3], val(ipc),
-             val(tcp), val(mt), val(ms), ratio(ipc, mt)
+      printf "%-11s %5s %10s | %10s %10s %10s %10s | %8s %8s\n", k[1], k[2], k[3], val(shm),
+             val(ipc), val(mt), val(ms), ratio(shm, mt), ratio(ipc, mt)
     }
   }' "$RAW"

@@ -7,6 +7,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "transport/collective_stats.h"
@@ -15,6 +18,7 @@
 #include "transport/internal/host_link.h"
 #include "transport/internal/mailbox.h"
 #include "transport/internal/reduce.h"
+#include "transport/internal/shared_memory.h"
 #include "transport/internal/wire.h"
 
 namespace tessel::transport::internal {
@@ -65,9 +69,10 @@ TEST(WireTest, OtherProtocolVersionIsRefused) {
   std::memcpy(bytes.data() + 4, &other, 2);
   absl::StatusOr<WireHeader> back = DecodeHeader(bytes.data(), bytes.size());
   EXPECT_EQ(back.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(back.status().message()),
-              HasSubstr("peer speaks tessel transport protocol version 2, this host speaks "
-                        "version 1"));
+  EXPECT_THAT(
+      std::string(back.status().message()),
+      HasSubstr(absl::StrCat("peer speaks tessel transport protocol version ", kProtocolVersion + 1,
+                             ", this host speaks version ", kProtocolVersion)));
 }
 
 TEST(WireTest, GarbageIsRejected) {
@@ -380,6 +385,72 @@ TEST(DeviceMapTest, ValidatesAndBuildsUniformMaps) {
   split.slice_of_device[1] = 1;
   EXPECT_THAT(std::string(split.Validate(4).message()), HasSubstr("host 0 has devices in slices"));
   EXPECT_NE(split.Fingerprint(), m.Fingerprint());
+}
+
+// A segment opened through its descriptor (here by the same process, through /proc/<pid>/fd)
+// is the same memory: what a sender writes and publishes, the receiver sees.
+TEST(ShmSegmentTest, OpenedSegmentSharesSlotsWithItsCreator) {
+  const ShmLayout layout{/*num_hosts=*/3, /*slots=*/2, /*slot_bytes=*/8192};
+  absl::StatusOr<std::shared_ptr<ShmSegment>> receiver = ShmSegment::Create(layout);
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  absl::StatusOr<std::shared_ptr<ShmSegment>> sender = ShmSegment::Open((*receiver)->descriptor());
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  EXPECT_EQ((*sender)->layout(), layout);
+
+  const int32_t slot = (*sender)->Claim(/*src=*/2);
+  ASSERT_GE(slot, 0);
+  EXPECT_FALSE((*receiver)->IsFull(2, slot));  // claimed, not yet published
+  std::vector<std::byte> bytes(8192);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 7 + 1);
+  std::memcpy((*sender)->slot_data(2, slot), bytes.data(), bytes.size());
+  (*sender)->Publish(2, slot);
+  ASSERT_TRUE((*receiver)->IsFull(2, slot));
+  EXPECT_EQ(std::memcmp((*receiver)->slot_data(2, slot), bytes.data(), bytes.size()), 0);
+  // Other sources' slots are separate memory.
+  EXPECT_NE((*receiver)->slot_data(1, slot), (*receiver)->slot_data(2, slot));
+  EXPECT_FALSE((*receiver)->IsFull(1, slot));
+
+  // Every slot busy: Claim says so instead of waiting; a consumed payload frees its slot.
+  const int32_t other = (*sender)->Claim(2);
+  ASSERT_GE(other, 0);
+  EXPECT_NE(other, slot);
+  EXPECT_EQ((*sender)->Claim(2), -1);
+  {
+    ShmPayload payload(*receiver, 2, slot, 100);
+    EXPECT_EQ(payload.size(), 100u);
+    EXPECT_EQ(payload.data()[99], bytes[99]);
+    EXPECT_EQ((*sender)->Claim(2), -1);
+  }
+  EXPECT_EQ((*sender)->Claim(2), slot);
+  EXPECT_GE((*sender)->Claim(1), 0);  // source 1's slots are untouched
+}
+
+TEST(ShmSegmentTest, BadLayoutsAndDescriptorsAreRefused) {
+  EXPECT_EQ(ShmSegment::Create({1, 0, 4096}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmSegment::Create({1, 1, 5000}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmSegment::Create({0, 1, 4096}).status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::shared_ptr<ShmSegment>> made = ShmSegment::Create({2, 1, 4096});
+  ASSERT_TRUE(made.ok()) << made.status();
+  const std::string good = (*made)->descriptor();
+  EXPECT_THAT(good, ::testing::StartsWith("shm1 "));
+
+  absl::StatusOr<std::shared_ptr<ShmSegment>> garbage = ShmSegment::Open("shm1 12 x");
+  EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(garbage.status().message()), HasSubstr("\"shm1 12 x\""));
+
+  // Same pid and fd, another nonce: not this segment.
+  std::vector<std::string> f = absl::StrSplit(good, ' ');
+  f[3] = f[3] == "0000000000000001" ? "0000000000000002" : "0000000000000001";
+  absl::StatusOr<std::shared_ptr<ShmSegment>> other_nonce = ShmSegment::Open(absl::StrJoin(f, " "));
+  EXPECT_EQ(other_nonce.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(other_nonce.status().message()), HasSubstr("is not the segment"));
+
+  // An fd that is not open in that process.
+  f = absl::StrSplit(good, ' ');
+  f[2] = "999999";
+  absl::StatusOr<std::shared_ptr<ShmSegment>> no_fd = ShmSegment::Open(absl::StrJoin(f, " "));
+  EXPECT_EQ(no_fd.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(no_fd.status().message()), HasSubstr("/fd/999999"));
 }
 
 }  // namespace

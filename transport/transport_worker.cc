@@ -4,11 +4,12 @@
 //   transport_worker --rank=0 --num_hosts=3 --coordinator=ipc:///tmp/x/coord
 //       --scenario=checks [--protocol=tcp] [--devices_per_host=2] [--hosts_per_slice=1]
 //       [--external_coordinator=1] [--token=T] [--ring=1] [--timeout_s=30] [--ipc_dir=D]
-//       [--curve=1]
+//       [--curve=1] [--shared_memory=0]
 //
 // Scenarios:
 //   checks        every collective, dtype, count and replica-group set (RunCollectiveChecks)
-//                 on every local device, a rendezvous, and bit-identical float sums
+//                 on every local device, a rendezvous, and bit-identical float sums; prints
+//                 "shared_memory_messages=N shared_memory_peers=N"
 //   loop          all-reduce 64 KiB forever; prints "ready" after the first one
 //   mismatch      host 0 calls all-reduce, the others all-gather
 //   hierarchical  one all-reduce of --count f32 over all devices; prints "dcn_bytes=N
@@ -183,6 +184,7 @@ int Main(int argc, char** argv) {
   if (flags.count("ipc_dir")) options.ipc_dir = flags.at("ipc_dir");
   options.external_coordinator = IntFlag(flags, "external_coordinator", 0) == 1;
   options.curve = IntFlag(flags, "curve", 0) == 1;
+  options.shared_memory = IntFlag(flags, "shared_memory", 1) == 1;
   if (flags.count("protocol") && flags.at("protocol") == "tcp") {
     options.protocol = ZmqProtocol::kTcp;
   }
@@ -195,6 +197,7 @@ int Main(int argc, char** argv) {
     options.communicator.direct_max_bytes = ring == 1 ? 0 : int64_t{1} << 30;
     options.communicator.pipeline_chunk_bytes = 4096;
     options.zero_copy_min_bytes = 1024;
+    options.shared_memory_min_bytes = 1024;
   }
   const std::string scenario = flags.count("scenario") ? flags.at("scenario") : "checks";
 
@@ -207,6 +210,11 @@ int Main(int argc, char** argv) {
   absl::Status status;
   if (scenario == "checks") {
     status = Checks(**comm);
+    // What went through shared memory, for the tests that check the path was taken.
+    std::printf("shared_memory_messages=%lld shared_memory_peers=%lld\n",
+                static_cast<long long>((*comm)->shared_memory_messages()),
+                static_cast<long long>((*comm)->shared_memory_peers()));
+    std::fflush(stdout);
   } else if (scenario == "loop") {
     status = Loop(**comm);
   } else if (scenario == "mismatch") {

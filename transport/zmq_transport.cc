@@ -2,9 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <utility>
@@ -21,6 +24,7 @@
 #include "transport/inproc_transport.h"
 #include "transport/internal/host_link.h"
 #include "transport/internal/host_state.h"
+#include "transport/internal/shared_memory.h"
 #include "transport/internal/wire.h"
 #include "transport/internal/zmq_bootstrap.h"
 #include "transport/internal/zmq_util.h"
@@ -66,6 +70,9 @@ void ApplyEnvironment(ZmqOptions* options) {
   if (const char* v = std::getenv("TESSEL_CURVE")) {
     if (std::string(v) == "1") options->curve = true;
   }
+  if (const char* v = std::getenv("TESSEL_SHARED_MEMORY")) {
+    if (std::string(v) == "0") options->shared_memory = false;
+  }
 }
 
 bool CurveAvailable() { return zmq_has("curve") != 0; }
@@ -91,6 +98,8 @@ class ZmqTransport::Impl : public internal::HostLink {
   const std::string& endpoint() const { return endpoint_; }
   int64_t refused() const { return refused_.load(); }
   const std::string& curve_public_key() const { return curve_public_; }
+  int64_t shared_memory_messages() const { return shm_messages_.load(); }
+  int64_t shared_memory_peers() const { return shm_peers_.load(); }
 
  private:
   struct Peer {
@@ -100,7 +109,30 @@ class ZmqTransport::Impl : public internal::HostLink {
     // Progress-thread state.
     absl::Time last_heard;
     absl::Time disconnected_at = absl::InfiniteFuture();
+    // The peer's incoming shared-memory segment, mapped when its hello arrived (progress
+    // thread); null until then, or when shared memory is off or could not be mapped.
+    std::shared_ptr<internal::ShmSegment> shm_owner;
+    std::atomic<internal::ShmSegment*> shm{nullptr};
   };
+
+  // Shared-memory payloads: ipc, no curve, more than one host, and asked for.
+  bool UsesSharedMemory() const {
+    return options_.shared_memory && options_.protocol == ZmqProtocol::kIpc && !options_.curve &&
+           options_.num_hosts > 1;
+  }
+  // Creates this host's incoming segment (a failure leaves shm_ null and says why on stderr:
+  // payloads then go through ZeroMQ).
+  void CreateSharedMemory();
+  // Maps peer `p`'s segment from the descriptor in its hello (progress thread).
+  void MapPeerSharedMemory(int64_t p, const std::string& descriptor);
+  // Puts the payload into a slot of the peer's segment and sends the header naming the slot.
+  // False (nothing sent) when the payload does not qualify or no slot is free.
+  bool TrySendThroughSharedMemory(int64_t dst_host, const WireHeader& header, const void* payload,
+                                  size_t bytes, absl::Time deadline, absl::Status* status);
+  // The send loop: header frame plus optional body, retried while the peer's connection is
+  // not up (ZMQ_IMMEDIATE), until `deadline`.
+  absl::Status SendFrames(int64_t dst_host, zmq::message_t& head, zmq::message_t* body,
+                          absl::Time deadline);
 
   absl::Status BindData();
   absl::Status ConnectPeers(const internal::EndpointTable& table);
@@ -144,6 +176,9 @@ class ZmqTransport::Impl : public internal::HostLink {
   bool outgoing_closed_ = false;                          // progress thread
   absl::Time failure_seen_ = absl::InfiniteFuture();      // progress thread
   absl::flat_hash_map<std::string, int64_t> identities_;  // progress thread: ROUTER id -> rank
+  std::shared_ptr<internal::ShmSegment> shm_;             // this host's incoming slots, or null
+  std::atomic<int64_t> shm_messages_{0};
+  std::atomic<int64_t> shm_peers_{0};
 
   absl::Mutex mu_;
   std::vector<bool> hello_ ABSL_GUARDED_BY(mu_);
@@ -284,7 +319,9 @@ absl::Status ZmqTransport::Impl::Start() {
   started_ = true;
   progress_ = std::thread([this] { ProgressLoop(); });
   // Hello on every outgoing connection: the receiver maps the connection to our rank.
-  const std::string hello_body = PackStrings({options_.job_token});
+  if (UsesSharedMemory()) CreateSharedMemory();
+  const std::string hello_body =
+      PackStrings({options_.job_token, shm_ != nullptr ? shm_->descriptor() : ""});
   for (int64_t p = 0; p < n; ++p) {
     if (p == rank_) continue;
     TESSEL_RETURN_IF_ERROR(
@@ -354,10 +391,78 @@ absl::Status ZmqTransport::Impl::SendControl(int64_t p, const WireHeader& header
   }
 }
 
+void ZmqTransport::Impl::CreateSharedMemory() {
+  // One slot holds one pipelined segment (1 MiB by default), capped at 64 MiB.
+  const int64_t chunk =
+      std::clamp<int64_t>(options_.communicator.pipeline_chunk_bytes, 4096, int64_t{64} << 20);
+  const internal::ShmLayout layout{options_.num_hosts, options_.shared_memory_slots,
+                                   (chunk + 4095) / 4096 * 4096};
+  absl::StatusOr<std::shared_ptr<internal::ShmSegment>> segment =
+      internal::ShmSegment::Create(layout);
+  if (!segment.ok()) {
+    std::fprintf(stderr,
+                 "tessel transport: host %lld: %s; payloads go through ZeroMQ sockets instead\n",
+                 static_cast<long long>(rank_), std::string(segment.status().message()).c_str());
+    return;
+  }
+  shm_ = *std::move(segment);
+}
+
+void ZmqTransport::Impl::MapPeerSharedMemory(int64_t p, const std::string& descriptor) {
+  Peer& peer = *peers_[p];
+  if (peer.shm_owner != nullptr) return;  // a repeated hello
+  absl::StatusOr<std::shared_ptr<internal::ShmSegment>> segment =
+      internal::ShmSegment::Open(descriptor);
+  if (!segment.ok() || (*segment)->layout().num_hosts != options_.num_hosts) {
+    const std::string why = segment.ok() ? "its segment is laid out for another host count"
+                                         : std::string(segment.status().message());
+    std::fprintf(stderr,
+                 "tessel transport: host %lld: cannot use host %lld's shared memory (%s); "
+                 "payloads to it go through ZeroMQ sockets instead\n",
+                 static_cast<long long>(rank_), static_cast<long long>(p), why.c_str());
+    return;
+  }
+  peer.shm_owner = *std::move(segment);
+  peer.shm.store(peer.shm_owner.get(), std::memory_order_release);
+  ++shm_peers_;
+}
+
+bool ZmqTransport::Impl::TrySendThroughSharedMemory(int64_t dst_host, const WireHeader& header,
+                                                    const void* payload, size_t bytes,
+                                                    absl::Time deadline, absl::Status* status) {
+  internal::ShmSegment* segment = peers_[dst_host]->shm.load(std::memory_order_acquire);
+  if (segment == nullptr || bytes == 0 ||
+      bytes < static_cast<size_t>(options_.shared_memory_min_bytes) ||
+      bytes > static_cast<size_t>(segment->layout().slot_bytes)) {
+    return false;
+  }
+  // Every slot busy: this payload goes through ZeroMQ, whose I/O threads then copy it while
+  // this thread goes on (waiting for a slot measured slower: docs/PERFORMANCE.md).
+  const int32_t slot = segment->Claim(rank_);
+  if (slot < 0) return false;
+  std::memcpy(segment->slot_data(rank_, slot), payload, bytes);
+  segment->Publish(rank_, slot);
+  WireHeader h = header;
+  h.type = MessageType::kDataShm;
+  zmq::message_t head = HeaderFrame(h);
+  const uint32_t index = static_cast<uint32_t>(slot);
+  zmq::message_t body(&index, sizeof(index));
+  *status = SendFrames(dst_host, head, &body, deadline);
+  if (status->ok()) {
+    ++shm_messages_;
+  } else {
+    segment->Free(rank_, slot);  // the header never left: the receiver cannot hold the slot
+  }
+  return true;
+}
+
 absl::Status ZmqTransport::Impl::Send(int64_t dst_host, const WireHeader& header,
                                       const void* payload, size_t bytes,
                                       internal::SendTracker* tracker, absl::Time deadline) {
-  Peer& peer = *peers_[dst_host];
+  absl::Status status;
+  if (TrySendThroughSharedMemory(dst_host, header, payload, bytes, deadline, &status)) {
+    return status;
+  }
   zmq::message_t head = HeaderFrame(header);
   zmq::message_t body;
   if (bytes > 0) {
@@ -368,6 +473,12 @@ absl::Status ZmqTransport::Impl::Send(int64_t dst_host, const WireHeader& header
       body.rebuild(payload, bytes);
     }
   }
+  return SendFrames(dst_host, head, bytes > 0 ? &body : nullptr, deadline);
+}
+
+absl::Status ZmqTransport::Impl::SendFrames(int64_t dst_host, zmq::message_t& head,
+                                            zmq::message_t* body, absl::Time deadline) {
+  Peer& peer = *peers_[dst_host];
   while (true) {
     TESSEL_RETURN_IF_ERROR(state_->mailbox().failure());
     {
@@ -377,11 +488,11 @@ absl::Status ZmqTransport::Impl::Send(int64_t dst_host, const WireHeader& header
         return absl::UnavailableError(absl::StrCat("connection to host ", dst_host, " is closed"));
       }
       try {
-        if (bytes == 0) {
+        if (body == nullptr) {
           if (peer.out->send(head, zmq::send_flags::dontwait)) return absl::OkStatus();
         } else if (peer.out->send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
           // The second frame of an accepted multipart message is never refused.
-          (void)peer.out->send(body, zmq::send_flags::none);
+          (void)peer.out->send(*body, zmq::send_flags::none);
           return absl::OkStatus();
         }
       } catch (const zmq::error_t& e) {
@@ -444,7 +555,7 @@ void ZmqTransport::Impl::HandleFrames(std::vector<zmq::message_t>& frames) {
     std::vector<std::string> fields;
     const int64_t peer = header->src_host;
     if (frames.size() != 3 || !internal::UnpackStrings(FrameText(frames[2]), &fields) ||
-        fields.size() != 1 || !internal::TokensEqual(fields[0], options_.job_token)) {
+        fields.size() != 2 || !internal::TokensEqual(fields[0], options_.job_token)) {
       Refuse(identity, absl::StrCat("refused by host ", rank_, ": job token mismatch"));
       return;
     }
@@ -454,6 +565,7 @@ void ZmqTransport::Impl::HandleFrames(std::vector<zmq::message_t>& frames) {
     }
     identities_[identity] = peer;
     peers_[peer]->last_heard = absl::Now();
+    if (!fields[1].empty() && UsesSharedMemory()) MapPeerSharedMemory(peer, fields[1]);
     absl::MutexLock lock(&mu_);
     hello_[peer] = true;
     return;
@@ -482,6 +594,36 @@ void ZmqTransport::Impl::HandleFrames(std::vector<zmq::message_t>& frames) {
       Message message;
       message.header = *header;
       if (size > 0) message.payload = std::make_unique<internal::ZmqPayload>(std::move(frames[2]));
+      state_->mailbox().Deliver(std::move(message));
+      return;
+    }
+    case MessageType::kDataShm: {
+      if (header->src_host != peer || header->channel == Channel::kControl) {
+        ++refused_;
+        return;
+      }
+      uint32_t slot = 0;
+      if (frames.size() == 3 && frames[2].size() == sizeof(slot)) {
+        std::memcpy(&slot, frames[2].data(), sizeof(slot));
+      }
+      if (shm_ == nullptr || frames.size() != 3 || frames[2].size() != sizeof(slot) ||
+          slot >= static_cast<uint32_t>(shm_->layout().slots) || header->payload_bytes == 0 ||
+          header->payload_bytes > static_cast<uint64_t>(shm_->layout().slot_bytes) ||
+          !shm_->IsFull(peer, static_cast<int32_t>(slot))) {
+        state_->mailbox().Fail(
+            absl::InternalError(
+                absl::StrCat("protocol error: host ", peer, " named shared-memory slot ", slot,
+                             " with ", header->payload_bytes, " bytes, which this host ",
+                             shm_ == nullptr ? "does not have (shared memory is off here)"
+                                             : "has not seen filled, or which is out of range")),
+            /*broadcast=*/true);
+        return;
+      }
+      Message message;
+      message.header = *header;
+      message.header.type = MessageType::kData;
+      message.payload = std::make_unique<internal::ShmPayload>(
+          shm_, peer, static_cast<int32_t>(slot), static_cast<size_t>(header->payload_bytes));
       state_->mailbox().Deliver(std::move(message));
       return;
     }
@@ -762,6 +904,10 @@ int64_t ZmqTransport::refused_connections() const { return impl_->refused(); }
 
 const std::string& ZmqTransport::curve_public_key() const { return impl_->curve_public_key(); }
 
+int64_t ZmqTransport::shared_memory_messages() const { return impl_->shared_memory_messages(); }
+
+int64_t ZmqTransport::shared_memory_peers() const { return impl_->shared_memory_peers(); }
+
 absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(ZmqOptions options) {
   ApplyEnvironment(&options);
   if (options.num_hosts < 1 || options.rank < 0 || options.rank >= options.num_hosts) {
@@ -786,6 +932,13 @@ absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(ZmqOptions op
     return absl::InvalidArgumentError(absl::StrCat("zmq transport: socket_buffer_bytes (",
                                                    options.socket_buffer_bytes,
                                                    ") must be in [0, 2^31)"));
+  }
+  if (options.shared_memory_slots < 1 || options.shared_memory_slots > 1024 ||
+      options.shared_memory_min_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("zmq transport: shared_memory_slots (", options.shared_memory_slots,
+                     ") must be in [1, 1024] and shared_memory_min_bytes (",
+                     options.shared_memory_min_bytes, ") >= 0"));
   }
   if (options.curve && !CurveAvailable()) {
     return absl::FailedPreconditionError(

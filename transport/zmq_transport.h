@@ -25,7 +25,10 @@
 // ZMQ_IMMEDIATE so nothing queues for a peer that is gone). A background progress thread reads
 // the ROUTER and hands messages to the devices' mailbox, sends heartbeats, and watches the
 // DEALERs' connection events. Payloads of at least zero_copy_min_bytes travel zero-copy (the
-// collective waits until ZeroMQ releases them); received payloads are used in place.
+// collective waits until ZeroMQ releases them); received payloads are used in place. Over ipc
+// (one machine), payloads go through shared-memory slots of the receiver by default and ZeroMQ
+// carries their headers (ZmqOptions::shared_memory; the descriptor of each host's segment
+// travels in its hello).
 //
 // Failure detection. A peer whose connection closes without a goodbye (process exited or was
 // killed) is declared lost after disconnect_grace; a peer silent for heartbeat_timeout (hung,
@@ -109,10 +112,26 @@ struct ZmqOptions {
   // Needs a libzmq built with CURVE (zmq_has("curve"); Debian's libzmq5 is, via libsodium);
   // otherwise Create fails with kFailedPrecondition. Environment: TESSEL_CURVE=1.
   bool curve = false;
+  // ipc only (one machine): a payload of at least shared_memory_min_bytes that fits a slot
+  // travels through a shared-memory slot of the receiving host instead of the socket, and the
+  // ZeroMQ message carries only its header and the slot's index (two copies per byte instead of
+  // four; docs/transport.md, "Shared memory on one machine"). Matching, ordering checks,
+  // statistics, heartbeats and failure detection are the same either way. Each host maps
+  // num_hosts * shared_memory_slots slots of pipeline_chunk_bytes (rounded up to 4 KiB): 32 MiB
+  // at 8 hosts with the defaults, touched only as used. When every slot for a peer is busy, or
+  // the peer's segment cannot be mapped (it is another user's process), payloads go through
+  // ZeroMQ as with this off. Never with tcp or curve: those are for links that leave the
+  // machine. Environment: TESSEL_SHARED_MEMORY=0 turns it off.
+  bool shared_memory = true;
+  // Slots per source host in each host's segment, in [1, 1024].
+  int32_t shared_memory_slots = 4;
+  // Smaller payloads are copied into the ZeroMQ message (>= 0).
+  int64_t shared_memory_min_bytes = 32 << 10;
 };
 
 // Fills empty coordinator_address / job_token from TESSEL_COORDINATOR / TESSEL_JOB_TOKEN, sets
-// external_coordinator when TESSEL_EXTERNAL_COORDINATOR=1 and curve when TESSEL_CURVE=1.
+// external_coordinator when TESSEL_EXTERNAL_COORDINATOR=1, curve when TESSEL_CURVE=1, and
+// clears shared_memory when TESSEL_SHARED_MEMORY=0.
 void ApplyEnvironment(ZmqOptions* options);
 
 // True when the linked libzmq supports CURVE (zmq_has("curve")).
@@ -141,6 +160,10 @@ class ZmqTransport : public Communicator {
   // the 32-byte Curve25519 key), as published in the endpoint table. Empty without curve and
   // in a single-host job (it has no connections).
   const std::string& curve_public_key() const;
+  // Payloads this host sent through shared-memory slots so far (0 without shared_memory).
+  int64_t shared_memory_messages() const;
+  // Peers whose shared-memory segment this host mapped at bootstrap (0 .. num_hosts - 1).
+  int64_t shared_memory_peers() const;
 
   class Impl;
 

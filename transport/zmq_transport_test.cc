@@ -142,8 +142,9 @@ class Job {
 
 // Starts `n` hosts over ipc (host 0 serves the bootstrap) or tcp (the test serves it on a
 // kernel-chosen loopback port) with `extra` flags; expects all to succeed.
+// `outs`, when given, receives each host's stdout.
 void RunJob(int n, bool tcp, const std::vector<std::string>& extra,
-            absl::Duration timeout = absl::Seconds(90)) {
+            absl::Duration timeout = absl::Seconds(90), std::vector<std::string>* outs = nullptr) {
   SCOPED_TRACE(absl::StrCat(n, " hosts over ", tcp ? "tcp" : "ipc"));
   Job job;
   std::unique_ptr<BootstrapCoordinator> coordinator;
@@ -165,23 +166,88 @@ void RunJob(int n, bool tcp, const std::vector<std::string>& extra,
   for (int r = 0; r < n; ++r) job.Spawn(r, flags);
   ASSERT_TRUE(job.WaitAll(timeout)) << "timed out\n" << job.Report();
   for (int r = 0; r < n; ++r) EXPECT_EQ(job.exit_code(r), 0) << job.Report();
+  if (outs != nullptr) {
+    outs->clear();
+    for (int r = 0; r < n; ++r) outs->push_back(job.out(r));
+  }
   if (coordinator != nullptr) {
     EXPECT_TRUE(coordinator->Wait().ok());
   }
 }
 
+// The "shared_memory_messages=N shared_memory_peers=N" line of a checks worker.
+std::pair<int64_t, int64_t> SharedMemoryUse(const std::string& out) {
+  int64_t messages = -1, peers = -1;
+  for (absl::string_view line : absl::StrSplit(out, '\n')) {
+    for (absl::string_view field : absl::StrSplit(line, ' ')) {
+      std::pair<std::string, std::string> kv = absl::StrSplit(field, '=');
+      if (kv.first == "shared_memory_messages") {
+        EXPECT_TRUE(absl::SimpleAtoi(kv.second, &messages)) << field;
+      }
+      if (kv.first == "shared_memory_peers") {
+        EXPECT_TRUE(absl::SimpleAtoi(kv.second, &peers)) << field;
+      }
+    }
+  }
+  return {messages, peers};
+}
+
+// Over ipc the payloads go through shared memory by default: every host maps every peer's
+// segment and sends through it.
 TEST(ZmqTransportTest, EveryCollectiveOverIpc) {
-  for (int n : {2, 3, 4, 8}) RunJob(n, /*tcp=*/false, {"--scenario=checks"});
+  for (int n : {2, 3, 4, 8}) {
+    std::vector<std::string> outs;
+    RunJob(n, /*tcp=*/false, {"--scenario=checks"}, absl::Seconds(90), &outs);
+    for (int r = 0; r < static_cast<int>(outs.size()); ++r) {
+      const auto [messages, peers] = SharedMemoryUse(outs[r]);
+      EXPECT_EQ(peers, n - 1) << "host " << r << " of " << n << ": " << outs[r];
+      EXPECT_GT(messages, 0) << "host " << r << " of " << n << ": " << outs[r];
+    }
+  }
+}
+
+// The same over ipc with ZeroMQ carrying every byte, and with a job where only some hosts turn
+// shared memory on (then nobody uses it: a host sends through a peer's slots only when that
+// peer published its segment).
+TEST(ZmqTransportTest, EveryCollectiveOverIpcWithoutSharedMemory) {
+  for (int n : {2, 4}) {
+    std::vector<std::string> outs;
+    RunJob(n, /*tcp=*/false, {"--scenario=checks", "--shared_memory=0"}, absl::Seconds(90), &outs);
+    for (const std::string& out : outs) {
+      EXPECT_EQ(SharedMemoryUse(out), std::make_pair(int64_t{0}, int64_t{0})) << out;
+    }
+  }
+  Job job;
+  for (int r = 0; r < 2; ++r) {
+    job.Spawn(r, {"--scenario=checks", "--num_hosts=2", "--token=t",
+                  r == 0 ? "--shared_memory=1" : "--shared_memory=0",
+                  absl::StrCat("--coordinator=", job.ipc_coordinator())});
+  }
+  ASSERT_TRUE(job.WaitAll(absl::Seconds(90))) << job.Report();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(job.exit_code(r), 0) << job.Report();
+    EXPECT_EQ(SharedMemoryUse(job.out(r)).first, 0) << job.Report();
+  }
 }
 
 TEST(ZmqTransportTest, EveryCollectiveOverLoopbackTcp) {
-  for (int n : {2, 3, 4, 8}) RunJob(n, /*tcp=*/true, {"--scenario=checks"});
+  for (int n : {2, 3, 4, 8}) {
+    std::vector<std::string> outs;
+    RunJob(n, /*tcp=*/true, {"--scenario=checks"}, absl::Seconds(90), &outs);
+    for (const std::string& out : outs) {
+      EXPECT_EQ(SharedMemoryUse(out), std::make_pair(int64_t{0}, int64_t{0})) << out;
+    }
+  }
 }
 
-// Ring paths for every size, 4 KiB pipelined segments, zero-copy from 1 KiB, two devices per
-// host (in-memory exchange between them).
+// Ring paths for every size, 4 KiB pipelined segments, zero-copy and shared memory from 1 KiB
+// (4 KiB slots, so most segments find their peer's 4 slots busy and go through ZeroMQ: both
+// paths in one call), two devices per host (in-memory exchange between them).
 TEST(ZmqTransportTest, RingPathZeroCopyAndSeveralDevicesPerHost) {
-  RunJob(2, /*tcp=*/false, {"--scenario=checks", "--ring=1", "--devices_per_host=2"});
+  std::vector<std::string> outs;
+  RunJob(2, /*tcp=*/false, {"--scenario=checks", "--ring=1", "--devices_per_host=2"},
+         absl::Seconds(90), &outs);
+  for (const std::string& out : outs) EXPECT_GT(SharedMemoryUse(out).first, 0) << out;
   RunJob(3, /*tcp=*/true, {"--scenario=checks", "--ring=1"});
 }
 
@@ -277,8 +343,9 @@ TEST(ZmqTransportTest, PeerOfAnotherProtocolVersionIsRefused) {
   ASSERT_TRUE(reply.ok());
   EXPECT_EQ(reply->type, internal::MessageType::kRefused);
   EXPECT_THAT(std::string(internal::FrameText(body)),
-              HasSubstr("peer speaks tessel transport protocol version 2, this host speaks "
-                        "version 1"));
+              HasSubstr(absl::StrCat("peer speaks tessel transport protocol version ",
+                                     internal::kProtocolVersion + 1, ", this host speaks version ",
+                                     internal::kProtocolVersion)));
   absl::Status served = (*coordinator)->Wait();
   EXPECT_EQ(served.code(), absl::StatusCode::kFailedPrecondition);
 }

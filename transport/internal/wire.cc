@@ -81,7 +81,7 @@ absl::StatusOr<WireHeader> DecodeHeader(const std::byte* data, size_t size) {
                                                    " bytes, expected ", kWireHeaderBytes));
   }
   const uint8_t type = Get<uint8_t>(data, 6);
-  if (type < 1 || type > 7) {
+  if (type < 1 || type > 8) {
     return absl::InvalidArgumentError(absl::StrCat("malformed message: unknown type ", type));
   }
   h.type = static_cast<MessageType>(type);

@@ -25,7 +25,7 @@
 namespace tessel::transport::internal {
 
 inline constexpr uint32_t kWireMagic = 0x4C455354;  // "TSEL" read as little-endian bytes
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;     // 2: kDataShm, shm descriptor in the hello
 inline constexpr size_t kWireHeaderBytes = 88;
 
 enum class MessageType : uint8_t {
@@ -36,6 +36,8 @@ enum class MessageType : uint8_t {
   kAbort = 5,      // the sender's job failed; payload = error text
   kRefused = 6,    // bootstrap/handshake refused; payload = reason
   kTable = 7,      // bootstrap: the endpoint table
+  kDataShm = 8,    // a kData whose payload is in a shared-memory slot of the receiver (same
+                   // machine); body = the slot index, 4 bytes little-endian
 };
 
 // Which matching space a kData message belongs to.

@@ -1,0 +1,110 @@
+// Shared-memory payload slots between the host processes of one machine (ipc jobs).
+//
+// Every host creates one segment (memfd_create: no /dev/shm space, no file left behind by a
+// crash) that holds its *incoming* slots: for every source host, `slots` slots of `slot_bytes`
+// bytes, each with a state word. A sender maps the receiver's segment through
+// /proc/<pid>/fd/<fd> (the descriptor travels in the hello; same user only), then for a payload:
+//
+//   int32_t slot = segment.Claim(my_rank);                        // kEmpty -> kWriting, or -1
+//   std::memcpy(segment.slot_data(my_rank, slot), payload, bytes);
+//   segment.Publish(my_rank, slot);                                // -> kFull (release)
+//   // ... the ZeroMQ header names the slot; the receiver checks IsFull (acquire), reads the
+//   // bytes in place and calls Free (-> kEmpty, release) when the message is consumed.
+//
+// A sender that finds every slot busy sends the payload through ZeroMQ instead, so a receiver
+// that holds slots (early messages of a later call) can never block a sender: no deadlock, and
+// the slots only bound how much travels this way at once.
+//
+// Two copies per byte (into the slot, out of it), as OpenMPI's vader and NCCL's SHM transport
+// do without CMA, against four for a ZeroMQ ipc message (sender -> kernel -> ZeroMQ frame ->
+// output). docs/transport.md, "Shared memory on one machine".
+#ifndef TESSEL_TRANSPORT_INTERNAL_SHARED_MEMORY_H_
+#define TESSEL_TRANSPORT_INTERNAL_SHARED_MEMORY_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "transport/internal/buffer_pool.h"
+
+namespace tessel::transport::internal {
+
+struct ShmLayout {
+  int64_t num_hosts = 0;   // source hosts with a region (every host of the job)
+  int32_t slots = 0;       // slots per source host, >= 1
+  int64_t slot_bytes = 0;  // bytes per slot, a multiple of 4096, >= 4096
+
+  bool operator==(const ShmLayout&) const = default;
+};
+
+// One host's incoming slots, mapped in this process: created by the receiving host (Create) or
+// opened by a sender (Open). Thread-safe: any thread may claim, publish or free slots.
+class ShmSegment {
+ public:
+  // Creates and maps a segment for `layout` (sizes checked; kInvalidArgument when a value is out
+  // of range, kResourceExhausted / kInternal when memfd_create, ftruncate or mmap fail, naming
+  // the call and errno's text).
+  [[nodiscard]] static absl::StatusOr<std::shared_ptr<ShmSegment>> Create(const ShmLayout& layout);
+  // Maps the segment another process created, from its Descriptor(). kInvalidArgument for a
+  // descriptor that does not parse; kUnavailable when /proc/<pid>/fd/<fd> cannot be opened or
+  // mapped (another machine, another user, the process is gone) or when the mapping's header
+  // does not carry the descriptor's nonce and layout (another process reused the pid).
+  [[nodiscard]] static absl::StatusOr<std::shared_ptr<ShmSegment>> Open(
+      const std::string& descriptor);
+
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  // "shm1 <pid> <fd> <nonce hex> <num_hosts> <slots> <slot_bytes>": what a peer needs to Open
+  // this segment.
+  const std::string& descriptor() const { return descriptor_; }
+  const ShmLayout& layout() const { return layout_; }
+
+  // Sender: claims a free slot of source host `src` (kEmpty -> kWriting), trying each slot once
+  // starting after the last claimed one; -1 when every slot is busy. src in [0, num_hosts).
+  int32_t Claim(int64_t src);
+  std::byte* slot_data(int64_t src, int32_t slot) const;
+  // Sender: the claimed slot now holds the payload (kWriting -> kFull, release).
+  void Publish(int64_t src, int32_t slot);
+  // Receiver: the slot holds a published payload (acquire: its bytes are visible).
+  bool IsFull(int64_t src, int32_t slot) const;
+  // Receiver (or a sender whose header never left): the slot is free again (release).
+  void Free(int64_t src, int32_t slot);
+
+ private:
+  ShmSegment(int fd, std::byte* base, size_t mapped_bytes, ShmLayout layout);
+  std::atomic<uint32_t>& state(int64_t src, int32_t slot) const;
+
+  int fd_;  // the memfd (creator only; -1 in a process that opened it)
+  std::byte* base_;
+  size_t mapped_bytes_;
+  ShmLayout layout_;
+  size_t data_offset_;
+  std::string descriptor_;
+  std::atomic<uint32_t> cursor_{0};
+};
+
+// A received payload that lives in a slot of this host's segment; frees the slot when
+// destroyed (the mapping stays alive while any payload refers to it).
+class ShmPayload : public Payload {
+ public:
+  ShmPayload(std::shared_ptr<ShmSegment> segment, int64_t src, int32_t slot, size_t size)
+      : segment_(std::move(segment)), src_(src), slot_(slot), size_(size) {}
+  ~ShmPayload() override { segment_->Free(src_, slot_); }
+  const std::byte* data() const override { return segment_->slot_data(src_, slot_); }
+  size_t size() const override { return size_; }
+
+ private:
+  std::shared_ptr<ShmSegment> segment_;
+  int64_t src_;
+  int32_t slot_;
+  size_t size_;
+};
+
+}  // namespace tessel::transport::internal
+
+#endif  // TESSEL_TRANSPORT_INTERNAL_SHARED_MEMORY_H_
