@@ -1,6 +1,7 @@
 // Unit tests of the transport's internal pieces: wire format, replica groups, reduction
 // kernels, buffer pool, mailbox matching and statistics.
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -241,6 +242,66 @@ TEST(MailboxTest, MatchesByKeyAndDetectsEarlyMismatch) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("collective mismatch at call #2"));
   EXPECT_FALSE(box.failure().ok());
+}
+
+// A payload whose bytes are still being written (a shared-memory slot whose header overtook
+// them): Take hands it out only once it is ready, and gives up on a failure or the deadline.
+class LatePayload : public Payload {
+ public:
+  explicit LatePayload(std::atomic<bool>* ready) : ready_(ready) {}
+  const std::byte* data() const override { return bytes_; }
+  size_t size() const override { return sizeof(bytes_); }
+  bool ready() const override { return ready_->load(); }
+
+ private:
+  std::atomic<bool>* ready_;
+  std::byte bytes_[8] = {};
+};
+
+TEST(MailboxTest, TakeWaitsUntilThePayloadIsReady) {
+  const MailKey key{Channel::kCollective, 0, 1, 0, 0, 0, 0};
+  CallSignature sig;
+  {
+    Mailbox box(0, {0});
+    std::atomic<bool> ready{false};
+    Message m = MakeMessage(1, 0, 0, sig);
+    m.payload = std::make_unique<LatePayload>(&ready);
+    box.Deliver(std::move(m));
+    std::thread writer([&] {
+      absl::SleepFor(absl::Milliseconds(30));
+      ready = true;
+    });
+    const absl::Time start = absl::Now();
+    absl::StatusOr<Message> got = box.Take(key, 1, start + absl::Seconds(30));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(ready.load());
+    EXPECT_GE(absl::Now() - start, absl::Milliseconds(25));
+    writer.join();
+  }
+  {
+    Mailbox box(0, {0});
+    std::atomic<bool> ready{false};
+    Message m = MakeMessage(1, 0, 0, sig);
+    m.payload = std::make_unique<LatePayload>(&ready);
+    box.Deliver(std::move(m));
+    EXPECT_EQ(box.Take(key, 1, absl::Now() + absl::Milliseconds(30)).status().code(),
+              absl::StatusCode::kDeadlineExceeded);
+  }
+  {
+    Mailbox box(0, {0});
+    std::atomic<bool> ready{false};
+    Message m = MakeMessage(1, 0, 0, sig);
+    m.payload = std::make_unique<LatePayload>(&ready);
+    box.Deliver(std::move(m));
+    std::thread failer([&] {
+      absl::SleepFor(absl::Milliseconds(30));
+      box.Fail(absl::UnavailableError("lost host 1"), false);
+    });
+    absl::StatusOr<Message> got = box.Take(key, 1, absl::Now() + absl::Seconds(30));
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(std::string(got.status().message()), HasSubstr("lost host 1"));
+    failer.join();
+  }
 }
 
 TEST(MailboxTest, WaitForADepartedHostFailsAtOnce) {

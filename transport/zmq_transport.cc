@@ -440,19 +440,21 @@ bool ZmqTransport::Impl::TrySendThroughSharedMemory(int64_t dst_host, const Wire
   // this thread goes on (waiting for a slot measured slower: docs/PERFORMANCE.md).
   const int32_t slot = segment->Claim(rank_);
   if (slot < 0) return false;
-  std::memcpy(segment->slot_data(rank_, slot), payload, bytes);
-  segment->Publish(rank_, slot);
+  // The header goes first and the bytes are copied while it travels (ZeroMQ's I/O thread sends
+  // it); the receiver waits for Publish before it reads them (Mailbox::Take, Payload::ready).
   WireHeader h = header;
   h.type = MessageType::kDataShm;
   zmq::message_t head = HeaderFrame(h);
   const uint32_t index = static_cast<uint32_t>(slot);
   zmq::message_t body(&index, sizeof(index));
   *status = SendFrames(dst_host, head, &body, deadline);
-  if (status->ok()) {
-    ++shm_messages_;
-  } else {
+  if (!status->ok()) {
     segment->Free(rank_, slot);  // the header never left: the receiver cannot hold the slot
+    return true;
   }
+  std::memcpy(segment->slot_data(rank_, slot), payload, bytes);
+  segment->Publish(rank_, slot);
+  ++shm_messages_;
   return true;
 }
 
@@ -609,13 +611,13 @@ void ZmqTransport::Impl::HandleFrames(std::vector<zmq::message_t>& frames) {
       if (shm_ == nullptr || frames.size() != 3 || frames[2].size() != sizeof(slot) ||
           slot >= static_cast<uint32_t>(shm_->layout().slots) || header->payload_bytes == 0 ||
           header->payload_bytes > static_cast<uint64_t>(shm_->layout().slot_bytes) ||
-          !shm_->IsFull(peer, static_cast<int32_t>(slot))) {
+          !shm_->IsClaimed(peer, static_cast<int32_t>(slot))) {
         state_->mailbox().Fail(
             absl::InternalError(
                 absl::StrCat("protocol error: host ", peer, " named shared-memory slot ", slot,
                              " with ", header->payload_bytes, " bytes, which this host ",
                              shm_ == nullptr ? "does not have (shared memory is off here)"
-                                             : "has not seen filled, or which is out of range")),
+                                             : "has not seen claimed, or which is out of range")),
             /*broadcast=*/true);
         return;
       }

@@ -25,6 +25,9 @@ class Payload {
   virtual ~Payload() = default;
   virtual const std::byte* data() const = 0;
   virtual size_t size() const = 0;
+  // False while the bytes are still being written by their sender (a shared-memory slot whose
+  // header overtook its bytes); Mailbox::Take returns a message only once this is true.
+  virtual bool ready() const { return true; }
 };
 
 class BufferPool;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessel::transport::internal {
 
@@ -166,6 +167,28 @@ std::optional<absl::StatusOr<Message>> Mailbox::TryTakeLocked(const MailKey& key
 }
 
 absl::StatusOr<Message> Mailbox::Take(const MailKey& key, int64_t src_host, absl::Time deadline) {
+  absl::StatusOr<Message> message = TakeArrived(key, src_host, deadline);
+  if (!message.ok() || message->payload == nullptr || message->payload->ready()) return message;
+  // A shared-memory payload whose header overtook its bytes: the sender is copying them now
+  // (a slot's worth takes tens of microseconds). Poll, yielding the core, until they are
+  // there, the job fails (a sender that dies mid-copy is found by failure detection) or the
+  // deadline passes.
+  for (int64_t i = 1; !message->payload->ready(); ++i) {
+    sched_yield();
+    if (i % 64 == 0) {
+      TESSEL_RETURN_IF_ERROR(failure());
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("timed out waiting for the bytes of a shared-memory payload from host ",
+                         src_host, " (the sender claimed the slot and never filled it)"));
+      }
+    }
+  }
+  return message;
+}
+
+absl::StatusOr<Message> Mailbox::TakeArrived(const MailKey& key, int64_t src_host,
+                                             absl::Time deadline) {
   Slot* slot = SlotFor(key);
   // Spin phase: re-check whenever the slot's event count moves, yield the core in between, so
   // that a message arriving soon is taken without the sleep/wake-up round trip (23-46 us here,

@@ -88,7 +88,8 @@ class Mailbox {
   // arrives: first polling for up to spin_wait (yielding the core between checks, no lock
   // held), then asleep on the slot's condition variable. Errors: the job's failure (any code, see
   // Fail); kUnavailable if `src_host` left the job (MarkDeparted) without sending it;
-  // kDeadlineExceeded at `deadline`.
+  // kDeadlineExceeded at `deadline`. A message whose payload is not ready() yet (its sender
+  // is still copying it into shared memory) is returned once it is, polling.
   [[nodiscard]] absl::StatusOr<Message> Take(const MailKey& key, int64_t src_host,
                                              absl::Time deadline);
 
@@ -132,6 +133,8 @@ class Mailbox {
   void WakeAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Take's answer if it is already known: the message, the failure or the departure error;
   // nullopt while the message may still come.
+  // Take without waiting for the payload to be ready().
+  absl::StatusOr<Message> TakeArrived(const MailKey& key, int64_t src_host, absl::Time deadline);
   std::optional<absl::StatusOr<Message>> TryTakeLocked(const MailKey& key, int64_t src_host)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -213,6 +213,10 @@ bool ShmSegment::IsFull(int64_t src, int32_t slot) const {
   return state(src, slot).load(std::memory_order_acquire) == kFull;
 }
 
+bool ShmSegment::IsClaimed(int64_t src, int32_t slot) const {
+  return state(src, slot).load(std::memory_order_relaxed) != kEmpty;
+}
+
 void ShmSegment::Free(int64_t src, int32_t slot) {
   state(src, slot).store(kEmpty, std::memory_order_release);
 }

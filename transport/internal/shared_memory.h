@@ -6,10 +6,11 @@
 // /proc/<pid>/fd/<fd> (the descriptor travels in the hello; same user only), then for a payload:
 //
 //   int32_t slot = segment.Claim(my_rank);                        // kEmpty -> kWriting, or -1
+//   // ... send the ZeroMQ header naming the slot, then, while it travels:
 //   std::memcpy(segment.slot_data(my_rank, slot), payload, bytes);
 //   segment.Publish(my_rank, slot);                                // -> kFull (release)
-//   // ... the ZeroMQ header names the slot; the receiver checks IsFull (acquire), reads the
-//   // bytes in place and calls Free (-> kEmpty, release) when the message is consumed.
+//   // The receiver waits until IsFull (acquire), reads the bytes in place and calls Free
+//   // (-> kEmpty, release) when the message is consumed.
 //
 // A sender that finds every slot busy sends the payload through ZeroMQ instead, so a receiver
 // that holds slots (early messages of a later call) can never block a sender: no deadlock, and
@@ -72,6 +73,8 @@ class ShmSegment {
   void Publish(int64_t src, int32_t slot);
   // Receiver: the slot holds a published payload (acquire: its bytes are visible).
   bool IsFull(int64_t src, int32_t slot) const;
+  // Receiver: a sender has claimed the slot (being written or full).
+  bool IsClaimed(int64_t src, int32_t slot) const;
   // Receiver (or a sender whose header never left): the slot is free again (release).
   void Free(int64_t src, int32_t slot);
 
@@ -97,6 +100,9 @@ class ShmPayload : public Payload {
   ~ShmPayload() override { segment_->Free(src_, slot_); }
   const std::byte* data() const override { return segment_->slot_data(src_, slot_); }
   size_t size() const override { return size_; }
+  // The sender sends the header first and copies while it travels; the bytes are there once
+  // it published the slot.
+  bool ready() const override { return segment_->IsFull(src_, slot_); }
 
  private:
   std::shared_ptr<ShmSegment> segment_;
