@@ -9,7 +9,8 @@
 // Scenarios:
 //   checks        every collective, dtype, count and replica-group set (RunCollectiveChecks)
 //                 on every local device, a rendezvous, and bit-identical float sums; prints
-//                 "shared_memory_messages=N shared_memory_peers=N"
+//                 "shared_memory_messages=N shared_memory_queued_headers=N
+//                 shared_memory_peers=N"
 //   loop          all-reduce 64 KiB forever; prints "ready" after the first one
 //   mismatch      host 0 calls all-reduce, the others all-gather
 //   hierarchical  one all-reduce of --count f32 over all devices; prints "dcn_bytes=N
@@ -211,9 +212,12 @@ int Main(int argc, char** argv) {
   if (scenario == "checks") {
     status = Checks(**comm);
     // What went through shared memory, for the tests that check the path was taken.
-    std::printf("shared_memory_messages=%lld shared_memory_peers=%lld\n",
-                static_cast<long long>((*comm)->shared_memory_messages()),
-                static_cast<long long>((*comm)->shared_memory_peers()));
+    std::printf(
+        "shared_memory_messages=%lld shared_memory_queued_headers=%lld "
+        "shared_memory_peers=%lld\n",
+        static_cast<long long>((*comm)->shared_memory_messages()),
+        static_cast<long long>((*comm)->shared_memory_queued_headers()),
+        static_cast<long long>((*comm)->shared_memory_peers()));
     std::fflush(stdout);
   } else if (scenario == "loop") {
     status = Loop(**comm);

@@ -1,5 +1,7 @@
 #include "transport/zmq_transport.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -99,6 +101,7 @@ class ZmqTransport::Impl : public internal::HostLink {
   int64_t refused() const { return refused_.load(); }
   const std::string& curve_public_key() const { return curve_public_; }
   int64_t shared_memory_messages() const { return shm_messages_.load(); }
+  int64_t shared_memory_queued_headers() const { return shm_queued_.load(); }
   int64_t shared_memory_peers() const { return shm_peers_.load(); }
 
  private:
@@ -113,6 +116,10 @@ class ZmqTransport::Impl : public internal::HostLink {
     // thread); null until then, or when shared memory is off or could not be mapped.
     std::shared_ptr<internal::ShmSegment> shm_owner;
     std::atomic<internal::ShmSegment*> shm{nullptr};
+    // A datagram socket connected to the peer's wake-up socket (set before `shm` is published),
+    // or -1: then shared-memory headers go through ZeroMQ.
+    int wake_fd = -1;
+    absl::Mutex queue_mu;  // serializes this host's pushes into the peer's header queue
   };
 
   // Shared-memory payloads: ipc, no curve, more than one host, and asked for.
@@ -123,8 +130,15 @@ class ZmqTransport::Impl : public internal::HostLink {
   // Creates this host's incoming segment (a failure leaves shm_ null and says why on stderr:
   // payloads then go through ZeroMQ).
   void CreateSharedMemory();
-  // Maps peer `p`'s segment from the descriptor in its hello (progress thread).
-  void MapPeerSharedMemory(int64_t p, const std::string& descriptor);
+  // Maps peer `p`'s segment from the descriptor in its hello and connects to its wake-up socket
+  // (progress thread).
+  void MapPeerSharedMemory(int64_t p, const std::string& descriptor, const std::string& wake_path);
+  // Hands the payload in slot `slot` of peer `peer`'s region to the mailbox, after checking
+  // that the header is a data header from that peer and the slot was claimed (else a protocol
+  // error fails the job).
+  void DeliverShm(int64_t peer, const WireHeader& header, uint32_t slot);
+  // Delivers every header waiting in this host's shared-memory queues (progress thread).
+  void DrainShmQueues();
   // Puts the payload into a slot of the peer's segment and sends the header naming the slot.
   // False (nothing sent) when the payload does not qualify or no slot is free.
   bool TrySendThroughSharedMemory(int64_t dst_host, const WireHeader& header, const void* payload,
@@ -177,7 +191,12 @@ class ZmqTransport::Impl : public internal::HostLink {
   absl::Time failure_seen_ = absl::InfiniteFuture();      // progress thread
   absl::flat_hash_map<std::string, int64_t> identities_;  // progress thread: ROUTER id -> rank
   std::shared_ptr<internal::ShmSegment> shm_;             // this host's incoming slots, or null
+  // The datagram socket a peer pokes after queueing a header (progress thread polls it), its
+  // file, or -1 / empty.
+  int wake_fd_ = -1;
+  std::string wake_path_;
   std::atomic<int64_t> shm_messages_{0};
+  std::atomic<int64_t> shm_queued_{0};
   std::atomic<int64_t> shm_peers_{0};
 
   absl::Mutex mu_;
@@ -316,12 +335,13 @@ absl::Status ZmqTransport::Impl::Start() {
     }
   }
   TESSEL_RETURN_IF_ERROR(ConnectPeers(table));
+  // Before the progress thread starts: it polls the wake-up socket and reads shm_.
+  if (UsesSharedMemory()) CreateSharedMemory();
   started_ = true;
   progress_ = std::thread([this] { ProgressLoop(); });
   // Hello on every outgoing connection: the receiver maps the connection to our rank.
-  if (UsesSharedMemory()) CreateSharedMemory();
   const std::string hello_body =
-      PackStrings({options_.job_token, shm_ != nullptr ? shm_->descriptor() : ""});
+      PackStrings({options_.job_token, shm_ != nullptr ? shm_->descriptor() : "", wake_path_});
   for (int64_t p = 0; p < n; ++p) {
     if (p == rank_) continue;
     TESSEL_RETURN_IF_ERROR(
@@ -406,9 +426,25 @@ void ZmqTransport::Impl::CreateSharedMemory() {
     return;
   }
   shm_ = *std::move(segment);
+  // The wake-up socket: a Unix datagram socket beside the data socket. Without it (path too
+  // long, socket error) headers go through ZeroMQ.
+  const std::string path = ipc_path_ + "w";
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(address.sun_path)) return;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    ::close(fd);
+    return;
+  }
+  wake_fd_ = fd;
+  wake_path_ = path;
 }
 
-void ZmqTransport::Impl::MapPeerSharedMemory(int64_t p, const std::string& descriptor) {
+void ZmqTransport::Impl::MapPeerSharedMemory(int64_t p, const std::string& descriptor,
+                                             const std::string& wake_path) {
   Peer& peer = *peers_[p];
   if (peer.shm_owner != nullptr) return;  // a repeated hello
   absl::StatusOr<std::shared_ptr<internal::ShmSegment>> segment =
@@ -423,8 +459,70 @@ void ZmqTransport::Impl::MapPeerSharedMemory(int64_t p, const std::string& descr
     return;
   }
   peer.shm_owner = *std::move(segment);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (!wake_path.empty() && wake_path.size() < sizeof(address.sun_path)) {
+    std::memcpy(address.sun_path, wake_path.c_str(), wake_path.size() + 1);
+    const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd >= 0 &&
+        ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0) {
+      peer.wake_fd = fd;
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
+  }
   peer.shm.store(peer.shm_owner.get(), std::memory_order_release);
   ++shm_peers_;
+}
+
+void ZmqTransport::Impl::DeliverShm(int64_t peer, const WireHeader& header, uint32_t slot) {
+  if (header.src_host != peer || header.channel == Channel::kControl) {
+    ++refused_;
+    return;
+  }
+  if (shm_ == nullptr || slot >= static_cast<uint32_t>(shm_->layout().slots) ||
+      header.payload_bytes == 0 ||
+      header.payload_bytes > static_cast<uint64_t>(shm_->layout().slot_bytes) ||
+      !shm_->IsClaimed(peer, static_cast<int32_t>(slot))) {
+    state_->mailbox().Fail(absl::InternalError(absl::StrCat(
+                               "protocol error: host ", peer, " named shared-memory slot ", slot,
+                               " with ", header.payload_bytes, " bytes, which this host ",
+                               shm_ == nullptr ? "does not have (shared memory is off here)"
+                                               : "has not seen claimed, or which is out of range")),
+                           /*broadcast=*/true);
+    return;
+  }
+  Message message;
+  message.header = header;
+  message.header.type = MessageType::kData;
+  message.payload = std::make_unique<internal::ShmPayload>(
+      shm_, peer, static_cast<int32_t>(slot), static_cast<size_t>(header.payload_bytes));
+  state_->mailbox().Deliver(std::move(message));
+}
+
+void ZmqTransport::Impl::DrainShmQueues() {
+  if (shm_ == nullptr) return;
+  std::byte entry[internal::kShmQueueEntryBytes];
+  for (int64_t p = 0; p < options_.num_hosts; ++p) {
+    if (p == rank_) continue;
+    bool any = false;
+    while (shm_->PopHeader(p, entry)) {
+      any = true;
+      absl::StatusOr<WireHeader> header = DecodeHeader(entry, internal::kWireHeaderBytes);
+      if (!header.ok() || header->type != MessageType::kDataShm) {
+        state_->mailbox().Fail(
+            absl::InternalError(absl::StrCat(
+                "protocol error: host ", p, " queued a malformed shared-memory header: ",
+                header.ok() ? "not type 8" : header.status().message())),
+            /*broadcast=*/true);
+        return;
+      }
+      uint32_t slot = 0;
+      std::memcpy(&slot, entry + internal::kWireHeaderBytes, sizeof(slot));
+      DeliverShm(p, *header, slot);
+    }
+    if (any) peers_[p]->last_heard = absl::Now();
+  }
 }
 
 bool ZmqTransport::Impl::TrySendThroughSharedMemory(int64_t dst_host, const WireHeader& header,
@@ -440,17 +538,39 @@ bool ZmqTransport::Impl::TrySendThroughSharedMemory(int64_t dst_host, const Wire
   // this thread goes on (waiting for a slot measured slower: docs/PERFORMANCE.md).
   const int32_t slot = segment->Claim(rank_);
   if (slot < 0) return false;
-  // The header goes first and the bytes are copied while it travels (ZeroMQ's I/O thread sends
-  // it); the receiver waits for Publish before it reads them (Mailbox::Take, Payload::ready).
+  // The header goes first and the bytes are copied while it travels; the receiver waits for
+  // Publish before it reads them (Mailbox::Take, Payload::ready). The header goes into the
+  // peer's queue in the segment, with a wake-up datagram for its progress thread; when the
+  // queue is full (or the peer has no wake-up socket), through ZeroMQ.
   WireHeader h = header;
   h.type = MessageType::kDataShm;
-  zmq::message_t head = HeaderFrame(h);
   const uint32_t index = static_cast<uint32_t>(slot);
-  zmq::message_t body(&index, sizeof(index));
-  *status = SendFrames(dst_host, head, &body, deadline);
-  if (!status->ok()) {
-    segment->Free(rank_, slot);  // the header never left: the receiver cannot hold the slot
-    return true;
+  Peer& peer = *peers_[dst_host];
+  bool queued = false;
+  if (peer.wake_fd >= 0) {
+    std::byte entry[internal::kShmQueueEntryBytes] = {};
+    internal::EncodeHeader(h, entry);
+    std::memcpy(entry + internal::kWireHeaderBytes, &index, sizeof(index));
+    {
+      absl::MutexLock lock(&peer.queue_mu);
+      queued = segment->PushHeader(rank_, entry);
+    }
+    if (queued) {
+      ++shm_queued_;
+      // EAGAIN (wake-ups already pending) and a gone peer (ECONNREFUSED) are fine: failure
+      // detection handles the latter.
+      const char byte = 1;
+      (void)::send(peer.wake_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+  }
+  if (!queued) {
+    zmq::message_t head = HeaderFrame(h);
+    zmq::message_t body(&index, sizeof(index));
+    *status = SendFrames(dst_host, head, &body, deadline);
+    if (!status->ok()) {
+      segment->Free(rank_, slot);  // the header never left: the receiver cannot hold the slot
+      return true;
+    }
   }
   std::memcpy(segment->slot_data(rank_, slot), payload, bytes);
   segment->Publish(rank_, slot);
@@ -557,7 +677,7 @@ void ZmqTransport::Impl::HandleFrames(std::vector<zmq::message_t>& frames) {
     std::vector<std::string> fields;
     const int64_t peer = header->src_host;
     if (frames.size() != 3 || !internal::UnpackStrings(FrameText(frames[2]), &fields) ||
-        fields.size() != 2 || !internal::TokensEqual(fields[0], options_.job_token)) {
+        fields.size() != 3 || !internal::TokensEqual(fields[0], options_.job_token)) {
       Refuse(identity, absl::StrCat("refused by host ", rank_, ": job token mismatch"));
       return;
     }
@@ -567,7 +687,9 @@ void ZmqTransport::Impl::HandleFrames(std::vector<zmq::message_t>& frames) {
     }
     identities_[identity] = peer;
     peers_[peer]->last_heard = absl::Now();
-    if (!fields[1].empty() && UsesSharedMemory()) MapPeerSharedMemory(peer, fields[1]);
+    if (!fields[1].empty() && UsesSharedMemory()) {
+      MapPeerSharedMemory(peer, fields[1], fields[2]);
+    }
     absl::MutexLock lock(&mu_);
     hello_[peer] = true;
     return;
@@ -600,33 +722,11 @@ void ZmqTransport::Impl::HandleFrames(std::vector<zmq::message_t>& frames) {
       return;
     }
     case MessageType::kDataShm: {
-      if (header->src_host != peer || header->channel == Channel::kControl) {
-        ++refused_;
-        return;
-      }
-      uint32_t slot = 0;
+      uint32_t slot = UINT32_MAX;
       if (frames.size() == 3 && frames[2].size() == sizeof(slot)) {
         std::memcpy(&slot, frames[2].data(), sizeof(slot));
       }
-      if (shm_ == nullptr || frames.size() != 3 || frames[2].size() != sizeof(slot) ||
-          slot >= static_cast<uint32_t>(shm_->layout().slots) || header->payload_bytes == 0 ||
-          header->payload_bytes > static_cast<uint64_t>(shm_->layout().slot_bytes) ||
-          !shm_->IsClaimed(peer, static_cast<int32_t>(slot))) {
-        state_->mailbox().Fail(
-            absl::InternalError(
-                absl::StrCat("protocol error: host ", peer, " named shared-memory slot ", slot,
-                             " with ", header->payload_bytes, " bytes, which this host ",
-                             shm_ == nullptr ? "does not have (shared memory is off here)"
-                                             : "has not seen claimed, or which is out of range")),
-            /*broadcast=*/true);
-        return;
-      }
-      Message message;
-      message.header = *header;
-      message.header.type = MessageType::kData;
-      message.payload = std::make_unique<internal::ShmPayload>(
-          shm_, peer, static_cast<int32_t>(slot), static_cast<size_t>(header->payload_bytes));
-      state_->mailbox().Deliver(std::move(message));
+      DeliverShm(peer, *header, slot);
       return;
     }
     case MessageType::kBye: {
@@ -634,6 +734,9 @@ void ZmqTransport::Impl::HandleFrames(std::vector<zmq::message_t>& frames) {
         absl::MutexLock lock(&mu_);
         bye_[peer] = true;
       }
+      // Its last headers may wait in the shared-memory queue: they were pushed before it said
+      // goodbye, so they go to the mailbox before the departure.
+      DrainShmQueues();
       state_->mailbox().MarkDeparted(peer);
       return;
     }
@@ -788,6 +891,10 @@ void ZmqTransport::Impl::ProgressLoop() {
     items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
     item_peer.push_back(-1);
   }
+  if (wake_fd_ >= 0) {
+    items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
+    item_peer.push_back(-2);
+  }
   const auto poll_timeout = std::chrono::milliseconds(
       std::clamp<int64_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval) / 2, 1, 50));
   absl::Time next_heartbeat = absl::Now();
@@ -799,10 +906,17 @@ void ZmqTransport::Impl::ProgressLoop() {
         if (!(items[i].revents & ZMQ_POLLIN)) continue;
         if (item_peer[i] >= 0) {
           ReadMonitor(item_peer[i]);
-        } else {
+        } else if (item_peer[i] == -1) {
           AnswerZap();
+        } else {
+          char bytes[256];
+          while (::recv(wake_fd_, bytes, sizeof(bytes), MSG_DONTWAIT) > 0) {
+          }
         }
       }
+      // Queued shared-memory headers (after the wake-up datagrams were read, so a header
+      // queued later comes with a datagram that wakes the next poll).
+      DrainShmQueues();
     } catch (const zmq::error_t& e) {
       state_->mailbox().Fail(internal::ZmqStatus(e, absl::StrCat("host ", rank_, " receiving")),
                              /*broadcast=*/true);
@@ -870,6 +984,13 @@ void ZmqTransport::Impl::Shutdown() {
   context_.close();
   // The ipc endpoint is a file: remove it so finished jobs leave nothing in the directory.
   if (!ipc_path_.empty()) ::unlink(ipc_path_.c_str());
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  wake_fd_ = -1;
+  if (!wake_path_.empty()) ::unlink(wake_path_.c_str());
+  for (auto& peer : peers_) {
+    if (peer != nullptr && peer->wake_fd >= 0) ::close(peer->wake_fd);
+    if (peer != nullptr) peer->wake_fd = -1;
+  }
 }
 
 namespace {
@@ -909,6 +1030,10 @@ const std::string& ZmqTransport::curve_public_key() const { return impl_->curve_
 int64_t ZmqTransport::shared_memory_messages() const { return impl_->shared_memory_messages(); }
 
 int64_t ZmqTransport::shared_memory_peers() const { return impl_->shared_memory_peers(); }
+
+int64_t ZmqTransport::shared_memory_queued_headers() const {
+  return impl_->shared_memory_queued_headers();
+}
 
 absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(ZmqOptions options) {
   ApplyEnvironment(&options);

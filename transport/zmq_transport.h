@@ -26,9 +26,10 @@
 // the ROUTER and hands messages to the devices' mailbox, sends heartbeats, and watches the
 // DEALERs' connection events. Payloads of at least zero_copy_min_bytes travel zero-copy (the
 // collective waits until ZeroMQ releases them); received payloads are used in place. Over ipc
-// (one machine), payloads go through shared-memory slots of the receiver by default and ZeroMQ
-// carries their headers (ZmqOptions::shared_memory; the descriptor of each host's segment
-// travels in its hello).
+// (one machine), payloads go through shared-memory slots of the receiver by default, their
+// headers through a queue in the same segment with a wake-up datagram, and ZeroMQ carries the
+// control messages and whatever does not fit (ZmqOptions::shared_memory; the descriptor of each
+// host's segment travels in its hello).
 //
 // Failure detection. A peer whose connection closes without a goodbye (process exited or was
 // killed) is declared lost after disconnect_grace; a peer silent for heartbeat_timeout (hung,
@@ -113,15 +114,17 @@ struct ZmqOptions {
   // otherwise Create fails with kFailedPrecondition. Environment: TESSEL_CURVE=1.
   bool curve = false;
   // ipc only (one machine): a payload of at least shared_memory_min_bytes that fits a slot
-  // travels through a shared-memory slot of the receiving host instead of the socket, and the
-  // ZeroMQ message carries only its header and the slot's index (two copies per byte instead of
-  // four; docs/transport.md, "Shared memory on one machine"). Matching, ordering checks,
+  // travels through a shared-memory slot of the receiving host instead of the socket, and its
+  // header through a queue in the same segment, announced by a datagram on a Unix socket
+  // beside the data socket (two copies per byte instead of four, one wake-up instead of three;
+  // docs/transport.md, "Shared memory on one machine"). Matching, ordering checks,
   // statistics, heartbeats and failure detection are the same either way. Each host maps
   // num_hosts * shared_memory_slots slots of pipeline_chunk_bytes (rounded up to 4 KiB): 32 MiB
   // at 8 hosts with the defaults, touched only as used. When every slot for a peer is busy, or
   // the peer's segment cannot be mapped (it is another user's process), payloads go through
-  // ZeroMQ as with this off. Never with tcp or curve: those are for links that leave the
-  // machine. Environment: TESSEL_SHARED_MEMORY=0 turns it off.
+  // ZeroMQ as with this off; when its header queue is full, the header does. Never with tcp or
+  // curve: those are for links that leave the machine. Environment: TESSEL_SHARED_MEMORY=0 turns it
+  // off.
   bool shared_memory = true;
   // Slots per source host in each host's segment, in [1, 1024].
   int32_t shared_memory_slots = 4;
@@ -162,6 +165,9 @@ class ZmqTransport : public Communicator {
   const std::string& curve_public_key() const;
   // Payloads this host sent through shared-memory slots so far (0 without shared_memory).
   int64_t shared_memory_messages() const;
+  // Of those, the ones whose header went through the peer's shared-memory queue (the rest
+  // went through ZeroMQ: queue full, or no wake-up socket).
+  int64_t shared_memory_queued_headers() const;
   // Peers whose shared-memory segment this host mapped at bootstrap (0 .. num_hosts - 1).
   int64_t shared_memory_peers() const;
 

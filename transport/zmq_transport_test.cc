@@ -175,21 +175,38 @@ void RunJob(int n, bool tcp, const std::vector<std::string>& extra,
   }
 }
 
-// The "shared_memory_messages=N shared_memory_peers=N" line of a checks worker.
-std::pair<int64_t, int64_t> SharedMemoryUse(const std::string& out) {
-  int64_t messages = -1, peers = -1;
+struct ShmUse {
+  int64_t messages = -1;  // payloads sent through shared-memory slots
+  int64_t queued = -1;    // of those, headers sent through the shared-memory queue
+  int64_t peers = -1;     // peers whose segment was mapped
+};
+
+// The "shared_memory_messages=N shared_memory_queued_headers=N shared_memory_peers=N" line of a
+// checks worker.
+ShmUse SharedMemoryUse(const std::string& out) {
+  ShmUse use;
   for (absl::string_view line : absl::StrSplit(out, '\n')) {
     for (absl::string_view field : absl::StrSplit(line, ' ')) {
       std::pair<std::string, std::string> kv = absl::StrSplit(field, '=');
       if (kv.first == "shared_memory_messages") {
-        EXPECT_TRUE(absl::SimpleAtoi(kv.second, &messages)) << field;
+        EXPECT_TRUE(absl::SimpleAtoi(kv.second, &use.messages)) << field;
+      }
+      if (kv.first == "shared_memory_queued_headers") {
+        EXPECT_TRUE(absl::SimpleAtoi(kv.second, &use.queued)) << field;
       }
       if (kv.first == "shared_memory_peers") {
-        EXPECT_TRUE(absl::SimpleAtoi(kv.second, &peers)) << field;
+        EXPECT_TRUE(absl::SimpleAtoi(kv.second, &use.peers)) << field;
       }
     }
   }
-  return {messages, peers};
+  return use;
+}
+
+void ExpectNoSharedMemory(const std::string& out) {
+  const ShmUse use = SharedMemoryUse(out);
+  EXPECT_EQ(use.messages, 0) << out;
+  EXPECT_EQ(use.queued, 0) << out;
+  EXPECT_EQ(use.peers, 0) << out;
 }
 
 // Over ipc the payloads go through shared memory by default: every host maps every peer's
@@ -199,9 +216,11 @@ TEST(ZmqTransportTest, EveryCollectiveOverIpc) {
     std::vector<std::string> outs;
     RunJob(n, /*tcp=*/false, {"--scenario=checks"}, absl::Seconds(90), &outs);
     for (int r = 0; r < static_cast<int>(outs.size()); ++r) {
-      const auto [messages, peers] = SharedMemoryUse(outs[r]);
-      EXPECT_EQ(peers, n - 1) << "host " << r << " of " << n << ": " << outs[r];
-      EXPECT_GT(messages, 0) << "host " << r << " of " << n << ": " << outs[r];
+      const ShmUse use = SharedMemoryUse(outs[r]);
+      EXPECT_EQ(use.peers, n - 1) << "host " << r << " of " << n << ": " << outs[r];
+      EXPECT_GT(use.messages, 0) << "host " << r << " of " << n << ": " << outs[r];
+      EXPECT_GT(use.queued, 0) << "host " << r << " of " << n << ": " << outs[r];
+      EXPECT_LE(use.queued, use.messages) << outs[r];
     }
   }
 }
@@ -213,9 +232,7 @@ TEST(ZmqTransportTest, EveryCollectiveOverIpcWithoutSharedMemory) {
   for (int n : {2, 4}) {
     std::vector<std::string> outs;
     RunJob(n, /*tcp=*/false, {"--scenario=checks", "--shared_memory=0"}, absl::Seconds(90), &outs);
-    for (const std::string& out : outs) {
-      EXPECT_EQ(SharedMemoryUse(out), std::make_pair(int64_t{0}, int64_t{0})) << out;
-    }
+    for (const std::string& out : outs) ExpectNoSharedMemory(out);
   }
   Job job;
   for (int r = 0; r < 2; ++r) {
@@ -226,7 +243,7 @@ TEST(ZmqTransportTest, EveryCollectiveOverIpcWithoutSharedMemory) {
   ASSERT_TRUE(job.WaitAll(absl::Seconds(90))) << job.Report();
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(job.exit_code(r), 0) << job.Report();
-    EXPECT_EQ(SharedMemoryUse(job.out(r)).first, 0) << job.Report();
+    EXPECT_EQ(SharedMemoryUse(job.out(r)).messages, 0) << job.Report();
   }
 }
 
@@ -234,9 +251,7 @@ TEST(ZmqTransportTest, EveryCollectiveOverLoopbackTcp) {
   for (int n : {2, 3, 4, 8}) {
     std::vector<std::string> outs;
     RunJob(n, /*tcp=*/true, {"--scenario=checks"}, absl::Seconds(90), &outs);
-    for (const std::string& out : outs) {
-      EXPECT_EQ(SharedMemoryUse(out), std::make_pair(int64_t{0}, int64_t{0})) << out;
-    }
+    for (const std::string& out : outs) ExpectNoSharedMemory(out);
   }
 }
 
@@ -247,7 +262,7 @@ TEST(ZmqTransportTest, RingPathZeroCopyAndSeveralDevicesPerHost) {
   std::vector<std::string> outs;
   RunJob(2, /*tcp=*/false, {"--scenario=checks", "--ring=1", "--devices_per_host=2"},
          absl::Seconds(90), &outs);
-  for (const std::string& out : outs) EXPECT_GT(SharedMemoryUse(out).first, 0) << out;
+  for (const std::string& out : outs) EXPECT_GT(SharedMemoryUse(out).messages, 0) << out;
   RunJob(3, /*tcp=*/true, {"--scenario=checks", "--ring=1"});
 }
 

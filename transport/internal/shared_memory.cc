@@ -19,6 +19,8 @@
 namespace tessel::transport::internal {
 namespace {
 
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "queue counters are shared between processes and must be lock-free");
 static_assert(std::atomic<uint32_t>::is_always_lock_free,
               "slot states are shared between processes and must be lock-free (address-free)");
 
@@ -45,8 +47,15 @@ size_t StateBytes(const ShmLayout& l) {
                  kPage);
 }
 
+// Per source host: a cache line for head, one for tail, then the entries.
+constexpr size_t kQueueBytes = 2 * kStateStride + kShmQueueEntries * kShmQueueEntryBytes;
+
+size_t QueueBytes(const ShmLayout& l) {
+  return RoundUp(static_cast<size_t>(l.num_hosts) * kQueueBytes, kPage);
+}
+
 size_t TotalBytes(const ShmLayout& l) {
-  return kPage + StateBytes(l) +
+  return kPage + StateBytes(l) + QueueBytes(l) +
          static_cast<size_t>(l.num_hosts) * static_cast<size_t>(l.slots) *
              static_cast<size_t>(l.slot_bytes);
 }
@@ -85,7 +94,8 @@ ShmSegment::ShmSegment(int fd, std::byte* base, size_t mapped_bytes, ShmLayout l
       base_(base),
       mapped_bytes_(mapped_bytes),
       layout_(layout),
-      data_offset_(kPage + StateBytes(layout)) {}
+      queue_offset_(kPage + StateBytes(layout)),
+      data_offset_(kPage + StateBytes(layout) + QueueBytes(layout)) {}
 
 ShmSegment::~ShmSegment() {
   munmap(base_, mapped_bytes_);
@@ -215,6 +225,38 @@ bool ShmSegment::IsFull(int64_t src, int32_t slot) const {
 
 bool ShmSegment::IsClaimed(int64_t src, int32_t slot) const {
   return state(src, slot).load(std::memory_order_relaxed) != kEmpty;
+}
+
+std::atomic<uint64_t>& ShmSegment::queue_head(int64_t src) const {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(base_ + queue_offset_ +
+                                                   static_cast<size_t>(src) * kQueueBytes);
+}
+
+std::atomic<uint64_t>& ShmSegment::queue_tail(int64_t src) const {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(
+      base_ + queue_offset_ + static_cast<size_t>(src) * kQueueBytes + kStateStride);
+}
+
+std::byte* ShmSegment::queue_entry(int64_t src, uint64_t index) const {
+  return base_ + queue_offset_ + static_cast<size_t>(src) * kQueueBytes + 2 * kStateStride +
+         static_cast<size_t>(index % kShmQueueEntries) * kShmQueueEntryBytes;
+}
+
+bool ShmSegment::PushHeader(int64_t src, const std::byte* entry) {
+  const uint64_t tail = queue_tail(src).load(std::memory_order_relaxed);
+  // Acquire: the receiver's read of the entry we would overwrite is done.
+  if (tail - queue_head(src).load(std::memory_order_acquire) >= kShmQueueEntries) return false;
+  std::memcpy(queue_entry(src, tail), entry, kShmQueueEntryBytes);
+  queue_tail(src).store(tail + 1, std::memory_order_release);
+  return true;
+}
+
+bool ShmSegment::PopHeader(int64_t src, std::byte* entry) {
+  const uint64_t head = queue_head(src).load(std::memory_order_relaxed);
+  if (head == queue_tail(src).load(std::memory_order_acquire)) return false;
+  std::memcpy(entry, queue_entry(src, head), kShmQueueEntryBytes);
+  queue_head(src).store(head + 1, std::memory_order_release);
+  return true;
 }
 
 void ShmSegment::Free(int64_t src, int32_t slot) {

@@ -12,6 +12,10 @@
 //   // The receiver waits until IsFull (acquire), reads the bytes in place and calls Free
 //   // (-> kEmpty, release) when the message is consumed.
 //
+// The header itself goes into a small queue per source host in the same segment (PushHeader /
+// PopHeader), and the sender wakes the receiver's progress thread through a FIFO; when that queue
+// is full, or the FIFO cannot be opened, the header goes through ZeroMQ instead.
+//
 // A sender that finds every slot busy sends the payload through ZeroMQ instead, so a receiver
 // that holds slots (early messages of a later call) can never block a sender: no deadlock, and
 // the slots only bound how much travels this way at once.
@@ -32,6 +36,11 @@
 #include "transport/internal/buffer_pool.h"
 
 namespace tessel::transport::internal {
+
+// Bytes of one header-queue entry (an encoded WireHeader, 88 bytes, then the slot index).
+inline constexpr size_t kShmQueueEntryBytes = 128;
+// Entries of the header queue of each source host.
+inline constexpr uint64_t kShmQueueEntries = 64;
 
 struct ShmLayout {
   int64_t num_hosts = 0;   // source hosts with a region (every host of the job)
@@ -78,14 +87,26 @@ class ShmSegment {
   // Receiver (or a sender whose header never left): the slot is free again (release).
   void Free(int64_t src, int32_t slot);
 
+  // Sender: appends one entry (kShmQueueEntryBytes) to the header queue of source host `src`;
+  // false when it is full. The caller serializes pushes of one `src` (they come from threads of
+  // one process).
+  bool PushHeader(int64_t src, const std::byte* entry);
+  // Receiver (one thread): takes the oldest entry of `src`'s queue into `entry`; false if empty.
+  bool PopHeader(int64_t src, std::byte* entry);
+
  private:
   ShmSegment(int fd, std::byte* base, size_t mapped_bytes, ShmLayout layout);
   std::atomic<uint32_t>& state(int64_t src, int32_t slot) const;
+  // The queue of `src`: head (next to pop) and tail (next to push) counters, then the entries.
+  std::atomic<uint64_t>& queue_head(int64_t src) const;
+  std::atomic<uint64_t>& queue_tail(int64_t src) const;
+  std::byte* queue_entry(int64_t src, uint64_t index) const;
 
   int fd_;  // the memfd (creator only; -1 in a process that opened it)
   std::byte* base_;
   size_t mapped_bytes_;
   ShmLayout layout_;
+  size_t queue_offset_;
   size_t data_offset_;
   std::string descriptor_;
   std::atomic<uint32_t> cursor_{0};
