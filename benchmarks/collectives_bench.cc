@@ -6,7 +6,7 @@
 //                     [--max_bytes=67108864] [--step=4] [--budget_ms=300]
 //                     [--chunk_bytes=1048576] [--small_bytes=65536] [--curve]
 //                     [--socket_buffer_bytes=4194304] [--direct_max_bytes=4194304]
-//                     [--spin_us=N] [--shared_memory=0|1] [--shm_slots=4] [--memcpy_only]
+//                     [--spin_us=N] [--shared_memory=0|1] [--shm_slots=8] [--memcpy_only]
 //                     (CLI11; --help lists them)
 //
 // For each host count the driver forks that many host processes (one device each); host 0

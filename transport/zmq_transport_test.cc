@@ -256,7 +256,7 @@ TEST(ZmqTransportTest, EveryCollectiveOverLoopbackTcp) {
 }
 
 // Ring paths for every size, 4 KiB pipelined segments, zero-copy and shared memory from 1 KiB
-// (4 KiB slots, so most segments find their peer's 4 slots busy and go through ZeroMQ: both
+// (4 KiB slots, so most segments find their peer's 8 slots busy and go through ZeroMQ: both
 // paths in one call), two devices per host (in-memory exchange between them).
 TEST(ZmqTransportTest, RingPathZeroCopyAndSeveralDevicesPerHost) {
   std::vector<std::string> outs;
