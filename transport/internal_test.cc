@@ -258,15 +258,19 @@ class LatePayload : public Payload {
   std::byte bytes_[8] = {};
 };
 
+// Delivers a message from device 1 to device 0 whose payload is ready once `ready` is true.
+void DeliverLate(Mailbox& box, std::atomic<bool>* ready) {
+  Message m = MakeMessage(1, 0, 0, CallSignature{});
+  m.payload = std::make_unique<LatePayload>(ready);
+  box.Deliver(std::move(m));
+}
+
 TEST(MailboxTest, TakeWaitsUntilThePayloadIsReady) {
   const MailKey key{Channel::kCollective, 0, 1, 0, 0, 0, 0};
-  CallSignature sig;
   {
     Mailbox box(0, {0});
     std::atomic<bool> ready{false};
-    Message m = MakeMessage(1, 0, 0, sig);
-    m.payload = std::make_unique<LatePayload>(&ready);
-    box.Deliver(std::move(m));
+    DeliverLate(box, &ready);
     std::thread writer([&] {
       absl::SleepFor(absl::Milliseconds(30));
       ready = true;
@@ -281,18 +285,14 @@ TEST(MailboxTest, TakeWaitsUntilThePayloadIsReady) {
   {
     Mailbox box(0, {0});
     std::atomic<bool> ready{false};
-    Message m = MakeMessage(1, 0, 0, sig);
-    m.payload = std::make_unique<LatePayload>(&ready);
-    box.Deliver(std::move(m));
+    DeliverLate(box, &ready);
     EXPECT_EQ(box.Take(key, 1, absl::Now() + absl::Milliseconds(30)).status().code(),
               absl::StatusCode::kDeadlineExceeded);
   }
   {
     Mailbox box(0, {0});
     std::atomic<bool> ready{false};
-    Message m = MakeMessage(1, 0, 0, sig);
-    m.payload = std::make_unique<LatePayload>(&ready);
-    box.Deliver(std::move(m));
+    DeliverLate(box, &ready);
     std::thread failer([&] {
       absl::SleepFor(absl::Milliseconds(30));
       box.Fail(absl::UnavailableError("lost host 1"), false);
