@@ -6,7 +6,8 @@
 //                     [--max_bytes=67108864] [--step=4] [--budget_ms=300]
 //                     [--chunk_bytes=1048576] [--small_bytes=65536] [--curve]
 //                     [--socket_buffer_bytes=4194304] [--direct_max_bytes=4194304]
-//                     [--spin_us=N] [--shared_memory=0|1] [--shm_slots=8] [--memcpy_only]
+//                     [--spin_us=N] [--shared_memory=0|1] [--shm_slots=8]
+//                     [--shm_min_bytes=32768] [--memcpy_only]
 //                     (CLI11; --help lists them)
 //
 // For each host count the driver forks that many host processes (one device each); host 0
@@ -63,6 +64,7 @@ struct Flags : benchmarks::SweepFlags {
   int64_t spin_us = -1;
   bool shared_memory = true;  // ZmqOptions::shared_memory (ipc only)
   int64_t shm_slots = ZmqOptions().shared_memory_slots;
+  int64_t shm_min_bytes = ZmqOptions().shared_memory_min_bytes;
 };
 
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
@@ -126,6 +128,7 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
   options.curve = flags.curve;
   options.shared_memory = flags.shared_memory;
   options.shared_memory_slots = static_cast<int32_t>(flags.shm_slots);
+  options.shared_memory_min_bytes = flags.shm_min_bytes;
   options.socket_buffer_bytes = flags.socket_buffer_bytes;
   options.communicator.direct_max_bytes = flags.direct_max_bytes;
   if (flags.spin_us >= 0) options.communicator.spin_wait = absl::Microseconds(flags.spin_us);
@@ -236,6 +239,8 @@ int Main(int argc, char** argv) {
                  "the default; impl tessel-shm) or ZeroMQ carries every byte (0; tessel-ipc)");
   app.add_option("--shm_slots", flags.shm_slots, "ZmqOptions::shared_memory_slots")
       ->check(CLI::Range(1, 1024));
+  app.add_option("--shm_min_bytes", flags.shm_min_bytes, "ZmqOptions::shared_memory_min_bytes")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--memcpy_only", flags.memcpy_only, "only the memcpy rows");
   if (int code = benchmarks::ParseFlags(app, argc, argv); code >= 0) return code;
   flags.protocol = protocol == "tcp" ? ZmqProtocol::kTcp : ZmqProtocol::kIpc;
