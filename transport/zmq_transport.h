@@ -130,7 +130,7 @@ struct ZmqOptions {
   // 16-64 MiB (a ring keeps more segments in flight than 4 slots hold; docs/PERFORMANCE.md).
   int32_t shared_memory_slots = 8;
   // Smaller payloads are copied into the ZeroMQ message (>= 0; 0: every non-empty payload).
-  // 0 measured 1.4-3.7x faster than 32 KiB for 4-64 KiB collectives (docs/PERFORMANCE.md).
+  // 0 measured 1.0-3.7x the bus bandwidth of 32 KiB for 4-64 KiB collectives (docs/PERFORMANCE.md).
   int64_t shared_memory_min_bytes = 0;
 };
 
