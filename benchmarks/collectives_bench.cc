@@ -4,7 +4,8 @@
 //
 //   collectives_bench [--hosts=2,4,8] [--protocol=ipc|tcp] [--min_bytes=4096]
 //                     [--max_bytes=67108864] [--step=4] [--budget_ms=300]
-//                     [--chunk_bytes=1048576] [--small_bytes=65536] [--curve]
+//                     [--chunk_bytes=1048576] [--pipeline_depth=4] [--small_bytes=65536]
+//                     [--curve]
 //                     [--socket_buffer_bytes=4194304] [--direct_max_bytes=4194304]
 //                     [--spin_us=N] [--shared_memory=0|1] [--shm_slots=8]
 //                     [--shm_min_bytes=32768] [--memcpy_only]
@@ -12,11 +13,13 @@
 //
 // For each host count the driver forks that many host processes (one device each); host 0
 // prints one row per (collective, size):
-//   # collective impl         ranks      bytes           us algbw_gbps busbw_gbps
-//   all-reduce   tessel-ipc       4    1048576        812.4      1.291      1.936
+//   # collective impl         ranks      bytes           us algbw_gbps busbw_gbps ...
+//   all-reduce   tessel-ipc       4    1048576        812.4      1.291      1.936 ...
 // The last column, cpu_us, is the CPU time (user + system, every thread: device, progress and
 // ZeroMQ I/O) that all hosts together spent per call during the timed loop (memcpy rows: the
-// copying process).
+// copying process). The column after it, shm_pct, is the share of the messages all hosts sent
+// in the timed loop that went through shared-memory slots (the rest: ZeroMQ, because ipc has
+// shared memory off, a slot was busy, or tcp); "-" on memcpy rows.
 // Sizes are nccl-tests' "size": the all-reduce buffer, the all-gather output (each host
 // contributes size / hosts). Bandwidths are 10^9 bytes/s: algbw = size / time; all-reduce
 // busbw = algbw * 2(n-1)/n; all-gather busbw = algbw * (n-1)/n. The time of one call is the
@@ -44,6 +47,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "benchmarks/fork_hosts.h"
 #include "benchmarks/sweep_flags.h"
 #include "transport/zmq_transport.h"
@@ -53,7 +57,8 @@ namespace {
 
 struct Flags : benchmarks::SweepFlags {
   ZmqProtocol protocol = ZmqProtocol::kIpc;
-  int64_t chunk_bytes = 1 << 20;   // CommunicatorOptions::pipeline_chunk_bytes
+  int64_t chunk_bytes = 1 << 20;  // CommunicatorOptions::pipeline_chunk_bytes
+  int64_t pipeline_depth = CommunicatorOptions().pipeline_depth;
   int64_t small_bytes = 64 << 10;  // CommunicatorOptions::small_message_bytes
   bool memcpy_only = false;
   bool curve = false;                                                 // ZmqOptions::curve
@@ -79,18 +84,20 @@ double ProcessCpuSeconds() {
 }
 
 void PrintHeader() {
-  std::printf("%-12s %-12s %5s %10s %12s %10s %10s %10s\n", "# collective", "impl", "ranks",
-              "bytes", "us", "algbw_gbps", "busbw_gbps", "cpu_us");
+  std::printf("%-12s %-12s %5s %10s %12s %10s %10s %10s %8s\n", "# collective", "impl", "ranks",
+              "bytes", "us", "algbw_gbps", "busbw_gbps", "cpu_us", "shm_pct");
   std::fflush(stdout);
 }
 
-// `seconds` and `cpu_seconds` per call.
+// `seconds` and `cpu_seconds` per call; `shm_percent`: share of the messages sent through
+// shared memory (negative: not applicable, printed as "-").
 void PrintRow(const char* collective, const std::string& impl, int64_t ranks, int64_t bytes,
-              double seconds, double bus_factor, double cpu_seconds) {
+              double seconds, double bus_factor, double cpu_seconds, double shm_percent = -1) {
   const double algbw_gbps = static_cast<double>(bytes) / seconds / 1e9;
-  std::printf("%-12s %-12s %5lld %10lld %12.1f %10.3f %10.3f %10.1f\n", collective, impl.c_str(),
-              static_cast<long long>(ranks), static_cast<long long>(bytes), seconds * 1e6,
-              algbw_gbps, algbw_gbps * bus_factor, cpu_seconds * 1e6);
+  const std::string shm = shm_percent < 0 ? "-" : absl::StrFormat("%.1f", shm_percent);
+  std::printf("%-12s %-12s %5lld %10lld %12.1f %10.3f %10.3f %10.1f %8s\n", collective,
+              impl.c_str(), static_cast<long long>(ranks), static_cast<long long>(bytes),
+              seconds * 1e6, algbw_gbps, algbw_gbps * bus_factor, cpu_seconds * 1e6, shm.c_str());
   std::fflush(stdout);
 }
 
@@ -124,6 +131,7 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
   options.coordinator_address = absl::StrCat("ipc://", dir, "/coord");
   options.ipc_dir = dir;
   options.communicator.pipeline_chunk_bytes = flags.chunk_bytes;
+  options.communicator.pipeline_depth = flags.pipeline_depth;
   options.communicator.small_message_bytes = flags.small_bytes;
   options.curve = flags.curve;
   options.shared_memory = flags.shared_memory;
@@ -138,7 +146,7 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
                  comm.status().ToString().c_str());
     return 3;
   }
-  Communicator& c = **comm;
+  ZmqTransport& c = **comm;
   // ipc with shared-memory payloads (the default) reads "tessel-shm"; "tessel-ipc" is ipc with
   // ZeroMQ carrying every byte.
   const bool shm = flags.protocol == ZmqProtocol::kIpc && flags.shared_memory && !flags.curve;
@@ -180,6 +188,12 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
       }
       if (!c.Broadcast(rank, {}, 0, DType::kS64, &iterations, 1).ok()) return 3;
       if (!c.Barrier(rank, {}).ok()) return 3;
+      // Messages sent in the timed loop, and how many of them through shared memory.
+      auto messages = [&c]() {
+        const CollectiveStats s = c.stats();
+        return static_cast<double>(s.local.messages + s.ici.messages + s.dcn.messages);
+      };
+      double sent[2] = {-messages(), -static_cast<double>(c.shared_memory_messages())};
       const auto start = std::chrono::steady_clock::now();
       const double cpu_start = ProcessCpuSeconds();
       for (int64_t i = 0; i < iterations; ++i) {
@@ -189,11 +203,14 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
           return 3;
         }
       }
+      sent[0] += messages();
+      sent[1] += static_cast<double>(c.shared_memory_messages());
       if (!c.Barrier(rank, {}).ok()) return 3;
       const double seconds = Seconds(start, std::chrono::steady_clock::now()) / iterations;
       // Every host's CPU time per call, summed on host 0 (after the timed loop).
       double cpu = (ProcessCpuSeconds() - cpu_start) / static_cast<double>(iterations);
       if (!c.AllReduce(rank, {}, ReduceKind::kAdd, DType::kF64, &cpu, &cpu, 1).ok()) return 3;
+      if (!c.AllReduce(rank, {}, ReduceKind::kAdd, DType::kF64, sent, sent, 2).ok()) return 3;
       // A check that the collective did its work (every host contributed 1.0f).
       const float expected = reduce ? static_cast<float>(hosts) : 1.0f;
       if (out.front() != expected || out.back() != expected) {
@@ -204,7 +221,8 @@ int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& 
       if (rank == 0) {
         const int64_t bytes = reduce ? count * 4 : count * 4 * hosts;
         const double factor = reduce ? 2.0 * (hosts - 1) / hosts : 1.0 * (hosts - 1) / hosts;
-        PrintRow(op, label, hosts, bytes, seconds, factor, cpu);
+        PrintRow(op, label, hosts, bytes, seconds, factor, cpu,
+                 sent[0] > 0 ? 100.0 * sent[1] / sent[0] : 0.0);
       }
     }
   }
@@ -222,6 +240,10 @@ int Main(int argc, char** argv) {
   app.add_option("--protocol", protocol, "ipc or tcp")->check(CLI::IsMember({"ipc", "tcp"}));
   app.add_option("--chunk_bytes", flags.chunk_bytes, "CommunicatorOptions::pipeline_chunk_bytes")
       ->check(CLI::PositiveNumber);
+  app.add_option(
+         "--pipeline_depth", flags.pipeline_depth,
+         "CommunicatorOptions::pipeline_depth: segments a step sends ahead (0: all at once)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--small_bytes", flags.small_bytes, "CommunicatorOptions::small_message_bytes")
       ->check(CLI::PositiveNumber);
   app.add_option("--direct_max_bytes", flags.direct_max_bytes,

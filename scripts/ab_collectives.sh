@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Same-session A/B of collectives_bench variants: runs every variant once per round, round after
-# round (interleaved, so that each sees the same mix of machine load), then prints the median
-# bus bandwidth (GB/s) of every (collective, ranks, bytes) per variant and its ratio to the
-# first variant, plus the CPU steal time of each round (/proc/stat: time the hypervisor gave
-# this VM's CPUs to others; rounds with high steal are noise).
+# round (interleaved, so that each sees the same mix of machine load; each round starts with the
+# next variant, so none always runs first), then prints the median bus bandwidth (GB/s) and CPU
+# time per call (us, all ranks together) of every (collective, ranks, bytes) per variant and its
+# ratio to the first variant, plus the CPU steal time of each round (/proc/stat: time the
+# hypervisor gave this VM's CPUs to others; rounds with high steal are noise).
 #
 #   bash scripts/ab_collectives.sh [--rounds 3] [--raw FILE] -- "VARIANT" "VARIANT" ... -- ARGS
 #
@@ -49,11 +50,14 @@ echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC')  $(nproc) cores  load average: $(cut
 echo "# raw rows: $RAW"
 for round in $(seq "$ROUNDS"); do
   read -r total0 steal0 < <(cpu_times)
-  for v in "${VARIANTS[@]}"; do
+  # Round r starts with variant r (mod the count), so that no variant always runs first.
+  count=${#VARIANTS[@]}
+  for i in $(seq 0 $((count - 1))); do
+    v="${VARIANTS[$(( (i + round - 1) % count ))]}"
     name="${v%%:*}"
     read -r -a command <<<"${v#*:}"
     "${command[@]}" "${ARGS[@]}" | awk -v name="$name" '$1 == "all-reduce" || $1 == "all-gather" {
-      print name, $1, $3, $4, $7 }' >>"$RAW"
+      print name, $1, $3, $4, $7, (NF >= 8 ? $8 : "") }' >>"$RAW"
   done
   read -r total1 steal1 < <(cpu_times)
   echo "# round $round of $ROUNDS: steal $(( (steal1 - steal0) * 100 / (total1 - total0 + 1) ))%," \
@@ -61,27 +65,33 @@ for round in $(seq "$ROUNDS"); do
 done
 
 NAMES="$(for v in "${VARIANTS[@]}"; do printf '%s ' "${v%%:*}"; done)"
-awk -v names="$NAMES" '
-  { key = $2 " " $3 " " $4; vals[$1, key] = vals[$1, key] " " $5
-    if (!(key in seen)) { seen[key] = 1; order[++n] = key } }
-  function median(s,    a, m, i, j, t) {
-    m = split(s, a, " "); if (m == 0) return ""
-    for (i = 2; i <= m; ++i) { t = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > t; --j) a[j + 1] = a[j]; a[j + 1] = t }
-    return m % 2 ? a[(m + 1) / 2] + 0 : (a[m / 2] + a[m / 2 + 1]) / 2
-  }
-  END {
-    k = split(names, name, " ")
-    printf "%-11s %5s %10s |", "collective", "ranks", "bytes"
-    for (j = 1; j <= k; ++j) printf " %10s", name[j]
-    printf " |"
-    for (j = 2; j <= k; ++j) printf " %10s", name[j] "/" name[1]
-    printf "\n"
-    for (i = 1; i <= n; ++i) {
-      split(order[i], f, " ")
-      printf "%-11s %5s %10s |", f[1], f[2], f[3]
-      for (j = 1; j <= k; ++j) { m[j] = median(vals[name[j], order[i]]); printf " %10s", m[j] == "" ? "-" : sprintf("%.3f", m[j]) }
-      printf " |"
-      for (j = 2; j <= k; ++j) printf " %10s", (m[1] == "" || m[j] == "" || m[1] == 0) ? "-" : sprintf("%.2f", m[j] / m[1])
-      printf "\n"
+# One table per metric: field 5 (bus bandwidth, GB/s, higher is better) and, where the rows
+# have it, field 6 (CPU time per call of all ranks together, us, lower is better).
+for field in 5 6; do
+  awk -v names="$NAMES" -v field="$field" '
+    NF >= field { key = $2 " " $3 " " $4; vals[$1, key] = vals[$1, key] " " $field
+      if (!(key in seen)) { seen[key] = 1; order[++n] = key } }
+    function median(s,    a, m, i, j, t) {
+      m = split(s, a, " "); if (m == 0) return ""
+      for (i = 2; i <= m; ++i) { t = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > t; --j) a[j + 1] = a[j]; a[j + 1] = t }
+      return m % 2 ? a[(m + 1) / 2] + 0 : (a[m / 2] + a[m / 2 + 1]) / 2
     }
-  }' "$RAW"
+    END {
+      if (n == 0) exit
+      if (field == 6) printf "\nCPU time per call, all ranks together (us, median; lower is better)\n"
+      k = split(names, name, " ")
+      printf "%-11s %5s %10s |", "collective", "ranks", "bytes"
+      for (j = 1; j <= k; ++j) printf " %10s", name[j]
+      printf " |"
+      for (j = 2; j <= k; ++j) printf " %10s", name[j] "/" name[1]
+      printf "\n"
+      for (i = 1; i <= n; ++i) {
+        split(order[i], f, " ")
+        printf "%-11s %5s %10s |", f[1], f[2], f[3]
+        for (j = 1; j <= k; ++j) { m[j] = median(vals[name[j], order[i]]); printf " %10s", m[j] == "" ? "-" : sprintf(field == 5 ? "%.3f" : "%.1f", m[j]) }
+        printf " |"
+        for (j = 2; j <= k; ++j) printf " %10s", (m[1] == "" || m[j] == "" || m[1] == 0) ? "-" : sprintf("%.2f", m[j] / m[1])
+        printf "\n"
+      }
+    }' "$RAW"
+done

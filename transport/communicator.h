@@ -122,6 +122,13 @@ struct CommunicatorOptions {
   // Large transfers are cut into messages of at most this many bytes and pipelined: a chunk
   // received is reduced and forwarded while the next is in flight.
   int64_t pipeline_chunk_bytes = 1 << 20;
+  // How many segments of one region a ring, recursive-doubling or chain step sends ahead of the
+  // segments it receives: a sender stays at most this many segments ahead of its receiver, so a
+  // link holds a few segments in flight, not a whole chunk (which over ipc would overflow the
+  // receiver's shared-memory slots into the socket, ZmqOptions::shared_memory_slots). The loops
+  // run segment by segment across steps, as NCCL's ring does (every step of segment g before
+  // segment g+1). 0: every segment of a region at once.
+  int64_t pipeline_depth = 4;
   // All-reduce buffers (bytes per device) and all-gather outputs of at least
   // small_message_bytes but below this, in groups of 3 or more members, are exchanged directly:
   // every member sends to every other at once (all-reduce: chunk j to member j, which folds it

@@ -76,6 +76,10 @@ absl::Status ValidateOptions(const CommunicatorOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline_chunk_bytes must be >= 1, got ", options.pipeline_chunk_bytes));
   }
+  if (options.pipeline_depth < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline_depth must be >= 0, got ", options.pipeline_depth));
+  }
   if (options.direct_max_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("direct_max_bytes must be >= 0, got ", options.direct_max_bytes));

@@ -27,7 +27,8 @@ class InProcTransport {
  public:
   // A job of `num_hosts` hosts over `device_map`. Errors: kInvalidArgument if the map does not
   // validate for `num_hosts` (DeviceMap::Validate) or options are out of range
-  // (pipeline_chunk_bytes < 1, small_message_bytes < 0, collective_timeout <= 0).
+  // (pipeline_chunk_bytes < 1, pipeline_depth < 0, small_message_bytes < 0, collective_timeout <=
+  // 0).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<InProcTransport>> Create(
       int64_t num_hosts, DeviceMap device_map, CommunicatorOptions options = {});
   ~InProcTransport();

@@ -65,16 +65,21 @@ TEST(InProcTransportTest, EveryCollectiveSmallPath) {
 }
 
 // Every size takes the ring / chain, cut into segments of 24 bytes, so the pipelined paths run
-// with uneven chunk and segment sizes.
+// with uneven chunk and segment sizes; with every segment of a step sent at once (depth 0), one
+// segment ahead, and the default depth.
 TEST(InProcTransportTest, EveryCollectiveRingPathWithSegments) {
-  CommunicatorOptions options;
-  options.small_message_bytes = 0;
-  options.direct_max_bytes = 0;
-  options.pipeline_chunk_bytes = 24;
-  testing::CheckOptions checks;
-  checks.counts = {1, -1, 37};
-  for (int64_t hosts : {2, 3, 4, 8}) {
-    RunChecks(hosts, DeviceMap::Uniform(hosts, 1), options, checks);
+  for (int64_t depth : {int64_t{0}, int64_t{1}, CommunicatorOptions().pipeline_depth}) {
+    SCOPED_TRACE(absl::StrCat("pipeline_depth ", depth));
+    CommunicatorOptions options;
+    options.small_message_bytes = 0;
+    options.direct_max_bytes = 0;
+    options.pipeline_chunk_bytes = 24;
+    options.pipeline_depth = depth;
+    testing::CheckOptions checks;
+    checks.counts = {1, -1, 37};
+    for (int64_t hosts : {2, 3, 4, 8}) {
+      RunChecks(hosts, DeviceMap::Uniform(hosts, 1), options, checks);
+    }
   }
 }
 
@@ -379,6 +384,12 @@ TEST(InProcTransportTest, InvalidArgumentsAreRejected) {
   CommunicatorOptions bad;
   bad.pipeline_chunk_bytes = 0;
   EXPECT_FALSE(InProcTransport::Create(2, DeviceMap::Uniform(2, 1), bad).ok());
+  CommunicatorOptions negative_depth;
+  negative_depth.pipeline_depth = -1;
+  absl::Status depth =
+      InProcTransport::Create(2, DeviceMap::Uniform(2, 1), negative_depth).status();
+  EXPECT_EQ(depth.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(depth.message()), HasSubstr("pipeline_depth must be >= 0, got -1"));
   CommunicatorOptions negative_spin;
   negative_spin.spin_wait = absl::Microseconds(-1);
   absl::Status spin = InProcTransport::Create(2, DeviceMap::Uniform(2, 1), negative_spin).status();

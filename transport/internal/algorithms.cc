@@ -65,20 +65,75 @@ absl::Status RecvSegments(CallContext& ctx, int64_t src, uint8_t phase, uint32_t
   return absl::OkStatus();
 }
 
+// The segments of one region sent to one member, at most CommunicatorOptions::pipeline_depth
+// segments ahead of the loop that paces them (0: all at once): the caller calls Pace(g) before
+// it handles segment g of what it receives, so a link holds a few segments in flight and the
+// receiver's shared-memory slots do not overflow into the socket. The region must stay
+// unchanged until the call finishes (`final`, SendFinal) or the next WaitSendsReleased().
+class PacedSend {
+ public:
+  PacedSend(CallContext& ctx, int64_t dst, uint8_t phase, uint32_t step, const std::byte* data,
+            int64_t bytes, bool final = false)
+      : ctx_(ctx),
+        dst_(dst),
+        phase_(phase),
+        step_(step),
+        data_(data),
+        segs_{bytes, ctx.segment_bytes()},
+        final_(final) {}
+
+  // Sends every segment below g + pipeline_depth (every segment if the depth is 0).
+  absl::Status Pace(uint32_t g) {
+    const int64_t depth = ctx_.options().pipeline_depth;
+    const uint32_t count = segs_.count();
+    return SendBelow(depth == 0 ? count
+                                : static_cast<uint32_t>(std::min<int64_t>(count, g + depth)));
+  }
+  // Sends the segments not sent yet.
+  absl::Status Rest() { return SendBelow(segs_.count()); }
+
+ private:
+  absl::Status SendBelow(uint32_t end) {
+    for (; sent_ < end; ++sent_) {
+      const std::byte* p = data_ + segs_.offset(sent_);
+      const int64_t len = segs_.size(sent_);
+      TESSEL_RETURN_IF_ERROR(final_ ? ctx_.SendFinal(dst_, phase_, step_, sent_, p, len)
+                                    : ctx_.Send(dst_, phase_, step_, sent_, p, len, true));
+    }
+    return absl::OkStatus();
+  }
+
+  CallContext& ctx_;
+  const int64_t dst_;
+  const uint8_t phase_;
+  const uint32_t step_;
+  const std::byte* data_;
+  const Segments segs_;
+  const bool final_;
+  uint32_t sent_ = 0;
+};
+
+// The most segments of any chunk of `offsets` (elements of `width` bytes).
+uint32_t MaxSegments(const CallContext& ctx, const std::vector<int64_t>& offsets) {
+  uint32_t most = 0;
+  for (size_t c = 0; c + 1 < offsets.size(); ++c) {
+    most = std::max(
+        most, Segments{(offsets[c + 1] - offsets[c]) * ctx.width(), ctx.segment_bytes()}.count());
+  }
+  return most;
+}
+
 // Ring reduce-scatter over `members` from `src` into `buf` (both cut at element `offsets`,
 // members.size() + 1 entries; `src` may equal `buf`, else it must stay unchanged until the
 // call finishes). At step s member r sends chunk r-s-1 (step 0 straight from `src`) and folds
-// the received chunk r-s-2 as (received op own) into `buf`, forwarding it at step s+1 segment
-// by segment. Afterwards member r holds chunk r folded over all members:
-// ((x[r+1] op x[r+2]) op ...) op x[r]. Every chunk of `buf` but r-1 is written.
-// With `gather_phase` >= 0 every segment of chunk r is also sent as soon as it is final, as
-// step 0 of a ring all-gather in that phase (RingAllGather with first_step_sent), so the
-// all-gather starts while the reduce-scatter still runs; chunk r must then stay unchanged
-// until the call finishes (SendFinal).
+// the received chunk r-s-2 as (received op own) into `buf`, forwarding it at step s+1. The
+// loops run segment by segment: every step of segment g before segment g+1 (NCCL's order), so
+// each link carries a few segments at a time (PacedSend). Afterwards member r holds chunk r
+// folded over all members: ((x[r+1] op x[r+2]) op ...) op x[r]. Every chunk of `buf` but r-1
+// is written.
 absl::Status RingReduceScatter(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
                                const std::byte* src, std::byte* buf,
-                               const std::vector<int64_t>& offsets, uint8_t phase,
-                               int gather_phase = -1) {
+                               const std::vector<int64_t>& offsets, uint8_t phase) {
   const int64_t n = static_cast<int64_t>(members.size());
   if (n == 1) return absl::OkStatus();
   const int64_t w = ctx.width();
@@ -87,12 +142,14 @@ absl::Status RingReduceScatter(CallContext& ctx, const std::vector<int64_t>& mem
   auto chunk = [&](int64_t c) { return buf + offsets[c] * w; };
   auto chunk_bytes = [&](int64_t c) { return (offsets[c + 1] - offsets[c]) * w; };
   const int64_t first = Mod(me - 1, n);
-  TESSEL_RETURN_IF_ERROR(
-      SendSegments(ctx, right, phase, 0, src + offsets[first] * w, chunk_bytes(first)));
-  for (int64_t s = 0; s + 1 < n; ++s) {
-    const int64_t c = Mod(me - s - 2, n);
-    const Segments segs{chunk_bytes(c), ctx.segment_bytes()};
-    for (uint32_t g = 0; g < segs.count(); ++g) {
+  PacedSend step0(ctx, right, phase, 0, src + offsets[first] * w, chunk_bytes(first));
+  const uint32_t segments = MaxSegments(ctx, offsets);
+  for (uint32_t g = 0; g < segments; ++g) {
+    TESSEL_RETURN_IF_ERROR(step0.Pace(g));
+    for (int64_t s = 0; s + 1 < n; ++s) {
+      const int64_t c = Mod(me - s - 2, n);
+      const Segments segs{chunk_bytes(c), ctx.segment_bytes()};
+      if (g >= segs.count()) continue;
       std::byte* p = chunk(c) + segs.offset(g);
       const std::byte* own = src + offsets[c] * w + segs.offset(g);
       const int64_t len = segs.size(g);
@@ -101,23 +158,19 @@ absl::Status RingReduceScatter(CallContext& ctx, const std::vector<int64_t>& mem
       if (s + 2 < n) {
         TESSEL_RETURN_IF_ERROR(
             ctx.Send(right, phase, static_cast<uint32_t>(s + 1), g, p, len, /*stable=*/true));
-      } else if (gather_phase >= 0) {
-        TESSEL_RETURN_IF_ERROR(
-            ctx.SendFinal(right, static_cast<uint8_t>(gather_phase), /*step=*/0, g, p, len));
       }
     }
   }
-  return absl::OkStatus();
+  return step0.Rest();
 }
 
 // Ring all-gather: member r starts with chunk r and at step s forwards chunk r-s, receiving
-// chunk r-s-1. `first_step_sent`: step 0 (chunk r) was already sent (RingReduceScatter with
-// gather_phase). `own`: where step 0 sends chunk r from (null: from `buf`; otherwise a region
-// that stays unchanged until the call finishes, copied into chunk r while the first messages
-// are in flight).
+// chunk r-s-1, segment by segment across steps as RingReduceScatter. `own`: where step 0 sends
+// chunk r from (null: from `buf`; otherwise a region that stays unchanged until the call
+// finishes, copied into chunk r while the first messages are in flight).
 absl::Status RingAllGather(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
                            std::byte* buf, const std::vector<int64_t>& offsets, uint8_t phase,
-                           bool first_step_sent = false, const std::byte* own = nullptr) {
+                           const std::byte* own = nullptr) {
   const int64_t n = static_cast<int64_t>(members.size());
   if (n == 1) return absl::OkStatus();
   const int64_t w = ctx.width();
@@ -125,15 +178,16 @@ absl::Status RingAllGather(CallContext& ctx, const std::vector<int64_t>& members
   const int64_t left = members[Mod(me - 1, n)];
   auto chunk = [&](int64_t c) { return buf + offsets[c] * w; };
   auto chunk_bytes = [&](int64_t c) { return (offsets[c + 1] - offsets[c]) * w; };
-  if (!first_step_sent) {
-    TESSEL_RETURN_IF_ERROR(
-        SendSegments(ctx, right, phase, 0, own != nullptr ? own : chunk(me), chunk_bytes(me)));
-  }
+  PacedSend step0(ctx, right, phase, 0, own != nullptr ? own : chunk(me), chunk_bytes(me));
+  TESSEL_RETURN_IF_ERROR(step0.Pace(0));
   if (own != nullptr && own != chunk(me)) std::memcpy(chunk(me), own, chunk_bytes(me));
-  for (int64_t s = 0; s + 1 < n; ++s) {
-    const int64_t c = Mod(me - s - 1, n);
-    const Segments segs{chunk_bytes(c), ctx.segment_bytes()};
-    for (uint32_t g = 0; g < segs.count(); ++g) {
+  const uint32_t segments = MaxSegments(ctx, offsets);
+  for (uint32_t g = 0; g < segments; ++g) {
+    TESSEL_RETURN_IF_ERROR(step0.Pace(g));
+    for (int64_t s = 0; s + 1 < n; ++s) {
+      const int64_t c = Mod(me - s - 1, n);
+      const Segments segs{chunk_bytes(c), ctx.segment_bytes()};
+      if (g >= segs.count()) continue;
       std::byte* p = chunk(c) + segs.offset(g);
       const int64_t len = segs.size(g);
       TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(left, phase, static_cast<uint32_t>(s), g, len));
@@ -144,7 +198,7 @@ absl::Status RingAllGather(CallContext& ctx, const std::vector<int64_t>& members
       }
     }
   }
-  return absl::OkStatus();
+  return step0.Rest();
 }
 
 // Recursive-doubling all-gather for a power-of-two group, in place on `buf` (n blocks of
@@ -162,10 +216,16 @@ absl::Status RecursiveDoublingAllGather(CallContext& ctx, const std::vector<int6
     const int64_t partner = me ^ mask;
     const int64_t mine = me & ~(mask - 1);
     const int64_t theirs = partner & ~(mask - 1);
-    TESSEL_RETURN_IF_ERROR(SendSegments(ctx, members[partner], phase, round,
-                                        buf + mine * block_bytes, mask * block_bytes));
-    TESSEL_RETURN_IF_ERROR(RecvSegments(ctx, members[partner], phase, round,
-                                        buf + theirs * block_bytes, mask * block_bytes));
+    PacedSend out(ctx, members[partner], phase, round, buf + mine * block_bytes,
+                  mask * block_bytes);
+    std::byte* in = buf + theirs * block_bytes;
+    const Segments segs{mask * block_bytes, ctx.segment_bytes()};
+    for (uint32_t g = 0; g < segs.count(); ++g) {
+      TESSEL_RETURN_IF_ERROR(out.Pace(g));
+      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(members[partner], phase, round, g, segs.size(g)));
+      std::memcpy(in + segs.offset(g), m.data(), segs.size(g));
+    }
+    TESSEL_RETURN_IF_ERROR(out.Rest());
   }
   return absl::OkStatus();
 }
@@ -302,14 +362,16 @@ absl::Status FlatAllReduce(CallContext& ctx, const std::vector<int64_t>& members
   }
   const std::vector<int64_t> offsets = EvenOffsets(count, n);
   // No copy of `src` into `buf` first: the reduce-scatter reads `src` and writes every chunk
-  // but r-1, which the all-gather then receives. Each segment of this member's chunk leaves
-  // for the all-gather as soon as it is reduced.
-  TESSEL_RETURN_IF_ERROR(
-      RingReduceScatter(ctx, members, me, src, buf, offsets, rs_phase, ag_phase));
+  // but r-1, which the all-gather then receives. The all-gather starts when the reduce-scatter
+  // is done: sending each segment of this member's chunk as soon as it is reduced overlaps the
+  // two, but the receiver takes those segments only after its own reduce-scatter, so up to a
+  // whole chunk waits on the link (over ipc: overflows the shared-memory slots into the
+  // socket). Measured slower at 2 ranks and 16-64 MiB (docs/PERFORMANCE.md, "Paced segments").
+  TESSEL_RETURN_IF_ERROR(RingReduceScatter(ctx, members, me, src, buf, offsets, rs_phase));
   // The all-gather overwrites the other chunks, which this member sent zero-copy during the
   // reduce-scatter.
   TESSEL_RETURN_IF_ERROR(ctx.WaitSendsReleased());
-  return RingAllGather(ctx, members, me, buf, offsets, ag_phase, /*first_step_sent=*/true);
+  return RingAllGather(ctx, members, me, buf, offsets, ag_phase);
 }
 
 }  // namespace
@@ -386,7 +448,7 @@ absl::Status RunAllGather(CallContext& ctx, const GroupView& view, const void* i
   // The ring sends this member's block straight from the input and copies it into the output
   // while the first messages are in flight.
   return RingAllGather(ctx, view.members, me, out, BlockOffsets(element_count, n), kPhaseAllGather,
-                       /*first_step_sent=*/false, in);
+                       in);
 }
 
 absl::Status RunReduceScatter(CallContext& ctx, const GroupView& view, const void* input,
@@ -444,15 +506,26 @@ absl::Status RunAllToAll(CallContext& ctx, const GroupView& view, const void* in
   const auto* in = static_cast<const std::byte*>(input);
   auto* out = static_cast<std::byte*>(output);
   if (bytes == 0) return absl::OkStatus();
-  std::memcpy(out + me * bytes, in + me * bytes, bytes);
+  // Block j to member j, segment by segment: segment g to every member, then segment g from
+  // every member, each send paced (PacedSend) against the receives.
+  std::vector<PacedSend> sends;
+  sends.reserve(n);
   for (int64_t d = 1; d < n; ++d) {
     const int64_t j = Mod(me + d, n);
-    TESSEL_RETURN_IF_ERROR(SendSegments(ctx, view.members[j], 0, 0, in + j * bytes, bytes));
+    sends.emplace_back(ctx, view.members[j], 0, 0, in + j * bytes, bytes);
+    TESSEL_RETURN_IF_ERROR(sends.back().Pace(0));
   }
-  for (int64_t d = 1; d < n; ++d) {
-    const int64_t j = Mod(me - d, n);
-    TESSEL_RETURN_IF_ERROR(RecvSegments(ctx, view.members[j], 0, 0, out + j * bytes, bytes));
+  std::memcpy(out + me * bytes, in + me * bytes, bytes);
+  const Segments segs{bytes, ctx.segment_bytes()};
+  for (uint32_t g = 0; g < segs.count(); ++g) {
+    for (PacedSend& send : sends) TESSEL_RETURN_IF_ERROR(send.Pace(g));
+    for (int64_t d = 1; d < n; ++d) {
+      const int64_t j = Mod(me - d, n);
+      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(view.members[j], 0, 0, g, segs.size(g)));
+      std::memcpy(out + j * bytes + segs.offset(g), m.data(), segs.size(g));
+    }
   }
+  for (PacedSend& send : sends) TESSEL_RETURN_IF_ERROR(send.Rest());
   return absl::OkStatus();
 }
 
@@ -463,17 +536,23 @@ absl::Status RunCollectivePermute(CallContext& ctx, int64_t source, int64_t targ
   auto* out = static_cast<std::byte*>(output);
   if (bytes == 0) return absl::OkStatus();
   const int64_t me = ctx.device();
-  if (target >= 0 && target != me) {
-    TESSEL_RETURN_IF_ERROR(SendSegments(ctx, target, 0, 0, in, bytes));
-  }
+  const bool send = target >= 0 && target != me;
+  PacedSend out_send(ctx, target, 0, 0, in, send ? bytes : 0);
+  TESSEL_RETURN_IF_ERROR(out_send.Pace(0));
   if (source < 0) {
     std::memset(out, 0, bytes);
   } else if (source == me) {
     if (in != out) std::memcpy(out, in, bytes);
   } else {
-    TESSEL_RETURN_IF_ERROR(RecvSegments(ctx, source, 0, 0, out, bytes));
+    // Paced against the receives: in a cycle of pairs every member sends and receives alike.
+    const Segments segs{bytes, ctx.segment_bytes()};
+    for (uint32_t g = 0; g < segs.count(); ++g) {
+      TESSEL_RETURN_IF_ERROR(out_send.Pace(g));
+      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(source, 0, 0, g, segs.size(g)));
+      std::memcpy(out + segs.offset(g), m.data(), segs.size(g));
+    }
   }
-  return absl::OkStatus();
+  return out_send.Rest();
 }
 
 absl::Status RunBroadcast(CallContext& ctx, const GroupView& view, int64_t root_index, void* buffer,

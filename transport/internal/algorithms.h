@@ -5,15 +5,20 @@
 //   all-reduce      < small_message_bytes: recursive doubling (Rabenseifner & Thakur's
 //                   non-power-of-two fold); < direct_max_bytes with 3+ members: direct
 //                   (chunk j to member j, folded in group order, result to all); else ring
-//                   reduce-scatter + ring all-gather with pipelined segments, the all-gather
-//                   starting per segment; hierarchical when the group spans slices.
+//                   reduce-scatter then ring all-gather, with pipelined segments;
+//                   hierarchical when the group spans slices.
 //   all-gather      < small, or < direct_max_bytes with 3+ members (output bytes): direct
 //                   sends; else recursive doubling when the group size is a power of two
 //                   >= 8, ring otherwise.
 //   reduce-scatter  < small (input bytes): direct sends, folded in group order; else ring.
-//   all-to-all      direct, pipelined segments.
+//   all-to-all      direct, pipelined segments (segment g to every member, then from every
+//                   member).
 //   broadcast       < small: binomial tree; else pipelined chain.
 //   barrier         dissemination (Hensgen, Finkel, Manber 1988).
+// The ring and recursive-doubling loops run segment by segment across steps (every step of
+// segment g before segment g+1, NCCL's order) and send at most
+// CommunicatorOptions::pipeline_depth segments ahead of what they receive, so a link carries a
+// few segments at a time.
 // Sources: Thakur, Rabenseifner, Gropp, "Optimization of Collective Communication Operations
 // in MPICH" (2005); Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms" (2009).
 #ifndef TESSEL_TRANSPORT_INTERNAL_ALGORITHMS_H_
