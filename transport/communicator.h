@@ -127,7 +127,9 @@ struct CommunicatorOptions {
   // link holds a few segments in flight, not a whole chunk (which over ipc would overflow the
   // receiver's shared-memory slots into the socket, ZmqOptions::shared_memory_slots). The loops
   // run segment by segment across steps, as NCCL's ring does (every step of segment g before
-  // segment g+1). 0: every segment of a region at once.
+  // segment g+1). 0: every segment of a region at once. Keep it below
+  // ZmqOptions::shared_memory_slots (8): at 8 a 2-rank 64 MiB call overflowed a quarter of its
+  // messages into the socket again (docs/PERFORMANCE.md, "Paced segments").
   int64_t pipeline_depth = 4;
   // All-reduce buffers (bytes per device) and all-gather outputs of at least
   // small_message_bytes but below this, in groups of 3 or more members, are exchanged directly:
