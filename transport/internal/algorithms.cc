@@ -123,82 +123,84 @@ uint32_t MaxSegments(const CallContext& ctx, const std::vector<int64_t>& offsets
   return most;
 }
 
+// The loop both rings share, over `members` (`buf` cut at element `offsets`, members.size() + 1
+// entries). Step 0 sends `step0_bytes` from `step0` to the right (and, if `step0_copy_to` is not
+// null, copies them there while the first messages are in flight); at step s member r receives
+// chunk r-s-`shift` from the left, hands each segment to `take(chunk, segment offset, message,
+// destination in buf, bytes)`, and forwards the destination to the right at step s+1 (every
+// step but the last). The loops run segment by segment: every step of segment g before segment
+// g+1 (NCCL's order), so each link carries a few segments at a time (PacedSend). Forwarded
+// regions must stay unchanged until the next WaitSendsReleased().
+template <typename Take>
+absl::Status RingSteps(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
+                       std::byte* buf, const std::vector<int64_t>& offsets, uint8_t phase,
+                       const std::byte* step0, int64_t step0_bytes, int64_t shift,
+                       std::byte* step0_copy_to, Take take) {
+  const int64_t n = static_cast<int64_t>(members.size());
+  const int64_t w = ctx.width();
+  const int64_t right = members[Mod(me + 1, n)];
+  const int64_t left = members[Mod(me - 1, n)];
+  PacedSend first(ctx, right, phase, 0, step0, step0_bytes);
+  TESSEL_RETURN_IF_ERROR(first.Pace(0));
+  if (step0_copy_to != nullptr) std::memcpy(step0_copy_to, step0, step0_bytes);
+  const uint32_t segments = MaxSegments(ctx, offsets);
+  for (uint32_t g = 0; g < segments; ++g) {
+    TESSEL_RETURN_IF_ERROR(first.Pace(g));
+    for (int64_t s = 0; s + 1 < n; ++s) {
+      const int64_t c = Mod(me - s - shift, n);
+      const Segments segs{(offsets[c + 1] - offsets[c]) * w, ctx.segment_bytes()};
+      if (g >= segs.count()) continue;
+      std::byte* p = buf + offsets[c] * w + segs.offset(g);
+      const int64_t len = segs.size(g);
+      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(left, phase, static_cast<uint32_t>(s), g, len));
+      take(c, segs.offset(g), m.data(), p, len);
+      if (s + 2 < n) {
+        TESSEL_RETURN_IF_ERROR(
+            ctx.Send(right, phase, static_cast<uint32_t>(s + 1), g, p, len, /*stable=*/true));
+      }
+    }
+  }
+  return first.Rest();
+}
+
 // Ring reduce-scatter over `members` from `src` into `buf` (both cut at element `offsets`,
 // members.size() + 1 entries; `src` may equal `buf`, else it must stay unchanged until the
 // call finishes). At step s member r sends chunk r-s-1 (step 0 straight from `src`) and folds
-// the received chunk r-s-2 as (received op own) into `buf`, forwarding it at step s+1. The
-// loops run segment by segment: every step of segment g before segment g+1 (NCCL's order), so
-// each link carries a few segments at a time (PacedSend). Afterwards member r holds chunk r
-// folded over all members: ((x[r+1] op x[r+2]) op ...) op x[r]. Every chunk of `buf` but r-1
-// is written.
+// the received chunk r-s-2 as (received op own) into `buf`, forwarding it at step s+1,
+// segment by segment across steps (RingSteps). Afterwards member r holds chunk r folded over
+// all members: ((x[r+1] op x[r+2]) op ...) op x[r]. Every chunk of `buf` but r-1 is written.
 absl::Status RingReduceScatter(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
                                const std::byte* src, std::byte* buf,
                                const std::vector<int64_t>& offsets, uint8_t phase) {
   const int64_t n = static_cast<int64_t>(members.size());
   if (n == 1) return absl::OkStatus();
   const int64_t w = ctx.width();
-  const int64_t right = members[Mod(me + 1, n)];
-  const int64_t left = members[Mod(me - 1, n)];
-  auto chunk = [&](int64_t c) { return buf + offsets[c] * w; };
-  auto chunk_bytes = [&](int64_t c) { return (offsets[c + 1] - offsets[c]) * w; };
   const int64_t first = Mod(me - 1, n);
-  PacedSend step0(ctx, right, phase, 0, src + offsets[first] * w, chunk_bytes(first));
-  const uint32_t segments = MaxSegments(ctx, offsets);
-  for (uint32_t g = 0; g < segments; ++g) {
-    TESSEL_RETURN_IF_ERROR(step0.Pace(g));
-    for (int64_t s = 0; s + 1 < n; ++s) {
-      const int64_t c = Mod(me - s - 2, n);
-      const Segments segs{chunk_bytes(c), ctx.segment_bytes()};
-      if (g >= segs.count()) continue;
-      std::byte* p = chunk(c) + segs.offset(g);
-      const std::byte* own = src + offsets[c] * w + segs.offset(g);
-      const int64_t len = segs.size(g);
-      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(left, phase, static_cast<uint32_t>(s), g, len));
-      Combine(ctx.reduce_kind(), ctx.dtype(), m.data(), own, p, len / w);
-      if (s + 2 < n) {
-        TESSEL_RETURN_IF_ERROR(
-            ctx.Send(right, phase, static_cast<uint32_t>(s + 1), g, p, len, /*stable=*/true));
-      }
-    }
-  }
-  return step0.Rest();
+  return RingSteps(
+      ctx, members, me, buf, offsets, phase, src + offsets[first] * w,
+      (offsets[first + 1] - offsets[first]) * w, /*shift=*/2, nullptr,
+      [&](int64_t c, int64_t at, const std::byte* received, std::byte* p, int64_t len) {
+        Combine(ctx.reduce_kind(), ctx.dtype(), received, src + offsets[c] * w + at, p, len / w);
+      });
 }
 
 // Ring all-gather: member r starts with chunk r and at step s forwards chunk r-s, receiving
-// chunk r-s-1, segment by segment across steps as RingReduceScatter. `own`: where step 0 sends
-// chunk r from (null: from `buf`; otherwise a region that stays unchanged until the call
-// finishes, copied into chunk r while the first messages are in flight).
+// chunk r-s-1, segment by segment across steps (RingSteps). `own`: where step 0 sends chunk r
+// from (null: from `buf`; otherwise a region that stays unchanged until the call finishes,
+// copied into chunk r while the first messages are in flight).
 absl::Status RingAllGather(CallContext& ctx, const std::vector<int64_t>& members, int64_t me,
                            std::byte* buf, const std::vector<int64_t>& offsets, uint8_t phase,
                            const std::byte* own = nullptr) {
   const int64_t n = static_cast<int64_t>(members.size());
   if (n == 1) return absl::OkStatus();
   const int64_t w = ctx.width();
-  const int64_t right = members[Mod(me + 1, n)];
-  const int64_t left = members[Mod(me - 1, n)];
-  auto chunk = [&](int64_t c) { return buf + offsets[c] * w; };
-  auto chunk_bytes = [&](int64_t c) { return (offsets[c + 1] - offsets[c]) * w; };
-  PacedSend step0(ctx, right, phase, 0, own != nullptr ? own : chunk(me), chunk_bytes(me));
-  TESSEL_RETURN_IF_ERROR(step0.Pace(0));
-  if (own != nullptr && own != chunk(me)) std::memcpy(chunk(me), own, chunk_bytes(me));
-  const uint32_t segments = MaxSegments(ctx, offsets);
-  for (uint32_t g = 0; g < segments; ++g) {
-    TESSEL_RETURN_IF_ERROR(step0.Pace(g));
-    for (int64_t s = 0; s + 1 < n; ++s) {
-      const int64_t c = Mod(me - s - 1, n);
-      const Segments segs{chunk_bytes(c), ctx.segment_bytes()};
-      if (g >= segs.count()) continue;
-      std::byte* p = chunk(c) + segs.offset(g);
-      const int64_t len = segs.size(g);
-      TESSEL_ASSIGN_OR_RETURN(Message m, ctx.Recv(left, phase, static_cast<uint32_t>(s), g, len));
-      std::memcpy(p, m.data(), len);
-      if (s + 2 < n) {
-        TESSEL_RETURN_IF_ERROR(
-            ctx.Send(right, phase, static_cast<uint32_t>(s + 1), g, p, len, /*stable=*/true));
-      }
-    }
-  }
-  return step0.Rest();
+  std::byte* mine = buf + offsets[me] * w;
+  return RingSteps(ctx, members, me, buf, offsets, phase, own != nullptr ? own : mine,
+                   (offsets[me + 1] - offsets[me]) * w, /*shift=*/1,
+                   own != nullptr && own != mine ? mine : nullptr,
+                   [](int64_t, int64_t, const std::byte* received, std::byte* p, int64_t len) {
+                     std::memcpy(p, received, len);
+                   });
 }
 
 // Recursive-doubling all-gather for a power-of-two group, in place on `buf` (n blocks of
