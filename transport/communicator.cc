@@ -127,6 +127,20 @@ absl::Status CheckCount(int64_t element_count, const void* a, const void* b) {
   return absl::OkStatus();
 }
 
+// Errors: kInvalidArgument if [input, +bytes) and [output, +bytes) overlap: `what` sends from
+// the input while it writes the output, so it cannot run in place.
+absl::Status CheckDisjoint(const char* what, const void* input, void* output, int64_t bytes) {
+  const auto in = reinterpret_cast<uintptr_t>(input);
+  const auto out = reinterpret_cast<uintptr_t>(output);
+  if (bytes > 0 && in < out + static_cast<uintptr_t>(bytes) &&
+      out < in + static_cast<uintptr_t>(bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the input and output buffers overlap (", bytes,
+                     " bytes each); it cannot run in place, pass a separate output"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 namespace {
@@ -228,6 +242,8 @@ absl::Status Communicator::AllToAll(int64_t device_id, const ReplicaGroups& grou
   TESSEL_RETURN_IF_ERROR(CheckCount(element_count, input, output));
   TESSEL_ASSIGN_OR_RETURN(GroupView view,
                           Resolve(*this, CollectiveKind::kAllToAll, groups, device_id));
+  TESSEL_RETURN_IF_ERROR(
+      CheckDisjoint("all-to-all", input, output, view.size() * element_count * ByteWidth(dtype)));
   return RunCollective(
       *state_, device_id,
       Signature(CollectiveKind::kAllToAll, dtype, 0xff, element_count, view.groups_id), &groups,
@@ -240,6 +256,8 @@ absl::Status Communicator::CollectivePermute(int64_t device_id, const SourceTarg
                                              DType dtype, const void* input, void* output,
                                              int64_t element_count) {
   TESSEL_RETURN_IF_ERROR(CheckCount(element_count, input, output));
+  TESSEL_RETURN_IF_ERROR(
+      CheckDisjoint("collective-permute", input, output, element_count * ByteWidth(dtype)));
   TESSEL_ASSIGN_OR_RETURN(GroupView unused,
                           Resolve(*this, CollectiveKind::kCollectivePermute, {}, device_id));
   (void)unused;

@@ -223,15 +223,17 @@ class Communicator {
 
   // all-to-all: member i sends input block j to member j, which stores it as output block i.
   // Shapes: input and output hold group_size * element_count elements (element_count per
-  // block). Source: XLA AllToAll (split_dimension = concat_dimension = 0).
+  // block); they must not overlap (kInvalidArgument: it sends from the input while it writes
+  // the output). Source: XLA AllToAll (split_dimension = concat_dimension = 0).
   [[nodiscard]] absl::Status AllToAll(int64_t device_id, const ReplicaGroups& groups, DType dtype,
                                       const void* input, void* output, int64_t element_count);
 
   // collective-permute: for each pair (s, t) device t's output = device s's input; a device
   // that is no pair's target gets zeros. Every device of the job that appears in `pairs`
   // calls it (devices in no pair may call it or not: it only advances their sequence number).
-  // Shapes: input and output hold `element_count` elements. Errors: kInvalidArgument if a
-  // device is the source (or the target) of two pairs. Source: XLA CollectivePermute.
+  // Shapes: input and output hold `element_count` elements and must not overlap. Errors:
+  // kInvalidArgument if they overlap, or if a device is the source (or the target) of two pairs.
+  // Source: XLA CollectivePermute.
   [[nodiscard]] absl::Status CollectivePermute(int64_t device_id, const SourceTargetPairs& pairs,
                                                DType dtype, const void* input, void* output,
                                                int64_t element_count);

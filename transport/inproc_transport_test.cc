@@ -378,6 +378,13 @@ TEST(InProcTransportTest, InvalidArgumentsAreRejected) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code(h0.CollectivePermute(0, {{0, 1}, {0, 2}}, DType::kF32, buf.data(), buf.data(), 1)),
             absl::StatusCode::kInvalidArgument);
+  // collective-permute and all-to-all send from the input while they write the output.
+  absl::Status in_place = h0.CollectivePermute(0, {{0, 1}}, DType::kF32, buf.data(), buf.data(), 1);
+  EXPECT_EQ(in_place.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(in_place.message()),
+              HasSubstr("collective-permute: the input and output buffers overlap"));
+  EXPECT_EQ(code(h0.AllToAll(0, {}, DType::kF32, buf.data(), buf.data() + 1, 1)),
+            absl::StatusCode::kInvalidArgument);
   // Rejected calls do not fail the job or consume a sequence number.
   EXPECT_TRUE(h0.health().ok());
   EXPECT_FALSE(InProcTransport::Create(3, DeviceMap::Uniform(2, 1)).ok());
