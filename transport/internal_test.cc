@@ -1,5 +1,9 @@
 // Unit tests of the transport's internal pieces: wire format, replica groups, reduction
 // kernels, buffer pool, mailbox matching and statistics.
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -15,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "transport/collective_stats.h"
 #include "transport/internal/buffer_pool.h"
+#include "transport/internal/doorbell.h"
 #include "transport/internal/groups.h"
 #include "transport/internal/host_link.h"
 #include "transport/internal/mailbox.h"
@@ -389,6 +394,102 @@ TEST(MailboxTest, SpinningTakeSeesMessagesDeparturesFailuresAndDeadlines) {
   }
 }
 
+// Bells outside the mailbox, as a shared-memory segment's: a "sender" queues a message where
+// only the poller finds it and rings the destination's bell; the waiting thread must wake on
+// that bell and take the message through its own poller, asleep or spinning. Fail rings those
+// bells too.
+TEST(MailboxTest, AWaitingTakeWakesOnItsBellsAndRunsThePoller) {
+  const MailKey key{Channel::kCollective, 0, 1, 0, 0, 0, 0};
+  for (const absl::Duration spin : {absl::ZeroDuration(), absl::Seconds(20)}) {
+    auto bells = std::make_shared<std::array<Doorbell, kDoorbells>>();
+    Mailbox box(0, {0}, spin);
+    box.UseDoorbells(bells->data(), bells);
+    std::atomic<bool> queued{false};
+    std::atomic<int> waiter_polls{0};
+    const std::thread::id waiter = std::this_thread::get_id();
+    box.set_poller([&] {
+      if (std::this_thread::get_id() == waiter) ++waiter_polls;
+      if (queued.exchange(false)) box.Deliver(MakeMessage(1, 0, 0, CallSignature{}));
+    });
+    std::thread sender([&] {
+      absl::SleepFor(absl::Milliseconds(20));
+      queued = true;
+      RingDoorbell((*bells)[DoorbellIndex(0)]);
+    });
+    const absl::Time start = absl::Now();
+    absl::StatusOr<Message> got = box.Take(key, 1, start + absl::Seconds(30));
+    sender.join();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->header.src, 1);
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+    EXPECT_GE(waiter_polls.load(), 2);  // before the ring, and after it
+
+    std::thread failer([&] {
+      absl::SleepFor(absl::Milliseconds(20));
+      box.Fail(absl::UnavailableError("lost host 1"), false);
+    });
+    const absl::Time again = absl::Now();
+    EXPECT_EQ(box.Take(key, 1, again + absl::Seconds(30)).status().code(),
+              absl::StatusCode::kUnavailable);
+    EXPECT_LT(absl::Now() - again, absl::Seconds(10));
+    failer.join();
+  }
+}
+
+TEST(DoorbellTest, SleepEndsAtARingAtOnceIfTheSequenceMovedAndAtTheDeadline) {
+  Doorbell bell;
+  const uint32_t seen = bell.sequence.load();
+  RingDoorbell(bell);  // nobody asleep: no system call, but the sequence moves
+  EXPECT_NE(bell.sequence.load(), seen);
+  absl::Time start = absl::Now();
+  SleepOnDoorbell(bell, seen, start + absl::Seconds(30));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+
+  start = absl::Now();
+  SleepOnDoorbell(bell, bell.sequence.load(), start + absl::Milliseconds(30));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(25));
+
+  const uint32_t before = bell.sequence.load();
+  std::thread ringer([&] {
+    while (bell.sleepers.load() == 0) sched_yield();  // ring while the other thread sleeps
+    RingDoorbell(bell);
+  });
+  start = absl::Now();
+  SleepOnDoorbell(bell, before, start + absl::Seconds(30));
+  ringer.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(bell.sleepers.load(), 0u);
+}
+
+// The futex is shared: a process that opened the segment (its own mapping, through
+// /proc/<pid>/fd) wakes a thread of the creator asleep on a bell in it.
+TEST(DoorbellTest, ARingFromAnotherProcessWakesASleeperInTheSegment) {
+  absl::StatusOr<std::shared_ptr<ShmSegment>> segment = ShmSegment::Create({2, 1, 4096});
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  Doorbell& bell = (*segment)->doorbells()[DoorbellIndex(5)];
+  const uint32_t seen = bell.sequence.load();
+  const std::string descriptor = (*segment)->descriptor();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    absl::StatusOr<std::shared_ptr<ShmSegment>> opened = ShmSegment::Open(descriptor);
+    if (!opened.ok()) _exit(2);
+    Doorbell& remote = (*opened)->doorbells()[DoorbellIndex(5)];
+    for (int i = 0; i < 20000 && remote.sleepers.load() == 0; ++i) usleep(500);
+    RingDoorbell(remote);
+    _exit(0);
+  }
+  const absl::Time start = absl::Now();
+  while (bell.sequence.load() == seen && absl::Now() - start < absl::Seconds(20)) {
+    SleepOnDoorbell(bell, seen, start + absl::Seconds(30));
+  }
+  EXPECT_NE(bell.sequence.load(), seen);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
 TEST(SendTrackerTest, SpinningWaitSeesReleasesAndHonoursTheDeadline) {
   SendTracker tracker;
   tracker.Acquire();
@@ -493,11 +594,11 @@ TEST(ShmSegmentTest, BadLayoutsAndDescriptorsAreRefused) {
   absl::StatusOr<std::shared_ptr<ShmSegment>> made = ShmSegment::Create({2, 1, 4096});
   ASSERT_TRUE(made.ok()) << made.status();
   const std::string good = (*made)->descriptor();
-  EXPECT_THAT(good, ::testing::StartsWith("shm1 "));
+  EXPECT_THAT(good, ::testing::StartsWith("shm2 "));
 
-  absl::StatusOr<std::shared_ptr<ShmSegment>> garbage = ShmSegment::Open("shm1 12 x");
+  absl::StatusOr<std::shared_ptr<ShmSegment>> garbage = ShmSegment::Open("shm2 12 x");
   EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(garbage.status().message()), HasSubstr("\"shm1 12 x\""));
+  EXPECT_THAT(std::string(garbage.status().message()), HasSubstr("\"shm2 12 x\""));
 
   // Same pid and fd, another nonce: not this segment.
   std::vector<std::string> f = absl::StrSplit(good, ' ');

@@ -1,6 +1,5 @@
 #include "transport/zmq_transport.h"
 
-#include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -116,10 +115,10 @@ class ZmqTransport::Impl : public internal::HostLink {
     // thread); null until then, or when shared memory is off or could not be mapped.
     std::shared_ptr<internal::ShmSegment> shm_owner;
     std::atomic<internal::ShmSegment*> shm{nullptr};
-    // A datagram socket connected to the peer's wake-up socket (set before `shm` is published),
-    // or -1: then shared-memory headers go through ZeroMQ.
-    int wake_fd = -1;
     absl::Mutex queue_mu;  // serializes this host's pushes into the peer's header queue
+    // Set by whichever thread drained a header of this peer from the shared-memory queue; the
+    // progress thread turns it into last_heard (liveness).
+    std::atomic<bool> heard_through_shm{false};
   };
 
   // Shared-memory payloads: ipc, no curve, more than one host, and asked for.
@@ -130,14 +129,14 @@ class ZmqTransport::Impl : public internal::HostLink {
   // Creates this host's incoming segment (a failure leaves shm_ null and says why on stderr:
   // payloads then go through ZeroMQ).
   void CreateSharedMemory();
-  // Maps peer `p`'s segment from the descriptor in its hello and connects to its wake-up socket
-  // (progress thread).
-  void MapPeerSharedMemory(int64_t p, const std::string& descriptor, const std::string& wake_path);
+  // Maps peer `p`'s segment from the descriptor in its hello (progress thread).
+  void MapPeerSharedMemory(int64_t p, const std::string& descriptor);
   // Hands the payload in slot `slot` of peer `peer`'s region to the mailbox, after checking
   // that the header is a data header from that peer and the slot was claimed (else a protocol
   // error fails the job).
   void DeliverShm(int64_t peer, const WireHeader& header, uint32_t slot);
-  // Delivers every header waiting in this host's shared-memory queues (progress thread).
+  // Delivers every header waiting in this host's shared-memory queues: the mailbox's poller (a
+  // waiting device thread), the progress thread after every poll, and before a departure.
   void DrainShmQueues();
   // Puts the payload into a slot of the peer's segment and sends the header naming the slot.
   // False (nothing sent) when the payload does not qualify or no slot is free.
@@ -191,10 +190,9 @@ class ZmqTransport::Impl : public internal::HostLink {
   absl::Time failure_seen_ = absl::InfiniteFuture();      // progress thread
   absl::flat_hash_map<std::string, int64_t> identities_;  // progress thread: ROUTER id -> rank
   std::shared_ptr<internal::ShmSegment> shm_;             // this host's incoming slots, or null
-  // The datagram socket a peer pokes after queueing a header (progress thread polls it), its
-  // file, or -1 / empty.
-  int wake_fd_ = -1;
-  std::string wake_path_;
+  // Serializes DrainShmQueues (the queues have one consumer at a time) and orders a departure
+  // after the drain of the headers its host queued before it.
+  absl::Mutex drain_mu_;
   std::atomic<int64_t> shm_messages_{0};
   std::atomic<int64_t> shm_queued_{0};
   std::atomic<int64_t> shm_peers_{0};
@@ -335,13 +333,13 @@ absl::Status ZmqTransport::Impl::Start() {
     }
   }
   TESSEL_RETURN_IF_ERROR(ConnectPeers(table));
-  // Before the progress thread starts: it polls the wake-up socket and reads shm_.
+  // Before the progress thread starts (it reads shm_) and before any device thread waits.
   if (UsesSharedMemory()) CreateSharedMemory();
   started_ = true;
   progress_ = std::thread([this] { ProgressLoop(); });
   // Hello on every outgoing connection: the receiver maps the connection to our rank.
   const std::string hello_body =
-      PackStrings({options_.job_token, shm_ != nullptr ? shm_->descriptor() : "", wake_path_});
+      PackStrings({options_.job_token, shm_ != nullptr ? shm_->descriptor() : ""});
   for (int64_t p = 0; p < n; ++p) {
     if (p == rank_) continue;
     TESSEL_RETURN_IF_ERROR(
@@ -426,25 +424,13 @@ void ZmqTransport::Impl::CreateSharedMemory() {
     return;
   }
   shm_ = *std::move(segment);
-  // The wake-up socket: a Unix datagram socket beside the data socket. Without it (path too
-  // long, socket error) headers go through ZeroMQ.
-  const std::string path = ipc_path_ + "w";
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(address.sun_path)) return;
-  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;
-  if (::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    ::close(fd);
-    return;
-  }
-  wake_fd_ = fd;
-  wake_path_ = path;
+  // Senders ring the bells in the segment after they queue a header there; a waiting device
+  // thread wakes on them and drains the queues itself (no hop through the progress thread).
+  state_->mailbox().UseDoorbells(shm_->doorbells(), shm_);
+  state_->mailbox().set_poller([this] { DrainShmQueues(); });
 }
 
-void ZmqTransport::Impl::MapPeerSharedMemory(int64_t p, const std::string& descriptor,
-                                             const std::string& wake_path) {
+void ZmqTransport::Impl::MapPeerSharedMemory(int64_t p, const std::string& descriptor) {
   Peer& peer = *peers_[p];
   if (peer.shm_owner != nullptr) return;  // a repeated hello
   absl::StatusOr<std::shared_ptr<internal::ShmSegment>> segment =
@@ -459,18 +445,6 @@ void ZmqTransport::Impl::MapPeerSharedMemory(int64_t p, const std::string& descr
     return;
   }
   peer.shm_owner = *std::move(segment);
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  if (!wake_path.empty() && wake_path.size() < sizeof(address.sun_path)) {
-    std::memcpy(address.sun_path, wake_path.c_str(), wake_path.size() + 1);
-    const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd >= 0 &&
-        ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0) {
-      peer.wake_fd = fd;
-    } else if (fd >= 0) {
-      ::close(fd);
-    }
-  }
   peer.shm.store(peer.shm_owner.get(), std::memory_order_release);
   ++shm_peers_;
 }
@@ -502,6 +476,7 @@ void ZmqTransport::Impl::DeliverShm(int64_t peer, const WireHeader& header, uint
 
 void ZmqTransport::Impl::DrainShmQueues() {
   if (shm_ == nullptr) return;
+  absl::MutexLock lock(&drain_mu_);
   std::byte entry[internal::kShmQueueEntryBytes];
   for (int64_t p = 0; p < options_.num_hosts; ++p) {
     if (p == rank_) continue;
@@ -521,7 +496,7 @@ void ZmqTransport::Impl::DrainShmQueues() {
       std::memcpy(&slot, entry + internal::kWireHeaderBytes, sizeof(slot));
       DeliverShm(p, *header, slot);
     }
-    if (any) peers_[p]->last_heard = absl::Now();
+    if (any) peers_[p]->heard_through_shm.store(true, std::memory_order_relaxed);
   }
 }
 
@@ -540,30 +515,24 @@ bool ZmqTransport::Impl::TrySendThroughSharedMemory(int64_t dst_host, const Wire
   if (slot < 0) return false;
   // The header goes first and the bytes are copied while it travels; the receiver waits for
   // Publish before it reads them (Mailbox::Take, Payload::ready). The header goes into the
-  // peer's queue in the segment, with a wake-up datagram for its progress thread; when the
-  // queue is full (or the peer has no wake-up socket), through ZeroMQ.
+  // peer's queue in the segment, and once the bytes are published the destination's doorbell
+  // rings (a system call only if a thread sleeps on it); when the queue is full, the header
+  // goes through ZeroMQ (whose delivery rings the bell on the receiving side).
   WireHeader h = header;
   h.type = MessageType::kDataShm;
   const uint32_t index = static_cast<uint32_t>(slot);
   Peer& peer = *peers_[dst_host];
   bool queued = false;
-  if (peer.wake_fd >= 0) {
+  {
     std::byte entry[internal::kShmQueueEntryBytes] = {};
     internal::EncodeHeader(h, entry);
     std::memcpy(entry + internal::kWireHeaderBytes, &index, sizeof(index));
-    {
-      absl::MutexLock lock(&peer.queue_mu);
-      queued = segment->PushHeader(rank_, entry);
-    }
-    if (queued) {
-      ++shm_queued_;
-      // EAGAIN (wake-ups already pending) and a gone peer (ECONNREFUSED) are fine: failure
-      // detection handles the latter.
-      const char byte = 1;
-      (void)::send(peer.wake_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-    }
+    absl::MutexLock lock(&peer.queue_mu);
+    queued = segment->PushHeader(rank_, entry);
   }
-  if (!queued) {
+  if (queued) {
+    ++shm_queued_;
+  } else {
     zmq::message_t head = HeaderFrame(h);
     zmq::message_t body(&index, sizeof(index));
     *status = SendFrames(dst_host, head, &body, deadline);
@@ -574,6 +543,9 @@ bool ZmqTransport::Impl::TrySendThroughSharedMemory(int64_t dst_host, const Wire
   }
   std::memcpy(segment->slot_data(rank_, slot), payload, bytes);
   segment->Publish(rank_, slot);
+  // After Publish: a receiver woken now finds the bytes there, instead of waking while they
+  // are copied and polling for them.
+  if (queued) internal::RingDoorbell(segment->doorbells()[internal::DoorbellIndex(h.dst)]);
   ++shm_messages_;
   return true;
 }
@@ -677,7 +649,7 @@ void ZmqTransport::Impl::HandleFrames(std::vector<zmq::message_t>& frames) {
     std::vector<std::string> fields;
     const int64_t peer = header->src_host;
     if (frames.size() != 3 || !internal::UnpackStrings(FrameText(frames[2]), &fields) ||
-        fields.size() != 3 || !internal::TokensEqual(fields[0], options_.job_token)) {
+        fields.size() != 2 || !internal::TokensEqual(fields[0], options_.job_token)) {
       Refuse(identity, absl::StrCat("refused by host ", rank_, ": job token mismatch"));
       return;
     }
@@ -687,9 +659,7 @@ void ZmqTransport::Impl::HandleFrames(std::vector<zmq::message_t>& frames) {
     }
     identities_[identity] = peer;
     peers_[peer]->last_heard = absl::Now();
-    if (!fields[1].empty() && UsesSharedMemory()) {
-      MapPeerSharedMemory(peer, fields[1], fields[2]);
-    }
+    if (!fields[1].empty() && UsesSharedMemory()) MapPeerSharedMemory(peer, fields[1]);
     absl::MutexLock lock(&mu_);
     hello_[peer] = true;
     return;
@@ -832,7 +802,8 @@ void ZmqTransport::Impl::CheckPeers(absl::Time now) {
   }
   for (int64_t p = 0; p < options_.num_hosts; ++p) {
     if (p == rank_ || bye[p]) continue;
-    const Peer& peer = *peers_[p];
+    Peer& peer = *peers_[p];
+    if (peer.heard_through_shm.exchange(false, std::memory_order_relaxed)) peer.last_heard = now;
     std::string why;
     if (now - peer.disconnected_at >= options_.disconnect_grace) {
       why = "its connection closed (the process exited or was killed)";
@@ -891,10 +862,6 @@ void ZmqTransport::Impl::ProgressLoop() {
     items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
     item_peer.push_back(-1);
   }
-  if (wake_fd_ >= 0) {
-    items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
-    item_peer.push_back(-2);
-  }
   const auto poll_timeout = std::chrono::milliseconds(
       std::clamp<int64_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval) / 2, 1, 50));
   absl::Time next_heartbeat = absl::Now();
@@ -906,16 +873,13 @@ void ZmqTransport::Impl::ProgressLoop() {
         if (!(items[i].revents & ZMQ_POLLIN)) continue;
         if (item_peer[i] >= 0) {
           ReadMonitor(item_peer[i]);
-        } else if (item_peer[i] == -1) {
-          AnswerZap();
         } else {
-          char bytes[256];
-          while (::recv(wake_fd_, bytes, sizeof(bytes), MSG_DONTWAIT) > 0) {
-          }
+          AnswerZap();
         }
       }
-      // Queued shared-memory headers (after the wake-up datagrams were read, so a header
-      // queued later comes with a datagram that wakes the next poll).
+      // Device threads drain the shared-memory queues while they wait; this catches headers
+      // for a device that is not waiting (at most one poll timeout late), so that a protocol
+      // error or a mismatched call among them is found even then.
       DrainShmQueues();
     } catch (const zmq::error_t& e) {
       state_->mailbox().Fail(internal::ZmqStatus(e, absl::StrCat("host ", rank_, " receiving")),
@@ -984,13 +948,6 @@ void ZmqTransport::Impl::Shutdown() {
   context_.close();
   // The ipc endpoint is a file: remove it so finished jobs leave nothing in the directory.
   if (!ipc_path_.empty()) ::unlink(ipc_path_.c_str());
-  if (wake_fd_ >= 0) ::close(wake_fd_);
-  wake_fd_ = -1;
-  if (!wake_path_.empty()) ::unlink(wake_path_.c_str());
-  for (auto& peer : peers_) {
-    if (peer != nullptr && peer->wake_fd >= 0) ::close(peer->wake_fd);
-    if (peer != nullptr) peer->wake_fd = -1;
-  }
 }
 
 namespace {

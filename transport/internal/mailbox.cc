@@ -12,8 +12,18 @@
 namespace tessel::transport::internal {
 
 Mailbox::Mailbox(int64_t rank, const std::vector<int64_t>& local_devices, absl::Duration spin_wait)
-    : rank_(rank), spin_wait_(spin_wait), host_slot_(std::make_unique<Slot>()) {
+    : rank_(rank),
+      spin_wait_(spin_wait),
+      own_bells_(std::make_unique<Doorbell[]>(kDoorbells)),
+      host_slot_(std::make_unique<Slot>()) {
   for (int64_t d : local_devices) slots_[d] = std::make_unique<Slot>();
+  UseDoorbells(own_bells_.get(), nullptr);
+}
+
+void Mailbox::UseDoorbells(Doorbell* bells, std::shared_ptr<const void> owner) {
+  bells_owner_ = std::move(owner);
+  host_slot_->bell = &bells[DoorbellIndex(rank_)];
+  for (auto& [device, slot] : slots_) slot->bell = &bells[DoorbellIndex(device)];
 }
 
 Mailbox::~Mailbox() = default;
@@ -33,12 +43,8 @@ absl::Status Mailbox::MismatchError(int64_t device, uint64_t sequence, const Cal
 }
 
 void Mailbox::WakeAllLocked() {
-  host_slot_->events.fetch_add(1, std::memory_order_release);
-  host_slot_->cv.SignalAll();
-  for (auto& [id, slot] : slots_) {
-    slot->events.fetch_add(1, std::memory_order_release);
-    slot->cv.SignalAll();
-  }
+  RingDoorbell(*host_slot_->bell);
+  for (auto& [id, slot] : slots_) RingDoorbell(*slot->bell);
 }
 
 bool Mailbox::FailLocked(const absl::Status& status) {
@@ -70,6 +76,7 @@ size_t Mailbox::pending() const {
 void Mailbox::Deliver(Message message) {
   const MailKey key = MailKey::Of(message.header);
   absl::Status error;
+  Doorbell* ring = nullptr;
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return;  // the job is over; drop
@@ -103,11 +110,14 @@ void Mailbox::Deliver(Message message) {
                                                  key.sequence, " phase ", key.phase, " step ",
                                                  key.step, " segment ", key.segment));
       } else {
-        slot->events.fetch_add(1, std::memory_order_release);
-        slot->cv.Signal();
-        return;
+        ring = slot->bell;
       }
     }
+  }
+  // After the unlock: the woken waiter finds the message without waiting for the lock.
+  if (ring != nullptr) {
+    RingDoorbell(*ring);
+    return;
   }
   Fail(error, /*broadcast=*/true);
 }
@@ -190,40 +200,37 @@ absl::StatusOr<Message> Mailbox::Take(const MailKey& key, int64_t src_host, absl
 absl::StatusOr<Message> Mailbox::TakeArrived(const MailKey& key, int64_t src_host,
                                              absl::Time deadline) {
   Slot* slot = SlotFor(key);
-  // Spin phase: re-check whenever the slot's event count moves, yield the core in between, so
-  // that a message arriving soon is taken without the sleep/wake-up round trip (23-46 us here,
-  // more on a busy VM whose idle virtual CPU must be rescheduled) and the core stays with the
-  // ZeroMQ I/O and progress threads that deliver it. OpenMPI's ranks wait the same way.
-  if (spin_wait_ > absl::ZeroDuration() && slot != nullptr) {
-    // Never past the deadline (absl::Time and steady_clock differ, so compare durations).
-    const auto until = std::chrono::steady_clock::now() +
-                       absl::ToChronoNanoseconds(std::min(spin_wait_, deadline - absl::Now()));
-    uint64_t seen = slot->events.load(std::memory_order_acquire);
-    while (true) {
-      {
-        absl::MutexLock lock(&mu_);
-        std::optional<absl::StatusOr<Message>> result = TryTakeLocked(key, src_host);
-        if (result.has_value()) return *std::move(result);
-      }
-      bool moved = false;
-      while (!moved && std::chrono::steady_clock::now() < until) {
-        sched_yield();
-        const uint64_t now_seen = slot->events.load(std::memory_order_acquire);
-        moved = now_seen != seen;
-        seen = now_seen;
-      }
-      if (!moved) break;
-    }
+  if (slot == nullptr) {
+    return absl::InternalError(absl::StrCat("host ", rank_, " waited for a message to device ",
+                                            key.dst, ", which it does not own"));
   }
-  absl::MutexLock lock(&mu_);
+  Doorbell& bell = *slot->bell;
+  // Spin phase: re-check whenever the bell rings, yield the core in between, so that a message
+  // arriving soon is taken without the sleep/wake-up round trip (23-46 us here, more on a busy
+  // VM whose idle virtual CPU must be rescheduled) and the core stays with the threads that
+  // deliver it. OpenMPI's ranks wait the same way. Then sleep on the bell.
+  // Never past the deadline (absl::Time and steady_clock differ, so compare durations).
+  const auto spin_until = std::chrono::steady_clock::now() +
+                          absl::ToChronoNanoseconds(
+                              std::clamp(spin_wait_, absl::ZeroDuration(), deadline - absl::Now()));
   while (true) {
-    std::optional<absl::StatusOr<Message>> result = TryTakeLocked(key, src_host);
-    if (result.has_value()) return *std::move(result);
-    if (slot->cv.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
-      result = TryTakeLocked(key, src_host);
+    // Read before looking: a ring after this makes the sleep below return at once.
+    const uint32_t seen = bell.sequence.load(std::memory_order_acquire);
+    if (poller_) poller_();
+    {
+      absl::MutexLock lock(&mu_);
+      std::optional<absl::StatusOr<Message>> result = TryTakeLocked(key, src_host);
       if (result.has_value()) return *std::move(result);
-      return absl::DeadlineExceededError("timed out");
     }
+    if (std::chrono::steady_clock::now() < spin_until) {
+      while (bell.sequence.load(std::memory_order_acquire) == seen &&
+             std::chrono::steady_clock::now() < spin_until) {
+        sched_yield();
+      }
+      continue;
+    }
+    if (absl::Now() >= deadline) return absl::DeadlineExceededError("timed out");
+    SleepOnDoorbell(bell, seen, deadline);
   }
 }
 

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "transport/internal/buffer_pool.h"
+#include "transport/internal/doorbell.h"
 #include "transport/internal/wire.h"
 
 namespace tessel::transport::internal {
@@ -72,6 +73,18 @@ class Mailbox {
     abort_callback_ = std::move(callback);
   }
 
+  // Waiters sleep on (and Deliver, Fail and MarkDeparted ring) `bells[DoorbellIndex(dst)]`, an
+  // array of kDoorbells kept alive by `owner` (held as long as the mailbox), instead of the
+  // mailbox's own: the ZmqTransport passes the bells of its shared-memory segment, which
+  // senders in other processes ring after they fill a slot. Set once, before traffic starts.
+  void UseDoorbells(Doorbell* bells, std::shared_ptr<const void> owner);
+
+  // Called by a waiting Take, without the mailbox lock, before every look for its message and
+  // after every ring: delivers what waits outside the mailbox (the ZmqTransport's
+  // shared-memory header queues), so the waiting thread takes its message without a hop
+  // through another thread. Thread-safe; may call Deliver and Fail. Set once, before traffic.
+  void set_poller(std::function<void()> poller) { poller_ = std::move(poller); }
+
   // Stores an incoming message and wakes its device. A collective message whose signature
   // differs from the destination's current call at that sequence number, that arrives for a
   // call the destination already finished, or that duplicates a pending key, fails the job.
@@ -85,11 +98,12 @@ class Mailbox {
   void EndCall(int64_t device);
 
   // Removes and returns the message with `key` (sent by host `src_host`), waiting until it
-  // arrives: first polling for up to spin_wait (yielding the core between checks, no lock
-  // held), then asleep on the slot's condition variable. Errors: the job's failure (any code, see
-  // Fail); kUnavailable if `src_host` left the job (MarkDeparted) without sending it;
-  // kDeadlineExceeded at `deadline`. A message whose payload is not ready() yet (its sender
-  // is still copying it into shared memory) is returned once it is, polling.
+  // arrives: first polling the destination's doorbell for up to spin_wait (yielding the core
+  // between checks, no lock held), then asleep on it (SleepOnDoorbell); the poller runs before
+  // every look. Errors: the job's failure (any code, see Fail); kUnavailable if `src_host` left
+  // the job (MarkDeparted) without sending it; kDeadlineExceeded at `deadline`. A message whose
+  // payload is not ready() yet (its sender is still copying it into shared memory) is returned once
+  // it is, polling.
   [[nodiscard]] absl::StatusOr<Message> Take(const MailKey& key, int64_t src_host,
                                              absl::Time deadline);
 
@@ -109,10 +123,10 @@ class Mailbox {
 
  private:
   struct Slot {
-    absl::CondVar cv;
-    // Bumped (after the change, under mu_) by every Deliver to this slot, Fail and
-    // MarkDeparted: a spinning Take re-checks only when it moves.
-    std::atomic<uint64_t> events{0};
+    // Rung by every Deliver to this slot (after the message is in), Fail and MarkDeparted: a
+    // waiting Take re-checks when its sequence moves. Shared by the slots of equal
+    // DoorbellIndex; fixed once traffic starts.
+    Doorbell* bell = nullptr;
     bool active = false;         // inside a collective call
     uint64_t sequence = 0;       // of the current call when active
     uint64_t next_sequence = 0;  // calls finished so far (collective channel)
@@ -129,7 +143,7 @@ class Mailbox {
                              int64_t src, int32_t src_host, const CallSignature& theirs) const;
   // Sets the failure under mu_; returns true if it was the first.
   bool FailLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Wakes every slot's waiters, spinning (events) and sleeping (cv).
+  // Rings every slot's bell: wakes its waiters, spinning or asleep.
   void WakeAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Take's answer if it is already known: the message, the failure or the departure error;
   // nullopt while the message may still come.
@@ -141,6 +155,10 @@ class Mailbox {
   const int64_t rank_;
   const absl::Duration spin_wait_;
   std::function<void(const absl::Status&)> abort_callback_;
+  std::function<void()> poller_;
+  // The bells used unless UseDoorbells replaced them, and the owner of the replacement.
+  std::unique_ptr<Doorbell[]> own_bells_;
+  std::shared_ptr<const void> bells_owner_;
   mutable absl::Mutex mu_;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<MailKey, Message> messages_ ABSL_GUARDED_BY(mu_);

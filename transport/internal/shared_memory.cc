@@ -24,12 +24,16 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free,
 static_assert(std::atomic<uint32_t>::is_always_lock_free,
               "slot states are shared between processes and must be lock-free (address-free)");
 
-constexpr uint64_t kSegmentMagic = 0x314D48534C455354;  // "TSELSHM1" read as little-endian
+constexpr uint64_t kSegmentMagic = 0x324D48534C455354;  // "TSELSHM2" read as little-endian
 constexpr size_t kPage = 4096;
 constexpr size_t kStateStride = 64;  // one state word per cache line
 constexpr uint32_t kEmpty = 0;
 constexpr uint32_t kWriting = 1;
 constexpr uint32_t kFull = 2;
+
+// Layout: the header page, the doorbell page (kDoorbells bells, DoorbellIndex(destination)),
+// the slot states, the header queues, the slots.
+static_assert(kDoorbells * sizeof(Doorbell) <= 4096, "the doorbells fill one page");
 
 // The first page of a segment.
 struct SegmentHeader {
@@ -55,7 +59,7 @@ size_t QueueBytes(const ShmLayout& l) {
 }
 
 size_t TotalBytes(const ShmLayout& l) {
-  return kPage + StateBytes(l) + QueueBytes(l) +
+  return 2 * kPage + StateBytes(l) + QueueBytes(l) +
          static_cast<size_t>(l.num_hosts) * static_cast<size_t>(l.slots) *
              static_cast<size_t>(l.slot_bytes);
 }
@@ -94,8 +98,8 @@ ShmSegment::ShmSegment(int fd, std::byte* base, size_t mapped_bytes, ShmLayout l
       base_(base),
       mapped_bytes_(mapped_bytes),
       layout_(layout),
-      queue_offset_(kPage + StateBytes(layout)),
-      data_offset_(kPage + StateBytes(layout) + QueueBytes(layout)) {}
+      queue_offset_(2 * kPage + StateBytes(layout)),
+      data_offset_(2 * kPage + StateBytes(layout) + QueueBytes(layout)) {}
 
 ShmSegment::~ShmSegment() {
   munmap(base_, mapped_bytes_);
@@ -130,7 +134,7 @@ absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Create(const ShmLayout& 
   std::memcpy(base, &header, sizeof(header));
   std::shared_ptr<ShmSegment> segment(
       new ShmSegment(fd, static_cast<std::byte*>(base), bytes, layout));
-  segment->descriptor_ = absl::StrFormat("shm1 %d %d %016x %d %d %d", getpid(), fd, nonce,
+  segment->descriptor_ = absl::StrFormat("shm2 %d %d %016x %d %d %d", getpid(), fd, nonce,
                                          layout.num_hosts, layout.slots, layout.slot_bytes);
   return segment;
 }
@@ -141,14 +145,14 @@ absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Open(const std::string& 
   uint64_t nonce = 0;
   ShmLayout layout;
   int64_t slots = 0;
-  if (f.size() != 7 || f[0] != "shm1" || !absl::SimpleAtoi(f[1], &pid) ||
+  if (f.size() != 7 || f[0] != "shm2" || !absl::SimpleAtoi(f[1], &pid) ||
       !absl::SimpleAtoi(f[2], &fd_number) || !absl::SimpleHexAtoi(f[3], &nonce) ||
       !absl::SimpleAtoi(f[4], &layout.num_hosts) || !absl::SimpleAtoi(f[5], &slots) ||
       !absl::SimpleAtoi(f[6], &layout.slot_bytes) || pid <= 0 || fd_number < 0 || slots < 1 ||
       slots > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("shared memory: bad segment descriptor \"", descriptor,
-                     "\" (expected \"shm1 <pid> <fd> <nonce> <hosts> <slots> <slot_bytes>\")"));
+                     "\" (expected \"shm2 <pid> <fd> <nonce> <hosts> <slots> <slot_bytes>\")"));
   }
   layout.slots = static_cast<int32_t>(slots);
   if (absl::Status s = CheckLayout(layout); !s.ok()) return s;
@@ -190,8 +194,10 @@ absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Open(const std::string& 
 std::atomic<uint32_t>& ShmSegment::state(int64_t src, int32_t slot) const {
   const size_t index =
       static_cast<size_t>(src) * static_cast<size_t>(layout_.slots) + static_cast<size_t>(slot);
-  return *reinterpret_cast<std::atomic<uint32_t>*>(base_ + kPage + index * kStateStride);
+  return *reinterpret_cast<std::atomic<uint32_t>*>(base_ + 2 * kPage + index * kStateStride);
 }
+
+Doorbell* ShmSegment::doorbells() const { return reinterpret_cast<Doorbell*>(base_ + kPage); }
 
 std::byte* ShmSegment::slot_data(int64_t src, int32_t slot) const {
   const size_t index =

@@ -13,8 +13,10 @@
 //   // (-> kEmpty, release) when the message is consumed.
 //
 // The header itself goes into a small queue per source host in the same segment (PushHeader /
-// PopHeader), and the sender wakes the receiver's progress thread through a FIFO; when that queue
-// is full, or the FIFO cannot be opened, the header goes through ZeroMQ instead.
+// PopHeader); once the payload is published the sender rings the destination device's doorbell,
+// also in the segment, which wakes a receiving thread asleep on it (doorbell.h), and the waiting
+// thread takes the header from the queue itself. When that queue is full, the header goes
+// through ZeroMQ instead.
 //
 // A sender that finds every slot busy sends the payload through ZeroMQ instead, so a receiver
 // that holds slots (early messages of a later call) can never block a sender: no deadlock, and
@@ -34,6 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "transport/internal/buffer_pool.h"
+#include "transport/internal/doorbell.h"
 
 namespace tessel::transport::internal {
 
@@ -69,7 +72,7 @@ class ShmSegment {
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
 
-  // "shm1 <pid> <fd> <nonce hex> <num_hosts> <slots> <slot_bytes>": what a peer needs to Open
+  // "shm2 <pid> <fd> <nonce hex> <num_hosts> <slots> <slot_bytes>": what a peer needs to Open
   // this segment.
   const std::string& descriptor() const { return descriptor_; }
   const ShmLayout& layout() const { return layout_; }
@@ -91,8 +94,14 @@ class ShmSegment {
   // false when it is full. The caller serializes pushes of one `src` (they come from threads of
   // one process).
   bool PushHeader(int64_t src, const std::byte* entry);
-  // Receiver (one thread): takes the oldest entry of `src`'s queue into `entry`; false if empty.
+  // Receiver (one thread at a time): takes the oldest entry of `src`'s queue into `entry`; false
+  // if empty.
   bool PopHeader(int64_t src, std::byte* entry);
+
+  // The receiver's kDoorbells bells (in the segment, so senders in other processes ring them):
+  // a sender rings doorbells()[DoorbellIndex(dst)] after it published a payload for device (or
+  // host) `dst` and queued its header.
+  Doorbell* doorbells() const;
 
  private:
   ShmSegment(int fd, std::byte* base, size_t mapped_bytes, ShmLayout layout);

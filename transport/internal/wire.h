@@ -25,7 +25,7 @@
 namespace tessel::transport::internal {
 
 inline constexpr uint32_t kWireMagic = 0x4C455354;  // "TSEL" read as little-endian bytes
-inline constexpr uint16_t kProtocolVersion = 2;     // 2: kDataShm, shm descriptor in the hello
+inline constexpr uint16_t kProtocolVersion = 3;     // 3: shm doorbells, 2-field hello
 inline constexpr size_t kWireHeaderBytes = 88;
 
 enum class MessageType : uint8_t {
