@@ -27,8 +27,9 @@
 // DEALERs' connection events. Payloads of at least zero_copy_min_bytes travel zero-copy (the
 // collective waits until ZeroMQ releases them); received payloads are used in place. Over ipc
 // (one machine), payloads go through shared-memory slots of the receiver by default, their
-// headers through a queue in the same segment with a wake-up datagram, and ZeroMQ carries the
-// control messages and whatever does not fit (ZmqOptions::shared_memory; the descriptor of each
+// headers through a queue in the same segment that the waiting device thread drains itself,
+// woken by a doorbell (a futex) in the segment, and ZeroMQ carries the control messages and
+// whatever does not fit (ZmqOptions::shared_memory; the descriptor of each
 // host's segment travels in its hello).
 //
 // Failure detection. A peer whose connection closes without a goodbye (process exited or was
@@ -115,10 +116,10 @@ struct ZmqOptions {
   bool curve = false;
   // ipc only (one machine): a payload of at least shared_memory_min_bytes that fits a slot
   // travels through a shared-memory slot of the receiving host instead of the socket, and its
-  // header through a queue in the same segment, announced by a datagram on a Unix socket
-  // beside the data socket (two copies per byte instead of four, one wake-up instead of three;
-  // docs/transport.md, "Shared memory on one machine"). Matching, ordering checks,
-  // statistics, heartbeats and failure detection are the same either way. Each host maps
+  // header through a queue in the same segment, announced by ringing the destination's doorbell
+  // there (two copies per byte instead of four; at most one wake-up, of the device thread that
+  // waits, instead of four; docs/transport.md, "Shared memory on one machine"). Matching, ordering
+  // checks, statistics, heartbeats and failure detection are the same either way. Each host maps
   // num_hosts * shared_memory_slots slots of pipeline_chunk_bytes (rounded up to 4 KiB): 64 MiB
   // at 8 hosts with the defaults, touched only as used. When every slot for a peer is busy, or
   // the peer's segment cannot be mapped (it is another user's process), payloads go through
@@ -168,7 +169,7 @@ class ZmqTransport : public Communicator {
   // Payloads this host sent through shared-memory slots so far (0 without shared_memory).
   int64_t shared_memory_messages() const;
   // Of those, the ones whose header went through the peer's shared-memory queue (the rest
-  // went through ZeroMQ: queue full, or no wake-up socket).
+  // went through ZeroMQ: queue full).
   int64_t shared_memory_queued_headers() const;
   // Peers whose shared-memory segment this host mapped at bootstrap (0 .. num_hosts - 1).
   int64_t shared_memory_peers() const;
