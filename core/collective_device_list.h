@@ -11,13 +11,16 @@
 // once, not once per collective, and a reader (the simulator) can memoize per list through
 // `identity()`. An empty list means one group of every device, as in XLA.
 // Source: XLA `xla::CollectiveDeviceList` (collective_device_list.h), whose iota form
-// (`IotaReplicaGroupList`) the HLO parser expands into this explicit one.
+// (`IotaReplicaGroupList`) the HLO parser expands into this explicit one (ExpandIotaReplicaGroups)
+// and the HLO printer writes back when the groups have one (FindIotaReplicaGroups).
 #ifndef TESSEL_CORE_COLLECTIVE_DEVICE_LIST_H_
 #define TESSEL_CORE_COLLECTIVE_DEVICE_LIST_H_
 
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -67,6 +70,36 @@ class CollectiveDeviceList {
 
   std::shared_ptr<const Groups> groups_;
 };
+
+// XLA's iota spelling of replica groups, `[num_groups,group_size]<=[reshape_dims]T(perm)`: the
+// device ids 0..N-1 (N = num_groups * group_size = product of reshape_dims) laid out row-major
+// with dims `reshape_dims`, transposed by `transpose_perm` (output dim i is input dim perm[i]),
+// flattened and cut into `num_groups` groups of `group_size`. Example: [2,2]<=[2,2]T(1,0) is
+// {{0,2},{1,3}}. Source: XLA `IotaReplicaGroupList` (collective_device_list.h).
+struct IotaReplicaGroups {
+  int64_t num_groups = 0;
+  int64_t group_size = 0;
+  std::vector<int64_t> reshape_dims;
+  std::vector<int64_t> transpose_perm;  // a permutation of 0..reshape_dims.size()-1
+
+  // "[2,2]<=[2,2]T(1,0)"; the T(...) is left out when the permutation is the identity.
+  std::string ToString() const;
+  bool operator==(const IotaReplicaGroups&) const = default;
+};
+
+// The explicit groups of `iota`. Precondition (checked by the HLO parser, which reports bad
+// text): positive dims whose product is num_groups * group_size, and a permutation of matching
+// rank.
+[[nodiscard]] std::vector<std::vector<int64_t>> ExpandIotaReplicaGroups(
+    const IotaReplicaGroups& iota);
+
+// The iota form of `groups`, if they have one: equal-size groups holding each of 0..N-1 once, in
+// an order that a transposed row-major layout produces. The form is the smallest XLA would
+// print: dims that stay adjacent through the transpose are merged, so {{0,1},{2,3}} gives
+// [2,2]<=[4] and {{0,2},{1,3}} gives [2,2]<=[2,2]T(1,0). nullopt for anything else (an empty
+// list, groups of different sizes, ids missing or repeated, an order no transpose gives).
+[[nodiscard]] std::optional<IotaReplicaGroups> FindIotaReplicaGroups(
+    const std::vector<std::vector<int64_t>>& groups);
 
 }  // namespace tessel
 

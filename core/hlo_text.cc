@@ -3,12 +3,14 @@
 #include "core/hlo_text.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/collective_device_list.h"
 
 namespace tessel {
 namespace {
@@ -17,8 +19,12 @@ std::string IntList(const std::vector<int64_t>& values) {
   return absl::StrCat("{", absl::StrJoin(values, ","), "}");
 }
 
-// "{{0,1},{2,3}}".
+// XLA's iota form "[2,2]<=[4]" when the groups have one (as XLA prints the groups its SPMD
+// partitioner makes), else the explicit "{{0,1},{2,3}}".
 std::string GroupsToString(const std::vector<std::vector<int64_t>>& groups) {
+  if (std::optional<IotaReplicaGroups> iota = FindIotaReplicaGroups(groups)) {
+    return iota->ToString();
+  }
   std::vector<std::string> parts;
   for (const std::vector<int64_t>& group : groups) parts.push_back(IntList(group));
   return absl::StrCat("{", absl::StrJoin(parts, ","), "}");

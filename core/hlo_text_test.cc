@@ -1,13 +1,17 @@
 #include "core/hlo_text.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/collective_device_list.h"
 #include "core/graph.h"
 #include "core/literal.h"
 #include "core/shape.h"
@@ -412,6 +416,60 @@ ENTRY %main (x: f32[4,8]) -> f32[4,8] {
 }
 )";
 
+// The iota form: found for every transposed layout, the smallest XLA would print, and nothing
+// is found for lists no layout gives.
+TEST(IotaReplicaGroupsTest, FindsTheSmallestFormAndRoundTrips) {
+  using Groups = std::vector<std::vector<int64_t>>;
+  auto find = [](const Groups& groups) {
+    std::optional<IotaReplicaGroups> iota = FindIotaReplicaGroups(groups);
+    return iota.has_value() ? iota->ToString() : std::string("none");
+  };
+  EXPECT_EQ(find({{0, 1}, {2, 3}}), "[2,2]<=[4]");
+  EXPECT_EQ(find({{0, 2}, {1, 3}}), "[2,2]<=[2,2]T(1,0)");
+  EXPECT_EQ(find({{0, 1, 2, 3}}), "[1,4]<=[4]");
+  EXPECT_EQ(find({{0}, {1}, {2}}), "[3,1]<=[3]");
+  EXPECT_EQ(find({{0}}), "[1,1]<=[1]");
+  // Columns of a [2,4] mesh; the middle axis of [2,2,2].
+  EXPECT_EQ(find({{0, 4}, {1, 5}, {2, 6}, {3, 7}}), "[4,2]<=[2,4]T(1,0)");
+  EXPECT_EQ(find({{0, 2}, {1, 3}, {4, 6}, {5, 7}}), "[4,2]<=[2,2,2]T(0,2,1)");
+  // Pod scale: 8192 devices print as a few numbers.
+  EXPECT_EQ(find(ExpandIotaReplicaGroups({2048, 4, {8192}, {0}})), "[2048,4]<=[8192]");
+  EXPECT_EQ(find(ExpandIotaReplicaGroups({4, 2048, {2, 2048, 2}, {1, 0, 2}})),
+            "[4,2048]<=[2,2048,2]T(1,0,2)");
+  // No iota form: ids missing, repeated or out of range; unequal groups; an order no transpose
+  // gives; no groups.
+  EXPECT_EQ(find({{0, 1}, {4, 5}}), "none");
+  EXPECT_EQ(find({{0, 0}, {1, 2}}), "none");
+  EXPECT_EQ(find({{0, 1, 2}, {3}}), "none");
+  EXPECT_EQ(find({{1, 0}, {2, 3}}), "none");
+  EXPECT_EQ(find({{0, 1}, {3, 2}}), "none");
+  EXPECT_EQ(find({{0, 3}, {1, 2}}), "none");
+  EXPECT_EQ(find({}), "none");
+
+  // Every transpose of every factorization of 24 devices, cut every way: the found form
+  // expands to the same groups.
+  const std::vector<std::vector<int64_t>> shapes = {{24},      {2, 12},      {4, 6}, {2, 3, 4},
+                                                    {3, 2, 4}, {2, 2, 2, 3}, {6, 4}, {2, 2, 6}};
+  int checked = 0;
+  for (const std::vector<int64_t>& dims : shapes) {
+    std::vector<int64_t> perm(dims.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    do {
+      for (int64_t group_size : {1, 2, 3, 4, 6, 8, 12, 24}) {
+        const IotaReplicaGroups iota{24 / group_size, group_size, dims, perm};
+        const Groups groups = ExpandIotaReplicaGroups(iota);
+        std::optional<IotaReplicaGroups> found = FindIotaReplicaGroups(groups);
+        ASSERT_TRUE(found.has_value()) << iota.ToString();
+        EXPECT_EQ(ExpandIotaReplicaGroups(*found), groups)
+            << iota.ToString() << " -> " << found->ToString();
+        EXPECT_LE(found->reshape_dims.size(), dims.size()) << iota.ToString();
+        ++checked;
+      }
+    } while (std::next_permutation(perm.begin(), perm.end()));
+  }
+  EXPECT_EQ(checked, 49 * 8);  // 49 (shape, transpose) pairs, 8 group sizes
+}
+
 TEST(HloTextTest, ParsesXlaCollectives) {
   absl::StatusOr<std::unique_ptr<Graph>> parsed = ParseHloModule(kXlaCollectives);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -426,11 +484,17 @@ TEST(HloTextTest, ParsesXlaCollectives) {
   EXPECT_EQ(g.FindNode("cp")->attrs().source_target_pairs,
             (std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 2}, {2, 3}, {3, 0}}));
   std::string text = PrintHloModule(g);
-  EXPECT_NE(text.find("%ar = f32[4,8] all-reduce(%x), replica_groups={{0,1},{2,3}}, "
+  // Printed back in XLA's iota form, whichever form the text used.
+  EXPECT_NE(text.find("%ar = f32[4,8] all-reduce(%x), replica_groups=[2,2]<=[4], "
                       "to_apply=%add_f32\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("reduce-scatter(%ag), replica_groups={{0,1,2,3}}, dimensions={0}, "
+  EXPECT_NE(text.find("all-reduce(%ar), replica_groups=[2,2]<=[2,2]T(1,0), "), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("all-gather(%ar_t), replica_groups=[1,4]<=[4], dimensions={0}\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("reduce-scatter(%ag), replica_groups=[1,4]<=[4], dimensions={0}, "
                       "to_apply=%add_f32\n"),
             std::string::npos)
       << text;

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/collective_device_list.h"
 #include "core/graph.h"
 #include "core/hlo_text.h"
 #include "core/literal.h"
@@ -684,21 +685,8 @@ class Parser {
         return r.Error(Cat("T(...) is not a permutation of ", rank, " dims"));
       }
     }
-    // Device at position t of the transposed array.
-    std::vector<int64_t> strides(rank, 1);
-    for (int64_t i = rank - 2; i >= 0; --i) strides[i] = strides[i + 1] * reshape_dims[i + 1];
-    std::vector<std::vector<int64_t>> groups(group_dims[0]);
-    std::vector<int64_t> index(rank, 0);  // multi-index into the transposed array
-    for (int64_t t = 0; t < num_devices; ++t) {
-      int64_t id = 0;
-      for (int64_t i = 0; i < rank; ++i) id += index[i] * strides[perm[i]];
-      groups[t / group_dims[1]].push_back(id);
-      for (int64_t i = rank - 1; i >= 0; --i) {
-        if (++index[i] < reshape_dims[perm[i]]) break;
-        index[i] = 0;
-      }
-    }
-    return groups;
+    return ExpandIotaReplicaGroups(
+        IotaReplicaGroups{group_dims[0], group_dims[1], std::move(reshape_dims), std::move(perm)});
   }
 
   // source_target_pairs: "{{0,1},{1,2}}".
