@@ -54,7 +54,7 @@ std::string RandomHex() {
   return absl::StrFormat("%08x", device());
 }
 
-constexpr size_t kMaxIpcPathBytes = 107;  // sizeof(sockaddr_un::sun_path) - 1
+constexpr size_t kMaxIpcPathBytes = sizeof(sockaddr_un{}.sun_path) - 1;  // 107 on Linux
 
 }  // namespace
 
