@@ -31,7 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "mesh/topology.h"
+#include "mesh/topology/topology.h"
 #include "spmd/device_array.h"
 
 namespace tessel::spmd {

@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "mesh/topology.h"
+#include "mesh/topology/topology.h"
 
 namespace tessel::spmd {
 namespace {

@@ -2,7 +2,7 @@
 // per host of the topology CONFIG on this machine, multi-controller style, as torchrun
 // (--standalone --nproc-per-node) and `mpirun -np N` do. Host i gets TESSEL_HOST_INDEX=i,
 // TESSEL_NUM_HOSTS, TESSEL_CONFIG (absolute), TESSEL_COORDINATOR (a private ipc:// address) and
-// TESSEL_JOB_TOKEN (mesh/launcher.h, mesh/host_env.h, docs/launch.md).
+// TESSEL_JOB_TOKEN (mesh/launch/launcher.h, mesh/launch/host_env.h, docs/launch.md).
 //
 //   $ tessel launch configs/two_slices_2x2hosts.json -- build/tests/e2e/host_probe --iterations 20
 //   host 0: ok (20 all-reduces of 4096 f32 over 8 devices on 4 hosts; rank from TESSEL_HOST_INDEX)
@@ -24,8 +24,8 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "mesh/launcher.h"
-#include "mesh/topology.h"
+#include "mesh/launch/launcher.h"
+#include "mesh/topology/topology.h"
 #include "tools/command.h"
 
 namespace tessel::tools {
@@ -61,7 +61,7 @@ int RunLaunch(const LaunchCommandOptions& options) {
     std::cerr << "tessel launch: " << result.status().message() << "\n";
     return 1;
   }
-  // LaunchHosts already printed the failure when it happened (mesh/launcher.h).
+  // LaunchHosts already printed the failure when it happened (mesh/launch/launcher.h).
   return result->exit_code;
 }
 

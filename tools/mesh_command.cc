@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "mesh/topology.h"
+#include "mesh/topology/topology.h"
 #include "nlohmann/json.hpp"
 #include "spmd/mesh.h"
 #include "tools/command.h"

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "examples/fashion_mnist_mlp/fashion_mnist.h"
-#include "mesh/host_env.h"
-#include "mesh/launcher.h"
-#include "mesh/topology.h"
+#include "mesh/launch/host_env.h"
+#include "mesh/launch/launcher.h"
+#include "mesh/topology/topology.h"
 #include "tools/command.h"
 
 namespace tessel::tools {

@@ -1,7 +1,7 @@
 // `tessel simulate CONFIG --model gpt|llama [model flags] [mesh flags] --recipe R [--overlap]
 //     [--trace out.json] [--json]`: builds one training step of a decoder transformer
 // (nn/transformer.h), shards it with a named recipe on a HybridMesh of the topology CONFIG,
-// partitions it and simulates the step (mesh/simulator.h).
+// partitions it and simulates the step (mesh/sim/simulator.h).
 // `tessel simulate CONFIG --hlo FILE.hlo [...]`: the same for an HLO module with shardings.
 //
 //   $ tessel simulate configs/v5p-128.json --model llama --layers 2 --d-model 1024 \
@@ -30,8 +30,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/hlo_text.h"
-#include "mesh/simulator.h"
-#include "mesh/topology.h"
+#include "mesh/sim/simulator.h"
+#include "mesh/topology/topology.h"
 #include "nlohmann/json.hpp"
 #include "nn/transformer.h"
 #include "partitioner/partitioner.h"

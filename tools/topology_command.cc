@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "mesh/topology.h"
+#include "mesh/topology/topology.h"
 #include "nlohmann/json.hpp"
 #include "tools/command.h"
 

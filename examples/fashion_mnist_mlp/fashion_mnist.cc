@@ -18,9 +18,9 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
-#include "mesh/host_env.h"
-#include "mesh/host_runtime.h"
-#include "mesh/topology.h"
+#include "mesh/launch/host_env.h"
+#include "mesh/runtime/host_runtime.h"
+#include "mesh/topology/topology.h"
 #include "nlohmann/json.hpp"
 #include "nn/data_loader.h"
 #include "nn/functional.h"
@@ -333,7 +333,7 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
     }
     train_seconds_total += train_seconds;
     samples_total += seen;
-    // Predicted time of one training step on the topology's hardware (mesh/simulator.h).
+    // Predicted time of one training step on the topology's hardware (mesh/sim/simulator.h).
     const double simulated_step =
         placement.runtime != nullptr
             ? (placement.runtime->metrics().simulated_seconds - simulated_before) /

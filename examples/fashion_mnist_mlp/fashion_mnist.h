@@ -21,7 +21,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
-#include "mesh/topology.h"
+#include "mesh/topology/topology.h"
 
 namespace tessel::examples {
 

@@ -31,8 +31,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "mesh/host_env.h"
-#include "mesh/topology.h"
+#include "mesh/launch/host_env.h"
+#include "mesh/topology/topology.h"
 #include "transport/zmq_transport.h"
 
 namespace tessel {

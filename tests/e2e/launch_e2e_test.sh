@@ -210,7 +210,7 @@ case "$case_name" in
       echo "mpirun not installed (Debian: openmpi-bin); skipped"
       exit 77
     fi
-    # Open MPI's rank variables and the coordinator derived from its job id (mesh/host_env.h).
+    # Open MPI's rank variables and the coordinator derived from its job id (mesh/launch/host_env.h).
     timeout 60 mpirun --allow-run-as-root --oversubscribe -np 4 -x TESSEL_CONFIG="$config" \
       "$probe" --iterations 5 --tag "$tag" >"$tmp/out" 2>"$tmp/err"
     code=$?

@@ -1,47 +1,74 @@
 #!/usr/bin/env bash
-# Fails when a file includes a header of a higher layer (see DESIGN.md, "Layout and dependency
-# direction"):  core <- spmd <- partitioner <- mesh <- tools;  core <- transport <- mesh;
-# mesh/topology (pure data) may be used by spmd and above; nn sits beside partitioner.
+# Fails when a source file includes a project header of a layer it may not use. One rule per
+# folder, no exceptions (docs/architecture.md, "Layers"):
+#
+#   core -> mesh/topology -> spmd -> mesh/cost -> partitioner -> nn -> mesh/sim
+#   core -> transport -> mesh/launch;  mesh/sim + mesh/launch -> mesh/runtime
+#   everything -> examples -> tools;  benchmarks and tests use any library.
+#
+# A folder listed below may include its own headers and those of the folders after it. A source
+# file in a folder with no rule is itself a violation, so a new folder must be given its place.
+#
+#   bash tests/lint/layering_test.sh [ROOT]
 set -uo pipefail
 root="${1:-$(cd "$(dirname "$0")/../.." && pwd)}"
 cd "$root" || exit 2
 
-# allowed_for FILE -> space-separated list of include prefixes the file may use.
-allowed_for() {
-  case "$1" in
-    core/*) echo "core/" ;;
-    transport/*) echo "core/ transport/" ;;
-    mesh/topology.h|mesh/topology.cc|mesh/topology_test.cc) echo "core/ mesh/topology.h" ;;
-    spmd/*) echo "core/ spmd/ mesh/topology.h" ;;
-    partitioner/*) echo "core/ spmd/ partitioner/ mesh/topology.h" ;;
-    nn/*) echo "core/ spmd/ nn/ mesh/topology.h" ;;
-    mesh/*) echo "core/ spmd/ partitioner/ transport/ nn/ mesh/" ;;
-    *) echo "*" ;;
-  esac
+libs="core/ mesh/topology/ spmd/ mesh/cost/ partitioner/ nn/ mesh/sim/ transport/ mesh/launch/ mesh/runtime/"
+declare -A rule=(
+  [core/]="core/"
+  [mesh/topology/]="core/ mesh/topology/"
+  [spmd/]="core/ mesh/topology/ spmd/"
+  [mesh/cost/]="core/ mesh/topology/ mesh/cost/"
+  [partitioner/]="core/ mesh/topology/ spmd/ mesh/cost/ partitioner/"
+  [nn/]="core/ spmd/ nn/"
+  [mesh/sim/]="core/ mesh/topology/ spmd/ mesh/cost/ partitioner/ nn/ mesh/sim/"
+  [transport/]="core/ transport/"
+  [mesh/launch/]="core/ mesh/topology/ transport/ mesh/launch/"
+  [mesh/runtime/]="core/ mesh/topology/ spmd/ mesh/cost/ partitioner/ nn/ mesh/sim/ transport/ mesh/launch/ mesh/runtime/"
+  [examples/]="$libs examples/"
+  [tools/]="$libs examples/ tools/"
+  [benchmarks/]="$libs benchmarks/"
+  [tests/]="$libs tests/"
+)
+
+# The rule of the longest folder that holds FILE, or nothing.
+folder_of() {
+  local best=""
+  for folder in "${!rule[@]}"; do
+    case "$1" in "$folder"*) [ ${#folder} -gt ${#best} ] && best="$folder" ;; esac
+  done
+  echo "$best"
 }
 
 status=0
 checked=0
 while IFS= read -r file; do
-  allowed=$(allowed_for "$file")
-  [ "$allowed" = "*" ] && continue
+  file="${file#./}"
+  folder=$(folder_of "$file")
+  if [ -z "$folder" ]; then
+    echo "layering violation: $file is in a folder with no layering rule"
+    status=1
+    continue
+  fi
   checked=$((checked + 1))
   while IFS= read -r inc; do
-    # Only project headers (those that start with a project folder) are checked.
+    # Only project headers (those under a project folder) are checked.
     case "$inc" in
       core/*|spmd/*|partitioner/*|transport/*|mesh/*|nn/*|tools/*|examples/*|tests/*|benchmarks/*) ;;
       *) continue ;;
     esac
     ok=0
-    for prefix in $allowed; do
+    for prefix in ${rule[$folder]}; do
       case "$inc" in "$prefix"*) ok=1 ;; esac
     done
     if [ $ok -eq 0 ]; then
-      echo "layering violation: $file includes \"$inc\" (allowed: $allowed)"
+      echo "layering violation: $file includes \"$inc\" (the rule of $folder allows: ${rule[$folder]})"
       status=1
     fi
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
-done < <(find core spmd partitioner transport mesh nn -name '*.h' -o -name '*.cc' 2>/dev/null | sort)
+done < <(find . -mindepth 1 \( -name '.*' -o -name 'build*' \) -prune -o \( -name '*.h' -o -name '*.cc' \) -print |
+         sort)
 
 if [ $checked -eq 0 ]; then
   echo "layering: no source files found under $root"

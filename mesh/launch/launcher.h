@@ -10,7 +10,7 @@
 //   // result->exit_code == 0 when every host exited 0; otherwise result->message says which
 //   // host failed first and how: "host 2 (pid 1234) was killed by signal 9 (Killed)".
 //
-// Each host process gets, on top of the launcher's own environment (see mesh/host_env.h):
+// Each host process gets, on top of the launcher's own environment (see mesh/launch/host_env.h):
 //   TESSEL_HOST_INDEX=i, TESSEL_NUM_HOSTS=n, TESSEL_CONFIG=<absolute config path>,
 //   TESSEL_COORDINATOR=ipc://<private dir>/coordinator (host 0 serves the bootstrap there),
 //   TESSEL_IPC_DIR=<private dir> (the hosts' ipc data sockets), TESSEL_JOB_TOKEN=<128 random

@@ -1,7 +1,7 @@
 // HostRuntime on the 8-device two-slice preset (4 hosts x 2 devices), every host a thread of
 // this process over the in-process transport (the same algorithms and accounting as ZeroMQ).
 // Sharded programs must compute what the single-device executor computes.
-#include "mesh/host_runtime.h"
+#include "mesh/runtime/host_runtime.h"
 
 #include <cmath>
 #include <map>
@@ -10,7 +10,7 @@
 
 #include "core/tensor.h"
 #include "gtest/gtest.h"
-#include "mesh/host_env.h"
+#include "mesh/launch/host_env.h"
 #include "nlohmann/json.hpp"
 #include "nn/functional.h"
 #include "nn/layers.h"

@@ -46,7 +46,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "mesh/topology.h"
+#include "mesh/topology/topology.h"
 #include "transport/communicator.h"
 #include "transport/zmq_transport.h"
 

@@ -17,7 +17,7 @@
 // representative is simulated, all classes in lockstep so that a collective starts when the
 // slowest class in its group is ready. Memory: O(graph) + O(devices), never their product.
 //
-// Scheduling (per device class, costs from mesh/cost_model.h):
+// Scheduling (per device class, costs from mesh/cost/cost_model.h):
 // - in order (default, `overlap` false): nodes run one after the other in program order; a
 //   collective starts when every participating class has reached it;
 // - overlapped (`overlap` true), like XLA's latency-hiding scheduler: one compute stream and one
@@ -31,7 +31,7 @@
 // live from the start until their last use (donated to the outputs, as training loops donate
 // the parameters and optimizer state: jax.jit donate_argnums, torch_xla in-place updates);
 // every other value from its definition to its last use; the root's elements until the end. A
-// value that XLA's fusion would keep on chip (KeptOnChip in mesh/cost_model.h) takes no buffer.
+// value that XLA's fusion would keep on chip (KeptOnChip in mesh/cost/cost_model.h) takes no buffer.
 // No rematerialization: every activation the backward pass reads stays live, so models trained
 // with remat / flash attention use less than reported. Peak bytes per device; a warning (severity
 // "error") when it exceeds the device's HBM.
@@ -44,8 +44,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "mesh/cost_model.h"
-#include "mesh/topology.h"
+#include "mesh/cost/cost_model.h"
+#include "mesh/topology/topology.h"
 #include "partitioner/partitioner.h"
 
 namespace tessel::mesh {

@@ -1,4 +1,4 @@
-#include "mesh/simulator.h"
+#include "mesh/sim/simulator.h"
 
 #include <cstdio>
 #include <fstream>

@@ -108,7 +108,7 @@ struct DeviceSpec {
   double hbm_bandwidth_gbytes_per_s = 0.0;  // HBM bandwidth per device, 10^9 bytes/s
   // Optional (JSON "efficiency"): fraction of peak that one op class reaches, in (0, 1], keyed
   // by the names of kEfficiencyClasses ("dot", "elementwise", "reduce", "data_movement",
-  // "collective"). The cost model (mesh/cost_model.h) uses its defaults for classes not given.
+  // "collective"). The cost model (mesh/cost/cost_model.h) uses its defaults for classes not given.
   std::map<std::string, double> efficiency;
 
   // Peak of `dtype` in 10^12 op/s, or nullopt when the spec gives none for it.

@@ -1,4 +1,4 @@
-#include "mesh/launcher.h"
+#include "mesh/launch/launcher.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-#include "mesh/host_runtime.h"
+#include "mesh/runtime/host_runtime.h"
 
 #include <algorithm>
 #include <atomic>
@@ -17,8 +17,8 @@
 #include "core/executor.h"
 #include "core/hlo_text.h"
 #include "core/status_macros.h"
-#include "mesh/collective_adapter.h"
-#include "mesh/simulator.h"
+#include "mesh/runtime/collective_adapter.h"
+#include "mesh/sim/simulator.h"
 #include "nlohmann/json.hpp"
 #include "partitioner/partitioner.h"
 

@@ -1,4 +1,4 @@
-#include "mesh/topology.h"
+#include "mesh/topology/topology.h"
 
 #include <algorithm>
 #include <cctype>

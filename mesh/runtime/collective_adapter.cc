@@ -1,4 +1,4 @@
-#include "mesh/collective_adapter.h"
+#include "mesh/runtime/collective_adapter.h"
 
 #include <cstring>
 

@@ -28,7 +28,7 @@
 // callback for the pieces of this host's devices only, so each host loads just its part of the
 // global batch.
 //
-// Simulated clock: each program is also run once through the mesh simulator (mesh/simulator.h)
+// Simulated clock: each program is also run once through the mesh simulator (mesh/sim/simulator.h)
 // when it is compiled; every execution then advances the clock of the host's devices by the
 // predicted step time on the topology's hardware (e.g. TPU v4), reported next to wall time.
 //
@@ -48,7 +48,7 @@
 #include "core/computation_client.h"
 #include "core/literal.h"
 #include "core/tensor.h"
-#include "mesh/topology.h"
+#include "mesh/topology/topology.h"
 #include "spmd/sharded_tensor.h"
 #include "spmd/sharding.h"
 #include "transport/collective_stats.h"
@@ -95,7 +95,7 @@ struct RuntimeMetrics {
   int64_t peak_device_bytes = 0;     // highest executor peak of live bytes on a local device
   // Traffic this host's devices sent (transport::Communicator::stats()).
   transport::CollectiveStats collectives;
-  // The simulated clock (mesh/simulator.h: the cost model of the topology's hardware, in-order
+  // The simulated clock (mesh/sim/simulator.h: the cost model of the topology's hardware, in-order
   // schedule): seconds the executions so far would take on the real devices, summed, and the
   // predicted step time of the last execution. 0 when the topology cannot be costed (see
   // simulation_note).

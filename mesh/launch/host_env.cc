@@ -1,4 +1,4 @@
-#include "mesh/host_env.h"
+#include "mesh/launch/host_env.h"
 
 #include <unistd.h>
 

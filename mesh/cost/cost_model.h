@@ -1,6 +1,6 @@
 // Analytic cost of one node of a partitioned (per-device, local-shape) program on a Topology:
 // a roofline for local ops and alpha-beta models for collectives over the links their replica
-// groups really span. No data, no processes: the simulator (mesh/simulator.h) and the host
+// groups really span. No data, no processes: the simulator (mesh/sim/simulator.h) and the host
 // runtime's simulated clocks both call it.
 //
 //   TESSEL_ASSIGN_OR_RETURN(mesh::CostModel model, mesh::CostModel::Create(topology));
@@ -56,7 +56,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/graph.h"
-#include "mesh/topology.h"
+#include "mesh/topology/topology.h"
 
 namespace tessel::mesh {
 
