@@ -89,14 +89,14 @@ Tensor DotOperandGrad(const Tensor& g, const Tensor& other, int64_t self_rank,
   return identity ? r : Transpose(r, perm);
 }
 
-// Appends (operand index, gradient contribution) pairs for `node` given its output gradient g.
-void Vjp(const LazyNode& node, const Tensor& y, const Tensor& g, const std::vector<bool>& wanted,
-         std::vector<std::pair<int, Tensor>>& out) {
+// Elementwise ops: arithmetic, unary math, convert, select and clamp. Returns false when `node` is
+// not of this family.
+bool VjpElementwise(const LazyNode& node, const Tensor& y, const Tensor& g,
+                    const std::vector<bool>& wanted, std::vector<std::pair<int, Tensor>>& out) {
   auto x = [&](int i) { return Wrap(node.operands[i]); };
   auto emit = [&](int i, auto&& make) {
     if (wanted[i]) out.emplace_back(i, make());
   };
-  const OpAttributes& attrs = node.attrs;
   switch (node.opcode) {
     case Opcode::kAdd:
       emit(0, [&] { return g; });
@@ -177,6 +177,22 @@ void Vjp(const LazyNode& node, const Tensor& y, const Tensor& g, const std::vect
       emit(2, [&] { return to_bound(Select(above, g, zeros), 2); });
       break;
     }
+    default:
+      return false;
+  }
+  return true;
+}
+
+// Data movement: the gradient is moved back (broadcast sums, slice pads, pad slices, ...). Returns
+// false when `node` is not of this family.
+bool VjpDataMovement(const LazyNode& node, const Tensor& y, const Tensor& g,
+                     const std::vector<bool>& wanted, std::vector<std::pair<int, Tensor>>& out) {
+  auto x = [&](int i) { return Wrap(node.operands[i]); };
+  auto emit = [&](int i, auto&& make) {
+    if (wanted[i]) out.emplace_back(i, make());
+  };
+  const OpAttributes& attrs = node.attrs;
+  switch (node.opcode) {
     case Opcode::kBroadcast:
       emit(0, [&] {
         std::vector<int64_t> summed = RemainingDims(g.rank(), attrs.dimensions);
@@ -258,6 +274,22 @@ void Vjp(const LazyNode& node, const Tensor& y, const Tensor& g, const std::vect
       emit(1, [&] { return DynamicSlice(g, starts, update.dims()); });
       break;
     }
+    default:
+      return false;
+  }
+  return true;
+}
+
+// reduce: add broadcasts back; max/min split the gradient among the tied maxima; and/or have none.
+// Returns false when `node` is not of this family.
+bool VjpReduce(const LazyNode& node, const Tensor& y, const Tensor& g,
+               const std::vector<bool>& wanted, std::vector<std::pair<int, Tensor>>& out) {
+  auto x = [&](int i) { return Wrap(node.operands[i]); };
+  auto emit = [&](int i, auto&& make) {
+    if (wanted[i]) out.emplace_back(i, make());
+  };
+  const OpAttributes& attrs = node.attrs;
+  switch (node.opcode) {
     case Opcode::kReduce: {
       const Shape& in = node.operands[0]->shape;
       std::vector<int64_t> kept = RemainingDims(in.rank(), attrs.dimensions);
@@ -283,6 +315,22 @@ void Vjp(const LazyNode& node, const Tensor& y, const Tensor& g, const std::vect
       }
       break;
     }
+    default:
+      return false;
+  }
+  return true;
+}
+
+// dot: each operand's gradient is a dot of the output gradient with the other operand. Returns
+// false when `node` is not of this family.
+bool VjpDot(const LazyNode& node, const Tensor& y, const Tensor& g, const std::vector<bool>& wanted,
+            std::vector<std::pair<int, Tensor>>& out) {
+  auto x = [&](int i) { return Wrap(node.operands[i]); };
+  auto emit = [&](int i, auto&& make) {
+    if (wanted[i]) out.emplace_back(i, make());
+  };
+  const OpAttributes& attrs = node.attrs;
+  switch (node.opcode) {
     case Opcode::kDot: {
       const DotDimensionNumbers& dn = attrs.dot;
       const Shape& lhs = node.operands[0]->shape;
@@ -298,9 +346,18 @@ void Vjp(const LazyNode& node, const Tensor& y, const Tensor& g, const std::vect
       break;
     }
     default:
-      // parameter, constant, iota, rng, compare, and, or, not, tuple ops: no gradient flows.
-      break;
+      return false;
   }
+  return true;
+}
+
+// Appends (operand index, gradient contribution) pairs for `node` given its output gradient g;
+// only operands marked in `wanted` get one. Ops through which no gradient flows (parameter,
+// constant, iota, rng, compare, and, or, not, tuple ops) append nothing.
+void Vjp(const LazyNode& node, const Tensor& y, const Tensor& g, const std::vector<bool>& wanted,
+         std::vector<std::pair<int, Tensor>>& out) {
+  VjpElementwise(node, y, g, wanted, out) || VjpDataMovement(node, y, g, wanted, out) ||
+      VjpReduce(node, y, g, wanted, out) || VjpDot(node, y, g, wanted, out);
 }
 
 }  // namespace

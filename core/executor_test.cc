@@ -212,6 +212,17 @@ TEST(ExecutorUnaryTest, FloatSpecialValues) {
   EXPECT_EQ(e.data<float>()[2], std::numeric_limits<float>::infinity());
   EXPECT_EQ(e.data<float>()[3], 0.0f);
   EXPECT_TRUE(std::isnan(e.data<float>()[4]));
+  // Below ln(FLT_MIN) the result is subnormal or zero, never a clamped constant; f64 likewise.
+  Literal tiny = Literal::FromVector<float>({4}, {-87.5f, -100.0f, -104.0f, -200.0f});
+  Literal tiny_exp = MustRun(Opcode::kExp, {tiny});
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(tiny_exp.data<float>()[i], std::exp(tiny.data<float>()[i]))
+        << "exp(" << tiny.data<float>()[i] << ")";
+  }
+  Literal xd =
+      Literal::FromVector<double>({3}, {-std::numeric_limits<double>::infinity(), -710.0, -745.5});
+  Literal ed = MustRun(Opcode::kExp, {xd});
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(ed.data<double>()[i], std::exp(xd.data<double>()[i]));
   Literal l = MustRun(Opcode::kLog, {x});
   EXPECT_EQ(l.data<float>()[0], -std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::isnan(l.data<float>()[5]));

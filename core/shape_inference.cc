@@ -265,247 +265,336 @@ absl::StatusOr<Shape> InferCollective(Opcode opcode, absl::Span<const Shape* con
   return Shape(x.dtype(), std::move(dims));
 }
 
+// The entry's parameter: its declared shape.
+absl::StatusOr<Shape> InferParameter(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                     const OpAttributes& attrs,
+                                     const std::optional<Shape>& declared) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 0));
+  if (!declared.has_value()) return Error(opcode, "the result shape must be given");
+  if (attrs.parameter_number < 0) {
+    return Error(opcode, absl::StrCat("parameter number ", attrs.parameter_number, " is negative"));
+  }
+  return *declared;
+}
+
+// A constant: its literal's shape.
+absl::StatusOr<Shape> InferConstant(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                    const OpAttributes& attrs,
+                                    const std::optional<Shape>& declared) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 0));
+  if (attrs.literal == nullptr) return Error(opcode, "missing literal");
+  return attrs.literal->shape();
+}
+
+// iota: the declared shape, with iota_dimension in range.
+absl::StatusOr<Shape> InferIota(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                const OpAttributes& attrs, const std::optional<Shape>& declared) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 0));
+  TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
+  if (attrs.iota_dimension < 0 || attrs.iota_dimension >= declared->rank()) {
+    return Error(opcode, absl::StrCat("iota_dimension=", attrs.iota_dimension,
+                                      " is out of range for ", declared->ToString()));
+  }
+  if (declared->dtype() == DType::kPred) return Error(opcode, "result must not be pred");
+  return *declared;
+}
+
+// rng: two scalar bounds of the declared floating-point type.
+absl::StatusOr<Shape> InferRng(Opcode opcode, absl::Span<const Shape* const> shapes,
+                               const OpAttributes& attrs, const std::optional<Shape>& declared) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2));
+  TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
+  for (int i = 0; i < 2; ++i) {
+    if (shapes[i]->rank() != 0 || shapes[i]->dtype() != declared->dtype()) {
+      return Error(opcode, absl::StrCat("operand ", i, " must be a ", DTypeName(declared->dtype()),
+                                        " scalar, got ", shapes[i]->ToString()));
+    }
+  }
+  if (!IsFloating(declared->dtype())) {
+    return Error(opcode, absl::StrCat("result must be floating point, got ", declared->ToString()));
+  }
+  return *declared;
+}
+
+// broadcast: each operand dim maps to an increasing result dim of the same size (XLA's broadcast
+// with `dimensions`).
+absl::StatusOr<Shape> InferBroadcast(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                     const OpAttributes& attrs,
+                                     const std::optional<Shape>& declared) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+  TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
+  const Shape& x = *shapes[0];
+  if (static_cast<int64_t>(attrs.dimensions.size()) != x.rank()) {
+    return Error(opcode,
+                 absl::StrCat("dimensions={", absl::StrJoin(attrs.dimensions, ","),
+                              "} must have one entry per operand dim (rank ", x.rank(), ")"));
+  }
+  TESSEL_RETURN_IF_ERROR(CheckDims(opcode, "dimensions", attrs.dimensions, declared->rank()));
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (i > 0 && attrs.dimensions[i] <= attrs.dimensions[i - 1]) {
+      return Error(opcode, "dimensions must be strictly increasing");
+    }
+    if (declared->dim(attrs.dimensions[i]) != x.dim(i)) {
+      return Error(opcode, absl::StrCat("operand dim ", i, " (size ", x.dim(i),
+                                        ") maps to result dim ", attrs.dimensions[i], " of size ",
+                                        declared->dim(attrs.dimensions[i])));
+    }
+  }
+  if (declared->dtype() != x.dtype()) return Error(opcode, "result type differs from operand");
+  return *declared;
+}
+
+// reshape: the declared shape, with the operand's element count and type.
+absl::StatusOr<Shape> InferReshape(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                   const OpAttributes& attrs,
+                                   const std::optional<Shape>& declared) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+  TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
+  if (declared->num_elements() != shapes[0]->num_elements() ||
+      declared->dtype() != shapes[0]->dtype()) {
+    return Error(opcode, absl::StrCat("cannot reshape ", shapes[0]->ToString(), " to ",
+                                      declared->ToString()));
+  }
+  return *declared;
+}
+
+// transpose: the operand's dims permuted by `dimensions`.
+absl::StatusOr<Shape> InferTranspose(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                     const OpAttributes& attrs,
+                                     const std::optional<Shape>& declared) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+  const Shape& x = *shapes[0];
+  if (static_cast<int64_t>(attrs.dimensions.size()) != x.rank()) {
+    return Error(opcode, absl::StrCat("dimensions={", absl::StrJoin(attrs.dimensions, ","),
+                                      "} is not a permutation of rank ", x.rank()));
+  }
+  TESSEL_RETURN_IF_ERROR(CheckDims(opcode, "dimensions", attrs.dimensions, x.rank()));
+  std::vector<int64_t> dims;
+  for (int64_t d : attrs.dimensions) dims.push_back(x.dim(d));
+  return Shape(x.dtype(), std::move(dims));
+}
+
+// slice: ceil((limit - start) / stride) per dim.
+absl::StatusOr<Shape> InferSlice(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                 const OpAttributes& attrs, const std::optional<Shape>& declared) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+  const Shape& x = *shapes[0];
+  if (static_cast<int64_t>(attrs.slice.size()) != x.rank()) {
+    return Error(opcode, absl::StrCat("slice has ", attrs.slice.size(),
+                                      " entries for operand rank ", x.rank()));
+  }
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    const SliceDim& s = attrs.slice[i];
+    if (s.start < 0 || s.limit > x.dim(i) || s.start > s.limit || s.stride <= 0) {
+      return Error(opcode, absl::StrCat("slice [", s.start, ":", s.limit, ":", s.stride,
+                                        "] is invalid for dim ", i, " of size ", x.dim(i)));
+    }
+    dims.push_back((s.limit - s.start + s.stride - 1) / s.stride);
+  }
+  return Shape(x.dtype(), std::move(dims));
+}
+
+// pad: low + high + size + (size - 1) * interior per dim; negative low/high trims.
+absl::StatusOr<Shape> InferPad(Opcode opcode, absl::Span<const Shape* const> shapes,
+                               const OpAttributes& attrs, const std::optional<Shape>& declared) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2));
+  const Shape& x = *shapes[0];
+  if (shapes[1]->rank() != 0 || shapes[1]->dtype() != x.dtype()) {
+    return Error(opcode, absl::StrCat("padding value must be a ", DTypeName(x.dtype()),
+                                      " scalar, got ", shapes[1]->ToString()));
+  }
+  if (static_cast<int64_t>(attrs.padding.size()) != x.rank()) {
+    return Error(opcode, absl::StrCat("padding has ", attrs.padding.size(),
+                                      " entries for operand rank ", x.rank()));
+  }
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    const PadDim& p = attrs.padding[i];
+    if (p.interior < 0) return Error(opcode, "interior padding must be >= 0");
+    int64_t n = x.dim(i);
+    int64_t size = p.low + p.high + n + std::max<int64_t>(n - 1, 0) * p.interior;
+    if (size < 0) {
+      return Error(opcode, absl::StrCat("padding of dim ", i, " gives negative size ", size));
+    }
+    dims.push_back(size);
+  }
+  return Shape(x.dtype(), std::move(dims));
+}
+
+// concatenate: operands equal outside `dimensions[0]`, which adds up.
+absl::StatusOr<Shape> InferConcatenate(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                       const OpAttributes& attrs,
+                                       const std::optional<Shape>& declared) {
+  if (shapes.empty()) return Error(opcode, "expected at least one operand");
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, shapes.size()));
+  if (attrs.dimensions.size() != 1) return Error(opcode, "dimensions must hold one dim");
+  const Shape& first = *shapes[0];
+  int64_t d = attrs.dimensions[0];
+  if (d < 0 || d >= first.rank()) {
+    return Error(opcode, absl::StrCat("dimension ", d, " out of range for rank ", first.rank()));
+  }
+  std::vector<int64_t> dims = first.dims();
+  for (size_t i = 1; i < shapes.size(); ++i) {
+    const Shape& s = *shapes[i];
+    bool ok = s.dtype() == first.dtype() && s.rank() == first.rank();
+    for (int64_t j = 0; ok && j < s.rank(); ++j) ok = j == d || s.dim(j) == first.dim(j);
+    if (!ok) {
+      return Error(opcode,
+                   absl::StrCat("operand ", i, " ", s.ToString(), " does not match operand 0 ",
+                                first.ToString(), " outside dimension ", d));
+    }
+    dims[d] += s.dim(d);
+  }
+  return Shape(first.dtype(), std::move(dims));
+}
+
+// dynamic-slice: dynamic_slice_sizes, with one integer scalar start index per dim.
+absl::StatusOr<Shape> InferDynamicSlice(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                        const OpAttributes& attrs,
+                                        const std::optional<Shape>& declared) {
+  if (shapes.empty()) return Error(opcode, "expected an operand");
+  const Shape& x = *shapes[0];
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1 + x.rank()));
+  if (static_cast<int64_t>(attrs.dynamic_slice_sizes.size()) != x.rank()) {
+    return Error(opcode, "dynamic_slice_sizes must have one entry per operand dim");
+  }
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (!IsScalarInteger(*shapes[1 + i])) {
+      return Error(opcode, absl::StrCat("start index ", i, " must be an s32 or s64 scalar, got ",
+                                        shapes[1 + i]->ToString()));
+    }
+    int64_t size = attrs.dynamic_slice_sizes[i];
+    if (size < 0 || size > x.dim(i)) {
+      return Error(opcode, absl::StrCat("slice size ", size, " is invalid for dim ", i, " of size ",
+                                        x.dim(i)));
+    }
+  }
+  return Shape(x.dtype(), attrs.dynamic_slice_sizes);
+}
+
+// dynamic-update-slice: the operand's shape; the update fits inside it.
+absl::StatusOr<Shape> InferDynamicUpdateSlice(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                              const OpAttributes& attrs,
+                                              const std::optional<Shape>& declared) {
+  if (shapes.size() < 2) return Error(opcode, "expected an operand and an update");
+  const Shape& x = *shapes[0];
+  const Shape& update = *shapes[1];
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2 + x.rank()));
+  if (update.dtype() != x.dtype() || update.rank() != x.rank()) {
+    return Error(
+        opcode, absl::StrCat("update ", update.ToString(), " does not fit operand ", x.ToString()));
+  }
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (update.dim(i) > x.dim(i)) {
+      return Error(opcode, absl::StrCat("update ", update.ToString(), " is larger than operand ",
+                                        x.ToString()));
+    }
+    if (!IsScalarInteger(*shapes[2 + i])) {
+      return Error(opcode, absl::StrCat("start index ", i, " must be an s32 or s64 scalar, got ",
+                                        shapes[2 + i]->ToString()));
+    }
+  }
+  return x;
+}
+
+// reduce: the operand without the reduced `dimensions`; logical reductions need pred or integers.
+absl::StatusOr<Shape> InferReduce(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                  const OpAttributes& attrs, const std::optional<Shape>& declared) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2));
+  const Shape& x = *shapes[0];
+  if (shapes[1]->rank() != 0 || shapes[1]->dtype() != x.dtype()) {
+    return Error(opcode, absl::StrCat("init value must be a ", DTypeName(x.dtype()),
+                                      " scalar, got ", shapes[1]->ToString()));
+  }
+  TESSEL_RETURN_IF_ERROR(CheckDims(opcode, "dimensions", attrs.dimensions, x.rank()));
+  bool logical = attrs.reduce_kind == ReduceKind::kAnd || attrs.reduce_kind == ReduceKind::kOr;
+  if (logical && IsFloating(x.dtype())) {
+    return Error(opcode, absl::StrCat("to_apply=", ReduceKindName(attrs.reduce_kind),
+                                      " needs pred or integer operands, got ", x.ToString()));
+  }
+  if (!logical && x.dtype() == DType::kPred) {
+    return Error(opcode, absl::StrCat("to_apply=", ReduceKindName(attrs.reduce_kind),
+                                      " does not apply to pred"));
+  }
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    if (std::find(attrs.dimensions.begin(), attrs.dimensions.end(), d) == attrs.dimensions.end()) {
+      dims.push_back(x.dim(d));
+    }
+  }
+  return Shape(x.dtype(), std::move(dims));
+}
+
+// tuple: the tuple of the operand shapes.
+absl::StatusOr<Shape> InferTuple(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                 const OpAttributes& attrs, const std::optional<Shape>& declared) {
+  std::vector<Shape> elements;
+  for (const Shape* s : shapes) elements.push_back(*s);
+  return Shape::Tuple(std::move(elements));
+}
+
+// get-tuple-element: element `index` of a tuple operand.
+absl::StatusOr<Shape> InferGetTupleElement(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                           const OpAttributes& attrs,
+                                           const std::optional<Shape>& declared) {
+  if (shapes.size() != 1 || !shapes[0]->is_tuple()) {
+    return Error(opcode, "expected one tuple operand");
+  }
+  int64_t n = static_cast<int64_t>(shapes[0]->tuple_shapes().size());
+  if (attrs.tuple_index < 0 || attrs.tuple_index >= n) {
+    return Error(opcode, absl::StrCat("index=", attrs.tuple_index, " is out of range for ",
+                                      shapes[0]->ToString()));
+  }
+  return shapes[0]->tuple_shapes()[attrs.tuple_index];
+}
+
+// partition-id: an s32 scalar.
+absl::StatusOr<Shape> InferPartitionId(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                       const OpAttributes& attrs,
+                                       const std::optional<Shape>& declared) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 0));
+  return Shape(DType::kS32, {});
+}
+
 absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> shapes,
                                 const OpAttributes& attrs, const std::optional<Shape>& declared) {
   if (IsElementwise(opcode)) return InferElementwise(opcode, shapes, declared);
   switch (opcode) {
     case Opcode::kParameter:
-      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 0));
-      if (!declared.has_value()) return Error(opcode, "the result shape must be given");
-      if (attrs.parameter_number < 0) {
-        return Error(opcode,
-                     absl::StrCat("parameter number ", attrs.parameter_number, " is negative"));
-      }
-      return *declared;
+      return InferParameter(opcode, shapes, attrs, declared);
     case Opcode::kConstant:
-      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 0));
-      if (attrs.literal == nullptr) return Error(opcode, "missing literal");
-      return attrs.literal->shape();
+      return InferConstant(opcode, shapes, attrs, declared);
     case Opcode::kIota:
-      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 0));
-      TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
-      if (attrs.iota_dimension < 0 || attrs.iota_dimension >= declared->rank()) {
-        return Error(opcode, absl::StrCat("iota_dimension=", attrs.iota_dimension,
-                                          " is out of range for ", declared->ToString()));
-      }
-      if (declared->dtype() == DType::kPred) return Error(opcode, "result must not be pred");
-      return *declared;
-    case Opcode::kRng: {
-      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2));
-      TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
-      for (int i = 0; i < 2; ++i) {
-        if (shapes[i]->rank() != 0 || shapes[i]->dtype() != declared->dtype()) {
-          return Error(opcode,
-                       absl::StrCat("operand ", i, " must be a ", DTypeName(declared->dtype()),
-                                    " scalar, got ", shapes[i]->ToString()));
-        }
-      }
-      if (!IsFloating(declared->dtype())) {
-        return Error(opcode,
-                     absl::StrCat("result must be floating point, got ", declared->ToString()));
-      }
-      return *declared;
-    }
-    case Opcode::kBroadcast: {
-      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
-      TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
-      const Shape& x = *shapes[0];
-      if (static_cast<int64_t>(attrs.dimensions.size()) != x.rank()) {
-        return Error(opcode,
-                     absl::StrCat("dimensions={", absl::StrJoin(attrs.dimensions, ","),
-                                  "} must have one entry per operand dim (rank ", x.rank(), ")"));
-      }
-      TESSEL_RETURN_IF_ERROR(CheckDims(opcode, "dimensions", attrs.dimensions, declared->rank()));
-      for (int64_t i = 0; i < x.rank(); ++i) {
-        if (i > 0 && attrs.dimensions[i] <= attrs.dimensions[i - 1]) {
-          return Error(opcode, "dimensions must be strictly increasing");
-        }
-        if (declared->dim(attrs.dimensions[i]) != x.dim(i)) {
-          return Error(opcode, absl::StrCat("operand dim ", i, " (size ", x.dim(i),
-                                            ") maps to result dim ", attrs.dimensions[i],
-                                            " of size ", declared->dim(attrs.dimensions[i])));
-        }
-      }
-      if (declared->dtype() != x.dtype()) return Error(opcode, "result type differs from operand");
-      return *declared;
-    }
+      return InferIota(opcode, shapes, attrs, declared);
+    case Opcode::kRng:
+      return InferRng(opcode, shapes, attrs, declared);
+    case Opcode::kBroadcast:
+      return InferBroadcast(opcode, shapes, attrs, declared);
     case Opcode::kReshape:
-      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
-      TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
-      if (declared->num_elements() != shapes[0]->num_elements() ||
-          declared->dtype() != shapes[0]->dtype()) {
-        return Error(opcode, absl::StrCat("cannot reshape ", shapes[0]->ToString(), " to ",
-                                          declared->ToString()));
-      }
-      return *declared;
-    case Opcode::kTranspose: {
-      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
-      const Shape& x = *shapes[0];
-      if (static_cast<int64_t>(attrs.dimensions.size()) != x.rank()) {
-        return Error(opcode, absl::StrCat("dimensions={", absl::StrJoin(attrs.dimensions, ","),
-                                          "} is not a permutation of rank ", x.rank()));
-      }
-      TESSEL_RETURN_IF_ERROR(CheckDims(opcode, "dimensions", attrs.dimensions, x.rank()));
-      std::vector<int64_t> dims;
-      for (int64_t d : attrs.dimensions) dims.push_back(x.dim(d));
-      return Shape(x.dtype(), std::move(dims));
-    }
-    case Opcode::kSlice: {
-      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
-      const Shape& x = *shapes[0];
-      if (static_cast<int64_t>(attrs.slice.size()) != x.rank()) {
-        return Error(opcode, absl::StrCat("slice has ", attrs.slice.size(),
-                                          " entries for operand rank ", x.rank()));
-      }
-      std::vector<int64_t> dims;
-      for (int64_t i = 0; i < x.rank(); ++i) {
-        const SliceDim& s = attrs.slice[i];
-        if (s.start < 0 || s.limit > x.dim(i) || s.start > s.limit || s.stride <= 0) {
-          return Error(opcode, absl::StrCat("slice [", s.start, ":", s.limit, ":", s.stride,
-                                            "] is invalid for dim ", i, " of size ", x.dim(i)));
-        }
-        dims.push_back((s.limit - s.start + s.stride - 1) / s.stride);
-      }
-      return Shape(x.dtype(), std::move(dims));
-    }
-    case Opcode::kPad: {
-      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2));
-      const Shape& x = *shapes[0];
-      if (shapes[1]->rank() != 0 || shapes[1]->dtype() != x.dtype()) {
-        return Error(opcode, absl::StrCat("padding value must be a ", DTypeName(x.dtype()),
-                                          " scalar, got ", shapes[1]->ToString()));
-      }
-      if (static_cast<int64_t>(attrs.padding.size()) != x.rank()) {
-        return Error(opcode, absl::StrCat("padding has ", attrs.padding.size(),
-                                          " entries for operand rank ", x.rank()));
-      }
-      std::vector<int64_t> dims;
-      for (int64_t i = 0; i < x.rank(); ++i) {
-        const PadDim& p = attrs.padding[i];
-        if (p.interior < 0) return Error(opcode, "interior padding must be >= 0");
-        int64_t n = x.dim(i);
-        int64_t size = p.low + p.high + n + std::max<int64_t>(n - 1, 0) * p.interior;
-        if (size < 0) {
-          return Error(opcode, absl::StrCat("padding of dim ", i, " gives negative size ", size));
-        }
-        dims.push_back(size);
-      }
-      return Shape(x.dtype(), std::move(dims));
-    }
-    case Opcode::kConcatenate: {
-      if (shapes.empty()) return Error(opcode, "expected at least one operand");
-      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, shapes.size()));
-      if (attrs.dimensions.size() != 1) return Error(opcode, "dimensions must hold one dim");
-      const Shape& first = *shapes[0];
-      int64_t d = attrs.dimensions[0];
-      if (d < 0 || d >= first.rank()) {
-        return Error(opcode,
-                     absl::StrCat("dimension ", d, " out of range for rank ", first.rank()));
-      }
-      std::vector<int64_t> dims = first.dims();
-      for (size_t i = 1; i < shapes.size(); ++i) {
-        const Shape& s = *shapes[i];
-        bool ok = s.dtype() == first.dtype() && s.rank() == first.rank();
-        for (int64_t j = 0; ok && j < s.rank(); ++j) ok = j == d || s.dim(j) == first.dim(j);
-        if (!ok) {
-          return Error(opcode,
-                       absl::StrCat("operand ", i, " ", s.ToString(), " does not match operand 0 ",
-                                    first.ToString(), " outside dimension ", d));
-        }
-        dims[d] += s.dim(d);
-      }
-      return Shape(first.dtype(), std::move(dims));
-    }
-    case Opcode::kDynamicSlice: {
-      if (shapes.empty()) return Error(opcode, "expected an operand");
-      const Shape& x = *shapes[0];
-      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1 + x.rank()));
-      if (static_cast<int64_t>(attrs.dynamic_slice_sizes.size()) != x.rank()) {
-        return Error(opcode, "dynamic_slice_sizes must have one entry per operand dim");
-      }
-      for (int64_t i = 0; i < x.rank(); ++i) {
-        if (!IsScalarInteger(*shapes[1 + i])) {
-          return Error(opcode,
-                       absl::StrCat("start index ", i, " must be an s32 or s64 scalar, got ",
-                                    shapes[1 + i]->ToString()));
-        }
-        int64_t size = attrs.dynamic_slice_sizes[i];
-        if (size < 0 || size > x.dim(i)) {
-          return Error(opcode, absl::StrCat("slice size ", size, " is invalid for dim ", i,
-                                            " of size ", x.dim(i)));
-        }
-      }
-      return Shape(x.dtype(), attrs.dynamic_slice_sizes);
-    }
-    case Opcode::kDynamicUpdateSlice: {
-      if (shapes.size() < 2) return Error(opcode, "expected an operand and an update");
-      const Shape& x = *shapes[0];
-      const Shape& update = *shapes[1];
-      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2 + x.rank()));
-      if (update.dtype() != x.dtype() || update.rank() != x.rank()) {
-        return Error(opcode, absl::StrCat("update ", update.ToString(), " does not fit operand ",
-                                          x.ToString()));
-      }
-      for (int64_t i = 0; i < x.rank(); ++i) {
-        if (update.dim(i) > x.dim(i)) {
-          return Error(opcode, absl::StrCat("update ", update.ToString(),
-                                            " is larger than operand ", x.ToString()));
-        }
-        if (!IsScalarInteger(*shapes[2 + i])) {
-          return Error(opcode,
-                       absl::StrCat("start index ", i, " must be an s32 or s64 scalar, got ",
-                                    shapes[2 + i]->ToString()));
-        }
-      }
-      return x;
-    }
-    case Opcode::kReduce: {
-      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2));
-      const Shape& x = *shapes[0];
-      if (shapes[1]->rank() != 0 || shapes[1]->dtype() != x.dtype()) {
-        return Error(opcode, absl::StrCat("init value must be a ", DTypeName(x.dtype()),
-                                          " scalar, got ", shapes[1]->ToString()));
-      }
-      TESSEL_RETURN_IF_ERROR(CheckDims(opcode, "dimensions", attrs.dimensions, x.rank()));
-      bool logical = attrs.reduce_kind == ReduceKind::kAnd || attrs.reduce_kind == ReduceKind::kOr;
-      if (logical && IsFloating(x.dtype())) {
-        return Error(opcode, absl::StrCat("to_apply=", ReduceKindName(attrs.reduce_kind),
-                                          " needs pred or integer operands, got ", x.ToString()));
-      }
-      if (!logical && x.dtype() == DType::kPred) {
-        return Error(opcode, absl::StrCat("to_apply=", ReduceKindName(attrs.reduce_kind),
-                                          " does not apply to pred"));
-      }
-      std::vector<int64_t> dims;
-      for (int64_t d = 0; d < x.rank(); ++d) {
-        if (std::find(attrs.dimensions.begin(), attrs.dimensions.end(), d) ==
-            attrs.dimensions.end()) {
-          dims.push_back(x.dim(d));
-        }
-      }
-      return Shape(x.dtype(), std::move(dims));
-    }
+      return InferReshape(opcode, shapes, attrs, declared);
+    case Opcode::kTranspose:
+      return InferTranspose(opcode, shapes, attrs, declared);
+    case Opcode::kSlice:
+      return InferSlice(opcode, shapes, attrs, declared);
+    case Opcode::kPad:
+      return InferPad(opcode, shapes, attrs, declared);
+    case Opcode::kConcatenate:
+      return InferConcatenate(opcode, shapes, attrs, declared);
+    case Opcode::kDynamicSlice:
+      return InferDynamicSlice(opcode, shapes, attrs, declared);
+    case Opcode::kDynamicUpdateSlice:
+      return InferDynamicUpdateSlice(opcode, shapes, attrs, declared);
+    case Opcode::kReduce:
+      return InferReduce(opcode, shapes, attrs, declared);
     case Opcode::kDot:
       return InferDot(shapes, attrs);
-    case Opcode::kTuple: {
-      std::vector<Shape> elements;
-      for (const Shape* s : shapes) elements.push_back(*s);
-      return Shape::Tuple(std::move(elements));
-    }
-    case Opcode::kGetTupleElement: {
-      if (shapes.size() != 1 || !shapes[0]->is_tuple()) {
-        return Error(opcode, "expected one tuple operand");
-      }
-      int64_t n = static_cast<int64_t>(shapes[0]->tuple_shapes().size());
-      if (attrs.tuple_index < 0 || attrs.tuple_index >= n) {
-        return Error(opcode, absl::StrCat("index=", attrs.tuple_index, " is out of range for ",
-                                          shapes[0]->ToString()));
-      }
-      return shapes[0]->tuple_shapes()[attrs.tuple_index];
-    }
+    case Opcode::kTuple:
+      return InferTuple(opcode, shapes, attrs, declared);
+    case Opcode::kGetTupleElement:
+      return InferGetTupleElement(opcode, shapes, attrs, declared);
     case Opcode::kPartitionId:
-      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 0));
-      return Shape(DType::kS32, {});
+      return InferPartitionId(opcode, shapes, attrs, declared);
     case Opcode::kAllReduce:
     case Opcode::kAllGather:
     case Opcode::kReduceScatter:

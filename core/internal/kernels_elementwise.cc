@@ -40,7 +40,17 @@ absl::Status UnaryFloat(const KernelContext& ctx, Opcode opcode, const T* x, T* 
   if constexpr (std::is_same_v<T, C>) {
     switch (opcode) {
       case Opcode::kExp:
-        MapUnaryEigen(ctx, x, out, n, [](const auto& in, auto& r) { r = in.exp(); });
+        MapUnaryEigen(ctx, x, out, n, [](const auto& in, auto& r) {
+          r = in.exp();
+          // Eigen clamps its argument at about ln(min normal), so below that its packet exp
+          // returns a fixed tiny value (2.9e-39 for f32 on the SSE2 path, even for -inf)
+          // instead of the subnormal or zero the true result rounds to. The few inputs there
+          // take the scalar libm exp, which is correctly rounded enough and gives exp(-inf) = 0.
+          const T lowest_normal_log = std::log(std::numeric_limits<T>::min());
+          for (Eigen::Index i = 0; i < in.size(); ++i) {
+            if (in[i] < lowest_normal_log) r[i] = std::exp(in[i]);
+          }
+        });
         return absl::OkStatus();
       case Opcode::kLog:
         MapUnaryEigen(ctx, x, out, n, [](const auto& in, auto& r) { r = in.log(); });

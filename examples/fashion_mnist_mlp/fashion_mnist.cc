@@ -234,6 +234,184 @@ absl::StatusOr<nn::EvalResult> Evaluate(const Placement& placement, const Mlp& m
   return result;
 }
 
+// What one epoch of training measured on this host.
+struct EpochResult {
+  double loss = 0;            // mean over the epoch's examples
+  double train_accuracy = 0;  // fraction of the epoch's examples classified right
+  int64_t examples = 0;
+  double train_seconds = 0;           // wall time of the training steps (no evaluation)
+  double simulated_step_seconds = 0;  // the simulator's step time on the topology; 0 alone
+};
+
+// Adds the traffic between two snapshots of the communicator's counters to `total`.
+void AddTraffic(const transport::CollectiveStats& before, const transport::CollectiveStats& after,
+                transport::CollectiveStats& total) {
+  for (auto [sum, a, b] : {std::tuple(&total.local, after.local, before.local),
+                           std::tuple(&total.ici, after.ici, before.ici),
+                           std::tuple(&total.dcn, after.dcn, before.dcn)}) {
+    sum->bytes += a.bytes - b.bytes;
+    sum->messages += a.messages - b.messages;
+  }
+}
+
+// Runs `steps` training steps of epoch `epoch` from global step `first_step`, printing a loss
+// line every --log-every steps, and adds this host's collective traffic to `train_traffic`.
+absl::StatusOr<EpochResult> TrainEpoch(const FashionMnistFlags& flags, Placement& placement,
+                                       Mlp& model, Adam& adam, DataLoader& loader, int64_t epoch,
+                                       int64_t first_step, int64_t steps, int64_t planned_steps,
+                                       transport::CollectiveStats& train_traffic) {
+  const auto start = std::chrono::steady_clock::now();
+  loader.StartEpoch(epoch);
+  double loss_sum = 0;
+  int64_t correct = 0;
+  int64_t seen = 0;
+  const transport::CollectiveStats before = placement.runtime != nullptr
+                                                ? placement.runtime->communicator().stats()
+                                                : transport::CollectiveStats();
+  const double simulated_before =
+      placement.runtime != nullptr ? placement.runtime->metrics().simulated_seconds : 0;
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t step = first_step + i;
+    // The learning rate is graph data (nn/optim.h): changing it every step recompiles nothing.
+    adam.set_lr(LearningRate(flags, step, planned_steps));
+    TESSEL_ASSIGN_OR_RETURN(auto inputs, BatchTensors(placement, loader, i));
+    TESSEL_ASSIGN_OR_RETURN(
+        nn::StepResult result,
+        nn::TrainStep(model, adam, std::move(inputs.first), std::move(inputs.second)));
+    loss_sum += result.loss * static_cast<double>(result.batch_size);
+    correct += result.num_correct;
+    seen += result.batch_size;
+    if (placement.printer && flags.log_every > 0 && (step + 1) % flags.log_every == 0) {
+      if (flags.json) {
+        nlohmann::json line = {{"step", step + 1}, {"loss", result.loss}};
+        std::printf("%s\n", line.dump().c_str());
+      } else {
+        std::printf("step %lld  loss %.6f\n", static_cast<long long>(step + 1), result.loss);
+      }
+      std::fflush(stdout);
+    }
+  }
+  EpochResult r;
+  r.train_seconds = SecondsSince(start);
+  r.examples = seen;
+  r.loss = loss_sum / static_cast<double>(seen);
+  r.train_accuracy = static_cast<double>(correct) / static_cast<double>(seen);
+  if (placement.runtime != nullptr) {
+    AddTraffic(before, placement.runtime->communicator().stats(), train_traffic);
+    // Predicted time of one training step on the topology's hardware (mesh/sim/simulator.h).
+    r.simulated_step_seconds = (placement.runtime->metrics().simulated_seconds - simulated_before) /
+                               static_cast<double>(steps);
+  }
+  return r;
+}
+
+// The line (text or --json) after each epoch.
+void PrintEpoch(const FashionMnistFlags& flags, const Placement& placement, int64_t epoch,
+                int64_t total_steps, int64_t steps, const EpochResult& r,
+                const nn::EvalResult& eval, double epoch_seconds) {
+  const double samples_per_second = static_cast<double>(r.examples) / r.train_seconds;
+  const double step_seconds = r.train_seconds / static_cast<double>(steps);
+  if (flags.json) {
+    nlohmann::json line = {{"epoch", epoch + 1},
+                           {"epochs", flags.epochs},
+                           {"steps", total_steps},
+                           {"loss", r.loss},
+                           {"train_acc", r.train_accuracy},
+                           {"test_loss", eval.loss},
+                           {"test_acc", eval.accuracy},
+                           {"samples_per_second", samples_per_second},
+                           {"step_seconds", step_seconds},
+                           {"simulated_step_seconds", r.simulated_step_seconds},
+                           {"train_seconds", r.train_seconds},
+                           {"seconds", epoch_seconds}};
+    std::printf("%s\n", line.dump().c_str());
+  } else {
+    std::string simulated;
+    if (r.simulated_step_seconds > 0) {
+      simulated = absl::StrFormat("  step %.1f ms (simulated %s: %.3f ms)", 1e3 * step_seconds,
+                                  placement.runtime->topology().device_spec().name,
+                                  1e3 * r.simulated_step_seconds);
+    }
+    std::printf(
+        "epoch %lld/%lld  step %lld  loss %.4f  train_acc %.4f  test_acc %.4f  samples/s %.0f%s  "
+        "(%.1f s)\n",
+        static_cast<long long>(epoch + 1), static_cast<long long>(flags.epochs),
+        static_cast<long long>(total_steps), r.loss, r.train_accuracy, eval.accuracy,
+        samples_per_second, simulated.c_str(), epoch_seconds);
+  }
+  std::fflush(stdout);
+}
+
+// What the whole run measured, for the closing summary.
+struct RunTotals {
+  double test_accuracy = 0;
+  int64_t test_examples = 0;
+  int64_t train_steps = 0;
+  int64_t parameters = 0;
+  int64_t examples = 0;
+  double train_seconds = 0;
+  double seconds = 0;
+  transport::CollectiveStats job_train_traffic;  // all hosts, evaluation excluded
+};
+
+// The closing summary (text or --json) with the metrics report, on the printing host.
+void PrintSummary(const FashionMnistFlags& flags, const Placement& placement,
+                  const RunTotals& totals) {
+  const LazyMetrics& lazy = GetLazyMetrics();
+  nlohmann::json summary = {
+      {"summary", true},
+      {"final_test_acc", totals.test_accuracy},
+      {"test_examples", totals.test_examples},
+      {"epochs", flags.epochs},
+      {"train_steps", totals.train_steps},
+      {"batch_size", flags.batch_size},
+      {"parameters", totals.parameters},
+      {"samples_per_second", totals.train_seconds > 0
+                                 ? static_cast<double>(totals.examples) / totals.train_seconds
+                                 : 0.0},
+      {"graphs_traced", lazy.compiles},
+      {"trace_cache_hits", lazy.cache_hits},
+      {"seconds", totals.seconds}};
+  if (placement.runtime != nullptr) {
+    const mesh::RuntimeMetrics m = placement.runtime->metrics();
+    summary["devices"] = placement.runtime->num_devices();
+    summary["hosts"] = placement.runtime->num_hosts();
+    summary["compiles"] = m.compiles;
+    summary["cache_hits"] = m.cache_hits;
+    summary["compile_seconds"] = m.compile_seconds;
+    summary["execute_seconds"] = m.device_seconds;
+    summary["host_to_device_bytes"] = m.host_to_device_bytes;
+    summary["host0_ici_bytes"] = m.collectives.ici.bytes;
+    summary["host0_dcn_bytes"] = m.collectives.dcn.bytes;
+    summary["host0_local_bytes"] = m.collectives.local.bytes;
+    const double steps = static_cast<double>(std::max<int64_t>(totals.train_steps, 1));
+    const transport::CollectiveStats& traffic = totals.job_train_traffic;
+    summary["step_local_bytes"] = static_cast<double>(traffic.local.bytes) / steps;
+    summary["step_ici_bytes"] = static_cast<double>(traffic.ici.bytes) / steps;
+    summary["step_dcn_bytes"] = static_cast<double>(traffic.dcn.bytes) / steps;
+  } else {
+    summary["execute_seconds"] = lazy.execute_seconds;
+  }
+  if (flags.json) {
+    std::printf("%s\n", summary.dump().c_str());
+  } else {
+    std::printf("final test accuracy %.4f (%lld examples)  total %.1f s, %.0f samples/s\n",
+                totals.test_accuracy, static_cast<long long>(totals.test_examples), totals.seconds,
+                summary["samples_per_second"].get<double>());
+    if (placement.runtime != nullptr) {
+      std::printf(
+          "job traffic per training step: ICI %.0f B, DCN %.0f B, host-local %.0f B\n"
+          "metrics report (host 0):\n%s",
+          summary["step_ici_bytes"].get<double>(), summary["step_dcn_bytes"].get<double>(),
+          summary["step_local_bytes"].get<double>(), placement.runtime->MetricsReport().c_str());
+    } else {
+      std::printf("%lld graphs compiled, %lld cache hits\n", static_cast<long long>(lazy.compiles),
+                  static_cast<long long>(lazy.cache_hits));
+    }
+  }
+  std::fflush(stdout);
+}
+
 absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
   const std::string data_dir =
       flags.data_dir.empty() ? std::string(nn::kDefaultFashionMnistDir) : flags.data_dir;
@@ -255,15 +433,13 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
     TESSEL_RETURN_IF_ERROR(ShardModel(model, *placement.mesh, "model"));
   }
   Adam adam({.lr = flags.lr});
-  const bool print = placement.printer;
-
-  std::string where = "single device";
-  if (placement.runtime != nullptr) {
-    where = absl::StrCat(placement.runtime->num_devices(), " devices on ",
-                         placement.runtime->num_hosts(), " hosts of ", placement.config_path,
-                         ", mesh ", placement.mesh->ToString());
-  }
-  if (print && !flags.json) {
+  if (placement.printer && !flags.json) {
+    std::string where = "single device";
+    if (placement.runtime != nullptr) {
+      where = absl::StrCat(placement.runtime->num_devices(), " devices on ",
+                           placement.runtime->num_hosts(), " hosts of ", placement.config_path,
+                           ", mesh ", placement.mesh->ToString());
+    }
     std::printf(
         "Fashion-MNIST MLP %s (%lld parameters), Adam lr %g (%s schedule), batch %lld, %lld "
         "train / %lld test examples, %s\n",
@@ -281,170 +457,37 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
   const auto run_start = std::chrono::steady_clock::now();
   int64_t steps_per_epoch = train_loader.num_batches();
   if (flags.steps > 0 && flags.steps < steps_per_epoch) steps_per_epoch = flags.steps;
-  int64_t total_steps = 0;
   const int64_t planned_steps = flags.epochs * steps_per_epoch;
-  double test_accuracy = 0;
-  double train_seconds_total = 0;
-  int64_t samples_total = 0;
+  RunTotals totals;
+  totals.test_examples = test.num_examples;
+  totals.parameters = model.num_parameters();
   // This host's collective traffic during training steps only (evaluation excluded).
   transport::CollectiveStats train_traffic;
   for (int64_t epoch = 0; epoch < flags.epochs; ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
-    train_loader.StartEpoch(epoch);
-    double loss_sum = 0;
-    int64_t correct = 0;
-    int64_t seen = 0;
-    const transport::CollectiveStats before = placement.runtime != nullptr
-                                                  ? placement.runtime->communicator().stats()
-                                                  : transport::CollectiveStats();
-    const double simulated_before =
-        placement.runtime != nullptr ? placement.runtime->metrics().simulated_seconds : 0;
-    for (int64_t i = 0; i < steps_per_epoch; ++i) {
-      const int64_t step = total_steps + i;
-      // The learning rate is graph data (nn/optim.h): changing it every step recompiles nothing.
-      adam.set_lr(LearningRate(flags, step, planned_steps));
-      TESSEL_ASSIGN_OR_RETURN(auto inputs, BatchTensors(placement, train_loader, i));
-      TESSEL_ASSIGN_OR_RETURN(
-          nn::StepResult result,
-          nn::TrainStep(model, adam, std::move(inputs.first), std::move(inputs.second)));
-      loss_sum += result.loss * static_cast<double>(result.batch_size);
-      correct += result.num_correct;
-      seen += result.batch_size;
-      if (print && flags.log_every > 0 && (step + 1) % flags.log_every == 0) {
-        if (flags.json) {
-          nlohmann::json line = {{"step", step + 1}, {"loss", result.loss}};
-          std::printf("%s\n", line.dump().c_str());
-        } else {
-          std::printf("step %lld  loss %.6f\n", static_cast<long long>(step + 1), result.loss);
-        }
-        std::fflush(stdout);
-      }
-    }
-    total_steps += steps_per_epoch;
-    const double train_seconds = SecondsSince(epoch_start);
-    if (placement.runtime != nullptr) {
-      const transport::CollectiveStats after = placement.runtime->communicator().stats();
-      for (auto [total, a, b] : {std::tuple(&train_traffic.local, after.local, before.local),
-                                 std::tuple(&train_traffic.ici, after.ici, before.ici),
-                                 std::tuple(&train_traffic.dcn, after.dcn, before.dcn)}) {
-        total->bytes += a.bytes - b.bytes;
-        total->messages += a.messages - b.messages;
-      }
-    }
-    train_seconds_total += train_seconds;
-    samples_total += seen;
-    // Predicted time of one training step on the topology's hardware (mesh/sim/simulator.h).
-    const double simulated_step =
-        placement.runtime != nullptr
-            ? (placement.runtime->metrics().simulated_seconds - simulated_before) /
-                  static_cast<double>(steps_per_epoch)
-            : 0;
+    TESSEL_ASSIGN_OR_RETURN(EpochResult r, TrainEpoch(flags, placement, model, adam, train_loader,
+                                                      epoch, totals.train_steps, steps_per_epoch,
+                                                      planned_steps, train_traffic));
+    totals.train_steps += steps_per_epoch;
+    totals.train_seconds += r.train_seconds;
+    totals.examples += r.examples;
     TESSEL_ASSIGN_OR_RETURN(nn::EvalResult eval, Evaluate(placement, model, test_loader));
-    test_accuracy = eval.accuracy;
-    const double epoch_seconds = SecondsSince(epoch_start);
-    const double loss = loss_sum / static_cast<double>(seen);
-    const double train_accuracy = static_cast<double>(correct) / static_cast<double>(seen);
-    const double samples_per_second = static_cast<double>(seen) / train_seconds;
-    if (!print) continue;
-    if (flags.json) {
-      nlohmann::json line = {{"epoch", epoch + 1},
-                             {"epochs", flags.epochs},
-                             {"steps", total_steps},
-                             {"loss", loss},
-                             {"train_acc", train_accuracy},
-                             {"test_loss", eval.loss},
-                             {"test_acc", eval.accuracy},
-                             {"samples_per_second", samples_per_second},
-                             {"step_seconds", train_seconds / static_cast<double>(steps_per_epoch)},
-                             {"simulated_step_seconds", simulated_step},
-                             {"train_seconds", train_seconds},
-                             {"seconds", epoch_seconds}};
-      std::printf("%s\n", line.dump().c_str());
-    } else {
-      std::string simulated;
-      if (simulated_step > 0) {
-        simulated =
-            absl::StrFormat("  step %.1f ms (simulated %s: %.3f ms)",
-                            1e3 * train_seconds / static_cast<double>(steps_per_epoch),
-                            placement.runtime->topology().device_spec().name, 1e3 * simulated_step);
-      }
-      std::printf(
-          "epoch %lld/%lld  step %lld  loss %.4f  train_acc %.4f  test_acc %.4f  samples/s %.0f%s  "
-          "(%.1f s)\n",
-          static_cast<long long>(epoch + 1), static_cast<long long>(flags.epochs),
-          static_cast<long long>(total_steps), loss, train_accuracy, eval.accuracy,
-          samples_per_second, simulated.c_str(), epoch_seconds);
+    totals.test_accuracy = eval.accuracy;
+    if (placement.printer) {
+      PrintEpoch(flags, placement, epoch, totals.train_steps, steps_per_epoch, r, eval,
+                 SecondsSince(epoch_start));
     }
-    std::fflush(stdout);
   }
-  const LazyMetrics& lazy = GetLazyMetrics();
-  const double total_seconds = SecondsSince(run_start);
-  transport::CollectiveStats job_train_traffic;
+  totals.seconds = SecondsSince(run_start);
   if (placement.runtime != nullptr) {  // every host takes part
-    TESSEL_ASSIGN_OR_RETURN(job_train_traffic, placement.runtime->SumOverHosts(train_traffic));
+    TESSEL_ASSIGN_OR_RETURN(totals.job_train_traffic,
+                            placement.runtime->SumOverHosts(train_traffic));
     if (!flags.trace.empty()) {
-      TESSEL_ASSIGN_OR_RETURN(std::string trace, placement.runtime->CollectTrace());
-      if (placement.printer) {
-        std::ofstream out(flags.trace);
-        out << trace;
-        if (!out.good()) {
-          return absl::PermissionDeniedError(absl::StrCat("cannot write --trace ", flags.trace));
-        }
-      }
+      TESSEL_ASSIGN_OR_RETURN(TraceEventWriter trace, placement.runtime->CollectTrace());
+      if (placement.printer) TESSEL_RETURN_IF_ERROR(trace.WriteFile(flags.trace));
     }
   }
-  if (!print) return absl::OkStatus();
-  nlohmann::json summary = {
-      {"summary", true},
-      {"final_test_acc", test_accuracy},
-      {"test_examples", test.num_examples},
-      {"epochs", flags.epochs},
-      {"train_steps", total_steps},
-      {"batch_size", flags.batch_size},
-      {"parameters", model.num_parameters()},
-      {"samples_per_second",
-       train_seconds_total > 0 ? static_cast<double>(samples_total) / train_seconds_total : 0.0},
-      {"graphs_traced", lazy.compiles},
-      {"trace_cache_hits", lazy.cache_hits},
-      {"seconds", total_seconds}};
-  if (placement.runtime != nullptr) {
-    const mesh::RuntimeMetrics m = placement.runtime->metrics();
-    summary["devices"] = placement.runtime->num_devices();
-    summary["hosts"] = placement.runtime->num_hosts();
-    summary["compiles"] = m.compiles;
-    summary["cache_hits"] = m.cache_hits;
-    summary["compile_seconds"] = m.compile_seconds;
-    summary["execute_seconds"] = m.device_seconds;
-    summary["host_to_device_bytes"] = m.host_to_device_bytes;
-    summary["host0_ici_bytes"] = m.collectives.ici.bytes;
-    summary["host0_dcn_bytes"] = m.collectives.dcn.bytes;
-    summary["host0_local_bytes"] = m.collectives.local.bytes;
-    // The job's traffic per training step (all hosts, evaluation excluded).
-    const double steps = static_cast<double>(std::max<int64_t>(total_steps, 1));
-    summary["step_local_bytes"] = static_cast<double>(job_train_traffic.local.bytes) / steps;
-    summary["step_ici_bytes"] = static_cast<double>(job_train_traffic.ici.bytes) / steps;
-    summary["step_dcn_bytes"] = static_cast<double>(job_train_traffic.dcn.bytes) / steps;
-  } else {
-    summary["execute_seconds"] = lazy.execute_seconds;
-  }
-  if (flags.json) {
-    std::printf("%s\n", summary.dump().c_str());
-  } else {
-    std::printf("final test accuracy %.4f (%lld examples)  total %.1f s, %.0f samples/s\n",
-                test_accuracy, static_cast<long long>(test.num_examples), total_seconds,
-                summary["samples_per_second"].get<double>());
-    if (placement.runtime != nullptr) {
-      std::printf(
-          "job traffic per training step: ICI %.0f B, DCN %.0f B, host-local %.0f B\n"
-          "metrics report (host 0):\n%s",
-          summary["step_ici_bytes"].get<double>(), summary["step_dcn_bytes"].get<double>(),
-          summary["step_local_bytes"].get<double>(), placement.runtime->MetricsReport().c_str());
-    } else {
-      std::printf("%lld graphs compiled, %lld cache hits\n", static_cast<long long>(lazy.compiles),
-                  static_cast<long long>(lazy.cache_hits));
-    }
-  }
-  std::fflush(stdout);
+  if (placement.printer) PrintSummary(flags, placement, totals);
   return absl::OkStatus();
 }
 

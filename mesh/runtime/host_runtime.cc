@@ -544,7 +544,7 @@ absl::StatusOr<transport::CollectiveStats> HostRuntime::SumOverHosts(
 
 void HostRuntime::EnableTracing(bool on) { state_->tracing = on; }
 
-absl::StatusOr<std::string> HostRuntime::CollectTrace() {
+absl::StatusOr<TraceEventWriter> HostRuntime::CollectTrace() {
   State& s = *state_;
   nlohmann::json mine = nlohmann::json::array();
   {
@@ -561,8 +561,8 @@ absl::StatusOr<std::string> HostRuntime::CollectTrace() {
   const std::string tag = absl::StrCat("tessel/trace#", s.transfers++);
   TESSEL_ASSIGN_OR_RETURN(std::vector<std::string> payloads,
                           s.communicator->Rendezvous(tag, mine.dump()));
-  if (s.communicator->rank() != 0) return std::string();
-  nlohmann::json events = nlohmann::json::array();
+  TraceEventWriter trace;
+  if (s.communicator->rank() != 0) return trace;
   double origin = -1;
   std::vector<nlohmann::json> per_host;
   for (const std::string& p : payloads) {
@@ -577,26 +577,25 @@ absl::StatusOr<std::string> HostRuntime::CollectTrace() {
     per_host.push_back(std::move(host));
   }
   for (size_t h = 0; h < per_host.size(); ++h) {
-    events.push_back({{"ph", "M"},
-                      {"name", "process_name"},
-                      {"pid", h},
-                      {"args", {{"name", absl::StrCat("host ", h)}}}});
-    for (int64_t d : s.topology.host(static_cast<int64_t>(h)).device_ids) {
-      events.push_back({{"ph", "M"},
-                        {"name", "thread_name"},
-                        {"pid", h},
-                        {"tid", d},
-                        {"args", {{"name", absl::StrCat("device ", d)}}}});
+    const int64_t pid = static_cast<int64_t>(h);
+    trace.AddProcess(pid, absl::StrCat("host ", h));
+    for (int64_t d : s.topology.host(pid).device_ids) {
+      trace.AddThread(pid, d, absl::StrCat("device ", d));
     }
     for (const auto& e : per_host[h]) {
-      nlohmann::json event = {{"ph", "X"},    {"pid", h},    {"tid", e[0]},
-                              {"name", e[1]}, {"cat", e[2]}, {"ts", e[3].get<double>() - origin},
-                              {"dur", e[4]}};
-      if (e[5].get<int64_t>() > 0) event["args"] = {{"bytes", e[5]}};
-      events.push_back(std::move(event));
+      TraceCompleteEvent event{.pid = pid,
+                               .tid = e[0].get<int64_t>(),
+                               .name = e[1].get<std::string>(),
+                               .category = e[2].get<std::string>(),
+                               .start_us = e[3].get<double>() - origin,
+                               .duration_us = e[4].get<double>()};
+      if (const int64_t bytes = e[5].get<int64_t>(); bytes > 0) {
+        event.args.push_back({"bytes", bytes});
+      }
+      trace.AddComplete(std::move(event));
     }
   }
-  return nlohmann::json({{"traceEvents", events}, {"displayTimeUnit", "ms"}}).dump();
+  return trace;
 }
 
 RuntimeMetrics HostRuntime::metrics() const {

@@ -48,6 +48,7 @@
 #include "core/computation_client.h"
 #include "core/literal.h"
 #include "core/tensor.h"
+#include "core/trace_events.h"
 #include "mesh/topology/topology.h"
 #include "spmd/sharded_tensor.h"
 #include "spmd/sharding.h"
@@ -163,10 +164,11 @@ class HostRuntime {
   // device and every collective it calls is recorded with its wall start and duration.
   void EnableTracing(bool on);
   // Gathers every host's recorded events (a host-level collective: every host calls it at the
-  // same point) and returns them on host 0 as Chrome trace JSON (Trace Event Format, "X" events;
-  // opens in Perfetto / chrome://tracing): one process per host, one thread per device, times in
-  // microseconds since the first event. Other hosts get "". Errors: those of Rendezvous.
-  [[nodiscard]] absl::StatusOr<std::string> CollectTrace();
+  // same point) and returns them on host 0 as a Chrome trace (core/trace_events.h; opens in
+  // Perfetto / chrome://tracing): one process per host, one thread per device, times in
+  // microseconds since the first event. Other hosts get an empty trace.
+  // Errors: those of Rendezvous; kDataLoss when a host sends a malformed event list.
+  [[nodiscard]] absl::StatusOr<TraceEventWriter> CollectTrace();
 
   // Counters so far (collective traffic read from the communicator now).
   RuntimeMetrics metrics() const;

@@ -98,8 +98,8 @@ TEST(HostRuntimeTest, ShardedDotMatchesSingleDevice) {
       TESSEL_ASSIGN_OR_RETURN(got_sum[runtime.host_index()], sum.ToLiteral());
     }
     metrics[runtime.host_index()] = runtime.metrics();
-    TESSEL_ASSIGN_OR_RETURN(std::string t, runtime.CollectTrace());
-    if (runtime.host_index() == 0) trace = t;
+    TESSEL_ASSIGN_OR_RETURN(TraceEventWriter t, runtime.CollectTrace());
+    if (runtime.host_index() == 0) trace = t.ToJson();
     return absl::OkStatus();
   });
   // The timeline: 2 executions on each of the 8 devices, and their collectives.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <numeric>
 #include <unordered_map>
 #include <utility>
@@ -10,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
-#include "nlohmann/json.hpp"
+#include "core/trace_events.h"
 
 namespace tessel::mesh {
 namespace {
@@ -73,6 +72,322 @@ bool Materialized(const Node& node) {
   if (op == Opcode::kTuple || op == Opcode::kGetTupleElement) return false;
   if (op == Opcode::kParameter) return true;
   return !KeptOnChip(node);
+}
+
+// Groups devices into classes (see the header): a running signature per device over every
+// collective, then one class per distinct signature. Fills `classes` (representative and
+// size) and returns each device's class index.
+absl::StatusOr<std::vector<int32_t>> ClassifyDevices(const Topology& topology,
+                                                     const std::vector<Node*>& nodes,
+                                                     std::vector<DeviceClass>& classes) {
+  const int64_t num_devices = topology.num_devices();
+  std::vector<uint64_t> signature(num_devices, 0);
+  // Each distinct replica-group list (CollectiveDeviceList::identity: the partitioner shares
+  // one list among the collectives that use it) is read once; `member_signature[d]` is the
+  // signature of d's group, 0 when d is in none.
+  std::unordered_map<const void*, std::vector<uint64_t>> list_signatures;
+  auto signatures_of = [&](const Node& node) -> absl::StatusOr<const std::vector<uint64_t>*> {
+    const CollectiveDeviceList& list = node.attrs().replica_groups;
+    auto it = list_signatures.find(list.identity());
+    if (it != list_signatures.end()) return &it->second;
+    std::vector<uint64_t> member_signature(num_devices, 0);
+    if (list.empty()) {
+      std::vector<int64_t> all_devices(num_devices);
+      std::iota(all_devices.begin(), all_devices.end(), 0);
+      const uint64_t sig = GroupSignature(topology, all_devices) | 1;
+      std::fill(member_signature.begin(), member_signature.end(), sig);
+    }
+    for (const std::vector<int64_t>& group : list) {
+      for (int64_t id : group) {
+        if (id < 0 || id >= num_devices) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              node.name(), ": replica group names device ", id, " outside 0..", num_devices - 1));
+        }
+      }
+      if (group.empty()) continue;
+      const uint64_t sig = GroupSignature(topology, group) | 1;  // never 0 (= no group)
+      for (int64_t id : group) member_signature[id] = sig;
+    }
+    return &list_signatures.emplace(list.identity(), std::move(member_signature)).first->second;
+  };
+  for (const Node* node : nodes) {
+    if (!IsCollective(node->opcode())) continue;
+    if (node->opcode() == Opcode::kCollectivePermute) {
+      for (const auto& [source, target] : node->attrs().source_target_pairs) {
+        if (source < 0 || source >= num_devices || target < 0 || target >= num_devices) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              node->name(), ": source_target_pairs name a device outside 0..", num_devices - 1));
+        }
+        // Sender and receiver differ in what they wait for, so they mix different values.
+        const uint64_t hops = static_cast<uint64_t>(TorusHops(topology, source, target) + 2);
+        signature[source] = Mix(signature[source], hops);
+        signature[target] = Mix(signature[target], hops + (uint64_t{1} << 32));
+      }
+      continue;
+    }
+    TESSEL_ASSIGN_OR_RETURN(const std::vector<uint64_t>* member_signature, signatures_of(*node));
+    for (int64_t d = 0; d < num_devices; ++d) {
+      if ((*member_signature)[d] != 0) signature[d] = Mix(signature[d], (*member_signature)[d]);
+    }
+  }
+  std::unordered_map<uint64_t, int64_t> class_index;
+  std::vector<int32_t> class_of(num_devices);
+  for (int64_t d = 0; d < num_devices; ++d) {
+    auto [it, inserted] = class_index.emplace(signature[d], static_cast<int64_t>(classes.size()));
+    if (inserted) {
+      DeviceClass c;
+      c.representative_device = d;
+      classes.push_back(c);
+    }
+    class_of[d] = static_cast<int32_t>(it->second);
+    ++classes[it->second].num_devices;
+  }
+  return class_of;
+}
+
+// Every node's cost: local ops once (all devices run the same local program), collectives once
+// per class (their links differ), with the classes each collective waits for.
+struct ProgramCosts {
+  int64_t num_classes = 0;
+  std::vector<NodeCost> local;             // per node; unused for collectives
+  std::vector<int64_t> collective_index;   // per node: k for the k-th collective, else -1
+  std::vector<NodeCost> collective;        // [k * num_classes + c]
+  std::vector<std::vector<int32_t>> sync;  // [k * num_classes + c]: classes c waits for
+
+  int64_t num_nodes() const { return static_cast<int64_t>(local.size()); }
+  bool is_collective(int64_t i) const { return collective_index[i] >= 0; }
+  const NodeCost& of(int64_t i, int64_t c) const {
+    return collective_index[i] < 0 ? local[i] : collective[collective_index[i] * num_classes + c];
+  }
+};
+
+ProgramCosts CostProgram(const CostModel& model, const std::vector<Node*>& nodes,
+                         const std::vector<DeviceClass>& classes,
+                         const std::vector<int32_t>& class_of) {
+  ProgramCosts costs;
+  const int64_t n = static_cast<int64_t>(nodes.size());
+  const int64_t num_classes = static_cast<int64_t>(classes.size());
+  costs.num_classes = num_classes;
+  costs.local.resize(n);
+  costs.collective_index.assign(n, -1);
+  int64_t num_collectives = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const Node& node = *nodes[i];
+    if (!IsCollective(node.opcode())) {
+      costs.local[i] = model.Cost(node, 0);
+      continue;
+    }
+    costs.collective_index[i] = num_collectives++;
+    for (int64_t c = 0; c < num_classes; ++c) {
+      const int64_t rep = classes[c].representative_device;
+      costs.collective.push_back(model.Cost(node, rep));
+      std::vector<int32_t> sync = {static_cast<int32_t>(c)};
+      if (node.opcode() == Opcode::kCollectivePermute) {
+        for (const auto& [source, target] : node.attrs().source_target_pairs) {
+          if (source == rep) sync.push_back(class_of[target]);
+          if (target == rep) sync.push_back(class_of[source]);
+        }
+      } else if (node.attrs().replica_groups.empty()) {
+        for (int64_t k = 0; k < num_classes; ++k) sync.push_back(static_cast<int32_t>(k));
+      } else {
+        // Every member of a class has the same group shape, so the representative's group
+        // names the classes the whole class waits for.
+        for (const std::vector<int64_t>& group : node.attrs().replica_groups) {
+          if (std::find(group.begin(), group.end(), rep) == group.end()) continue;
+          for (int64_t id : group) sync.push_back(class_of[id]);
+          break;
+        }
+      }
+      std::sort(sync.begin(), sync.end());
+      sync.erase(std::unique(sync.begin(), sync.end()), sync.end());
+      costs.sync.push_back(std::move(sync));
+    }
+  }
+  return costs;
+}
+
+// Start times per [node * num_classes + class], kept only when a trace is recorded.
+struct Schedules {
+  std::vector<double> in_order_start;
+  std::vector<double> overlap_start;
+};
+
+// Runs both schedules of the header comment for all classes in lockstep, and accumulates each
+// class's step times, compute and link seconds and bytes into `classes`.
+Schedules ScheduleClasses(const std::vector<Node*>& nodes, const ProgramCosts& costs,
+                          bool record_trace, std::vector<DeviceClass>& classes) {
+  const int64_t n = costs.num_nodes();
+  const int64_t num_classes = costs.num_classes;
+  std::unordered_map<const Node*, int64_t> position;
+  position.reserve(nodes.size());
+  for (int64_t i = 0; i < n; ++i) position[nodes[i]] = i;
+  Schedules schedules;
+  if (record_trace) {
+    schedules.in_order_start.resize(n * num_classes);
+    schedules.overlap_start.resize(n * num_classes);
+  }
+  std::vector<double> in_order(num_classes, 0.0);
+  std::vector<double> compute_free(num_classes, 0.0), comm_free(num_classes, 0.0);
+  std::vector<double> done(static_cast<size_t>(n * num_classes), 0.0);
+  std::vector<double> ready(num_classes);
+  std::vector<double> begin(num_classes), overlapped_begin(num_classes);
+  for (int64_t i = 0; i < n; ++i) {
+    const Node& node = *nodes[i];
+    for (int64_t c = 0; c < num_classes; ++c) {
+      double r = 0;
+      for (const Node* operand : node.operands()) {
+        r = std::max(r, done[position.at(operand) * num_classes + c]);
+      }
+      ready[c] = r;
+    }
+    if (costs.is_collective(i)) {
+      const int64_t k = costs.collective_index[i];
+      // In order, a collective waits for every class of its group to reach it; overlapped, for
+      // their operands and their collective streams.
+      for (int64_t c = 0; c < num_classes; ++c) {
+        double b = 0, ob = 0;
+        for (int32_t other : costs.sync[k * num_classes + c]) {
+          b = std::max(b, in_order[other]);
+          ob = std::max(ob, std::max(ready[other], comm_free[other]));
+        }
+        begin[c] = b;
+        overlapped_begin[c] = ob;
+      }
+      for (int64_t c = 0; c < num_classes; ++c) {
+        const NodeCost& cost = costs.of(i, c);
+        if (record_trace) {
+          schedules.in_order_start[i * num_classes + c] = begin[c];
+          schedules.overlap_start[i * num_classes + c] = overlapped_begin[c];
+        }
+        in_order[c] = begin[c] + cost.seconds;
+        done[i * num_classes + c] = overlapped_begin[c] + cost.seconds;
+        comm_free[c] = done[i * num_classes + c];
+        DeviceClass& dc = classes[c];
+        dc.ici_seconds += cost.ici_seconds;
+        dc.dcn_seconds += cost.dcn_seconds;
+        dc.ici_bytes += cost.ici_bytes;
+        dc.dcn_bytes += cost.dcn_bytes;
+      }
+      continue;
+    }
+    const NodeCost& cost = costs.local[i];
+    for (int64_t c = 0; c < num_classes; ++c) {
+      if (record_trace) schedules.in_order_start[i * num_classes + c] = in_order[c];
+      in_order[c] += cost.seconds;
+      // A free node (a fused or aliasing one) does not occupy the compute stream.
+      const double s = cost.seconds > 0 ? std::max(ready[c], compute_free[c]) : ready[c];
+      if (record_trace) schedules.overlap_start[i * num_classes + c] = s;
+      done[i * num_classes + c] = s + cost.seconds;
+      if (cost.seconds > 0) compute_free[c] = s + cost.seconds;
+      classes[c].compute_seconds += cost.seconds;
+    }
+  }
+  for (int64_t c = 0; c < num_classes; ++c) {
+    DeviceClass& dc = classes[c];
+    dc.in_order_seconds = in_order[c];
+    double end = 0;
+    for (int64_t i = 0; i < n; ++i) end = std::max(end, done[i * num_classes + c]);
+    dc.overlapped_seconds = end;
+  }
+  return schedules;
+}
+
+// Fills the step time, breakdown and traffic from the slowest class of the chosen schedule;
+// returns that class.
+int64_t Summarize(bool overlap, SimulationReport& report) {
+  auto step = [&](const DeviceClass& x) {
+    return overlap ? x.overlapped_seconds : x.in_order_seconds;
+  };
+  int64_t slowest = 0;
+  for (int64_t c = 0; c < static_cast<int64_t>(report.classes.size()); ++c) {
+    const DeviceClass& dc = report.classes[c];
+    report.in_order_seconds = std::max(report.in_order_seconds, dc.in_order_seconds);
+    report.overlapped_seconds = std::max(report.overlapped_seconds, dc.overlapped_seconds);
+    if (step(dc) > step(report.classes[slowest])) slowest = c;
+    report.ici_bytes_total += dc.ici_bytes * dc.num_devices;
+    report.dcn_bytes_total += dc.dcn_bytes * dc.num_devices;
+  }
+  const DeviceClass& worst = report.classes[slowest];
+  report.step_seconds = overlap ? report.overlapped_seconds : report.in_order_seconds;
+  report.compute_seconds = worst.compute_seconds;
+  report.ici_seconds = worst.ici_seconds;
+  report.dcn_seconds = worst.dcn_seconds;
+  report.exposed_comm_seconds = std::max(0.0, report.step_seconds - worst.compute_seconds);
+  report.ici_bytes_per_device = worst.ici_bytes;
+  report.dcn_bytes_per_device = worst.dcn_bytes;
+  return slowest;
+}
+
+// Peak and parameter memory, the HBM check, and the cost model's notes as warnings.
+void ReportMemory(const CostModel& model, const Graph& graph, SimulationReport& report) {
+  for (const std::string& note : model.notes()) report.warnings.push_back(note);
+  report.hbm_bytes = model.topology().device_spec().hbm_bytes;
+  report.peak_memory_bytes = PeakLiveBytes(graph);
+  for (const Node* p : graph.parameters()) report.parameter_bytes += p->shape().byte_size();
+  if (report.peak_memory_bytes > report.hbm_bytes) {
+    report.exceeds_hbm = true;
+    report.warnings.push_back(
+        absl::StrFormat("error: peak memory %.2f GiB per device exceeds the HBM of %s (%.2f GiB)",
+                        static_cast<double>(report.peak_memory_bytes) / (1 << 30),
+                        report.device_name.empty() ? "the device" : report.device_name,
+                        static_cast<double>(report.hbm_bytes) / (1 << 30)));
+  }
+}
+
+// The top_k most expensive local ops and collectives on class `slowest`, ties by program order.
+void ReportTopOps(const std::vector<Node*>& nodes, const ProgramCosts& costs, int64_t slowest,
+                  int64_t top_k, SimulationReport& report) {
+  std::vector<int64_t> locals, collectives;
+  for (int64_t i = 0; i < costs.num_nodes(); ++i) {
+    if (costs.is_collective(i)) {
+      collectives.push_back(i);
+    } else if (costs.local[i].seconds > 0) {
+      locals.push_back(i);
+    }
+  }
+  auto top = [&](std::vector<int64_t>& indices, std::vector<OpEntry>& out) {
+    const size_t k = std::min<size_t>(indices.size(), static_cast<size_t>(top_k));
+    std::partial_sort(indices.begin(), indices.begin() + k, indices.end(),
+                      [&](int64_t a, int64_t b) {
+                        const double sa = costs.of(a, slowest).seconds;
+                        const double sb = costs.of(b, slowest).seconds;
+                        return sa != sb ? sa > sb : a < b;
+                      });
+    for (size_t j = 0; j < k; ++j) {
+      const Node& node = *nodes[indices[j]];
+      const NodeCost& cost = costs.of(indices[j], slowest);
+      OpEntry e;
+      e.name = node.name();
+      e.opcode = OpcodeName(node.opcode());
+      e.shape = node.shape().ToString();
+      e.seconds = cost.seconds;
+      e.flops = cost.flops;
+      e.bytes = IsCollective(node.opcode()) ? cost.ici_bytes + cost.dcn_bytes : cost.bytes_accessed;
+      out.push_back(std::move(e));
+    }
+  };
+  top(locals, report.top_ops);
+  top(collectives, report.top_collectives);
+}
+
+// One trace event per node that takes time, per class, at the chosen schedule's start times.
+void RecordTrace(const std::vector<Node*>& nodes, const ProgramCosts& costs,
+                 const std::vector<double>& starts, SimulationReport& report) {
+  for (int64_t c = 0; c < costs.num_classes; ++c) {
+    for (int64_t i = 0; i < costs.num_nodes(); ++i) {
+      const NodeCost& cost = costs.of(i, c);
+      if (cost.seconds <= 0) continue;
+      TraceEvent e;
+      e.device_class = c;
+      e.name = nodes[i]->name();
+      e.opcode = OpcodeName(nodes[i]->opcode());
+      e.start_seconds = starts[i * costs.num_classes + c];
+      e.seconds = cost.seconds;
+      e.ici_seconds = cost.ici_seconds;
+      e.dcn_seconds = cost.dcn_seconds;
+      report.trace.push_back(std::move(e));
+    }
+  }
 }
 
 }  // namespace
@@ -145,279 +460,25 @@ absl::StatusOr<SimulationReport> Simulator::Run(const partitioner::SpmdProgram& 
                      " devices but the topology \"", topology.name(), "\" has ", num_devices));
   }
   const Graph& graph = *program.program;
-  const std::vector<Node*>& nodes = graph.nodes();
-  const int64_t n = static_cast<int64_t>(nodes.size());
-
-  // 1. Device classes: a running signature per device over every collective. Each distinct
-  // replica-group list (CollectiveDeviceList::identity; the partitioner shares one list among
-  // the collectives that use it) is read once: `member_signature[d]` is the signature of d's
-  // group, 0 when d is in none.
-  std::vector<uint64_t> signature(num_devices, 0);
-  std::unordered_map<const void*, std::vector<uint64_t>> list_signatures;
-  auto signatures_of = [&](const Node& node) -> absl::StatusOr<const std::vector<uint64_t>*> {
-    const CollectiveDeviceList& list = node.attrs().replica_groups;
-    auto it = list_signatures.find(list.identity());
-    if (it != list_signatures.end()) return &it->second;
-    std::vector<uint64_t> member_signature(num_devices, 0);
-    if (list.empty()) {
-      std::vector<int64_t> all_devices(num_devices);
-      std::iota(all_devices.begin(), all_devices.end(), 0);
-      const uint64_t sig = GroupSignature(topology, all_devices) | 1;
-      std::fill(member_signature.begin(), member_signature.end(), sig);
-    }
-    for (const std::vector<int64_t>& group : list) {
-      for (int64_t id : group) {
-        if (id < 0 || id >= num_devices) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              node.name(), ": replica group names device ", id, " outside 0..", num_devices - 1));
-        }
-      }
-      if (group.empty()) continue;
-      const uint64_t sig = GroupSignature(topology, group) | 1;  // never 0 (= no group)
-      for (int64_t id : group) member_signature[id] = sig;
-    }
-    return &list_signatures.emplace(list.identity(), std::move(member_signature)).first->second;
-  };
-  for (const Node* node : nodes) {
-    if (!IsCollective(node->opcode())) continue;
-    if (node->opcode() == Opcode::kCollectivePermute) {
-      for (const auto& [source, target] : node->attrs().source_target_pairs) {
-        if (source < 0 || source >= num_devices || target < 0 || target >= num_devices) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              node->name(), ": source_target_pairs name a device outside 0..", num_devices - 1));
-        }
-        const uint64_t hops = static_cast<uint64_t>(TorusHops(topology, source, target) + 2);
-        signature[source] = Mix(signature[source], hops);
-        signature[target] = Mix(signature[target], hops + (uint64_t{1} << 32));  // receiver
-      }
-      continue;
-    }
-    TESSEL_ASSIGN_OR_RETURN(const std::vector<uint64_t>* member_signature, signatures_of(*node));
-    for (int64_t d = 0; d < num_devices; ++d) {
-      if ((*member_signature)[d] != 0) signature[d] = Mix(signature[d], (*member_signature)[d]);
-    }
-  }
-  list_signatures.clear();
-  std::unordered_map<uint64_t, int64_t> class_index;
-  std::vector<int32_t> class_of(num_devices);
   SimulationReport report;
-  for (int64_t d = 0; d < num_devices; ++d) {
-    auto [it, inserted] =
-        class_index.emplace(signature[d], static_cast<int64_t>(report.classes.size()));
-    if (inserted) {
-      DeviceClass c;
-      c.representative_device = d;
-      report.classes.push_back(c);
-    }
-    class_of[d] = static_cast<int32_t>(it->second);
-    ++report.classes[it->second].num_devices;
-  }
-  signature.clear();
-  signature.shrink_to_fit();
-  const int64_t num_classes = static_cast<int64_t>(report.classes.size());
-
-  // 2. Costs: local ops once, collectives per class; and which classes each collective syncs.
-  std::vector<NodeCost> local_cost(n);
-  // collective_cost[k * num_classes + c] for the k-th collective.
-  std::vector<NodeCost> collective_cost;
-  std::vector<std::vector<int32_t>> sync_classes;  // same indexing
-  std::vector<int64_t> collective_index(n, -1);
-  int64_t num_collectives = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const Node& node = *nodes[i];
-    if (!IsCollective(node.opcode())) {
-      local_cost[i] = cost_model_.Cost(node, 0);
-      continue;
-    }
-    collective_index[i] = num_collectives++;
-    for (int64_t c = 0; c < num_classes; ++c) {
-      const int64_t rep = report.classes[c].representative_device;
-      collective_cost.push_back(cost_model_.Cost(node, rep));
-      std::vector<int32_t> sync = {static_cast<int32_t>(c)};
-      if (node.opcode() == Opcode::kCollectivePermute) {
-        for (const auto& [source, target] : node.attrs().source_target_pairs) {
-          if (source == rep) sync.push_back(class_of[target]);
-          if (target == rep) sync.push_back(class_of[source]);
-        }
-      } else if (node.attrs().replica_groups.empty()) {
-        for (int64_t k = 0; k < num_classes; ++k) sync.push_back(static_cast<int32_t>(k));
-      } else {
-        for (const std::vector<int64_t>& group : node.attrs().replica_groups) {
-          if (std::find(group.begin(), group.end(), rep) == group.end()) continue;
-          for (int64_t id : group) sync.push_back(class_of[id]);
-          break;
-        }
-      }
-      std::sort(sync.begin(), sync.end());
-      sync.erase(std::unique(sync.begin(), sync.end()), sync.end());
-      sync_classes.push_back(std::move(sync));
-    }
-  }
-  class_of.clear();
-  class_of.shrink_to_fit();
-  auto cost_of = [&](int64_t i, int64_t c) -> const NodeCost& {
-    return collective_index[i] < 0 ? local_cost[i]
-                                   : collective_cost[collective_index[i] * num_classes + c];
-  };
-
-  // 3. Schedules, all classes in lockstep.
-  std::unordered_map<const Node*, int64_t> position;
-  position.reserve(nodes.size());
-  for (int64_t i = 0; i < n; ++i) position[nodes[i]] = i;
-  std::vector<double> in_order(num_classes, 0.0);
-  std::vector<double> compute_free(num_classes, 0.0), comm_free(num_classes, 0.0);
-  std::vector<double> done(static_cast<size_t>(n * num_classes), 0.0);
-  std::vector<double> in_order_start(options_.record_trace ? n * num_classes : 0);
-  std::vector<double> overlap_start(options_.record_trace ? n * num_classes : 0);
-  std::vector<double> ready(num_classes), start(num_classes);
-  for (int64_t i = 0; i < n; ++i) {
-    const Node& node = *nodes[i];
-    const bool collective = collective_index[i] >= 0;
-    for (int64_t c = 0; c < num_classes; ++c) {
-      double r = 0;
-      for (const Node* operand : node.operands()) {
-        r = std::max(r, done[position.at(operand) * num_classes + c]);
-      }
-      ready[c] = r;
-    }
-    if (collective) {
-      const int64_t k = collective_index[i];
-      // In order: wait for every class of the group to reach the collective.
-      std::vector<double> begin(num_classes);
-      std::vector<double> overlapped_begin(num_classes);
-      for (int64_t c = 0; c < num_classes; ++c) {
-        double b = 0, ob = 0;
-        for (int32_t other : sync_classes[k * num_classes + c]) {
-          b = std::max(b, in_order[other]);
-          ob = std::max(ob, std::max(ready[other], comm_free[other]));
-        }
-        begin[c] = b;
-        overlapped_begin[c] = ob;
-      }
-      for (int64_t c = 0; c < num_classes; ++c) {
-        const NodeCost& cost = cost_of(i, c);
-        if (options_.record_trace) {
-          in_order_start[i * num_classes + c] = begin[c];
-          overlap_start[i * num_classes + c] = overlapped_begin[c];
-        }
-        in_order[c] = begin[c] + cost.seconds;
-        done[i * num_classes + c] = overlapped_begin[c] + cost.seconds;
-        comm_free[c] = done[i * num_classes + c];
-        DeviceClass& dc = report.classes[c];
-        dc.ici_seconds += cost.ici_seconds;
-        dc.dcn_seconds += cost.dcn_seconds;
-        dc.ici_bytes += cost.ici_bytes;
-        dc.dcn_bytes += cost.dcn_bytes;
-      }
-      continue;
-    }
-    const NodeCost& cost = local_cost[i];
-    for (int64_t c = 0; c < num_classes; ++c) {
-      if (options_.record_trace) in_order_start[i * num_classes + c] = in_order[c];
-      in_order[c] += cost.seconds;
-      double s = cost.seconds > 0 ? std::max(ready[c], compute_free[c]) : ready[c];
-      if (options_.record_trace) overlap_start[i * num_classes + c] = s;
-      done[i * num_classes + c] = s + cost.seconds;
-      if (cost.seconds > 0) compute_free[c] = s + cost.seconds;
-      report.classes[c].compute_seconds += cost.seconds;
-    }
-  }
-  for (int64_t c = 0; c < num_classes; ++c) {
-    DeviceClass& dc = report.classes[c];
-    dc.in_order_seconds = in_order[c];
-    double end = 0;
-    for (int64_t i = 0; i < n; ++i) end = std::max(end, done[i * num_classes + c]);
-    dc.overlapped_seconds = end;
-  }
-
-  // 4. Report: the slowest class of the chosen schedule.
   report.device_name = topology.device_spec().name;
   report.num_devices = num_devices;
   report.overlap = options_.overlap;
-  int64_t slowest = 0;
-  for (int64_t c = 0; c < num_classes; ++c) {
-    const DeviceClass& dc = report.classes[c];
-    report.in_order_seconds = std::max(report.in_order_seconds, dc.in_order_seconds);
-    report.overlapped_seconds = std::max(report.overlapped_seconds, dc.overlapped_seconds);
-    auto step = [&](const DeviceClass& x) {
-      return options_.overlap ? x.overlapped_seconds : x.in_order_seconds;
-    };
-    if (step(dc) > step(report.classes[slowest])) slowest = c;
-    report.ici_bytes_total += dc.ici_bytes * dc.num_devices;
-    report.dcn_bytes_total += dc.dcn_bytes * dc.num_devices;
-  }
-  const DeviceClass& worst = report.classes[slowest];
-  report.step_seconds = options_.overlap ? report.overlapped_seconds : report.in_order_seconds;
-  report.compute_seconds = worst.compute_seconds;
-  report.ici_seconds = worst.ici_seconds;
-  report.dcn_seconds = worst.dcn_seconds;
-  report.exposed_comm_seconds = std::max(0.0, report.step_seconds - worst.compute_seconds);
-  report.ici_bytes_per_device = worst.ici_bytes;
-  report.dcn_bytes_per_device = worst.dcn_bytes;
-  for (int64_t i = 0; i < n; ++i) report.flops_per_device += local_cost[i].flops;
-
-  for (const std::string& note : cost_model_.notes()) report.warnings.push_back(note);
-  report.hbm_bytes = topology.device_spec().hbm_bytes;
-  report.peak_memory_bytes = PeakLiveBytes(graph);
-  for (const Node* p : graph.parameters()) report.parameter_bytes += p->shape().byte_size();
-  if (report.peak_memory_bytes > report.hbm_bytes) {
-    report.exceeds_hbm = true;
-    report.warnings.push_back(
-        absl::StrFormat("error: peak memory %.2f GiB per device exceeds the HBM of %s (%.2f GiB)",
-                        static_cast<double>(report.peak_memory_bytes) / (1 << 30),
-                        report.device_name.empty() ? "the device" : report.device_name,
-                        static_cast<double>(report.hbm_bytes) / (1 << 30)));
-  }
-
-  // Top-k on the slowest class.
-  std::vector<int64_t> locals, collectives;
-  for (int64_t i = 0; i < n; ++i) {
-    if (collective_index[i] >= 0) {
-      collectives.push_back(i);
-    } else if (local_cost[i].seconds > 0) {
-      locals.push_back(i);
-    }
-  }
-  auto top = [&](std::vector<int64_t>& indices, std::vector<OpEntry>& out) {
-    const size_t k = std::min<size_t>(indices.size(), static_cast<size_t>(options_.top_k));
-    std::partial_sort(indices.begin(), indices.begin() + k, indices.end(),
-                      [&](int64_t a, int64_t b) {
-                        double sa = cost_of(a, slowest).seconds, sb = cost_of(b, slowest).seconds;
-                        return sa != sb ? sa > sb : a < b;
-                      });
-    for (size_t j = 0; j < k; ++j) {
-      const Node& node = *nodes[indices[j]];
-      const NodeCost& cost = cost_of(indices[j], slowest);
-      OpEntry e;
-      e.name = node.name();
-      e.opcode = OpcodeName(node.opcode());
-      e.shape = node.shape().ToString();
-      e.seconds = cost.seconds;
-      e.flops = cost.flops;
-      e.bytes = IsCollective(node.opcode()) ? cost.ici_bytes + cost.dcn_bytes : cost.bytes_accessed;
-      out.push_back(std::move(e));
-    }
-  };
-  top(locals, report.top_ops);
-  top(collectives, report.top_collectives);
-
+  // Classes are found from the replica groups alone, then each class is costed and scheduled
+  // once: the work is O(nodes x classes + group members), never O(nodes x devices).
+  TESSEL_ASSIGN_OR_RETURN(std::vector<int32_t> class_of,
+                          ClassifyDevices(topology, graph.nodes(), report.classes));
+  const ProgramCosts costs = CostProgram(cost_model_, graph.nodes(), report.classes, class_of);
+  class_of = {};  // O(devices); the schedule needs only the classes
+  const Schedules schedules =
+      ScheduleClasses(graph.nodes(), costs, options_.record_trace, report.classes);
+  const int64_t slowest = Summarize(options_.overlap, report);
+  for (int64_t i = 0; i < costs.num_nodes(); ++i) report.flops_per_device += costs.local[i].flops;
+  ReportMemory(cost_model_, graph, report);
+  ReportTopOps(graph.nodes(), costs, slowest, options_.top_k, report);
   if (options_.record_trace) {
-    const std::vector<double>& starts = options_.overlap ? overlap_start : in_order_start;
-    for (int64_t c = 0; c < num_classes; ++c) {
-      for (int64_t i = 0; i < n; ++i) {
-        const NodeCost& cost = cost_of(i, c);
-        if (cost.seconds <= 0) continue;
-        TraceEvent e;
-        e.device_class = c;
-        e.name = nodes[i]->name();
-        e.opcode = OpcodeName(nodes[i]->opcode());
-        e.start_seconds = starts[i * num_classes + c];
-        e.seconds = cost.seconds;
-        e.ici_seconds = cost.ici_seconds;
-        e.dcn_seconds = cost.dcn_seconds;
-        report.trace.push_back(std::move(e));
-      }
-    }
+    RecordTrace(graph.nodes(), costs,
+                options_.overlap ? schedules.overlap_start : schedules.in_order_start, report);
   }
   return report;
 }
@@ -427,46 +488,36 @@ absl::Status WriteChromeTrace(const SimulationReport& report, const std::string&
     return absl::FailedPreconditionError(
         "the simulation kept no trace; run it with SimulatorOptions::record_trace");
   }
-  std::ofstream out(path);
-  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write trace file ", path));
+  TraceEventWriter trace;
   const int64_t num_classes = static_cast<int64_t>(report.classes.size());
   const int64_t ici_track = num_classes, dcn_track = num_classes + 1;
-  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  bool first = true;
-  auto meta = [&](int64_t tid, const std::string& name) {
-    nlohmann::json m = {
-        {"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", tid}, {"args", {{"name", name}}}};
-    out << (first ? "" : ",\n") << m.dump();
-    first = false;
-  };
+  trace.AddProcess(0, absl::StrCat("simulated step on ", report.num_devices, " ",
+                                   report.device_name.empty() ? "devices" : report.device_name));
   for (int64_t c = 0; c < num_classes; ++c) {
     const DeviceClass& dc = report.classes[c];
-    meta(c, absl::StrCat("class ", c, ": ", dc.num_devices, " devices (e.g. device ",
-                         dc.representative_device, ")"));
+    trace.AddThread(0, c,
+                    absl::StrCat("class ", c, ": ", dc.num_devices, " devices (e.g. device ",
+                                 dc.representative_device, ")"));
   }
-  meta(ici_track, "ICI (class 0)");
-  meta(dcn_track, "DCN (class 0)");
+  trace.AddThread(0, ici_track, "ICI (class 0)");
+  trace.AddThread(0, dcn_track, "DCN (class 0)");
   for (const TraceEvent& e : report.trace) {
-    auto emit = [&](int64_t tid, double start, double seconds) {
-      nlohmann::json j = {{"name", e.name},
-                          {"cat", e.opcode},
-                          {"ph", "X"},
-                          {"pid", 0},
-                          {"tid", tid},
-                          {"ts", start * 1e6},
-                          {"dur", seconds * 1e6},
-                          {"args", {{"op", e.opcode}}}};
-      out << (first ? "" : ",\n") << j.dump();
-      first = false;
+    auto emit = [&](int64_t tid, double start_seconds, double seconds) {
+      trace.AddComplete({.pid = 0,
+                         .tid = tid,
+                         .name = e.name,
+                         .category = e.opcode,
+                         .start_us = start_seconds * 1e6,
+                         .duration_us = seconds * 1e6,
+                         .args = {{"op", e.opcode}}});
     };
     emit(e.device_class, e.start_seconds, e.seconds);
+    // The link tracks show class 0's collectives split into their ICI and DCN phases.
     if (e.device_class != 0) continue;
     if (e.ici_seconds > 0) emit(ici_track, e.start_seconds, e.ici_seconds);
     if (e.dcn_seconds > 0) emit(dcn_track, e.start_seconds + e.ici_seconds, e.dcn_seconds);
   }
-  out << "\n]}\n";
-  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write trace file ", path));
-  return absl::OkStatus();
+  return trace.WriteFile(path);
 }
 
 }  // namespace tessel::mesh

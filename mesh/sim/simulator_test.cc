@@ -280,12 +280,18 @@ TEST(SimulatorTest, ChromeTraceHasOneTrackPerClassAndLinkTracks) {
   nlohmann::json trace = nlohmann::json::parse(in);
   int complete = 0;
   std::set<int64_t> tids;
+  std::vector<std::string> process_names;
   for (const auto& event : trace["traceEvents"]) {
     if (event["ph"] == "X") ++complete;
+    if (event["name"] == "process_name") {
+      process_names.push_back(event["args"]["name"].get<std::string>());
+      continue;
+    }
     tids.insert(event["tid"].get<int64_t>());
   }
   // exp + all-reduce on the class track, the all-reduce on the ICI and the DCN tracks.
   EXPECT_EQ(complete, 4);
+  EXPECT_THAT(process_names, ::testing::ElementsAre(::testing::HasSubstr("simulated step on 4")));
   EXPECT_EQ(tids.size(), r.classes.size() + 2);
   std::remove(path.c_str());
 }
