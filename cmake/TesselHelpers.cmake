@@ -22,7 +22,8 @@ endfunction()
 # tessel_cc_test(NAME name SRCS ... DEPS ... [LABELS ...] [TIMEOUT s])
 #
 # One GoogleTest binary registered with CTest as a single test (one process per binary keeps
-# ctest -j2 cheap on two cores). Default label `unit`, default timeout 300 s.
+# ctest -j2 cheap on two cores). Default label `unit`, default timeout 300 s. Tests labelled
+# `unit` are also prerequisites of the `unit_tests` target (build just what `ctest -L unit` runs).
 function(tessel_cc_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS;ARGS" ${ARGN})
   if(NOT T_TIMEOUT)
@@ -36,4 +37,7 @@ function(tessel_cc_test)
   target_compile_options(${T_NAME} PRIVATE ${TESSEL_WARNING_FLAGS})
   add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${T_ARGS})
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT})
+  if("unit" IN_LIST T_LABELS)
+    set_property(GLOBAL APPEND PROPERTY TESSEL_UNIT_TEST_TARGETS ${T_NAME})
+  endif()
 endfunction()

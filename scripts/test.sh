@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
-# Builds Tessel (installing what is missing) and runs the whole test suite with CTest.
+# Builds Tessel (installing what is missing) and runs the whole test suite with CTest, then
+# builds the default CMake configuration (no options: TESSEL_ISA=portable, what
+# `cmake -S . -B b && cmake --build b` gives a CMake user) and runs its unit tests, so both the
+# SIMD paths scripts/build.sh picks and the baseline x86-64 paths are tested.
 #
-#   bash scripts/test.sh [ctest options, e.g. -L unit or -R core_]
+#   bash scripts/test.sh [ctest options for the first build, e.g. -L unit or -R core_]
+#
+# Environment: TESSEL_BUILD_DIR (default build), TESSEL_DEFAULT_BUILD_DIR (default
+# build-default), TESSEL_JOBS (default: nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/build.sh
 BUILD_DIR="${TESSEL_BUILD_DIR:-build}"
-cd "$BUILD_DIR"
-ctest --output-on-failure -j 2 "$@"
+(cd "$BUILD_DIR" && ctest --output-on-failure -j 2 "$@")
+
+DEFAULT_DIR="${TESSEL_DEFAULT_BUILD_DIR:-build-default}"
+JOBS="${TESSEL_JOBS:-$(nproc)}"
+echo "test: the default configuration in $DEFAULT_DIR (unit tests)"
+cmake -S . -B "$DEFAULT_DIR" >/dev/null
+cmake --build "$DEFAULT_DIR" -j "$JOBS" --target unit_tests
+ctest --test-dir "$DEFAULT_DIR" --output-on-failure -j 2 -L unit

@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "core/status_macros.h"
 
 extern char** environ;
 
@@ -301,7 +302,10 @@ absl::StatusOr<std::string> ResolveProgram(const std::string& program) {
       absl::StrCat("program \"", program, "\" not found in $PATH (", search, ")"));
 }
 
-absl::StatusOr<LaunchResult> LaunchHosts(const LaunchOptions& options) {
+namespace {
+
+// The checks on `options` that need no process: a program, hosts, grace and variable names.
+absl::Status CheckLaunchOptions(const LaunchOptions& options) {
   if (options.argv.empty() || options.argv[0].empty()) {
     return absl::InvalidArgumentError("no program to launch (empty argv)");
   }
@@ -319,6 +323,123 @@ absl::StatusOr<LaunchResult> LaunchHosts(const LaunchOptions& options) {
           absl::StrCat("bad environment variable name \"", name, "\" in extra_env"));
     }
   }
+  return absl::OkStatus();
+}
+
+// Watches the spawned hosts until every one has ended: forwards the launcher's first signal
+// and SIGKILLs on the second, stops the other hosts when one fails (blaming the right one), and
+// SIGKILLs hosts that outlive the grace period after a stop.
+class HostSupervisor {
+ public:
+  HostSupervisor(const LaunchOptions& options, std::vector<HostProcess>& hosts)
+      : options_(options), hosts_(hosts), running_(static_cast<int64_t>(hosts.size())) {}
+
+  LaunchResult Run() {
+    while (running_ > 0) {
+      ForwardSignals();
+      ReapEnded();
+      KillAfterGrace();
+      if (running_ > 0) absl::SleepFor(kPollInterval);
+    }
+    if (interrupt_signal_ != 0 && result_.failed_host < 0) {
+      result_.exit_code = 128 + interrupt_signal_;
+      result_.message = absl::StrCat("interrupted by ", SignalText(interrupt_signal_), "; stopped ",
+                                     interrupted_hosts_, " host(s)");
+    }
+    return result_;
+  }
+
+ private:
+  void StopAll(int signo) {
+    for (const HostProcess& h : hosts_) {
+      if (h.running) SignalHost(h.pid, signo);
+    }
+  }
+
+  void ForwardSignals() {
+    const int count = g_signal_count;
+    if (count == seen_signals_) return;
+    seen_signals_ = count;
+    const int signo = g_last_signal;
+    if (!stopping_) {
+      stopping_ = true;
+      interrupt_signal_ = signo;
+      interrupted_hosts_ = running_;
+      kill_deadline_ = absl::Now() + options_.failure_grace;
+      PrintLine(options_, absl::StrCat("received ", SignalText(signo), "; forwarding it to ",
+                                       running_, " running host(s)"));
+      StopAll(signo);
+    } else if (!killed_) {
+      killed_ = true;
+      PrintLine(options_, absl::StrCat("received ", SignalText(signo),
+                                       " while stopping the hosts; killing them (SIGKILL)"));
+      StopAll(SIGKILL);
+    }
+  }
+
+  void ReapEnded() {
+    // Of several hosts that failed in one sweep, one killed by a signal is blamed first: the
+    // others most likely failed because they lost it.
+    int64_t first_failed = -1;
+    int first_failed_status = 0;
+    for (int64_t h = 0; h < static_cast<int64_t>(hosts_.size()); ++h) {
+      HostProcess& host = hosts_[h];
+      if (!host.running) continue;
+      int status = 0;
+      const pid_t r = waitpid(host.pid, &status, WNOHANG);
+      if (r == 0 || (r < 0 && errno == EINTR)) continue;
+      host.running = false;
+      --running_;
+      if (r < 0) status = 1 << 8;  // reaped elsewhere (SIGCHLD ignored): unknown, count as 1
+      const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      if (!failed || stopping_) continue;
+      const bool better =
+          first_failed < 0 || (WIFSIGNALED(status) && !WIFSIGNALED(first_failed_status));
+      if (better) {
+        first_failed = h;
+        first_failed_status = status;
+      }
+    }
+    if (first_failed < 0) return;
+    stopping_ = true;
+    result_.failed_host = first_failed;
+    result_.exit_code = ExitCodeOf(first_failed_status);
+    result_.message = DescribeExit(first_failed, hosts_[first_failed].pid, first_failed_status);
+    kill_deadline_ = absl::Now() + options_.failure_grace;
+    PrintLine(options_, running_ > 0 ? absl::StrCat(result_.message, "; stopping the other ",
+                                                    running_, " host(s)")
+                                     : result_.message);
+    StopAll(SIGTERM);
+  }
+
+  void KillAfterGrace() {
+    if (!stopping_ || killed_ || running_ == 0 || absl::Now() < kill_deadline_) return;
+    killed_ = true;
+    for (int64_t h = 0; h < static_cast<int64_t>(hosts_.size()); ++h) {
+      if (!hosts_[h].running) continue;
+      PrintLine(options_, absl::StrCat("host ", h, " (pid ", hosts_[h].pid, ") still running ",
+                                       absl::FormatDuration(options_.failure_grace),
+                                       " after the stop signal; sending SIGKILL"));
+    }
+    StopAll(SIGKILL);
+  }
+
+  const LaunchOptions& options_;
+  std::vector<HostProcess>& hosts_;
+  LaunchResult result_;
+  int64_t running_;
+  bool stopping_ = false;
+  bool killed_ = false;
+  absl::Time kill_deadline_ = absl::InfiniteFuture();
+  int seen_signals_ = 0;
+  int interrupt_signal_ = 0;
+  int64_t interrupted_hosts_ = 0;  // hosts still running when the signal came
+};
+
+}  // namespace
+
+absl::StatusOr<LaunchResult> LaunchHosts(const LaunchOptions& options) {
+  TESSEL_RETURN_IF_ERROR(CheckLaunchOptions(options));
   absl::StatusOr<std::string> path = ResolveProgram(options.argv[0]);
   if (!path.ok()) return path.status();
   std::string config;
@@ -365,95 +486,7 @@ absl::StatusOr<LaunchResult> LaunchHosts(const LaunchOptions& options) {
     hosts[h].pid = *pid;
     hosts[h].running = true;
   }
-
-  LaunchResult result;
-  int64_t running = options.num_hosts;
-  bool stopping = false;
-  bool killed = false;
-  absl::Time kill_deadline = absl::InfiniteFuture();
-  int seen_signals = 0;
-  int interrupt_signal = 0;
-  int64_t interrupted_hosts = 0;  // hosts still running when the signal came
-  auto stop_all = [&](int signo) {
-    for (const HostProcess& h : hosts) {
-      if (h.running) SignalHost(h.pid, signo);
-    }
-  };
-
-  while (running > 0) {
-    // Signals to the launcher: forward the first, SIGKILL on the second.
-    if (const int count = g_signal_count; count != seen_signals) {
-      seen_signals = count;
-      const int signo = g_last_signal;
-      if (!stopping) {
-        stopping = true;
-        interrupt_signal = signo;
-        interrupted_hosts = running;
-        kill_deadline = absl::Now() + options.failure_grace;
-        PrintLine(options, absl::StrCat("received ", SignalText(signo), "; forwarding it to ",
-                                        running, " running host(s)"));
-        stop_all(signo);
-      } else if (!killed) {
-        killed = true;
-        PrintLine(options, absl::StrCat("received ", SignalText(signo),
-                                        " while stopping the hosts; killing them (SIGKILL)"));
-        stop_all(SIGKILL);
-      }
-    }
-
-    // Reap what ended. Of several hosts that failed in one sweep, one killed by a signal is
-    // blamed first: the others most likely failed because they lost it.
-    int64_t first_failed = -1;
-    int first_failed_status = 0;
-    for (int64_t h = 0; h < options.num_hosts; ++h) {
-      HostProcess& host = hosts[h];
-      if (!host.running) continue;
-      int status = 0;
-      const pid_t r = waitpid(host.pid, &status, WNOHANG);
-      if (r == 0 || (r < 0 && errno == EINTR)) continue;
-      host.running = false;
-      --running;
-      if (r < 0) status = 1 << 8;  // reaped elsewhere (SIGCHLD ignored): unknown, count as 1
-      const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-      if (!failed || stopping) continue;
-      const bool better =
-          first_failed < 0 || (WIFSIGNALED(status) && !WIFSIGNALED(first_failed_status));
-      if (better) {
-        first_failed = h;
-        first_failed_status = status;
-      }
-    }
-    if (first_failed >= 0) {
-      stopping = true;
-      result.failed_host = first_failed;
-      result.exit_code = ExitCodeOf(first_failed_status);
-      result.message = DescribeExit(first_failed, hosts[first_failed].pid, first_failed_status);
-      kill_deadline = absl::Now() + options.failure_grace;
-      PrintLine(options, running > 0 ? absl::StrCat(result.message, "; stopping the other ",
-                                                    running, " host(s)")
-                                     : result.message);
-      stop_all(SIGTERM);
-    }
-
-    if (stopping && !killed && running > 0 && absl::Now() >= kill_deadline) {
-      killed = true;
-      for (int64_t h = 0; h < options.num_hosts; ++h) {
-        if (!hosts[h].running) continue;
-        PrintLine(options, absl::StrCat("host ", h, " (pid ", hosts[h].pid, ") still running ",
-                                        absl::FormatDuration(options.failure_grace),
-                                        " after the stop signal; sending SIGKILL"));
-      }
-      stop_all(SIGKILL);
-    }
-    if (running > 0) absl::SleepFor(kPollInterval);
-  }
-
-  if (interrupt_signal != 0 && result.failed_host < 0) {
-    result.exit_code = 128 + interrupt_signal;
-    result.message = absl::StrCat("interrupted by ", SignalText(interrupt_signal), "; stopped ",
-                                  interrupted_hosts, " host(s)");
-  }
-  return result;
+  return HostSupervisor(options, hosts).Run();
 }
 
 }  // namespace tessel::mesh
