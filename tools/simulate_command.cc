@@ -4,8 +4,8 @@
 // partitions it and simulates the step (mesh/sim/simulator.h).
 // `tessel simulate CONFIG --hlo FILE.hlo [...]`: the same for an HLO module with shardings.
 //
-//   $ tessel simulate configs/v5p-128.json --model llama --layers 2 --d-model 1024 \
-//       --heads 8 --ffn 4096 --vocab 32000 --seq-len 2048 --batch 64 \
+//   $ tessel simulate configs/v5p-128.json --model llama --layers 2 --d-model 1024
+//       --heads 8 --ffn 4096 --vocab 32000 --seq-len 2048 --batch 64
 //       --ici-mesh-shape 1,16,4 --axis-names data,fsdp,tensor --recipe fsdp_tp
 //
 // Output: step time (in order and overlapped), compute / ICI / DCN / exposed communication,
@@ -30,6 +30,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/hlo_text.h"
+#include "core/status_macros.h"
 #include "mesh/sim/simulator.h"
 #include "mesh/topology/topology.h"
 #include "nlohmann/json.hpp"
@@ -121,13 +122,204 @@ void PrintOps(const std::string& title, const std::vector<mesh::OpEntry>& ops) {
   }
 }
 
+// The global graph to simulate, built from --model flags or read from --hlo.
+struct GlobalStep {
+  std::unique_ptr<Graph> graph;
+  nn::TransformerConfig config;  // --model only
+  std::string mesh_text;         // --model only: the HybridMesh's axes
+};
+
+// Builds one training step of the --model transformer, sharded with --recipe on the HybridMesh
+// of the mesh flags over `topology`. Every error is a bad flag (kInvalidArgument).
+absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const mesh::Topology& topology) {
+  const int64_t num_devices = topology.num_devices();
+  TESSEL_ASSIGN_OR_RETURN(nn::TransformerArch arch, nn::ParseTransformerArch(f.model));
+  TESSEL_ASSIGN_OR_RETURN(nn::ShardingRecipe recipe, nn::ParseShardingRecipe(f.recipe));
+  TESSEL_ASSIGN_OR_RETURN(DType dtype, ParseFloatDType(f.dtype, "--dtype"));
+  TESSEL_ASSIGN_OR_RETURN(DType param_dtype, ParseFloatDType(f.param_dtype, "--param-dtype"));
+  GlobalStep step;
+  nn::TransformerConfig& config = step.config;
+  config.arch = arch;
+  config.layers = f.layers;
+  config.d_model = f.d_model;
+  config.heads = f.heads;
+  config.kv_heads = f.kv_heads;
+  config.ffn = f.ffn > 0 ? f.ffn : 4 * f.d_model;
+  config.vocab = f.vocab;
+  config.seq_len = f.seq_len;
+  config.batch = f.batch > 0 ? f.batch : num_devices;
+  config.dtype = dtype;
+  config.param_dtype = param_dtype;
+  TESSEL_RETURN_IF_ERROR(nn::ValidateTransformerConfig(config));
+
+  // Without mesh flags: one "data" axis over each slice's devices, slices over DCN.
+  std::vector<std::string> names = ParseNames(f.axis_names);
+  std::vector<int64_t> ici, dcn;
+  if (f.ici_mesh_shape.empty()) {
+    ici = {num_devices / topology.num_slices()};
+    if (names.size() != 1) names = {"data"};
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(ici, ParseInts(f.ici_mesh_shape, "--ici-mesh-shape"));
+  }
+  if (f.dcn_mesh_shape.empty()) {
+    dcn.assign(ici.size(), 1);
+    if (topology.num_slices() > 1) dcn[0] = topology.num_slices();
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(dcn, ParseInts(f.dcn_mesh_shape, "--dcn-mesh-shape"));
+  }
+  TESSEL_ASSIGN_OR_RETURN(spmd::HybridMesh mesh,
+                          spmd::HybridMesh::Create(ici, dcn, names, topology));
+  step.mesh_text = mesh.AxesToString();
+  TESSEL_ASSIGN_OR_RETURN(nn::TransformerStep built,
+                          nn::BuildTransformerStep(config, mesh, recipe));
+  step.graph = std::move(built.graph);
+  return step;
+}
+
+// Reads and parses the --hlo module. Errors name the file.
+absl::StatusOr<std::unique_ptr<Graph>> LoadHlo(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the file"));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<std::unique_ptr<Graph>> parsed = ParseHloModule(text.str());
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
+  }
+  return parsed;
+}
+
+// Model-level figures derived from the report: MFU, tokens per second and the model's size.
+struct Throughput {
+  double mfu = 0;
+  double tokens_per_s = 0;
+  double params = 0;  // --model only
+  double tokens = 0;  // --model only: tokens per step
+};
+
+Throughput ThroughputOf(const SimulateFlags& f, const GlobalStep& step,
+                        const mesh::Simulator& simulator, const mesh::SimulationReport& r) {
+  const double num_devices = static_cast<double>(r.num_devices);
+  const double peak_flops = simulator.cost_model().PeakFlopsPerSecond(DType::kBF16) * num_devices;
+  Throughput t;
+  if (!f.model.empty()) {
+    t.params = static_cast<double>(nn::TransformerParameterCount(step.config));
+    t.tokens = static_cast<double>(step.config.tokens());
+  }
+  if (r.step_seconds <= 0) return t;
+  if (!f.model.empty()) {
+    // MFU as the PaLM paper defines it: 6 * parameters * tokens of model flops per step.
+    t.mfu = 6 * t.params * t.tokens / (r.step_seconds * peak_flops);
+    t.tokens_per_s = t.tokens / r.step_seconds;
+  } else {
+    t.mfu = r.flops_per_device * num_devices / (r.step_seconds * peak_flops);
+  }
+  return t;
+}
+
+// Sizes of the graphs and the wall time of each phase, for the report.
+struct RunInfo {
+  int64_t global_nodes = 0;
+  int64_t local_nodes = 0;
+  double build_s = 0;
+  double partition_s = 0;
+  double simulate_s = 0;
+};
+
+nlohmann::json ReportJson(const SimulateFlags& f, const mesh::Topology& topology,
+                          const GlobalStep& step, const mesh::SimulationReport& r,
+                          const Throughput& t, const RunInfo& info) {
+  return {
+      {"topology", topology.name()},
+      {"device", r.device_name},
+      {"num_devices", r.num_devices},
+      {"num_slices", topology.num_slices()},
+      {"mesh", step.mesh_text},
+      {"recipe", f.model.empty() ? "" : f.recipe},
+      {"model", f.model.empty() ? "hlo" : f.model},
+      {"params", t.params},
+      {"tokens_per_step", t.tokens},
+      {"overlap", f.overlap},
+      {"step_time_s", r.step_seconds},
+      {"in_order_step_time_s", r.in_order_seconds},
+      {"overlapped_step_time_s", r.overlapped_seconds},
+      {"compute_s", r.compute_seconds},
+      {"ici_s", r.ici_seconds},
+      {"dcn_s", r.dcn_seconds},
+      {"exposed_comm_s", r.exposed_comm_seconds},
+      {"mfu", t.mfu},
+      {"mfu_basis", f.model.empty() ? "program flops" : "6 * params * tokens"},
+      {"tokens_per_s", t.tokens_per_s},
+      {"flops_per_device", r.flops_per_device},
+      {"peak_memory_bytes", r.peak_memory_bytes},
+      {"parameter_bytes", r.parameter_bytes},
+      {"hbm_bytes", r.hbm_bytes},
+      {"exceeds_hbm", r.exceeds_hbm},
+      {"ici_bytes_per_device", r.ici_bytes_per_device},
+      {"dcn_bytes_per_device", r.dcn_bytes_per_device},
+      {"ici_bytes_total", r.ici_bytes_total},
+      {"dcn_bytes_total", r.dcn_bytes_total},
+      {"device_classes", r.classes.size()},
+      {"global_nodes", info.global_nodes},
+      {"local_nodes", info.local_nodes},
+      {"top_ops", OpsJson(r.top_ops)},
+      {"top_collectives", OpsJson(r.top_collectives)},
+      {"warnings", r.warnings},
+      {"wall_s",
+       {{"build", info.build_s}, {"partition", info.partition_s}, {"simulate", info.simulate_s}}},
+  };
+}
+
+void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const GlobalStep& step,
+                 const mesh::SimulationReport& r, const Throughput& t, const RunInfo& info) {
+  std::cout << absl::StrFormat("topology       %s: %d devices (%s), %d slices\n", topology.name(),
+                               r.num_devices, r.device_name, topology.num_slices());
+  if (!f.model.empty()) {
+    const nn::TransformerConfig& config = step.config;
+    std::cout << absl::StrFormat(
+        "model          %s, %d layers, d_model %d, heads %d/%d, ffn %d, vocab %d, seq %d, "
+        "batch %d: %.4g parameters\n",
+        f.model, config.layers, config.d_model, config.heads, config.num_kv_heads(), config.ffn,
+        config.vocab, config.seq_len, config.batch, t.params);
+    std::cout << "mesh           " << step.mesh_text << ", recipe " << f.recipe << "\n";
+  }
+  std::cout << absl::StrFormat("step time      %s (%s; in order %s, overlapped %s)\n",
+                               Seconds(r.step_seconds), f.overlap ? "overlapped" : "in order",
+                               Seconds(r.in_order_seconds), Seconds(r.overlapped_seconds));
+  std::cout << absl::StrFormat("compute        %s\n", Seconds(r.compute_seconds));
+  std::cout << absl::StrFormat("ICI            %s\n", Seconds(r.ici_seconds));
+  std::cout << absl::StrFormat("DCN            %s\n", Seconds(r.dcn_seconds));
+  std::cout << absl::StrFormat("exposed comm   %s\n", Seconds(r.exposed_comm_seconds));
+  std::cout << absl::StrFormat("MFU            %.1f %% (%s)\n", 100 * t.mfu,
+                               f.model.empty() ? "program flops" : "6 * params * tokens");
+  if (!f.model.empty()) {
+    std::cout << absl::StrFormat("tokens/s       %.4g\n", t.tokens_per_s);
+  }
+  std::cout << absl::StrFormat("peak memory    %s per device (HBM %s; parameters and state %s)\n",
+                               Bytes(static_cast<double>(r.peak_memory_bytes)),
+                               Bytes(static_cast<double>(r.hbm_bytes)),
+                               Bytes(static_cast<double>(r.parameter_bytes)));
+  std::cout << absl::StrFormat("ICI bytes      %s per device, %s in all\n",
+                               Bytes(static_cast<double>(r.ici_bytes_per_device)),
+                               Bytes(static_cast<double>(r.ici_bytes_total)));
+  std::cout << absl::StrFormat("DCN bytes      %s per device, %s in all\n",
+                               Bytes(static_cast<double>(r.dcn_bytes_per_device)),
+                               Bytes(static_cast<double>(r.dcn_bytes_total)));
+  std::cout << absl::StrFormat("device classes %d; %d global nodes, %d local nodes\n",
+                               r.classes.size(), info.global_nodes, info.local_nodes);
+  PrintOps("top ops:", r.top_ops);
+  PrintOps("top collectives:", r.top_collectives);
+  for (const std::string& w : r.warnings) {
+    if (w.rfind("error:", 0) != 0) std::cout << "note: " << w << "\n";
+  }
+}
+
 int Run(const SimulateFlags& f) {
   if (f.model.empty() == f.hlo.empty()) {
     return Usage("give exactly one of --model gpt|llama and --hlo FILE");
   }
   absl::StatusOr<mesh::Topology> topology = mesh::LoadTopology(f.config);
   if (!topology.ok()) return Fail(std::string(topology.status().message()));
-  const int64_t num_devices = topology->num_devices();
 
   mesh::SimulatorOptions sim_options;
   sim_options.overlap = f.overlap;
@@ -135,181 +327,44 @@ int Run(const SimulateFlags& f) {
   absl::StatusOr<mesh::Simulator> simulator = mesh::Simulator::Create(*topology, sim_options);
   if (!simulator.ok()) return Fail(std::string(simulator.status().message()));
 
+  RunInfo info;
   auto t_build = std::chrono::steady_clock::now();
-  std::unique_ptr<Graph> graph;
-  nn::TransformerConfig config;
-  std::string mesh_text;
+  GlobalStep step;
   if (!f.model.empty()) {
-    absl::StatusOr<nn::TransformerArch> arch = nn::ParseTransformerArch(f.model);
-    if (!arch.ok()) return Usage(std::string(arch.status().message()));
-    absl::StatusOr<nn::ShardingRecipe> recipe = nn::ParseShardingRecipe(f.recipe);
-    if (!recipe.ok()) return Usage(std::string(recipe.status().message()));
-    absl::StatusOr<DType> dtype = ParseFloatDType(f.dtype, "--dtype");
-    absl::StatusOr<DType> param_dtype = ParseFloatDType(f.param_dtype, "--param-dtype");
-    if (!dtype.ok()) return Usage(std::string(dtype.status().message()));
-    if (!param_dtype.ok()) return Usage(std::string(param_dtype.status().message()));
-    config.arch = *arch;
-    config.layers = f.layers;
-    config.d_model = f.d_model;
-    config.heads = f.heads;
-    config.kv_heads = f.kv_heads;
-    config.ffn = f.ffn > 0 ? f.ffn : 4 * f.d_model;
-    config.vocab = f.vocab;
-    config.seq_len = f.seq_len;
-    config.batch = f.batch > 0 ? f.batch : num_devices;
-    config.dtype = *dtype;
-    config.param_dtype = *param_dtype;
-    absl::Status valid = nn::ValidateTransformerConfig(config);
-    if (!valid.ok()) return Usage(std::string(valid.message()));
-
-    std::vector<std::string> names = ParseNames(f.axis_names);
-    std::vector<int64_t> ici, dcn;
-    if (f.ici_mesh_shape.empty()) {
-      ici = {num_devices / topology->num_slices()};
-    } else {
-      absl::StatusOr<std::vector<int64_t>> parsed = ParseInts(f.ici_mesh_shape, "--ici-mesh-shape");
-      if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
-      ici = *parsed;
-    }
-    if (f.dcn_mesh_shape.empty()) {
-      dcn.assign(ici.size(), 1);
-      if (topology->num_slices() > 1) dcn[0] = topology->num_slices();
-    } else {
-      absl::StatusOr<std::vector<int64_t>> parsed = ParseInts(f.dcn_mesh_shape, "--dcn-mesh-shape");
-      if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
-      dcn = *parsed;
-    }
-    if (f.ici_mesh_shape.empty() && names.size() != 1) names = {"data"};
-    absl::StatusOr<spmd::HybridMesh> mesh = spmd::HybridMesh::Create(ici, dcn, names, *topology);
-    if (!mesh.ok()) return Usage(std::string(mesh.status().message()));
-    mesh_text = mesh->AxesToString();
-    absl::StatusOr<nn::TransformerStep> step = nn::BuildTransformerStep(config, *mesh, *recipe);
-    if (!step.ok()) return Usage(std::string(step.status().message()));
-    graph = std::move(step->graph);
+    absl::StatusOr<GlobalStep> built = BuildModelStep(f, *topology);
+    if (!built.ok()) return Usage(std::string(built.status().message()));
+    step = *std::move(built);
   } else {
-    std::ifstream in(f.hlo);
-    if (!in) return Fail(absl::StrCat(f.hlo, ": cannot open the file"));
-    std::stringstream text;
-    text << in.rdbuf();
-    absl::StatusOr<std::unique_ptr<Graph>> parsed = ParseHloModule(text.str());
-    if (!parsed.ok()) return Fail(absl::StrCat(f.hlo, ": ", parsed.status().message()));
-    graph = *std::move(parsed);
+    absl::StatusOr<std::unique_ptr<Graph>> graph = LoadHlo(f.hlo);
+    if (!graph.ok()) return Fail(std::string(graph.status().message()));
+    step.graph = *std::move(graph);
   }
-  const double build_s = Since(t_build);
-  const int64_t global_nodes = graph->num_nodes();
+  info.build_s = Since(t_build);
+  info.global_nodes = step.graph->num_nodes();
 
   auto t_partition = std::chrono::steady_clock::now();
-  absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(*graph, num_devices);
+  absl::StatusOr<partitioner::SpmdProgram> program =
+      partitioner::Partition(*step.graph, topology->num_devices());
   if (!program.ok()) return Fail(std::string(program.status().message()));
-  graph.reset();
-  const double partition_s = Since(t_partition);
+  step.graph.reset();  // the global graph is not needed past partitioning; free it early
+  info.partition_s = Since(t_partition);
+  info.local_nodes = program->program->num_nodes();
 
   auto t_simulate = std::chrono::steady_clock::now();
   absl::StatusOr<mesh::SimulationReport> report = simulator->Run(*program);
   if (!report.ok()) return Fail(std::string(report.status().message()));
-  const double simulate_s = Since(t_simulate);
+  info.simulate_s = Since(t_simulate);
   const mesh::SimulationReport& r = *report;
-
-  const double peak_flops =
-      simulator->cost_model().PeakFlopsPerSecond(DType::kBF16) * static_cast<double>(num_devices);
-  double mfu = 0, tokens_per_s = 0, params = 0, tokens = 0;
-  if (!f.model.empty()) {
-    params = static_cast<double>(nn::TransformerParameterCount(config));
-    tokens = static_cast<double>(config.tokens());
-    mfu = r.step_seconds > 0 ? 6 * params * tokens / (r.step_seconds * peak_flops) : 0;
-    tokens_per_s = r.step_seconds > 0 ? tokens / r.step_seconds : 0;
-  } else {
-    mfu = r.step_seconds > 0 ? r.flops_per_device * static_cast<double>(num_devices) /
-                                   (r.step_seconds * peak_flops)
-                             : 0;
-  }
+  const Throughput throughput = ThroughputOf(f, step, *simulator, r);
 
   if (!f.trace.empty()) {
     absl::Status written = mesh::WriteChromeTrace(r, f.trace);
     if (!written.ok()) return Fail(std::string(written.message()));
   }
-
   if (f.json) {
-    nlohmann::json j = {
-        {"topology", topology->name()},
-        {"device", r.device_name},
-        {"num_devices", num_devices},
-        {"num_slices", topology->num_slices()},
-        {"mesh", mesh_text},
-        {"recipe", f.model.empty() ? "" : f.recipe},
-        {"model", f.model.empty() ? "hlo" : f.model},
-        {"params", params},
-        {"tokens_per_step", tokens},
-        {"overlap", f.overlap},
-        {"step_time_s", r.step_seconds},
-        {"in_order_step_time_s", r.in_order_seconds},
-        {"overlapped_step_time_s", r.overlapped_seconds},
-        {"compute_s", r.compute_seconds},
-        {"ici_s", r.ici_seconds},
-        {"dcn_s", r.dcn_seconds},
-        {"exposed_comm_s", r.exposed_comm_seconds},
-        {"mfu", mfu},
-        {"mfu_basis", f.model.empty() ? "program flops" : "6 * params * tokens"},
-        {"tokens_per_s", tokens_per_s},
-        {"flops_per_device", r.flops_per_device},
-        {"peak_memory_bytes", r.peak_memory_bytes},
-        {"parameter_bytes", r.parameter_bytes},
-        {"hbm_bytes", r.hbm_bytes},
-        {"exceeds_hbm", r.exceeds_hbm},
-        {"ici_bytes_per_device", r.ici_bytes_per_device},
-        {"dcn_bytes_per_device", r.dcn_bytes_per_device},
-        {"ici_bytes_total", r.ici_bytes_total},
-        {"dcn_bytes_total", r.dcn_bytes_total},
-        {"device_classes", r.classes.size()},
-        {"global_nodes", global_nodes},
-        {"local_nodes", program->program->num_nodes()},
-        {"top_ops", OpsJson(r.top_ops)},
-        {"top_collectives", OpsJson(r.top_collectives)},
-        {"warnings", r.warnings},
-        {"wall_s", {{"build", build_s}, {"partition", partition_s}, {"simulate", simulate_s}}},
-    };
-    std::cout << j.dump(2) << "\n";
+    std::cout << ReportJson(f, *topology, step, r, throughput, info).dump(2) << "\n";
   } else {
-    std::cout << absl::StrFormat("topology       %s: %d devices (%s), %d slices\n",
-                                 topology->name(), num_devices, r.device_name,
-                                 topology->num_slices());
-    if (!f.model.empty()) {
-      std::cout << absl::StrFormat(
-          "model          %s, %d layers, d_model %d, heads %d/%d, ffn %d, vocab %d, seq %d, "
-          "batch %d: %.4g parameters\n",
-          f.model, config.layers, config.d_model, config.heads, config.num_kv_heads(), config.ffn,
-          config.vocab, config.seq_len, config.batch, params);
-      std::cout << "mesh           " << mesh_text << ", recipe " << f.recipe << "\n";
-    }
-    std::cout << absl::StrFormat("step time      %s (%s; in order %s, overlapped %s)\n",
-                                 Seconds(r.step_seconds), f.overlap ? "overlapped" : "in order",
-                                 Seconds(r.in_order_seconds), Seconds(r.overlapped_seconds));
-    std::cout << absl::StrFormat("compute        %s\n", Seconds(r.compute_seconds));
-    std::cout << absl::StrFormat("ICI            %s\n", Seconds(r.ici_seconds));
-    std::cout << absl::StrFormat("DCN            %s\n", Seconds(r.dcn_seconds));
-    std::cout << absl::StrFormat("exposed comm   %s\n", Seconds(r.exposed_comm_seconds));
-    std::cout << absl::StrFormat("MFU            %.1f %% (%s)\n", 100 * mfu,
-                                 f.model.empty() ? "program flops" : "6 * params * tokens");
-    if (!f.model.empty()) {
-      std::cout << absl::StrFormat("tokens/s       %.4g\n", tokens_per_s);
-    }
-    std::cout << absl::StrFormat("peak memory    %s per device (HBM %s; parameters and state %s)\n",
-                                 Bytes(static_cast<double>(r.peak_memory_bytes)),
-                                 Bytes(static_cast<double>(r.hbm_bytes)),
-                                 Bytes(static_cast<double>(r.parameter_bytes)));
-    std::cout << absl::StrFormat("ICI bytes      %s per device, %s in all\n",
-                                 Bytes(static_cast<double>(r.ici_bytes_per_device)),
-                                 Bytes(static_cast<double>(r.ici_bytes_total)));
-    std::cout << absl::StrFormat("DCN bytes      %s per device, %s in all\n",
-                                 Bytes(static_cast<double>(r.dcn_bytes_per_device)),
-                                 Bytes(static_cast<double>(r.dcn_bytes_total)));
-    std::cout << absl::StrFormat("device classes %d; %d global nodes, %d local nodes\n",
-                                 r.classes.size(), global_nodes, program->program->num_nodes());
-    PrintOps("top ops:", r.top_ops);
-    PrintOps("top collectives:", r.top_collectives);
-    for (const std::string& w : r.warnings) {
-      if (w.rfind("error:", 0) != 0) std::cout << "note: " << w << "\n";
-    }
+    PrintReport(f, *topology, step, r, throughput, info);
   }
   if (r.exceeds_hbm) {
     return Fail(absl::StrFormat(
