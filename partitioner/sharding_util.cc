@@ -96,8 +96,10 @@ struct CompactMerge {
   bool decided = false;
   std::optional<Sharding> merged;
 };
-constexpr CompactMerge kUndecided{};
-const CompactMerge kConflict{true, std::nullopt};
+// Functions rather than constants: Sharding is not a literal type (clang rejects a constexpr
+// CompactMerge) and a global of it would need a static destructor.
+CompactMerge Undecided() { return {}; }
+CompactMerge Conflict() { return {true, std::nullopt}; }
 
 // Whether two id digits p and f (p.stride <= f.stride) whose ranges overlap can take every pair
 // of values: both are functions of q = (id / p.stride) mod span, which has `span` values, so
@@ -117,7 +119,7 @@ CompactMerge MergeCompact(const Sharding& a, const Sharding& b, int64_t rank, in
   const DeviceArray& tb = b.tile_assignment();
   if (!ta.is_compact() || !tb.is_compact() || ta.num_elements() != num_devices ||
       tb.num_elements() != num_devices || a.TiledDataRank() != rank || b.TiledDataRank() != rank) {
-    return kUndecided;
+    return Undecided();
   }
   std::vector<std::vector<spmd::IdFactor>> dim_factors(rank);
   std::vector<spmd::IdFactor> used;
@@ -127,11 +129,11 @@ CompactMerge MergeCompact(const Sharding& a, const Sharding& b, int64_t rank, in
     dims.push_back(std::max(a.num_tiles(d), b.num_tiles(d)));
     if (!in_a && !in_b) continue;
     std::optional<std::vector<spmd::IdFactor>> fa, fb;
-    if (in_a && !(fa = ta.DimFactors(d))) return kUndecided;
-    if (in_b && !(fb = tb.DimFactors(d))) return kUndecided;
+    if (in_a && !(fa = ta.DimFactors(d))) return Undecided();
+    if (in_b && !(fb = tb.DimFactors(d))) return Undecided();
     // Different digits for one dim: some device has another tile index in each (see
     // DeviceArray::DimFactors), which the device-by-device merge rejects.
-    if (in_a && in_b && *fa != *fb) return kConflict;
+    if (in_a && in_b && *fa != *fb) return Conflict();
     dim_factors[d] = in_a ? *fa : *fb;
     used.insert(used.end(), dim_factors[d].begin(), dim_factors[d].end());
   }
@@ -144,13 +146,13 @@ CompactMerge MergeCompact(const Sharding& a, const Sharding& b, int64_t rank, in
   for (size_t i = 0; i < used.size(); ++i) {
     const spmd::IdFactor& f = used[i];
     if (f.stride < covered) {  // overlaps the previous digit
-      return OverlapMayHoldEveryPair(used[i - 1], f) ? kUndecided : kConflict;
+      return OverlapMayHoldEveryPair(used[i - 1], f) ? Undecided() : Conflict();
     }
-    if (f.stride % covered != 0) return kUndecided;
+    if (f.stride % covered != 0) return Undecided();
     if (f.stride > covered) replicated.push_back({f.stride / covered, covered});
     covered = f.stride * f.size;
   }
-  if (covered > num_devices || num_devices % covered != 0) return kUndecided;
+  if (covered > num_devices || num_devices % covered != 0) return Undecided();
   if (num_devices > covered) replicated.push_back({num_devices / covered, covered});
   std::vector<spmd::IdFactor> factors;
   for (const auto& f : dim_factors) factors.insert(factors.end(), f.begin(), f.end());
@@ -159,7 +161,7 @@ CompactMerge MergeCompact(const Sharding& a, const Sharding& b, int64_t rank, in
   for (const spmd::IdFactor& f : replicated) replicas *= f.size;
   dims.push_back(replicas);
   absl::StatusOr<DeviceArray> merged = DeviceArray::FromIdFactors(dims, factors);
-  if (!merged.ok()) return kUndecided;
+  if (!merged.ok()) return Undecided();
   return CompactMerge{true, Sharding::PartialTile(*merged)};
 }
 
