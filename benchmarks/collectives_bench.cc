@@ -50,6 +50,7 @@
 #include "absl/strings/str_format.h"
 #include "benchmarks/fork_hosts.h"
 #include "benchmarks/sweep_flags.h"
+#include "core/command_line.h"
 #include "transport/zmq_transport.h"
 
 namespace tessel::transport {
@@ -264,7 +265,7 @@ int Main(int argc, char** argv) {
   app.add_option("--shm_min_bytes", flags.shm_min_bytes, "ZmqOptions::shared_memory_min_bytes")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--memcpy_only", flags.memcpy_only, "only the memcpy rows");
-  if (int code = benchmarks::ParseFlags(app, argc, argv); code >= 0) return code;
+  if (int code = ParseCommandLine(app, argc, argv); code >= 0) return code;
   flags.protocol = protocol == "tcp" ? ZmqProtocol::kTcp : ZmqProtocol::kIpc;
   PrintHeader();
   for (int64_t size = flags.min_bytes; size <= flags.max_bytes; size *= flags.step) {

@@ -29,6 +29,7 @@
 
 #include "CLI/CLI.hpp"
 #include "benchmarks/sweep_flags.h"
+#include "core/command_line.h"
 
 namespace {
 
@@ -123,7 +124,7 @@ int main(int argc, char** argv) {
       "mpi_collectives_bench"};
   tessel::benchmarks::AddSweepFlags(app, &flags, /*min_hosts=*/0);
   app.add_option("--label", flags.label, "the impl column")->capture_default_str();
-  int result = tessel::benchmarks::ParseFlags(app, argc, argv);
+  int result = tessel::ParseCommandLine(app, argc, argv);
   result = result >= 0 ? result : Run(flags);
   if (result != 0) MPI_Abort(MPI_COMM_WORLD, result);
   MPI_Finalize();

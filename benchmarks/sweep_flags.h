@@ -1,16 +1,15 @@
 // The command-line flags shared by the collective benchmarks (collectives_bench,
 // zmq_floor_bench, mpi_collectives_bench): which host counts and sizes to sweep, and how long to
-// time each cell. Parsed with CLI11, `--name=value` or `--name value`.
+// time each cell. Parsed with CLI11 (core/command_line.h), `--name=value` or `--name value`.
 //
 //   SweepFlags flags;
 //   CLI::App app{"...", "collectives_bench"};
 //   AddSweepFlags(app, &flags, /*min_hosts=*/1);
-//   if (int code = ParseFlags(app, argc, argv); code >= 0) return code;
+//   if (int code = ParseCommandLine(app, argc, argv); code >= 0) return code;
 #ifndef TESSEL_BENCHMARKS_SWEEP_FLAGS_H_
 #define TESSEL_BENCHMARKS_SWEEP_FLAGS_H_
 
 #include <cstdint>
-#include <cstdio>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -47,19 +46,6 @@ inline void AddSweepFlags(CLI::App& app, SweepFlags* flags, int64_t min_hosts) {
   app.add_option("--budget_ms", flags->budget_ms, "time of each cell's loop, ms")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-}
-
-// Parses argv into `app`'s options. Returns -1 to go on, 0 after printing --help, or 2 after
-// printing the error (naming the flag and value) on stderr.
-inline int ParseFlags(CLI::App& app, int argc, char** argv) {
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::fprintf(stderr, "%s: %s (see --help)\n", app.get_name().c_str(), e.what());
-    return 2;
-  }
-  return -1;
 }
 
 }  // namespace tessel::benchmarks

@@ -41,6 +41,7 @@
 #include "absl/strings/str_cat.h"
 #include "benchmarks/fork_hosts.h"
 #include "benchmarks/sweep_flags.h"
+#include "core/command_line.h"
 #include "zmq.hpp"
 
 namespace {
@@ -213,7 +214,7 @@ int Main(int argc, char** argv) {
   app.add_option("--chunk_bytes", flags.chunk_bytes, "largest message")->check(CLI::PositiveNumber);
   app.add_flag("--poll", flags.poll,
                "wait by polling the socket, yielding the core (impl zmq-raw-poll-*)");
-  if (int code = tessel::benchmarks::ParseFlags(app, argc, argv); code >= 0) return code;
+  if (int code = tessel::ParseCommandLine(app, argc, argv); code >= 0) return code;
   flags.tcp = protocol == "tcp";
   std::printf("%-12s %-12s %5s %10s %12s %10s %10s %10s\n", "# collective", "impl", "ranks",
               "bytes", "us", "algbw_gbps", "busbw_gbps", "cpu_us");

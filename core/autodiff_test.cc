@@ -4,6 +4,7 @@
 #include <random>
 
 #include "core/tensor.h"
+#include "core/testing/graphs.h"
 #include "gtest/gtest.h"
 
 namespace tessel {
@@ -75,16 +76,6 @@ void CheckGradient(const GradCase& c) {
           << "input " << i << " element " << j;
     }
   }
-}
-
-DotDimensionNumbers Dn(std::vector<int64_t> lb, std::vector<int64_t> rb, std::vector<int64_t> lc,
-                       std::vector<int64_t> rc) {
-  DotDimensionNumbers dn;
-  dn.lhs_batch_dims = std::move(lb);
-  dn.rhs_batch_dims = std::move(rb);
-  dn.lhs_contracting_dims = std::move(lc);
-  dn.rhs_contracting_dims = std::move(rc);
-  return dn;
 }
 
 Tensor S64(int64_t v) { return Scalar(DType::kS64, static_cast<double>(v)); }

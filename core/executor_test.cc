@@ -18,6 +18,7 @@
 #include "core/internal/kernels.h"
 #include "core/literal.h"
 #include "core/rng.h"
+#include "core/testing/graphs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -1072,16 +1073,6 @@ struct DotCase {
   std::vector<int64_t> lhs, rhs;
   DotDimensionNumbers dn;
 };
-
-DotDimensionNumbers Dn(std::vector<int64_t> lb, std::vector<int64_t> rb, std::vector<int64_t> lc,
-                       std::vector<int64_t> rc) {
-  DotDimensionNumbers dn;
-  dn.lhs_batch_dims = std::move(lb);
-  dn.rhs_batch_dims = std::move(rb);
-  dn.lhs_contracting_dims = std::move(lc);
-  dn.rhs_contracting_dims = std::move(rc);
-  return dn;
-}
 
 const std::vector<DotCase>& DotCases() {
   static const auto* cases = new std::vector<DotCase>{

@@ -16,15 +16,11 @@
 #include "core/literal.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
+#include "core/testing/graphs.h"
 #include "gtest/gtest.h"
 
 namespace tessel {
 namespace {
-
-Node* Must(absl::StatusOr<Node*> node) {
-  TESSEL_CHECK_OK(node);
-  return *node;
-}
 
 // Builds a graph that uses every opcode, every dtype in constants, and shardings.
 std::unique_ptr<Graph> BuildAllOpsGraph() {

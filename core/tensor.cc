@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "core/fingerprint.h"
 #include "core/internal/lazy.h"
 #include "core/shape_inference.h"
 #include "core/status_macros.h"
@@ -235,50 +236,26 @@ absl::StatusOr<TracedGraph> TraceGraph(absl::Span<const Tensor> outputs, std::st
 
 namespace {
 
-// FNV-1a, 64 bit (Fowler, Noll, Vo): stable across processes, unlike absl::Hash.
-class Fnv1a {
- public:
-  void Bytes(const void* data, size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < n; ++i) {
-      hash_ ^= p[i];
-      hash_ *= 0x100000001b3ULL;
-    }
+void MixShape(const Shape& s, Fingerprint& h) {
+  h.Int(s.is_tuple());
+  if (s.is_tuple()) {
+    h.Int(static_cast<int64_t>(s.tuple_shapes().size()));
+    for (const Shape& e : s.tuple_shapes()) MixShape(e, h);
+    return;
   }
-  void Int(int64_t v) { Bytes(&v, sizeof(v)); }
-  void Ints(const std::vector<int64_t>& v) {
-    Int(static_cast<int64_t>(v.size()));
-    for (int64_t x : v) Int(x);
-  }
-  void Str(const std::string& s) {
-    Int(static_cast<int64_t>(s.size()));
-    Bytes(s.data(), s.size());
-  }
-  void ShapeOf(const Shape& s) {
-    Int(s.is_tuple());
-    if (s.is_tuple()) {
-      Int(static_cast<int64_t>(s.tuple_shapes().size()));
-      for (const Shape& e : s.tuple_shapes()) ShapeOf(e);
-      return;
-    }
-    Int(static_cast<int64_t>(s.dtype()));
-    Ints(s.dims());
-  }
-  uint64_t value() const { return hash_; }
-
- private:
-  uint64_t hash_ = 0xcbf29ce484222325ULL;
-};
+  h.Int(static_cast<int64_t>(s.dtype()));
+  h.Ints(s.dims());
+}
 
 }  // namespace
 
 uint64_t GraphFingerprint(const Graph& graph) {
-  Fnv1a h;
+  Fingerprint h;
   absl::flat_hash_map<const Node*, int64_t> position;
   for (const Node* node : graph.nodes()) {
     position[node] = static_cast<int64_t>(position.size());
     h.Int(static_cast<int64_t>(node->opcode()));
-    h.ShapeOf(node->shape());
+    MixShape(node->shape(), h);
     h.Int(node->operand_count());
     for (const Node* operand : node->operands()) h.Int(position.at(operand));
     const OpAttributes& a = node->attrs();

@@ -7,15 +7,11 @@
 #include "core/literal.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
+#include "core/testing/graphs.h"
 #include "gtest/gtest.h"
 
 namespace tessel {
 namespace {
-
-Node* Must(absl::StatusOr<Node*> node) {
-  TESSEL_CHECK_OK(node);
-  return *node;
-}
 
 void ExpectInvalid(const absl::Status& status, const std::string& needle) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;

@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nn/testing/tensors.h"
 
 namespace tessel::nn {
 namespace {
@@ -15,16 +16,6 @@ using ::testing::DoubleNear;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pointwise;
-
-std::vector<double> Values(const Tensor& t) {
-  absl::StatusOr<Literal> lit = t.ToLiteral();
-  EXPECT_TRUE(lit.ok()) << lit.status();
-  return lit.ok() ? lit->ToDoubles() : std::vector<double>{};
-}
-
-Tensor F32(std::vector<int64_t> dims, std::vector<float> values) {
-  return Tensor::FromLiteral(Literal::FromVector<float>(std::move(dims), values));
-}
 
 Tensor S32(std::vector<int64_t> dims, std::vector<int32_t> values) {
   return Tensor::FromLiteral(Literal::FromVector<int32_t>(std::move(dims), values));

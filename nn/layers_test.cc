@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nn/functional.h"
+#include "nn/testing/tensors.h"
 
 namespace tessel::nn {
 namespace {
@@ -14,16 +15,6 @@ using ::testing::DoubleNear;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pointwise;
-
-std::vector<double> Values(const Tensor& t) {
-  absl::StatusOr<Literal> lit = t.ToLiteral();
-  EXPECT_TRUE(lit.ok()) << lit.status();
-  return lit.ok() ? lit->ToDoubles() : std::vector<double>{};
-}
-
-Tensor F32(std::vector<int64_t> dims, std::vector<float> values) {
-  return Tensor::FromLiteral(Literal::FromVector<float>(std::move(dims), values));
-}
 
 TEST(LinearTest, ForwardIsMatmulPlusBias) {
   // x [2,3] @ w [3,2] + b [2].

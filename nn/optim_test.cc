@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nn/testing/tensors.h"
 
 namespace tessel::nn {
 namespace {
@@ -12,16 +13,6 @@ namespace {
 using ::testing::DoubleNear;
 using ::testing::HasSubstr;
 using ::testing::Pointwise;
-
-std::vector<double> Values(const Tensor& t) {
-  absl::StatusOr<Literal> lit = t.ToLiteral();
-  EXPECT_TRUE(lit.ok()) << lit.status();
-  return lit.ok() ? lit->ToDoubles() : std::vector<double>{};
-}
-
-Tensor F64(std::vector<int64_t> dims, std::vector<double> values) {
-  return Tensor::FromLiteral(Literal::FromVector<double>(std::move(dims), values));
-}
 
 TEST(SgdTest, OneStepWithoutMomentum) {
   Tensor p = F64({3}, {1, 2, 3});

@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/format.h"
 #include "core/hlo_text.h"
 #include "core/status_macros.h"
 #include "mesh/sim/simulator.h"
@@ -78,13 +79,6 @@ int Fail(const std::string& message) {
 
 double Since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-std::string Bytes(double bytes) {
-  if (bytes >= 1024.0 * 1024 * 1024) return absl::StrFormat("%.2f GiB", bytes / (1 << 30));
-  if (bytes >= 1024.0 * 1024) return absl::StrFormat("%.2f MiB", bytes / (1 << 20));
-  if (bytes >= 1024.0) return absl::StrFormat("%.2f KiB", bytes / 1024);
-  return absl::StrFormat("%.0f B", bytes);
 }
 
 std::string Seconds(double s) {
@@ -296,15 +290,15 @@ void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const G
     std::cout << absl::StrFormat("tokens/s       %.4g\n", t.tokens_per_s);
   }
   std::cout << absl::StrFormat("peak memory    %s per device (HBM %s; parameters and state %s)\n",
-                               Bytes(static_cast<double>(r.peak_memory_bytes)),
-                               Bytes(static_cast<double>(r.hbm_bytes)),
-                               Bytes(static_cast<double>(r.parameter_bytes)));
+                               FormatBytes(static_cast<double>(r.peak_memory_bytes)),
+                               FormatBytes(static_cast<double>(r.hbm_bytes)),
+                               FormatBytes(static_cast<double>(r.parameter_bytes)));
   std::cout << absl::StrFormat("ICI bytes      %s per device, %s in all\n",
-                               Bytes(static_cast<double>(r.ici_bytes_per_device)),
-                               Bytes(static_cast<double>(r.ici_bytes_total)));
+                               FormatBytes(static_cast<double>(r.ici_bytes_per_device)),
+                               FormatBytes(static_cast<double>(r.ici_bytes_total)));
   std::cout << absl::StrFormat("DCN bytes      %s per device, %s in all\n",
-                               Bytes(static_cast<double>(r.dcn_bytes_per_device)),
-                               Bytes(static_cast<double>(r.dcn_bytes_total)));
+                               FormatBytes(static_cast<double>(r.dcn_bytes_per_device)),
+                               FormatBytes(static_cast<double>(r.dcn_bytes_total)));
   std::cout << absl::StrFormat("device classes %d; %d global nodes, %d local nodes\n",
                                r.classes.size(), info.global_nodes, info.local_nodes);
   PrintOps("top ops:", r.top_ops);
@@ -369,8 +363,8 @@ int Run(const SimulateFlags& f) {
   if (r.exceeds_hbm) {
     return Fail(absl::StrFormat(
         "the model does not fit: peak memory %s per device exceeds the HBM of %s (%s)",
-        Bytes(static_cast<double>(r.peak_memory_bytes)), r.device_name,
-        Bytes(static_cast<double>(r.hbm_bytes))));
+        FormatBytes(static_cast<double>(r.peak_memory_bytes)), r.device_name,
+        FormatBytes(static_cast<double>(r.hbm_bytes))));
   }
   return 0;
 }

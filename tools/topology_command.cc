@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/format.h"
 #include "mesh/topology/topology.h"
 #include "nlohmann/json.hpp"
 #include "tools/command.h"
@@ -49,17 +50,9 @@ std::string FormatTflops(double tflops) {
   return absl::StrCat(FormatNumber(tflops), " TFLOP/s");
 }
 
-// Bytes in binary units with the exact count: "32 GiB (34359738368 bytes)".
-std::string FormatBytes(int64_t bytes) {
-  static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 6) {
-    value /= 1024.0;
-    ++unit;
-  }
-  if (unit == 0) return absl::StrCat(bytes, " bytes");
-  return absl::StrCat(FormatNumber(value), " ", kUnits[unit], " (", bytes, " bytes)");
+// Bytes in binary units with the exact count: "32.00 GiB (34359738368 bytes)".
+std::string FormatBytesExactly(int64_t bytes) {
+  return absl::StrCat(FormatBytes(static_cast<double>(bytes)), " (", bytes, " bytes)");
 }
 
 std::string FormatPeaks(const std::map<std::string, double>& peaks) {
@@ -87,8 +80,8 @@ void PrintText(const std::string& path, const mesh::Topology& topology) {
 
   const mesh::DeviceSpec& spec = topology.device_spec();
   std::cout << "device: " << (spec.name.empty() ? "(unnamed)" : spec.name) << ": peak "
-            << FormatPeaks(spec.peak_tflops) << "; HBM " << FormatBytes(spec.hbm_bytes) << " at "
-            << FormatNumber(spec.hbm_bandwidth_gbytes_per_s) << " GB/s\n";
+            << FormatPeaks(spec.peak_tflops) << "; HBM " << FormatBytesExactly(spec.hbm_bytes)
+            << " at " << FormatNumber(spec.hbm_bandwidth_gbytes_per_s) << " GB/s\n";
   const mesh::IciSpec& ici = topology.ici();
   std::cout << "ici: " << mesh::IciKindName(ici.kind) << ", " << FormatNumber(ici.bandwidth_gbps)
             << (ici.kind == mesh::IciKind::kTorus ? " Gbps per link per direction"
@@ -127,7 +120,7 @@ void PrintText(const std::string& path, const mesh::Topology& topology) {
   }
   std::cout << "total: " << topology.num_devices() << " devices, peak "
             << FormatPeaks(topology.TotalPeakTflops()) << "; HBM "
-            << FormatBytes(topology.TotalHbmBytes()) << "\n";
+            << FormatBytesExactly(topology.TotalHbmBytes()) << "\n";
   if (!topology.sources().empty()) {
     std::cout << "sources:\n";
     for (const std::string& source : topology.sources()) std::cout << "  - " << source << "\n";

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/fingerprint.h"
 #include "core/status_macros.h"
 #include "transport/internal/algorithms.h"
 #include "transport/internal/call_context.h"
@@ -72,17 +73,11 @@ absl::Status DeviceMap::Validate(int64_t num_hosts) const {
 }
 
 uint64_t DeviceMap::Fingerprint() const {
-  uint64_t h = 1469598103934665603ULL;
-  auto mix = [&h](uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 1099511628211ULL;
-    }
-  };
-  mix(host_of_device.size());
-  for (int64_t v : host_of_device) mix(static_cast<uint64_t>(v));
-  for (int64_t v : slice_of_device) mix(static_cast<uint64_t>(v));
-  return h;
+  tessel::Fingerprint h;
+  h.U64(host_of_device.size());
+  for (int64_t v : host_of_device) h.Int(v);
+  for (int64_t v : slice_of_device) h.Int(v);
+  return h.value();
 }
 
 absl::Duration EffectiveSpinWait(const CommunicatorOptions& options,

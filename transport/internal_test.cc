@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/fingerprint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "transport/collective_stats.h"
@@ -106,6 +107,17 @@ TEST(GroupsTest, ResolvesTheCallersGroup) {
   EXPECT_EQ(GroupsFingerprint({}, 4), GroupsFingerprint({}, 4));
   EXPECT_EQ(GroupsToString({{0, 1}, {2, 3}}), "{{0,1},{2,3}}");
   EXPECT_EQ(PairsToString({{0, 1}, {1, 0}}), "{{0,1},{1,0}}");
+}
+
+// What hosts compare across processes (protocol version 4): FNV-1a with the standard offset
+// basis over counts and ids as 8 little-endian bytes each.
+TEST(GroupsTest, FingerprintsAreFnv1aOfCountsAndIds) {
+  EXPECT_EQ(GroupsFingerprint({{1, 0}}, 2), Fingerprint().Int(1).Int(2).Int(1).Int(0).value());
+  EXPECT_EQ(GroupsFingerprint({}, 2), Fingerprint().Int(1).Int(2).Int(0).Int(1).value());
+  EXPECT_EQ(PairsFingerprint({{0, 1}}),
+            Fingerprint().U64(0x7065726d75746500ULL).Int(1).Int(0).Int(1).value());
+  const DeviceMap m = DeviceMap::Uniform(2, 1, 1);
+  EXPECT_EQ(m.Fingerprint(), Fingerprint().Int(2).Int(0).Int(1).Int(0).Int(1).value());
 }
 
 TEST(GroupsTest, RejectsBadGroups) {

@@ -3,9 +3,10 @@
 //
 //   transport_worker --rank=0 --num_hosts=3 --coordinator=ipc:///tmp/x/coord
 //       --scenario=checks [--protocol=tcp] [--devices_per_host=2] [--hosts_per_slice=1]
-//       [--external_coordinator=1] [--token=T] [--ring=1] [--timeout_s=30] [--ipc_dir=D]
-//       [--curve=1] [--shared_memory=0]
+//       [--external_coordinator=1] [--token=T] [--ring=1] [--timeout_s=30]
+//       [--bootstrap_timeout_s=30] [--ipc_dir=D] [--curve=1] [--shared_memory=0] [--count=N]
 //
+// Flags take `--name=value` or `--name value`; --help lists them with their ranges.
 // Scenarios:
 //   checks        every collective, dtype, count and replica-group set (RunCollectiveChecks)
 //                 on every local device, a rendezvous, and bit-identical float sums; prints
@@ -15,22 +16,23 @@
 //   mismatch      host 0 calls all-reduce, the others all-gather
 //   hierarchical  one all-reduce of --count f32 over all devices; prints "dcn_bytes=N
 //                 ici_bytes=N local_bytes=N"
-// Exit status: 0 on success; 3 with the error on stderr otherwise; 2 for bad flags.
+// Exit status: 0 on success; 3 with the error on stderr otherwise; 2 for a bad, missing or
+// unknown flag (one line "transport_worker: ..." on stderr).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <map>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "core/command_line.h"
+#include "core/fingerprint.h"
 #include "core/status_macros.h"
 #include "transport/testing/collective_checks.h"
 #include "transport/zmq_transport.h"
@@ -38,23 +40,56 @@
 namespace tessel::transport {
 namespace {
 
-std::map<std::string, std::string> ParseFlags(int argc, char** argv) {
-  std::map<std::string, std::string> flags;
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (!absl::ConsumePrefix(&arg, "--")) continue;
-    const std::pair<std::string, std::string> kv = absl::StrSplit(arg, absl::MaxSplits('=', 1));
-    flags[kv.first] = arg.find('=') == absl::string_view::npos ? "1" : kv.second;
-  }
-  return flags;
-}
+struct WorkerFlags {
+  int64_t rank = -1;
+  int64_t num_hosts = 0;
+  int64_t devices_per_host = 1;
+  int64_t hosts_per_slice = 1;
+  std::string coordinator;
+  std::string token;
+  std::string ipc_dir;
+  std::string protocol = "ipc";
+  int64_t external_coordinator = 0;
+  int64_t curve = 0;
+  int64_t shared_memory = 1;
+  int64_t bootstrap_timeout_s = 30;
+  int64_t timeout_s = 30;
+  int64_t ring = 0;
+  std::string scenario = "checks";
+  int64_t count = 100000;
+};
 
-int64_t IntFlag(const std::map<std::string, std::string>& flags, const std::string& name,
-                int64_t fallback) {
-  auto it = flags.find(name);
-  int64_t v;
-  if (it == flags.end() || !absl::SimpleAtoi(it->second, &v)) return fallback;
-  return v;
+// Declares the flags of the header comment on `app`, writing into `flags`.
+void AddWorkerFlags(CLI::App& app, WorkerFlags* flags) {
+  const CLI::Range non_negative(int64_t{0}, std::numeric_limits<int64_t>::max());
+  const CLI::Range positive(int64_t{1}, std::numeric_limits<int64_t>::max());
+  app.add_option("--rank", flags->rank, "this host's rank")->required()->check(non_negative);
+  app.add_option("--num_hosts", flags->num_hosts, "hosts in the job")->required()->check(positive);
+  app.add_option("--devices_per_host", flags->devices_per_host, "devices (threads) per host")
+      ->check(positive);
+  app.add_option("--hosts_per_slice", flags->hosts_per_slice,
+                 "hosts per slice; divides --num_hosts")
+      ->check(positive);
+  app.add_option("--coordinator", flags->coordinator, "bootstrap coordinator address");
+  app.add_option("--token", flags->token, "job token");
+  app.add_option("--ipc_dir", flags->ipc_dir, "folder of the ipc endpoints");
+  app.add_option("--protocol", flags->protocol, "ipc or tcp")->check(CLI::IsMember({"ipc", "tcp"}));
+  app.add_option("--external_coordinator", flags->external_coordinator,
+                 "1: a coordinator is served elsewhere, not by host 0")
+      ->check(CLI::Range(0, 1));
+  app.add_option("--curve", flags->curve, "1: CURVE encryption")->check(CLI::Range(0, 1));
+  app.add_option("--shared_memory", flags->shared_memory, "0: ZeroMQ carries every byte")
+      ->check(CLI::Range(0, 1));
+  app.add_option("--bootstrap_timeout_s", flags->bootstrap_timeout_s, "bootstrap timeout, s")
+      ->check(positive);
+  app.add_option("--timeout_s", flags->timeout_s, "collective timeout, s")->check(positive);
+  app.add_option("--ring", flags->ring,
+                 "1: ring algorithms for every size; 2: the direct ones; 0: the defaults")
+      ->check(CLI::Range(0, 2));
+  app.add_option("--scenario", flags->scenario, "checks, loop, mismatch or hierarchical")
+      ->check(CLI::IsMember({"checks", "loop", "mismatch", "hierarchical"}));
+  app.add_option("--count", flags->count, "f32 elements of the hierarchical all-reduce")
+      ->check(positive);
 }
 
 // Runs fn(device) on one thread per local device; the first error wins.
@@ -96,7 +131,7 @@ absl::Status Checks(Communicator& comm) {
       return comm.AllReduce(d, {}, ReduceKind::kAdd, DType::kF32, in.data(), out[i].data(), count);
     }));
     for (const auto& o : out) {
-      hashes_mine.push_back(absl::StrCat(testing::HashBytes(o.data(), o.size() * 4)));
+      hashes_mine.push_back(absl::StrCat(Fnv1a64(o.data(), o.size() * sizeof(float))));
     }
   }
   // Devices of this host agree with each other (per size), then hosts compare.
@@ -168,39 +203,40 @@ absl::Status Hierarchical(Communicator& comm, int64_t count) {
 }
 
 int Main(int argc, char** argv) {
-  const std::map<std::string, std::string> flags = ParseFlags(argc, argv);
+  WorkerFlags flags;
+  CLI::App app{"One host process of a multi-process transport test.", "transport_worker"};
+  AddWorkerFlags(app, &flags);
+  if (int code = ParseCommandLine(app, argc, argv); code >= 0) return code;
+  if (flags.num_hosts % flags.hosts_per_slice != 0) {
+    std::fprintf(
+        stderr, "transport_worker: --hosts_per_slice=%lld does not divide --num_hosts=%lld\n",
+        static_cast<long long>(flags.hosts_per_slice), static_cast<long long>(flags.num_hosts));
+    return kExitBadFlags;
+  }
   ZmqOptions options;
-  options.rank = IntFlag(flags, "rank", -1);
-  options.num_hosts = IntFlag(flags, "num_hosts", 0);
-  const int64_t devices_per_host = IntFlag(flags, "devices_per_host", 1);
-  const int64_t hosts_per_slice = IntFlag(flags, "hosts_per_slice", 1);
-  if (options.rank < 0 || options.num_hosts < 1 || devices_per_host < 1 || hosts_per_slice < 1 ||
-      options.num_hosts % hosts_per_slice != 0) {
-    std::fprintf(stderr, "transport_worker: bad --rank/--num_hosts/--devices_per_host\n");
-    return 2;
-  }
-  options.device_map = DeviceMap::Uniform(options.num_hosts, devices_per_host, hosts_per_slice);
-  if (flags.count("coordinator")) options.coordinator_address = flags.at("coordinator");
-  if (flags.count("token")) options.job_token = flags.at("token");
-  if (flags.count("ipc_dir")) options.ipc_dir = flags.at("ipc_dir");
-  options.external_coordinator = IntFlag(flags, "external_coordinator", 0) == 1;
-  options.curve = IntFlag(flags, "curve", 0) == 1;
-  options.shared_memory = IntFlag(flags, "shared_memory", 1) == 1;
-  if (flags.count("protocol") && flags.at("protocol") == "tcp") {
-    options.protocol = ZmqProtocol::kTcp;
-  }
-  options.bootstrap_timeout = absl::Seconds(IntFlag(flags, "bootstrap_timeout_s", 30));
-  options.communicator.collective_timeout = absl::Seconds(IntFlag(flags, "timeout_s", 30));
+  options.rank = flags.rank;
+  options.num_hosts = flags.num_hosts;
+  options.device_map =
+      DeviceMap::Uniform(flags.num_hosts, flags.devices_per_host, flags.hosts_per_slice);
+  options.coordinator_address = flags.coordinator;
+  options.job_token = flags.token;
+  options.ipc_dir = flags.ipc_dir;
+  options.external_coordinator = flags.external_coordinator == 1;
+  options.curve = flags.curve == 1;
+  options.shared_memory = flags.shared_memory == 1;
+  if (flags.protocol == "tcp") options.protocol = ZmqProtocol::kTcp;
+  options.bootstrap_timeout = absl::Seconds(flags.bootstrap_timeout_s);
+  options.communicator.collective_timeout = absl::Seconds(flags.timeout_s);
   // --ring=1: the ring algorithms for every size; --ring=2: the direct ones (groups of 3 or
   // more). Both in 4 KiB segments, zero-copy from 1 KiB.
-  if (const int64_t ring = IntFlag(flags, "ring", 0); ring == 1 || ring == 2) {
+  if (flags.ring == 1 || flags.ring == 2) {
     options.communicator.small_message_bytes = 0;
-    options.communicator.direct_max_bytes = ring == 1 ? 0 : int64_t{1} << 30;
+    options.communicator.direct_max_bytes = flags.ring == 1 ? 0 : int64_t{1} << 30;
     options.communicator.pipeline_chunk_bytes = 4096;
     options.zero_copy_min_bytes = 1024;
     options.shared_memory_min_bytes = 1024;
   }
-  const std::string scenario = flags.count("scenario") ? flags.at("scenario") : "checks";
+  const std::string& scenario = flags.scenario;
 
   absl::StatusOr<std::unique_ptr<ZmqTransport>> comm = ZmqTransport::Create(options);
   if (!comm.ok()) {
@@ -223,11 +259,8 @@ int Main(int argc, char** argv) {
     status = Loop(**comm);
   } else if (scenario == "mismatch") {
     status = Mismatch(**comm);
-  } else if (scenario == "hierarchical") {
-    status = Hierarchical(**comm, IntFlag(flags, "count", 100000));
-  } else {
-    std::fprintf(stderr, "transport_worker: unknown --scenario=%s\n", scenario.c_str());
-    return 2;
+  } else {  // "hierarchical"
+    status = Hierarchical(**comm, flags.count);
   }
   if (!status.ok()) {
     std::fprintf(stderr, "transport_worker host %lld: %s\n", static_cast<long long>(options.rank),

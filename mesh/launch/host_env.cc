@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/fingerprint.h"
 
 namespace tessel::mesh {
 namespace {
@@ -47,16 +48,6 @@ absl::StatusOr<int64_t> ParseInteger(const char* variable, const std::string& va
   return number;
 }
 
-// 64-bit FNV-1a, the hash DeviceMap::Fingerprint uses too.
-uint64_t Fnv1a(std::string_view text) {
-  uint64_t hash = 14695981039346656037ull;
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 1099511628211ull;
-  }
-  return hash;
-}
-
 // The ipc:// coordinator address every rank of one mpirun / hydra job derives from the job id,
 // or nullopt when none of kDerivedCoordinatorSources is set.
 std::optional<std::string> DerivedCoordinator() {
@@ -67,7 +58,7 @@ std::optional<std::string> DerivedCoordinator() {
     if (dir.empty()) dir = "/tmp";
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
     return absl::StrFormat("ipc://%s/tessel-%d-%016x.coord", dir, static_cast<int64_t>(getuid()),
-                           Fnv1a(*job_id));
+                           Fnv1a64(*job_id));
   }
   return std::nullopt;
 }

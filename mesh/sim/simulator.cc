@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/format.h"
 #include "core/status_macros.h"
 #include "core/trace_events.h"
 
@@ -327,10 +328,10 @@ void ReportMemory(const CostModel& model, const Graph& graph, SimulationReport& 
   if (report.peak_memory_bytes > report.hbm_bytes) {
     report.exceeds_hbm = true;
     report.warnings.push_back(
-        absl::StrFormat("error: peak memory %.2f GiB per device exceeds the HBM of %s (%.2f GiB)",
-                        static_cast<double>(report.peak_memory_bytes) / (1 << 30),
+        absl::StrFormat("error: peak memory %s per device exceeds the HBM of %s (%s)",
+                        FormatBytes(static_cast<double>(report.peak_memory_bytes)),
                         report.device_name.empty() ? "the device" : report.device_name,
-                        static_cast<double>(report.hbm_bytes) / (1 << 30)));
+                        FormatBytes(static_cast<double>(report.hbm_bytes))));
   }
 }
 

@@ -120,7 +120,7 @@ struct SimulationReport {
   std::vector<OpEntry> top_ops;          // local ops, most expensive first
   std::vector<OpEntry> top_collectives;  // collectives, most expensive first
   // Assumptions (from the cost model) and problems, e.g.
-  // "error: peak memory 120.3 GiB per device exceeds HBM 95.0 GiB".
+  // "error: peak memory 120.30 GiB per device exceeds the HBM of TPU v5p (95.00 GiB)".
   std::vector<std::string> warnings;
   bool exceeds_hbm = false;
   std::vector<TraceEvent> trace;  // only with SimulatorOptions::record_trace

@@ -14,22 +14,25 @@
 // Flags: --iterations N (default 1), --sleep-ms M between iterations (default 0), --elements K
 // (default 4096), --exit-code C --fail-host H (host H exits with status C right after the
 // bootstrap, without saying goodbye, as a crashed host would), --tag T (ignored: marks the
-// processes of one test for pgrep).
+// processes of one test for pgrep); `--name value` or `--name=value`, --help lists them.
 // Exit status: 0 success; 1 any error (one line on stderr: "host_probe: ..." before the host
-// index is known, "host_probe host <i>: ..." after); 2 bad flags; C for the failing host.
+// index is known, "host_probe host <i>: ..." after); 2 bad flags, unknown ones included (one line
+// "host_probe: ..." on stderr); C for the failing host.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/command_line.h"
 #include "core/status_macros.h"
 #include "mesh/launch/host_env.h"
 #include "mesh/topology/topology.h"
@@ -44,40 +47,27 @@ struct ProbeFlags {
   int64_t elements = 4096;
   int64_t exit_code = 0;
   int64_t fail_host = -1;
+  std::string tag;
 };
 
-// Parses the flags; returns false (after one line on stderr) on a bad one.
-bool ParseFlags(int argc, char** argv, ProbeFlags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string name = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "host_probe: flag %s needs a value\n", name.c_str());
-      return false;
-    }
-    const std::string value = argv[++i];
-    if (name == "--tag") continue;
-    int64_t* target = name == "--iterations"  ? &flags->iterations
-                      : name == "--sleep-ms"  ? &flags->sleep_ms
-                      : name == "--elements"  ? &flags->elements
-                      : name == "--exit-code" ? &flags->exit_code
-                      : name == "--fail-host" ? &flags->fail_host
-                                              : nullptr;
-    if (target == nullptr) {
-      std::fprintf(stderr, "host_probe: unknown flag %s\n", name.c_str());
-      return false;
-    }
-    if (!absl::SimpleAtoi(value, target) || *target < (name == "--fail-host" ? -1 : 0)) {
-      std::fprintf(stderr, "host_probe: %s %s: expected a non-negative integer\n", name.c_str(),
-                   value.c_str());
-      return false;
-    }
-  }
-  if (flags->exit_code > 255) {
-    std::fprintf(stderr, "host_probe: --exit-code %lld: expected 0..255\n",
-                 static_cast<long long>(flags->exit_code));
-    return false;
-  }
-  return true;
+// Declares the flags of the header comment on `app`, writing into `flags`.
+void AddProbeFlags(CLI::App& app, ProbeFlags* flags) {
+  const CLI::Range non_negative(int64_t{0}, std::numeric_limits<int64_t>::max());
+  app.add_option("--iterations", flags->iterations, "all-reduces to run")
+      ->check(non_negative)
+      ->capture_default_str();
+  app.add_option("--sleep-ms", flags->sleep_ms, "pause between all-reduces, ms")
+      ->check(non_negative)
+      ->capture_default_str();
+  app.add_option("--elements", flags->elements, "f32 elements per all-reduce")
+      ->check(non_negative)
+      ->capture_default_str();
+  app.add_option("--exit-code", flags->exit_code, "exit status of --fail-host")
+      ->check(CLI::Range(0, 255));
+  app.add_option("--fail-host", flags->fail_host,
+                 "host that exits with --exit-code right after the bootstrap (-1: none)")
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
+  app.add_option("--tag", flags->tag, "ignored: marks the processes of one test for pgrep");
 }
 
 // Device `device_id`'s element i in iteration `iteration`: small integers, so every sum is
@@ -151,7 +141,10 @@ absl::Status Probe(const mesh::HostEnvironment& env, const ProbeFlags& flags) {
 
 int Main(int argc, char** argv) {
   ProbeFlags flags;
-  if (!ParseFlags(argc, argv, &flags)) return 2;
+  CLI::App app{"One host of a multi-host job: all-reduces over every device, checked exactly.",
+               "host_probe"};
+  AddProbeFlags(app, &flags);
+  if (int code = ParseCommandLine(app, argc, argv); code >= 0) return code;
   absl::StatusOr<mesh::HostEnvironment> env = mesh::ReadHostEnvironment();
   if (!env.ok()) {
     std::fprintf(stderr, "host_probe: %s\n", std::string(env.status().message()).c_str());

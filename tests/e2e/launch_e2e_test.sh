@@ -12,7 +12,8 @@
 #                pid, nothing left
 #   launcher_killed  SIGKILL of tessel launch mid-run: no host is left (PR_SET_PDEATHSIG)
 #   interrupted  SIGINT to tessel launch: forwarded, exit 130, no host left
-#   bad_config   missing file / not JSON / not found program: exit 1 and one line; bad args: 2
+#   bad_config   missing file / not JSON / not found program: exit 1 and one line; bad args of
+#                tessel launch, or bad or unknown flags of host_probe: exit 2 and one line
 #   mpirun       4 ranks under Open MPI's mpirun with only TESSEL_CONFIG set (skipped, exit 77,
 #                when mpirun is not installed)
 #   unreachable  host 1 of 2 started by hand, coordinator that nobody serves (ipc and tcp),
@@ -188,6 +189,14 @@ case "$case_name" in
     "$tessel" launch "$config" "$probe" --iterations 3 >"$tmp/out" 2>"$tmp/err"
     code=$?
     [[ "$code" == 2 ]] || fail "program flags without --: exit $code, expected 2"
+    # host_probe's own flags: an unknown or a refused one is exit 2 and one line.
+    for args in "--no-such-flag 1" "--iterations -1" "--exit-code 256" "--iterations"; do
+      # shellcheck disable=SC2086  # split on purpose
+      "$probe" $args >"$tmp/out" 2>"$tmp/err"
+      code=$?
+      [[ "$code" == 2 ]] || fail "host_probe $args: exit $code, expected 2"
+      expect_one_line "$tmp/err" "host_probe: "
+    done
     ;;
 
   unreachable)

@@ -5,21 +5,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/fingerprint.h"
 
 namespace tessel::transport::internal {
-namespace {
-
-constexpr uint64_t kFnvOffset = 1469598103934665603ULL;
-constexpr uint64_t kFnvPrime = 1099511628211ULL;
-
-void Mix(uint64_t* h, uint64_t v) {
-  for (int i = 0; i < 8; ++i) {
-    *h ^= (v >> (8 * i)) & 0xff;
-    *h *= kFnvPrime;
-  }
-}
-
-}  // namespace
 
 absl::StatusOr<GroupView> ResolveGroup(const ReplicaGroups& groups, int64_t num_devices,
                                        int64_t device_id) {
@@ -63,30 +51,27 @@ absl::StatusOr<GroupView> ResolveGroup(const ReplicaGroups& groups, int64_t num_
 }
 
 uint64_t GroupsFingerprint(const ReplicaGroups& groups, int64_t num_devices) {
-  uint64_t h = kFnvOffset;
+  Fingerprint h;
   if (groups.empty()) {
-    Mix(&h, 1);
-    Mix(&h, static_cast<uint64_t>(num_devices));
-    for (int64_t d = 0; d < num_devices; ++d) Mix(&h, static_cast<uint64_t>(d));
-    return h;
+    h.U64(1);
+    h.Int(num_devices);
+    for (int64_t d = 0; d < num_devices; ++d) h.Int(d);
+    return h.value();
   }
-  Mix(&h, groups.size());
+  h.U64(groups.size());
   for (const auto& group : groups) {
-    Mix(&h, group.size());
-    for (int64_t id : group) Mix(&h, static_cast<uint64_t>(id));
+    h.U64(group.size());
+    for (int64_t id : group) h.Int(id);
   }
-  return h;
+  return h.value();
 }
 
 uint64_t PairsFingerprint(const SourceTargetPairs& pairs) {
-  uint64_t h = kFnvOffset;
-  Mix(&h, 0x7065726d75746500ULL);  // "permute": differs from any group list
-  Mix(&h, pairs.size());
-  for (const auto& [source, target] : pairs) {
-    Mix(&h, static_cast<uint64_t>(source));
-    Mix(&h, static_cast<uint64_t>(target));
-  }
-  return h;
+  Fingerprint h;
+  h.U64(0x7065726d75746500ULL);  // "permute": differs from any group list
+  h.U64(pairs.size());
+  for (const auto& [source, target] : pairs) h.Int(source).Int(target);
+  return h.value();
 }
 
 std::string GroupsToString(const ReplicaGroups& groups) {

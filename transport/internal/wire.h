@@ -25,7 +25,9 @@
 namespace tessel::transport::internal {
 
 inline constexpr uint32_t kWireMagic = 0x4C455354;  // "TSEL" read as little-endian bytes
-inline constexpr uint16_t kProtocolVersion = 3;     // 3: shm doorbells, 2-field hello
+// 3: shm doorbells, 2-field hello. 4: group_id and the device-map fingerprint are FNV-1a with the
+// standard offset basis (core/fingerprint.h); a version-3 host computes other values for both.
+inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr size_t kWireHeaderBytes = 88;
 
 enum class MessageType : uint8_t {

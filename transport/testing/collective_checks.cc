@@ -148,16 +148,6 @@ void FillBuffer(DType dtype, const std::vector<int64_t>& values, void* out) {
   });
 }
 
-uint64_t HashBytes(const void* data, size_t bytes) {
-  uint64_t h = 1469598103934665603ULL;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 std::vector<ReplicaGroups> CheckGroupSets(int64_t num_devices, bool mesh_groups) {
   std::vector<ReplicaGroups> sets = {ReplicaGroups{}};
   if (!mesh_groups) return sets;

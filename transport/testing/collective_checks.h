@@ -55,9 +55,6 @@ struct CheckOptions {
 // Writes integers as `dtype` (pred: != 0; unsigned: wraps).
 void FillBuffer(DType dtype, const std::vector<int64_t>& values, void* out);
 
-// A 64-bit FNV-1a hash of `bytes` (for comparing results across processes).
-[[nodiscard]] uint64_t HashBytes(const void* data, size_t bytes);
-
 }  // namespace tessel::transport::testing
 
 #endif  // TESSEL_TRANSPORT_TESTING_COLLECTIVE_CHECKS_H_
