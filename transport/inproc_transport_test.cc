@@ -194,7 +194,9 @@ TEST(InProcTransportTest, FloatSumsAreBitIdenticalAndFollowTheDocumentedOrder) {
       if (small_bytes == 0) {
         const int64_t base = count / hosts, extra = count % hosts;
         // The member whose value starts chunk j's fold: j + 1 (ring) or 0 (direct).
-        auto start = [&](int64_t j) { return direct_max > 0 ? int64_t{0} : j + 1; };
+        // A copy: clang 14 does not capture structured bindings in lambdas.
+        const bool direct = direct_max > 0;
+        auto start = [&](int64_t j) { return direct ? int64_t{0} : j + 1; };
         int64_t begin = 0;
         for (int64_t j = 0; j < hosts; ++j) {
           const int64_t end = begin + base + (j < extra ? 1 : 0);
