@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "core/environment.h"
 #include "core/status_macros.h"
 #include "transport/inproc_transport.h"
 #include "transport/internal/host_link.h"
@@ -58,22 +59,21 @@ constexpr size_t kMaxIpcPathBytes = sizeof(sockaddr_un{}.sun_path) - 1;  // 107 
 
 }  // namespace
 
-void ApplyEnvironment(ZmqOptions* options) {
+absl::Status ApplyEnvironment(ZmqOptions* options) {
   if (options->coordinator_address.empty()) {
     if (const char* v = std::getenv("TESSEL_COORDINATOR")) options->coordinator_address = v;
   }
   if (options->job_token.empty()) {
     if (const char* v = std::getenv("TESSEL_JOB_TOKEN")) options->job_token = v;
   }
-  if (const char* v = std::getenv("TESSEL_EXTERNAL_COORDINATOR")) {
-    if (std::string(v) == "1") options->external_coordinator = true;
-  }
-  if (const char* v = std::getenv("TESSEL_CURVE")) {
-    if (std::string(v) == "1") options->curve = true;
-  }
-  if (const char* v = std::getenv("TESSEL_SHARED_MEMORY")) {
-    if (std::string(v) == "0") options->shared_memory = false;
-  }
+  // Strict: a misspelt TESSEL_CURVE must stop the job, not run it unencrypted.
+  TESSEL_ASSIGN_OR_RETURN(std::optional<bool> external, GetBoolEnv("TESSEL_EXTERNAL_COORDINATOR"));
+  if (external.has_value()) options->external_coordinator = *external;
+  TESSEL_ASSIGN_OR_RETURN(std::optional<bool> curve, GetBoolEnv("TESSEL_CURVE"));
+  if (curve.has_value()) options->curve = *curve;
+  TESSEL_ASSIGN_OR_RETURN(std::optional<bool> shared_memory, GetBoolEnv("TESSEL_SHARED_MEMORY"));
+  if (shared_memory.has_value()) options->shared_memory = *shared_memory;
+  return absl::OkStatus();
 }
 
 bool CurveAvailable() { return zmq_has("curve") != 0; }
@@ -993,7 +993,7 @@ int64_t ZmqTransport::shared_memory_queued_headers() const {
 }
 
 absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(ZmqOptions options) {
-  ApplyEnvironment(&options);
+  TESSEL_RETURN_IF_ERROR(ApplyEnvironment(&options));
   if (options.num_hosts < 1 || options.rank < 0 || options.rank >= options.num_hosts) {
     return absl::InvalidArgumentError(absl::StrCat("zmq transport: rank ", options.rank,
                                                    " is outside [0, ", options.num_hosts, ")"));

@@ -135,10 +135,12 @@ struct ZmqOptions {
   int64_t shared_memory_min_bytes = 0;
 };
 
-// Fills empty coordinator_address / job_token from TESSEL_COORDINATOR / TESSEL_JOB_TOKEN, sets
-// external_coordinator when TESSEL_EXTERNAL_COORDINATOR=1, curve when TESSEL_CURVE=1, and
-// clears shared_memory when TESSEL_SHARED_MEMORY=0.
-void ApplyEnvironment(ZmqOptions* options);
+// Fills empty coordinator_address / job_token from TESSEL_COORDINATOR / TESSEL_JOB_TOKEN, and
+// sets external_coordinator, curve and shared_memory from TESSEL_EXTERNAL_COORDINATOR,
+// TESSEL_CURVE and TESSEL_SHARED_MEMORY when they are set (booleans: 1/0, true/false, yes/no,
+// on/off, any case; core/environment.h). ZmqTransport::Create calls it.
+// Errors: kInvalidArgument naming the variable and its value when a boolean is none of those.
+[[nodiscard]] absl::Status ApplyEnvironment(ZmqOptions* options);
 
 // True when the linked libzmq supports CURVE (zmq_has("curve")).
 [[nodiscard]] bool CurveAvailable();

@@ -162,7 +162,7 @@ absl::StatusOr<Placement> ConnectHost(const FashionMnistFlags& flags) {
   options.device_map = mesh::DeviceMapOf(topology);
   options.rank = env.host_index;
   options.num_hosts = env.num_hosts;
-  mesh::ApplyHostEnvironment(env, &options);
+  TESSEL_RETURN_IF_ERROR(mesh::ApplyHostEnvironment(env, &options));
   TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<transport::ZmqTransport> transport,
                           transport::ZmqTransport::Create(std::move(options)));
   TESSEL_ASSIGN_OR_RETURN(placement.runtime,

@@ -153,7 +153,7 @@ absl::StatusOr<HostEnvironment> ReadHostEnvironment() {
   return env;
 }
 
-void ApplyHostEnvironment(const HostEnvironment& env, transport::ZmqOptions* options) {
+absl::Status ApplyHostEnvironment(const HostEnvironment& env, transport::ZmqOptions* options) {
   options->rank = env.host_index;
   options->num_hosts = env.num_hosts;
   options->coordinator_address = env.coordinator;
@@ -163,7 +163,7 @@ void ApplyHostEnvironment(const HostEnvironment& env, transport::ZmqOptions* opt
   if (env.bootstrap_timeout.has_value()) options->bootstrap_timeout = *env.bootstrap_timeout;
   if (!env.tcp_interface.empty()) options->tcp_interface = env.tcp_interface;
   if (!env.ipc_dir.empty()) options->ipc_dir = env.ipc_dir;
-  transport::ApplyEnvironment(options);
+  return transport::ApplyEnvironment(options);
 }
 
 transport::DeviceMap DeviceMapOf(const Topology& topology) {

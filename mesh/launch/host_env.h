@@ -8,7 +8,7 @@
 //     TESSEL_ASSIGN_OR_RETURN(mesh::HostEnvironment env, mesh::ReadHostEnvironment());
 //     TESSEL_ASSIGN_OR_RETURN(mesh::Topology topology, mesh::LoadTopology(env.config_path));
 //     transport::ZmqOptions options;
-//     mesh::ApplyHostEnvironment(env, &options);
+//     TESSEL_RETURN_IF_ERROR(mesh::ApplyHostEnvironment(env, &options));
 //     options.device_map = mesh::DeviceMapOf(topology);
 //     TESSEL_ASSIGN_OR_RETURN(auto comm, transport::ZmqTransport::Create(options));
 //   }
@@ -98,9 +98,12 @@ struct HostEnvironment {
 
 // Fills a transport::ZmqOptions for this host: rank, num_hosts, coordinator_address, protocol
 // (kTcp when the coordinator starts with "tcp://", else kIpc), job_token, and, where set,
-// bootstrap_timeout, tcp_interface and ipc_dir. Then applies transport::ApplyEnvironment (which
-// honours TESSEL_EXTERNAL_COORDINATOR=1). Leaves device_map and the other fields alone.
-void ApplyHostEnvironment(const HostEnvironment& env, transport::ZmqOptions* options);
+// bootstrap_timeout, tcp_interface and ipc_dir. Then applies transport::ApplyEnvironment (the
+// TESSEL_EXTERNAL_COORDINATOR, TESSEL_CURVE and TESSEL_SHARED_MEMORY booleans). Leaves device_map
+// and the other fields alone.
+// Errors: those of transport::ApplyEnvironment (a boolean variable with an unknown value).
+[[nodiscard]] absl::Status ApplyHostEnvironment(const HostEnvironment& env,
+                                                transport::ZmqOptions* options);
 
 // The DeviceMap of `topology`: host_of_device[d] = topology.device(d).host and
 // slice_of_device[d] = topology.device(d).slice for every global device id d.

@@ -26,6 +26,8 @@ const std::vector<std::string> kVariables = {"TESSEL_HOST_INDEX",
                                              "TESSEL_COORDINATOR",
                                              "TESSEL_JOB_TOKEN",
                                              "TESSEL_EXTERNAL_COORDINATOR",
+                                             "TESSEL_CURVE",
+                                             "TESSEL_SHARED_MEMORY",
                                              "TESSEL_BOOTSTRAP_TIMEOUT_S",
                                              "TESSEL_TCP_INTERFACE",
                                              "TESSEL_IPC_DIR",
@@ -93,7 +95,7 @@ TEST_F(HostEnvTest, TesselVariables) {
   EXPECT_EQ(*env->bootstrap_timeout, absl::Milliseconds(1500));
 
   transport::ZmqOptions options;
-  ApplyHostEnvironment(*env, &options);
+  ASSERT_TRUE(ApplyHostEnvironment(*env, &options).ok());
   EXPECT_EQ(options.rank, 2);
   EXPECT_EQ(options.num_hosts, 4);
   EXPECT_EQ(options.coordinator_address, "ipc:///tmp/job/coordinator");
@@ -114,12 +116,41 @@ TEST_F(HostEnvTest, TcpCoordinatorSelectsTcp) {
   absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
   ASSERT_TRUE(env.ok()) << env.status();
   transport::ZmqOptions options;
-  ApplyHostEnvironment(*env, &options);
+  ASSERT_TRUE(ApplyHostEnvironment(*env, &options).ok());
   EXPECT_EQ(options.protocol, transport::ZmqProtocol::kTcp);
   EXPECT_EQ(options.coordinator_address, "tcp://10.0.0.1:5555");
   EXPECT_EQ(options.tcp_interface, "10.0.0.2");
   EXPECT_TRUE(options.external_coordinator);
   EXPECT_EQ(options.bootstrap_timeout, absl::Seconds(60));  // unchanged default
+}
+
+// The boolean variables take 1/0, true/false, yes/no, on/off in any case; anything else stops
+// the host with the variable named, where "true" used to leave CURVE silently off.
+TEST_F(HostEnvTest, BooleanVariablesAreParsedStrictly) {
+  Set("TESSEL_HOST_INDEX", "0");
+  Set("TESSEL_NUM_HOSTS", "1");
+  absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status();
+  Set("TESSEL_CURVE", "true");
+  Set("TESSEL_SHARED_MEMORY", "Off");
+  Set("TESSEL_EXTERNAL_COORDINATOR", "no");
+  transport::ZmqOptions options;
+  options.external_coordinator = true;
+  ASSERT_TRUE(ApplyHostEnvironment(*env, &options).ok());
+  EXPECT_TRUE(options.curve);
+  EXPECT_FALSE(options.shared_memory);
+  EXPECT_FALSE(options.external_coordinator);
+
+  for (const char* variable : {"TESSEL_CURVE", "TESSEL_SHARED_MEMORY",
+                               "TESSEL_EXTERNAL_COORDINATOR"}) {
+    Set(variable, "enabled");
+    transport::ZmqOptions rejected;
+    absl::Status status = ApplyHostEnvironment(*env, &rejected);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << variable;
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr(absl::StrCat(variable, "=\"enabled\"")));
+    Set(variable, "1");
+  }
 }
 
 TEST_F(HostEnvTest, OpenMpiDerivesSharedIpcCoordinator) {

@@ -112,7 +112,7 @@ absl::Status Probe(const mesh::HostEnvironment& env, const ProbeFlags& flags) {
                                                    " (rank from ", env.source, ")"));
   }
   transport::ZmqOptions options;
-  mesh::ApplyHostEnvironment(env, &options);
+  TESSEL_RETURN_IF_ERROR(mesh::ApplyHostEnvironment(env, &options));
   options.device_map = mesh::DeviceMapOf(topology);
   TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<transport::ZmqTransport> comm,
                           transport::ZmqTransport::Create(options));

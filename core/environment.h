@@ -1,0 +1,29 @@
+// Environment variables with strict parsing: a value that is not one of the documented forms is
+// an error naming the variable and the value, never silently ignored (TESSEL_CURVE=true must not
+// run unencrypted because only "1" was recognised).
+//
+//   TESSEL_ASSIGN_OR_RETURN(std::optional<bool> curve, GetBoolEnv("TESSEL_CURVE"));
+//   if (curve.has_value()) options.curve = *curve;
+#ifndef TESSEL_CORE_ENVIRONMENT_H_
+#define TESSEL_CORE_ENVIRONMENT_H_
+
+#include <optional>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace tessel {
+
+// Parses a boolean setting: 1, true, yes, on give true; 0, false, no, off give false; case is
+// ignored, and so are spaces around the word. `where` names the source in the error, e.g.
+// "TESSEL_CURVE". Errors: kInvalidArgument for anything else (the empty string included),
+// naming `where` and the value and listing the accepted forms.
+[[nodiscard]] absl::StatusOr<bool> ParseBool(std::string_view text, std::string_view where);
+
+// The boolean environment variable `name`: nullopt when it is unset, else ParseBool of its value.
+// Errors: those of ParseBool.
+[[nodiscard]] absl::StatusOr<std::optional<bool>> GetBoolEnv(const char* name);
+
+}  // namespace tessel
+
+#endif  // TESSEL_CORE_ENVIRONMENT_H_
