@@ -89,92 +89,108 @@ Tensor DotOperandGrad(const Tensor& g, const Tensor& other, int64_t self_rank,
   return identity ? r : Transpose(r, perm);
 }
 
+// What the VJP rules of one node write to: x(i) is operand i as a tensor; emit(i, make) adds
+// make() as operand i's gradient contribution, building it only when operand i wants one.
+class VjpOut {
+ public:
+  VjpOut(const LazyNode& node, const std::vector<bool>& wanted,
+         std::vector<std::pair<int, Tensor>>& out)
+      : node_(node), wanted_(wanted), out_(out) {}
+  Tensor x(int i) const { return Wrap(node_.operands[i]); }
+  template <typename F>
+  void emit(int i, F&& make) {
+    if (wanted_[i]) out_.emplace_back(i, make());
+  }
+
+ private:
+  const LazyNode& node_;
+  const std::vector<bool>& wanted_;
+  std::vector<std::pair<int, Tensor>>& out_;
+};
+
 // Elementwise ops: arithmetic, unary math, convert, select and clamp. Returns false when `node` is
 // not of this family.
-bool VjpElementwise(const LazyNode& node, const Tensor& y, const Tensor& g,
-                    const std::vector<bool>& wanted, std::vector<std::pair<int, Tensor>>& out) {
-  auto x = [&](int i) { return Wrap(node.operands[i]); };
-  auto emit = [&](int i, auto&& make) {
-    if (wanted[i]) out.emplace_back(i, make());
-  };
+bool VjpElementwise(const LazyNode& node, const Tensor& y, const Tensor& g, VjpOut& r) {
   switch (node.opcode) {
     case Opcode::kAdd:
-      emit(0, [&] { return g; });
-      emit(1, [&] { return g; });
+      r.emit(0, [&] { return g; });
+      r.emit(1, [&] { return g; });
       break;
     case Opcode::kSubtract:
-      emit(0, [&] { return g; });
-      emit(1, [&] { return -g; });
+      r.emit(0, [&] { return g; });
+      r.emit(1, [&] { return -g; });
       break;
     case Opcode::kMultiply:
-      emit(0, [&] { return g * x(1); });
-      emit(1, [&] { return g * x(0); });
+      r.emit(0, [&] { return g * r.x(1); });
+      r.emit(1, [&] { return g * r.x(0); });
       break;
     case Opcode::kDivide:
-      emit(0, [&] { return g / x(1); });
-      emit(1, [&] { return -(g * y / x(1)); });
+      r.emit(0, [&] { return g / r.x(1); });
+      r.emit(1, [&] { return -(g * y / r.x(1)); });
       break;
     case Opcode::kMaximum:
     case Opcode::kMinimum: {
       auto dir =
           node.opcode == Opcode::kMaximum ? ComparisonDirection::kGe : ComparisonDirection::kLe;
-      Tensor first = Compare(x(0), x(1), dir);
-      emit(0, [&] { return Select(first, g, ZerosLike(g)); });
-      emit(1, [&] { return Select(first, ZerosLike(g), g); });
+      Tensor first = Compare(r.x(0), r.x(1), dir);
+      r.emit(0, [&] { return Select(first, g, ZerosLike(g)); });
+      r.emit(1, [&] { return Select(first, ZerosLike(g), g); });
       break;
     }
     case Opcode::kPower:
-      emit(0, [&] { return g * x(1) * Pow(x(0), x(1) - 1.0); });
-      emit(1, [&] { return g * Log(x(0)) * y; });
+      r.emit(0, [&] { return g * r.x(1) * Pow(r.x(0), r.x(1) - 1.0); });
+      r.emit(1, [&] { return g * Log(r.x(0)) * y; });
       break;
     case Opcode::kNegate:
-      emit(0, [&] { return -g; });
+      r.emit(0, [&] { return -g; });
       break;
     case Opcode::kAbs:
-      emit(0, [&] { return Select(Compare(x(0), ZerosLike(g), ComparisonDirection::kGe), g, -g); });
+      r.emit(0, [&] {
+        return Select(Compare(r.x(0), ZerosLike(g), ComparisonDirection::kGe), g, -g);
+      });
       break;
     case Opcode::kExp:
-      emit(0, [&] { return g * y; });
+      r.emit(0, [&] { return g * y; });
       break;
     case Opcode::kLog:
-      emit(0, [&] { return g / x(0); });
+      r.emit(0, [&] { return g / r.x(0); });
       break;
     case Opcode::kTanh:
-      emit(0, [&] { return g * (1.0 - y * y); });
+      r.emit(0, [&] { return g * (1.0 - y * y); });
       break;
     case Opcode::kLogistic:
-      emit(0, [&] { return g * y * (1.0 - y); });
+      r.emit(0, [&] { return g * y * (1.0 - y); });
       break;
     case Opcode::kSqrt:
-      emit(0, [&] { return g * 0.5 / y; });
+      r.emit(0, [&] { return g * 0.5 / y; });
       break;
     case Opcode::kRsqrt:
-      emit(0, [&] { return g * -0.5 * y / x(0); });
+      r.emit(0, [&] { return g * -0.5 * y / r.x(0); });
       break;
     case Opcode::kCopy:
-      emit(0, [&] { return g; });
+      r.emit(0, [&] { return g; });
       break;
     case Opcode::kConvert:
-      emit(0, [&] { return Convert(g, node.operands[0]->shape.dtype()); });
+      r.emit(0, [&] { return Convert(g, node.operands[0]->shape.dtype()); });
       break;
     case Opcode::kSelect:
-      emit(1, [&] { return Select(x(0), g, ZerosLike(g)); });
-      emit(2, [&] { return Select(x(0), ZerosLike(g), g); });
+      r.emit(1, [&] { return Select(r.x(0), g, ZerosLike(g)); });
+      r.emit(2, [&] { return Select(r.x(0), ZerosLike(g), g); });
       break;
     case Opcode::kClamp: {
-      Tensor value = x(1);
+      Tensor value = r.x(1);
       std::vector<int64_t> dims = value.shape().dims();
-      Tensor low = BroadcastTo(x(0), dims);
-      Tensor high = BroadcastTo(x(2), dims);
+      Tensor low = BroadcastTo(r.x(0), dims);
+      Tensor high = BroadcastTo(r.x(2), dims);
       Tensor below = Compare(value, low, ComparisonDirection::kLt);
       Tensor above = Compare(value, high, ComparisonDirection::kGt);
       Tensor zeros = ZerosLike(g);
       auto to_bound = [&](const Tensor& grad, int i) {
         return node.operands[i]->shape.rank() == 0 ? ReduceSum(grad, Iota64(0, g.rank())) : grad;
       };
-      emit(0, [&] { return to_bound(Select(below, g, zeros), 0); });
-      emit(1, [&] { return Select(Or(below, above), zeros, g); });
-      emit(2, [&] { return to_bound(Select(above, g, zeros), 2); });
+      r.emit(0, [&] { return to_bound(Select(below, g, zeros), 0); });
+      r.emit(1, [&] { return Select(Or(below, above), zeros, g); });
+      r.emit(2, [&] { return to_bound(Select(above, g, zeros), 2); });
       break;
     }
     default:
@@ -185,33 +201,28 @@ bool VjpElementwise(const LazyNode& node, const Tensor& y, const Tensor& g,
 
 // Data movement: the gradient is moved back (broadcast sums, slice pads, pad slices, ...). Returns
 // false when `node` is not of this family.
-bool VjpDataMovement(const LazyNode& node, const Tensor& y, const Tensor& g,
-                     const std::vector<bool>& wanted, std::vector<std::pair<int, Tensor>>& out) {
-  auto x = [&](int i) { return Wrap(node.operands[i]); };
-  auto emit = [&](int i, auto&& make) {
-    if (wanted[i]) out.emplace_back(i, make());
-  };
+bool VjpDataMovement(const LazyNode& node, const Tensor& y, const Tensor& g, VjpOut& r) {
   const OpAttributes& attrs = node.attrs;
   switch (node.opcode) {
     case Opcode::kBroadcast:
-      emit(0, [&] {
+      r.emit(0, [&] {
         std::vector<int64_t> summed = RemainingDims(g.rank(), attrs.dimensions);
         Tensor r = summed.empty() ? g : ReduceSum(g, summed);
         return Reshape(r, node.operands[0]->shape.dims());
       });
       break;
     case Opcode::kReshape:
-      emit(0, [&] { return Reshape(g, node.operands[0]->shape.dims()); });
+      r.emit(0, [&] { return Reshape(g, node.operands[0]->shape.dims()); });
       break;
     case Opcode::kTranspose:
-      emit(0, [&] {
+      r.emit(0, [&] {
         std::vector<int64_t> inverse(attrs.dimensions.size());
         for (size_t i = 0; i < attrs.dimensions.size(); ++i) inverse[attrs.dimensions[i]] = i;
         return Transpose(g, inverse);
       });
       break;
     case Opcode::kSlice:
-      emit(0, [&] {
+      r.emit(0, [&] {
         const Shape& in = node.operands[0]->shape;
         std::vector<PadDim> padding;
         for (int64_t d = 0; d < in.rank(); ++d) {
@@ -240,8 +251,8 @@ bool VjpDataMovement(const LazyNode& node, const Tensor& y, const Tensor& g,
         }
         return Slice(Pad(g, Scalar(g.dtype(), 0), uncrop), starts, limits, strides);
       };
-      emit(0, operand_grad);
-      emit(1, [&] {
+      r.emit(0, operand_grad);
+      r.emit(1, [&] {
         std::vector<int64_t> all = Iota64(0, g.rank());
         return ReduceSum(g, all) - ReduceSum(operand_grad(), all);
       });
@@ -255,23 +266,23 @@ bool VjpDataMovement(const LazyNode& node, const Tensor& y, const Tensor& g,
         std::vector<int64_t> starts(g.rank(), 0), limits = g.shape().dims();
         starts[dim] = offset;
         limits[dim] = offset + part.dim(dim);
-        emit(static_cast<int>(i), [&] { return Slice(g, starts, limits); });
+        r.emit(static_cast<int>(i), [&] { return Slice(g, starts, limits); });
         offset += part.dim(dim);
       }
       break;
     }
     case Opcode::kDynamicSlice: {
       std::vector<Tensor> starts;
-      for (size_t i = 1; i < node.operands.size(); ++i) starts.push_back(x(i));
-      emit(0, [&] { return DynamicUpdateSlice(Zeros(node.operands[0]->shape), g, starts); });
+      for (size_t i = 1; i < node.operands.size(); ++i) starts.push_back(r.x(i));
+      r.emit(0, [&] { return DynamicUpdateSlice(Zeros(node.operands[0]->shape), g, starts); });
       break;
     }
     case Opcode::kDynamicUpdateSlice: {
       std::vector<Tensor> starts;
-      for (size_t i = 2; i < node.operands.size(); ++i) starts.push_back(x(i));
+      for (size_t i = 2; i < node.operands.size(); ++i) starts.push_back(r.x(i));
       const Shape& update = node.operands[1]->shape;
-      emit(0, [&] { return DynamicUpdateSlice(g, Zeros(update), starts); });
-      emit(1, [&] { return DynamicSlice(g, starts, update.dims()); });
+      r.emit(0, [&] { return DynamicUpdateSlice(g, Zeros(update), starts); });
+      r.emit(1, [&] { return DynamicSlice(g, starts, update.dims()); });
       break;
     }
     default:
@@ -282,12 +293,7 @@ bool VjpDataMovement(const LazyNode& node, const Tensor& y, const Tensor& g,
 
 // reduce: add broadcasts back; max/min split the gradient among the tied maxima; and/or have none.
 // Returns false when `node` is not of this family.
-bool VjpReduce(const LazyNode& node, const Tensor& y, const Tensor& g,
-               const std::vector<bool>& wanted, std::vector<std::pair<int, Tensor>>& out) {
-  auto x = [&](int i) { return Wrap(node.operands[i]); };
-  auto emit = [&](int i, auto&& make) {
-    if (wanted[i]) out.emplace_back(i, make());
-  };
+bool VjpReduce(const LazyNode& node, const Tensor& y, const Tensor& g, VjpOut& r) {
   const OpAttributes& attrs = node.attrs;
   switch (node.opcode) {
     case Opcode::kReduce: {
@@ -296,18 +302,18 @@ bool VjpReduce(const LazyNode& node, const Tensor& y, const Tensor& g,
       auto expand = [&](const Tensor& t) { return Broadcast(t, in.dims(), kept); };
       switch (attrs.reduce_kind) {
         case ReduceKind::kAdd:
-          emit(0, [&] { return expand(g); });
+          r.emit(0, [&] { return expand(g); });
           break;
         case ReduceKind::kMaximum:
         case ReduceKind::kMinimum:
-          emit(0, [&] {
-            Tensor hit = Compare(x(0), expand(y), ComparisonDirection::kEq);
+          r.emit(0, [&] {
+            Tensor hit = Compare(r.x(0), expand(y), ComparisonDirection::kEq);
             Tensor count = ReduceSum(Convert(hit, in.dtype()), attrs.dimensions);
             return Select(hit, expand(g / count), Zeros(in));
           });
           break;
         case ReduceKind::kMultiply:
-          emit(0, [&] { return expand(g * y) / x(0); });
+          r.emit(0, [&] { return expand(g * y) / r.x(0); });
           break;
         case ReduceKind::kAnd:
         case ReduceKind::kOr:
@@ -323,24 +329,19 @@ bool VjpReduce(const LazyNode& node, const Tensor& y, const Tensor& g,
 
 // dot: each operand's gradient is a dot of the output gradient with the other operand. Returns
 // false when `node` is not of this family.
-bool VjpDot(const LazyNode& node, const Tensor& y, const Tensor& g, const std::vector<bool>& wanted,
-            std::vector<std::pair<int, Tensor>>& out) {
-  auto x = [&](int i) { return Wrap(node.operands[i]); };
-  auto emit = [&](int i, auto&& make) {
-    if (wanted[i]) out.emplace_back(i, make());
-  };
+bool VjpDot(const LazyNode& node, const Tensor& y, const Tensor& g, VjpOut& r) {
   const OpAttributes& attrs = node.attrs;
   switch (node.opcode) {
     case Opcode::kDot: {
       const DotDimensionNumbers& dn = attrs.dot;
       const Shape& lhs = node.operands[0]->shape;
       const Shape& rhs = node.operands[1]->shape;
-      emit(0, [&] {
-        return DotOperandGrad(g, x(1), lhs.rank(), dn.lhs_batch_dims, dn.lhs_contracting_dims,
+      r.emit(0, [&] {
+        return DotOperandGrad(g, r.x(1), lhs.rank(), dn.lhs_batch_dims, dn.lhs_contracting_dims,
                               dn.rhs_batch_dims, dn.rhs_contracting_dims, /*self_is_lhs=*/true);
       });
-      emit(1, [&] {
-        return DotOperandGrad(g, x(0), rhs.rank(), dn.rhs_batch_dims, dn.rhs_contracting_dims,
+      r.emit(1, [&] {
+        return DotOperandGrad(g, r.x(0), rhs.rank(), dn.rhs_batch_dims, dn.rhs_contracting_dims,
                               dn.lhs_batch_dims, dn.lhs_contracting_dims, /*self_is_lhs=*/false);
       });
       break;
@@ -356,8 +357,9 @@ bool VjpDot(const LazyNode& node, const Tensor& y, const Tensor& g, const std::v
 // constant, iota, rng, compare, and, or, not, tuple ops) append nothing.
 void Vjp(const LazyNode& node, const Tensor& y, const Tensor& g, const std::vector<bool>& wanted,
          std::vector<std::pair<int, Tensor>>& out) {
-  VjpElementwise(node, y, g, wanted, out) || VjpDataMovement(node, y, g, wanted, out) ||
-      VjpReduce(node, y, g, wanted, out) || VjpDot(node, y, g, wanted, out);
+  VjpOut r(node, wanted, out);
+  VjpElementwise(node, y, g, r) || VjpDataMovement(node, y, g, r) || VjpReduce(node, y, g, r) ||
+      VjpDot(node, y, g, r);
 }
 
 }  // namespace
