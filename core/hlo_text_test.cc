@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/collective_device_list.h"
+#include "core/executor.h"
 #include "core/graph.h"
 #include "core/literal.h"
 #include "core/shape.h"
@@ -559,6 +560,60 @@ TEST(HloTextTest, RootNeedNotBeLast) {
   EXPECT_EQ(PrintHloModule(**parsed), text);
 }
 
+// `call` is inlined (XLA's CallInliner): the callee's instructions join the graph in place of the
+// call, parameter(k) becomes the call's operand k, nested calls inline recursively, and a
+// sharding on the call lands on a copy of the callee's result.
+TEST(HloTextTest, InlinesCalls) {
+  absl::StatusOr<std::unique_ptr<Graph>> parsed = ParseHloModule(R"(HloModule jit_f
+
+%relu.1 (x.2: f32[4]) -> f32[4] {
+  %x.2 = f32[4]{0} parameter(0)
+  %zero = f32[] constant(0)
+  %zeros = f32[4] broadcast(%zero), dimensions={}
+  ROOT %max = f32[4] maximum(%x.2, %zeros)
+}
+
+%scaled_relu (a: f32[4], b: f32[4]) -> f32[4] {
+  %b = f32[4] parameter(1)
+  %a = f32[4] parameter(0)
+  %r = f32[4] call(%a), to_apply=%relu.1
+  ROOT %m = f32[4] multiply(%r, %b)
+}
+
+ENTRY %main.9 (p0: f32[4], p1: f32[4]) -> f32[4] {
+  %p0 = f32[4] parameter(0)
+  %p1 = f32[4] parameter(1)
+  %c1 = f32[4] call(%p0, %p1), to_apply=%scaled_relu, metadata={op_name="jit(f)/relu"}
+  %c2 = f32[4] call(%c1), to_apply=%relu.1, sharding={replicated}
+  ROOT %out = f32[4] add(%c1, %c2)
+}
+)");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const Graph& g = **parsed;
+  EXPECT_EQ(g.parameters().size(), 2u);
+  int copies = 0, maxima = 0;
+  for (const Node* node : g.nodes()) {
+    if (node->opcode() == Opcode::kCopy) {
+      ++copies;
+      EXPECT_EQ(node->sharding(), "{replicated}");
+    }
+    if (node->opcode() == Opcode::kMaximum) ++maxima;
+  }
+  EXPECT_EQ(copies, 1);
+  EXPECT_EQ(maxima, 2);  // relu inlined at each of its two call sites
+  // out = 2 * relu(p0) * p1 for positive products: check the numbers.
+  Literal p0 = Literal::FromVector<float>({4}, {1, -2, 3, -4});
+  Literal p1 = Literal::FromVector<float>({4}, {2, 2, -1, 5});
+  absl::StatusOr<std::vector<Literal>> out = Executor().Run(g, {p0, p1});
+  ASSERT_TRUE(out.ok()) << out.status();
+  // c1 = relu(p0) * p1 = {2, 0, -3, 0}; c2 = relu(c1) = {2, 0, 0, 0}.
+  EXPECT_EQ((*out)[0], Literal::FromVector<float>({4}, {4, 0, -3, 0}));
+  // The printed graph has no call left and parses again.
+  std::string text = PrintHloModule(g);
+  EXPECT_EQ(text.find(" call("), std::string::npos) << text;
+  EXPECT_TRUE(ParseHloModule(text).ok()) << text;
+}
+
 struct BadCase {
   const char* label;
   std::string text;
@@ -806,6 +861,36 @@ TEST(HloTextTest, BadTextGivesStatusWithLineAndToken) {
        Module("  %x = f32[8] parameter(0) )\n"),
        absl::StatusCode::kInvalidArgument,
        {"line 4", "\")\""}},
+      {"call of an unknown computation",
+       Module("  %x = f32[2] parameter(0)\n  ROOT %c = f32[2] call(%x), to_apply=%nowhere\n"),
+       absl::StatusCode::kInvalidArgument,
+       {"line 5", "unknown computation \"%nowhere\""}},
+      {"call without to_apply",
+       Module("  %x = f32[2] parameter(0)\n  ROOT %c = f32[2] call(%x)\n"),
+       absl::StatusCode::kInvalidArgument,
+       {"line 5", "%c", "to_apply"}},
+      {"call passing too few operands",
+       "HloModule m\n%f {\n  %a = f32[2] parameter(0)\n  %b = f32[2] parameter(1)\n"
+       "  ROOT %s = f32[2] add(%a, %b)\n}\nENTRY %e {\n  %x = f32[2] parameter(0)\n"
+       "  ROOT %c = f32[2] call(%x), to_apply=%f\n}\n",
+       absl::StatusCode::kInvalidArgument,
+       {"line 4", "parameter(1)", "passes 1 operand"}},
+      {"call passing the wrong shape",
+       "HloModule m\n%f {\n  ROOT %a = f32[3] parameter(0)\n}\nENTRY %e {\n"
+       "  %x = f32[2] parameter(0)\n  ROOT %c = f32[2] call(%x), to_apply=%f\n}\n",
+       absl::StatusCode::kInvalidArgument,
+       {"line 3", "f32[3]", "passes f32[2]"}},
+      {"call whose result differs from the callee's root",
+       "HloModule m\n%f {\n  ROOT %a = f32[2] parameter(0)\n}\nENTRY %e {\n"
+       "  %x = f32[2] parameter(0)\n  ROOT %c = s32[2] call(%x), to_apply=%f\n}\n",
+       absl::StatusCode::kInvalidArgument,
+       {"line 7", "%c", "s32[2]", "f32[2]"}},
+      {"recursive call",
+       "HloModule m\n%f {\n  %a = f32[2] parameter(0)\n  ROOT %r = f32[2] call(%a), "
+       "to_apply=%f\n}\nENTRY %e {\n  %x = f32[2] parameter(0)\n"
+       "  ROOT %c = f32[2] call(%x), to_apply=%f\n}\n",
+       absl::StatusCode::kInvalidArgument,
+       {"line 4", "recursive call", "%f"}},
       {"get-tuple-element index out of range",
        Module("  %t = (f32[2], s32[]) parameter(0)\n"
               "  ROOT %g = f32[2] get-tuple-element(%t), index=2\n"),

@@ -187,6 +187,8 @@ struct InstrAst {
   Shape shape;
   const Token* opcode_token = nullptr;
   Opcode opcode = Opcode::kParameter;
+  // `call`: not an Opcode of the graph; the parser inlines the to_apply computation instead.
+  bool is_call = false;
   std::vector<OperandAst> operands;
   // constant and parameter: the text between the parentheses.
   std::string_view raw_operands;
@@ -451,18 +453,23 @@ class Parser {
       return SyntaxError(op.line, Cat("expected an op name after the shape of ", Quote(name),
                                       ", got ", Quote(op)));
     }
-    absl::StatusOr<Opcode> opcode = ParseOpcode(op.text);
-    if (!opcode.ok()) {
-      return LineError(absl::StatusCode::kUnimplemented, op.line,
-                       Cat("unsupported op ", Quote(op)));
+    if (op.text == "call") {
+      instr->is_call = true;
+    } else {
+      absl::StatusOr<Opcode> opcode = ParseOpcode(op.text);
+      if (!opcode.ok()) {
+        return LineError(absl::StatusCode::kUnimplemented, op.line,
+                         Cat("unsupported op ", Quote(op)));
+      }
+      instr->opcode = *opcode;
     }
-    instr->opcode = *opcode;
     instr->opcode_token = &Next();
     const Token& open = Peek();
     if (!IsPunct(open, "(")) {
       return SyntaxError(open.line, Cat("expected \"(\" after ", Quote(op), ", got ", Quote(open)));
     }
-    if (instr->opcode == Opcode::kConstant || instr->opcode == Opcode::kParameter) {
+    if (!instr->is_call &&
+        (instr->opcode == Opcode::kConstant || instr->opcode == Opcode::kParameter)) {
       TESSEL_RETURN_IF_ERROR(SkipBalanced());
       const Token& close = tokens_[pos_ - 1];
       instr->raw_operands = text_.substr(open.end, close.begin - open.end);
@@ -1012,91 +1019,40 @@ class Parser {
     }
 
     auto graph = std::make_unique<Graph>(module_name_);
+    std::vector<const CompAst*> call_stack;
+    TESSEL_ASSIGN_OR_RETURN(Node * root,
+                            BuildComputation(*entry, graph.get(), /*args=*/nullptr, call_stack));
+    graph->set_root(root);
+    absl::Status status = Verify(*graph);
+    if (!status.ok()) {
+      return SyntaxError(entry->name->line,
+                         Cat("in ENTRY ", entry->name->text, ": ", Sv(status.message())));
+    }
+    return graph;
+  }
+
+  // The instructions of one computation, added to `graph`. The ENTRY (`args` null) makes its
+  // parameters graph parameters; a computation inlined for a `call` (`args` given) reads
+  // parameter(k) as args[k]. Returns the computation's root node.
+  struct Scope {
+    const std::vector<Node*>* args = nullptr;
+    absl::flat_hash_map<std::string, Node*> nodes;  // instruction name -> its node
     absl::flat_hash_map<std::string, int> line_of;
     absl::flat_hash_map<int64_t, const InstrAst*> parameter_numbers;
+  };
+
+  absl::StatusOr<Node*> BuildComputation(const CompAst& comp, Graph* graph,
+                                         const std::vector<Node*>* args,
+                                         std::vector<const CompAst*>& call_stack) {
+    Scope scope;
+    scope.args = args;
     Node* root = nullptr;
-    for (const InstrAst& instr : entry->instrs) {
-      std::string name(StripPercent(instr.name->text));
-      int line = instr.name->line;
-      if (auto it = line_of.find(name); it != line_of.end()) {
-        return SyntaxError(line, Cat("duplicate instruction name ", Quote(instr.name->text),
-                                     " (first defined on line ", it->second, ")"));
-      }
-      line_of.emplace(name, line);
-
-      std::vector<Node*> operands;
-      std::vector<const Shape*> operand_shapes;
-      for (const OperandAst& operand : instr.operands) {
-        Node* node = graph->FindNode(StripPercent(operand.name->text));
-        if (node == nullptr) {
-          return SyntaxError(operand.name->line,
-                             Cat("unknown operand ", Quote(operand.name->text), " of %", name,
-                                 " (operands must be defined before use)"));
-        }
-        if (operand.shape.has_value() && *operand.shape != node->shape()) {
-          return SyntaxError(
-              operand.name->line,
-              Cat("operand ", Quote(operand.name->text), " of %", name, " is written as ",
-                  operand.shape->ToString(), " but has shape ", node->shape().ToString()));
-        }
-        operands.push_back(node);
-        operand_shapes.push_back(&node->shape());
-      }
-
-      OpAttributes attrs;
-      std::string sharding;
-      const AttrAst* to_apply = nullptr;
-      TESSEL_RETURN_IF_ERROR(ApplyAttributes(instr, &attrs, &sharding, &to_apply));
-      if (instr.opcode == Opcode::kParameter) {
-        std::string_view raw = Strip(instr.raw_operands);
-        if (!ToInt(raw, &attrs.parameter_number) || attrs.parameter_number < 0) {
-          return SyntaxError(
-              instr.opcode_token->line,
-              Cat("expected a parameter number in parameter(...), got ", Quote(raw)));
-        }
-        auto [it, inserted] = parameter_numbers.emplace(attrs.parameter_number, &instr);
-        if (!inserted) {
-          return SyntaxError(
-              line, Cat("duplicate parameter number ", attrs.parameter_number, " in ",
-                        Quote(instr.name->text), " (also %", StripPercent(it->second->name->text),
-                        " on line ", it->second->name->line, ")"));
-        }
-      } else if (instr.opcode == Opcode::kConstant) {
-        TESSEL_ASSIGN_OR_RETURN(Literal literal,
-                                ParseConstant(instr.shape, instr.raw_operands, line));
-        attrs.literal = std::make_shared<const Literal>(std::move(literal));
-      } else if (instr.opcode == Opcode::kReduce) {
-        if (instr.operands.size() != 2 || instr.shape.is_tuple()) {
-          return InstrError(absl::StatusCode::kUnimplemented, instr,
-                            "variadic reduce (more than one input, or a tuple result) is not "
-                            "supported");
-        }
-      }
-      if (to_apply != nullptr) {
-        TESSEL_ASSIGN_OR_RETURN(Reduction r, ResolveToApply(instr, *to_apply));
-        attrs.reduce_kind = r.kind;
-        if (!operands.empty() && !operands[0]->shape().is_tuple() &&
-            operands[0]->shape().dtype() != r.dtype) {
-          return InstrError(
-              absl::StatusCode::kInvalidArgument, instr,
-              Cat("to_apply ", Quote(tokens_[to_apply->begin].text), " computes ",
-                  DTypeName(r.dtype), " but the operand is ", operands[0]->shape().ToString()));
-        }
-      }
-
-      absl::StatusOr<Shape> inferred = InferShape(instr.opcode, operand_shapes, attrs, instr.shape);
-      if (!inferred.ok()) {
-        return InstrError(absl::StatusCode::kInvalidArgument, instr,
-                          Sv(inferred.status().message()));
-      }
-      Node* node = graph->AddNodeUnchecked(instr.opcode, instr.shape, std::move(operands),
-                                           std::move(attrs), name);
-      node->set_sharding(std::move(sharding));
+    for (const InstrAst& instr : comp.instrs) {
+      TESSEL_ASSIGN_OR_RETURN(Node * node, BuildInstruction(instr, graph, scope, call_stack));
       if (instr.is_root) root = node;
     }
-
-    const int64_t num_parameters = static_cast<int64_t>(parameter_numbers.size());
-    for (const auto& [number, instr] : parameter_numbers) {
+    const int64_t num_parameters = static_cast<int64_t>(scope.parameter_numbers.size());
+    for (const auto& [number, instr] : scope.parameter_numbers) {
       if (number >= num_parameters) {
         return SyntaxError(instr->name->line,
                            Cat("parameter number ", number, " of ", Quote(instr->name->text),
@@ -1104,13 +1060,181 @@ class Parser {
                                " parameters must be numbered 0..", num_parameters - 1));
       }
     }
-    if (root != nullptr) graph->set_root(root);
-    absl::Status status = Verify(*graph);
-    if (!status.ok()) {
-      return SyntaxError(entry->name->line,
-                         Cat("in ENTRY ", entry->name->text, ": ", Sv(status.message())));
+    // XLA: without a ROOT marker the last instruction is the root.
+    return root != nullptr
+               ? root
+               : scope.nodes.at(std::string(StripPercent(comp.instrs.back().name->text)));
+  }
+
+  absl::StatusOr<Node*> BuildInstruction(const InstrAst& instr, Graph* graph, Scope& scope,
+                                         std::vector<const CompAst*>& call_stack) {
+    std::string name(StripPercent(instr.name->text));
+    int line = instr.name->line;
+    if (auto it = scope.line_of.find(name); it != scope.line_of.end()) {
+      return SyntaxError(line, Cat("duplicate instruction name ", Quote(instr.name->text),
+                                   " (first defined on line ", it->second, ")"));
     }
-    return graph;
+    scope.line_of.emplace(name, line);
+
+    std::vector<Node*> operands;
+    std::vector<const Shape*> operand_shapes;
+    for (const OperandAst& operand : instr.operands) {
+      auto found = scope.nodes.find(std::string(StripPercent(operand.name->text)));
+      if (found == scope.nodes.end()) {
+        return SyntaxError(operand.name->line,
+                           Cat("unknown operand ", Quote(operand.name->text), " of %", name,
+                               " (operands must be defined before use)"));
+      }
+      Node* node = found->second;
+      if (operand.shape.has_value() && *operand.shape != node->shape()) {
+        return SyntaxError(
+            operand.name->line,
+            Cat("operand ", Quote(operand.name->text), " of %", name, " is written as ",
+                operand.shape->ToString(), " but has shape ", node->shape().ToString()));
+      }
+      operands.push_back(node);
+      operand_shapes.push_back(&node->shape());
+    }
+    if (instr.is_call) {
+      TESSEL_ASSIGN_OR_RETURN(Node * result, InlineCall(instr, graph, operands, call_stack));
+      scope.nodes.emplace(name, result);
+      return result;
+    }
+
+    OpAttributes attrs;
+    std::string sharding;
+    const AttrAst* to_apply = nullptr;
+    TESSEL_RETURN_IF_ERROR(ApplyAttributes(instr, &attrs, &sharding, &to_apply));
+    if (instr.opcode == Opcode::kParameter) {
+      std::string_view raw = Strip(instr.raw_operands);
+      if (!ToInt(raw, &attrs.parameter_number) || attrs.parameter_number < 0) {
+        return SyntaxError(instr.opcode_token->line,
+                           Cat("expected a parameter number in parameter(...), got ", Quote(raw)));
+      }
+      auto [it, inserted] = scope.parameter_numbers.emplace(attrs.parameter_number, &instr);
+      if (!inserted) {
+        return SyntaxError(
+            line, Cat("duplicate parameter number ", attrs.parameter_number, " in ",
+                      Quote(instr.name->text), " (also %", StripPercent(it->second->name->text),
+                      " on line ", it->second->name->line, ")"));
+      }
+      if (scope.args != nullptr) {
+        TESSEL_ASSIGN_OR_RETURN(Node * arg,
+                                CallArgument(instr, attrs.parameter_number, *scope.args));
+        scope.nodes.emplace(name, arg);
+        return arg;
+      }
+    } else if (instr.opcode == Opcode::kConstant) {
+      TESSEL_ASSIGN_OR_RETURN(Literal literal,
+                              ParseConstant(instr.shape, instr.raw_operands, line));
+      attrs.literal = std::make_shared<const Literal>(std::move(literal));
+    } else if (instr.opcode == Opcode::kReduce) {
+      if (instr.operands.size() != 2 || instr.shape.is_tuple()) {
+        return InstrError(absl::StatusCode::kUnimplemented, instr,
+                          "variadic reduce (more than one input, or a tuple result) is not "
+                          "supported");
+      }
+    }
+    if (to_apply != nullptr) {
+      TESSEL_ASSIGN_OR_RETURN(Reduction r, ResolveToApply(instr, *to_apply));
+      attrs.reduce_kind = r.kind;
+      if (!operands.empty() && !operands[0]->shape().is_tuple() &&
+          operands[0]->shape().dtype() != r.dtype) {
+        return InstrError(
+            absl::StatusCode::kInvalidArgument, instr,
+            Cat("to_apply ", Quote(tokens_[to_apply->begin].text), " computes ", DTypeName(r.dtype),
+                " but the operand is ", operands[0]->shape().ToString()));
+      }
+    }
+
+    absl::StatusOr<Shape> inferred = InferShape(instr.opcode, operand_shapes, attrs, instr.shape);
+    if (!inferred.ok()) {
+      return InstrError(absl::StatusCode::kInvalidArgument, instr, Sv(inferred.status().message()));
+    }
+    // Graph::AddNodeUnchecked makes names unique, so an inlined computation's instruction
+    // names may come out suffixed; lookups go through the scope, never by graph name.
+    Node* node = graph->AddNodeUnchecked(instr.opcode, instr.shape, std::move(operands),
+                                         std::move(attrs), name);
+    node->set_sharding(std::move(sharding));
+    scope.nodes.emplace(name, node);
+    return node;
+  }
+
+  // parameter(number) of an inlined computation: the call's operand `number`, which must have
+  // the parameter's shape.
+  absl::StatusOr<Node*> CallArgument(const InstrAst& instr, int64_t number,
+                                     const std::vector<Node*>& args) const {
+    if (number >= static_cast<int64_t>(args.size())) {
+      return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                        Cat("parameter(", number,
+                            ") of a called computation, but the call "
+                            "passes ",
+                            args.size(), " operand(s)"));
+    }
+    if (args[number]->shape() != instr.shape) {
+      return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                        Cat("parameter(", number, ") has shape ", instr.shape.ToString(),
+                            " but the call passes ", args[number]->shape().ToString()));
+    }
+    return args[number];
+  }
+
+  // `call(operands), to_apply=%comp`: the callee's instructions are added in place of the call
+  // (XLA's CallInliner), so the partitioner sees one flat graph and partitions the callee once
+  // per call site with the shardings it meets there. A sharding on the call applies to the
+  // callee's result.
+  absl::StatusOr<Node*> InlineCall(const InstrAst& instr, Graph* graph,
+                                   const std::vector<Node*>& operands,
+                                   std::vector<const CompAst*>& call_stack) {
+    const AttrAst* to_apply = nullptr;
+    const AttrAst* sharding = nullptr;
+    for (const AttrAst& attr : instr.attrs) {
+      if (attr.name->text == "to_apply") to_apply = &attr;
+      if (attr.name->text == "sharding") sharding = &attr;
+    }
+    if (to_apply == nullptr) {
+      return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                        "call needs attribute \"to_apply\"");
+    }
+    TESSEL_ASSIGN_OR_RETURN(std::string_view word, AttrWord(*to_apply));
+    auto it = comp_by_name_.find(std::string(StripPercent(word)));
+    if (it == comp_by_name_.end() || comps_[it->second].is_entry) {
+      return SyntaxError(to_apply->name->line,
+                         Cat("unknown computation ", Quote(word), " in to_apply of %",
+                             StripPercent(instr.name->text)));
+    }
+    const CompAst& callee = comps_[it->second];
+    for (const CompAst* active : call_stack) {
+      if (active == &callee) {
+        return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                          Cat("recursive call: %", StripPercent(word),
+                              " is already being called (HLO computations cannot recurse)"));
+      }
+    }
+    call_stack.push_back(&callee);
+    absl::StatusOr<Node*> result = BuildComputation(callee, graph, &operands, call_stack);
+    call_stack.pop_back();
+    if (!result.ok()) return result.status();
+    if ((*result)->shape() != instr.shape) {
+      return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                        Cat("the call's shape ", instr.shape.ToString(),
+                            " differs from the root "
+                            "of %",
+                            StripPercent(word), ", ", (*result)->shape().ToString()));
+    }
+    if (sharding == nullptr) return *result;
+    if (sharding->begin == sharding->end) return MalformedAttr(*sharding, "expected {...}");
+    if (instr.shape.is_tuple()) {
+      return InstrError(absl::StatusCode::kUnimplemented, instr,
+                        "a sharding on a call with a tuple result is not supported; put the "
+                        "shardings on the callee's instructions");
+    }
+    // The callee's root may be one of the call's own operands (or carry a sharding of its own):
+    // a copy keeps the call's sharding on the call's value alone.
+    Node* copy = graph->AddNodeUnchecked(Opcode::kCopy, instr.shape, {*result}, OpAttributes(),
+                                         std::string(StripPercent(instr.name->text)));
+    copy->set_sharding(std::string(AttrValueText(*sharding)));
+    return copy;
   }
 
   std::string_view text_;
