@@ -189,6 +189,8 @@ struct InstrAst {
   Opcode opcode = Opcode::kParameter;
   // `call`: not an Opcode of the graph; the parser inlines the to_apply computation instead.
   bool is_call = false;
+  // `custom-call`: not an Opcode either; the sharding annotations among them become copies.
+  bool is_custom_call = false;
   std::vector<OperandAst> operands;
   // constant and parameter: the text between the parentheses.
   std::string_view raw_operands;
@@ -455,6 +457,8 @@ class Parser {
     }
     if (op.text == "call") {
       instr->is_call = true;
+    } else if (op.text == "custom-call") {
+      instr->is_custom_call = true;
     } else {
       absl::StatusOr<Opcode> opcode = ParseOpcode(op.text);
       if (!opcode.ok()) {
@@ -468,7 +472,7 @@ class Parser {
     if (!IsPunct(open, "(")) {
       return SyntaxError(open.line, Cat("expected \"(\" after ", Quote(op), ", got ", Quote(open)));
     }
-    if (!instr->is_call &&
+    if (!instr->is_call && !instr->is_custom_call &&
         (instr->opcode == Opcode::kConstant || instr->opcode == Opcode::kParameter)) {
       TESSEL_RETURN_IF_ERROR(SkipBalanced());
       const Token& close = tokens_[pos_ - 1];
@@ -1095,8 +1099,13 @@ class Parser {
       operands.push_back(node);
       operand_shapes.push_back(&node->shape());
     }
-    if (instr.is_call) {
-      TESSEL_ASSIGN_OR_RETURN(Node * result, InlineCall(instr, graph, operands, call_stack));
+    if (instr.is_call || instr.is_custom_call) {
+      Node* result = nullptr;
+      if (instr.is_call) {
+        TESSEL_ASSIGN_OR_RETURN(result, InlineCall(instr, graph, operands, call_stack));
+      } else {
+        TESSEL_ASSIGN_OR_RETURN(result, LowerCustomCall(instr, graph, operands));
+      }
       scope.nodes.emplace(name, result);
       return result;
     }
@@ -1177,6 +1186,54 @@ class Parser {
                             " but the call passes ", args[number]->shape().ToString()));
     }
     return args[number];
+  }
+
+  // `custom-call`: the targets that only annotate shardings are lowered; any other target is
+  // kUnimplemented, naming it.
+  // - "Sharding" (jax.lax.with_sharding_constraint, torch_xla's mark_sharding on an
+  //   intermediate): a copy of the operand carrying the instruction's `sharding`, which is how
+  //   XLA's ShardingPropagation reads it.
+  // - "xla.sdy.FuncResultSharding" (Shardy's marker of a function result's sharding): the operand
+  //   itself. JAX also writes the same sharding in HLO form on the entry's root, which is what
+  //   Tessel reads; the Shardy attribute is ignored like every other `xla.sdy.*` attribute.
+  absl::StatusOr<Node*> LowerCustomCall(const InstrAst& instr, Graph* graph,
+                                        const std::vector<Node*>& operands) const {
+    const AttrAst* target = nullptr;
+    const AttrAst* sharding = nullptr;
+    for (const AttrAst& attr : instr.attrs) {
+      if (attr.name->text == "custom_call_target") target = &attr;
+      if (attr.name->text == "sharding") sharding = &attr;
+    }
+    if (target == nullptr) {
+      return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                        "custom-call needs attribute \"custom_call_target\"");
+    }
+    if (target->end - target->begin != 1 || tokens_[target->begin].kind != TokenKind::kString) {
+      return MalformedAttr(*target, "expected a quoted target name");
+    }
+    const std::string_view quoted = tokens_[target->begin].text;
+    const std::string_view name = quoted.substr(1, quoted.size() - 2);
+    const bool annotation = name == "Sharding" || name == "xla.sdy.FuncResultSharding";
+    if (!annotation) {
+      return InstrError(absl::StatusCode::kUnimplemented, instr,
+                        Cat("custom-call target ", quoted,
+                            " is not supported (supported: "
+                            "\"Sharding\", \"xla.sdy.FuncResultSharding\")"));
+    }
+    if (operands.size() != 1 || operands[0]->shape() != instr.shape) {
+      return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                        Cat("custom-call ", quoted, " takes one operand of the result's shape ",
+                            instr.shape.ToString()));
+    }
+    if (name == "xla.sdy.FuncResultSharding") return operands[0];
+    if (sharding == nullptr || sharding->begin == sharding->end) {
+      return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                        "custom-call \"Sharding\" needs a sharding={...}");
+    }
+    Node* copy = graph->AddNodeUnchecked(Opcode::kCopy, instr.shape, {operands[0]}, OpAttributes(),
+                                         std::string(StripPercent(instr.name->text)));
+    copy->set_sharding(std::string(AttrValueText(*sharding)));
+    return copy;
   }
 
   // `call(operands), to_apply=%comp`: the callee's instructions are added in place of the call
