@@ -167,6 +167,12 @@ bool VjpElementwise(const LazyNode& node, const Tensor& y, const Tensor& g, VjpO
     case Opcode::kRsqrt:
       r.emit(0, [&] { return g * -0.5 * y / r.x(0); });
       break;
+    case Opcode::kSine:
+      r.emit(0, [&] { return g * Cos(r.x(0)); });
+      break;
+    case Opcode::kCosine:
+      r.emit(0, [&] { return -(g * Sin(r.x(0))); });
+      break;
     case Opcode::kCopy:
       r.emit(0, [&] { return g; });
       break;

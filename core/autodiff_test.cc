@@ -99,6 +99,8 @@ std::vector<GradCase> Cases() {
       {"logistic", {a23}, [](const V& x) { return Logistic(x[0]); }},
       {"sqrt", {pos23}, [](const V& x) { return Sqrt(x[0]); }},
       {"rsqrt", {pos23}, [](const V& x) { return Rsqrt(x[0]); }},
+      {"sine", {a23}, [](const V& x) { return Sin(x[0]); }},
+      {"cosine", {a23}, [](const V& x) { return Cos(x[0]); }},
       {"copy", {a23}, [](const V& x) { return Copy(x[0]); }},
       {"convert_f32_roundtrip",
        {a23},

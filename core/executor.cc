@@ -139,6 +139,8 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
     case Opcode::kLogistic:
     case Opcode::kSqrt:
     case Opcode::kRsqrt:
+    case Opcode::kSine:
+    case Opcode::kCosine:
     case Opcode::kNot:
     case Opcode::kCopy:
     case Opcode::kConvert:

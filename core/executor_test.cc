@@ -176,6 +176,10 @@ double RefUnaryFloat(Opcode op, double x) {
       return std::sqrt(x);
     case Opcode::kRsqrt:
       return 1 / std::sqrt(x);
+    case Opcode::kSine:
+      return std::sin(x);
+    case Opcode::kCosine:
+      return std::cos(x);
     case Opcode::kCopy:
       return x;
     default:
@@ -185,9 +189,9 @@ double RefUnaryFloat(Opcode op, double x) {
 }
 
 TEST(ExecutorUnaryTest, FloatOpsEveryFloatDTypeAndRank) {
-  const Opcode ops[] = {Opcode::kAbs,  Opcode::kNegate, Opcode::kExp,
-                        Opcode::kLog,  Opcode::kTanh,   Opcode::kLogistic,
-                        Opcode::kSqrt, Opcode::kRsqrt,  Opcode::kCopy};
+  const Opcode ops[] = {Opcode::kAbs,  Opcode::kNegate,   Opcode::kExp,  Opcode::kLog,
+                        Opcode::kTanh, Opcode::kLogistic, Opcode::kSqrt, Opcode::kRsqrt,
+                        Opcode::kSine, Opcode::kCosine,   Opcode::kCopy};
   uint32_t seed = 1;
   for (DType dtype : kFloatDTypes) {
     for (Opcode op : ops) {

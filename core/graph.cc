@@ -28,6 +28,8 @@ constexpr OpcodeInfo kOpcodes[] = {
     {Opcode::kLogistic, "logistic"},
     {Opcode::kSqrt, "sqrt"},
     {Opcode::kRsqrt, "rsqrt"},
+    {Opcode::kSine, "sine"},
+    {Opcode::kCosine, "cosine"},
     {Opcode::kNot, "not"},
     {Opcode::kCopy, "copy"},
     {Opcode::kConvert, "convert"},

@@ -53,6 +53,8 @@ enum class Opcode : uint8_t {
   kLogistic,
   kSqrt,
   kRsqrt,
+  kSine,
+  kCosine,
   kNot,
   kCopy,
   kConvert,  // element type from the node's shape; XLA convert semantics

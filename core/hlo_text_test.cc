@@ -85,7 +85,8 @@ std::unique_ptr<Graph> BuildAllOpsGraph() {
 
   // Elementwise.
   for (Opcode op : {Opcode::kAbs, Opcode::kNegate, Opcode::kExp, Opcode::kLog, Opcode::kTanh,
-                    Opcode::kLogistic, Opcode::kSqrt, Opcode::kRsqrt, Opcode::kCopy}) {
+                    Opcode::kLogistic, Opcode::kSqrt, Opcode::kRsqrt, Opcode::kSine,
+                    Opcode::kCosine, Opcode::kCopy}) {
     keep(Must(g->AddNode(op, {x})));
   }
   keep(Must(g->AddNode(Opcode::kNot, {p})));

@@ -139,6 +139,8 @@ absl::StatusOr<Shape> InferElementwise(Opcode opcode, absl::Span<const Shape* co
     case Opcode::kLogistic:
     case Opcode::kSqrt:
     case Opcode::kRsqrt:
+    case Opcode::kSine:
+    case Opcode::kCosine:
       TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
       if (!IsFloating(shapes[0]->dtype())) {
         return Error(opcode,

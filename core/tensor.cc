@@ -446,6 +446,8 @@ Tensor Tanh(const Tensor& a) { return MakeOp(Opcode::kTanh, {a}); }
 Tensor Logistic(const Tensor& a) { return MakeOp(Opcode::kLogistic, {a}); }
 Tensor Sqrt(const Tensor& a) { return MakeOp(Opcode::kSqrt, {a}); }
 Tensor Rsqrt(const Tensor& a) { return MakeOp(Opcode::kRsqrt, {a}); }
+Tensor Sin(const Tensor& a) { return MakeOp(Opcode::kSine, {a}); }
+Tensor Cos(const Tensor& a) { return MakeOp(Opcode::kCosine, {a}); }
 Tensor Copy(const Tensor& a) { return MakeOp(Opcode::kCopy, {a}); }
 Tensor Convert(const Tensor& a, DType dtype) {
   if (!a.status().ok()) return a;

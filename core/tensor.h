@@ -179,6 +179,8 @@ Tensor Tanh(const Tensor& a);
 Tensor Logistic(const Tensor& a);  // 1 / (1 + exp(-a))
 Tensor Sqrt(const Tensor& a);
 Tensor Rsqrt(const Tensor& a);
+Tensor Sin(const Tensor& a);  // XLA sine, radians
+Tensor Cos(const Tensor& a);  // XLA cosine, radians
 Tensor Copy(const Tensor& a);
 Tensor Convert(const Tensor& a, DType dtype);
 // pred ? on_true : on_false; `pred` is pred with a's shape (or a scalar).

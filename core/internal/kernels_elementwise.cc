@@ -61,6 +61,12 @@ absl::Status UnaryFloat(const KernelContext& ctx, Opcode opcode, const T* x, T* 
       case Opcode::kLogistic:
         MapUnaryEigen(ctx, x, out, n, [](const auto& in, auto& r) { r = in.logistic(); });
         return absl::OkStatus();
+      case Opcode::kSine:
+        MapUnaryEigen(ctx, x, out, n, [](const auto& in, auto& r) { r = in.sin(); });
+        return absl::OkStatus();
+      case Opcode::kCosine:
+        MapUnaryEigen(ctx, x, out, n, [](const auto& in, auto& r) { r = in.cos(); });
+        return absl::OkStatus();
       default:
         break;
     }
@@ -89,6 +95,12 @@ absl::Status UnaryFloat(const KernelContext& ctx, Opcode opcode, const T* x, T* 
       break;
     case Opcode::kRsqrt:
       MapUnary(ctx, x, out, n, [](C v) { return C(1) / std::sqrt(v); });
+      break;
+    case Opcode::kSine:
+      MapUnary(ctx, x, out, n, [](C v) { return std::sin(v); });
+      break;
+    case Opcode::kCosine:
+      MapUnary(ctx, x, out, n, [](C v) { return std::cos(v); });
       break;
     default:
       return TypeError(opcode, DTypeOf<T>());

@@ -588,7 +588,8 @@ absl::StatusOr<TraceEventWriter> HostRuntime::CollectTrace() {
                                .name = e[1].get<std::string>(),
                                .category = e[2].get<std::string>(),
                                .start_us = e[3].get<double>() - origin,
-                               .duration_us = e[4].get<double>()};
+                               .duration_us = e[4].get<double>(),
+                               .args = {}};
       if (const int64_t bytes = e[5].get<int64_t>(); bytes > 0) {
         event.args.push_back({"bytes", bytes});
       }

@@ -119,9 +119,10 @@ class CaseBuilder {
         return OrNull(g.AddNode(kOps[Rand(0, 4)], {x, y}));
       }
       case 1: {
-        static const Opcode kOps[] = {Opcode::kTanh, Opcode::kNegate, Opcode::kExp, Opcode::kAbs,
-                                      Opcode::kLogistic};
-        return OrNull(g.AddNode(kOps[Rand(0, 4)], {x}));
+        static const Opcode kOps[] = {Opcode::kTanh,  Opcode::kNegate,   Opcode::kExp,
+                                      Opcode::kAbs,   Opcode::kLogistic, Opcode::kSine,
+                                      Opcode::kCosine};
+        return OrNull(g.AddNode(kOps[Rand(0, 6)], {x}));
       }
       case 2: {  // broadcast: insert a new dim
         if (rank >= 3) return nullptr;
