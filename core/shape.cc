@@ -29,6 +29,26 @@ int64_t Shape::num_elements() const {
   return n;
 }
 
+absl::StatusOr<int64_t> CheckedByteSize(const Shape& shape) {
+  int64_t bytes = 0;
+  bool overflow = false;
+  if (shape.is_tuple()) {
+    for (const Shape& e : shape.tuple_shapes()) {
+      absl::StatusOr<int64_t> element = CheckedByteSize(e);
+      if (!element.ok()) return element.status();
+      overflow = overflow || __builtin_add_overflow(bytes, *element, &bytes);
+    }
+  } else {
+    bytes = ByteWidth(shape.dtype());
+    for (int64_t d : shape.dims()) overflow = overflow || __builtin_mul_overflow(bytes, d, &bytes);
+  }
+  if (overflow) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shape ", shape.ToString(), " is too large: its buffer needs more than 2^63 - 1 bytes"));
+  }
+  return bytes;
+}
+
 int64_t Shape::byte_size() const {
   if (is_tuple_) {
     int64_t total = 0;

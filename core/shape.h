@@ -64,6 +64,13 @@ class Shape {
 // "pred[]", "(f32[2], s32[])". Errors: kInvalidArgument naming the text.
 [[nodiscard]] absl::StatusOr<Shape> ParseShape(std::string_view text);
 
+// byte_size() of `shape`, computed without overflow: num_elements() and byte_size() wrap around
+// for shapes of 2^63 bytes or more, so every shape that comes from user input (HLO text, model
+// flags) is checked with this first.
+// Errors: kInvalidArgument naming the shape when its buffer (a tuple: all its buffers together)
+// needs more than INT64_MAX bytes.
+[[nodiscard]] absl::StatusOr<int64_t> CheckedByteSize(const Shape& shape);
+
 // "[8,16]": dims in brackets, as XLA prints them inside attributes.
 std::string DimsToString(absl::Span<const int64_t> dims);
 

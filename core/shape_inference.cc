@@ -392,7 +392,9 @@ absl::StatusOr<Shape> InferSlice(Opcode opcode, absl::Span<const Shape* const> s
       return Error(opcode, absl::StrCat("slice [", s.start, ":", s.limit, ":", s.stride,
                                         "] is invalid for dim ", i, " of size ", x.dim(i)));
     }
-    dims.push_back((s.limit - s.start + s.stride - 1) / s.stride);
+    // ceil((limit - start) / stride), written so that a huge stride cannot overflow.
+    const int64_t span = s.limit - s.start;
+    dims.push_back(span / s.stride + (span % s.stride != 0 ? 1 : 0));
   }
   return Shape(x.dtype(), std::move(dims));
 }
@@ -414,8 +416,15 @@ absl::StatusOr<Shape> InferPad(Opcode opcode, absl::Span<const Shape* const> sha
   for (int64_t i = 0; i < x.rank(); ++i) {
     const PadDim& p = attrs.padding[i];
     if (p.interior < 0) return Error(opcode, "interior padding must be >= 0");
-    int64_t n = x.dim(i);
-    int64_t size = p.low + p.high + n + std::max<int64_t>(n - 1, 0) * p.interior;
+    const int64_t n = x.dim(i);
+    // Padding amounts come from user text: a sum past int64 is an error, not a wrapped size.
+    int64_t size = 0;
+    if (__builtin_mul_overflow(std::max<int64_t>(n - 1, 0), p.interior, &size) ||
+        __builtin_add_overflow(size, n, &size) || __builtin_add_overflow(size, p.low, &size) ||
+        __builtin_add_overflow(size, p.high, &size)) {
+      return Error(opcode, absl::StrCat("padding ", p.low, "_", p.high, "_", p.interior,
+                                        " of dim ", i, " (size ", n, ") overflows int64"));
+    }
     if (size < 0) {
       return Error(opcode, absl::StrCat("padding of dim ", i, " gives negative size ", size));
     }
@@ -614,6 +623,9 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
 absl::StatusOr<Shape> InferShape(Opcode opcode, absl::Span<const Shape* const> operand_shapes,
                                  const OpAttributes& attrs, const std::optional<Shape>& declared) {
   TESSEL_ASSIGN_OR_RETURN(Shape shape, InferRule(opcode, operand_shapes, attrs, declared));
+  if (absl::StatusOr<int64_t> bytes = CheckedByteSize(shape); !bytes.ok()) {
+    return Error(opcode, bytes.status().message());
+  }
   if (declared.has_value() && *declared != shape) {
     return Error(opcode, absl::StrCat("declared shape ", declared->ToString(),
                                       " differs from the inferred ", shape.ToString()));

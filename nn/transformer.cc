@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/internal/lazy.h"
 #include "core/status_macros.h"
 #include "nn/functional.h"
@@ -323,6 +324,38 @@ absl::Status ValidateTransformerConfig(const TransformerConfig& c) {
   }
   if (!IsFloating(c.dtype) || !IsFloating(c.param_dtype)) {
     return absl::InvalidArgumentError("transformer config: dtype and param_dtype must be floating");
+  }
+  if (c.layers > kMaxTransformerLayers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transformer config: layers must be at most ", kMaxTransformerLayers, ", got ", c.layers,
+        " (every layer is built and partitioned: about 1.6 MB of graph per layer)"));
+  }
+  // The largest global tensors of the step, in f32 bytes, are bounded by kMaxTensorBytes: with
+  // at most kMaxTransformerLayers layers of a few dozen tensors each, every sum the builder, the
+  // partitioner and the simulator form over them stays far below 2^63 (no wrap-around).
+  const int64_t dkv = c.num_kv_heads() * c.head_dim();  // <= d_model
+  if (c.d_model > kMaxTensorBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transformer config: d_model ", c.d_model, " is too large"));
+  }
+  const std::pair<const char*, std::vector<int64_t>> tensors[] = {
+      {"batch x seq_len x vocab (the logits)", {c.batch, c.seq_len, c.vocab}},
+      {"batch x seq_len x ffn (the MLP activation)", {c.batch, c.seq_len, c.ffn}},
+      {"batch x seq_len x d_model (the residual stream)", {c.batch, c.seq_len, c.d_model}},
+      {"batch x heads x seq_len x seq_len (the attention scores)",
+       {c.batch, c.heads, c.seq_len, c.seq_len}},
+      {"vocab x d_model (the embedding)", {c.vocab, c.d_model}},
+      {"d_model x ffn (an MLP weight)", {c.d_model, c.ffn}},
+      {"d_model x (d_model + 2 x kv_heads x head_dim) (the QKV weight)",
+       {c.d_model, c.d_model + 2 * dkv}},
+  };
+  for (const auto& [what, dims] : tensors) {
+    absl::StatusOr<int64_t> bytes = CheckedByteSize(Shape(DType::kF32, dims));
+    if (!bytes.ok() || *bytes > kMaxTensorBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "transformer config: ", what, " = ", absl::StrJoin(dims, " x "),
+          " elements is too large (the limit is ", kMaxTensorBytes, " bytes in f32 per tensor)"));
+    }
   }
   return absl::OkStatus();
 }

@@ -75,8 +75,16 @@ struct TransformerConfig {
   int64_t tokens() const { return batch * seq_len; }
 };
 
-// Checks that every size is positive, heads divides d_model, kv_heads divides heads, and the
-// dtypes are floating. Errors: kInvalidArgument naming the field and its value.
+// Limits that keep every size of a transformer step in int64 (checked arithmetic, no wrap-around):
+// at most 1024 layers (every layer is built, about 1.6 MB of graph each; the largest published
+// dense models have fewer than 130), and every global tensor (logits, activations, attention
+// scores, weights) at most 2^46 bytes = 64 TiB in f32.
+inline constexpr int64_t kMaxTransformerLayers = 1024;
+inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 46;
+
+// Checks that every size is positive, heads divides d_model, kv_heads divides heads, the dtypes
+// are floating, and the limits above hold. Errors: kInvalidArgument naming the field (or the
+// tensor and the fields it multiplies) and the value.
 [[nodiscard]] absl::Status ValidateTransformerConfig(const TransformerConfig& config);
 
 // Number of trainable parameters (elements), counted from the shapes BuildTransformerStep
