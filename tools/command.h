@@ -26,6 +26,7 @@ CommandFn AddPartitionCommand(CLI::App& app);  // tools/partition_command.cc
 CommandFn AddLaunchCommand(CLI::App& app);     // tools/launch_command.cc
 CommandFn AddRunCommand(CLI::App& app);        // tools/run_command.cc
 CommandFn AddSimulateCommand(CLI::App& app);   // tools/simulate_command.cc
+CommandFn AddVerifyCommand(CLI::App& app);     // tools/verify_command.cc
 
 // Exit code for bad arguments.
 inline constexpr int kExitUsage = 2;

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add(&tessel::tools::AddShardCommand);
   add(&tessel::tools::AddPropagateCommand);
   add(&tessel::tools::AddPartitionCommand);
+  add(&tessel::tools::AddVerifyCommand);
   add(&tessel::tools::AddLaunchCommand);
   add(&tessel::tools::AddRunCommand);
   add(&tessel::tools::AddSimulateCommand);

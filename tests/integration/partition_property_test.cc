@@ -6,22 +6,23 @@
 // a random graph (chains and DAGs of elementwise, broadcast, transpose, reshape, reduce, dot,
 // slice, pad, concatenate, dynamic-slice, dynamic-update-slice, iota and rng, with odd and
 // uneven sizes) and random mark_sharding-style annotations (partition specs over the mesh axes,
-// so partial replication is common). On failure the global HLO text is printed.
+// so partial replication is common). On failure the global HLO text is printed. The partitioned
+// program is run and its outputs assembled by partitioner::RunPartitioned (partitioner/verify.h),
+// the same code as `tessel verify`.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <random>
-#include <thread>
 
-#include "core/collectives.h"
 #include "core/executor.h"
 #include "core/graph.h"
 #include "core/hlo_text.h"
 #include "gtest/gtest.h"
 #include "partitioner/partitioner.h"
+#include "partitioner/verify.h"
 #include "spmd/mesh.h"
 #include "spmd/partition_spec.h"
-#include "spmd/sharded_tensor.h"
 
 namespace tessel {
 namespace {
@@ -289,48 +290,12 @@ class CaseBuilder {
   std::mt19937_64 gen_;
 };
 
-// Runs `program` on num_devices threads with reference collectives; returns each output
-// assembled into its global value.
+// The partitioned program runs through the library function `tessel verify` uses
+// (partitioner/verify.h): inputs split by the parameters' shardings, one thread per device with
+// the reference collectives, outputs assembled from the devices' pieces.
 absl::StatusOr<std::vector<Literal>> RunPartitioned(const partitioner::SpmdProgram& program,
                                                     const std::vector<Literal>& inputs) {
-  const int64_t n = program.num_devices;
-  std::vector<std::vector<Literal>> args(n);
-  for (size_t p = 0; p < program.parameters.size(); ++p) {
-    const auto& value = program.parameters[p];
-    TESSEL_ASSIGN_OR_RETURN(auto layout,
-                            spmd::ShardedTensor::Create(value.global_shape, value.sharding, n));
-    TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> pieces, layout.Split(inputs[p]));
-    for (size_t i = 0; i < layout.shards().size(); ++i) {
-      args[layout.shards()[i].device_id].push_back(std::move(pieces[i]));
-    }
-  }
-  InProcessCollectives collectives(n, std::chrono::seconds(20));
-  std::vector<absl::StatusOr<std::vector<Literal>>> results(n, absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  for (int64_t d = 0; d < n; ++d) {
-    threads.emplace_back([&, d] {
-      ExecutorOptions options;
-      options.num_threads = 1;
-      options.device_id = d;
-      options.collectives = &collectives;
-      results[d] = Executor(options).Run(*program.program, args[d]);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (int64_t d = 0; d < n; ++d) TESSEL_RETURN_IF_ERROR(results[d].status());
-  std::vector<Literal> outputs;
-  for (size_t o = 0; o < program.outputs.size(); ++o) {
-    const auto& value = program.outputs[o];
-    TESSEL_ASSIGN_OR_RETURN(auto layout,
-                            spmd::ShardedTensor::Create(value.global_shape, value.sharding, n));
-    std::vector<Literal> locals;
-    for (const spmd::Shard& shard : layout.shards()) {
-      locals.push_back((*results[shard.device_id])[o]);
-    }
-    TESSEL_ASSIGN_OR_RETURN(Literal assembled, layout.Assemble(locals));
-    outputs.push_back(std::move(assembled));
-  }
-  return outputs;
+  return partitioner::RunPartitioned(program, inputs, std::chrono::seconds(20));
 }
 
 TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
