@@ -15,6 +15,21 @@ TEST(ShapeTest, ToStringAndSizes) {
   EXPECT_EQ(Shape::Tuple({s, Shape(DType::kS32, {})}).ToString(), "(f32[8,16], s32[])");
 }
 
+TEST(ShapeTest, CheckedByteSizeRefusesWhatWouldWrapAround) {
+  EXPECT_EQ(*CheckedByteSize(Shape(DType::kF32, {8, 16})), 512);
+  EXPECT_EQ(*CheckedByteSize(Shape::Tuple({Shape(DType::kF32, {2}), Shape(DType::kS64, {})})), 16);
+  // 2^61 f32 elements are 2^63 bytes: one past int64.
+  absl::StatusOr<int64_t> big =
+      CheckedByteSize(Shape(DType::kF32, {int64_t{1} << 31, int64_t{1} << 30}));
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("f32[2147483648,1073741824] is too large"),
+            std::string::npos)
+      << big.status();
+  EXPECT_TRUE(CheckedByteSize(Shape(DType::kU8, {int64_t{1} << 31, int64_t{1} << 30})).ok());
+  const Shape half(DType::kF32, {int64_t{1} << 60});
+  EXPECT_FALSE(CheckedByteSize(Shape::Tuple({half, half})).ok());  // the sum wraps
+}
+
 TEST(ShapeTest, ParseAcceptsLayoutsAndTuples) {
   EXPECT_EQ(ParseShape("f32[8,16]{1,0}").value(), Shape(DType::kF32, {8, 16}));
   EXPECT_EQ(ParseShape("bf16[]").value(), Shape(DType::kBF16, {}));

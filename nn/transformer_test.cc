@@ -1,6 +1,7 @@
 #include "nn/transformer.h"
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -111,6 +112,20 @@ TEST(TransformerTest, Errors) {
   c.kv_heads = 2;
   c.batch = 0;
   EXPECT_THAT(ValidateTransformerConfig(c).message(), HasSubstr("batch must be positive"));
+  // Sizes whose products pass int64 or the per-tensor limit are refused, naming the product.
+  c = TransformerConfig();
+  c.batch = std::numeric_limits<int64_t>::max();
+  EXPECT_THAT(ValidateTransformerConfig(c).message(),
+              HasSubstr("batch x seq_len x vocab (the logits) = 9223372036854775807 x"));
+  c = TransformerConfig();
+  c.heads = 1;
+  c.seq_len = int64_t{1} << 24;  // scores: batch x 1 x 2^24 x 2^24 f32 = more than 64 TiB
+  EXPECT_THAT(ValidateTransformerConfig(c).message(), HasSubstr("(the attention scores)"));
+  c = TransformerConfig();
+  c.layers = kMaxTransformerLayers + 1;
+  EXPECT_THAT(ValidateTransformerConfig(c).message(), HasSubstr("layers must be at most 1024"));
+  c.layers = kMaxTransformerLayers;
+  EXPECT_TRUE(ValidateTransformerConfig(c).ok());
   spmd::Mesh no_tensor = *spmd::Mesh::Create({0, 1}, {2}, {"data"});
   EXPECT_THAT(BuildTransformerStep(Tiny(TransformerArch::kGpt), no_tensor, ShardingRecipe::kTp)
                   .status()
