@@ -24,7 +24,8 @@ std::vector<int64_t> DimsWithout(int64_t rank, int64_t dim) {
   return kept;
 }
 
-// Broadcasts `reduced` (x reduced over `dim`) back to x's shape.
+// Broadcasts `reduced` (x reduced over `dim`) back to x's shape. Explicit, because elementwise
+// ops take operands of identical shape (XLA semantics, no implicit numpy broadcasting).
 Tensor ExpandAlong(const Tensor& reduced, const Tensor& x, int64_t dim) {
   return Broadcast(reduced, x.shape().dims(), DimsWithout(x.rank(), dim));
 }
@@ -51,7 +52,8 @@ Tensor Shifted(const Tensor& x, int64_t dim) {
   return x - ExpandAlong(ReduceMax(x, {dim}), x, dim);
 }
 
-// Checks logits [B, C] floating and labels [B] integer; sets `error` otherwise.
+// Checks logits [B, C] floating and labels [B] integer; sets `error` otherwise. Done before any
+// op is recorded, so a bad call leaves no half-built graph and names the loss, not an inner op.
 bool CheckClassification(const char* op, const Tensor& logits, const Tensor& labels,
                          Tensor& error) {
   if (!logits.status().ok()) {
@@ -83,6 +85,8 @@ bool CheckClassification(const char* op, const Tensor& logits, const Tensor& lab
 
 }  // namespace
 
+// Every function first passes an errored input through unchanged, so the first error of a
+// chain reaches the caller, not a follow-up complaint about its shape.
 Tensor Relu(const Tensor& x) {
   if (!x.status().ok()) return x;
   Tensor zeros = Zeros(x.shape());
@@ -91,6 +95,8 @@ Tensor Relu(const Tensor& x) {
 
 Tensor Gelu(const Tensor& x) {
   if (!x.status().ok()) return x;
+  // Computed in double and applied as a scalar in x's dtype, so f32 and f64 graphs get the
+  // constant at their own precision.
   const double kSqrt2OverPi = std::sqrt(2.0 / std::numbers::pi);
   Tensor inner = (x + x * x * x * 0.044715) * kSqrt2OverPi;
   return x * 0.5 * (Tanh(inner) + 1.0);
@@ -108,6 +114,7 @@ Tensor LogSoftmax(const Tensor& x, int64_t dim) {
   if (!x.status().ok()) return x;
   Tensor error;
   if (!ResolveDim("log_softmax", x, dim, error)) return error;
+  // The sum includes exp(0) = 1 from the max element, so the log never sees 0.
   Tensor shifted = Shifted(x, dim);
   Tensor log_sum = Log(ReduceSum(Exp(shifted), {dim}));
   return shifted - ExpandAlong(log_sum, x, dim);
@@ -128,6 +135,8 @@ Tensor LayerNormalize(const Tensor& x, const Tensor& gain, const Tensor& bias, d
                                         bias.shape().ToString(), " must both be [", x.dim(last),
                                         "] for x ", x.shape().ToString()));
   }
+  // Two passes (mean, then the mean of squared deviations) rather than E[x^2] - E[x]^2, which
+  // cancels catastrophically when the mean is large next to the spread.
   Tensor centered = x - ExpandAlong(ReduceMean(x, {last}), x, last);
   Tensor variance = ReduceMean(centered * centered, {last});
   Tensor normalized = centered * ExpandAlong(Rsqrt(variance + eps), x, last);
@@ -145,6 +154,9 @@ Tensor OneHot(const Tensor& labels, int64_t num_classes, DType dtype) {
     return InvalidArgument(
         absl::StrCat("one_hot: num_classes must be positive, got ", num_classes));
   }
+  // The iota takes the labels' integer dtype so the compare needs no convert; the IR has no
+  // gather, and compare(broadcast, iota) is elementwise, so a batch-sharded one-hot needs no
+  // collective.
   std::vector<int64_t> dims = {labels.dim(0), num_classes};
   Tensor classes = Iota(Shape(labels.dtype(), dims), 1);
   Tensor hit = Compare(Broadcast(labels, dims, {0}), classes, ComparisonDirection::kEq);
@@ -154,6 +166,8 @@ Tensor OneHot(const Tensor& labels, int64_t num_classes, DType dtype) {
 Tensor CrossEntropy(const Tensor& logits, const Tensor& labels) {
   Tensor error;
   if (!CheckClassification("cross_entropy", logits, labels, error)) return error;
+  // Summing one_hot * log_softmax picks each row's label term; the division uses the global
+  // batch size, so a batch-sharded loss is the sum's all-reduce divided once.
   Tensor one_hot = OneHot(labels, logits.dim(1), logits.dtype());
   Tensor picked = ReduceSum(one_hot * LogSoftmax(logits, 1), {0, 1});
   return -picked / static_cast<double>(logits.dim(0));
@@ -163,6 +177,7 @@ Tensor NumCorrect(const Tensor& logits, const Tensor& labels) {
   Tensor error;
   if (!CheckClassification("num_correct", logits, labels, error)) return error;
   Tensor one_hot = OneHot(labels, logits.dim(1), logits.dtype());
+  // Exact equality is safe here: the max is one of the row's own values, not a recomputation.
   Tensor is_max =
       Compare(logits, ExpandAlong(ReduceMax(logits, {1}), logits, 1), ComparisonDirection::kEq);
   // 1 per row when the label's logit equals the row maximum.

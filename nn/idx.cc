@@ -22,6 +22,9 @@ constexpr uint32_t kLabelsMagic = 0x00000801;  // unsigned bytes, 1 dim
 // Refuse headers that promise more than this many items (a corrupt header must not make us
 // try to hold terabytes); Fashion-MNIST's train images are 47 MB.
 constexpr uint64_t kMaxItems = uint64_t{1} << 34;
+// gzread takes an unsigned length and returns an int, so one call cannot report more than
+// INT_MAX bytes; reading in 1 MiB chunks stays far below that, and lets ReadIdx grow its buffer
+// only as data actually arrives.
 constexpr size_t kChunkBytes = size_t{1} << 20;
 
 struct GzCloser {
@@ -40,6 +43,8 @@ absl::StatusOr<GzHandle> Open(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not an IDX file"));
   }
+  // Cleared first: per the zlib manual, errno tells whether gzopen failed to open the file;
+  // with the mode fixed, a NULL with errno still 0 is the state allocation failing.
   errno = 0;
   gzFile_s* file = gzopen(path.c_str(), "rb");
   if (file == nullptr) {
@@ -49,6 +54,7 @@ absl::StatusOr<GzHandle> Open(const std::string& path) {
     }
     return absl::InternalError(absl::StrCat(path, ": cannot open: ", reason));
   }
+  // A 64 KiB buffer instead of zlib's 8 KiB default: fewer read calls on a 47 MB file.
   gzbuffer(file, 1 << 16);
   return GzHandle(file);
 }
@@ -60,6 +66,8 @@ absl::StatusOr<size_t> Read(gzFile_s* file, const std::string& path, void* out, 
     unsigned chunk = static_cast<unsigned>(std::min(n - total, kChunkBytes));
     int got = gzread(file, static_cast<char*>(out) + total, chunk);
     if (got < 0) {
+      // Z_ERRNO is a file system error (errno says which); anything else is the gzip stream
+      // itself, i.e. a damaged file.
       int code = Z_OK;
       const char* message = gzerror(file, &code);
       if (code == Z_ERRNO) {
@@ -74,6 +82,8 @@ absl::StatusOr<size_t> Read(gzFile_s* file, const std::string& path, void* out, 
   return total;
 }
 
+// IDX integers are big-endian (MSB first) on every platform; assembled byte by byte, so the
+// host's endianness and alignment never matter.
 uint32_t BigEndian32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
@@ -87,6 +97,8 @@ struct IdxContents {
 absl::StatusOr<IdxContents> ReadIdx(const std::string& path, uint32_t magic,
                                     std::string_view what) {
   TESSEL_ASSIGN_OR_RETURN(GzHandle file, Open(path));
+  // The low byte of the magic is the rank; both magics here have rank <= 3, so the magic plus
+  // three dim sizes fit in 16 bytes.
   const int rank = static_cast<int>(magic & 0xff);
   unsigned char header[4 * 4];
   const size_t header_bytes = 4 * static_cast<size_t>(1 + rank);
@@ -111,6 +123,7 @@ absl::StatusOr<IdxContents> ReadIdx(const std::string& path, uint32_t magic,
   uint64_t count = 1;
   for (int d = 0; d < rank; ++d) {
     const uint32_t size = BigEndian32(header + 4 * (1 + d));
+    // A zero dim would make an empty dataset, which only a damaged header produces.
     if (size == 0) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": dim ", d, " has size 0"));
     }
@@ -132,6 +145,8 @@ absl::StatusOr<IdxContents> ReadIdx(const std::string& path, uint32_t magic,
                                               " items but the file holds ", before + got));
     }
   }
+  // Trailing bytes mean header and data disagree; rather than guess which is right, it is an
+  // error, not ignored.
   unsigned char extra;
   TESSEL_ASSIGN_OR_RETURN(got, Read(file.get(), path, &extra, 1));
   if (got != 0) {
@@ -143,6 +158,9 @@ absl::StatusOr<IdxContents> ReadIdx(const std::string& path, uint32_t magic,
 
 // The path of `name` in `dir`, or of `name` without ".gz" when only that one exists.
 std::string FindFile(const std::string& dir, const std::string& name) {
+  // The .gz name is the canonical download name; an unpacked copy works too, since gzopen
+  // reads plain files as well. When neither exists the .gz path is returned, so the kNotFound
+  // message names the file the user should fetch.
   std::filesystem::path gz = std::filesystem::path(dir) / name;
   std::error_code ec;
   if (std::filesystem::exists(gz, ec)) return gz.string();
@@ -180,6 +198,8 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& images_path,
                                                    " labels but ", images_path, " holds ",
                                                    images.count, " images"));
   }
+  // Checked once here because CrossEntropy cannot check labels in the graph (an out-of-range
+  // label would silently contribute 0 to the loss; nn/functional.h).
   for (size_t i = 0; i < labels.size(); ++i) {
     if (labels[i] >= num_classes) {
       return absl::InvalidArgumentError(absl::StrCat(labels_path, ": label ", i, " is ", labels[i],

@@ -18,6 +18,8 @@ double UniformDouble(std::mt19937_64& rng, double low, double high) {
 
 namespace {
 
+// Drawn in double and rounded to f32 once, element by element in row-major order: the draw
+// order is part of the reproducibility contract (same seed, same parameters everywhere).
 Literal UniformLiteral(std::vector<int64_t> dims, double bound, std::mt19937_64& rng) {
   Literal lit = Literal::Uninitialized(Shape(DType::kF32, std::move(dims)));
   for (float& v : lit.data<float>()) v = static_cast<float>(UniformDouble(rng, -bound, bound));
@@ -28,6 +30,8 @@ Literal UniformLiteral(std::vector<int64_t> dims, double bound, std::mt19937_64&
 
 Linear::Linear(int64_t in_features, int64_t out_features, std::mt19937_64& rng) {
   TESSEL_CHECK(in_features > 0 && out_features > 0);
+  // kaiming_uniform_(a=sqrt(5)) works out to 1/sqrt(fan_in), the same bound PyTorch uses for
+  // the bias, so one bound serves both.
   const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
   weight_ = Tensor::FromLiteral(UniformLiteral({in_features, out_features}, bound, rng));
   bias_ = Tensor::FromLiteral(UniformLiteral({out_features}, bound, rng));
@@ -37,6 +41,8 @@ Linear::Linear(Tensor weight, Tensor bias) : weight_(std::move(weight)), bias_(s
 
 Tensor Linear::Forward(const Tensor& x) const {
   if (!x.status().ok()) return x;
+  // Checked here so the message names the layer's sizes; MatMul would only report a dim
+  // mismatch.
   if (x.rank() == 0 || x.dim(x.rank() - 1) != in_features()) {
     return Tensor::Error(absl::InvalidArgumentError(absl::StrCat(
         "linear: input ", x.shape().ToString(), " does not end in in_features=", in_features(),
@@ -44,11 +50,14 @@ Tensor Linear::Forward(const Tensor& x) const {
   }
   Tensor y = MatMul(x, weight_);
   if (!y.status().ok()) return y;
+  // The bias maps onto the last dim of y, whatever the leading (batch, sequence) dims are.
   return y + Broadcast(bias_, y.shape().dims(), {y.rank() - 1});
 }
 
 LayerNorm::LayerNorm(int64_t features, double eps) : eps_(eps) {
   TESSEL_CHECK(features > 0);
+  // PyTorch's init: gain 1 and bias 0, so a fresh layer only normalizes. No rng is drawn, so
+  // adding a LayerNorm does not shift the initial values of the layers built after it.
   Literal ones(Shape(DType::kF32, {features}));
   for (float& v : ones.data<float>()) v = 1.0f;
   gain_ = Tensor::FromLiteral(std::move(ones));
@@ -66,6 +75,8 @@ absl::StatusOr<Mlp> Mlp::Create(const std::vector<int64_t>& layer_sizes, uint64_
         absl::StrCat("mlp: layer sizes must be at least 2 positive numbers, got [",
                      absl::StrJoin(layer_sizes, ", "), "]"));
   }
+  // One generator for all layers, consumed in layer order, so layer i's values depend on the
+  // seed and on the sizes of the layers before it, as with torch.manual_seed before building.
   std::mt19937_64 rng(seed);
   std::vector<Linear> layers;
   for (size_t i = 0; i + 1 < layer_sizes.size(); ++i) {
@@ -78,6 +89,7 @@ Tensor Mlp::Forward(const Tensor& x) const {
   Tensor h = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     h = layers_[i].Forward(h);
+    // No activation after the last layer: its output is the logits CrossEntropy expects.
     if (i + 1 < layers_.size()) h = activation_ == Activation::kRelu ? Relu(h) : Gelu(h);
   }
   return h;

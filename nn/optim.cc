@@ -11,12 +11,16 @@ namespace tessel::nn {
 namespace {
 
 // Scalar device data (a graph parameter, so its value may change without a recompile),
-// one per dtype per step.
+// one per dtype per step. A constant would bake the learning rate (or Adam's step-dependent
+// factors) into the graph's fingerprint, and every step would compile a new graph.
 class StepScalar {
  public:
   explicit StepScalar(double value) : value_(value) {}
 
   // The value broadcast to `shape` (shape's dtype).
+  // One literal per dtype, shared by every parameter of that dtype: the graph gets one input
+  // per dtype rather than one per parameter, and the update is computed in the parameter's
+  // dtype (nn/optim.h).
   Tensor Like(const Shape& shape) {
     auto it = by_dtype_.find(shape.dtype());
     if (it == by_dtype_.end()) {
@@ -40,6 +44,8 @@ absl::Status Optimizer::CheckArguments(const char* name, absl::Span<Tensor* cons
     return absl::InvalidArgumentError(absl::StrCat(name, ": got ", params.size(),
                                                    " parameters but ", grads.size(), " gradients"));
   }
+  // Optimizer state is kept per position, so the parameter list must keep its length, order
+  // and shapes from the first step on; a change would pair a parameter with another's moments.
   if (!shapes_.empty() && shapes_.size() != params.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, ": got ", params.size(), " parameters but the first step had ", shapes_.size()));
@@ -64,6 +70,8 @@ absl::Status Optimizer::CheckArguments(const char* name, absl::Span<Tensor* cons
                                                      shapes_[i].ToString(), " at the first step"));
     }
   }
+  // Recorded only after every check passed: a failed first call leaves nothing fixed (and, as
+  // the header promises, assigns nothing).
   if (shapes_.empty()) {
     for (Tensor* p : params) shapes_.push_back(p->shape());
   }
@@ -73,6 +81,8 @@ absl::Status Optimizer::CheckArguments(const char* name, absl::Span<Tensor* cons
 absl::Status Sgd::Step(absl::Span<Tensor* const> params, absl::Span<const Tensor> grads) {
   TESSEL_RETURN_IF_ERROR(CheckArguments("sgd", params, grads));
   const bool use_momentum = options_.momentum != 0;
+  // Buffers start at zero, so the first step's buf = momentum * 0 + g = g: torch.optim.SGD's
+  // first-step initialisation (buf = g) without a special case, and the same graph every step.
   if (use_momentum && buffers_.empty()) {
     for (Tensor* p : params) buffers_.push_back(Tensor::FromLiteral(Literal(p->shape())));
   }
@@ -80,6 +90,8 @@ absl::Status Sgd::Step(absl::Span<Tensor* const> params, absl::Span<const Tensor
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor& p = *params[i];
     Tensor g = grads[i];
+    // Hyperparameters that never change are C++ doubles, i.e. graph constants; skipping the
+    // term when it is 0 keeps the graph free of dead ops.
     if (options_.weight_decay != 0) g = g + p * options_.weight_decay;
     if (use_momentum) {
       buffers_[i] = buffers_[i] * options_.momentum + g;
@@ -99,6 +111,8 @@ absl::Status Adam::Step(absl::Span<Tensor* const> params, absl::Span<const Tenso
       v_.push_back(Tensor::FromLiteral(Literal(p->shape())));
     }
   }
+  // t counts from 1, as in torch.optim.Adam; the bias corrections are computed on the host in
+  // double and enter as StepScalars, so they change per step without changing the graph.
   const double t = static_cast<double>(step_count_ + 1);
   const double bias_correction1 = 1.0 - std::pow(options_.beta1, t);
   const double bias_correction2 = 1.0 - std::pow(options_.beta2, t);
@@ -110,6 +124,8 @@ absl::Status Adam::Step(absl::Span<Tensor* const> params, absl::Span<const Tenso
     if (options_.weight_decay != 0) g = g + p * options_.weight_decay;
     m_[i] = m_[i] * options_.beta1 + g * (1.0 - options_.beta1);
     v_[i] = v_[i] * options_.beta2 + g * g * (1.0 - options_.beta2);
+    // sqrt(v) / sqrt(1 - beta2^t) + eps, with eps after the correction as PyTorch (not
+    // sqrt(v_hat + eps)); multiplying by the precomputed inverse avoids a per-element divide.
     Tensor denom = Sqrt(v_[i]) * inv_sqrt_bias_correction2.Like(p.shape()) + options_.eps;
     p = p - step_size.Like(p.shape()) * m_[i] / denom;
   }

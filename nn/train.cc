@@ -11,6 +11,8 @@ namespace tessel::nn {
 
 namespace {
 
+// The one host read of a step's results; after Sync the tensor is device data, so ToLiteral
+// copies it out without running anything.
 absl::StatusOr<double> ScalarValue(const Tensor& t) {
   TESSEL_ASSIGN_OR_RETURN(Literal value, t.ToLiteral());
   return value.GetAsDouble(0);
@@ -26,6 +28,7 @@ absl::StatusOr<StepResult> TrainStep(Module& model, Optimizer& optimizer, const 
 absl::StatusOr<StepResult> TrainStep(Module& model, Optimizer& optimizer, Tensor images,
                                      Tensor labels) {
   std::vector<Tensor*> params = model.parameters();
+  // Read before `images` is moved into the step scope below.
   const int64_t batch_size = images.rank() > 0 ? images.dim(0) : 0;
   Tensor loss;
   Tensor correct;
@@ -43,6 +46,8 @@ absl::StatusOr<StepResult> TrainStep(Module& model, Optimizer& optimizer, Tensor
     std::vector<Tensor> values;
     values.reserve(params.size());
     for (Tensor* p : params) values.push_back(*p);
+    // Gradients of the pre-update parameters (copies in `values`); Step then replaces the
+    // parameters through the pointers, so the graph holds forward, backward and update.
     std::vector<Tensor> grads = Grad(loss, values);
     TESSEL_RETURN_IF_ERROR(optimizer.Step(params, grads));
   }
@@ -50,6 +55,8 @@ absl::StatusOr<StepResult> TrainStep(Module& model, Optimizer& optimizer, Tensor
   StepResult result;
   TESSEL_ASSIGN_OR_RETURN(result.loss, ScalarValue(loss));
   TESSEL_ASSIGN_OR_RETURN(double num_correct, ScalarValue(correct));
+  // The count comes back as a float (the logits' dtype), exact below 2^24 in f32; llround
+  // turns it into the integer it holds.
   result.num_correct = std::llround(num_correct);
   result.batch_size = batch_size;
   return result;
@@ -70,9 +77,13 @@ absl::StatusOr<EvalResult> Evaluate(const Module& model, const DataLoader& loade
       loss = CrossEntropy(logits, labels);
       correct = NumCorrect(logits, labels);
     }
+    // Only these two: the parameters are untouched device data, and the intermediates died
+    // with the scope above, so the graph's outputs are exactly the loss and the count.
     TESSEL_RETURN_IF_ERROR(Sync({loss, correct}));
     TESSEL_ASSIGN_OR_RETURN(double batch_loss, ScalarValue(loss));
     TESSEL_ASSIGN_OR_RETURN(double batch_correct, ScalarValue(correct));
+    // Weighted by batch size: each batch's loss is a mean, and the last batch may be smaller,
+    // so this gives the mean over examples, not over batches.
     loss_sum += batch_loss * static_cast<double>(batch.size);
     correct_sum += std::llround(batch_correct);
     count += batch.size;

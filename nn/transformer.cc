@@ -19,7 +19,9 @@ namespace {
 using spmd::PartitionSpec;
 
 // How a weight is laid out for the recipes: which of its dims is Megatron-split (tensor) and
-// which is FSDP-split.
+// which is FSDP-split. Column then row (Megatron-LM, Shoeybi et al. 2019): the column layer's
+// output stays split over the tensor axis into the row layer, whose partial sums need one
+// all-reduce per block; FSDP takes the other dim, so the two never compete for one dim.
 enum class WeightKind {
   kColumn,      // [in, out]: out over tensor, in over fsdp (QKV, MLP in)
   kRow,         // [in, out]: in over tensor, out over fsdp (attention out, MLP out)
@@ -54,6 +56,7 @@ bool HasAxis(const spmd::Mesh& mesh, const std::string& name) {
 absl::StatusOr<RecipeLayout> LayoutFor(const spmd::Mesh& mesh, ShardingRecipe recipe,
                                        const RecipeAxes& axes) {
   RecipeLayout layout;
+  // Recipes name axes, so an unnamed mesh only works when it has one device (nothing to split).
   const std::vector<std::string>& all = mesh.axis_names();
   if (all.empty() && mesh.size() > 1) {
     return absl::InvalidArgumentError("sharding recipes need a mesh with axis names");
@@ -66,13 +69,17 @@ absl::StatusOr<RecipeLayout> LayoutFor(const spmd::Mesh& mesh, ShardingRecipe re
     return out;
   };
   switch (recipe) {
+    // Every device gets different examples; weights stay whole.
     case ShardingRecipe::kDp:
       layout.batch = all;
       break;
+    // ZeRO-3: the same batch split, and each weight split over all axes along its FSDP dim.
     case ShardingRecipe::kFsdp:
       layout.batch = all;
       layout.fsdp = all;
       break;
+    // The batch goes over every axis but the tensor one: devices of one tensor group must see
+    // the same tokens, since they compute parts of the same activations.
     case ShardingRecipe::kTp:
     case ShardingRecipe::kFsdpTp:
       if (!HasAxis(mesh, axes.tensor)) {
@@ -86,6 +93,8 @@ absl::StatusOr<RecipeLayout> LayoutFor(const spmd::Mesh& mesh, ShardingRecipe re
         layout.fsdp = {axes.fsdp};
       }
       break;
+    // Weights are sharded only inside a slice (FSDP over the ICI axes): their all-gathers stay
+    // on ICI, and only the gradient all-reduce over the data axis crosses DCN.
     case ShardingRecipe::kMultisliceDp:
       layout.batch = all;
       layout.fsdp = all_but(axes.data);
@@ -99,14 +108,22 @@ PartitionSpec WeightSpec(WeightKind kind, const RecipeLayout& layout) {
   PartitionSpec::Entry tensor = layout.tensor.empty() ? PartitionSpec::Entry(spmd::kNone)
                                                       : PartitionSpec::Entry(layout.tensor);
   switch (kind) {
+    // The LM head is a column layer over the vocab: each tensor rank computes the logits of
+    // its vocab slice, and the elementwise one-hot loss can use them without gathering the vocab.
     case WeightKind::kColumn:
     case WeightKind::kHead:
       return PartitionSpec{fsdp, tensor};
+    // The embedding table is contracted over the vocab by the one-hot dot, so like a row layer
+    // each tensor rank produces a partial sum, completed by one all-reduce (Megatron's
+    // vocab-parallel embedding).
     case WeightKind::kRow:
     case WeightKind::kEmbedding:
       return PartitionSpec{tensor, fsdp};
+    // Added to activations whose d_model is whole on every tensor rank: no tensor split.
     case WeightKind::kPosition:
       return PartitionSpec{spmd::kNone, fsdp};
+    // Split like the column layer's output dim it is added to, so the add needs no collective.
+    // Not FSDP-sharded: small vectors are kept whole, as the norm scales are.
     case WeightKind::kColumnBias:
       return PartitionSpec{tensor};
     case WeightKind::kVector:
@@ -125,6 +142,8 @@ class Builder {
   std::vector<Tensor>& params() { return params_; }
 
   // A trainable parameter in param_dtype, returned converted to the compute dtype.
+  // The gradient flows back through the convert, so it arrives in param_dtype, the dtype the
+  // Adam update and moments use (mixed precision as MaxText: f32 master weights, bf16 compute).
   Tensor Weight(std::vector<int64_t> dims, WeightKind kind) {
     Tensor p = Tensor::Placeholder(Shape(config_.param_dtype, std::move(dims)));
     Mark(p, WeightSpec(kind, layout_));
@@ -140,6 +159,8 @@ class Builder {
     return t;
   }
 
+  // Dim 0 over the recipe's batch axes (a tuple when there are several: the batch split over
+  // their product), every other dim whole.
   PartitionSpec BatchSpec(int64_t rank) const {
     std::vector<PartitionSpec::Entry> entries(rank, spmd::kNone);
     entries[0] = AxesEntry(layout_.batch);
@@ -158,6 +179,9 @@ class Builder {
     return Broadcast(v, like.shape().dims(), {like.rank() - 1});
   }
 
+  // Statistics in f32 whatever the compute dtype (a bf16 mean of squares loses too many bits),
+  // then back to `dtype` before the gain, as Llama's reference RMSNorm does; eps = 1e-6 is
+  // that code's default.
   Tensor RmsNorm(const Tensor& x, const Tensor& gain) {
     const int64_t last = x.rank() - 1;
     Tensor xf = Convert(x, DType::kF32);
@@ -168,6 +192,7 @@ class Builder {
     return Convert(xf * scale, config_.dtype) * Last(gain, x);
   }
 
+  // The whole normalization in f32, for the same reason as RmsNorm.
   Tensor LayerNorm(const Tensor& x, const Tensor& gain, const Tensor& bias) {
     return Convert(LayerNormalize(Convert(x, DType::kF32), Convert(gain, DType::kF32),
                                   Convert(bias, DType::kF32)),
@@ -175,6 +200,9 @@ class Builder {
   }
 
   // [B, S, n*Dh] -> [B, n, S, Dh].
+  // The heads dim comes from splitting the tensor-parallel output dim with the head index
+  // major, so a Megatron split of the projection over t devices gives each device whole
+  // heads (reshape keeps a tiling on the major dim of a group; heads divisible by t).
   Tensor SplitHeads(const Tensor& x, int64_t n) {
     const int64_t b = config_.batch, s = config_.seq_len, dh = config_.head_dim();
     return Transpose(Reshape(x, {b, s, n, dh}), {0, 2, 1, 3});
@@ -182,6 +210,8 @@ class Builder {
 
   // Rotary embedding on [B, H, S, Dh] with cos/sin tables [S, Dh]:
   // x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[..., Dh/2:], x[..., :Dh/2]).
+  // The rotate-half convention of GPT-NeoX and Hugging Face Llama (halves, not interleaved
+  // pairs), so the cos/sin tables are [S, Dh] with each frequency in both halves.
   Tensor Rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
     const std::vector<int64_t>& dims = x.shape().dims();
     const int64_t dh = dims[3], half = dh / 2;
@@ -196,19 +226,29 @@ class Builder {
     const int64_t b = config_.batch, s = config_.seq_len, h = config_.heads,
                   kv = config_.num_kv_heads(), dh = config_.head_dim();
     if (kv != h) {
-      // Repeat each key/value head h/kv times (GQA), as Llama's repeat_kv.
+      // Repeat each key/value head h/kv times (GQA), as Llama's repeat_kv: the group dim is
+      // inserted right after the kv dim, so merging them makes query head j read kv head
+      // j / group.
       const int64_t group = h / kv;
       k = Reshape(Broadcast(k, {b, kv, group, s, dh}, {0, 1, 3, 4}), {b, h, s, dh});
       v = Reshape(Broadcast(v, {b, kv, group, s, dh}, {0, 1, 3, 4}), {b, h, s, dh});
     }
+    // Batch and heads are the dot's batch dims, so with heads split over the tensor axis the
+    // scores, softmax and context can stay head-sharded, with no collective inside attention.
     DotDimensionNumbers qk;
     qk.lhs_batch_dims = qk.rhs_batch_dims = {0, 1};
     qk.lhs_contracting_dims = {3};
     qk.rhs_contracting_dims = {3};
     Tensor scores = Dot(q, k, qk) * (1.0 / std::sqrt(static_cast<double>(dh)));  // [B,H,S,S]
+    // Causal mask from two iotas (query index >= key index): elementwise, so it shards like the
+    // scores with no collective, and no [S, S] constant is stored. Masked scores get -1e9: after
+    // the max shift their exp underflows to 0. Every row keeps its diagonal key, so no row is
+    // fully masked and the softmax never divides by zero.
     Shape mask_shape(DType::kS32, {b, h, s, s});
     Tensor causal = Compare(Iota(mask_shape, 2), Iota(mask_shape, 3), ComparisonDirection::kGe);
     Tensor neg = Full(scores.shape(), -1e9);
+    // Softmax in f32 (Megatron's attention_softmax_in_fp32), back to `dtype` for the second
+    // matmul.
     Tensor probs =
         Convert(Softmax(Convert(Select(causal, scores, neg), DType::kF32), -1), config_.dtype);
     DotDimensionNumbers pv;
@@ -220,6 +260,10 @@ class Builder {
   }
 
   // Mean next-token cross-entropy of logits [B, S, V] against labels s32[B, S], in f32.
+  // One-hot instead of a gather (the IR has none): compare with an iota is elementwise, so a
+  // vocab-sharded head (Megatron) can keep its logits sharded through the loss, with only the
+  // reductions of the log-softmax and the sum communicating. Log-softmax in f32, as for the
+  // attention softmax. Divided by the global token count: the mean over the global batch.
   Tensor Loss(const Tensor& logits, const Tensor& labels) {
     const int64_t b = config_.batch, s = config_.seq_len, vocab = config_.vocab;
     Shape one_hot_shape(DType::kS32, {b, s, vocab});
@@ -231,6 +275,8 @@ class Builder {
   }
 
   // Embedding lookup as one-hot(tokens) . table: s32[B, S] x [V, D] -> [B, S, D].
+  // The one-hot is built in the compute dtype: 0 and 1 are exact in bf16, and the dot then
+  // runs at the bf16 rate like every other matmul.
   Tensor Embed(const Tensor& tokens, const Tensor& table) {
     const int64_t b = config_.batch, s = config_.seq_len, vocab = config_.vocab;
     Shape one_hot_shape(DType::kS32, {b, s, vocab});
@@ -243,6 +289,9 @@ class Builder {
   std::vector<Tensor>& inputs() { return inputs_; }
 
  private:
+  // The first error is kept and later marks are skipped, so the builder can record the whole
+  // step without checking every call; BuildTransformerStep reports it once. A 1-device mesh
+  // gets no annotations at all: everything is replicated anyway.
   void Mark(Tensor& t, const PartitionSpec& spec) {
     if (!status_.ok() || mesh_.size() == 1) return;
     absl::Status s = spmd::mark_sharding(t, mesh_, spec);
@@ -310,6 +359,8 @@ absl::Status ValidateTransformerConfig(const TransformerConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("transformer config: kv_heads must be >= 0, got ", c.kv_heads));
   }
+  // The divisibility rules keep head_dim and the GQA group size integral (d_model / heads,
+  // heads / kv_heads); the reshapes in SplitHeads and Attention rely on both.
   if (c.d_model % c.heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("transformer config: heads (", c.heads,
                                                    ") must divide d_model (", c.d_model, ")"));
@@ -363,11 +414,16 @@ absl::Status ValidateTransformerConfig(const TransformerConfig& c) {
 int64_t TransformerParameterCount(const TransformerConfig& c) {
   const int64_t d = c.d_model, f = c.ffn, v = c.vocab, s = c.seq_len, l = c.layers;
   const int64_t dkv = c.num_kv_heads() * c.head_dim();
+  // Per GPT layer: Q, K, V weights and biases, output projection and its bias, the two MLP
+  // matrices and their biases, two LayerNorms of gain and bias. Outside the layers: token and
+  // position embeddings, the final LayerNorm, the untied LM head.
   if (c.arch == TransformerArch::kGpt) {
     const int64_t per_layer =
         d * (d + 2 * dkv) + (d + 2 * dkv) + d * d + d + 2 * d * f + f + d + 4 * d;
     return v * d + s * d + l * per_layer + 2 * d + d * v;
   }
+  // Per Llama layer: Q, K, V and output projections, the three SwiGLU matrices, two RMSNorm
+  // gains; no biases. Outside: the embedding, the final RMSNorm gain, the untied LM head.
   const int64_t per_layer = d * (d + 2 * dkv) + d * d + 3 * d * f + 2 * d;
   return v * d + l * per_layer + d + d * v;
 }
@@ -382,6 +438,8 @@ absl::StatusOr<TransformerStep> BuildTransformerStep(const TransformerConfig& c,
   const int64_t h = c.heads, kv = c.num_kv_heads(), dh = c.head_dim();
   const bool gpt = c.arch == TransformerArch::kGpt;
 
+  // Only the batch dim of the data is sharded (data parallelism over the recipe's batch axes);
+  // the sequence dim stays whole, as there is no sequence parallelism here.
   Tensor tokens = b.Input(DType::kS32, {c.batch, s}, b.BatchSpec(2));
   Tensor labels = b.Input(DType::kS32, {c.batch, s}, b.BatchSpec(2));
   Tensor x = b.Embed(tokens, b.Weight({v, d}, WeightKind::kEmbedding));
@@ -389,6 +447,8 @@ absl::StatusOr<TransformerStep> BuildTransformerStep(const TransformerConfig& c,
     Tensor pos = b.Weight({s, d}, WeightKind::kPosition);
     x = x + Broadcast(pos, x.shape().dims(), {1, 2});
   }
+  // Rotary tables are inputs (not computed in the graph) and replicated: small, and every
+  // device needs all positions of its sequences.
   Tensor cos, sin;
   if (!gpt) {
     cos = b.Input(c.dtype, {s, dh}, PartitionSpec{spmd::kNone, spmd::kNone});
@@ -458,6 +518,8 @@ absl::StatusOr<TransformerStep> BuildTransformerStep(const TransformerConfig& c,
   std::vector<Tensor> moments;
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
+    // Moments sharded exactly like their parameter (ZeRO / FSDP keep optimizer state with the
+    // parameter shard), so the update below is elementwise on local shards, no collective.
     Tensor m = Tensor::Placeholder(p.shape());
     Tensor var = Tensor::Placeholder(p.shape());
     m.SetSharding(p.sharding());

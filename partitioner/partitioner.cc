@@ -16,6 +16,8 @@ using internal::Context;
 using internal::PValue;
 using spmd::Sharding;
 
+// Dispatches one global node to its op-family rule. The result may be in any sharding (a dot's
+// may be a partial sum); Partition reshards it to `target` afterwards.
 absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
                                      const std::vector<PValue>& operands, const Sharding& target,
                                      SpmdProgram& program) {
@@ -23,6 +25,9 @@ absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
   if (IsElementwise(op)) return internal::HandleElementwise(ctx, node, operands, target);
   switch (op) {
     case Opcode::kParameter: {
+      // A parameter is where the sharding becomes a contract with the caller: each device is fed
+      // its padded shard (ShardedTensor::Split with `target`), so no collective is ever needed
+      // here. Tuple parameters have no rule (they fall through to kUnimplemented).
       if (node.shape().is_tuple()) break;
       OpAttributes attrs = node.attrs();
       TESSEL_ASSIGN_OR_RETURN(
@@ -60,6 +65,8 @@ absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
     case Opcode::kDot:
       return internal::HandleDot(ctx, node, operands, target);
     case Opcode::kTuple: {
+      // No local tuple node here: the elements travel as PValues, so get-tuple-element is free
+      // and only the root tuple is materialized (at the end of Partition).
       PValue tuple;
       tuple.global_shape = node.shape();
       tuple.sharding = target;
@@ -67,6 +74,8 @@ absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
       return tuple;
     }
     case Opcode::kGetTupleElement:
+      // Only tuples built by tuple() carry elements; a get-tuple-element of anything else has
+      // no rule.
       if (operands[0].elements.empty()) break;
       return operands[0].elements[node.attrs().tuple_index];
     default:
@@ -85,8 +94,11 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices) {
   program.program = std::make_unique<Graph>(graph.name() + ".spmd");
   Context ctx(*program.program, num_devices);
   absl::flat_hash_map<const Node*, PValue> values;
+  // Program order is topological, so every operand's PValue exists when its user is visited.
   for (int64_t i = 0; i < graph.num_nodes(); ++i) {
     const Node* node = graph.nodes()[i];
+    // Collectives and partition-id only exist in per-device programs: their shapes are local
+    // and their replica groups already global ids, so partitioning them again would be wrong.
     if (IsCollective(node->opcode()) || node->opcode() == Opcode::kPartitionId) {
       return absl::InvalidArgumentError(absl::StrCat("%", node->name(),
                                                      ": the graph is already partitioned (",
@@ -97,6 +109,8 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices) {
     const Sharding& target = shardings[i];
     absl::StatusOr<PValue> result = PartitionNode(ctx, *node, operands, target, program);
     if (!result.ok()) {
+      // Rules that already name an instruction ("%x: ...") are passed on as they are; the others
+      // get this node's name, so every error says where it happened.
       if (absl::StrContains(result.status().message(), "%")) return result.status();
       return absl::Status(result.status().code(),
                           absl::StrCat("%", node->name(), ": ", result.status().message()));
@@ -105,6 +119,9 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices) {
       values[node] = *std::move(result);
       continue;
     }
+    // Every non-tuple value leaves in its propagated sharding, which is always a plain tiling or
+    // {replicated} (ComputeShardings), so a dot's partial sums are completed right here and
+    // users never see an unreduced operand from another node.
     absl::StatusOr<PValue> moved = ctx.ReshardValue(*result, target);
     if (!moved.ok()) {
       return absl::Status(moved.status().code(),
@@ -133,6 +150,7 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices) {
   return program;
 }
 
+// A std::map, so `tessel partition --stats` lists the kinds in a stable (sorted) order.
 std::map<std::string, CollectiveCount> CountCollectives(const Graph& program) {
   std::map<std::string, CollectiveCount> counts;
   for (const Node* node : program.nodes()) {

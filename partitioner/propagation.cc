@@ -28,6 +28,9 @@ std::vector<int64_t> AllDimsExcept(int64_t rank, const std::vector<int64_t>& rem
   return kept;
 }
 
+// One propagation over a graph. result_[i] is the sharding of graph_.nodes()[i] once decided;
+// a slot is written once and never revised (Assign), which is what makes the outcome independent
+// of how many rounds run after it was set and keeps it identical on every host.
 class Propagator {
  public:
   Propagator(const Graph& graph, int64_t num_devices) : graph_(graph), num_devices_(num_devices) {}
@@ -37,11 +40,22 @@ class Propagator {
       index_[node] = static_cast<int64_t>(index_.size());
     }
     result_.assign(graph_.num_nodes(), std::nullopt);
+    // Annotations fill their slots before any pass runs, so no inferred sharding can take the
+    // place of a user's mark_sharding (XLA's ShardingPropagation also treats them as fixed).
     for (const Node* node : graph_.nodes()) {
       if (node->sharding().empty()) continue;
       TESSEL_ASSIGN_OR_RETURN(Sharding s, ParseAnnotation(*node));
       result_[index_[node]] = std::move(s);
     }
+    // graph_.nodes() is a topological order and Assign writes result_ in place, so one forward
+    // pass carries a sharding down a whole chain of operand -> user edges, and one backward pass
+    // up a whole chain of user -> operand edges. More rounds are needed only where a path from
+    // an annotation changes direction: in add(a, b) with %a annotated and negate(b), %b learns
+    // from the add going backward and the negate from %b in the next forward pass. Each round
+    // is one forward and one backward leg, so 8 rounds reach every node whose path turns at
+    // most 14 times. The loop would stop by itself (a round that changes something fills at
+    // least one slot); the bound caps the cost on deep graphs. A node still unsharded after it
+    // is {replicated} below: always correct, the partitioner reshards wherever shardings meet.
     for (int round = 0; round < 8; ++round) {
       bool changed = false;
       for (const Node* node : graph_.nodes()) changed |= Assign(node, Forward(*node));
@@ -50,6 +64,9 @@ class Propagator {
       }
       if (!changed) break;
     }
+    // Tuple-shaped nodes never get a slot from the passes (Assign refuses them): a tuple()
+    // takes its elements' shardings here, after they are final; any other tuple-shaped node
+    // (a tuple parameter, which Partition rejects anyway) is {replicated}.
     std::vector<Sharding> out;
     for (const Node* node : graph_.nodes()) {
       auto& s = result_[index_[node]];
@@ -96,6 +113,8 @@ class Propagator {
       // Every device computes the value (maximal is honoured as replicated; documented).
       return Sharding::Replicate();
     }
+    // A tile assignment that misses a device would leave that device without a role in the
+    // SPMD program (every device runs the same program over the same devices).
     if (!CoversAllDevices(*parsed, num_devices_)) {
       return where(absl::StrCat("the tile assignment must hold every device 0..", num_devices_ - 1,
                                 " exactly once (a sharding on another mesh?)"));
@@ -112,6 +131,9 @@ class Propagator {
 
   const std::optional<Sharding>& Of(const Node* node) { return result_[index_[node]]; }
 
+  // The merge of two candidate shardings for one node. When they conflict, the one with more
+  // tiles wins (more parallelism, smaller local buffers) and `a` wins ties; callers pass
+  // candidates in operand (forward) or user (backward) order, so the first one wins.
   std::optional<Sharding> Merge(std::optional<Sharding> a, const std::optional<Sharding>& b,
                                 int64_t rank) {
     if (!a.has_value()) return b;
@@ -126,6 +148,8 @@ class Propagator {
     const int64_t rank = node.shape().rank();
     const Opcode op = node.opcode();
     if (IsElementwise(op)) {
+      // Operands of another rank are the scalar predicate of select or the bounds of clamp;
+      // their (replicated) sharding says nothing about the result's dims.
       std::optional<Sharding> merged;
       for (const Node* operand : node.operands()) {
         if (operand->shape().rank() != rank) continue;  // scalar pred / bounds
@@ -147,10 +171,16 @@ class Propagator {
         return internal::ReshapeSharding(*in, node.operand(0)->shape(), node.shape());
       }
       case Opcode::kReduce:
+        // Tiles of the reduced dims become replication: after the all-reduce every device of
+        // such a group holds the same result.
         if (!in) return std::nullopt;
         return Project(*in,
                        AllDimsExcept(node.operand(0)->shape().rank(), node.attrs().dimensions));
       case Opcode::kDot: {
+        // Each operand is lifted into the iteration space and projected onto the output dims:
+        // batch and lhs free dims come from the lhs, batch and rhs free dims from the rhs, and
+        // a tiled contracting dim turns into replication of the result (its partial sums are
+        // all-reduced by the partitioner, so the result itself is not split along it).
         DotSpace space = MakeDotSpace(node);
         std::optional<Sharding> from_lhs, from_rhs;
         if (Of(node.operand(0))) {
@@ -166,6 +196,9 @@ class Propagator {
       default:
         break;
     }
+    // slice, pad, concatenate, dynamic-slice, dynamic-update-slice: a dim whose extent changes
+    // has tile boundaries at other elements on each side, so only the untouched dims keep the
+    // operand's tiling (HandleDataMovement gathers the changed dims for the same reason).
     if (IsDimPreserving(op) && in) return PartiallyReplicate(*in, rank, ChangedDims(node));
     return std::nullopt;
   }
@@ -192,10 +225,13 @@ class Propagator {
       case Opcode::kReshape:
         return internal::ReshapeSharding(*out, user.shape(), operand_shape);
       case Opcode::kReduce:
+        // Operand 1 is the scalar init value: nothing to infer.
         if (operand_index != 0) return std::nullopt;
         return Embed(*out, operand_shape.rank(),
                      AllDimsExcept(operand_shape.rank(), user.attrs().dimensions));
       case Opcode::kDot: {
+        // The output never tiles contracting dims, so the operand gets them whole: a dot's
+        // result alone never asks for a sharded contraction (and its partial sums).
         if (operand_index > 1) return std::nullopt;
         DotSpace space = MakeDotSpace(user);
         Sharding s = Embed(*out, space.rank, Iota(space.output_rank));
@@ -205,6 +241,9 @@ class Propagator {
         break;
     }
     if (IsDimPreserving(op)) {
+      // Only operands laid out like the result learn from it: operand 0, every operand of a
+      // concatenate and the update of a dynamic-update-slice. Pad values and start indices are
+      // scalars and stay {replicated}.
       bool data_operand = operand_index == 0 || (op == Opcode::kConcatenate) ||
                           (op == Opcode::kDynamicUpdateSlice && operand_index == 1);
       if (!data_operand) return std::nullopt;
@@ -213,6 +252,8 @@ class Propagator {
     return std::nullopt;
   }
 
+  // The merge of what every user implies, in user order. users() lists a user once per use, so
+  // multiply(x, x) offers its sharding more than once; merging a sharding with itself is a no-op.
   std::optional<Sharding> Backward(const Node& node) {
     if (Of(&node).has_value() || node.shape().is_tuple()) return std::nullopt;
     std::optional<Sharding> merged;

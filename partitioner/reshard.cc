@@ -29,6 +29,8 @@ bool HasUnreduced(const Sharding& s) {
 }
 
 // Whether dim d is tiled identically (same tile count, same tile index on every device).
+// Comparing per dim, not whole shardings, is what lets the planner keep the dims that already
+// agree and move only the others.
 bool SameDimMapping(const Sharding& a, const Sharding& b, int64_t d, int64_t num_devices) {
   if (a.num_tiles(d) != b.num_tiles(d)) return false;
   if (a.num_tiles(d) == 1) return true;
@@ -48,6 +50,7 @@ bool SameDimMapping(const Sharding& a, const Sharding& b, int64_t d, int64_t num
   return true;
 }
 
+// Padded bytes: what a device's buffer holds and a collective moves, padding included.
 int64_t LocalBytes(const Shape& global, const Sharding& s) {
   return LocalShape(global, s).byte_size();
 }
@@ -72,6 +75,10 @@ std::optional<ReshardStep> TryReduceScatter(const Sharding& current, const Shard
   Sharding reduced = Reduced(current);
   const int64_t d = OnlyNewTiledDim(reduced, target, rank, num_devices);
   if (d < 0) return std::nullopt;
+  // reduce-scatter hands chunk k of `d` to position k of each group; the groups are sorted
+  // (UnreducedGroups), so this holds only when the target numbers the tiles along `d` in
+  // ascending device order within each group. Otherwise PlanReshard all-reduces first: twice
+  // the bytes, always right.
   std::vector<std::vector<int64_t>> groups = current.UnreducedGroups(num_devices);
   if (static_cast<int64_t>(groups[0].size()) != target.num_tiles(d)) return std::nullopt;
   for (const auto& group : groups) {
@@ -109,6 +116,9 @@ std::optional<ReshardStep> TryAllToAll(const Sharding& current, const Sharding& 
     }
   }
   if (a < 0 || b < 0) return std::nullopt;
+  // Both dims must divide evenly: the local (whole) dim b is cut into t equal chunks, and the
+  // t received tiles of a must concatenate to exactly dim a. Uneven sizes would need a pad and
+  // a slice around the exchange; they take the gather path instead.
   const int64_t t = current.num_tiles(a);
   if (target.num_tiles(b) != t || global.dim(a) % t != 0 || global.dim(b) % t != 0) {
     return std::nullopt;
@@ -140,6 +150,8 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to
     return absl::UnimplementedError(
         absl::StrCat("resharding ", from.ToString(), " to ", to.ToString(), " is not supported"));
   }
+  // Maximal is honoured as replicated everywhere in the partitioner (docs/partitioner.md): every
+  // device computes the value, so moving to or from it is moving to or from {replicated}.
   Sharding current = from.IsMaximal() ? Sharding::Replicate() : from;
   Sharding target = to.IsMaximal() ? Sharding::Replicate() : to;
   if (current == target) return plan;
@@ -148,6 +160,9 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to
                                                  " to the unreduced ", target.ToString()));
   }
   const int64_t rank = global_shape.rank();
+  // Partial sums first: every later step (permute, all-to-all, gather, slice) moves data that
+  // must already be complete. reduce-scatter when it lands exactly on the target: half the
+  // bytes of all-reduce + slice, and each device keeps only its chunk.
   if (HasUnreduced(current) && target.IsTiled()) {
     std::optional<ReshardStep> step = TryReduceScatter(current, target, rank, num_devices);
     if (step.has_value()) {
@@ -169,7 +184,10 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to
     plan.steps.push_back(std::move(step));
     if (current == target) return plan;
   }
-  // The same tiling on a permutation of the devices: one collective-permute.
+  // The same tiling on a permutation of the devices: one collective-permute. Only without
+  // subgroups, where each tile has exactly one holder and so every device one possible source.
+  // Devices whose tile does not move get a self pair (a local copy); bytes_per_device counts
+  // the whole buffer anyway, an upper bound.
   if (current.IsTiled() && target.IsTiled() &&
       current.tile_assignment_dims() == target.tile_assignment_dims() &&
       current.NumSubgroupDims() == 0 && target.NumSubgroupDims() == 0) {
@@ -191,7 +209,10 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to
     plan.steps.push_back(*std::move(step));
     return plan;
   }
-  // Gather every dim whose mapping differs from the target's.
+  // Gather every dim whose mapping differs from the target's; dims that already agree stay
+  // sharded. Gathering a padded dim is exact once EmitStep slices it: under the ceil rule only
+  // trailing tiles are short or empty, so all padding lands after the first `dim` elements of
+  // the concatenation.
   if (current.IsTiled()) {
     for (int64_t d = 0; d < rank; ++d) {
       if (current.num_tiles(d) == 1 || SameDimMapping(current, target, d, num_devices)) continue;
@@ -208,7 +229,8 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to
     }
   }
   if (current != target) {
-    // What is left is local: the target tiles dims the value holds whole.
+    // What is left is local: the target tiles dims the value holds whole. No bytes move, which
+    // is also why the dot handler's cost model favours candidates that only slice.
     ReshardStep step;
     step.kind = ReshardStep::Kind::kLocalSlice;
     step.target = target;

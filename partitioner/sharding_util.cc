@@ -21,6 +21,7 @@ DeviceArray WithReplicationDim(const Sharding& s) {
 }  // namespace
 
 bool IsPlainTiling(const Sharding& s) {
+  // IsReplicated() is also true for a tuple of {replicated}, which is not a leaf sharding.
   if (s.IsReplicated() && !s.IsTuple()) return true;
   if (!s.IsTiled()) return false;
   if (s.ReplicateOnLastTileDim()) return true;
@@ -35,6 +36,10 @@ Sharding Project(const Sharding& s, const std::vector<int64_t>& dims) {
   TESSEL_CHECK(IsPlainTiling(s));
   const int64_t rank = s.TiledDataRank();
   DeviceArray ta = WithReplicationDim(s);
+  // Transpose to [kept dims in `dims` order, dropped dims, replication dim] and fold everything
+  // after the kept dims into one replication dim: the devices that differed only in a dropped
+  // dim's tile index now sit in one replication group. PartialTile sorts each group, so the
+  // result is canonical whatever order the dropped dims had.
   std::vector<int64_t> perm = dims;
   int64_t moved = 1;
   for (int64_t d = 0; d < rank; ++d) {
@@ -75,6 +80,8 @@ Sharding PartiallyReplicate(const Sharding& s, int64_t rank, const std::vector<i
   for (int64_t d = 0; d < rank; ++d) {
     if (std::find(dims.begin(), dims.end(), d) == dims.end()) kept.push_back(d);
   }
+  // Project then Embed at the same positions: the kept dims keep their tiles and positions,
+  // the replicated dims get one tile each.
   return Embed(Project(s, kept), rank, kept);
 }
 
@@ -83,6 +90,7 @@ Sharding TransposeSharding(const Sharding& s, const std::vector<int64_t>& perm) 
   std::vector<int64_t> full = perm;
   for (int64_t d = s.TiledDataRank(); d < s.tile_assignment().rank(); ++d) full.push_back(d);
   DeviceArray ta = s.tile_assignment().Transpose(full);
+  // Rebuild with the same kind of subgroups; the subgroup dims stay last and untouched.
   if (s.NumSubgroupDims() == 0) return Sharding::Tile(ta);
   if (s.ReplicateOnLastTileDim()) return Sharding::PartialTile(ta);
   return Sharding::Subgroup(ta, s.subgroup_types());
@@ -169,10 +177,13 @@ CompactMerge MergeCompact(const Sharding& a, const Sharding& b, int64_t rank, in
 
 std::optional<Sharding> MergeShardings(const Sharding& a, const Sharding& b, int64_t rank,
                                        int64_t num_devices) {
+  // Unreduced and manual subgroups are not layouts that combine dim by dim.
   if (!IsPlainTiling(a) || !IsPlainTiling(b)) return std::nullopt;
   if (!a.IsTiled()) return b;
   if (!b.IsTiled()) return a;
   if (a == b) return a;
+  // A dim tiled by both must be tiled the same number of ways; whether the devices agree is
+  // checked below (compactly or device by device).
   std::vector<int64_t> tiles(rank, 1);
   for (int64_t d = 0; d < rank; ++d) {
     int64_t ta = a.num_tiles(d), tb = b.num_tiles(d);
@@ -182,6 +193,9 @@ std::optional<Sharding> MergeShardings(const Sharding& a, const Sharding& b, int
   if (CompactMerge compact = MergeCompact(a, b, rank, num_devices); compact.decided) {
     return compact.merged;
   }
+  // Device by device (O(devices), for explicit tile assignments): each device's merged tile
+  // index takes each dim from whichever sharding tiles it. Devices are visited in ascending
+  // order, so each tile's replica list comes out sorted, as PartialTile wants.
   std::map<std::vector<int64_t>, std::vector<int64_t>> by_index;
   for (int64_t device = 0; device < num_devices; ++device) {
     auto ia = a.TileIndexOf(device), ib = b.TileIndexOf(device);
@@ -194,6 +208,8 @@ std::optional<Sharding> MergeShardings(const Sharding& a, const Sharding& b, int
     }
     by_index[index].push_back(device);
   }
+  // Every merged tile must be held, and by equally many devices, for the result to be a dense
+  // tile assignment; both fail when a's and b's tile indices are correlated across devices.
   int64_t num_tiles = 1;
   for (int64_t t : tiles) num_tiles *= t;
   if (static_cast<int64_t>(by_index.size()) != num_tiles) return std::nullopt;
@@ -210,6 +226,9 @@ std::optional<Sharding> MergeShardings(const Sharding& a, const Sharding& b, int
 
 std::vector<std::vector<int64_t>> GroupsAlongDims(const Sharding& s,
                                                   const std::vector<int64_t>& dims) {
+  // Moving `dims` to the end makes each group a contiguous run of the row-major ids. Position k
+  // of a group is the device with tile index k along `dims`, the order all-gather concatenates
+  // and reduce-scatter splits in; so, unlike ReplicationGroups, the groups are not sorted.
   const DeviceArray& ta = s.tile_assignment();
   std::vector<int64_t> perm;
   int64_t inner = 1;
@@ -229,6 +248,8 @@ std::vector<std::vector<int64_t>> GroupsAlongDims(const Sharding& s,
   return groups;
 }
 
+// ceil, not floor: every device holds a buffer of the same shape (SPMD), the trailing tiles of
+// an uneven dim padded (torch_xla's and XLA's rule; spmd/sharded_tensor.h).
 Shape LocalShape(const Shape& global, const Sharding& s) {
   if (!s.IsTiled()) return global;
   std::vector<int64_t> dims = global.dims();
@@ -242,6 +263,7 @@ Shape LocalShape(const Shape& global, const Sharding& s) {
 bool CoversAllDevices(const Sharding& s, int64_t num_devices) {
   if (s.IsReplicated() || s.IsMaximal() || s.IsUnreduced()) return true;
   if (!s.IsTiled()) return false;
+  // A compact array holds each of 0..n-1 exactly once by construction.
   if (s.tile_assignment().is_compact()) return s.tile_assignment().num_elements() == num_devices;
   std::vector<int64_t> ids = s.device_list();
   std::sort(ids.begin(), ids.end());

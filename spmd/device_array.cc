@@ -34,6 +34,7 @@ namespace {
 
 // Drops factors of size 1 and merges an outer factor into the inner one it continues
 // (outer stride == inner stride * inner size). Input and output are major to minor.
+// Canonical factors are what makes operator== and the hash exact: one array, one factor list.
 std::vector<IdFactor> Canonical(const std::vector<IdFactor>& factors) {
   std::vector<IdFactor> out;
   out.reserve(factors.size());
@@ -58,6 +59,8 @@ std::optional<std::vector<IdFactor>> Compress(const std::vector<int64_t>& ids) {
   const int64_t n = static_cast<int64_t>(ids.size());
   if (n < 2 || ids[0] != 0) return std::nullopt;
   std::vector<IdFactor> factors;  // minor to major while collecting
+  // `block` is the number of positions the factors found so far span (their sizes' product);
+  // the element right after the first block is the next factor's stride.
   int64_t block = 1;
   while (block < n) {
     const int64_t stride = ids[block];
@@ -68,6 +71,8 @@ std::optional<std::vector<IdFactor>> Compress(const std::vector<int64_t>& ids) {
     factors.push_back(IdFactor{size, stride});
     block *= size;
   }
+  // The cheap checks above only looked at a few ids; the strides must form a mixed radix (so
+  // the formula yields each of 0..n-1 once) before the full pass below is worth running.
   std::vector<IdFactor> by_stride = factors;
   std::sort(by_stride.begin(), by_stride.end(),
             [](const IdFactor& a, const IdFactor& b) { return a.stride < b.stride; });
@@ -77,6 +82,8 @@ std::optional<std::vector<IdFactor>> Compress(const std::vector<int64_t>& ids) {
     expected_stride *= f.size;
   }
   std::reverse(factors.begin(), factors.end());
+  // Walks the ids with an odometer over the digits, updating the expected id incrementally
+  // (O(1) amortized per position), and compares every one.
   const int64_t k = static_cast<int64_t>(factors.size());
   std::vector<int64_t> digits(k, 0);
   int64_t id = 0;
@@ -110,6 +117,8 @@ DeviceArray::DeviceArray(std::vector<int64_t> dims, std::vector<int64_t> device_
   num_elements_ = Product(dims_);
   TESSEL_CHECK(num_elements_ == static_cast<int64_t>(device_ids.size()));
   const int64_t n = num_elements_;
+  // The empty array and the single device 0 are compact with no factors; a single other
+  // device (e.g. the [1] array of {maximal device=3}) is not an iota and stays explicit.
   if (n == 0 || (n == 1 && device_ids[0] == 0)) {
     compact_ = true;
   } else if (std::optional<std::vector<IdFactor>> factors = Compress(device_ids)) {
@@ -125,8 +134,13 @@ DeviceArray::DeviceArray(std::vector<int64_t> dims, std::vector<int64_t> device_
     if (id < 0) return;  // invalid ids: IndexOf scans
     max_id = std::max(max_id, id);
   }
+  // The table costs 4 bytes per possible id, so it is built only when ids are dense enough
+  // (a mesh over a subset of devices, a permuted order); sparse ids fall back to a scan.
+  // Positions are int32 to halve that memory, hence the count limit.
   if (max_id > 4 * n + 1024 || n > std::numeric_limits<int32_t>::max()) return;
   storage_->positions.assign(max_id + 1, -1);
+  // Filled from the back so each id keeps its first position (IndexOf's contract) when an
+  // explicit array repeats ids.
   for (int64_t i = n - 1; i >= 0; --i) {
     storage_->positions[storage_->ids[i]] = static_cast<int32_t>(i);
   }
@@ -136,6 +150,8 @@ DeviceArray DeviceArray::Iota(std::vector<int64_t> dims) {
   for (int64_t d : dims) TESSEL_CHECK(d >= 0);
   const int64_t n = Product(dims);
   std::vector<IdFactor> factors;
+  // One factor whatever the dims: a row-major iota is a single run of stride 1 (Reshape never
+  // changes the factors, only the dims).
   if (n > 1) factors.push_back(IdFactor{n, 1});
   return FromFactors(std::move(dims), std::move(factors));
 }
@@ -179,6 +195,8 @@ absl::StatusOr<DeviceArray> DeviceArray::IotaTransposed(std::vector<int64_t> dim
                                                    ") is not a permutation of ",
                                                    reshape_dims.size(), " iota dims"));
   }
+  // Transposing iota(reshape_dims) lists its dims in `transpose_perm` order; each keeps its
+  // row-major stride in the iota, which is exactly one factor of the compact form.
   std::vector<int64_t> reshape_strides(reshape_dims.size(), 1);
   for (int64_t i = static_cast<int64_t>(reshape_dims.size()) - 2; i >= 0; --i) {
     reshape_strides[i] = reshape_strides[i + 1] * reshape_dims[i + 1];
@@ -188,6 +206,8 @@ absl::StatusOr<DeviceArray> DeviceArray::IotaTransposed(std::vector<int64_t> dim
   return FromFactors(std::move(dims), Canonical(factors));
 }
 
+// Unlike FromFactors, this takes factors built by callers (MergeShardings' compact path), so it
+// checks that they form a mixed radix of exactly product(dims) ids before trusting them.
 absl::StatusOr<DeviceArray> DeviceArray::FromIdFactors(std::vector<int64_t> dims,
                                                        std::vector<IdFactor> factors) {
   for (int64_t d : dims) {
@@ -215,6 +235,8 @@ absl::StatusOr<DeviceArray> DeviceArray::FromIdFactors(std::vector<int64_t> dims
 
 const std::vector<int64_t>& DeviceArray::device_ids() const {
   if (!compact_) return storage_->ids;
+  // call_once: copies share `storage_`, possibly across threads (the header promises thread
+  // safety); the list is built once and never changes afterwards.
   std::call_once(storage_->once, [this] {
     std::vector<int64_t>& ids = storage_->ids;
     ids.resize(num_elements_);
@@ -234,6 +256,9 @@ std::vector<int64_t> DeviceArray::iota_reshape_dims() const {
   return dims;
 }
 
+// Each factor is one dim of XLA's iota reshape, whose dims are ordered by decreasing stride
+// (iota_reshape_dims); T(...) lists, for each factor in position order, the index of its dim
+// in that order. O(rank^2), and rank is tiny.
 std::vector<int64_t> DeviceArray::iota_transpose_perm() const {
   TESSEL_CHECK(compact_);
   if (factors_.empty()) return {0};
@@ -255,6 +280,7 @@ std::vector<int64_t> DeviceArray::strides() const {
 int64_t DeviceArray::AtLinear(int64_t linear) const {
   TESSEL_CHECK(linear >= 0 && linear < num_elements_);
   if (!compact_) return storage_->ids[linear];
+  // Peel the position's mixed-radix digits from the minor end and weight each by its stride.
   int64_t id = 0;
   for (int64_t k = static_cast<int64_t>(factors_.size()) - 1; k >= 0; --k) {
     id += (linear % factors_[k].size) * factors_[k].stride;
@@ -265,6 +291,8 @@ int64_t DeviceArray::AtLinear(int64_t linear) const {
 
 int64_t DeviceArray::at(absl::Span<const int64_t> index) const {
   TESSEL_CHECK(static_cast<int64_t>(index.size()) == rank());
+  // Each coordinate is checked, not just the linear position: an out-of-range coordinate can
+  // still give an in-range position (it wraps into the next row) and a wrong device.
   int64_t linear = 0;
   for (int64_t i = 0; i < rank(); ++i) {
     TESSEL_CHECK(index[i] >= 0 && index[i] < dims_[i]);
@@ -276,6 +304,9 @@ int64_t DeviceArray::at(absl::Span<const int64_t> index) const {
 std::optional<std::vector<int64_t>> DeviceArray::IndexOf(int64_t device_id) const {
   int64_t linear = 0;
   if (compact_) {
+    // The inverse of AtLinear: the id's digit for each factor, read in major-to-minor factor
+    // order, is the position's digit. Compact ids are exactly 0..n-1, so the range check
+    // suffices.
     if (device_id < 0 || device_id >= num_elements_) return std::nullopt;
     for (const IdFactor& f : factors_) linear = linear * f.size + (device_id / f.stride) % f.size;
   } else if (!storage_->positions.empty()) {
@@ -301,6 +332,10 @@ std::optional<std::vector<int64_t>> DeviceArray::IndexOf(int64_t device_id) cons
 
 std::optional<std::vector<std::vector<IdFactor>>> DeviceArray::SplitFactorsByDim() const {
   if (!compact_ || num_elements_ == 0) return std::nullopt;
+  // Walk dims and factors together from the minor end. A factor larger than the dim's
+  // remaining extent is split: its minor part (stride unchanged) goes to this dim, the rest
+  // (stride times that part) carries over to the next dim. That only works when the sizes
+  // divide, which is why Transpose can fall back to O(n).
   std::vector<std::vector<IdFactor>> groups(dims_.size());
   int64_t k = static_cast<int64_t>(factors_.size()) - 1;
   IdFactor current = k >= 0 ? factors_[k] : IdFactor{};
@@ -326,6 +361,8 @@ std::optional<std::vector<std::vector<IdFactor>>> DeviceArray::SplitFactorsByDim
   return groups;
 }
 
+// Canonicalized so two arrays can be compared dim by dim with ==, even when their factors were
+// split differently around the dim's boundaries.
 std::optional<std::vector<IdFactor>> DeviceArray::DimFactors(int64_t dim) const {
   TESSEL_CHECK(dim >= 0 && dim < rank());
   std::optional<std::vector<std::vector<IdFactor>>> groups = SplitFactorsByDim();
@@ -343,11 +380,15 @@ DeviceArray DeviceArray::Transpose(absl::Span<const int64_t> perm) const {
   std::vector<int64_t> out_dims(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) out_dims[i] = dims_[perm[i]];
   if (compact_ && num_elements_ == 0) return FromFactors(std::move(out_dims), {});
+  // Transposing permutes whole dims, so with the factors grouped by dim it permutes the
+  // groups: O(rank), and the result stays compact.
   if (std::optional<std::vector<std::vector<IdFactor>>> groups = SplitFactorsByDim()) {
     std::vector<IdFactor> factors;
     for (int64_t p : perm) factors.insert(factors.end(), (*groups)[p].begin(), (*groups)[p].end());
     return FromFactors(std::move(out_dims), Canonical(factors));
   }
+  // O(n) fallback for explicit arrays and dims that cut a factor unevenly; the constructor
+  // re-detects a compact form if the result has one.
   std::vector<int64_t> in_strides = strides();
   std::vector<int64_t> out_ids;
   out_ids.reserve(num_elements_);
@@ -359,6 +400,9 @@ DeviceArray DeviceArray::Transpose(absl::Span<const int64_t> perm) const {
   return DeviceArray(std::move(out_dims), std::move(out_ids));
 }
 
+// O(rank) for both forms: the factors (or the explicit ids) describe row-major contents, which a
+// reshape does not change. Whether a later Transpose stays O(rank) depends on how the new dims
+// cut the factors (SplitFactorsByDim).
 DeviceArray DeviceArray::Reshape(std::vector<int64_t> dims) const {
   for (int64_t d : dims) TESSEL_CHECK(d >= 0);
   TESSEL_CHECK(Product(dims) == num_elements_);
@@ -380,6 +424,8 @@ DeviceArray DeviceArray::SortLastDimGroups() const {
       factors.insert(factors.end(), g.begin(), g.end());
     return FromFactors(dims_, Canonical(factors));
   }
+  // Explicit fallback (or a last dim cutting a factor unevenly): sort each group in place; the
+  // constructor may still find a compact form for the result.
   std::vector<int64_t> ids = device_ids();
   const int64_t group_size = dims_.back();
   for (int64_t start = 0; start < num_elements_; start += group_size) {
@@ -388,10 +434,13 @@ DeviceArray DeviceArray::SortLastDimGroups() const {
   return DeviceArray(dims_, std::move(ids));
 }
 
+// Canonical factors merge a full iota into one factor of stride 1, so this needs no scan.
 bool DeviceArray::IsIota() const {
   return compact_ && (factors_.empty() || (factors_.size() == 1 && factors_[0].stride == 1));
 }
 
+// O(rank) for two compact arrays, which is what makes Sharding equality (and so the
+// partitioner's memo tables) cheap at thousands of devices.
 bool DeviceArray::operator==(const DeviceArray& other) const {
   // Both forms are canonical: an array that can be compact always is.
   if (dims_ != other.dims_ || compact_ != other.compact_) return false;
@@ -400,6 +449,7 @@ bool DeviceArray::operator==(const DeviceArray& other) const {
 }
 
 namespace {
+// Recursion depth is the rank (a handful), so no explicit stack is needed.
 void AppendNested(const DeviceArray& a, const std::vector<int64_t>& strides, int64_t dim,
                   int64_t offset, std::string* out) {
   if (dim == a.rank()) {
@@ -415,6 +465,8 @@ void AppendNested(const DeviceArray& a, const std::vector<int64_t>& strides, int
 }
 }  // namespace
 
+// numpy's nested-list spelling, the one torch_xla's get_logical_mesh() shows, so a mesh prints
+// the way a Python user expects. Goes through AtLinear: no id list is materialized.
 std::string DeviceArray::ToString() const {
   std::string out;
   if (num_elements_ == 0 && rank() == 0) return out;

@@ -7,6 +7,8 @@ namespace tessel::spmd {
 
 absl::Status mark_sharding(Tensor& tensor, const Mesh& mesh, const PartitionSpec& partition_spec) {
   if (!tensor.defined()) return absl::InvalidArgumentError("mark_sharding: undefined tensor");
+  // A tensor that already holds an error passes it on unchanged: the first error of a lazy
+  // chain is the one worth reporting.
   TESSEL_RETURN_IF_ERROR(tensor.status());
   absl::StatusOr<Sharding> sharding =
       ShardingFromPartitionSpec(mesh, tensor.rank(), partition_spec);
@@ -15,11 +17,15 @@ absl::Status mark_sharding(Tensor& tensor, const Mesh& mesh, const PartitionSpec
                                                    ": ", std::string(sharding.status().message())));
   }
   // XLA's HLO spelling: the iota form for compact tile assignments (as JAX lowers a
-  // NamedSharding), so an annotation is O(rank) text on any mesh size.
+  // NamedSharding), so an annotation is O(rank) text on any mesh size. The annotation is kept
+  // as text on the tensor's node: the graph carries it into HLO text and the partitioner
+  // parses it back (ParseSharding reads both forms to the same Sharding).
   tensor.SetSharding(sharding->ToString(Sharding::DeviceListFormat::kIota));
   return absl::OkStatus();
 }
 
+// torch_xla's form without a mesh argument, reading set_global_mesh(). The mesh is copied out
+// under the lock, so a concurrent set_global_mesh cannot change it halfway.
 absl::Status mark_sharding(Tensor& tensor, const PartitionSpec& partition_spec) {
   std::optional<Mesh> mesh = get_global_mesh();
   if (!mesh) {
@@ -40,6 +46,8 @@ absl::StatusOr<std::optional<Sharding>> GetSharding(const Tensor& tensor) {
 }
 
 absl::Status ApplyShardingSpec(const ShardingSpec& spec, Tensor& tensor) {
+  // Checked here, not left to ShardingFromPartitionSpec, so the message names the
+  // ShardingSpec the caller built rather than a bare partition_spec.
   if (tensor.defined() && !spec.CanApply(tensor.shape())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ShardingSpec (", spec.partition_spec().ToString(), ") of ", spec.partition_spec().size(),

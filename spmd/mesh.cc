@@ -18,7 +18,8 @@ std::string Dims(absl::Span<const int64_t> dims) {
   return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
 }
 
-// Meshes larger than this are rejected before any product can overflow.
+// Meshes larger than this are rejected before any product can overflow. It is a guard on
+// arithmetic, not on memory (topologies stop at mesh::kMaxDevices = 2^18 long before).
 constexpr int64_t kMaxMeshSize = int64_t{1} << 40;
 
 // An error when `dims` (all >= 1) multiply to more than kMaxMeshSize.
@@ -50,6 +51,8 @@ absl::StatusOr<Mesh> Mesh::Create(std::vector<int64_t> device_ids, std::vector<i
           absl::StrCat("mesh_shape ", Dims(mesh_shape), " has an axis of size ", size, " (< 1)"));
     }
   }
+  // Bounded first: Product does not check for overflow, and a wrapped size could match the
+  // number of ids by accident.
   TESSEL_RETURN_IF_ERROR(CheckSize(mesh_shape, "mesh_shape"));
   const int64_t size = Product(mesh_shape);
   if (static_cast<int64_t>(device_ids.size()) != size) {
@@ -57,6 +60,9 @@ absl::StatusOr<Mesh> Mesh::Create(std::vector<int64_t> device_ids, std::vector<i
                                                    " devices but ", device_ids.size(),
                                                    " device ids were given"));
   }
+  // torch_xla's Mesh asserts unique ids below the mesh size; with as many ids as the size they
+  // are a permutation of 0..size-1. That is what lets a sharding built from this mesh cover
+  // every device (the partitioner rejects one that does not).
   absl::flat_hash_set<int64_t> seen;
   for (int64_t id : device_ids) {
     if (id < 0 || id >= size) {
@@ -74,6 +80,8 @@ absl::StatusOr<Mesh> Mesh::Create(std::vector<int64_t> device_ids, std::vector<i
           absl::StrCat(axis_names.size(), " axis names [", absl::StrJoin(axis_names, ", "),
                        "] for ", mesh_shape.size(), " mesh axes ", Dims(mesh_shape)));
     }
+    // Names must be unique and non-empty: a partition_spec refers to axes by name, and ""
+    // could not be written in the text form of one.
     absl::flat_hash_set<std::string> names;
     for (const std::string& name : axis_names) {
       if (name.empty()) return absl::InvalidArgumentError("an axis name is empty");
@@ -83,17 +91,21 @@ absl::StatusOr<Mesh> Mesh::Create(std::vector<int64_t> device_ids, std::vector<i
       }
     }
   }
+  // DeviceArray detects a transposed iota here (O(n) once), so the shardings derived from a
+  // mesh built on a torus are compact and every later operation on them is O(rank).
   return Mesh(DeviceArray(std::move(mesh_shape), std::move(device_ids)), std::move(axis_names));
 }
 
 std::vector<std::pair<std::string, int64_t>> Mesh::shape() const {
   std::vector<std::pair<std::string, int64_t>> out;
   for (int64_t i = 0; i < rank(); ++i) {
+    // Unnamed axes are named by their index, the same token a partition_spec uses for them.
     out.emplace_back(axis_names_.empty() ? absl::StrCat(i) : axis_names_[i], axis_size(i));
   }
   return out;
 }
 
+// A linear scan: meshes have a handful of axes.
 absl::StatusOr<int64_t> Mesh::AxisIndex(std::string_view name) const {
   for (size_t i = 0; i < axis_names_.size(); ++i) {
     if (axis_names_[i] == name) return static_cast<int64_t>(i);
@@ -106,6 +118,8 @@ std::optional<std::vector<int64_t>> Mesh::CoordinateOf(int64_t device_id) const 
   return logical_mesh_.IndexOf(device_id);
 }
 
+// Names are quoted and indices are not, so an error message tells the axis called "0" from
+// axis index 0.
 std::string Mesh::AxesToString() const {
   std::vector<std::string> parts;
   for (const auto& [name, size] : shape()) {
@@ -126,6 +140,8 @@ namespace {
 
 // Enumerates index combinations of `n` items taken `k` at a time in itertools.combinations
 // order, calling `fn(combination)` until it returns true. Returns whether it did.
+// The order matters: JAX takes the first combination that fits, so a different enumeration
+// order would pick other physical axes and build another device order.
 template <typename Fn>
 bool ForEachCombination(int64_t n, int64_t k, Fn&& fn) {
   if (k > n) return false;
@@ -146,8 +162,12 @@ bool ForEachCombination(int64_t n, int64_t k, Fn&& fn) {
 std::optional<std::vector<std::vector<int64_t>>> AssignWholeAxes(
     absl::Span<const int64_t> physical_shape, absl::Span<const int64_t> mesh_shape) {
   const int64_t num_physical = static_cast<int64_t>(physical_shape.size());
+  // assignable[p] is the size of physical axis p while it is free and 0 once taken, as in JAX:
+  // a product that includes a taken axis is 0 and never matches a logical size (all >= 1).
   std::vector<int64_t> assignable(physical_shape.begin(), physical_shape.end());
   std::vector<std::vector<int64_t>> assignment(mesh_shape.size());
+  // The last logical axis (the most network-intensive, by the axis-order convention) gets the
+  // first choice of physical axes, as in JAX.
   for (int64_t l = static_cast<int64_t>(mesh_shape.size()) - 1; l >= 0; --l) {
     bool found = false;
     for (int64_t num_axes = num_physical; num_axes >= 1 && !found; --num_axes) {
@@ -160,12 +180,15 @@ std::optional<std::vector<std::vector<int64_t>>> AssignWholeAxes(
         return true;
       });
     }
+    // A logical axis of size 1 needs no physical axis (JAX raises only for sizes > 1).
     if (!found && mesh_shape[l] > 1) return std::nullopt;
   }
   return assignment;
 }
 
 // All z with z[i] dividing available[i] and product(z) == size, each passed to `fn`.
+// Exhaustive: one divisor per physical axis, so the count is the product of the axes' divisor
+// counts (125 for a 16x16x16 torus), small for any real slice.
 void EnumerateSplits(absl::Span<const int64_t> available, int64_t size, size_t axis,
                      std::vector<int64_t>& z,
                      const std::function<void(const std::vector<int64_t>&)>& fn) {
@@ -206,6 +229,9 @@ bool PreferFirst(const std::vector<int64_t>& x, const std::vector<int64_t>& y,
     }
     return p;
   };
+  // Followed literally (including the final lexicographic tie-break) so that Tessel builds the
+  // logical mesh JAX builds for the same torus: the device order decides which links each
+  // collective crosses, so the simulator must cost the layout a JAX program would really get.
   if (whole_size(x) != whole_size(y)) return whole_size(x) > whole_size(y);
   if (whole_count(x) != whole_count(y)) return whole_count(x) > whole_count(y);
   if (overlap_size(x) != overlap_size(y)) return overlap_size(x) > overlap_size(y);
@@ -219,6 +245,8 @@ std::optional<std::vector<std::vector<int64_t>>> AssignSplitAxes(
   const size_t num_physical = physical_shape.size();
   std::vector<std::vector<int64_t>> assignment(num_physical,
                                                std::vector<int64_t>(mesh_shape.size(), 1));
+  // Last logical axis first again; each takes a divisor of what is left of every physical
+  // axis, so later (less intensive) axes get the remainders.
   for (int64_t l = static_cast<int64_t>(mesh_shape.size()) - 1; l >= 0; --l) {
     std::vector<int64_t> assigned(num_physical, 1), available(num_physical);
     for (size_t p = 0; p < num_physical; ++p) {
@@ -266,6 +294,8 @@ absl::StatusOr<DeviceArray> CreateDeviceMeshForNdTorus(const DeviceArray& physic
                      " must equal the product of mesh_shape ", Dims(mesh_shape)));
   }
   std::vector<int64_t> logical(mesh_shape.begin(), mesh_shape.end());
+  // Whole axes first, as JAX: a logical axis made of whole torus dims keeps their wraparound
+  // rings, while a factor of a dim is a line segment or a strided subset of its ring.
   if (auto whole = AssignWholeAxes(physical_mesh.dims(), mesh_shape)) {
     std::vector<int64_t> perm;
     std::vector<bool> used(physical_mesh.rank(), false);
@@ -275,7 +305,9 @@ absl::StatusOr<DeviceArray> CreateDeviceMeshForNdTorus(const DeviceArray& physic
         used[p] = true;
       }
     }
-    // Physical axes left over all have size 1 (the products match); they go last.
+    // Physical axes left over all have size 1 (the products match); they go last. Each logical
+    // axis's physical axes are adjacent after the transpose, so the reshape to mesh_shape
+    // merges exactly them.
     for (int64_t p = 0; p < physical_mesh.rank(); ++p) {
       if (!used[p]) perm.push_back(p);
     }
@@ -302,6 +334,8 @@ absl::StatusOr<DeviceArray> CreateDeviceMesh(absl::Span<const int64_t> mesh_shap
         absl::StrCat("number of devices ", physical_mesh.num_elements(),
                      " must equal the product of mesh_shape ", Dims(mesh_shape)));
   }
+  // Any mesh_shape whose product matches gets some mesh: the torus mapping when one exists,
+  // else ascending ids (JAX's order for devices without coordinates), never an error.
   absl::StatusOr<DeviceArray> mesh = CreateDeviceMeshForNdTorus(physical_mesh, mesh_shape, true);
   if (mesh.ok()) return mesh;
   std::vector<int64_t> ids = physical_mesh.device_ids();
@@ -311,6 +345,9 @@ absl::StatusOr<DeviceArray> CreateDeviceMesh(absl::Span<const int64_t> mesh_shap
 
 DeviceArray PhysicalMesh(const mesh::Topology& topology, int64_t slice) {
   const mesh::Slice& s = topology.slice(slice);
+  // Row-major over the coordinates (coords[0] most major), like numpy indexing of JAX's
+  // physical mesh; topology ids number x fastest, so this is usually not the identity. The -1
+  // fill is never left: a validated topology has one device at every coordinate of a slice.
   DeviceArray layout = DeviceArray::Iota(s.shape);
   std::vector<int64_t> ids(layout.num_elements(), -1);
   std::vector<int64_t> strides = layout.strides();
@@ -339,6 +376,7 @@ absl::StatusOr<HybridMesh> HybridMesh::Create(std::vector<int64_t> ici_mesh_shap
                                                      " has an axis of size ", size, " (< 1)"));
     }
   }
+  // torch_xla's HybridMesh defaults dcn_mesh_shape to all ones (a single slice).
   if (dcn_mesh_shape.empty()) dcn_mesh_shape.assign(ici_mesh_shape.size(), 1);
   if (dcn_mesh_shape.size() != ici_mesh_shape.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -351,6 +389,7 @@ absl::StatusOr<HybridMesh> HybridMesh::Create(std::vector<int64_t> ici_mesh_shap
                                                      " has an axis of size ", size, " (< 1)"));
     }
   }
+  // Both bounded before any product below is taken (Product does not check for overflow).
   TESSEL_RETURN_IF_ERROR(CheckSize(ici_mesh_shape, "ici_mesh_shape"));
   TESSEL_RETURN_IF_ERROR(CheckSize(dcn_mesh_shape, "dcn_mesh_shape"));
   if (topology.num_devices() == 0) {
@@ -358,6 +397,8 @@ absl::StatusOr<HybridMesh> HybridMesh::Create(std::vector<int64_t> ici_mesh_shap
   }
   const int64_t num_slices = topology.num_slices();
   const int64_t dcn_size = Product(dcn_mesh_shape);
+  // The three slice-count checks below mirror torch_xla's HybridMesh checks and messages, so a
+  // user porting a script sees the error they know.
   if (num_slices > 1 && dcn_size == 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("provide dcn_mesh_shape to create a mesh for multislice (the topology has ",
@@ -373,9 +414,12 @@ absl::StatusOr<HybridMesh> HybridMesh::Create(std::vector<int64_t> ici_mesh_shap
                                                    Dims(dcn_mesh_shape), " = ", dcn_size));
   }
 
-  // One logical sub-mesh per slice.
+  // One logical sub-mesh per slice, each mapped onto its own torus: collectives over the ICI
+  // axes then stay inside a slice, and only the DCN axes cross slices.
   std::vector<DeviceArray> per_slice;
   for (int64_t s = 0; s < num_slices; ++s) {
+    // Checked per slice: a topology may hold slices of different sizes, and every slice must
+    // fit the one ici_mesh_shape.
     DeviceArray physical = PhysicalMesh(topology, s);
     if (physical.num_elements() != Product(ici_mesh_shape)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -388,6 +432,9 @@ absl::StatusOr<HybridMesh> HybridMesh::Create(std::vector<int64_t> ici_mesh_shap
   }
 
   // numpy.block: element at mesh coordinate c comes from slice unravel(c / ici, dcn) at c % ici.
+  // Slices are whole blocks: each aligned run of ici_mesh_shape[i] coordinates along axis i is one
+  // slice, and only crossing a block boundary (the dcn_mesh_shape part) changes slice (torch_xla
+  // HybridMesh, JAX create_hybrid_device_mesh).
   const int64_t rank = static_cast<int64_t>(ici_mesh_shape.size());
   std::vector<int64_t> mesh_shape(rank);
   for (int64_t i = 0; i < rank; ++i) mesh_shape[i] = ici_mesh_shape[i] * dcn_mesh_shape[i];
@@ -403,6 +450,7 @@ absl::StatusOr<HybridMesh> HybridMesh::Create(std::vector<int64_t> ici_mesh_shap
     }
     ids.push_back(per_slice[slice].at(inner));
   });
+  // Through Mesh::Create, so axis names and ids get the same checks as a hand-built mesh.
   TESSEL_ASSIGN_OR_RETURN(Mesh mesh,
                           Mesh::Create(std::move(ids), mesh_shape, std::move(axis_names)));
   return HybridMesh(std::move(mesh), std::move(ici_mesh_shape), std::move(dcn_mesh_shape));
@@ -412,6 +460,8 @@ absl::StatusOr<HybridMesh> HybridMesh::Create(std::vector<int64_t> ici_mesh_shap
 // Global mesh.
 
 namespace {
+// Heap objects never destroyed (Google style for globals): no destructor runs at exit, so a
+// thread still calling get_global_mesh() during shutdown cannot see a destroyed mutex.
 std::mutex& GlobalMeshMutex() {
   static std::mutex* mutex = new std::mutex;
   return *mutex;

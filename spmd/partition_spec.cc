@@ -13,6 +13,8 @@ namespace tessel::spmd {
 
 std::string AxisRef::ToString() const { return is_index() ? absl::StrCat(index()) : name(); }
 
+// The same syntax Parse reads (no spaces, Python's None), so a printed spec can be pasted back
+// on a command line.
 std::string PartitionSpec::Entry::ToString() const {
   if (is_none()) return "None";
   if (!tuple_) return axes_[0].ToString();
@@ -30,6 +32,10 @@ std::string PartitionSpec::ToString() const {
 
 // ----------------------------------------------------------------------------------------------
 // Parsing the command-line form.
+//
+// The text is what a user would write inside Python's P(...) / mesh partition_spec tuples:
+// "0,None", "('data','fsdp'),None", "x,(y,z)". Quotes are optional so that the form survives a
+// shell without escaping; None may also be written none or _.
 
 namespace {
 
@@ -72,11 +78,15 @@ class SpecParser {
       ++pos_;
       while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
       std::string digits(text_.substr(start, pos_ - start));
+      // At most 15 characters keeps std::stoll far from overflow (it would throw). A negative
+      // index is read so ShardingFromPartitionSpec can report it against the mesh's axes.
       if (digits == "-" || digits.size() > 15) {
         return Error(absl::StrCat("bad axis index \"", digits, "\""));
       }
       return AxisRef(static_cast<int64_t>(std::stoll(digits)));
     }
+    // Unquoted names may contain '-' and '.' ("dcn-data") but cannot start with '-' or a digit,
+    // which begin an index above; such names need quotes.
     while (pos_ < text_.size() &&
            (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_' ||
             text_[pos_] == '-' || text_[pos_] == '.')) {
@@ -100,6 +110,8 @@ class SpecParser {
       while (true) {
         SkipSpace();
         TESSEL_ASSIGN_OR_RETURN(AxisRef axis, ParseQuotedOrAxis());
+        // A tuple entry lists the axes of one dim, so None has no meaning inside it; the likely
+        // intent is a whole spec wrapped in parentheses.
         if (!axis.is_index() && IsNoneWord(axis.name())) {
           return Error(
               "None inside a tuple (write the spec without outer parentheses, e.g. 0,None)");
@@ -118,11 +130,14 @@ class SpecParser {
       ++pos_;
       return PartitionSpec::Entry(Axes(std::move(axes)));
     }
+    // An empty entry (",," or a leading ",") reads as None. A trailing comma adds no entry
+    // (Parse stops first), as in Python's (0,).
     if (pos_ >= text_.size() || text_[pos_] == ',') return PartitionSpec::Entry(kNone);
     TESSEL_ASSIGN_OR_RETURN(AxisRef axis, ParseQuotedOrAxis());
     if (!axis.is_index() && IsNoneWord(axis.name())) return PartitionSpec::Entry(kNone);
     return PartitionSpec::Entry(std::move(axis));
   }
+  // A quoted name is always a name: '0' is the axis called "0", not axis index 0.
   absl::StatusOr<AxisRef> ParseQuotedOrAxis() {
     if (pos_ < text_.size() && (text_[pos_] == '\'' || text_[pos_] == '"')) {
       const char quote = text_[pos_++];
@@ -155,6 +170,8 @@ absl::StatusOr<PartitionSpec> PartitionSpec::Parse(std::string_view text) {
 absl::StatusOr<Sharding> ShardingFromPartitionSpec(const Mesh& mesh, int64_t rank,
                                                    const PartitionSpec& spec) {
   if (rank < 0) return absl::InvalidArgumentError(absl::StrCat("negative tensor rank ", rank));
+  // One entry per dim, as torch_xla's mark_sharding asserts (JAX would pad a short spec with
+  // None; here a missing entry is an error).
   if (spec.size() != rank) {
     return absl::InvalidArgumentError(absl::StrCat("partition_spec (", spec.ToString(), ") has ",
                                                    spec.size(), " entries for a rank-", rank,
@@ -165,6 +182,7 @@ absl::StatusOr<Sharding> ShardingFromPartitionSpec(const Mesh& mesh, int64_t ran
   std::vector<int64_t> used_in(mesh.rank(), -1);
   for (int64_t d = 0; d < rank; ++d) {
     const PartitionSpec::Entry& entry = spec[d];
+    // The parser refuses "()", but a PartitionSpec built in C++ can hold Axes{}.
     if (entry.is_tuple() && entry.axes().empty()) {
       return absl::InvalidArgumentError(absl::StrCat("partition_spec[", d, "] is an empty tuple"));
     }
@@ -186,6 +204,9 @@ absl::StatusOr<Sharding> ShardingFromPartitionSpec(const Mesh& mesh, int64_t ran
         }
         axis = *index;
       }
+      // torch_xla and JAX forbid using one mesh axis for two dims: the device's coordinate on
+      // that axis would pick its tile along both dims, a diagonal that no tile assignment can
+      // express (the off-diagonal tiles would have no device).
       if (used_in[axis] >= 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("mesh axis ", ref.ToString(), " is used twice in partition_spec (",
@@ -199,9 +220,13 @@ absl::StatusOr<Sharding> ShardingFromPartitionSpec(const Mesh& mesh, int64_t ran
 
   const bool all_none = std::all_of(entry_axes.begin(), entry_axes.end(),
                                     [](const std::vector<int64_t>& a) { return a.empty(); });
+  // The torch_xla shortcuts: a 0-d tensor, a 1-device mesh or an all-None spec is replicated.
   if (rank == 0 || mesh.size() == 1 || all_none) return Sharding::Replicate();
 
-  // Tile assignment: used axes in spec order, then unused axes ascending.
+  // Tile assignment: used axes in spec order, then unused axes ascending. Transposing the
+  // logical mesh this way puts, for every device, its coordinates on the axes of dim 0 first,
+  // then dim 1's, ...; a tuple's axes stay adjacent in the order written, so the first one is
+  // the major part of the dim's tile index (torch_xla's _get_tile_assignment).
   std::vector<int64_t> perm;
   for (const auto& axes : entry_axes) perm.insert(perm.end(), axes.begin(), axes.end());
   const int64_t num_used = static_cast<int64_t>(perm.size());
@@ -209,6 +234,7 @@ absl::StatusOr<Sharding> ShardingFromPartitionSpec(const Mesh& mesh, int64_t ran
     if (used_in[a] < 0) perm.push_back(a);
   }
   DeviceArray transposed = mesh.logical_mesh().Transpose(perm);
+  // Devices per replication group: those that differ only in their coordinates on unused axes.
   const int64_t replicas = Product(absl::MakeConstSpan(transposed.dims()).subspan(num_used));
   const bool any_none = std::any_of(entry_axes.begin(), entry_axes.end(),
                                     [](const std::vector<int64_t>& a) { return a.empty(); });
@@ -218,6 +244,7 @@ absl::StatusOr<Sharding> ShardingFromPartitionSpec(const Mesh& mesh, int64_t ran
   for (int64_t d = 0; d < rank; ++d) {
     for (int64_t axis : entry_axes[d]) tile_dims[d] *= mesh.axis_size(axis);
   }
+  // Every dim sharded and every axis used: each device holds exactly one tile, no replication.
   if (!any_none && num_used == mesh.rank()) {
     // Plain tiling (torch_xla ShardingType.TILED): the transposed mesh, tuples merged.
     return Sharding::Tile(transposed.Reshape(tile_dims));

@@ -25,6 +25,7 @@ absl::StatusOr<ShardedTensor> ShardedTensor::Create(const Shape& global_shape,
                      "non-tuple sharding, got ",
                      global_shape.ToString(), " and ", sharding.ToString()));
   }
+  // Manual pieces have no global layout to cut or assemble, so only the program knows them.
   if (sharding.IsManual() || sharding.SubgroupDim(SubgroupType::kManual) >= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "sharding ", sharding.ToString(),
@@ -38,6 +39,8 @@ absl::StatusOr<ShardedTensor> ShardedTensor::Create(const Shape& global_shape,
   ShardedTensor t;
   t.global_shape_ = global_shape;
   t.sharding_ = sharding;
+  // One local shape for every device (SPMD): ceil(dim / tiles), as LocalShape in the
+  // partitioner computes it, so Split's pieces match the partitioned program's parameters.
   const int64_t rank = global_shape.rank();
   std::vector<int64_t> local_dims(rank);
   for (int64_t d = 0; d < rank; ++d) {
@@ -51,6 +54,8 @@ absl::StatusOr<ShardedTensor> ShardedTensor::Create(const Shape& global_shape,
     for (int64_t d = 0; d < rank; ++d) index.emplace_back(0, global_shape.dim(d));
     return index;
   };
+  // Ranges follow the ceil rule: tile k starts at min(k * s, dim), so trailing tiles can be
+  // short or empty ([dim, dim)) but never overlap, and their buffers are padded to s.
   if (sharding.IsTiled()) {
     const int64_t replicated_dim = sharding.SubgroupDim(SubgroupType::kReplicated);
     const int64_t unreduced_dim = sharding.SubgroupDim(SubgroupType::kUnreduced);
@@ -64,11 +69,14 @@ absl::StatusOr<ShardedTensor> ShardedTensor::Create(const Shape& global_shape,
         shard.index.emplace_back(std::min(full[d] * local_dims[d], dim),
                                  std::min((full[d] + 1) * local_dims[d], dim));
       }
+      // Replication groups are sorted (PartialTile), so replica 0 of every tile is its lowest
+      // device id: the copy Assemble reads.
       if (replicated_dim >= 0) shard.replica_id = full[replicated_dim];
       if (unreduced_dim >= 0) shard.unreduced_id = full[unreduced_dim];
       t.shards_.push_back(std::move(shard));
     }
   } else if (sharding.IsMaximal()) {
+    // One shard only: the other devices hold nothing, and shard_for returns nullptr for them.
     Shard shard;
     shard.device_id = *sharding.unique_device();
     shard.index = full_range();
@@ -80,10 +88,14 @@ absl::StatusOr<ShardedTensor> ShardedTensor::Create(const Shape& global_shape,
       shard.device_id = id;
       shard.index = full_range();
       shard.tile_index.assign(rank, 0);
+      // For {replicated} every device is its own copy (torch_xla numbers replicas by device);
+      // for {unreduced} every device holds its own partial value.
       (sharding.IsUnreduced() ? shard.unreduced_id : shard.replica_id) = id;
       t.shards_.push_back(std::move(shard));
     }
   }
+  // Tile-assignment order depends on the sharding; ascending device ids give Split and
+  // Assemble one fixed order for every sharding, and shard_for its binary search.
   std::sort(t.shards_.begin(), t.shards_.end(),
             [](const Shard& a, const Shard& b) { return a.device_id < b.device_id; });
   return t;
@@ -109,6 +121,8 @@ void ForEachRun(absl::Span<const int64_t> src_dims, absl::Span<const int64_t> sr
   for (int64_t e : extent) {
     if (e == 0) return;
   }
+  // A scalar is one run of one element (ForEachIndex over zero outer dims would call once
+  // too, but the last-dim arithmetic below needs rank >= 1).
   if (rank == 0) {
     fn(0, 0, 1);
     return;
@@ -120,6 +134,8 @@ void ForEachRun(absl::Span<const int64_t> src_dims, absl::Span<const int64_t> sr
     }
     return s;
   };
+  // One memcpy per run of the last dim instead of one per element: the box is contiguous along
+  // the last dim in both arrays, whatever their other dims.
   const std::vector<int64_t> src_strides = strides(src_dims);
   const std::vector<int64_t> dst_strides = strides(dst_dims);
   ForEachIndex(extent.subspan(0, rank - 1), [&](absl::Span<const int64_t> outer) {
@@ -135,6 +151,7 @@ void ForEachRun(absl::Span<const int64_t> src_dims, absl::Span<const int64_t> sr
 }  // namespace
 
 absl::StatusOr<std::vector<Literal>> ShardedTensor::Split(const Literal& global) const {
+  // The shape (dtype included) must match exactly: Split copies raw bytes.
   if (global.shape() != global_shape_) {
     return absl::InvalidArgumentError(absl::StrCat("cannot split a ", global.shape().ToString(),
                                                    " literal as ", global_shape_.ToString()));
@@ -145,6 +162,8 @@ absl::StatusOr<std::vector<Literal>> ShardedTensor::Split(const Literal& global)
   locals.reserve(shards_.size());
   for (const Shard& shard : shards_) {
     Literal local(local_shape_);  // zero-filled: the padding
+    // Only the first partial value carries the data; the others stay zero, so the partial
+    // values still sum to the value (the partitioner's all-reduce or Assemble add them up).
     if (shard.unreduced_id == 0) {
       std::vector<int64_t> src_start(rank), dst_start(rank, 0);
       for (int64_t d = 0; d < rank; ++d) src_start[d] = shard.index[d].first;
@@ -165,6 +184,8 @@ absl::StatusOr<Literal> ShardedTensor::Assemble(absl::Span<const Literal> locals
                                                    " under ", sharding_.ToString(), " needs ",
                                                    shards_.size(), " shards, got ", locals.size()));
   }
+  // Shapes are checked before anything is copied: the runs below trust them and use raw
+  // memcpy offsets.
   for (size_t i = 0; i < locals.size(); ++i) {
     if (locals[i].shape() != local_shape_) {
       return absl::InvalidArgumentError(absl::StrCat("shard ", i, " (device ", shards_[i].device_id,
@@ -176,6 +197,9 @@ absl::StatusOr<Literal> ShardedTensor::Assemble(absl::Span<const Literal> locals
   const int64_t width = ByteWidth(global_shape_.dtype());
   const int64_t rank = global_shape_.rank();
   // Pass 0 copies the first partial value of each tile, pass 1 adds the other partial values.
+  // Two passes because shards are in device order, which need not put unreduced_id 0 first:
+  // a copy after an add would overwrite the sum. Replicas other than the first (replica_id
+  // != 0) are skipped, so replicated data is read once and never added to itself.
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t i = 0; i < shards_.size(); ++i) {
       const Shard& shard = shards_[i];
@@ -194,6 +218,8 @@ absl::StatusOr<Literal> ShardedTensor::Assemble(absl::Span<const Literal> locals
                      T* out = global.data<T>().data() + dst;
                      const T* in = local.data<T>().data() + src;
                      for (int64_t k = 0; k < run; ++k) {
+                       // pred partial values combine with OR, as the partitioner's
+                       // all-reduce of a pred does.
                        if constexpr (std::is_same_v<T, bool>) {
                          out[k] = out[k] || in[k];
                        } else {

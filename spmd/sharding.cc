@@ -22,11 +22,17 @@ std::string_view SubgroupTypeName(SubgroupType type) {
     case SubgroupType::kReplicated:
       return "replicated";
   }
+  // Unreachable (every enumerator returns above); keeps -Wreturn-type quiet.
   return "replicated";
 }
 
 // ----------------------------------------------------------------------------------------------
 // Factories and normalization.
+//
+// Every factory returns the canonical form (sharding.h), because operator== and the hash
+// compare representations: the partitioner memoizes reshard plans and replica groups keyed on
+// shardings, and propagation asks "equal?" to decide whether anything must move. Two spellings
+// of one layout that compared unequal would cost a collective that moves nothing.
 
 Sharding Sharding::Manual() {
   Sharding s;
@@ -44,11 +50,14 @@ Sharding Sharding::AssignDevice(int64_t device_id) {
   TESSEL_CHECK(device_id >= 0);
   Sharding s;
   s.kind_ = Kind::kMaximal;
+  // A [1] array holding the device, as XLA stores maximal shardings: UsesDevice, operator== and
+  // the hash then need no special case for the device.
   s.tile_assignment_ = DeviceArray({1}, {device_id});
   return s;
 }
 
 absl::Status Sharding::ValidateTileAssignment(const DeviceArray& tile_assignment) {
+  // Rank 0 would tile no dim and hold one device: that is {maximal}, spelled otherwise.
   if (tile_assignment.rank() == 0) {
     return absl::InvalidArgumentError("a tile assignment needs at least one dim");
   }
@@ -65,6 +74,9 @@ absl::Status Sharding::ValidateTileAssignment(const DeviceArray& tile_assignment
   auto twice = [](int64_t id) {
     return absl::InvalidArgumentError(absl::StrCat("device id ", id, " appears twice"));
   };
+  // The same density threshold as DeviceArray's position table: a bitmap while it stays within
+  // a small multiple of the id count, a hash set for sparse ids (a huge id in user text must not
+  // allocate a huge bitmap).
   if (max_id <= 4 * static_cast<int64_t>(ids.size()) + 1024) {
     std::vector<bool> seen(max_id + 1, false);  // dense ids: a bitmap, no hashing
     for (int64_t id : ids) {
@@ -80,6 +92,8 @@ absl::Status Sharding::ValidateTileAssignment(const DeviceArray& tile_assignment
   return absl::OkStatus();
 }
 
+// Tile keeps its input as is (XLA's HloSharding::Tile does too): with no subgroup dims there is
+// nothing to reorder, and a tile assignment of one tile per dim is still a (trivial) tiling.
 Sharding Sharding::Tile(DeviceArray tile_assignment) {
   TESSEL_CHECK_OK(ValidateTileAssignment(tile_assignment));
   Sharding s;
@@ -91,12 +105,17 @@ Sharding Sharding::Tile(DeviceArray tile_assignment) {
 Sharding Sharding::PartialTile(const DeviceArray& tiles) {
   TESSEL_CHECK_OK(ValidateTileAssignment(tiles));
   const int64_t group_size = tiles.dims().back();
+  // Rank 1 means no data dim at all, and a group holding every device means one data tile:
+  // either way every device holds the whole value.
   if (tiles.rank() == 1 || group_size == tiles.num_elements()) return Replicate();
   if (group_size == 1) {
     std::vector<int64_t> dims = tiles.dims();
     dims.pop_back();
     return Tile(tiles.Reshape(std::move(dims)));
   }
+  // Devices of one replication group hold identical data, so their order carries no meaning;
+  // sorting makes it canonical (XLA's PartialTile does the same, and torch_xla's
+  // _get_group_assignment lists each group's devices sorted).
   Sharding s;
   s.kind_ = Kind::kTiled;
   s.tile_assignment_ = tiles.SortLastDimGroups();
@@ -109,6 +128,9 @@ Sharding Sharding::Subgroup(DeviceArray tiles, std::vector<SubgroupType> types) 
   TESSEL_CHECK(static_cast<int64_t>(types.size()) <= tiles.rank());
   if (types.empty()) return Tile(std::move(tiles));
   const int64_t data_rank = tiles.rank() - static_cast<int64_t>(types.size());
+  // No data tiling and a single kind of subgroup: every device holds the value the same way
+  // (all replicas, all partial sums, all manual), so the short kinds say it with no device
+  // list at all.
   const bool one_type =
       std::all_of(types.begin(), types.end(), [&](SubgroupType t) { return t == types[0]; });
   if (one_type && Product(absl::MakeConstSpan(tiles.dims()).subspan(0, data_rank)) == 1) {
@@ -147,6 +169,9 @@ Sharding Sharding::Subgroup(DeviceArray tiles, std::vector<SubgroupType> types) 
     const int64_t dim = data_rank + static_cast<int64_t>(i);
     if (tiles.dim(dim) == 1) perm.push_back(dim);  // trivial dims go last, then vanish
   }
+  // Transposing the subgroup dims of one type next to each other, in their given order, and
+  // reshaping merges them row-major: the earlier dim becomes the major part. The size-1 dims
+  // moved last vanish in the reshape without moving any device.
   DeviceArray merged = tiles.Transpose(perm).Reshape(merged_dims);
 
   const int64_t data_tiles = Product(absl::MakeConstSpan(merged_dims).subspan(0, data_rank));
@@ -164,17 +189,22 @@ Sharding Sharding::Subgroup(DeviceArray tiles, std::vector<SubgroupType> types) 
         return Replicate();
     }
   }
+  // Replication alone is spelled last_tile_dim_replicate, as XLA's Subgroup also returns a
+  // PartialTile then; otherwise the same layout would have two spellings.
   if (merged_types.size() == 1 && merged_types[0] == SubgroupType::kReplicated) {
     return PartialTile(merged);
   }
   Sharding s;
   s.kind_ = Kind::kTiled;
+  // Only a replicated last dim is sorted: the order along manual and unreduced dims is kept as
+  // given (UnreducedGroups sorts when it lists groups, which is what collectives use).
   s.tile_assignment_ =
       merged_types.back() == SubgroupType::kReplicated ? merged.SortLastDimGroups() : merged;
   s.subgroup_types_ = std::move(merged_types);
   return s;
 }
 
+// Flat, as XLA's tuple shardings list the leaves of a (possibly nested) tuple shape.
 Sharding Sharding::Tuple(std::vector<Sharding> elements) {
   for (const Sharding& e : elements) TESSEL_CHECK(!e.IsTuple());
   Sharding s;
@@ -216,6 +246,9 @@ int64_t Sharding::TiledDataRank() const {
   return tile_assignment_.rank() - NumSubgroupDims();
 }
 
+// 1 rather than a CHECK for non-tiled shardings: replicated, maximal and unreduced values are
+// whole along every dim, and callers (LocalShape, the reshard planner) ask about every dim of a
+// value whatever its sharding kind.
 int64_t Sharding::num_tiles(int64_t dim) const {
   if (kind_ != Kind::kTiled || dim < 0 || dim >= TiledDataRank()) return 1;
   return tile_assignment_.dim(dim);
@@ -237,6 +270,7 @@ bool Sharding::UsesDevice(int64_t device_id) const {
     case Kind::kManual:
     case Kind::kUnreduced:
       return true;
+    // O(rank) for compact tile assignments, so asking every device stays O(devices * rank).
     case Kind::kMaximal:
     case Kind::kTiled:
       return tile_assignment_.IndexOf(device_id).has_value();
@@ -254,6 +288,7 @@ std::optional<std::vector<int64_t>> Sharding::TileAssignmentIndexOf(int64_t devi
 
 std::optional<std::vector<int64_t>> Sharding::TileIndexOf(int64_t device_id) const {
   std::optional<std::vector<int64_t>> index = TileAssignmentIndexOf(device_id);
+  // Dropping the subgroup coordinates: replicas of one tile share the data-tile index.
   if (index) index->resize(TiledDataRank());
   return index;
 }
@@ -266,6 +301,8 @@ std::vector<int64_t> Sharding::DevicesForTile(absl::Span<const int64_t> tile_ind
                                      tile_assignment_.dims().end());
   std::vector<int64_t> full(tile_index.begin(), tile_index.end());
   full.resize(tile_assignment_.rank());
+  // Row-major over the subgroup dims, so for a partial replication the holders come in the
+  // sorted order PartialTile gave the replication group.
   std::vector<int64_t> devices;
   ForEachIndex(subgroup_dims, [&](absl::Span<const int64_t> sub) {
     std::copy(sub.begin(), sub.end(), full.begin() + data_rank);
@@ -285,6 +322,9 @@ std::vector<std::vector<int64_t>> Sharding::GroupsAlong(int64_t dim) const {
       index[dim] = i;
       group.push_back(tile_assignment_.at(index));
     }
+    // Sorted: a group names a set of devices (holders of the same data, or of partial sums),
+    // so one canonical order keeps the collectives built from it, and their printed text,
+    // identical across hosts and runs.
     std::sort(group.begin(), group.end());
     groups.push_back(std::move(group));
   });
@@ -311,6 +351,7 @@ std::vector<std::vector<int64_t>> Sharding::ReplicationGroups(int64_t num_device
       return {AllDevices(num_devices)};
     case Kind::kMaximal:
       return {tile_assignment_.device_ids()};
+    // A manual or unreduced value differs from device to device: no two hold identical data.
     case Kind::kManual:
     case Kind::kUnreduced:
       return Singletons(AllDevices(num_devices));
@@ -327,8 +368,10 @@ std::vector<std::vector<int64_t>> Sharding::UnreducedGroups(int64_t num_devices)
   switch (kind_) {
     case Kind::kUnreduced:
       return {AllDevices(num_devices)};
+    // Maximal: the one device already holds the complete value, a group of one.
     case Kind::kMaximal:
       return {tile_assignment_.device_ids()};
+    // Replicated and manual values are complete on each device: nothing to sum.
     case Kind::kReplicated:
     case Kind::kManual:
       return Singletons(AllDevices(num_devices));
@@ -356,6 +399,8 @@ absl::Status Sharding::Validate(const Shape& shape, int64_t num_devices) const {
     }
     return absl::OkStatus();
   }
+  // {replicated} is accepted for a tuple shape: it means every element replicated, and it is
+  // what propagation writes on tuple-shaped nodes other than tuple() (propagation.cc).
   if (shape.is_tuple() && kind_ != Kind::kReplicated) {
     return absl::InvalidArgumentError(
         absl::StrCat("non-tuple sharding ", ToString(), " for tuple shape ", shape.ToString()));
@@ -365,6 +410,7 @@ absl::Status Sharding::Validate(const Shape& shape, int64_t num_devices) const {
                                                    TiledDataRank(), " dims but shape ",
                                                    shape.ToString(), " has rank ", shape.rank()));
   }
+  // Only the largest id matters for the range check, and a compact array's largest is n - 1.
   if (tile_assignment_.is_compact() && tile_assignment_.num_elements() <= num_devices) {
     return absl::OkStatus();  // ids 0..n-1; otherwise the scan below names the first bad one
   }
@@ -377,6 +423,8 @@ absl::Status Sharding::Validate(const Shape& shape, int64_t num_devices) const {
   return absl::OkStatus();
 }
 
+// Field-wise: the factories keep every sharding canonical, so equal meaning is equal fields
+// (compact tile assignments compare in O(rank)).
 bool Sharding::operator==(const Sharding& other) const {
   return kind_ == other.kind_ && tile_assignment_ == other.tile_assignment_ &&
          replicate_on_last_tile_dim_ == other.replicate_on_last_tile_dim_ &&
@@ -399,6 +447,8 @@ std::string Sharding::ToString(DeviceListFormat format) const {
     case Kind::kTuple: {
       std::string out = "{";
       for (size_t i = 0; i < tuple_elements_.size(); ++i) {
+        // XLA's HloSharding::ToString marks every fifth element's index; the parser skips the
+        // comments, so the text reads back either way.
         if (i > 0) absl::StrAppend(&out, i % 5 == 0 ? absl::StrCat(", /*index=", i, "*/") : ", ");
         absl::StrAppend(&out, tuple_elements_[i].ToString(format));
       }
@@ -407,10 +457,14 @@ std::string Sharding::ToString(DeviceListFormat format) const {
     case Kind::kTiled:
       break;
   }
+  // The explicit list is the default because torch_xla prints shardings that way and users
+  // compare against it; the partitioner asks for kIota where the text would grow with the
+  // device count.
   std::string out = absl::StrCat("{devices=[", absl::StrJoin(tile_assignment_.dims(), ","), "]");
   if (format == DeviceListFormat::kIota && tile_assignment_.is_compact()) {
     const std::vector<int64_t> perm = tile_assignment_.iota_transpose_perm();
     absl::StrAppend(&out, "<=[", absl::StrJoin(tile_assignment_.iota_reshape_dims(), ","), "]");
+    // The identity transpose is omitted, as XLA prints "<=[8]" rather than "<=[8]T(0)".
     if (!std::is_sorted(perm.begin(), perm.end())) {
       absl::StrAppend(&out, "T(", absl::StrJoin(perm, ","), ")");
     }
@@ -445,6 +499,8 @@ class ShardingParser {
   absl::StatusOr<Sharding> Parse() {
     absl::StatusOr<Sharding> result = ParseTop();
     if (!result.ok()) return result;
+    // Trailing text is an error, not ignored: "{replicated}}" or two shardings pasted together
+    // should not quietly mean the first one.
     SkipSpace();
     if (pos_ != text_.size()) return Error("unexpected text after the closing '}'");
     return result;
@@ -459,6 +515,8 @@ class ShardingParser {
     return Error(absl::StrCat(what, " at offset ", pos_));
   }
 
+  // Comments are whitespace here, which is how XLA's "/*index=5*/" markers in tuple
+  // shardings are read; an unterminated comment runs to the end (then "missing '}'").
   void SkipSpace() {
     while (pos_ < text_.size()) {
       if (std::isspace(static_cast<unsigned char>(text_[pos_]))) {
@@ -501,6 +559,7 @@ class ShardingParser {
     size_t digits = pos_;
     int64_t value = 0;
     while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
+      // 2^50 * 10 + 9 < 2^63, so the next step cannot overflow; no device id or dim comes near.
       if (value > (int64_t{1} << 50)) return ErrorAt("integer too large");
       value = value * 10 + (text_[pos_] - '0');
       ++pos_;
@@ -526,6 +585,8 @@ class ShardingParser {
 
   absl::StatusOr<Sharding> ParseTop() {
     TESSEL_RETURN_IF_ERROR(Expect('{'));
+    // A leaf starts with an attribute word, so a second '{' (or "{}", XLA's empty tuple) can
+    // only be a tuple. XLA never nests tuple shardings (they are flat over the leaves).
     if (Peek('{') || Peek('}')) {  // tuple
       std::vector<Sharding> elements;
       if (Consume('}')) return Sharding::Tuple({});
@@ -551,6 +612,8 @@ class ShardingParser {
     bool iota = false;
     std::vector<int64_t> iota_reshape, iota_perm;
     std::optional<std::vector<SubgroupType>> last_tile_dims;
+    // Attributes are collected in any order first and checked for consistency afterwards, so
+    // the messages name the conflict ("more than one sharding kind") rather than a position.
     while (!Consume('}')) {
       if (pos_ >= text_.size()) return Error("missing '}'");
       std::string_view word = Word();
@@ -572,6 +635,8 @@ class ShardingParser {
         TESSEL_RETURN_IF_ERROR(Expect('='));
         TESSEL_ASSIGN_OR_RETURN(tile_dims, BracketList());
         SkipSpace();
+        // XLA's iota (V2) tile assignment: "<=[reshape dims]" and an optional "T(perm)", in
+        // place of the id list.
         if (text_.substr(pos_, 2) == "<=") {
           pos_ += 2;
           iota = true;
@@ -588,6 +653,8 @@ class ShardingParser {
           }
         } else if (pos_ < text_.size() &&
                    (text_[pos_] == '-' || std::isdigit(static_cast<unsigned char>(text_[pos_])))) {
+          // A '-' is read too, so a negative id gets ValidateTileAssignment's "negative device
+          // id" rather than a syntax error. No list at all is left to the count check below.
           do {
             TESSEL_ASSIGN_OR_RETURN(int64_t id, Integer());
             ids.push_back(id);
@@ -619,8 +686,11 @@ class ShardingParser {
       }
     }
 
+    // Exactly one kind per leaf: "{replicated devices=[2]0,1}" has no meaning, and silently
+    // preferring one word would hide a typo.
     const int kinds =
         int{replicated} + int{manual} + int{unreduced} + int{maximal} + int{tile_dims.has_value()};
+    // Subgroup markers describe trailing tile dims, so they need a tile assignment to attach to.
     if ((last_tile_dim_replicate || last_tile_dims) && !tile_dims) {
       return Error("last_tile_dim_replicate / last_tile_dims need devices=[...]");
     }
@@ -637,6 +707,7 @@ class ShardingParser {
     }
 
     // Tiled.
+    // Two spellings of the trailing subgroup dims at once would leave their count ambiguous.
     if (last_tile_dim_replicate && last_tile_dims) {
       return Error("both last_tile_dim_replicate and last_tile_dims");
     }
@@ -654,6 +725,8 @@ class ShardingParser {
       }
       num_tiles *= d;
     }
+    // The iota form never materializes its ids: DeviceArray keeps it compact, so an annotation
+    // for 8192 devices parses in O(rank).
     DeviceArray tiles;
     if (iota) {
       absl::StatusOr<DeviceArray> a =
@@ -666,12 +739,15 @@ class ShardingParser {
       }
       tiles = DeviceArray(*tile_dims, ids);
     }
+    // The factories TESSEL_CHECK the same conditions; checking first turns bad user text into
+    // a Status instead of an abort.
     absl::Status valid = Sharding::ValidateTileAssignment(tiles);
     if (!valid.ok()) return Error(std::string(valid.message()));
     if (last_tile_dim_replicate) {
       return Sharding::PartialTile(tiles);
     }
     if (last_tile_dims) {
+      // Subgroup() CHECKs this too; here it is the user's text that is wrong.
       if (static_cast<int64_t>(last_tile_dims->size()) > tiles.rank()) {
         return Error(absl::StrCat(last_tile_dims->size(), " subgroup types for ", tiles.rank(),
                                   " tile dims"));

@@ -17,6 +17,8 @@ std::string CompactDeviceList(std::vector<int64_t> ids) {
   for (size_t i = 0; i < ids.size();) {
     size_t j = i;
     while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    // Runs of 3 or more become "a-b"; a pair stays "a,b", which is no longer than "a-b" and
+    // easier to read.
     if (j - i >= 2) {
       parts.push_back(absl::StrCat(ids[i], "-", ids[j]));
     } else {
@@ -34,6 +36,8 @@ struct Cell {
   std::string range;
 };
 
+// An odd leftover space goes to the right. Precondition: text.size() <= width (the caller's
+// width is the widest cell plus margins, so the subtraction cannot wrap).
 std::string Center(const std::string& text, size_t width) {
   const size_t left = (width - text.size()) / 2;
   return std::string(left, ' ') + text + std::string(width - text.size() - left, ' ');
@@ -53,16 +57,20 @@ absl::StatusOr<std::string> VisualizeSharding(const Shape& shape, const Sharding
     return absl::InvalidArgumentError(
         absl::StrCat("VisualizeSharding draws 1-D and 2-D values only, got ", shape.ToString()));
   }
+  // Without a device count, the sharding's own ids define it; replicated and unreduced name no
+  // ids, so one device is enough to lay them out and their cells say "all devices" instead.
   const bool names_all = num_devices <= 0;
   if (names_all) {
     num_devices = 1;
+    // Just enough devices for every id the sharding names to pass ShardedTensor's range check.
     if (sharding.IsTiled() || sharding.IsMaximal()) {
       for (int64_t id : sharding.device_list()) num_devices = std::max(num_devices, id + 1);
     }
   }
   TESSEL_ASSIGN_OR_RETURN(ShardedTensor t, ShardedTensor::Create(shape, sharding, num_devices));
 
-  // Cells indexed by the data tile index (row, column).
+  // Cells indexed by the data tile index (row, column). A 1-D value is drawn as one row so its
+  // blocks read left to right like the dim's indices, as JAX draws it.
   const int64_t rows = shape.rank() == 2 ? sharding.num_tiles(0) : 1;
   const int64_t cols = shape.rank() == 2   ? sharding.num_tiles(1)
                        : shape.rank() == 1 ? sharding.num_tiles(0)
@@ -73,7 +81,8 @@ absl::StatusOr<std::string> VisualizeSharding(const Shape& shape, const Sharding
       std::vector<int64_t> tile_index;
       if (shape.rank() == 2) tile_index = {r, c};
       if (shape.rank() == 1) tile_index = {c};
-      // The devices of this tile, grouped by unreduced position.
+      // The devices of this tile, grouped by unreduced position: devices within a group hold
+      // the same partial value, and the groups' values add up ("0,1 + 2,3").
       std::vector<std::vector<int64_t>> partials;
       const Shard* any = nullptr;
       for (const Shard& shard : t.shards()) {
@@ -94,10 +103,12 @@ absl::StatusOr<std::string> VisualizeSharding(const Shape& shape, const Sharding
         for (auto& group : partials) groups.push_back(CompactDeviceList(group));
         cell.devices = absl::StrJoin(groups, " + ");
       }
+      // Every holder of a tile has the same index ranges, so any one of them describes it.
       cell.range = RangeText(*any);
     }
   }
 
+  // One width for every column, so the borders line up whatever the text of each cell.
   size_t width = 0;
   for (const auto& row : cells) {
     for (const Cell& cell : row) width = std::max({width, cell.devices.size(), cell.range.size()});

@@ -10,6 +10,9 @@
 
 namespace tessel::mesh {
 
+// What XLA's loop fusion folds into one kernel: ops computed element by element from their
+// inputs. The list is conservative: transpose, pad and concatenate, which XLA fuses only in
+// some cases, are costed as HBM round trips; reduce and dot end a fusion (FusesProducers).
 bool IsFusible(Opcode op) {
   if (IsElementwise(op)) return true;
   switch (op) {
@@ -29,6 +32,8 @@ bool FusesProducers(Opcode op) {
   return IsFusible(op) || op == Opcode::kReduce || op == Opcode::kDot;
 }
 
+// A value with no users is a program output and must reach HBM; one user that cannot absorb it
+// is enough to force the write, since that user reads it from memory.
 bool KeptOnChip(const Node& node) {
   if (!IsFusible(node.opcode()) || node.users().empty()) return false;
   for (const Node* user : node.users()) {
@@ -39,6 +44,8 @@ bool KeptOnChip(const Node& node) {
 
 namespace {
 
+// Ops that take no device time of their own: inputs already in HBM, literals in the program,
+// tuple plumbing, and partition-id (a register read).
 bool FreeOp(Opcode op) {
   switch (op) {
     case Opcode::kParameter:
@@ -59,6 +66,8 @@ OpClass ClassOf(Opcode opcode) {
   if (FreeOp(opcode)) return OpClass::kNone;
   if (opcode == Opcode::kDot) return OpClass::kDot;
   if (opcode == Opcode::kReduce) return OpClass::kReduce;
+  // rng computes every element like an elementwise op; the rest (broadcast, transpose,
+  // reshape, slice, pad, concatenate, dynamic-slice, iota, ...) only moves or makes data.
   if (IsElementwise(opcode) || opcode == Opcode::kRng) return OpClass::kElementwise;
   return OpClass::kDataMovement;
 }
@@ -87,11 +96,15 @@ absl::StatusOr<CostModel> CostModel::Create(const Topology& topology, CostModelO
   model.options_ = std::move(options);
   const DeviceSpec& spec = topology.device_spec();
   const std::string device_name = spec.name.empty() ? "the device" : spec.name;
+  // The device spec's factors override the options' defaults class by class, so a topology
+  // file can give a measured number for one class and leave the others at the roofline.
   for (const auto& [cls, factor] : model.options_.default_efficiency) {
     model.efficiency_[cls] = factor;
   }
   for (const auto& [cls, factor] : spec.efficiency) model.efficiency_[cls] = factor;
   for (const auto& [cls, factor] : model.efficiency_) {
+    // Written as !(in range) so a NaN factor is rejected too. A factor above 1 would claim more
+    // than the vendor's peak; 0 would divide by zero below.
     if (!(factor > 0 && factor <= 1)) {
       return absl::InvalidArgumentError(
           absl::StrCat("efficiency of \"", cls, "\" must be in (0, 1], got ", factor));
@@ -103,6 +116,9 @@ absl::StatusOr<CostModel> CostModel::Create(const Topology& topology, CostModelO
     return absl::InvalidArgumentError(absl::StrCat(
         "device spec of ", device_name, " gives no peak_tflops for bf16 or f32; cannot cost"));
   }
+  // Every dtype gets a peak, resolved once here so Cost() is a lookup. Only the f32 fallback is
+  // noted (the case the header documents: TPU presets list no f32 peak); integer and pred ops
+  // fall back silently.
   for (DType dtype : {DType::kPred, DType::kU8, DType::kS32, DType::kS64, DType::kBF16, DType::kF16,
                       DType::kF32, DType::kF64}) {
     std::optional<double> peak = spec.PeakTflops(DTypeName(dtype));
@@ -120,16 +136,21 @@ absl::StatusOr<CostModel> CostModel::Create(const Topology& topology, CostModelO
   }
   model.default_peak_flops_ = model.peak_flops_[DType::kBF16];
   model.hbm_bytes_per_s_ = spec.hbm_bandwidth_gbytes_per_s * 1e9;
+  // Gigabits to bytes: the topology gives link speeds in Gbps, as vendors quote them.
   model.ici_bytes_per_s_ = topology.ici().bandwidth_gbps * 1e9 / 8;
   model.ici_latency_s_ = topology.ici().latency_us * 1e-6;
   if (model.hbm_bytes_per_s_ <= 0) {
     return absl::InvalidArgumentError("device spec has no HBM bandwidth; cannot cost");
   }
+  // ICI is only needed when some slice has more than one device (every slice has at least
+  // one, so num_devices == num_slices means one device per slice, all traffic on DCN).
   if (model.ici_bytes_per_s_ <= 0 && topology.num_devices() > topology.num_slices()) {
     return absl::InvalidArgumentError("topology has no ICI bandwidth; cannot cost");
   }
   if (topology.dcn()) {
-    // Devices of one host share its DCN interfaces.
+    // Devices of one host share its DCN interfaces. Every device runs the same SPMD collective
+    // at the same time, so each gets 1/devices_per_host of the NIC bandwidth. Host 0 stands
+    // for all hosts: the model assumes every host has as many devices.
     int64_t devices_per_host = topology.num_hosts() > 0 ? topology.host(0).num_devices() : 1;
     model.dcn_bytes_per_s_per_device_ =
         topology.dcn()->bandwidth_gbps * 1e9 / 8 / static_cast<double>(devices_per_host);
@@ -151,6 +172,8 @@ double CostModel::Efficiency(OpClass op_class) const {
 double CostModel::Flops(const Node& node) {
   const Opcode op = node.opcode();
   switch (ClassOf(op)) {
+    // A multiply and an add per output element and contracting index (XLA's HloCostAnalysis,
+    // and the 2 * m * n * k of the scaling book's roofline chapter).
     case OpClass::kDot: {
       double contracting = 1;
       const Shape& lhs = node.operand(0)->shape();
@@ -161,6 +184,7 @@ double CostModel::Flops(const Node& node) {
     }
     case OpClass::kElementwise:
       return static_cast<double>(node.shape().num_elements());
+    // One combine per input element.
     case OpClass::kReduce:
       return static_cast<double>(node.operand(0)->shape().num_elements());
     default:
@@ -174,9 +198,13 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
   const OpClass cls = ClassOf(op);
   if (cls == OpClass::kNone) return cost;
   if (cls == OpClass::kCollective) {
+    // V of the header's formulas is the full buffer: the all-gather's output (its operand is
+    // only 1/n of it), the operand for every other collective.
     const int64_t bytes =
         op == Opcode::kAllGather ? node.shape().byte_size() : node.operand(0)->shape().byte_size();
     if (op == Opcode::kCollectivePermute) {
+      // A device that sends is costed by its own transfer; self pairs are local copies
+      // (PlanReshard emits them for tiles that stay put) and cost nothing here.
       for (const auto& [source, target] : node.attrs().source_target_pairs) {
         if (source == device_id && target != device_id) {
           return CollectiveCost(op, {device_id, target}, bytes, device_id);
@@ -193,6 +221,7 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
       return cost;  // this device takes no part
     }
     const auto& groups = node.attrs().replica_groups;
+    // XLA: empty replica_groups means a single group of every device.
     if (groups.empty()) {
       std::vector<int64_t> all(topology_.num_devices());
       for (int64_t i = 0; i < topology_.num_devices(); ++i) all[i] = i;
@@ -203,6 +232,7 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
         return CollectiveCost(op, group, bytes, device_id);
       }
     }
+    // In no group: the collective does not involve this device at all.
     return cost;
   }
   cost.flops = Flops(node);
@@ -223,10 +253,13 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
   }
   cost.bytes_accessed = bytes;
   const double efficiency = Efficiency(cls);
+  // A dot runs at the rate of its inputs' dtype (bf16 inputs with an f32 result still use the
+  // bf16 MXU / tensor-core rate). A tuple-shaped op has no dtype of its own; f32 stands in.
   DType dtype = node.shape().is_tuple() ? DType::kF32 : node.shape().dtype();
   if (op == Opcode::kDot) dtype = node.operand(0)->shape().dtype();
   cost.compute_seconds = cost.flops / (PeakFlopsPerSecond(dtype) * efficiency);
   cost.memory_seconds = static_cast<double>(bytes) / (hbm_bytes_per_s_ * efficiency);
+  // Roofline: compute and memory traffic overlap, so the slower of the two bounds the op.
   cost.seconds = std::max(cost.compute_seconds, cost.memory_seconds);
   return cost;
 }
@@ -234,6 +267,7 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
 NodeCost CostModel::CollectiveCost(Opcode opcode, const std::vector<int64_t>& group, int64_t bytes,
                                    int64_t device_id) const {
   NodeCost cost;
+  // A group of one moves nothing (a permute's group is {self, target}, judged below).
   if (group.size() <= 1 && opcode != Opcode::kCollectivePermute) return cost;
   const double v = static_cast<double>(bytes);
   const double eff = Efficiency(OpClass::kCollective);
@@ -241,6 +275,8 @@ NodeCost CostModel::CollectiveCost(Opcode opcode, const std::vector<int64_t>& gr
   if (opcode == Opcode::kCollectivePermute) {
     const int64_t target = group.size() > 1 ? group[1] : device_id;
     if (target == device_id) return cost;
+    // A point-to-point transfer: DCN when it leaves the slice (one message, one latency), else
+    // over the torus or switch.
     if (topology_.device(target).slice != my_slice) {
       cost.dcn_seconds = v / (dcn_bytes_per_s_per_device_ * eff) + dcn_latency_s_;
       cost.dcn_bytes = bytes;
@@ -263,10 +299,15 @@ NodeCost CostModel::CollectiveCost(Opcode opcode, const std::vector<int64_t>& gr
   }
   std::sort(slices.begin(), slices.end());
   slices.erase(std::unique(slices.begin(), slices.end()), slices.end());
+  // m and n_s as in the header; the formulas assume every slice holds n_s members, which holds
+  // for groups along mesh axes of a HybridMesh.
   const double m = static_cast<double>(slices.size());
   const double n_s = static_cast<double>(local.size());
   // ICI phase over the local members; the all-to-all ICI phase carries the in-slice share.
   if (local.size() > 1) {
+    // Reductions and gathers run the ICI phase on the whole buffer (hierarchical: reduce-scatter
+    // or gather inside the slice first); an all-to-all sends over ICI only the 1/m of its data
+    // bound for this slice (members split evenly over the slices), the rest goes over DCN.
     int64_t ici_bytes = bytes;
     if (opcode == Opcode::kAllToAll) ici_bytes = static_cast<int64_t>(v / m);
     NodeCost ici = IciCollective(opcode, local, ici_bytes, device_id);
@@ -279,6 +320,8 @@ NodeCost CostModel::CollectiveCost(Opcode opcode, const std::vector<int64_t>& gr
     double sent = 0;
     double latency = 0;
     switch (opcode) {
+      // After the ICI reduce-scatter each device holds V / n_s and runs a ring all-reduce of
+      // it across the m slices, in parallel with its n_s slice mates (Thakur et al. 2005).
       case Opcode::kAllReduce:
         sent = 2 * (m - 1) / m * (v / n_s);
         latency = 2 * steps * dcn_latency_s_;
@@ -288,6 +331,7 @@ NodeCost CostModel::CollectiveCost(Opcode opcode, const std::vector<int64_t>& gr
         sent = (m - 1) / m * (v / n_s);
         latency = steps * dcn_latency_s_;
         break;
+      // No reduction to shrink it: every device sends its own data for the other slices.
       case Opcode::kAllToAll:
         sent = (m - 1) / m * v;
         latency = steps * dcn_latency_s_;
@@ -311,6 +355,7 @@ NodeCost CostModel::IciCollective(Opcode opcode, const std::vector<int64_t>& mem
   const double alpha = ici_latency_s_;
   if (topology_.ici().kind == IciKind::kSwitch) {
     // NCCL ring over the switch: each device's port carries (n-1)/n of the data per phase.
+    // The switch is non-blocking, so which devices form the group does not matter, only n.
     double sent = 0, steps = n - 1;
     switch (opcode) {
       case Opcode::kAllReduce:
@@ -339,6 +384,8 @@ NodeCost CostModel::IciCollective(Opcode opcode, const std::vector<int64_t>& mem
   const int64_t rank = static_cast<int64_t>(slice.shape.size());
   if (opcode == Opcode::kCollectivePermute) {
     const Device& target = topology_.device(members[1]);
+    // Manhattan distance on the torus (the shorter way round where a dim wraps), one alpha per
+    // hop; bandwidth is one link's, since the transfer is one stream.
     int64_t hops = 0;
     for (int64_t d = 0; d < rank; ++d) {
       int64_t delta = std::abs(target.coords[d] - me.coords[d]);
@@ -357,10 +404,20 @@ NodeCost CostModel::IciCollective(Opcode opcode, const std::vector<int64_t>& mem
     for (int64_t id : members) coords.push_back(topology_.device(id).coords[d]);
     std::sort(coords.begin(), coords.end());
     const int64_t k = std::unique(coords.begin(), coords.end()) - coords.begin();
+    // A dim where all members share one coordinate carries none of the traffic.
     if (k <= 1) continue;
+    // A ring is closed only when the group spans the whole wrapped dim. With k == 2 the
+    // wraparound would join the same two chips again; Topology::IciLinks counts one link there,
+    // so it is costed as a line (B, not 2B).
     const bool closed = k == slice.shape[d] && slice.wraparound[d] && k > 2;
+    // The dims' links work at once, so bandwidths add; a closed ring runs both directions (a
+    // bidirectional ring); a ring over a line must come back over the same links, so it gets
+    // one direction's worth. Hops add up: a latency upper bound.
     bandwidth += closed ? 2 * b : b;
     hops += closed ? static_cast<double>(k / 2) : static_cast<double>(k - 1);
+    // Bisection bound: half of each device's data crosses the middle of the dim, about V * k / 2
+    // bytes over both directions of the cut; a closed ring's cut has 2 links (4B), a line's 1
+    // (2B), hence V * k / (8B) and V * k / (4B).
     all_to_all_seconds +=
         v * static_cast<double>(k) / ((closed ? 8 : 4) * b) +
         (closed ? static_cast<double>(k / 2) : static_cast<double>(k - 1)) * alpha;

@@ -32,14 +32,16 @@ constexpr int kMaxJsonDepth = 64;
 // Upper bound on `hbm_bytes` (16 TiB per device) so that totals over kMaxDevices fit in int64.
 constexpr int64_t kMaxHbmBytes = int64_t{1} << 44;
 
-// Keys accepted on every object and never interpreted beyond a type check.
+// Keys accepted on every object and never interpreted beyond a type check. They let preset
+// files document themselves (JSON has no comments) without weakening the unknown-key check.
 constexpr std::string_view kMetaKeys[] = {"name", "description", "source", "comment"};
 
 bool IsMetaKey(std::string_view key) {
   return std::find(std::begin(kMetaKeys), std::end(kMetaKeys), key) != std::end(kMetaKeys);
 }
 
-// RFC 6901 escaping of one reference token.
+// RFC 6901 escaping of one reference token, so a key containing '/' or '~' still gives a
+// pointer a JSON tool can follow.
 std::string EscapeToken(std::string_view token) {
   std::string out;
   for (char c : token) {
@@ -63,6 +65,8 @@ std::string Child(std::string_view pointer, size_t index) {
 
 // The offending value as it would appear in JSON, cut to a readable length.
 std::string Describe(const json& value) {
+  // error_handler_t::replace: a string with invalid UTF-8 would make dump() throw; the message
+  // should show the bad value, not fail on it.
   std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
   constexpr size_t kMaxChars = 60;
   if (text.size() > kMaxChars) text = text.substr(0, kMaxChars - 3) + "...";
@@ -84,13 +88,15 @@ std::string FormatInts(const std::vector<int64_t>& values) {
   return absl::StrCat("[", absl::StrJoin(values, ","), "]");
 }
 
+// Unchecked: only called on shapes whose products were already bounded by kMaxDevices.
 int64_t Product(const std::vector<int64_t>& values) {
   int64_t product = 1;
   for (int64_t v : values) product *= v;
   return product;
 }
 
-// Coordinates of linear index `index` in `shape`, coords[0] fastest.
+// Coordinates of linear index `index` in `shape`, coords[0] fastest: JAX's TPU numbering, where
+// chip (1,0,0) follows (0,0,0) (column-major, unlike numpy's default).
 std::vector<int64_t> Delinearize(int64_t index, const std::vector<int64_t>& shape) {
   std::vector<int64_t> coords(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) {
@@ -100,7 +106,8 @@ std::vector<int64_t> Delinearize(int64_t index, const std::vector<int64_t>& shap
   return coords;
 }
 
-// Linear index of `coords` in `shape`, coords[0] fastest. Precondition: in range.
+// Linear index of `coords` in `shape`, coords[0] fastest (the inverse of Delinearize): the key
+// of the per-slice coordinate tables. Precondition: in range.
 int64_t Linearize(const std::vector<int64_t>& coords, const std::vector<int64_t>& shape) {
   int64_t index = 0;
   for (size_t d = shape.size(); d-- > 0;) index = index * shape[d] + coords[d];
@@ -110,6 +117,8 @@ int64_t Linearize(const std::vector<int64_t>& coords, const std::vector<int64_t>
 // Returns an error (kInvalidArgument, with the byte offset) if `text` nests arrays/objects
 // deeper than kMaxJsonDepth. Strings are skipped; malformed text is left to the parser.
 absl::Status CheckNestingDepth(std::string_view text, std::string_view source) {
+  // A byte scan, not a parse: brackets inside strings are skipped (with escapes), everything
+  // else is left to nlohmann, which reports malformed text with line and column.
   int depth = 0;
   bool in_string = false;
   bool escaped = false;
@@ -134,6 +143,7 @@ absl::Status CheckNestingDepth(std::string_view text, std::string_view source) {
                          " levels at byte offset ", i));
       }
     } else if (c == ']' || c == '}') {
+      // An unbalanced closer is malformed JSON; the parser reports it with its position.
       if (depth > 0) --depth;
     }
   }
@@ -147,6 +157,8 @@ class DuplicateKeyChecker {
  public:
   bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
     switch (event) {
+      // A container advances its parent array's index when it starts: nlohmann sends no
+      // `value` event for containers, only for scalars (handled below).
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start: {
         std::string pointer;
@@ -159,6 +171,8 @@ class DuplicateKeyChecker {
             Frame{event == json::parse_event_t::array_start, 0, "", {}, std::move(pointer)});
         break;
       }
+      // Keys are compared after unescaping, so a key and the same key written with JSON
+      // escapes count as one key, as they do for nlohmann.
       case json::parse_event_t::key: {
         if (frames_.empty() || !parsed.is_string()) break;
         Frame& frame = frames_.back();
@@ -176,6 +190,8 @@ class DuplicateKeyChecker {
         if (!frames_.empty()) frames_.pop_back();
         break;
     }
+    // Keep every value (false would drop it from the result, not stop the parse); a duplicate
+    // is reported after the parse, with its JSON pointer.
     return true;
   }
 
@@ -190,12 +206,14 @@ class DuplicateKeyChecker {
     std::set<std::string> keys;
     std::string pointer;
   };
+  // One frame per open container; the pointer of a nested container is built when it starts,
+  // from its parent's key or next index.
   std::vector<Frame> frames_;
   std::string first_duplicate_;
 };
 
 // "parse error at line 1, column 5: ..." from nlohmann's "[json.exception.parse_error.101]
-// parse error at line 1, column 5: ...".
+// parse error at line 1, column 5: ...": the id means nothing to someone editing a config.
 std::string StripExceptionId(std::string_view what) {
   if (!what.empty() && what.front() == '[') {
     size_t end = what.find("] ");
@@ -204,6 +222,8 @@ std::string StripExceptionId(std::string_view what) {
   return std::string(what);
 }
 
+// A slice as read from JSON, before devices exist; first_host is its hosts' offset in the
+// global host numbering (slices number their hosts consecutively, in slice order).
 struct SliceInput {
   std::vector<int64_t> shape;
   std::vector<bool> wraparound;
@@ -229,6 +249,7 @@ class TopologyBuilder {
   static void Finish(const std::vector<SliceInput>& slices, Topology* topology);
 
  private:
+  // The root's JSON pointer is "", which reads badly in a message; "/" is printed instead.
   absl::Status Error(std::string_view pointer, std::string_view message) const {
     return absl::InvalidArgumentError(
         absl::StrCat(source_, ": ", pointer.empty() ? std::string("/") : std::string(pointer), ": ",
@@ -259,7 +280,8 @@ class TopologyBuilder {
   absl::StatusOr<int64_t> ReadInt(const json* value, const std::string& pointer, int64_t min,
                                   int64_t max, std::string_view what) const;
   // An integer in [1, max]; the message says "a positive integer" unless the value is one
-  // that exceeds `max`.
+  // that exceeds `max`. The bound (kMaxDevices for counts) keeps every later product of counts
+  // within int64 and every table sized by them small.
   absl::StatusOr<int64_t> ReadPositiveInt(const json* value, const std::string& pointer,
                                           int64_t max) const {
     bool too_large =
@@ -297,6 +319,8 @@ absl::Status TopologyBuilder::CheckKeys(const json& object, const std::string& p
   for (auto it = object.begin(); it != object.end(); ++it) {
     const std::string& key = it.key();
     std::string child = Child(pointer, key);
+    // "source" may list several references (a spec sheet and a paper), so it alone also takes
+    // an array of strings.
     if (key == "source") {
       const json& v = it.value();
       bool ok = v.is_string();
@@ -325,6 +349,9 @@ absl::StatusOr<int64_t> TopologyBuilder::ReadInt(const json* value, const std::s
                                                  int64_t min, int64_t max,
                                                  std::string_view what) const {
   if (value == nullptr) return Expected(pointer, what, nullptr);
+  // nlohmann stores non-negative integers as unsigned; reading one above INT64_MAX as int64
+  // would wrap to a negative number and pass a `min` check it should fail. Floats (2.0) are
+  // not integers here: a count written as 2.5 is a typo worth reporting.
   int64_t result = 0;
   if (value->is_number_unsigned()) {
     uint64_t u = value->get<uint64_t>();
@@ -344,6 +371,8 @@ absl::StatusOr<double> TopologyBuilder::ReadNumber(const json* value, const std:
   std::string_view what = allow_zero ? "a non-negative number" : "a positive number";
   if (value == nullptr || !value->is_number()) return Expected(pointer, what, value);
   double result = value->get<double>();
+  // Bandwidths and peaks divide costs; a zero, negative or infinite one would give infinite or
+  // negative times downstream. Latencies may be 0 (allow_zero).
   if (!std::isfinite(result) || result < 0.0 || (!allow_zero && result == 0.0)) {
     return Expected(pointer, what, value);
   }
@@ -365,6 +394,8 @@ absl::StatusOr<std::vector<int64_t>> TopologyBuilder::ReadShape(const json* valu
         pointer, absl::StrCat(std::string(what), " (1 to ", kMaxSliceRank, " positive integers)"),
         value);
   }
+  // Each dim is bounded by kMaxDevices, so products of up to kMaxSliceRank dims can be checked
+  // step by step without overflow (the callers do).
   std::vector<int64_t> shape;
   for (size_t i = 0; i < value->size(); ++i) {
     TESSEL_ASSIGN_OR_RETURN(int64_t dim,
@@ -376,6 +407,8 @@ absl::StatusOr<std::vector<int64_t>> TopologyBuilder::ReadShape(const json* valu
 
 absl::StatusOr<std::vector<bool>> TopologyBuilder::ReadBools(
     const json* value, const std::string& pointer, const std::vector<int64_t>& shape) const {
+  // No default: whether a dim wraps changes the cost of collectives along it by up to 2x (ring
+  // vs line), so the file has to say it for every dim.
   std::string what = absl::StrCat("an array of ", shape.size(),
                                   " booleans (one per dimension of shape ", FormatInts(shape), ")");
   if (value == nullptr || !value->is_array() || value->size() != shape.size()) {
@@ -396,9 +429,13 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
   TESSEL_RETURN_IF_ERROR(CheckObject(*value, pointer));
   TESSEL_RETURN_IF_ERROR(CheckKeys(
       *value, pointer, {"peak_tflops", "hbm_bytes", "hbm_bandwidth_gbytes_per_s", "efficiency"}));
+  // The meta key "name" doubles as the device's name ("TPU v5p"), used in the cost model's
+  // notes; CheckKeys has made sure it is a string.
   DeviceSpec spec;
   if (const json* name = Find(*value, "name")) spec.name = name->get<std::string>();
 
+  // At least one peak is required: the cost model cannot time a dot without one (it falls
+  // back from a missing dtype to bf16 or f32, but needs something).
   std::string peak_pointer = Child(pointer, "peak_tflops");
   const json* peak = Find(*value, "peak_tflops");
   if (peak == nullptr || !peak->is_object() || peak->empty()) {
@@ -408,6 +445,8 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
   }
   for (auto it = peak->begin(); it != peak->end(); ++it) {
     std::string child = Child(peak_pointer, it.key());
+    // Unknown dtype names are errors, not ignored: "bfloat16" for "bf16" would otherwise
+    // silently leave the model on a fallback peak.
     bool known = std::find(std::begin(kKnownDTypeNames), std::end(kKnownDTypeNames), it.key()) !=
                  std::end(kKnownDTypeNames);
     if (!known) {
@@ -418,6 +457,8 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
     TESSEL_ASSIGN_OR_RETURN(double tflops, ReadNumber(&it.value(), child, false));
     spec.peak_tflops[it.key()] = tflops;
   }
+  // An integer, not a number: byte counts such as 96 GiB are exact, and 1e11 written as a float
+  // is rejected rather than rounded.
   TESSEL_ASSIGN_OR_RETURN(
       spec.hbm_bytes,
       ReadInt(Find(*value, "hbm_bytes"), Child(pointer, "hbm_bytes"), 1, kMaxHbmBytes,
@@ -439,6 +480,7 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
                                          JoinNames(std::begin(kEfficiencyClasses),
                                                    std::end(kEfficiencyClasses))));
       }
+      // A fraction of peak: above 1 would claim more than the hardware can do.
       TESSEL_ASSIGN_OR_RETURN(double factor, ReadNumber(&it.value(), child, false));
       if (factor > 1.0) return Expected(child, "a factor in (0, 1]", &it.value());
       spec.efficiency[it.key()] = factor;
@@ -452,6 +494,7 @@ absl::StatusOr<IciSpec> TopologyBuilder::ReadIci(const json* value,
   if (value == nullptr) return Expected(pointer, "an object (the ICI link spec)", nullptr);
   TESSEL_RETURN_IF_ERROR(CheckObject(*value, pointer));
   TESSEL_RETURN_IF_ERROR(CheckKeys(*value, pointer, {"kind", "bandwidth_gbps", "latency_us"}));
+  // "kind" is optional and defaults to torus: the TPU case, which most presets describe.
   IciSpec ici;
   if (const json* kind = Find(*value, "kind")) {
     if (kind->is_string() && kind->get<std::string>() == "torus") {
@@ -469,6 +512,8 @@ absl::StatusOr<IciSpec> TopologyBuilder::ReadIci(const json* value,
   return ici;
 }
 
+// `why` says in the "missing" message why DCN is needed ("required with 2 slices"), since the
+// key is optional for a single slice.
 absl::StatusOr<DcnSpec> TopologyBuilder::ReadDcn(const json* value, const std::string& pointer,
                                                  std::string_view why) const {
   if (value == nullptr) {
@@ -493,6 +538,7 @@ absl::StatusOr<SliceInput> TopologyBuilder::ReadSlice(const json& value, const s
   SliceInput slice;
   std::string shape_pointer = Child(pointer, "shape");
   TESSEL_ASSIGN_OR_RETURN(slice.shape, ReadShape(Find(value, "shape"), shape_pointer, "an array"));
+  // Checked before multiplying, so a shape like [2^18, 2^18, 2^18] is reported, not wrapped.
   int64_t num_chips = 1;
   for (int64_t dim : slice.shape) {
     if (num_chips > kMaxDevices / dim) {
@@ -508,6 +554,8 @@ absl::StatusOr<SliceInput> TopologyBuilder::ReadSlice(const json& value, const s
   TESSEL_ASSIGN_OR_RETURN(slice.devices_per_host,
                           ReadPositiveInt(Find(value, "devices_per_host"),
                                           Child(pointer, "devices_per_host"), kMaxDevices));
+  // Both factors are at most kMaxDevices = 2^18, so the product cannot overflow. Every chip
+  // belongs to exactly one host, hence the equality.
   if (slice.num_hosts * slice.devices_per_host != num_chips) {
     return Error(
         Child(pointer, "devices_per_host"),
@@ -517,6 +565,8 @@ absl::StatusOr<SliceInput> TopologyBuilder::ReadSlice(const json& value, const s
   }
   if (const json* host_shape = Find(value, "host_shape")) {
     std::string host_pointer = Child(pointer, "host_shape");
+    // Two sources of truth for which host owns which chip would have to agree; rather than
+    // check that, the explicit form owns the mapping alone.
     if (explicit_devices) {
       return Error(host_pointer,
                    "host_shape is only used when devices are generated; with a top-level "
@@ -530,6 +580,8 @@ absl::StatusOr<SliceInput> TopologyBuilder::ReadSlice(const json& value, const s
                                    FormatInts(slice.shape), ")"),
                       host_shape);
     }
+    // The host blocks must tile the slice exactly (TPU v4 / v5p hosts own a 2x2x1 block of the
+    // torus), so each chip has exactly one host.
     for (size_t d = 0; d < slice.shape.size(); ++d) {
       if (slice.shape[d] % slice.host_shape[d] != 0) {
         return Expected(Child(host_pointer, d),
@@ -537,6 +589,8 @@ absl::StatusOr<SliceInput> TopologyBuilder::ReadSlice(const json& value, const s
                         &(*host_shape)[d]);
       }
     }
+    // The block is the host's devices, so its size must be devices_per_host; with the
+    // divisibility above, the blocks then number exactly `hosts`.
     if (Product(slice.host_shape) != slice.devices_per_host) {
       return Expected(
           host_pointer,
@@ -547,10 +601,14 @@ absl::StatusOr<SliceInput> TopologyBuilder::ReadSlice(const json& value, const s
   return slice;
 }
 
+// The "generated" numbering of topology.h: ids in slice, host, local-index order, so a host's
+// devices are a contiguous id range and host h of the launcher owns ids [h * d, (h + 1) * d)
+// when every host has d devices. Input was validated by ReadSlice; nothing can fail here.
 void TopologyBuilder::GenerateDevices(const std::vector<SliceInput>& slices, Topology* topology) {
   int64_t next_id = 0;
   for (size_t s = 0; s < slices.size(); ++s) {
     const SliceInput& slice = slices[s];
+    // host_grid: how many host blocks fit along each dim; host h sits at block Delinearize(h).
     std::vector<int64_t> host_grid;
     if (!slice.host_shape.empty()) {
       for (size_t d = 0; d < slice.shape.size(); ++d) {
@@ -564,6 +622,8 @@ void TopologyBuilder::GenerateDevices(const std::vector<SliceInput>& slices, Top
         device.slice = static_cast<int64_t>(s);
         device.host = slice.first_host + h;
         device.local_index = l;
+        // Without host_shape a host owns a run of consecutive chips, x fastest (a GPU node: one
+        // host, all its GPUs); with it, a block of the torus, hosts ordered x fastest too.
         if (slice.host_shape.empty()) {
           device.coords = Delinearize(h * slice.devices_per_host + l, slice.shape);
         } else {
@@ -586,6 +646,8 @@ absl::Status TopologyBuilder::ReadExplicitDevices(const json* value, const std::
   if (!value->is_array()) return Expected(pointer, "an array of devices", value);
   int64_t expected_total = 0;
   for (const SliceInput& slice : slices) expected_total += Product(slice.shape);
+  // Hosts come from the slices (not from the device entries), so a host that lists no device
+  // is caught by the per-host count check below.
   const int64_t num_listed = static_cast<int64_t>(value->size());
   const int64_t num_hosts = slices.back().first_host + slices.back().num_hosts;
   if (num_listed > kMaxDevices) {
@@ -594,6 +656,8 @@ absl::Status TopologyBuilder::ReadExplicitDevices(const json* value, const std::
   }
 
   // Where each id and each (slice, coordinate) was first seen, for duplicate messages.
+  // Sized by the listed count, already bounded by kMaxDevices, and by each slice's product:
+  // no user value can make these tables large.
   std::vector<int64_t> entry_of_id(num_listed, -1);
   std::vector<std::vector<int64_t>> entry_of_coords(slices.size());
   for (size_t s = 0; s < slices.size(); ++s) {
@@ -609,6 +673,8 @@ absl::Status TopologyBuilder::ReadExplicitDevices(const json* value, const std::
     TESSEL_RETURN_IF_ERROR(CheckKeys(entry, entry_pointer, {"id", "slice", "host", "coords"}));
     Device device;
     std::string id_pointer = Child(entry_pointer, "id");
+    // Ids in [0, N) and no duplicates together mean dense 0..N-1, whatever the listing order:
+    // the rest of Tessel indexes devices by id.
     TESSEL_ASSIGN_OR_RETURN(device.id, ReadInt(Find(entry, "id"), id_pointer, 0, num_listed - 1,
                                                absl::StrCat("an id in [0, ", num_listed,
                                                             ") (ids are dense 0..N-1 for the N = ",
@@ -623,6 +689,8 @@ absl::Status TopologyBuilder::ReadExplicitDevices(const json* value, const std::
                                     static_cast<int64_t>(slices.size()) - 1,
                                     absl::StrCat("a slice index in [0, ", slices.size(), ")")));
     const SliceInput& slice = slices[device.slice];
+    // A host owns devices of exactly one slice (topology.h), so the host must be one of the
+    // slice's global host indices.
     TESSEL_ASSIGN_OR_RETURN(
         device.host,
         ReadInt(Find(entry, "host"), Child(entry_pointer, "host"), slice.first_host,
@@ -631,6 +699,7 @@ absl::Status TopologyBuilder::ReadExplicitDevices(const json* value, const std::
                              "..", slice.first_host + slice.num_hosts - 1, ")")));
     std::string coords_pointer = Child(entry_pointer, "coords");
     const json* coords = Find(entry, "coords");
+    // One coordinate per dim of the device's own slice: slices may differ in rank.
     if (coords == nullptr || !coords->is_array() || coords->size() != slice.shape.size()) {
       return Expected(coords_pointer,
                       absl::StrCat("an array of ", slice.shape.size(), " integers (slice ",
@@ -645,6 +714,8 @@ absl::Status TopologyBuilder::ReadExplicitDevices(const json* value, const std::
                                " has shape ", FormatInts(slice.shape), ")")));
       device.coords.push_back(c);
     }
+    // Two devices at one coordinate would break the torus model (links join coordinates) and,
+    // with the total right, leave another coordinate without a device.
     int64_t linear = Linearize(device.coords, slice.shape);
     int64_t& seen = entry_of_coords[device.slice][linear];
     if (seen >= 0) {
@@ -656,6 +727,7 @@ absl::Status TopologyBuilder::ReadExplicitDevices(const json* value, const std::
     ++devices_of_host[device.host];
     devices.push_back(std::move(device));
   }
+  // Counted after the loop so that a bad entry is reported at its own pointer first.
   if (num_listed != expected_total) {
     return Error(pointer,
                  absl::StrCat("expected ", expected_total,
@@ -672,7 +744,9 @@ absl::Status TopologyBuilder::ReadExplicitDevices(const json* value, const std::
       }
     }
   }
-  // Place by id; local index = rank of the id among its host's ids.
+  // Place by id; local index = rank of the id among its host's ids. Local indices therefore
+  // follow ids, not the listing order, so Host::device_ids (ascending) has device_ids[i] at
+  // local index i.
   topology->devices_.assign(devices.size(), Device{});
   for (Device& device : devices) {
     int64_t id = device.id;
@@ -683,6 +757,8 @@ absl::Status TopologyBuilder::ReadExplicitDevices(const json* value, const std::
   return absl::OkStatus();
 }
 
+// Shared by both ways of making devices, so the derived tables are built one way only. Devices
+// are visited in id order, so every per-slice and per-host id list comes out ascending.
 void TopologyBuilder::Finish(const std::vector<SliceInput>& inputs, Topology* topology) {
   topology->slices_.clear();
   topology->hosts_.clear();
@@ -705,6 +781,8 @@ void TopologyBuilder::Finish(const std::vector<SliceInput>& inputs, Topology* to
       topology->hosts_.push_back(std::move(host));
     }
     topology->slices_.push_back(std::move(slice));
+    // Dense per-slice table keyed like Linearize: a coordinate lookup is O(rank) (DeviceAt, and
+    // IciLinks for every chip and dim).
     topology->device_at_.emplace_back(Product(input.shape), -1);
   }
   for (const Device& device : topology->devices_) {
@@ -721,6 +799,7 @@ absl::StatusOr<Topology> TopologyBuilder::Build(const json& root) {
   TESSEL_RETURN_IF_ERROR(
       CheckKeys(root, pointer, {"device_spec", "ici", "dcn", "slices", "devices"}));
   Topology topology;
+  // CheckKeys has type-checked the meta keys, so these get<> calls cannot throw.
   if (const json* name = Find(root, "name")) topology.name_ = name->get<std::string>();
   if (const json* description = Find(root, "description")) {
     topology.description_ = description->get<std::string>();
@@ -736,6 +815,8 @@ absl::StatusOr<Topology> TopologyBuilder::Build(const json& root) {
                           ReadDeviceSpec(Find(root, "device_spec"), "/device_spec"));
   TESSEL_ASSIGN_OR_RETURN(topology.ici_, ReadIci(Find(root, "ici"), "/ici"));
 
+  // Slices are read first even with an explicit device list: they fix the shapes, host counts
+  // and host numbering the devices are checked against.
   const json* devices = Find(root, "devices");
   const json* slices_json = Find(root, "slices");
   if (slices_json == nullptr || !slices_json->is_array() || slices_json->empty()) {
@@ -744,6 +825,8 @@ absl::StatusOr<Topology> TopologyBuilder::Build(const json& root) {
   std::vector<SliceInput> slices;
   int64_t total_devices = 0;
   int64_t next_host = 0;
+  // The running total is checked per slice, so the message points at the slice that crosses
+  // kMaxDevices and no later sum can overflow.
   for (size_t s = 0; s < slices_json->size(); ++s) {
     std::string slice_pointer = Child("/slices", s);
     TESSEL_ASSIGN_OR_RETURN(SliceInput slice,
@@ -754,11 +837,13 @@ absl::StatusOr<Topology> TopologyBuilder::Build(const json& root) {
                    absl::StrCat("expected at most ", kMaxDevices, " devices in all slices, got ",
                                 total_devices, " up to this slice"));
     }
+    // Hosts are numbered globally in slice order, so a slice's hosts are a contiguous range.
     slice.first_host = next_host;
     next_host += slice.num_hosts;
     slices.push_back(std::move(slice));
   }
 
+  // Required with several slices (they talk only over DCN), optional but validated with one.
   if (Find(root, "dcn") != nullptr || slices.size() > 1) {
     TESSEL_ASSIGN_OR_RETURN(topology.dcn_,
                             ReadDcn(Find(root, "dcn"), "/dcn",
@@ -790,6 +875,8 @@ std::optional<double> DeviceSpec::PeakTflops(std::string_view dtype) const {
   return it->second;
 }
 
+// CHECKed, not a Status: ids reaching these accessors come from validated programs and
+// topologies; user-given ids go through FindDevice / FindHost.
 const Device& Topology::device(int64_t id) const {
   TESSEL_CHECK(id >= 0 && id < num_devices());
   return devices_[id];
@@ -805,6 +892,8 @@ const Host& Topology::host(int64_t index) const {
   return hosts_[index];
 }
 
+// The message names the valid range and the topology, since the id usually comes from a
+// command line or the environment (TESSEL_HOST_INDEX for FindHost).
 absl::StatusOr<const Device*> Topology::FindDevice(int64_t id) const {
   if (id < 0 || id >= num_devices()) {
     return absl::OutOfRangeError(absl::StrCat("device id ", id, " is outside the topology",
@@ -823,6 +912,8 @@ absl::StatusOr<const Host*> Topology::FindHost(int64_t index) const {
   return &hosts_[index];
 }
 
+// Out-of-range input gives nullopt, not a CHECK as device() does: coordinates may come from
+// users. Inside a slice every coordinate has a device, so the table never yields its -1 fill.
 std::optional<int64_t> Topology::DeviceAt(int64_t slice, const std::vector<int64_t>& coords) const {
   if (slice < 0 || slice >= num_slices()) return std::nullopt;
   const std::vector<int64_t>& shape = slices_[slice].shape;
@@ -836,12 +927,17 @@ std::optional<int64_t> Topology::DeviceAt(int64_t slice, const std::vector<int64
 std::vector<IciLink> Topology::IciLinks(int64_t slice_index) const {
   const Slice& s = slice(slice_index);
   std::vector<IciLink> links;
+  // A switch has ports, not point-to-point links between devices (NumIciLinks counts them).
   if (ici_.kind != IciKind::kTorus) return links;
   const int64_t num_chips = Product(s.shape);
   for (size_t d = 0; d < s.shape.size(); ++d) {
     const int64_t n = s.shape[d];
     if (n == 1) continue;
+    // With n == 2 the wraparound link would join the two chips the plain link already joins;
+    // counted once, as the cost model treats such a dim as a line.
     const bool ring = s.wraparound[d] && n > 2;
+    // Each link is emitted once, from its device_a end (the smaller coordinate, or the last
+    // chip for the wraparound), so no pair appears twice.
     for (int64_t linear = 0; linear < num_chips; ++linear) {
       std::vector<int64_t> coords = Delinearize(linear, s.shape);
       IciLink link;
@@ -871,6 +967,8 @@ int64_t Topology::NumIciLinks(int64_t slice_index) const {
   for (size_t d = 0; d < s.shape.size(); ++d) {
     const int64_t n = s.shape[d];
     if (n == 1) continue;
+    // The same count as IciLinks without building the list: num_chips / n lines along dim d,
+    // each with n - 1 links, or n when it closes into a ring.
     const int64_t per_line = (s.wraparound[d] && n > 2) ? n : n - 1;
     links += per_line * (num_chips / n);
   }
@@ -885,13 +983,18 @@ std::map<std::string, double> Topology::TotalPeakTflops() const {
   return totals;
 }
 
+// Cannot overflow: hbm_bytes <= 2^44 (kMaxHbmBytes) and num_devices <= 2^18.
 int64_t Topology::TotalHbmBytes() const { return device_spec_.hbm_bytes * num_devices(); }
 
 absl::StatusOr<Topology> ParseTopology(std::string_view json_text, std::string_view source) {
   const std::string source_text(source);
   TESSEL_RETURN_IF_ERROR(CheckNestingDepth(json_text, source_text));
+  // The adapter that stops nlohmann's exceptions (STYLE.md: third-party exceptions become a
+  // Status at the adapter); nothing thrown inside escapes ParseTopology.
   try {
     DuplicateKeyChecker checker;
+    // Strict JSON (no comments), so preset files stay valid for any JSON tool; the meta keys
+    // ("comment", "description") carry the documentation instead.
     json root = json::parse(json_text.begin(), json_text.end(), std::ref(checker),
                             /*allow_exceptions=*/true, /*ignore_comments=*/false);
     if (!checker.first_duplicate().empty()) {
@@ -901,26 +1004,35 @@ absl::StatusOr<Topology> ParseTopology(std::string_view json_text, std::string_v
     return TopologyBuilder(source_text).Build(root);
   } catch (const json::parse_error& e) {
     return absl::InvalidArgumentError(
+        // nlohmann's byte index is 1-based; the message gives a 0-based offset like
+        // CheckNestingDepth's.
         absl::StrCat(source_text, ": invalid JSON: ", StripExceptionId(e.what()), " (byte offset ",
                      e.byte > 0 ? e.byte - 1 : 0, ")"));
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(source_text, ": cannot read JSON: ", StripExceptionId(e.what())));
   } catch (const std::exception& e) {
+    // Not the user's fault (e.g. bad_alloc): kInternal, still a Status rather than a crash.
     return absl::InternalError(
         absl::StrCat(source_text, ": unexpected error while reading the topology: ", e.what()));
   }
 }
 
 absl::StatusOr<Topology> LoadTopology(const std::string& path) {
+  // The error_code overloads never throw. kNotFound only when the file is known to be absent;
+  // when existence cannot be determined (e.g. no permission on a directory), opening below
+  // fails with kInvalidArgument.
   std::error_code error;
   const bool exists = std::filesystem::exists(path, error);
   if (!exists && !error) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file"));
   }
+  // Checked explicitly: on Linux an ifstream opens a directory without error and only fails
+  // on reading, which would give a vague message.
   if (std::filesystem::is_directory(path, error)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a JSON file"));
   }
+  // Binary: the bytes reach the parser unchanged, so its byte offsets match the file.
   std::ifstream file(path, std::ios::binary);
   if (!file) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open for reading"));
@@ -936,6 +1048,8 @@ absl::StatusOr<Topology> MakeUniformTopology(int64_t num_slices,
                                              int64_t hosts_per_slice,
                                              const std::vector<bool>& wraparound) {
   constexpr char kSource[] = "<uniform>";
+  // The arguments are checked here (with "<uniform>" messages) before the JSON is built, so no
+  // product below can overflow; the parse then validates everything else.
   if (num_slices < 1 || num_slices > kMaxDevices) {
     return absl::InvalidArgumentError(
         absl::StrCat(kSource, ": num_slices: expected a positive integer at most ", kMaxDevices,
@@ -955,6 +1069,8 @@ absl::StatusOr<Topology> MakeUniformTopology(int64_t num_slices,
         kSource, ": hosts_per_slice: expected a positive divisor of the ", num_chips,
         " devices of slice shape ", FormatInts(slice_shape), ", got ", hosts_per_slice));
   }
+  // Built as JSON and parsed, so a synthetic topology passes exactly the validation and
+  // numbering a topology file gets; there is no second way to make a Topology.
   json slice = {{"shape", slice_shape},
                 {"wraparound",
                  wraparound.empty() ? std::vector<bool>(slice_shape.size(), false) : wraparound},

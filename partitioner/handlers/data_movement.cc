@@ -16,16 +16,25 @@ absl::StatusOr<PValue> HandleDataMovement(Context& ctx, const Node& node,
                                           const Sharding& target) {
   const int64_t rank = node.shape().rank();
   const std::vector<int64_t> changed = ChangedDims(node);
+  // The operands take the target's tiling on the untouched dims, so the result needs at most a
+  // local slice on the changed dims afterwards (never a second collective).
   const Sharding layout = PartiallyReplicate(target, rank, changed);
   const Opcode op = node.opcode();
   std::vector<Node*> locals;
   for (size_t i = 0; i < operands.size(); ++i) {
+    // Data operands share the result's layout; the pad value and start indices are scalars,
+    // replicated so every device reads the global index. Every operand of a concatenate gets
+    // the same layout, so their local shapes agree on every dim but the concatenated one.
     bool data =
         i == 0 || op == Opcode::kConcatenate || (op == Opcode::kDynamicUpdateSlice && i == 1);
     TESSEL_ASSIGN_OR_RETURN(Node * local,
                             ctx.Reshard(operands[i], data ? layout : Sharding::Replicate()));
     locals.push_back(local);
   }
+  // Unchanged dims may be sharded, so their slice bounds and dynamic-slice sizes shrink to the
+  // local size. The global start index of such a dim still works: its window is the full dim,
+  // and dynamic-slice / dynamic-update-slice clamp the start to 0 (XLA semantics). pad (zero
+  // padding on unchanged dims) and concatenate (its dim is the changed one) need no change.
   OpAttributes attrs = node.attrs();
   if (op == Opcode::kSlice) {
     for (int64_t d = 0; d < rank; ++d) {

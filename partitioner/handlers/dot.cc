@@ -6,8 +6,10 @@
 // and by their merge. Each is costed as the bytes of resharding both operands plus the
 // all-reduce of partial sums plus the move of the result to the target; the cheapest wins (ties:
 // that order). When contracting dims are sharded the local results are partial sums
-// (an `unreduced` subgroup) that the driver's reshard all-reduces, or which stay partial if a
-// consumer can take them. Padding along sharded contracting dims is zeroed in both operands.
+// (an `unreduced` subgroup) that the driver's reshard completes right after the dot
+// (reduce-scatter when the target tiles one more dim along the groups, else all-reduce); the
+// propagated targets are never unreduced, so no partial value outlives its dot. Padding along
+// sharded contracting dims is zeroed in both operands.
 // Example (Megatron, mesh data=2 x model=2): x [B:data, D] . w1 [D, F:model] -> h [B:data,
 // F:model] with no collective; h . w2 [F:model, D] -> one all-reduce over the model groups.
 #include <algorithm>
@@ -29,6 +31,8 @@ Sharding ResultSharding(const Sharding& space, const DotSpace& s) {
   std::vector<int64_t> dims = ta.dims();
   if (space.NumSubgroupDims() == 0) dims.push_back(1);
   spmd::DeviceArray full = ta.Reshape(dims);
+  // The contracting dims are the trailing data dims of the space (MakeDotSpace), so merging
+  // them into one dim right before the replication dim is a reshape: no device moves.
   int64_t contracting_tiles = 1;
   for (int64_t d = s.output_rank; d < s.rank; ++d) contracting_tiles *= full.dim(d);
   std::vector<int64_t> new_dims(full.dims().begin(), full.dims().begin() + s.output_rank);
@@ -45,6 +49,8 @@ absl::StatusOr<PValue> HandleDot(Context& ctx, const Node& node,
   const DotSpace s = MakeDotSpace(node);
   const PValue& lhs = operands[0];
   const PValue& rhs = operands[1];
+  // Candidates are built from plain tilings only; an operand that is still a partial sum
+  // proposes nothing of its own (its all-reduce is priced by ReshardBytes either way).
   auto plain = [](const Sharding& sh) { return IsPlainTiling(sh) ? sh : Sharding::Replicate(); };
   std::vector<Sharding> candidates;
   candidates.push_back(Embed(plain(target), s.rank, Iota(s.output_rank)));
@@ -55,6 +61,9 @@ absl::StatusOr<PValue> HandleDot(Context& ctx, const Node& node,
   if (auto merged = MergeShardings(from_lhs, from_rhs, s.rank, ctx.num_devices())) {
     candidates.push_back(*merged);
   }
+  // Cost in bytes received per device, summed over the three moves; a local slice is free. The
+  // strict `<` keeps the earliest candidate on ties, so the choice is deterministic and prefers
+  // the target's own layout (the one that needs no move of the result).
   int64_t best_cost = -1;
   Sharding best;
   for (const Sharding& space : candidates) {
@@ -76,10 +85,14 @@ absl::StatusOr<PValue> HandleDot(Context& ctx, const Node& node,
   const DotDimensionNumbers& dn = node.attrs().dot;
   Sharding lhs_layout = Project(best, s.lhs_to_space);
   Sharding rhs_layout = Project(best, s.rhs_to_space);
+  // Both operands: padding may hold inf or NaN (e.g. log of a zero pad), and 0 * inf is NaN, so
+  // zeroing one side would not keep the padded products out of the sum.
   TESSEL_ASSIGN_OR_RETURN(lhs_local, ctx.MaskPadding(lhs_local, lhs_layout, lhs.global_shape,
                                                      dn.lhs_contracting_dims, 0));
   TESSEL_ASSIGN_OR_RETURN(rhs_local, ctx.MaskPadding(rhs_local, rhs_layout, rhs.global_shape,
                                                      dn.rhs_contracting_dims, 0));
+  // The local dot keeps the global dimension numbers: resharding changes dim sizes, never
+  // their order.
   TESSEL_ASSIGN_OR_RETURN(Node * result,
                           ctx.Add(Opcode::kDot, {lhs_local, rhs_local}, node.attrs()));
   return PValue{result, ResultSharding(best, s), node.shape(), {}};

@@ -9,6 +9,8 @@ namespace tessel::partitioner::internal {
 absl::StatusOr<PValue> HandleElementwise(Context& ctx, const Node& node,
                                          const std::vector<PValue>& operands,
                                          const Sharding& target) {
+  // Every full-rank operand in the target's layout makes the op purely local; the data moves
+  // (if any) are the operands' reshards, planned and costed like any other.
   std::vector<Node*> locals;
   for (const PValue& operand : operands) {
     const Sharding& want =
@@ -16,6 +18,8 @@ absl::StatusOr<PValue> HandleElementwise(Context& ctx, const Node& node,
     TESSEL_ASSIGN_OR_RETURN(Node * local, ctx.Reshard(operand, want));
     locals.push_back(local);
   }
+  // The shape is given, not inferred: convert takes its element type from the declared shape
+  // (no operand carries it), and giving it also checks the local shapes of every op.
   Shape local_shape = LocalShape(node.shape(), target);
   TESSEL_ASSIGN_OR_RETURN(Node * result,
                           ctx.Add(node.opcode(), local_shape, std::move(locals), node.attrs()));

@@ -11,6 +11,8 @@
 
 namespace tessel::partitioner::internal {
 
+// Every device holds the same literal in its program text; cutting it is a local
+// dynamic-slice, so a sharded constant costs no communication.
 absl::StatusOr<PValue> HandleConstant(Context& ctx, const Node& node, const std::vector<PValue>&,
                                       const Sharding&) {
   Node* local = ctx.local().AddConstant(node.literal());
@@ -22,8 +24,12 @@ absl::StatusOr<PValue> HandleIota(Context& ctx, const Node& node, const std::vec
   Shape local_shape = LocalShape(node.shape(), target);
   const int64_t dim = node.attrs().iota_dimension;
   TESSEL_ASSIGN_OR_RETURN(Node * local, ctx.Add(Opcode::kIota, local_shape, {}, node.attrs()));
+  // Only the iota dim needs the offset: along the other dims every element holds the same
+  // value whatever tile it is in. Padding elements get values >= the dim size; they are masked
+  // wherever padding could matter, like any other padding.
   if (target.num_tiles(dim) > 1) {
     TESSEL_ASSIGN_OR_RETURN(Node * offset, ctx.TileOffset(target, node.shape(), dim));
+    // The offset table is s32; a floating or s64 iota adds it in its own type.
     if (local_shape.dtype() != DType::kS32) {
       TESSEL_ASSIGN_OR_RETURN(offset,
                               ctx.Add(Opcode::kConvert, Shape(local_shape.dtype(), {}), {offset}));
@@ -36,6 +42,8 @@ absl::StatusOr<PValue> HandleIota(Context& ctx, const Node& node, const std::vec
 
 absl::StatusOr<PValue> HandleRng(Context& ctx, const Node& node,
                                  const std::vector<PValue>& operands, const Sharding&) {
+  // The distribution parameters are scalars; replicated, every device draws the same whole
+  // tensor, which is what makes the local cut equal to the unsharded value.
   TESSEL_ASSIGN_OR_RETURN(Node * a, ctx.Reshard(operands[0], Sharding::Replicate()));
   TESSEL_ASSIGN_OR_RETURN(Node * b, ctx.Reshard(operands[1], Sharding::Replicate()));
   TESSEL_ASSIGN_OR_RETURN(Node * local, ctx.Add(Opcode::kRng, node.shape(), {a, b}, node.attrs()));

@@ -12,6 +12,8 @@ namespace tessel::partitioner::internal {
 
 namespace {
 
+// The value padding is replaced with before the local reduce. Integers get the double extremes,
+// which Literal::SetFromDouble saturates to the dtype's min / max.
 double Identity(ReduceKind kind, DType dtype) {
   switch (kind) {
     case ReduceKind::kAdd:
@@ -53,8 +55,13 @@ absl::StatusOr<PValue> HandleReduce(Context& ctx, const Node& node,
   const ReduceKind kind = node.attrs().reduce_kind;
   TESSEL_ASSIGN_OR_RETURN(
       local, ctx.MaskPadding(local, layout, in, sharded_reduced, Identity(kind, in.dtype())));
+  // The init value enters every device's local reduce, so the all-reduce combines it once per
+  // device: right only when it is the computation's identity, as XLA's (and JAX's lax.reduce)
+  // semantics require of reduce anyway.
   TESSEL_ASSIGN_OR_RETURN(Node * init, ctx.Reshard(operands[1], Sharding::Replicate()));
   TESSEL_ASSIGN_OR_RETURN(Node * result, ctx.Add(Opcode::kReduce, {local, init}, node.attrs()));
+  // One all-reduce over all sharded reduced dims together (their tiles form one group per
+  // position of the kept dims and the replication dim), not one per dim.
   if (!sharded_reduced.empty()) {
     TESSEL_ASSIGN_OR_RETURN(result,
                             ctx.AllReduce(result, ctx.GroupsAlong(layout, sharded_reduced), kind));

@@ -12,6 +12,9 @@ namespace tessel::partitioner::internal {
 absl::StatusOr<PValue> HandleBroadcast(Context& ctx, const Node& node,
                                        const std::vector<PValue>& operands,
                                        const Sharding& target) {
+  // Operand dim i is output dim dims[i]: the operand takes the target's tiling of those dims,
+  // and the tiles of the new dims become replication, so each device already holds the whole
+  // operand along them and the local broadcast fills its own tile.
   const std::vector<int64_t>& dims = node.attrs().dimensions;
   TESSEL_ASSIGN_OR_RETURN(Node * operand, ctx.Reshard(operands[0], Project(target, dims)));
   OpAttributes attrs = node.attrs();
@@ -25,6 +28,8 @@ absl::StatusOr<PValue> HandleTranspose(Context& ctx, const Node& node,
                                        const std::vector<PValue>& operands,
                                        const Sharding& target) {
   const std::vector<int64_t>& perm = node.attrs().dimensions;
+  // Output dim i is operand dim perm[i], so the operand wants the target permuted back by the
+  // inverse; then the local transpose yields the target's tiles with no data moved.
   std::vector<int64_t> inverse(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = i;
   TESSEL_ASSIGN_OR_RETURN(Node * operand,
@@ -36,6 +41,9 @@ absl::StatusOr<PValue> HandleTranspose(Context& ctx, const Node& node,
 absl::StatusOr<PValue> HandleReshape(Context& ctx, const Node& node,
                                      const std::vector<PValue>& operands, const Sharding& target) {
   const Shape& in = node.operand(0)->shape();
+  // The operand sharding is derived backwards from the target and then mapped forwards again:
+  // only when that gives the target exactly does the local reshape produce the target's tiles,
+  // so the round trip guards the local path.
   std::optional<Sharding> operand_sharding = ReshapeSharding(target, node.shape(), in);
   if (operand_sharding.has_value()) {
     std::optional<Sharding> back = ReshapeSharding(*operand_sharding, in, node.shape());
@@ -46,6 +54,8 @@ absl::StatusOr<PValue> HandleReshape(Context& ctx, const Node& node,
       return PValue{result, target, node.shape(), {}};
     }
   }
+  // Fallback: reshape the whole value on every device; the driver then cuts it to the target
+  // locally. Correct for any reshape, at the price of an all-gather of the operand.
   TESSEL_ASSIGN_OR_RETURN(Node * whole, ctx.Reshard(operands[0], Sharding::Replicate()));
   TESSEL_ASSIGN_OR_RETURN(Node * result, ctx.Add(Opcode::kReshape, node.shape(), {whole}));
   return PValue{result, Sharding::Replicate(), node.shape(), {}};

@@ -21,6 +21,8 @@ Node* Context::ScalarConstant(DType dtype, double value) {
   return local_.AddConstant(std::move(lit));
 }
 
+// One partition-id node per program, created on first use: a program that never needs the
+// device's position (e.g. pure elementwise over matching shardings) has none.
 absl::StatusOr<Node*> Context::PartitionId() {
   if (partition_id_ == nullptr) {
     TESSEL_ASSIGN_OR_RETURN(partition_id_, Add(Opcode::kPartitionId, {}));
@@ -28,6 +30,10 @@ absl::StatusOr<Node*> Context::PartitionId() {
   return partition_id_;
 }
 
+// XLA's SpmdPartitioner idiom: a constant table indexed by partition-id with dynamic-slice.
+// Every device runs the same program text (SPMD), so device-dependent values must come from
+// data, not from per-device constants. The table is s32, the type of every index the
+// partitioner emits; an offset of 2^31 or more would not fit (no realistic dim is that long).
 absl::StatusOr<Node*> Context::PerDeviceScalar(const std::vector<int64_t>& values) {
   std::vector<int32_t> table(values.begin(), values.end());
   Node* constant =
@@ -47,6 +53,8 @@ absl::StatusOr<Node*> Context::TileOffset(const Sharding& s, const Shape& global
   OffsetKey key{s, dim, size};
   auto it = offsets_.find(key);
   if (it != offsets_.end()) return it->second;
+  // Indexed by device id, not tile position: partition-id is the device id. Annotations are
+  // checked to cover every device (CoversAllDevices), so the 0 fallback is never read.
   std::vector<int64_t> offsets(num_devices_, 0);
   for (int64_t device = 0; device < num_devices_; ++device) {
     auto index = s.TileIndexOf(device);
@@ -66,6 +74,8 @@ CollectiveDeviceList Context::GroupsAlong(const Sharding& s, const std::vector<i
 
 absl::StatusOr<Node*> Context::AllReduce(Node* local, CollectiveDeviceList groups,
                                          ReduceKind kind) {
+  // Groups of one device are an identity; emitting nothing keeps 1-device meshes and unsharded
+  // reductions free of collectives (the golden files check `CHECK-NOT: all-`).
   if (groups.empty() || groups[0].size() <= 1) return local;
   OpAttributes attrs;
   attrs.replica_groups = std::move(groups);
@@ -76,6 +86,8 @@ absl::StatusOr<Node*> Context::AllReduce(Node* local, CollectiveDeviceList group
 absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
                                         const ReshardStep& step, const Shape& global) {
   switch (step.kind) {
+    // Partial values are summed; for pred a "sum" is OR (any partial true), which is also what
+    // ShardedTensor::Assemble does when it adds unreduced pieces.
     case ReshardStep::Kind::kAllReduce:
       return AllReduce(local, step.groups,
                        global.dtype() == DType::kPred ? ReduceKind::kOr : ReduceKind::kAdd);
@@ -84,6 +96,8 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
       attrs.replica_groups = step.groups;
       attrs.dimensions = {step.dim};
       TESSEL_ASSIGN_OR_RETURN(Node * gathered, Add(Opcode::kAllGather, {local}, attrs));
+      // n * ceil(dim / n) elements, the padding all at the end (only trailing tiles are short):
+      // slicing to the global size leaves exactly the value.
       if (gathered->shape().dim(step.dim) == global.dim(step.dim)) return gathered;
       std::vector<int64_t> starts(global.rank(), 0);
       std::vector<int64_t> limits = gathered->shape().dims();
@@ -93,7 +107,9 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
       return Add(Opcode::kSlice, {gathered}, slice);
     }
     case ReshardStep::Kind::kReduceScatter: {
-      // Pad the dim to a multiple of the group size (zeros add nothing to the sum).
+      // Pad the dim to a multiple of the group size (zeros add nothing to the sum). The input
+      // holds the whole dim, so each device's chunk is then ceil(dim / n): the target's local
+      // size, with the padding in the last chunks as the ceil rule has it.
       const int64_t n = static_cast<int64_t>(step.groups[0].size());
       const int64_t size = local->shape().dim(step.dim);
       const int64_t padded = (size + n - 1) / n * n;
@@ -170,6 +186,8 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
       const Sharding& target = step.target;
       Shape local_target = LocalShape(global, target);
       // Pad dims that are cut here so every device's window lies inside the buffer.
+      // dynamic-slice clamps its start into [0, dim - size] (XLA semantics): without the pad,
+      // the last tile of an uneven dim would be clamped back and read its neighbour's rows.
       OpAttributes pad;
       bool needs_pad = false;
       std::vector<bool> cut(global.rank(), false);
@@ -186,6 +204,7 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
         Node* zero = ScalarConstant(global.dtype(), 0);
         TESSEL_ASSIGN_OR_RETURN(local, Add(Opcode::kPad, {local, zero}, pad));
       }
+      // Dims not cut start at 0: the device already holds exactly its part along them.
       std::vector<Node*> operands = {local};
       Node* zero_index = nullptr;
       for (int64_t d = 0; d < global.rank(); ++d) {
@@ -197,6 +216,7 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
           operands.push_back(zero_index);
         }
       }
+      // A scalar has no dim to cut.
       if (global.rank() == 0) return local;
       OpAttributes ds;
       ds.dynamic_slice_sizes = local_target.dims();
@@ -206,6 +226,8 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
   return absl::InternalError("unknown reshard step");
 }
 
+// Plans are memoized per (from, to, dtype, dims): the bytes depend on the dtype and shape, the
+// steps on the shardings and on which dims divide evenly.
 absl::StatusOr<const ReshardPlan*> Context::Plan(const PValue& value, const Sharding& to) {
   if (value.global_shape.is_tuple()) {  // rare; not worth a key of its own
     TESSEL_ASSIGN_OR_RETURN(ReshardPlan plan,
@@ -231,6 +253,7 @@ absl::StatusOr<PValue> Context::ReshardValue(const PValue& value, const Sharding
     TESSEL_ASSIGN_OR_RETURN(local, EmitStep(local, current, step, value.global_shape));
     current = step.after;
   }
+  // An empty plan (equal shardings, or maximal vs replicated) keeps the value's own sharding.
   PValue out;
   out.local = local;
   out.sharding = plan->steps.empty() ? value.sharding : current;
@@ -248,6 +271,10 @@ absl::StatusOr<int64_t> Context::ReshardBytes(const PValue& value, const Shardin
   return plan->bytes_per_device;
 }
 
+// Padding content is unspecified (a zero from Split or a pad, or whatever an elementwise op made
+// of it, e.g. exp(0) = 1), so it is replaced right before the op that would read it. The mask is
+// computed from global indices: iota along the dim plus the device's tile offset, compared with
+// the global size; elements of the last tiles at or past it are padding.
 absl::StatusOr<Node*> Context::MaskPadding(Node* local, const Sharding& s, const Shape& global,
                                            const std::vector<int64_t>& dims, double fill) {
   Node* valid = nullptr;

@@ -10,6 +10,10 @@ bool Contains(const std::vector<int64_t>& dims, int64_t d) {
 }
 }  // namespace
 
+// Batch dims first, then free dims, then contracting dims: the first output_rank space dims
+// are then exactly the dot's output dims in XLA's output order (batch, lhs free, rhs free), so
+// a sharding of the space projects onto the output with Iota(output_rank) and the contracting
+// tiles are the trailing data dims (ResultSharding in handlers/dot.cc relies on that).
 DotSpace MakeDotSpace(const Node& dot) {
   const DotDimensionNumbers& dn = dot.attrs().dot;
   const int64_t lr = dot.operand(0)->shape().rank(), rr = dot.operand(1)->shape().rank();
@@ -41,6 +45,9 @@ bool IsDimPreserving(Opcode op) {
          op == Opcode::kDynamicSlice || op == Opcode::kDynamicUpdateSlice;
 }
 
+// A dim counts as changed as soon as any element moves or the extent differs (a strided slice,
+// interior padding); only dims that pass through element for element keep their tiling, since
+// the local op runs on each device's shard with those dims at local size.
 std::vector<int64_t> ChangedDims(const Node& node) {
   const OpAttributes& a = node.attrs();
   const Shape& in = node.operand(0)->shape();
@@ -58,6 +65,8 @@ std::vector<int64_t> ChangedDims(const Node& node) {
       case Opcode::kConcatenate:
         changed = d == a.dimensions[0];
         break;
+      // A full-size window has its start clamped to 0 (XLA semantics), so the dim passes through
+      // whatever the start index is.
       case Opcode::kDynamicSlice:
         changed = a.dynamic_slice_sizes[d] != in.dim(d);
         break;

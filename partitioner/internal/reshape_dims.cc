@@ -6,6 +6,12 @@ namespace tessel::partitioner::internal {
 
 std::optional<spmd::Sharding> ReshapeSharding(const spmd::Sharding& s, const Shape& from,
                                               const Shape& to) {
+  // The header's conditions suffice because a reshape only regroups each group's contiguous
+  // row-major block: cutting the group's major dim into t equal parts cuts the block into t
+  // contiguous pieces on both sides, and device k holds the same elements before and after. A
+  // tiled minor dim, or two tiled dims in one group, would give a device elements that are not
+  // one contiguous piece of the block, which no tiling of the other side describes. Padding
+  // would shift the pieces, hence the divisibility on both sides.
   if (!s.IsTiled()) return s;
   if (!IsPlainTiling(s)) return std::nullopt;
   const int64_t rank_in = from.rank(), rank_out = to.rank();
@@ -47,6 +53,9 @@ std::optional<spmd::Sharding> ReshapeSharding(const spmd::Sharding& s, const Sha
     if (from.dim(tiled_in) % t != 0 || to.dim(major_out) % t != 0) return std::nullopt;
     out_tiles[major_out] = t;
   }
+  // The tile assignment's row-major contents are kept and only re-dimensioned: each group had
+  // at most one tiled dim, taken over in the same order on the output side, so device k along it
+  // stays device k.
   std::vector<int64_t> dims = out_tiles;
   const auto& ta_dims = s.tile_assignment_dims();
   for (int64_t d = s.TiledDataRank(); d < static_cast<int64_t>(ta_dims.size()); ++d) {
