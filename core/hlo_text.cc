@@ -3,7 +3,9 @@
 #include "core/hlo_text.h"
 
 #include <algorithm>
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -213,6 +215,18 @@ std::string PrintHloModule(const Graph& graph) {
     absl::StrAppend(&out, PrintInstruction(*node, node == root));
   absl::StrAppend(&out, "}\n");
   return out;
+}
+
+absl::StatusOr<std::unique_ptr<Graph>> ParseHloFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the file"));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloModule(text.str());
+  if (!graph.ok()) {
+    return absl::Status(graph.status().code(), absl::StrCat(path, ": ", graph.status().message()));
+  }
+  return graph;
 }
 
 }  // namespace tessel

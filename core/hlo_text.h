@@ -48,6 +48,11 @@ namespace tessel {
 //     or a to_apply computation that is not one of the recognised reductions.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<Graph>> ParseHloModule(std::string_view text);
 
+// Reads the file at `path` and parses it with ParseHloModule.
+// Errors: kNotFound "PATH: cannot open the file"; ParseHloModule's errors with "PATH: " before
+// their message (same code).
+[[nodiscard]] absl::StatusOr<std::unique_ptr<Graph>> ParseHloFile(const std::string& path);
+
 }  // namespace tessel
 
 #endif  // TESSEL_CORE_HLO_TEXT_H_

@@ -23,7 +23,8 @@ TEST(TraceEventWriterTest, NamesTracksThenListsCompleteEvents) {
                      .start_us = 2.5,
                      .duration_us = 10,
                      .args = {{"bytes", int64_t{4096}}, {"op", std::string("dot")}}});
-  trace.AddComplete({.pid = 1, .tid = 5, .name = "all-reduce.1", .category = "collective"});
+  trace.AddComplete(
+      {.pid = 1, .tid = 5, .name = "all-reduce.1", .category = "collective", .args = {}});
   nlohmann::json j = nlohmann::json::parse(trace.ToJson());
   EXPECT_EQ(j["displayTimeUnit"], "ms");
   const nlohmann::json& events = j["traceEvents"];

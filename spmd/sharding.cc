@@ -150,7 +150,6 @@ Sharding Sharding::Subgroup(DeviceArray tiles, std::vector<SubgroupType> types) 
   std::iota(perm.begin(), perm.end(), int64_t{0});
   std::vector<int64_t> merged_dims(tiles.dims().begin(), tiles.dims().begin() + data_rank);
   std::vector<SubgroupType> merged_types;
-  std::vector<int64_t> trivial_dims;
   for (SubgroupType type :
        {SubgroupType::kManual, SubgroupType::kUnreduced, SubgroupType::kReplicated}) {
     int64_t size = 1;
@@ -602,8 +601,8 @@ class ShardingParser {
     return ParseLeafBody();
   }
 
-  // Parses the attributes after a leaf's '{' up to and including its '}'.
-  absl::StatusOr<Sharding> ParseLeafBody() {
+  // The attributes of one leaf, as read (checked for consistency by ParseLeafBody).
+  struct LeafAttrs {
     bool replicated = false, manual = false, unreduced = false, maximal = false;
     bool last_tile_dim_replicate = false;
     std::optional<int64_t> device;
@@ -612,6 +611,11 @@ class ShardingParser {
     bool iota = false;
     std::vector<int64_t> iota_reshape, iota_perm;
     std::optional<std::vector<SubgroupType>> last_tile_dims;
+  };
+
+  // Parses the attributes after a leaf's '{' up to and including its '}'.
+  absl::StatusOr<Sharding> ParseLeafBody() {
+    LeafAttrs a;
     // Attributes are collected in any order first and checked for consistency afterwards, so
     // the messages name the conflict ("more than one sharding kind") rather than a position.
     while (!Consume('}')) {
@@ -619,67 +623,22 @@ class ShardingParser {
       std::string_view word = Word();
       if (word.empty()) return ErrorAt("expected an attribute");
       if (word == "replicated") {
-        replicated = true;
+        a.replicated = true;
       } else if (word == "manual") {
-        manual = true;
+        a.manual = true;
       } else if (word == "unreduced") {
-        unreduced = true;
+        a.unreduced = true;
       } else if (word == "maximal") {
-        maximal = true;
+        a.maximal = true;
       } else if (word == "last_tile_dim_replicate") {
-        last_tile_dim_replicate = true;
+        a.last_tile_dim_replicate = true;
       } else if (word == "device") {
         TESSEL_RETURN_IF_ERROR(Expect('='));
-        TESSEL_ASSIGN_OR_RETURN(device, Integer());
+        TESSEL_ASSIGN_OR_RETURN(a.device, Integer());
       } else if (word == "devices") {
-        TESSEL_RETURN_IF_ERROR(Expect('='));
-        TESSEL_ASSIGN_OR_RETURN(tile_dims, BracketList());
-        SkipSpace();
-        // XLA's iota (V2) tile assignment: "<=[reshape dims]" and an optional "T(perm)", in
-        // place of the id list.
-        if (text_.substr(pos_, 2) == "<=") {
-          pos_ += 2;
-          iota = true;
-          TESSEL_ASSIGN_OR_RETURN(iota_reshape, BracketList());
-          SkipSpace();
-          if (pos_ < text_.size() && text_[pos_] == 'T') {
-            ++pos_;
-            TESSEL_RETURN_IF_ERROR(Expect('('));
-            do {
-              TESSEL_ASSIGN_OR_RETURN(int64_t p, Integer());
-              iota_perm.push_back(p);
-            } while (Consume(','));
-            TESSEL_RETURN_IF_ERROR(Expect(')'));
-          }
-        } else if (pos_ < text_.size() &&
-                   (text_[pos_] == '-' || std::isdigit(static_cast<unsigned char>(text_[pos_])))) {
-          // A '-' is read too, so a negative id gets ValidateTileAssignment's "negative device
-          // id" rather than a syntax error. No list at all is left to the count check below.
-          do {
-            TESSEL_ASSIGN_OR_RETURN(int64_t id, Integer());
-            ids.push_back(id);
-          } while (Consume(','));
-        }
+        TESSEL_RETURN_IF_ERROR(ParseDevices(a));
       } else if (word == "last_tile_dims") {
-        TESSEL_RETURN_IF_ERROR(Expect('='));
-        TESSEL_RETURN_IF_ERROR(Expect('{'));
-        last_tile_dims.emplace();
-        if (!Consume('}')) {
-          do {
-            std::string_view type = Word();
-            if (type == "manual") {
-              last_tile_dims->push_back(SubgroupType::kManual);
-            } else if (type == "unreduced") {
-              last_tile_dims->push_back(SubgroupType::kUnreduced);
-            } else if (type == "replicated") {
-              last_tile_dims->push_back(SubgroupType::kReplicated);
-            } else {
-              return ErrorAt(absl::StrCat("unknown subgroup type \"", std::string(type),
-                                          "\" (expected manual, unreduced or replicated)"));
-            }
-          } while (Consume(','));
-          TESSEL_RETURN_IF_ERROR(Expect('}'));
-        }
+        TESSEL_ASSIGN_OR_RETURN(a.last_tile_dims, ParseSubgroupTypes());
       } else {
         return ErrorAt(
             absl::StrCat("unknown or unsupported attribute \"", std::string(word), "\""));
@@ -688,38 +647,97 @@ class ShardingParser {
 
     // Exactly one kind per leaf: "{replicated devices=[2]0,1}" has no meaning, and silently
     // preferring one word would hide a typo.
-    const int kinds =
-        int{replicated} + int{manual} + int{unreduced} + int{maximal} + int{tile_dims.has_value()};
+    const int kinds = int{a.replicated} + int{a.manual} + int{a.unreduced} + int{a.maximal} +
+                      int{a.tile_dims.has_value()};
     // Subgroup markers describe trailing tile dims, so they need a tile assignment to attach to.
-    if ((last_tile_dim_replicate || last_tile_dims) && !tile_dims) {
+    if ((a.last_tile_dim_replicate || a.last_tile_dims) && !a.tile_dims) {
       return Error("last_tile_dim_replicate / last_tile_dims need devices=[...]");
     }
     if (kinds == 0) return Error("no sharding kind (replicated, maximal, manual, devices=...)");
     if (kinds > 1) return Error("more than one sharding kind");
-    if (device && !maximal) return Error("device= is only valid with maximal");
-    if (replicated) return Sharding::Replicate();
-    if (manual) return Sharding::Manual();
-    if (unreduced) return Sharding::Unreduced();
-    if (maximal) {
-      if (!device) return Error("maximal needs device=N");
-      if (*device < 0) return Error(absl::StrCat("negative device id ", *device));
-      return Sharding::AssignDevice(*device);
+    if (a.device && !a.maximal) return Error("device= is only valid with maximal");
+    if (a.replicated) return Sharding::Replicate();
+    if (a.manual) return Sharding::Manual();
+    if (a.unreduced) return Sharding::Unreduced();
+    if (a.maximal) {
+      if (!a.device) return Error("maximal needs device=N");
+      if (*a.device < 0) return Error(absl::StrCat("negative device id ", *a.device));
+      return Sharding::AssignDevice(*a.device);
     }
+    return BuildTiled(a);
+  }
 
-    // Tiled.
+  // The value of `devices=`: "[dims]" then either an id list or XLA's iota form.
+  absl::Status ParseDevices(LeafAttrs& a) {
+    TESSEL_RETURN_IF_ERROR(Expect('='));
+    TESSEL_ASSIGN_OR_RETURN(a.tile_dims, BracketList());
+    SkipSpace();
+    // XLA's iota (V2) tile assignment: "<=[reshape dims]" and an optional "T(perm)", in
+    // place of the id list.
+    if (text_.substr(pos_, 2) == "<=") {
+      pos_ += 2;
+      a.iota = true;
+      TESSEL_ASSIGN_OR_RETURN(a.iota_reshape, BracketList());
+      SkipSpace();
+      if (pos_ < text_.size() && text_[pos_] == 'T') {
+        ++pos_;
+        TESSEL_RETURN_IF_ERROR(Expect('('));
+        do {
+          TESSEL_ASSIGN_OR_RETURN(int64_t p, Integer());
+          a.iota_perm.push_back(p);
+        } while (Consume(','));
+        TESSEL_RETURN_IF_ERROR(Expect(')'));
+      }
+    } else if (pos_ < text_.size() &&
+               (text_[pos_] == '-' || std::isdigit(static_cast<unsigned char>(text_[pos_])))) {
+      // A '-' is read too, so a negative id gets ValidateTileAssignment's "negative device
+      // id" rather than a syntax error. No list at all is left to the count check below.
+      do {
+        TESSEL_ASSIGN_OR_RETURN(int64_t id, Integer());
+        a.ids.push_back(id);
+      } while (Consume(','));
+    }
+    return absl::OkStatus();
+  }
+
+  // The value of `last_tile_dims=`: "{manual, unreduced, replicated}" in any combination.
+  absl::StatusOr<std::vector<SubgroupType>> ParseSubgroupTypes() {
+    TESSEL_RETURN_IF_ERROR(Expect('='));
+    TESSEL_RETURN_IF_ERROR(Expect('{'));
+    std::vector<SubgroupType> types;
+    if (Consume('}')) return types;
+    do {
+      std::string_view type = Word();
+      if (type == "manual") {
+        types.push_back(SubgroupType::kManual);
+      } else if (type == "unreduced") {
+        types.push_back(SubgroupType::kUnreduced);
+      } else if (type == "replicated") {
+        types.push_back(SubgroupType::kReplicated);
+      } else {
+        return ErrorAt(absl::StrCat("unknown subgroup type \"", std::string(type),
+                                    "\" (expected manual, unreduced or replicated)"));
+      }
+    } while (Consume(','));
+    TESSEL_RETURN_IF_ERROR(Expect('}'));
+    return types;
+  }
+
+  // A tiled leaf (devices=...), with its subgroup dims, checked before any factory CHECKs.
+  absl::StatusOr<Sharding> BuildTiled(LeafAttrs& a) {
     // Two spellings of the trailing subgroup dims at once would leave their count ambiguous.
-    if (last_tile_dim_replicate && last_tile_dims) {
+    if (a.last_tile_dim_replicate && a.last_tile_dims) {
       return Error("both last_tile_dim_replicate and last_tile_dims");
     }
-    for (int64_t d : *tile_dims) {
+    for (int64_t d : *a.tile_dims) {
       if (d < 1) return Error(absl::StrCat("tile dim ", d, " is < 1"));
     }
-    if (tile_dims->empty()) return Error("devices=[] has no dims");
+    if (a.tile_dims->empty()) return Error("devices=[] has no dims");
     // Guards memory (an iota form names its devices implicitly); 2^24 devices is far more than
     // any topology Tessel loads.
     constexpr int64_t kMaxTiles = int64_t{1} << 24;
     int64_t num_tiles = 1;
-    for (int64_t d : *tile_dims) {
+    for (int64_t d : *a.tile_dims) {
       if (d > kMaxTiles / num_tiles) {
         return Error(absl::StrCat("more than ", kMaxTiles, " tiles"));
       }
@@ -728,31 +746,29 @@ class ShardingParser {
     // The iota form never materializes its ids: DeviceArray keeps it compact, so an annotation
     // for 8192 devices parses in O(rank).
     DeviceArray tiles;
-    if (iota) {
-      absl::StatusOr<DeviceArray> a =
-          DeviceArray::IotaTransposed(*tile_dims, iota_reshape, iota_perm);
-      if (!a.ok()) return Error(std::string(a.status().message()));
-      tiles = *std::move(a);
+    if (a.iota) {
+      absl::StatusOr<DeviceArray> iota =
+          DeviceArray::IotaTransposed(*a.tile_dims, a.iota_reshape, a.iota_perm);
+      if (!iota.ok()) return Error(std::string(iota.status().message()));
+      tiles = *std::move(iota);
     } else {
-      if (static_cast<int64_t>(ids.size()) != num_tiles) {
-        return Error(absl::StrCat(ids.size(), " device ids for ", num_tiles, " tiles"));
+      if (static_cast<int64_t>(a.ids.size()) != num_tiles) {
+        return Error(absl::StrCat(a.ids.size(), " device ids for ", num_tiles, " tiles"));
       }
-      tiles = DeviceArray(*tile_dims, ids);
+      tiles = DeviceArray(*a.tile_dims, a.ids);
     }
     // The factories TESSEL_CHECK the same conditions; checking first turns bad user text into
     // a Status instead of an abort.
     absl::Status valid = Sharding::ValidateTileAssignment(tiles);
     if (!valid.ok()) return Error(std::string(valid.message()));
-    if (last_tile_dim_replicate) {
-      return Sharding::PartialTile(tiles);
-    }
-    if (last_tile_dims) {
+    if (a.last_tile_dim_replicate) return Sharding::PartialTile(tiles);
+    if (a.last_tile_dims) {
       // Subgroup() CHECKs this too; here it is the user's text that is wrong.
-      if (static_cast<int64_t>(last_tile_dims->size()) > tiles.rank()) {
-        return Error(absl::StrCat(last_tile_dims->size(), " subgroup types for ", tiles.rank(),
+      if (static_cast<int64_t>(a.last_tile_dims->size()) > tiles.rank()) {
+        return Error(absl::StrCat(a.last_tile_dims->size(), " subgroup types for ", tiles.rank(),
                                   " tile dims"));
       }
-      return Sharding::Subgroup(std::move(tiles), *std::move(last_tile_dims));
+      return Sharding::Subgroup(std::move(tiles), *std::move(a.last_tile_dims));
     }
     return Sharding::Tile(std::move(tiles));
   }

@@ -32,18 +32,6 @@ struct PartitionOptions {
   bool stats = false;
 };
 
-absl::StatusOr<std::unique_ptr<Graph>> LoadModule(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the file"));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloModule(text.str());
-  if (!graph.ok()) {
-    return absl::Status(graph.status().code(), absl::StrCat(path, ": ", graph.status().message()));
-  }
-  return graph;
-}
-
 // Largest device id named by any sharding + 1 (at least 1).
 int64_t InferNumPartitions(const Graph& graph) {
   int64_t n = 1;
@@ -71,7 +59,7 @@ CommandFn AddPropagateCommand(CLI::App& app) {
   cmd->add_option("--num-partitions", options->num_partitions, "number of devices")
       ->check(CLI::PositiveNumber);
   return [options]() {
-    absl::StatusOr<std::unique_ptr<Graph>> graph = LoadModule(options->path);
+    absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloFile(options->path);
     if (!graph.ok()) return Fail("propagate", graph.status());
     int64_t n = options->num_partitions > 0 ? options->num_partitions : InferNumPartitions(**graph);
     absl::Status status = partitioner::PropagateShardings(**graph, n);
@@ -89,7 +77,7 @@ CommandFn AddPartitionCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--stats", options->stats, "print collective counts and bytes per kind");
   return [options]() {
-    absl::StatusOr<std::unique_ptr<Graph>> graph = LoadModule(options->path);
+    absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloFile(options->path);
     if (!graph.ok()) return Fail("partition", graph.status());
     int64_t n = options->num_partitions > 0 ? options->num_partitions : InferNumPartitions(**graph);
     absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(**graph, n);

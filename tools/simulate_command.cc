@@ -170,19 +170,6 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const mesh::To
   return step;
 }
 
-// Reads and parses the --hlo module. Errors name the file.
-absl::StatusOr<std::unique_ptr<Graph>> LoadHlo(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the file"));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<std::unique_ptr<Graph>> parsed = ParseHloModule(text.str());
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
-  }
-  return parsed;
-}
-
 // Model-level figures derived from the report: MFU, tokens per second and the model's size.
 struct Throughput {
   double mfu = 0;
@@ -329,7 +316,7 @@ int Run(const SimulateFlags& f) {
     if (!built.ok()) return Usage(std::string(built.status().message()));
     step = *std::move(built);
   } else {
-    absl::StatusOr<std::unique_ptr<Graph>> graph = LoadHlo(f.hlo);
+    absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloFile(f.hlo);
     if (!graph.ok()) return Fail(std::string(graph.status().message()));
     step.graph = *std::move(graph);
   }

@@ -56,18 +56,6 @@ struct VerifyFlags {
   bool json = false;
 };
 
-absl::StatusOr<std::unique_ptr<Graph>> LoadModule(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the file"));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloModule(text.str());
-  if (!graph.ok()) {
-    return absl::Status(graph.status().code(), absl::StrCat(path, ": ", graph.status().message()));
-  }
-  return graph;
-}
-
 std::string Dims(const Shape& shape) {
   return absl::StrCat("[", absl::StrJoin(shape.dims(), ","), "]");
 }
@@ -175,7 +163,7 @@ int Run(const VerifyFlags& flags) {
     std::cerr << "tessel verify: " << status.message() << "\n";
     return 1;
   };
-  absl::StatusOr<std::unique_ptr<Graph>> graph = LoadModule(flags.path);
+  absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloFile(flags.path);
   if (!graph.ok()) return fail(graph.status());
   partitioner::VerifyOptions options;
   options.seed = flags.seed;
