@@ -28,16 +28,19 @@ struct RandomGather {
   GatherDimensionNumbers dnums;
 };
 
+// `operand_dims`, when not empty, fixes the operand's dims (rank >= 1).
 inline RandomGather MakeRandomGather(std::mt19937_64& rng, int64_t max_dim = 5,
-                                     DType dtype = DType::kF32, DType index_type = DType::kS32) {
+                                     DType dtype = DType::kF32, DType index_type = DType::kS32,
+                                     std::vector<int64_t> operand_dims = {}) {
   auto uniform = [&](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
   RandomGather r;
   GatherDimensionNumbers& g = r.dnums;
-  const int64_t operand_rank = uniform(1, 3);
-  std::vector<int64_t> operand_dims;
-  for (int64_t d = 0; d < operand_rank; ++d) operand_dims.push_back(uniform(1, max_dim));
+  if (operand_dims.empty()) {
+    for (int64_t d = uniform(1, 3); d > 0; --d) operand_dims.push_back(uniform(1, max_dim));
+  }
+  const int64_t operand_rank = static_cast<int64_t>(operand_dims.size());
   // Each operand dim: batching (rarely), indexed-and-collapsed, indexed window, plain window.
   std::vector<int64_t> indexed;
   for (int64_t d = 0; d < operand_rank; ++d) {
