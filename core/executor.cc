@@ -178,6 +178,11 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
                                     attrs.dynamic_slice_sizes, shape);
     case Opcode::kDynamicUpdateSlice:
       return internal::DynamicUpdateSlice(ctx, *operands[0], *operands[1], operands.subspan(2));
+    case Opcode::kGather:
+      return internal::Gather(ctx, *operands[0], *operands[1], attrs.gather, shape);
+    case Opcode::kScatter:
+      return internal::Scatter(ctx, *operands[0], *operands[1], *operands[2], attrs.scatter,
+                               attrs.reduce_kind, attrs.scatter_overwrite);
     case Opcode::kReduce:
       return internal::Reduce(ctx, *operands[0], *operands[1], attrs.dimensions, attrs.reduce_kind,
                               shape);

@@ -53,6 +53,8 @@ constexpr OpcodeInfo kOpcodes[] = {
     {Opcode::kConcatenate, "concatenate"},
     {Opcode::kDynamicSlice, "dynamic-slice"},
     {Opcode::kDynamicUpdateSlice, "dynamic-update-slice"},
+    {Opcode::kGather, "gather"},
+    {Opcode::kScatter, "scatter"},
     {Opcode::kReduce, "reduce"},
     {Opcode::kDot, "dot"},
     {Opcode::kTuple, "tuple"},

@@ -81,6 +81,8 @@ enum class Opcode : uint8_t {
   kConcatenate,         // dimensions={d}
   kDynamicSlice,        // dynamic-slice(x, s0, s1, ...), dynamic_slice_sizes={...}
   kDynamicUpdateSlice,  // dynamic-update-slice(x, update, s0, s1, ...)
+  kGather,              // gather(operand, indices), GatherDimensionNumbers (see OpAttributes)
+  kScatter,             // scatter(operand, indices, updates), ScatterDimensionNumbers, to_apply
   // Reductions and contractions.
   kReduce,  // reduce(x, init), dimensions={...}, to_apply=<add|multiply|maximum|minimum|and|or>
   kDot,     // lhs_batch_dims, lhs_contracting_dims, rhs_batch_dims, rhs_contracting_dims
@@ -146,6 +148,52 @@ struct PadDim {
   bool operator==(const PadDim&) const = default;
 };
 
+// XLA GatherDimensionNumbers plus the slice sizes (XLA keeps those beside them). Source: XLA
+// operation semantics, "Gather"; xla::ShapeInference::InferGatherShape.
+//
+// `indices` holds one start-index vector per batch position; the vector lies along
+// `index_vector_dim` (== indices rank means an implicit trailing dim of size 1). Component k of a
+// vector is the start of operand dim `start_index_map[k]`, clamped so that the slice
+// [start, start + slice_sizes[d]) stays inside the operand. Operand dims in
+// `operand_batching_dims[i]` take the batch position's index along indices dim
+// `start_indices_batching_dims[i]` (slice size 1). Output dims: `offset_dims` (sorted) hold the
+// slice dims that are neither collapsed nor batching, in operand order; the other output dims are
+// the indices' batch dims (all but index_vector_dim), in order.
+// Example (embedding lookup): operand f32[128,16], indices s32[8,16,1], offset_dims={2},
+// collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, slice_sizes={1,16}
+// -> f32[8,16,16].
+struct GatherDimensionNumbers {
+  std::vector<int64_t> offset_dims;
+  std::vector<int64_t> collapsed_slice_dims;
+  std::vector<int64_t> start_index_map;
+  std::vector<int64_t> operand_batching_dims;
+  std::vector<int64_t> start_indices_batching_dims;
+  int64_t index_vector_dim = 0;
+  std::vector<int64_t> slice_sizes;
+  bool indices_are_sorted = false;  // a hint; read and printed, never relied on
+  bool operator==(const GatherDimensionNumbers&) const = default;
+};
+
+// XLA ScatterDimensionNumbers. Source: XLA operation semantics, "Scatter";
+// xla::ShapeInference::InferScatterShape. The result has the operand's shape. The update dims
+// not in `update_window_dims` are the scatter (batch) dims and match the indices' dims other than
+// `index_vector_dim`, in order; the window dims map, in order, to the operand dims not in
+// `inserted_window_dims` or `input_batching_dims`. Index vector component k is the window's start
+// in operand dim `scatter_dims_to_operand_dims[k]`; operand dim `input_batching_dims[i]` takes the
+// scatter position's index along indices dim `scatter_indices_batching_dims[i]`.
+// `indices_are_sorted` and `unique_indices` are hints, read and printed, never relied on.
+struct ScatterDimensionNumbers {
+  std::vector<int64_t> update_window_dims;
+  std::vector<int64_t> inserted_window_dims;
+  std::vector<int64_t> scatter_dims_to_operand_dims;
+  std::vector<int64_t> input_batching_dims;
+  std::vector<int64_t> scatter_indices_batching_dims;
+  int64_t index_vector_dim = 0;
+  bool indices_are_sorted = false;
+  bool unique_indices = false;
+  bool operator==(const ScatterDimensionNumbers&) const = default;
+};
+
 // The attributes of a node; which fields matter depends on the opcode (see Opcode).
 struct OpAttributes {
   // broadcast, transpose, reduce, concatenate (one entry) dims.
@@ -154,8 +202,13 @@ struct OpAttributes {
   std::vector<PadDim> padding;                                          // pad
   DotDimensionNumbers dot;                                              // dot
   std::vector<int64_t> dynamic_slice_sizes;                             // dynamic-slice
+  GatherDimensionNumbers gather;                                        // gather
+  ScatterDimensionNumbers scatter;                                      // scatter
+  // scatter: true when to_apply returns its second parameter (the update replaces the operand
+  // element, XLA's scatter-overwrite); otherwise the update is combined with `reduce_kind`.
+  bool scatter_overwrite = false;
   ComparisonDirection comparison_direction = ComparisonDirection::kEq;  // compare
-  ReduceKind reduce_kind = ReduceKind::kAdd;                            // reduce
+  ReduceKind reduce_kind = ReduceKind::kAdd;                            // reduce, scatter
   RngDistribution rng_distribution = RngDistribution::kUniform;         // rng
   // rng: the counter-based generator's key. Element i (row-major global index) of an rng node
   // depends only on (rng_seed, i). Text: `rng_seed=S` (a Tessel extension; XLA keeps the seed

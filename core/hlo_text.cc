@@ -42,7 +42,7 @@ std::string PairsToString(const std::vector<std::pair<int64_t, int64_t>>& pairs)
 // Ops whose `to_apply` is a reduction computation.
 bool HasToApply(Opcode opcode) {
   return opcode == Opcode::kReduce || opcode == Opcode::kAllReduce ||
-         opcode == Opcode::kReduceScatter;
+         opcode == Opcode::kReduceScatter || opcode == Opcode::kScatter;
 }
 
 // The element type a to_apply computation works on.
@@ -57,12 +57,62 @@ std::string ReduceComputationName(ReduceKind kind, DType dtype) {
   return absl::StrCat(ReduceKindName(kind), "_", DTypeName(dtype));
 }
 
-std::string PrintReduceComputation(ReduceKind kind, DType dtype) {
-  std::string scalar = absl::StrCat(DTypeName(dtype), "[]");
-  return absl::StrCat("%", ReduceComputationName(kind, dtype), " (x: ", scalar, ", y: ", scalar,
-                      ") -> ", scalar, " {\n", "  %x = ", scalar, " parameter(0)\n",
-                      "  %y = ", scalar, " parameter(1)\n", "  ROOT %", ReduceKindName(kind), " = ",
-                      scalar, " ", ReduceKindName(kind), "(%x, %y)\n", "}\n");
+// The to_apply computation of `node`: "%add_f32", or "%assign_f32" for a scatter that
+// overwrites (its root is parameter(1)).
+std::string ToApplyName(const Node& node) {
+  if (node.opcode() == Opcode::kScatter && node.attrs().scatter_overwrite) {
+    return absl::StrCat("assign_", DTypeName(ReduceDType(node)));
+  }
+  return ReduceComputationName(node.attrs().reduce_kind, ReduceDType(node));
+}
+
+std::string PrintToApplyComputation(const Node& node) {
+  std::string scalar = absl::StrCat(DTypeName(ReduceDType(node)), "[]");
+  std::string out = absl::StrCat("%", ToApplyName(node), " (x: ", scalar, ", y: ", scalar, ") -> ",
+                                 scalar, " {\n", "  %x = ", scalar, " parameter(0)\n");
+  if (node.opcode() == Opcode::kScatter && node.attrs().scatter_overwrite) {
+    return absl::StrCat(out, "  ROOT %y = ", scalar, " parameter(1)\n}\n");
+  }
+  const std::string& kind = ReduceKindName(node.attrs().reduce_kind);
+  return absl::StrCat(out, "  %y = ", scalar, " parameter(1)\n", "  ROOT %", kind, " = ", scalar,
+                      " ", kind, "(%x, %y)\n", "}\n");
+}
+
+void AppendIntLists(absl::Span<const std::pair<const char*, const std::vector<int64_t>*>> lists,
+                    bool skip_empty, std::vector<std::string>& attrs) {
+  for (const auto& [name, dims] : lists) {
+    if (!skip_empty || !dims->empty()) attrs.push_back(absl::StrCat(name, "=", IntList(*dims)));
+  }
+}
+
+// gather's attributes in XLA's order; the batching dims only when not empty.
+void GatherAttributes(const GatherDimensionNumbers& g, std::vector<std::string>& attrs) {
+  AppendIntLists({{"offset_dims", &g.offset_dims},
+                  {"collapsed_slice_dims", &g.collapsed_slice_dims},
+                  {"start_index_map", &g.start_index_map}},
+                 false, attrs);
+  AppendIntLists({{"operand_batching_dims", &g.operand_batching_dims},
+                  {"start_indices_batching_dims", &g.start_indices_batching_dims}},
+                 true, attrs);
+  attrs.push_back(absl::StrCat("index_vector_dim=", g.index_vector_dim));
+  attrs.push_back(absl::StrCat("slice_sizes=", IntList(g.slice_sizes)));
+  if (g.indices_are_sorted) attrs.push_back("indices_are_sorted=true");
+}
+
+// scatter's attributes in XLA's order; the batching dims only when not empty.
+void ScatterAttributes(const Node& node, std::vector<std::string>& attrs) {
+  const ScatterDimensionNumbers& s = node.attrs().scatter;
+  AppendIntLists({{"update_window_dims", &s.update_window_dims},
+                  {"inserted_window_dims", &s.inserted_window_dims},
+                  {"scatter_dims_to_operand_dims", &s.scatter_dims_to_operand_dims}},
+                 false, attrs);
+  AppendIntLists({{"input_batching_dims", &s.input_batching_dims},
+                  {"scatter_indices_batching_dims", &s.scatter_indices_batching_dims}},
+                 true, attrs);
+  attrs.push_back(absl::StrCat("index_vector_dim=", s.index_vector_dim));
+  if (s.indices_are_sorted) attrs.push_back("indices_are_sorted=true");
+  if (s.unique_indices) attrs.push_back("unique_indices=true");
+  attrs.push_back(absl::StrCat("to_apply=%", ToApplyName(node)));
 }
 
 std::string PaddingToString(const std::vector<PadDim>& padding) {
@@ -119,6 +169,12 @@ std::string AttributesToString(const Node& node) {
       break;
     case Opcode::kDynamicSlice:
       attrs.push_back(absl::StrCat("dynamic_slice_sizes=", IntList(a.dynamic_slice_sizes)));
+      break;
+    case Opcode::kGather:
+      GatherAttributes(a.gather, attrs);
+      break;
+    case Opcode::kScatter:
+      ScatterAttributes(node, attrs);
       break;
     case Opcode::kReduce:
       attrs.push_back(absl::StrCat("dimensions=", IntList(a.dimensions)));
@@ -190,18 +246,16 @@ std::string PrintInstruction(const Node& node, bool is_root) {
 std::string PrintHloModule(const Graph& graph) {
   std::string out = absl::StrCat("HloModule ", graph.name(), "\n\n");
 
-  // One reduction computation per (kind, dtype), in order of first use (reduce, all-reduce,
-  // reduce-scatter).
-  std::vector<std::pair<ReduceKind, DType>> reductions;
+  // One to_apply computation per (kind, dtype), in order of first use (reduce, all-reduce,
+  // reduce-scatter, scatter).
+  std::vector<std::string> computations;
   for (const Node* node : graph.nodes()) {
     if (!HasToApply(node->opcode())) continue;
-    std::pair<ReduceKind, DType> key(node->attrs().reduce_kind, ReduceDType(*node));
-    if (std::find(reductions.begin(), reductions.end(), key) == reductions.end()) {
-      reductions.push_back(key);
+    std::string name = ToApplyName(*node);
+    if (std::find(computations.begin(), computations.end(), name) == computations.end()) {
+      computations.push_back(name);
+      absl::StrAppend(&out, PrintToApplyComputation(*node), "\n");
     }
-  }
-  for (const auto& [kind, dtype] : reductions) {
-    absl::StrAppend(&out, PrintReduceComputation(kind, dtype), "\n");
   }
 
   std::vector<std::string> params;

@@ -16,6 +16,7 @@
 #include "core/graph.h"
 #include "core/literal.h"
 #include "core/shape.h"
+#include "core/shape_inference.h"
 #include "core/status_macros.h"
 #include "core/testing/graphs.h"
 #include "gtest/gtest.h"
@@ -135,6 +136,34 @@ std::unique_ptr<Graph> BuildAllOpsGraph() {
   ds.dynamic_slice_sizes = {2, 4};
   Node* piece = keep(Must(g->AddNode(Opcode::kDynamicSlice, {x, i0, i0}, ds, "ds")));
   keep(Must(g->AddNode(Opcode::kDynamicUpdateSlice, {x, piece, i0, i0}, {}, "dus")));
+  // Gather and scatter: an embedding-style lookup and its scatter-add, and a batched
+  // one-element-per-row gather with the matching scatter-overwrite.
+  Node* rows = g->AddConstant(Literal::FromVector<int32_t>({3, 1}, {0, 2, 1}), "rows");
+  OpAttributes gather;
+  gather.gather.offset_dims = {1};
+  gather.gather.collapsed_slice_dims = {0};
+  gather.gather.start_index_map = {0};
+  gather.gather.index_vector_dim = 1;
+  gather.gather.slice_sizes = {1, 6};
+  Node* looked_up = keep(Must(g->AddNode(Opcode::kGather, {x, rows}, gather, "gather")));
+  Node* cols = g->AddConstant(Literal::FromVector<int64_t>({4}, {5, 0, 3, 1}), "cols");
+  OpAttributes batched;
+  batched.gather.collapsed_slice_dims = {1};
+  batched.gather.start_index_map = {1};
+  batched.gather.operand_batching_dims = {0};
+  batched.gather.start_indices_batching_dims = {0};
+  batched.gather.index_vector_dim = 1;
+  batched.gather.slice_sizes = {1, 1};
+  batched.gather.indices_are_sorted = true;
+  Node* picked = keep(Must(g->AddNode(Opcode::kGather, {x, cols}, batched, "gather_batched")));
+  OpAttributes scatter;
+  scatter.scatter = GatherAsScatter(gather.gather);
+  keep(Must(g->AddNode(Opcode::kScatter, {x, rows, looked_up}, scatter, "scatter_add")));
+  OpAttributes overwrite;
+  overwrite.scatter = GatherAsScatter(batched.gather);
+  overwrite.scatter.unique_indices = true;
+  overwrite.scatter_overwrite = true;
+  keep(Must(g->AddNode(Opcode::kScatter, {x, cols, picked}, overwrite, "scatter_overwrite")));
 
   // Reductions and contractions.
   const std::pair<ReduceKind, Node*> reduces[] = {{ReduceKind::kAdd, x},
@@ -224,6 +253,10 @@ void ExpectSameGraph(const Graph& a, const Graph& b) {
     EXPECT_EQ(p.padding, q.padding);
     EXPECT_EQ(p.dot, q.dot);
     EXPECT_EQ(p.dynamic_slice_sizes, q.dynamic_slice_sizes);
+    EXPECT_EQ(p.gather, q.gather);
+    EXPECT_EQ(p.scatter, q.scatter);
+    EXPECT_EQ(p.scatter_overwrite, q.scatter_overwrite);
+    if (x.opcode() == Opcode::kScatter) EXPECT_EQ(p.reduce_kind, q.reduce_kind);
     EXPECT_EQ(p.parameter_number, q.parameter_number);
     EXPECT_EQ(p.iota_dimension, q.iota_dimension);
     EXPECT_EQ(p.tuple_index, q.tuple_index);
@@ -291,6 +324,91 @@ TEST(HloTextTest, RoundTripEachOpAlone) {
     ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << text;
     EXPECT_EQ(PrintHloModule(**parsed), text);
     ExpectSameGraph(g, **parsed);
+  }
+}
+
+TEST(HloTextTest, ParsesJaxGatherAndScatter) {
+  // As JAX dumps them (tests/fixtures/jax/embed_vocab_sharded_*.hlo, gpt_train_f32.hlo).
+  const char* text = R"(HloModule m
+region_0.3 {
+  scatter-add.2 = f32[] parameter(0)
+  scatter-add.3 = f32[] parameter(1)
+  ROOT add.5 = f32[] add(scatter-add.2, scatter-add.3)
+}
+overwrite {
+  a = f32[] parameter(0)
+  ROOT b = f32[] parameter(1)
+}
+ENTRY main.5 {
+  table = f32[128,16]{1,0} parameter(0)
+  ids = s32[8,16,1]{2,1,0} parameter(1)
+  g = f32[8,16,16]{2,1,0} gather(table, ids), offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, slice_sizes={1,16}, indices_are_sorted=true
+  s = f32[128,16]{1,0} scatter(table, ids, g), update_window_dims={2}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=2, to_apply=region_0.3
+  logits = f32[8,16,64] parameter(2)
+  labels = s32[8,16,1] parameter(3)
+  picked = f32[8,16,1]{2,1,0} gather(logits, labels), offset_dims={}, collapsed_slice_dims={2}, start_index_map={2}, operand_batching_dims={0,1}, start_indices_batching_dims={0,1}, index_vector_dim=3, slice_sizes={1,1,1}
+  w = f32[8,16,64] scatter(logits, labels, picked), update_window_dims={}, inserted_window_dims={2}, scatter_dims_to_operand_dims={2}, input_batching_dims={0,1}, scatter_indices_batching_dims={0,1}, index_vector_dim=3, indices_are_sorted=true, unique_indices=true, to_apply=overwrite
+  ROOT t = (f32[128,16], f32[8,16,64]) tuple(s, w)
+}
+)";
+  absl::StatusOr<std::unique_ptr<Graph>> parsed = ParseHloModule(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const Node* s = (*parsed)->FindNode("s");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->attrs().reduce_kind, ReduceKind::kAdd);
+  EXPECT_FALSE(s->attrs().scatter_overwrite);
+  const Node* w = (*parsed)->FindNode("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_TRUE(w->attrs().scatter_overwrite);
+  EXPECT_TRUE(w->attrs().scatter.unique_indices);
+  EXPECT_EQ(w->attrs().scatter.input_batching_dims, (std::vector<int64_t>{0, 1}));
+  const Node* g = (*parsed)->FindNode("g");
+  EXPECT_TRUE(g->attrs().gather.indices_are_sorted);
+  std::string printed = PrintHloModule(**parsed);
+  EXPECT_NE(printed.find("ROOT %y = f32[] parameter(1)"), std::string::npos) << printed;
+  absl::StatusOr<std::unique_ptr<Graph>> again = ParseHloModule(printed);
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << printed;
+  EXPECT_EQ(PrintHloModule(**again), printed);
+}
+
+TEST(HloTextTest, GatherScatterErrorsNameTheAttribute) {
+  const std::string head =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n"
+      " ROOT c = f32[] add(a, b) }\nENTRY e {\n"
+      "  t = f32[8,4] parameter(0)\n  i = s32[3,1] parameter(1)\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"  ROOT g = f32[3,4] gather(t, i), offset_dims={1}, collapsed_slice_dims={0}, "
+       "start_index_map={0}, index_vector_dim=1\n}\n",
+       "needs attribute \"slice_sizes\""},
+      {"  ROOT g = f32[3,4] gather(t, i), offset_dims={1}, collapsed_slice_dims={0}, "
+       "start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,4}\n}\n",
+       "start_index_map has 2 entries"},
+      {"  ROOT g = f32[3,4] gather(t, i), offset_dims={1}, collapsed_slice_dims={0}, "
+       "start_index_map={0}, index_vector_dim=1, slice_sizes={1,9}\n}\n",
+       "slice_sizes[1]=9"},
+      {"  ROOT g = f32[3,4] gather(t, i), offset_dims={1}, collapsed_slice_dims={1}, "
+       "start_index_map={0}, index_vector_dim=1, slice_sizes={1,4}\n}\n",
+       "collapsed_slice_dims: dim 1 has slice size 4"},
+      {"  ROOT g = f32[3,4] gather(t, i), offset_dims={1}, collapsed_slice_dims={0}, "
+       "start_index_map={0}, index_vector_dim=3, slice_sizes={1,4}\n}\n",
+       "index_vector_dim=3 is out of range"},
+      {"  u = f32[3,5] parameter(2)\n  ROOT s = f32[8,4] scatter(t, i, u), update_window_dims={1}, "
+       "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, "
+       "to_apply=add\n}\n",
+       "window dim 1 is larger than operand dim 1"},
+      {"  u = f32[3,4] parameter(2)\n  ROOT s = f32[8,4] scatter(t, i, u), update_window_dims={1}, "
+       "inserted_window_dims={}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, "
+       "to_apply=add\n}\n",
+       "update_window_dims={1} must have 2 entries"},
+      {"  u = f32[3,4] parameter(2)\n  ROOT s = f32[8,4] scatter(t, i, u), update_window_dims={1}, "
+       "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1\n}\n",
+       "needs attribute \"to_apply\""},
+  };
+  for (const auto& [body, want] : cases) {
+    absl::StatusOr<std::unique_ptr<Graph>> parsed = ParseHloModule(head + body);
+    ASSERT_FALSE(parsed.ok()) << body;
+    EXPECT_NE(std::string(parsed.status().message()).find(want), std::string::npos)
+        << parsed.status() << "\nwant: " << want;
   }
 }
 

@@ -537,6 +537,212 @@ absl::StatusOr<Shape> InferReduce(Opcode opcode, absl::Span<const Shape* const> 
   return Shape(x.dtype(), std::move(dims));
 }
 
+// Checks that `dims` are in [0, rank), distinct and (when `sorted`) ascending.
+absl::Status CheckDimList(Opcode opcode, absl::string_view what, absl::Span<const int64_t> dims,
+                          int64_t rank, bool sorted) {
+  TESSEL_RETURN_IF_ERROR(CheckDims(opcode, what, dims, rank));
+  if (sorted && !std::is_sorted(dims.begin(), dims.end())) {
+    return Error(opcode, absl::StrCat(what, "={", absl::StrJoin(dims, ","), "} must be sorted"));
+  }
+  return absl::OkStatus();
+}
+
+bool Contains(absl::Span<const int64_t> dims, int64_t d) {
+  return std::find(dims.begin(), dims.end(), d) != dims.end();
+}
+
+absl::Status CheckIndices(Opcode opcode, const Shape& indices, int64_t index_vector_dim) {
+  if (indices.dtype() != DType::kS32 && indices.dtype() != DType::kS64) {
+    return Error(opcode, absl::StrCat("indices must be s32 or s64, got ", indices.ToString()));
+  }
+  if (index_vector_dim < 0 || index_vector_dim > indices.rank()) {
+    return Error(opcode, absl::StrCat("index_vector_dim=", index_vector_dim,
+                                      " is out of range for indices ", indices.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+// The batching dims: operand side and indices side pair up, with equal sizes.
+absl::Status CheckBatchingDims(Opcode opcode, const Shape& operand, const Shape& indices,
+                               int64_t index_vector_dim, absl::string_view operand_name,
+                               absl::Span<const int64_t> operand_dims,
+                               absl::string_view indices_name,
+                               absl::Span<const int64_t> indices_dims) {
+  TESSEL_RETURN_IF_ERROR(CheckDimList(opcode, operand_name, operand_dims, operand.rank(), true));
+  TESSEL_RETURN_IF_ERROR(CheckDimList(opcode, indices_name, indices_dims, indices.rank(), false));
+  if (operand_dims.size() != indices_dims.size()) {
+    return Error(opcode,
+                 absl::StrCat(operand_name, " and ", indices_name, " must have the same length"));
+  }
+  for (size_t i = 0; i < operand_dims.size(); ++i) {
+    if (indices_dims[i] == index_vector_dim) {
+      return Error(opcode, absl::StrCat(indices_name,
+                                        " must not contain index_vector_dim=", index_vector_dim));
+    }
+    if (operand.dim(operand_dims[i]) != indices.dim(indices_dims[i])) {
+      return Error(opcode,
+                   absl::StrCat(operand_name, "[", i, "]: operand dim ", operand_dims[i],
+                                " has size ", operand.dim(operand_dims[i]), " but indices dim ",
+                                indices_dims[i], " has size ", indices.dim(indices_dims[i])));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The index vector: its length equals the start-index map's, whose dims are distinct, in range
+// and no batching dim.
+absl::Status CheckIndexMap(Opcode opcode, const Shape& operand, const Shape& indices,
+                           int64_t index_vector_dim, absl::string_view map_name,
+                           absl::Span<const int64_t> map, absl::Span<const int64_t> batching) {
+  int64_t vector_size = index_vector_dim == indices.rank() ? 1 : indices.dim(index_vector_dim);
+  if (static_cast<int64_t>(map.size()) != vector_size) {
+    return Error(opcode, absl::StrCat(map_name, " has ", map.size(),
+                                      " entries but the index vector (indices dim ",
+                                      index_vector_dim, ") has ", vector_size));
+  }
+  TESSEL_RETURN_IF_ERROR(CheckDimList(opcode, map_name, map, operand.rank(), false));
+  for (int64_t d : map) {
+    if (Contains(batching, d)) {
+      return Error(opcode, absl::StrCat(map_name, " contains batching dim ", d));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// gather: batch dims from the indices, offset dims from the slice. Source: XLA operation
+// semantics "Gather", ShapeInference::InferGatherShape.
+absl::StatusOr<Shape> InferGather(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                  const OpAttributes& attrs, const std::optional<Shape>& declared) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2));
+  const Shape& operand = *shapes[0];
+  const Shape& indices = *shapes[1];
+  const GatherDimensionNumbers& g = attrs.gather;
+  TESSEL_RETURN_IF_ERROR(CheckIndices(opcode, indices, g.index_vector_dim));
+  TESSEL_RETURN_IF_ERROR(CheckBatchingDims(
+      opcode, operand, indices, g.index_vector_dim, "operand_batching_dims",
+      g.operand_batching_dims, "start_indices_batching_dims", g.start_indices_batching_dims));
+  TESSEL_RETURN_IF_ERROR(CheckIndexMap(opcode, operand, indices, g.index_vector_dim,
+                                       "start_index_map", g.start_index_map,
+                                       g.operand_batching_dims));
+  if (static_cast<int64_t>(g.slice_sizes.size()) != operand.rank()) {
+    return Error(opcode,
+                 absl::StrCat("slice_sizes={", absl::StrJoin(g.slice_sizes, ","),
+                              "} must have one entry per operand dim of ", operand.ToString()));
+  }
+  for (int64_t d = 0; d < operand.rank(); ++d) {
+    if (g.slice_sizes[d] < 0 || g.slice_sizes[d] > operand.dim(d)) {
+      return Error(opcode,
+                   absl::StrCat("slice_sizes[", d, "]=", g.slice_sizes[d],
+                                " is out of range for operand dim of size ", operand.dim(d)));
+    }
+  }
+  TESSEL_RETURN_IF_ERROR(
+      CheckDimList(opcode, "collapsed_slice_dims", g.collapsed_slice_dims, operand.rank(), true));
+  for (int64_t d : g.collapsed_slice_dims) {
+    if (Contains(g.operand_batching_dims, d)) {
+      return Error(opcode,
+                   absl::StrCat("collapsed_slice_dims and operand_batching_dims share dim ", d));
+    }
+    if (g.slice_sizes[d] != 1) {
+      return Error(opcode, absl::StrCat("collapsed_slice_dims: dim ", d, " has slice size ",
+                                        g.slice_sizes[d], "; must be 1"));
+    }
+  }
+  for (int64_t d : g.operand_batching_dims) {
+    if (g.slice_sizes[d] != 1) {
+      return Error(opcode, absl::StrCat("operand_batching_dims: dim ", d, " has slice size ",
+                                        g.slice_sizes[d], "; must be 1"));
+    }
+  }
+  const int64_t batch_rank = indices.rank() - (g.index_vector_dim < indices.rank() ? 1 : 0);
+  const int64_t window_rank = operand.rank() - static_cast<int64_t>(g.collapsed_slice_dims.size()) -
+                              static_cast<int64_t>(g.operand_batching_dims.size());
+  if (static_cast<int64_t>(g.offset_dims.size()) != window_rank) {
+    return Error(opcode, absl::StrCat("offset_dims={", absl::StrJoin(g.offset_dims, ","),
+                                      "} must have ", window_rank,
+                                      " entries (operand rank minus collapsed and batching dims)"));
+  }
+  TESSEL_RETURN_IF_ERROR(
+      CheckDimList(opcode, "offset_dims", g.offset_dims, batch_rank + window_rank, true));
+  GatherDimMap map = MapGatherDims(operand.rank(), indices.rank(), g);
+  std::vector<int64_t> dims;
+  for (int64_t o = 0; o < batch_rank + window_rank; ++o) {
+    dims.push_back(map.output_to_indices[o] >= 0 ? indices.dim(map.output_to_indices[o])
+                                                 : g.slice_sizes[map.output_to_operand[o]]);
+  }
+  return Shape(operand.dtype(), std::move(dims));
+}
+
+// scatter: the operand's shape; updates must have the shape of the matching gather's output,
+// with window sizes no larger than the operand's dims. Source: XLA operation semantics
+// "Scatter", ShapeInference::InferScatterShape.
+absl::StatusOr<Shape> InferScatter(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                   const OpAttributes& attrs,
+                                   const std::optional<Shape>& declared) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 3));
+  const Shape& operand = *shapes[0];
+  const Shape& indices = *shapes[1];
+  const Shape& updates = *shapes[2];
+  const ScatterDimensionNumbers& s = attrs.scatter;
+  if (updates.dtype() != operand.dtype()) {
+    return Error(opcode, absl::StrCat("updates ", updates.ToString(), " and operand ",
+                                      operand.ToString(), " differ in element type"));
+  }
+  bool logical = attrs.reduce_kind == ReduceKind::kAnd || attrs.reduce_kind == ReduceKind::kOr;
+  if (!attrs.scatter_overwrite &&
+      (logical ? IsFloating(operand.dtype()) : operand.dtype() == DType::kPred)) {
+    return Error(opcode, absl::StrCat("to_apply=", ReduceKindName(attrs.reduce_kind),
+                                      " does not apply to ", operand.ToString()));
+  }
+  TESSEL_RETURN_IF_ERROR(CheckIndices(opcode, indices, s.index_vector_dim));
+  TESSEL_RETURN_IF_ERROR(CheckBatchingDims(
+      opcode, operand, indices, s.index_vector_dim, "input_batching_dims", s.input_batching_dims,
+      "scatter_indices_batching_dims", s.scatter_indices_batching_dims));
+  TESSEL_RETURN_IF_ERROR(CheckIndexMap(opcode, operand, indices, s.index_vector_dim,
+                                       "scatter_dims_to_operand_dims",
+                                       s.scatter_dims_to_operand_dims, s.input_batching_dims));
+  TESSEL_RETURN_IF_ERROR(
+      CheckDimList(opcode, "inserted_window_dims", s.inserted_window_dims, operand.rank(), true));
+  for (int64_t d : s.inserted_window_dims) {
+    if (Contains(s.input_batching_dims, d)) {
+      return Error(opcode,
+                   absl::StrCat("inserted_window_dims and input_batching_dims share dim ", d));
+    }
+  }
+  const int64_t batch_rank = indices.rank() - (s.index_vector_dim < indices.rank() ? 1 : 0);
+  const int64_t window_rank = operand.rank() - static_cast<int64_t>(s.inserted_window_dims.size()) -
+                              static_cast<int64_t>(s.input_batching_dims.size());
+  if (static_cast<int64_t>(s.update_window_dims.size()) != window_rank) {
+    return Error(opcode,
+                 absl::StrCat("update_window_dims={", absl::StrJoin(s.update_window_dims, ","),
+                              "} must have ", window_rank,
+                              " entries (operand rank minus inserted and batching dims)"));
+  }
+  if (updates.rank() != batch_rank + window_rank) {
+    return Error(opcode, absl::StrCat("updates ", updates.ToString(), " must have rank ",
+                                      batch_rank + window_rank, " (", batch_rank,
+                                      " scatter dims + ", window_rank, " window dims)"));
+  }
+  TESSEL_RETURN_IF_ERROR(
+      CheckDimList(opcode, "update_window_dims", s.update_window_dims, updates.rank(), true));
+  GatherDimensionNumbers g = ScatterAsGather(s, operand, updates);
+  GatherDimMap map = MapGatherDims(operand.rank(), indices.rank(), g);
+  for (int64_t u = 0; u < updates.rank(); ++u) {
+    if (map.output_to_indices[u] >= 0) {
+      if (updates.dim(u) != indices.dim(map.output_to_indices[u])) {
+        return Error(opcode, absl::StrCat("updates ", updates.ToString(), ": scatter dim ", u,
+                                          " must equal indices dim ", map.output_to_indices[u],
+                                          " of ", indices.ToString()));
+      }
+    } else if (updates.dim(u) > operand.dim(map.output_to_operand[u])) {
+      return Error(opcode, absl::StrCat("updates ", updates.ToString(), ": window dim ", u,
+                                        " is larger than operand dim ", map.output_to_operand[u],
+                                        " of ", operand.ToString()));
+    }
+  }
+  return operand;
+}
+
 // tuple: the tuple of the operand shapes.
 absl::StatusOr<Shape> InferTuple(Opcode opcode, absl::Span<const Shape* const> shapes,
                                  const OpAttributes& attrs, const std::optional<Shape>& declared) {
@@ -596,6 +802,10 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
       return InferDynamicSlice(opcode, shapes, attrs, declared);
     case Opcode::kDynamicUpdateSlice:
       return InferDynamicUpdateSlice(opcode, shapes, attrs, declared);
+    case Opcode::kGather:
+      return InferGather(opcode, shapes, attrs, declared);
+    case Opcode::kScatter:
+      return InferScatter(opcode, shapes, attrs, declared);
     case Opcode::kReduce:
       return InferReduce(opcode, shapes, attrs, declared);
     case Opcode::kDot:
@@ -619,6 +829,67 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
 }
 
 }  // namespace
+
+GatherDimMap MapGatherDims(int64_t operand_rank, int64_t indices_rank,
+                           const GatherDimensionNumbers& dnums) {
+  const int64_t batch_rank = indices_rank - (dnums.index_vector_dim < indices_rank ? 1 : 0);
+  const int64_t output_rank = batch_rank + static_cast<int64_t>(dnums.offset_dims.size());
+  GatherDimMap map;
+  map.output_to_indices.assign(output_rank, -1);
+  map.output_to_operand.assign(output_rank, -1);
+  map.indices_to_output.assign(indices_rank, -1);
+  map.operand_to_output.assign(operand_rank, -1);
+  int64_t next_indices_dim = 0;
+  int64_t next_operand_dim = 0;
+  for (int64_t o = 0; o < output_rank; ++o) {
+    if (Contains(dnums.offset_dims, o)) {
+      while (Contains(dnums.collapsed_slice_dims, next_operand_dim) ||
+             Contains(dnums.operand_batching_dims, next_operand_dim)) {
+        ++next_operand_dim;
+      }
+      map.output_to_operand[o] = next_operand_dim;
+      map.operand_to_output[next_operand_dim++] = o;
+    } else {
+      if (next_indices_dim == dnums.index_vector_dim) ++next_indices_dim;
+      map.output_to_indices[o] = next_indices_dim;
+      map.indices_to_output[next_indices_dim++] = o;
+    }
+  }
+  return map;
+}
+
+GatherDimensionNumbers ScatterAsGather(const ScatterDimensionNumbers& dnums, const Shape& operand,
+                                       const Shape& updates) {
+  GatherDimensionNumbers g;
+  g.offset_dims = dnums.update_window_dims;
+  g.collapsed_slice_dims = dnums.inserted_window_dims;
+  g.start_index_map = dnums.scatter_dims_to_operand_dims;
+  g.operand_batching_dims = dnums.input_batching_dims;
+  g.start_indices_batching_dims = dnums.scatter_indices_batching_dims;
+  g.index_vector_dim = dnums.index_vector_dim;
+  g.indices_are_sorted = dnums.indices_are_sorted;
+  g.slice_sizes.assign(operand.rank(), 1);
+  size_t window = 0;
+  for (int64_t d = 0; d < operand.rank(); ++d) {
+    if (Contains(dnums.inserted_window_dims, d) || Contains(dnums.input_batching_dims, d)) continue;
+    if (window < dnums.update_window_dims.size()) {
+      g.slice_sizes[d] = updates.dim(dnums.update_window_dims[window++]);
+    }
+  }
+  return g;
+}
+
+ScatterDimensionNumbers GatherAsScatter(const GatherDimensionNumbers& dnums) {
+  ScatterDimensionNumbers s;
+  s.update_window_dims = dnums.offset_dims;
+  s.inserted_window_dims = dnums.collapsed_slice_dims;
+  s.scatter_dims_to_operand_dims = dnums.start_index_map;
+  s.input_batching_dims = dnums.operand_batching_dims;
+  s.scatter_indices_batching_dims = dnums.start_indices_batching_dims;
+  s.index_vector_dim = dnums.index_vector_dim;
+  s.indices_are_sorted = dnums.indices_are_sorted;
+  return s;
+}
 
 absl::StatusOr<Shape> InferShape(Opcode opcode, absl::Span<const Shape* const> operand_shapes,
                                  const OpAttributes& attrs, const std::optional<Shape>& declared) {

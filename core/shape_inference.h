@@ -11,7 +11,9 @@
 #ifndef TESSEL_CORE_SHAPE_INFERENCE_H_
 #define TESSEL_CORE_SHAPE_INFERENCE_H_
 
+#include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -30,6 +32,30 @@ namespace tessel {
                                                absl::Span<const Shape* const> operand_shapes,
                                                const OpAttributes& attrs,
                                                const std::optional<Shape>& declared);
+
+// How the dims of a gather's output relate to its operand and indices, for kernels,
+// autodiff and the partitioner. Preconditions: the dimension numbers passed InferShape.
+struct GatherDimMap {
+  // Per output dim: the indices dim it runs over (a batch dim), or -1 for an offset dim.
+  std::vector<int64_t> output_to_indices;
+  // Per output dim: the operand dim its window runs along (an offset dim), or -1 for a batch dim.
+  std::vector<int64_t> output_to_operand;
+  // Per indices dim: the output dim, or -1 for index_vector_dim.
+  std::vector<int64_t> indices_to_output;
+  // Per operand dim: the output dim of its window, or -1 for a collapsed or batching dim.
+  std::vector<int64_t> operand_to_output;
+};
+[[nodiscard]] GatherDimMap MapGatherDims(int64_t operand_rank, int64_t indices_rank,
+                                         const GatherDimensionNumbers& dnums);
+
+// The gather that reads, for each element of `updates`, the operand element a scatter with
+// `dnums` writes (slice_sizes from the update window sizes; 1 for inserted and batching dims).
+// Scatter `updates` have the shape of this gather's output. Preconditions: `dnums` passed
+// InferShape for scatter with these shapes.
+[[nodiscard]] GatherDimensionNumbers ScatterAsGather(const ScatterDimensionNumbers& dnums,
+                                                     const Shape& operand, const Shape& updates);
+// The scatter dimension numbers that write back where a gather with `dnums` reads (its VJP).
+[[nodiscard]] ScatterDimensionNumbers GatherAsScatter(const GatherDimensionNumbers& dnums);
 
 }  // namespace tessel
 

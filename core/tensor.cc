@@ -267,6 +267,20 @@ uint64_t GraphFingerprint(const Graph& graph) {
     h.Ints(a.dot.lhs_contracting_dims);
     h.Ints(a.dot.rhs_contracting_dims);
     h.Ints(a.dynamic_slice_sizes);
+    const GatherDimensionNumbers& g = a.gather;
+    for (const std::vector<int64_t>* dims :
+         {&g.offset_dims, &g.collapsed_slice_dims, &g.start_index_map, &g.operand_batching_dims,
+          &g.start_indices_batching_dims, &g.slice_sizes}) {
+      h.Ints(*dims);
+    }
+    const ScatterDimensionNumbers& sc = a.scatter;
+    for (const std::vector<int64_t>* dims :
+         {&sc.update_window_dims, &sc.inserted_window_dims, &sc.scatter_dims_to_operand_dims,
+          &sc.input_batching_dims, &sc.scatter_indices_batching_dims}) {
+      h.Ints(*dims);
+    }
+    h.Ints({g.index_vector_dim, g.indices_are_sorted, sc.index_vector_dim, sc.indices_are_sorted,
+            sc.unique_indices, a.scatter_overwrite});
     h.Ints({static_cast<int64_t>(a.comparison_direction), static_cast<int64_t>(a.reduce_kind),
             static_cast<int64_t>(a.rng_distribution), static_cast<int64_t>(a.rng_seed),
             a.parameter_number, a.iota_dimension, a.tuple_index});
@@ -559,6 +573,20 @@ Tensor DynamicUpdateSlice(const Tensor& a, const Tensor& update, absl::Span<cons
   std::vector<Tensor> operands = {a, update};
   operands.insert(operands.end(), starts.begin(), starts.end());
   return MakeOp(Opcode::kDynamicUpdateSlice, operands);
+}
+
+Tensor Gather(const Tensor& operand, const Tensor& indices, const GatherDimensionNumbers& dnums) {
+  OpAttributes attrs;
+  attrs.gather = dnums;
+  return MakeOp(Opcode::kGather, {operand, indices}, std::move(attrs));
+}
+
+Tensor Scatter(const Tensor& operand, const Tensor& indices, const Tensor& updates,
+               const ScatterDimensionNumbers& dnums, ReduceKind kind) {
+  OpAttributes attrs;
+  attrs.scatter = dnums;
+  attrs.reduce_kind = kind;
+  return MakeOp(Opcode::kScatter, {operand, indices, updates}, std::move(attrs));
 }
 
 // ---------------------------------------------------------------------------------------------

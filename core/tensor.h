@@ -220,6 +220,18 @@ Tensor Concatenate(absl::Span<const Tensor> parts, int64_t dim);
 // Start indices are scalar s32/s64 tensors, clamped as XLA does.
 Tensor DynamicSlice(const Tensor& a, absl::Span<const Tensor> starts, std::vector<int64_t> sizes);
 Tensor DynamicUpdateSlice(const Tensor& a, const Tensor& update, absl::Span<const Tensor> starts);
+// XLA gather (see GatherDimensionNumbers in core/graph.h): slices of `operand` at the start
+// indices in `indices` (s32 or s64), clamped into bounds.
+// Example: table f32[128,16], ids s32[8,1], offset_dims={1}, collapsed_slice_dims={0},
+// start_index_map={0}, index_vector_dim=1, slice_sizes={1,16} -> f32[8,16].
+// Errors (in the returned tensor's status): kInvalidArgument from the gather shape rule.
+Tensor Gather(const Tensor& operand, const Tensor& indices, const GatherDimensionNumbers& dnums);
+// XLA scatter (see ScatterDimensionNumbers in core/graph.h): `operand` with each window of
+// `updates` combined into it with `kind` (to_apply), in index order; windows that do not fit
+// inside the operand are skipped. Result: operand's shape.
+// Errors (in the returned tensor's status): kInvalidArgument from the scatter shape rule.
+Tensor Scatter(const Tensor& operand, const Tensor& indices, const Tensor& updates,
+               const ScatterDimensionNumbers& dnums, ReduceKind kind = ReduceKind::kAdd);
 
 // ---------------------------------------------------------------------------------------------
 // Reductions and contractions.

@@ -60,6 +60,10 @@ absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
     case Opcode::kDynamicSlice:
     case Opcode::kDynamicUpdateSlice:
       return internal::HandleDataMovement(ctx, node, operands, target);
+    case Opcode::kGather:
+      return internal::HandleGather(ctx, node, operands, target);
+    case Opcode::kScatter:
+      return internal::HandleScatter(ctx, node, operands, target);
     case Opcode::kReduce:
       return internal::HandleReduce(ctx, node, operands, target);
     case Opcode::kDot:

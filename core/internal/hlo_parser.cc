@@ -207,6 +207,9 @@ struct CompAst {
 struct Reduction {
   ReduceKind kind = ReduceKind::kAdd;
   DType dtype = DType::kF32;
+  // The root is parameter(1): the computation returns its second argument (scatter-overwrite).
+  // Only scatter accepts it.
+  bool overwrite = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -737,6 +740,78 @@ class Parser {
                      Cat("%", StripPercent(instr.name->text), ": ", std::string(why)));
   }
 
+  // "true" or "false".
+  absl::StatusOr<bool> AttrBool(const AttrAst& attr) const {
+    TESSEL_ASSIGN_OR_RETURN(std::string_view word, AttrWord(attr));
+    if (word == "true") return true;
+    if (word == "false") return false;
+    return MalformedAttr(attr, "expected true or false");
+  }
+
+  // gather's dimension numbers: offset_dims, collapsed_slice_dims, start_index_map,
+  // index_vector_dim and slice_sizes are required; the batching dims default to {}.
+  template <typename Find, typename Require>
+  absl::Status GatherAttributes(const Find& find, const Require& require,
+                                GatherDimensionNumbers* g) const {
+    const std::pair<std::string_view, std::vector<int64_t>*> required[] = {
+        {"offset_dims", &g->offset_dims},
+        {"collapsed_slice_dims", &g->collapsed_slice_dims},
+        {"start_index_map", &g->start_index_map},
+        {"slice_sizes", &g->slice_sizes}};
+    for (const auto& [name, dims] : required) {
+      TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require(name));
+      TESSEL_ASSIGN_OR_RETURN(*dims, AttrIntList(*attr));
+    }
+    const std::pair<std::string_view, std::vector<int64_t>*> optional[] = {
+        {"operand_batching_dims", &g->operand_batching_dims},
+        {"start_indices_batching_dims", &g->start_indices_batching_dims}};
+    for (const auto& [name, dims] : optional) {
+      if (const AttrAst* attr = find(name)) {
+        TESSEL_ASSIGN_OR_RETURN(*dims, AttrIntList(*attr));
+      }
+    }
+    TESSEL_ASSIGN_OR_RETURN(const AttrAst* ivd, require("index_vector_dim"));
+    TESSEL_ASSIGN_OR_RETURN(g->index_vector_dim, AttrInt(*ivd));
+    if (const AttrAst* attr = find("indices_are_sorted")) {
+      TESSEL_ASSIGN_OR_RETURN(g->indices_are_sorted, AttrBool(*attr));
+    }
+    return absl::OkStatus();
+  }
+
+  // scatter's dimension numbers: update_window_dims, inserted_window_dims,
+  // scatter_dims_to_operand_dims and index_vector_dim are required; the batching dims default
+  // to {}.
+  template <typename Find, typename Require>
+  absl::Status ScatterAttributes(const Find& find, const Require& require,
+                                 ScatterDimensionNumbers* s) const {
+    const std::pair<std::string_view, std::vector<int64_t>*> required[] = {
+        {"update_window_dims", &s->update_window_dims},
+        {"inserted_window_dims", &s->inserted_window_dims},
+        {"scatter_dims_to_operand_dims", &s->scatter_dims_to_operand_dims}};
+    for (const auto& [name, dims] : required) {
+      TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require(name));
+      TESSEL_ASSIGN_OR_RETURN(*dims, AttrIntList(*attr));
+    }
+    const std::pair<std::string_view, std::vector<int64_t>*> optional[] = {
+        {"input_batching_dims", &s->input_batching_dims},
+        {"scatter_indices_batching_dims", &s->scatter_indices_batching_dims}};
+    for (const auto& [name, dims] : optional) {
+      if (const AttrAst* attr = find(name)) {
+        TESSEL_ASSIGN_OR_RETURN(*dims, AttrIntList(*attr));
+      }
+    }
+    TESSEL_ASSIGN_OR_RETURN(const AttrAst* ivd, require("index_vector_dim"));
+    TESSEL_ASSIGN_OR_RETURN(s->index_vector_dim, AttrInt(*ivd));
+    const std::pair<std::string_view, bool*> flags[] = {
+        {"indices_are_sorted", &s->indices_are_sorted}, {"unique_indices", &s->unique_indices}};
+    for (const auto& [name, flag] : flags) {
+      if (const AttrAst* attr = find(name)) {
+        TESSEL_ASSIGN_OR_RETURN(*flag, AttrBool(*attr));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // Fills `attrs` (and the sharding, to_apply) from the attribute list of `instr`.
   absl::Status ApplyAttributes(const InstrAst& instr, OpAttributes* attrs, std::string* sharding,
                                const AttrAst** to_apply) const {
@@ -841,6 +916,14 @@ class Parser {
         }
         break;
       }
+      case Opcode::kGather:
+        TESSEL_RETURN_IF_ERROR(GatherAttributes(find, require, &attrs->gather));
+        break;
+      case Opcode::kScatter: {
+        TESSEL_RETURN_IF_ERROR(ScatterAttributes(find, require, &attrs->scatter));
+        TESSEL_ASSIGN_OR_RETURN(*to_apply, require("to_apply"));
+        break;
+      }
       case Opcode::kGetTupleElement: {
         TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("index"));
         TESSEL_ASSIGN_OR_RETURN(attrs->tuple_index, AttrInt(*attr));
@@ -933,6 +1016,13 @@ class Parser {
           Cat("to_apply computation %", name, " is not a supported reduction: ", std::string(why)));
     };
     Reduction r;
+    int64_t root_number = -1;
+    if (root->opcode == Opcode::kParameter && ToInt(root->raw_operands, &root_number) &&
+        root_number == 1 && !root->shape.is_tuple() && root->shape.rank() == 0) {
+      r.overwrite = true;
+      r.dtype = root->shape.dtype();
+      return r;
+    }
     switch (root->opcode) {
       case Opcode::kAdd:
         r.kind = ReduceKind::kAdd;
@@ -954,7 +1044,8 @@ class Parser {
         break;
       default:
         return unimplemented(Cat("its root is ", OpcodeName(root->opcode),
-                                 ", not add, multiply, maximum, minimum, and or or"));
+                                 ", not add, multiply, maximum, minimum, and, or, or (for "
+                                 "scatter) parameter(1)"));
     }
     if (root->shape.is_tuple() || root->shape.rank() != 0) {
       return unimplemented(Cat("its root has shape ", root->shape.ToString(),
@@ -1147,6 +1238,13 @@ class Parser {
     if (to_apply != nullptr) {
       TESSEL_ASSIGN_OR_RETURN(Reduction r, ResolveToApply(instr, *to_apply));
       attrs.reduce_kind = r.kind;
+      if (r.overwrite && instr.opcode != Opcode::kScatter) {
+        return LineError(absl::StatusCode::kUnimplemented, to_apply->name->line,
+                         Cat("to_apply computation ", Quote(tokens_[to_apply->begin].text),
+                             " returns its parameter(1), which only scatter supports, not ",
+                             OpcodeName(instr.opcode)));
+      }
+      attrs.scatter_overwrite = r.overwrite;
       if (!operands.empty() && !operands[0]->shape().is_tuple() &&
           operands[0]->shape().dtype() != r.dtype) {
         return InstrError(

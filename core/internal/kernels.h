@@ -117,6 +117,20 @@ void StridedCopy(const KernelContext& ctx, absl::Span<const int64_t> dims, const
     const KernelContext& ctx, const Literal& x, const Literal& update,
     absl::Span<const Literal* const> start_indices);
 
+// ---- Gather and scatter (kernels_gather.cc) ---------------------------------------------------
+// XLA gather: one window per batch position, start indices (s32/s64) clamped to
+// [0, dim - slice_size]. Parallel over batch positions; the result never depends on threads.
+[[nodiscard]] Literal Gather(const KernelContext& ctx, const Literal& operand,
+                             const Literal& indices, const GatherDimensionNumbers& dnums,
+                             const Shape& shape);
+// XLA scatter: `operand` with every window of `updates` combined in (`kind`, or replaced when
+// `overwrite`), scatter positions in row-major order and window elements in row-major order, on
+// one thread. A window that does not fit inside the operand is skipped whole.
+// Errors: kInvalidArgument for and/or on floats or add/multiply/maximum/minimum on pred.
+[[nodiscard]] absl::StatusOr<Literal> Scatter(const KernelContext& ctx, const Literal& operand,
+                                              const Literal& indices, const Literal& updates,
+                                              const ScatterDimensionNumbers& dnums, ReduceKind kind,
+                                              bool overwrite);
 // ---- Reduce and dot (kernels_reduce.cc, kernels_dot.cc) ---------------------------------------
 
 // reduce(x, init) over `dimensions` with `kind`. Each output element is

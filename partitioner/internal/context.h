@@ -124,6 +124,12 @@ absl::StatusOr<PValue> HandleReshape(Context&, const Node&, const std::vector<PV
                                      const Sharding&);
 absl::StatusOr<PValue> HandleDataMovement(Context&, const Node&, const std::vector<PValue>&,
                                           const Sharding&);
+// gather: index-parallel, passthrough, else replicate (handlers/gather_scatter.cc).
+absl::StatusOr<PValue> HandleGather(Context&, const Node&, const std::vector<PValue>&,
+                                    const Sharding&);
+// scatter: passthrough, else replicate (handlers/gather_scatter.cc).
+absl::StatusOr<PValue> HandleScatter(Context&, const Node&, const std::vector<PValue>&,
+                                     const Sharding&);
 absl::StatusOr<PValue> HandleReduce(Context&, const Node&, const std::vector<PValue>&,
                                     const Sharding&);
 absl::StatusOr<PValue> HandleDot(Context&, const Node&, const std::vector<PValue>&,

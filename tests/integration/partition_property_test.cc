@@ -18,6 +18,8 @@
 #include "core/executor.h"
 #include "core/graph.h"
 #include "core/hlo_text.h"
+#include "core/shape_inference.h"
+#include "core/testing/gather_scatter.h"
 #include "gtest/gtest.h"
 #include "partitioner/partitioner.h"
 #include "partitioner/verify.h"
@@ -108,7 +110,7 @@ class CaseBuilder {
   Node* RandomOp(Graph& g, Node* x, const std::vector<Node*>& pool) {
     const Shape& s = x->shape();
     const int64_t rank = s.rank();
-    switch (Rand(0, 14)) {
+    switch (Rand(0, 16)) {
       case 0: {  // binary elementwise with another value of the same shape
         Node* y = nullptr;
         for (Node* p : pool) {
@@ -247,11 +249,37 @@ class CaseBuilder {
         Node* r = OrNull(g.AddNode(Opcode::kRng, s, {Scalar(g, 0.5), Scalar(g, 1.5)}, a));
         return r == nullptr ? nullptr : OrNull(g.AddNode(Opcode::kMultiply, {x, r}));
       }
+      case 15:
+      case 16:  // gather from x, or scatter-add / scatter-overwrite into x
+        return RandomGatherOrScatter(g, x, Rand(0, 2));
     }
     return nullptr;
   }
 
+  // Random valid dimension numbers over operand `x`; start indices are a constant (in range,
+  // sometimes out of range) behind a copy that often gets a random sharding.
+  Node* RandomGatherOrScatter(Graph& g, Node* x, int64_t kind) {
+    if (x->shape().rank() < 1 || x->shape().num_elements() == 0) return nullptr;
+    testing::RandomGather r = testing::MakeRandomGather(
+        gen_, 4, DType::kF32, Coin() ? DType::kS32 : DType::kS64, x->shape().dims());
+    if (r.output.num_elements() > 4096 || r.indices.num_elements() == 0) return nullptr;
+    Node* constant = g.AddConstant(testing::RandomIndices(gen_, r.indices, r.operand));
+    Node* indices = OrNull(g.AddNode(Opcode::kCopy, {constant}));
+    if (indices == nullptr) return nullptr;
+    if (Coin(0.7)) indices->set_sharding(RandomSharding(*mesh_, r.indices.rank()));
+    OpAttributes a;
+    if (kind == 0) {
+      a.gather = r.dnums;
+      return OrNull(g.AddNode(Opcode::kGather, {x, indices}, a));
+    }
+    Node* updates = NewParameter(g, r.output);
+    a.scatter = GatherAsScatter(r.dnums);
+    a.scatter_overwrite = kind == 2;
+    return OrNull(g.AddNode(Opcode::kScatter, {x, indices, updates}, a));
+  }
+
   std::unique_ptr<Graph> RandomGraph(const Mesh& mesh) {
+    mesh_ = &mesh;
     auto g = std::make_unique<Graph>("random");
     std::vector<Node*> pool;
     int64_t inputs = Rand(1, 2);
@@ -288,6 +316,7 @@ class CaseBuilder {
 
  private:
   std::mt19937_64 gen_;
+  const Mesh* mesh_ = nullptr;
 };
 
 // The partitioned program runs through the library function `tessel verify` uses
@@ -301,7 +330,7 @@ absl::StatusOr<std::vector<Literal>> RunPartitioned(const partitioner::SpmdProgr
 TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
   constexpr int kCases = 300;
   int checked = 0, multi_device = 0;
-  int64_t nodes = 0;
+  int64_t nodes = 0, gathers = 0, scatters = 0;
   std::map<std::string, int64_t> collectives;
   for (int c = 0; c < kCases; ++c) {
     CaseBuilder builder(1000 + c);
@@ -332,16 +361,25 @@ TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
       collectives[kind] += count.count;
     }
     nodes += graph->num_nodes();
+    for (const Node* n : graph->nodes()) {
+      gathers += n->opcode() == Opcode::kGather;
+      scatters += n->opcode() == Opcode::kScatter;
+    }
   }
   EXPECT_EQ(checked, kCases);
   // The cases must exercise the partitioner: most run on several devices and need collectives.
   std::string summary;
   for (const auto& [kind, count] : collectives) summary += kind + "=" + std::to_string(count) + " ";
-  std::printf("%d cases (%d multi-device, %lld nodes), collectives: %s\n", checked, multi_device,
-              static_cast<long long>(nodes), summary.c_str());
+  std::printf(
+      "%d cases (%d multi-device, %lld nodes, %lld gathers, %lld scatters), "
+      "collectives: %s\n",
+      checked, multi_device, static_cast<long long>(nodes), static_cast<long long>(gathers),
+      static_cast<long long>(scatters), summary.c_str());
   EXPECT_GT(multi_device, kCases / 2);
   EXPECT_GT(collectives["all-reduce"], kCases / 10);
   EXPECT_GT(collectives["all-gather"], kCases / 10);
+  EXPECT_GT(gathers, kCases / 10);
+  EXPECT_GT(scatters, kCases / 10);
 }
 
 }  // namespace
