@@ -1286,6 +1286,14 @@ class Parser {
     return args[number];
   }
 
+  // The attribute `name` of `instr`, or null (for the instructions ApplyAttributes does not see).
+  static const AttrAst* FindAttr(const InstrAst& instr, std::string_view name) {
+    for (const AttrAst& attr : instr.attrs) {
+      if (attr.name->text == name) return &attr;
+    }
+    return nullptr;
+  }
+
   // `custom-call`: the targets that only annotate shardings are lowered; any other target is
   // kUnimplemented, naming it.
   // - "Sharding" (jax.lax.with_sharding_constraint, torch_xla's mark_sharding on an
@@ -1296,12 +1304,8 @@ class Parser {
   //   Tessel reads; the Shardy attribute is ignored like every other `xla.sdy.*` attribute.
   absl::StatusOr<Node*> LowerCustomCall(const InstrAst& instr, Graph* graph,
                                         const std::vector<Node*>& operands) const {
-    const AttrAst* target = nullptr;
-    const AttrAst* sharding = nullptr;
-    for (const AttrAst& attr : instr.attrs) {
-      if (attr.name->text == "custom_call_target") target = &attr;
-      if (attr.name->text == "sharding") sharding = &attr;
-    }
+    const AttrAst* target = FindAttr(instr, "custom_call_target");
+    const AttrAst* sharding = FindAttr(instr, "sharding");
     if (target == nullptr) {
       return InstrError(absl::StatusCode::kInvalidArgument, instr,
                         "custom-call needs attribute \"custom_call_target\"");
@@ -1341,12 +1345,8 @@ class Parser {
   absl::StatusOr<Node*> InlineCall(const InstrAst& instr, Graph* graph,
                                    const std::vector<Node*>& operands,
                                    std::vector<const CompAst*>& call_stack) {
-    const AttrAst* to_apply = nullptr;
-    const AttrAst* sharding = nullptr;
-    for (const AttrAst& attr : instr.attrs) {
-      if (attr.name->text == "to_apply") to_apply = &attr;
-      if (attr.name->text == "sharding") sharding = &attr;
-    }
+    const AttrAst* to_apply = FindAttr(instr, "to_apply");
+    const AttrAst* sharding = FindAttr(instr, "sharding");
     if (to_apply == nullptr) {
       return InstrError(absl::StatusCode::kInvalidArgument, instr,
                         "call needs attribute \"to_apply\"");
