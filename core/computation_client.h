@@ -3,8 +3,9 @@
 //
 // By default Sync() runs each step graph on one local device with the Executor, and device data
 // is a whole Literal (LiteralData). A runtime that spreads the program over several devices
-// (mesh/runtime/host_runtime.h: SPMD over the devices of a mesh, partitioned by the partitioner) installs
-// its own client on the thread; its data are sharded values whose pieces live on the devices.
+// (mesh/runtime/host_runtime.h: SPMD over the devices of a mesh, partitioned by the partitioner)
+// installs its own client on the thread; its data are sharded values whose pieces live on the
+// devices.
 //
 //   std::shared_ptr<ComputationClient> client = ...;   // e.g. mesh::HostRuntime::client()
 //   SetComputationClient(client);                        // this thread's Sync() now uses it

@@ -198,12 +198,12 @@ struct ScatterDimensionNumbers {
 struct OpAttributes {
   // broadcast, transpose, reduce, concatenate (one entry) dims.
   std::vector<int64_t> dimensions;
-  std::vector<SliceDim> slice;                                          // slice
-  std::vector<PadDim> padding;                                          // pad
-  DotDimensionNumbers dot;                                              // dot
-  std::vector<int64_t> dynamic_slice_sizes;                             // dynamic-slice
-  GatherDimensionNumbers gather;                                        // gather
-  ScatterDimensionNumbers scatter;                                      // scatter
+  std::vector<SliceDim> slice;               // slice
+  std::vector<PadDim> padding;               // pad
+  DotDimensionNumbers dot;                   // dot
+  std::vector<int64_t> dynamic_slice_sizes;  // dynamic-slice
+  GatherDimensionNumbers gather;             // gather
+  ScatterDimensionNumbers scatter;           // scatter
   // scatter: true when to_apply returns its second parameter (the update replaces the operand
   // element, XLA's scatter-overwrite); otherwise the update is combined with `reduce_kind`.
   bool scatter_overwrite = false;

@@ -85,9 +85,9 @@ std::unique_ptr<Graph> BuildAllOpsGraph() {
   keep(Must(g->AddNode(Opcode::kRng, f32_4x6, {lo, hi}, rng, "rng_n")));
 
   // Elementwise.
-  for (Opcode op : {Opcode::kAbs, Opcode::kNegate, Opcode::kExp, Opcode::kLog, Opcode::kTanh,
-                    Opcode::kLogistic, Opcode::kSqrt, Opcode::kRsqrt, Opcode::kSine,
-                    Opcode::kCosine, Opcode::kCopy}) {
+  for (Opcode op :
+       {Opcode::kAbs, Opcode::kNegate, Opcode::kExp, Opcode::kLog, Opcode::kTanh, Opcode::kLogistic,
+        Opcode::kSqrt, Opcode::kRsqrt, Opcode::kSine, Opcode::kCosine, Opcode::kCopy}) {
     keep(Must(g->AddNode(op, {x})));
   }
   keep(Must(g->AddNode(Opcode::kNot, {p})));

@@ -422,8 +422,8 @@ absl::StatusOr<Shape> InferPad(Opcode opcode, absl::Span<const Shape* const> sha
     if (__builtin_mul_overflow(std::max<int64_t>(n - 1, 0), p.interior, &size) ||
         __builtin_add_overflow(size, n, &size) || __builtin_add_overflow(size, p.low, &size) ||
         __builtin_add_overflow(size, p.high, &size)) {
-      return Error(opcode, absl::StrCat("padding ", p.low, "_", p.high, "_", p.interior,
-                                        " of dim ", i, " (size ", n, ") overflows int64"));
+      return Error(opcode, absl::StrCat("padding ", p.low, "_", p.high, "_", p.interior, " of dim ",
+                                        i, " (size ", n, ") overflows int64"));
     }
     if (size < 0) {
       return Error(opcode, absl::StrCat("padding of dim ", i, " gives negative size ", size));

@@ -141,14 +141,13 @@ TEST_F(HostEnvTest, BooleanVariablesAreParsedStrictly) {
   EXPECT_FALSE(options.shared_memory);
   EXPECT_FALSE(options.external_coordinator);
 
-  for (const char* variable : {"TESSEL_CURVE", "TESSEL_SHARED_MEMORY",
-                               "TESSEL_EXTERNAL_COORDINATOR"}) {
+  for (const char* variable :
+       {"TESSEL_CURVE", "TESSEL_SHARED_MEMORY", "TESSEL_EXTERNAL_COORDINATOR"}) {
     Set(variable, "enabled");
     transport::ZmqOptions rejected;
     absl::Status status = ApplyHostEnvironment(*env, &rejected);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << variable;
-    EXPECT_THAT(std::string(status.message()),
-                HasSubstr(absl::StrCat(variable, "=\"enabled\"")));
+    EXPECT_THAT(std::string(status.message()), HasSubstr(absl::StrCat(variable, "=\"enabled\"")));
     Set(variable, "1");
   }
 }

@@ -31,10 +31,10 @@
 // live from the start until their last use (donated to the outputs, as training loops donate
 // the parameters and optimizer state: jax.jit donate_argnums, torch_xla in-place updates);
 // every other value from its definition to its last use; the root's elements until the end. A
-// value that XLA's fusion would keep on chip (KeptOnChip in mesh/cost/cost_model.h) takes no buffer.
-// No rematerialization: every activation the backward pass reads stays live, so models trained
-// with remat / flash attention use less than reported. Peak bytes per device; a warning (severity
-// "error") when it exceeds the device's HBM.
+// value that XLA's fusion would keep on chip (KeptOnChip in mesh/cost/cost_model.h) takes no
+// buffer. No rematerialization: every activation the backward pass reads stays live, so models
+// trained with remat / flash attention use less than reported. Peak bytes per device; a warning
+// (severity "error") when it exceeds the device's HBM.
 #ifndef TESSEL_MESH_SIMULATOR_H_
 #define TESSEL_MESH_SIMULATOR_H_
 
