@@ -8,9 +8,13 @@
 //   the matching window dims); the window size becomes the local size. No collective.
 // - Otherwise (fallback): every operand is replicated (all-gathers) and the op runs whole on
 //   every device; the driver cuts the result to the target.
-// Missing: the operand-parallel masked lookup for an operand tiled along an indexed dim
-// (vocab-sharded embeddings: local lookup, mask, all-reduce), and index-parallel scatter.
+// - Operand-parallel (gather): an operand tiled along a single-row indexed dim (vocab-sharded
+//   embeddings) stays tiled; a masked local lookup and an all-reduce replace gathering it.
+// Missing: the operand-parallel scatter (the embedding gradient) and index-parallel scatter.
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
 
 #include "core/shape_inference.h"
 #include "core/status_macros.h"
@@ -63,6 +67,134 @@ Sharding Move(const Sharding& from, const std::vector<int64_t>& from_dims, int64
   return Embed(Project(from, from_dims), rank, to_dims);
 }
 
+// The operand-parallel (masked) gather of GSPMD, for an operand tiled along one indexed dim whose
+// window is a single row (the vocabulary dim of an embedding table): each device looks up only
+// the ids that fall in its rows (ids made relative to its tile, out-of-tile rows masked to zero)
+// and an all-reduce over the devices that hold the same ids adds the pieces. The table is never
+// gathered. Applies when the index vector has one component (`take`, embedding lookups) and the
+// devices with a common indices tile hold every operand tile exactly once; nullopt otherwise.
+// Source: XLA gather_scatter_handler.cc, PartitionGatherTrivialSlicedOperandDimensions.
+struct OperandParallelPlan {
+  Sharding operand;                          // tiled along `dim` only
+  Sharding indices;                          // tiled along batch dims only, or replicated
+  int64_t dim = -1;                          // the operand dim split across devices
+  std::vector<std::vector<int64_t>> groups;  // devices whose pieces add up to one lookup
+};
+
+std::optional<OperandParallelPlan> PlanOperandParallel(int64_t num_devices,
+                                                       const std::vector<PValue>& operands,
+                                                       const Shape& operand, const Shape& indices,
+                                                       const GatherDimensionNumbers& g,
+                                                       const std::vector<int64_t>& batch_dims) {
+  const bool one_component =
+      g.index_vector_dim == indices.rank() || indices.dim(g.index_vector_dim) == 1;
+  if (!one_component || g.start_index_map.size() != 1) return std::nullopt;
+  const int64_t dim = g.start_index_map[0];
+  if (g.slice_sizes[dim] != 1) return std::nullopt;
+  std::optional<Sharding> by_rows = KeepTiles(operands[0].sharding, operand.rank(), {dim});
+  if (!by_rows) return std::nullopt;
+  OperandParallelPlan plan;
+  plan.operand = *by_rows;
+  plan.dim = dim;
+  plan.indices =
+      KeepTiles(operands[1].sharding, indices.rank(), batch_dims).value_or(Sharding::Replicate());
+  // Group the devices by the indices tile they hold; each group must hold every row tile once,
+  // or the all-reduce would miss rows or count them twice.
+  const int64_t row_tiles = plan.operand.num_tiles(dim);
+  std::map<std::vector<int64_t>, std::vector<int64_t>> by_ids;
+  std::map<std::vector<int64_t>, std::set<int64_t>> rows_seen;
+  for (int64_t d = 0; d < num_devices; ++d) {
+    std::optional<std::vector<int64_t>> rows = plan.operand.TileIndexOf(d);
+    if (!rows) return std::nullopt;
+    std::vector<int64_t> ids;
+    if (!plan.indices.IsTileMaximal()) {
+      std::optional<std::vector<int64_t>> tile = plan.indices.TileIndexOf(d);
+      if (!tile) return std::nullopt;
+      ids = *tile;
+    }
+    by_ids[ids].push_back(d);
+    if (!rows_seen[ids].insert((*rows)[dim]).second) return std::nullopt;
+  }
+  for (auto& [ids, devices] : by_ids) {
+    if (static_cast<int64_t>(devices.size()) != row_tiles) return std::nullopt;
+    plan.groups.push_back(std::move(devices));
+  }
+  return plan;
+}
+
+absl::StatusOr<PValue> GatherOperandParallel(Context& ctx, const Node& node,
+                                             const std::vector<PValue>& operands,
+                                             const OperandParallelPlan& plan,
+                                             const Sharding& result_sharding) {
+  const Shape& operand = node.operand(0)->shape();
+  const GatherDimensionNumbers& g = node.attrs().gather;
+  TESSEL_ASSIGN_OR_RETURN(Node * table, ctx.Reshard(operands[0], plan.operand));
+  TESSEL_ASSIGN_OR_RETURN(Node * ids, ctx.Reshard(operands[1], plan.indices));
+  const DType index_type = ids->shape().dtype();
+  const int64_t rows = operand.dim(plan.dim);
+  const int64_t tile_rows = table->shape().dim(plan.dim);
+  // This device's first row and its number of real rows (the last tile of an uneven dim is
+  // short; its padding rows must never be read).
+  std::vector<int64_t> first(ctx.num_devices(), 0), count(ctx.num_devices(), 0);
+  for (int64_t d = 0; d < ctx.num_devices(); ++d) {
+    first[d] = (*plan.operand.TileIndexOf(d))[plan.dim] * tile_rows;
+    count[d] = std::clamp<int64_t>(rows - first[d], 0, tile_rows);
+  }
+  auto per_device = [&](const std::vector<int64_t>& values) -> absl::StatusOr<Node*> {
+    TESSEL_ASSIGN_OR_RETURN(Node * scalar, ctx.PerDeviceScalar(values));
+    if (index_type != DType::kS32) {
+      TESSEL_ASSIGN_OR_RETURN(scalar, ctx.Add(Opcode::kConvert, Shape(index_type, {}), {scalar}));
+    }
+    OpAttributes b;  // broadcast of a scalar: no operand dims
+    return ctx.Add(Opcode::kBroadcast, ids->shape(), {scalar}, b);
+  };
+  // XLA clamps a start index into the operand first, so the row a global id reads is fixed
+  // before it is made relative to a tile.
+  TESSEL_ASSIGN_OR_RETURN(Node * clamped, ctx.Add(Opcode::kClamp, ids->shape(),
+                                                  {ctx.ScalarConstant(index_type, 0), ids,
+                                                   ctx.ScalarConstant(index_type, rows - 1)}));
+  TESSEL_ASSIGN_OR_RETURN(Node * offset, per_device(first));
+  TESSEL_ASSIGN_OR_RETURN(Node * local_ids, ctx.Add(Opcode::kSubtract, {clamped, offset}));
+  TESSEL_ASSIGN_OR_RETURN(Node * limit, per_device(count));
+  OpAttributes ge, lt;
+  ge.comparison_direction = ComparisonDirection::kGe;
+  lt.comparison_direction = ComparisonDirection::kLt;
+  TESSEL_ASSIGN_OR_RETURN(Node * zero_ids, per_device(std::vector<int64_t>(ctx.num_devices(), 0)));
+  TESSEL_ASSIGN_OR_RETURN(Node * above, ctx.Add(Opcode::kCompare, {local_ids, zero_ids}, ge));
+  TESSEL_ASSIGN_OR_RETURN(Node * below, ctx.Add(Opcode::kCompare, {local_ids, limit}, lt));
+  TESSEL_ASSIGN_OR_RETURN(Node * mine, ctx.Add(Opcode::kAnd, {above, below}));
+  TESSEL_ASSIGN_OR_RETURN(Node * looked_up,
+                          ctx.Add(Opcode::kGather, {table, local_ids}, node.attrs()));
+  // The mask runs over the ids' batch dims; drop a size-1 index vector dim, then broadcast it
+  // along the window dims of the output.
+  const Shape& id_shape = mine->shape();
+  std::vector<int64_t> mask_dims, mask_to_output;
+  const GatherDimMap map = MapGatherDims(operand.rank(), id_shape.rank(), g);
+  for (int64_t d = 0; d < id_shape.rank(); ++d) {
+    if (d == g.index_vector_dim) continue;
+    mask_dims.push_back(id_shape.dim(d));
+    mask_to_output.push_back(map.indices_to_output[d]);
+  }
+  if (static_cast<int64_t>(mask_dims.size()) != id_shape.rank()) {
+    TESSEL_ASSIGN_OR_RETURN(mine,
+                            ctx.Add(Opcode::kReshape, Shape(DType::kPred, mask_dims), {mine}));
+  }
+  OpAttributes along;
+  along.dimensions = mask_to_output;
+  const Shape& out = looked_up->shape();
+  TESSEL_ASSIGN_OR_RETURN(Node * mask,
+                          ctx.Add(Opcode::kBroadcast, out.WithDType(DType::kPred), {mine}, along));
+  TESSEL_ASSIGN_OR_RETURN(
+      Node * zeros,
+      ctx.Add(Opcode::kBroadcast, out, {ctx.ScalarConstant(out.dtype(), 0)}, OpAttributes()));
+  TESSEL_ASSIGN_OR_RETURN(Node * masked, ctx.Add(Opcode::kSelect, {mask, looked_up, zeros}));
+  TESSEL_ASSIGN_OR_RETURN(
+      Node * summed,
+      ctx.AllReduce(masked, CollectiveDeviceList(plan.groups),
+                    out.dtype() == DType::kPred ? ReduceKind::kOr : ReduceKind::kAdd));
+  return PValue{summed, result_sharding, node.shape(), {}};
+}
+
 absl::StatusOr<PValue> Fallback(Context& ctx, const Node& node,
                                 const std::vector<PValue>& operands) {
   std::vector<Node*> locals;
@@ -96,6 +228,13 @@ absl::StatusOr<PValue> HandleGather(Context& ctx, const Node& node,
   std::vector<int64_t> pass_out;
   for (int64_t d : pass) pass_out.push_back(map.operand_to_output[d]);
   std::optional<Sharding> by_operand = KeepTiles(operands[0].sharding, operand.rank(), pass);
+  // Operand-parallel first, as GSPMD orders it: a table tiled along its indexed dim stays tiled
+  // (1/t of it in memory per device) where index-parallel or the fallback would all-gather it.
+  if (std::optional<OperandParallelPlan> plan =
+          PlanOperandParallel(ctx.num_devices(), operands, operand, indices, g, batch_dims)) {
+    return GatherOperandParallel(ctx, node, operands, *plan,
+                                 Move(plan->indices, batch_dims, rank, batch_out));
+  }
   if (by_index && (!by_operand || by_index->NumTiles() >= by_operand->NumTiles())) {
     TESSEL_ASSIGN_OR_RETURN(Node * local_operand, ctx.Reshard(operands[0], Sharding::Replicate()));
     TESSEL_ASSIGN_OR_RETURN(Node * local_indices, ctx.Reshard(operands[1], *by_index));

@@ -256,10 +256,41 @@ class CaseBuilder {
     return nullptr;
   }
 
+  // An embedding-style gather (`jnp.take(x, ids, axis=d)`): one start index per lookup into dim
+  // d with a window of one row, the other dims whole. x often gets a sharding along d, so the
+  // operand-parallel (masked) strategy is exercised; ids run a little past both ends of d to
+  // check the clamping.
+  Node* RandomRowLookup(Graph& g, Node* x) {
+    const Shape& shape = x->shape();
+    const int64_t rank = shape.rank();
+    const int64_t d = Rand(0, rank - 1);
+    std::vector<int64_t> batch = {Rand(1, 7)};
+    if (Coin()) batch.push_back(Rand(1, 4));
+    const int64_t nb = static_cast<int64_t>(batch.size());
+    Literal ids(Shape(DType::kS32, batch));
+    for (int64_t i = 0; i < ids.num_elements(); ++i) {
+      ids.data<int32_t>()[i] = static_cast<int32_t>(Rand(-2, shape.dim(d) + 1));
+    }
+    Node* indices = OrNull(g.AddNode(Opcode::kCopy, {g.AddConstant(std::move(ids))}));
+    Node* table = OrNull(g.AddNode(Opcode::kCopy, {x}));
+    if (indices == nullptr || table == nullptr) return nullptr;
+    if (Coin(0.6)) indices->set_sharding(RandomSharding(*mesh_, nb));
+    if (Coin(0.8)) table->set_sharding(RandomSharding(*mesh_, rank));
+    OpAttributes a;
+    for (int64_t i = 0; i < rank - 1; ++i) a.gather.offset_dims.push_back(nb + i);
+    a.gather.collapsed_slice_dims = {d};
+    a.gather.start_index_map = {d};
+    a.gather.index_vector_dim = nb;
+    a.gather.slice_sizes = shape.dims();
+    a.gather.slice_sizes[d] = 1;
+    return OrNull(g.AddNode(Opcode::kGather, {table, indices}, a));
+  }
+
   // Random valid dimension numbers over operand `x`; start indices are a constant (in range,
   // sometimes out of range) behind a copy that often gets a random sharding.
   Node* RandomGatherOrScatter(Graph& g, Node* x, int64_t kind) {
     if (x->shape().rank() < 1 || x->shape().num_elements() == 0) return nullptr;
+    if (kind == 0 && Coin(0.4)) return RandomRowLookup(g, x);
     testing::RandomGather r = testing::MakeRandomGather(
         gen_, 4, DType::kF32, Coin() ? DType::kS32 : DType::kS64, x->shape().dims());
     if (r.output.num_elements() > 4096 || r.indices.num_elements() == 0) return nullptr;
