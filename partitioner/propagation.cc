@@ -259,8 +259,20 @@ class Propagator {
     std::optional<Sharding> merged;
     for (const Node* user : node.users()) {
       for (int64_t i = 0; i < user->operand_count(); ++i) {
-        if (user->operand(i) == &node)
-          merged = Merge(merged, FromUser(*user, i), node.shape().rank());
+        if (user->operand(i) != &node) continue;
+        if (user->opcode() == Opcode::kTuple) {
+          // A tuple only carries its elements: element i learns from the get-tuple-element(i)
+          // users of the tuple (JAX returns results as tuple -> get-tuple-element, with the
+          // output sharding on the get-tuple-element).
+          for (const Node* element : user->users()) {
+            if (element->opcode() == Opcode::kGetTupleElement &&
+                element->attrs().tuple_index == i) {
+              merged = Merge(merged, Of(element), node.shape().rank());
+            }
+          }
+          continue;
+        }
+        merged = Merge(merged, FromUser(*user, i), node.shape().rank());
       }
     }
     return merged;

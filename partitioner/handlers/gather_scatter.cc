@@ -10,7 +10,9 @@
 //   every device; the driver cuts the result to the target.
 // - Operand-parallel (gather): an operand tiled along a single-row indexed dim (vocab-sharded
 //   embeddings) stays tiled; a masked local lookup and an all-reduce replace gathering it.
-// Missing: the operand-parallel scatter (the embedding gradient) and index-parallel scatter.
+// - Operand-parallel (scatter): its transpose, for the embedding gradient; with the ids tiled,
+//   a scatter into zeros, an all-reduce over the devices holding the same rows, one add.
+// Missing: index-parallel scatter and the strategies over batching dims.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -195,6 +197,81 @@ absl::StatusOr<PValue> GatherOperandParallel(Context& ctx, const Node& node,
   return PValue{summed, result_sharding, node.shape(), {}};
 }
 
+// The operand-parallel scatter, the transpose of the gather above (the gradient of a
+// vocab-sharded embedding): each device applies the updates whose ids fall in its rows (the
+// others are sent out of bounds, which scatter skips, as XLA's does). With the ids tiled too,
+// each device sees only its ids' updates: they are scattered into zeros, summed over the devices
+// that hold the same rows, and added to the operand once. Needs an add combiner then; with
+// replicated ids every combiner works. Same plan and preconditions as the gather.
+absl::StatusOr<std::optional<PValue>> ScatterOperandParallel(
+    Context& ctx, const Node& node, const std::vector<PValue>& operands,
+    const OperandParallelPlan& plan, const std::vector<int64_t>& batch_dims,
+    const std::vector<int64_t>& batch_updates) {
+  const bool ids_tiled = !plan.indices.IsTileMaximal();
+  const OpAttributes& attrs = node.attrs();
+  if (ids_tiled && (attrs.scatter_overwrite || attrs.reduce_kind != ReduceKind::kAdd)) {
+    return std::optional<PValue>();
+  }
+  const Shape& operand = node.operand(0)->shape();
+  const Shape& updates = node.operand(2)->shape();
+  TESSEL_ASSIGN_OR_RETURN(Node * table, ctx.Reshard(operands[0], plan.operand));
+  TESSEL_ASSIGN_OR_RETURN(Node * ids, ctx.Reshard(operands[1], plan.indices));
+  TESSEL_ASSIGN_OR_RETURN(
+      Node * local_updates,
+      ctx.Reshard(operands[2], Move(plan.indices, batch_dims, updates.rank(), batch_updates)));
+  const DType index_type = ids->shape().dtype();
+  const int64_t rows = operand.dim(plan.dim);
+  const int64_t tile_rows = table->shape().dim(plan.dim);
+  std::vector<int64_t> first(ctx.num_devices(), 0), end(ctx.num_devices(), 0);
+  for (int64_t d = 0; d < ctx.num_devices(); ++d) {
+    first[d] = (*plan.operand.TileIndexOf(d))[plan.dim] * tile_rows;
+    end[d] = std::min(first[d] + tile_rows, rows);
+  }
+  auto per_device = [&](const std::vector<int64_t>& values) -> absl::StatusOr<Node*> {
+    TESSEL_ASSIGN_OR_RETURN(Node * scalar, ctx.PerDeviceScalar(values));
+    if (index_type != DType::kS32) {
+      TESSEL_ASSIGN_OR_RETURN(scalar, ctx.Add(Opcode::kConvert, Shape(index_type, {}), {scalar}));
+    }
+    return ctx.Add(Opcode::kBroadcast, ids->shape(), {scalar}, OpAttributes());
+  };
+  TESSEL_ASSIGN_OR_RETURN(Node * lo, per_device(first));
+  TESSEL_ASSIGN_OR_RETURN(Node * hi, per_device(end));
+  OpAttributes ge, lt;
+  ge.comparison_direction = ComparisonDirection::kGe;
+  lt.comparison_direction = ComparisonDirection::kLt;
+  TESSEL_ASSIGN_OR_RETURN(Node * above, ctx.Add(Opcode::kCompare, {ids, lo}, ge));
+  TESSEL_ASSIGN_OR_RETURN(Node * below, ctx.Add(Opcode::kCompare, {ids, hi}, lt));
+  TESSEL_ASSIGN_OR_RETURN(Node * mine, ctx.Add(Opcode::kAnd, {above, below}));
+  TESSEL_ASSIGN_OR_RETURN(Node * relative, ctx.Add(Opcode::kSubtract, {ids, lo}));
+  // tile_rows is one past this device's buffer: a window starting there is skipped.
+  TESSEL_ASSIGN_OR_RETURN(Node * skip,
+                          ctx.Add(Opcode::kBroadcast, ids->shape(),
+                                  {ctx.ScalarConstant(index_type, tile_rows)}, OpAttributes()));
+  TESSEL_ASSIGN_OR_RETURN(Node * local_ids, ctx.Add(Opcode::kSelect, {mine, relative, skip}));
+  if (!ids_tiled) {
+    TESSEL_ASSIGN_OR_RETURN(Node * result,
+                            ctx.Add(Opcode::kScatter, {table, local_ids, local_updates}, attrs));
+    return std::optional<PValue>(PValue{result, plan.operand, node.shape(), {}});
+  }
+  TESSEL_ASSIGN_OR_RETURN(Node * zeros,
+                          ctx.Add(Opcode::kBroadcast, table->shape(),
+                                  {ctx.ScalarConstant(table->shape().dtype(), 0)}, OpAttributes()));
+  TESSEL_ASSIGN_OR_RETURN(Node * partial,
+                          ctx.Add(Opcode::kScatter, {zeros, local_ids, local_updates}, attrs));
+  // The devices that hold the same rows hold every ids tile once (the plan's check, seen from
+  // the other side), so their partial sums add up to every update exactly once.
+  std::map<int64_t, std::vector<int64_t>> same_rows;
+  for (int64_t d = 0; d < ctx.num_devices(); ++d) {
+    same_rows[(*plan.operand.TileIndexOf(d))[plan.dim]].push_back(d);
+  }
+  std::vector<std::vector<int64_t>> groups;
+  for (auto& [tile, devices] : same_rows) groups.push_back(std::move(devices));
+  TESSEL_ASSIGN_OR_RETURN(Node * summed,
+                          ctx.AllReduce(partial, CollectiveDeviceList(groups), ReduceKind::kAdd));
+  TESSEL_ASSIGN_OR_RETURN(Node * result, ctx.Add(Opcode::kAdd, {table, summed}));
+  return std::optional<PValue>(PValue{result, plan.operand, node.shape(), {}});
+}
+
 absl::StatusOr<PValue> Fallback(Context& ctx, const Node& node,
                                 const std::vector<PValue>& operands) {
   std::vector<Node*> locals;
@@ -261,6 +338,26 @@ absl::StatusOr<PValue> HandleScatter(Context& ctx, const Node& node,
   const Shape& updates = node.operand(2)->shape();
   const GatherDimensionNumbers g = ScatterAsGather(node.attrs().scatter, operand, updates);
   const GatherDimMap map = MapGatherDims(operand.rank(), indices.rank(), g);
+  std::vector<int64_t> batch_dims, batch_updates;
+  for (int64_t d = 0; d < indices.rank(); ++d) {
+    if (map.indices_to_output[d] < 0 || Contains(g.start_indices_batching_dims, d)) continue;
+    batch_dims.push_back(d);
+    batch_updates.push_back(map.indices_to_output[d]);
+  }
+  // The rows may be tiled on the operand or only on the result (the gradient of an embedding
+  // scatters into zeros that nothing has sharded yet; cutting them is free): try both.
+  std::vector<PValue> as_target = operands;
+  as_target[0].sharding = target;
+  for (const std::vector<PValue>* view :
+       {&operands, static_cast<const std::vector<PValue>*>(&as_target)}) {
+    std::optional<OperandParallelPlan> plan =
+        PlanOperandParallel(ctx.num_devices(), *view, operand, indices, g, batch_dims);
+    if (!plan) continue;
+    TESSEL_ASSIGN_OR_RETURN(
+        std::optional<PValue> done,
+        ScatterOperandParallel(ctx, node, operands, *plan, batch_dims, batch_updates));
+    if (done) return *std::move(done);
+  }
   std::vector<int64_t> pass = PassthroughDims(operand, g, map);
   std::vector<int64_t> pass_updates;
   for (int64_t d : pass) pass_updates.push_back(map.operand_to_output[d]);

@@ -84,6 +84,14 @@ class CaseBuilder {
     return s.ok() ? s->ToString() : "";
   }
 
+  // A rank-`rank` value tiled along `dim` over mesh axis `axis`, replicated over the others.
+  std::string AxisSharding(int64_t rank, int64_t dim, int axis) {
+    std::vector<PartitionSpec::Entry> entries(rank, std::nullopt);
+    entries[dim] = axis;
+    auto s = spmd::ShardingFromPartitionSpec(*mesh_, rank, PartitionSpec(entries));
+    return s.ok() ? s->ToString() : "";
+  }
+
   int64_t RandomDim() {
     static const int64_t kDims[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12};
     return kDims[Rand(0, 9)];
@@ -256,11 +264,12 @@ class CaseBuilder {
     return nullptr;
   }
 
-  // An embedding-style gather (`jnp.take(x, ids, axis=d)`): one start index per lookup into dim
-  // d with a window of one row, the other dims whole. x often gets a sharding along d, so the
-  // operand-parallel (masked) strategy is exercised; ids run a little past both ends of d to
-  // check the clamping.
-  Node* RandomRowLookup(Graph& g, Node* x) {
+  // An embedding-style gather (`jnp.take(x, ids, axis=d)`), or with `scatter_add` its transpose
+  // (`x.at[ids].add(updates)`, the embedding gradient): one start index per lookup into dim d
+  // with a window of one row, the other dims whole. x often gets a sharding along d, so the
+  // operand-parallel strategies are exercised; ids run a little past both ends of d to check
+  // the clamping (gather) and the skipping (scatter).
+  Node* RandomRowLookup(Graph& g, Node* x, bool scatter_add) {
     const Shape& shape = x->shape();
     const int64_t rank = shape.rank();
     const int64_t d = Rand(0, rank - 1);
@@ -274,8 +283,18 @@ class CaseBuilder {
     Node* indices = OrNull(g.AddNode(Opcode::kCopy, {g.AddConstant(std::move(ids))}));
     Node* table = OrNull(g.AddNode(Opcode::kCopy, {x}));
     if (indices == nullptr || table == nullptr) return nullptr;
-    if (Coin(0.6)) indices->set_sharding(RandomSharding(*mesh_, nb));
-    if (Coin(0.8)) table->set_sharding(RandomSharding(*mesh_, rank));
+    const int64_t mesh_axes = mesh_->logical_mesh().rank();
+    if (mesh_axes >= 2 && Coin(0.5)) {
+      // The layout of a vocab-sharded embedding: rows of the table over one mesh axis, the
+      // ids' batch over another (the operand-parallel strategies' all-reduce case).
+      const int rows_axis = static_cast<int>(Rand(0, mesh_axes - 1));
+      const int ids_axis = static_cast<int>((rows_axis + Rand(1, mesh_axes - 1)) % mesh_axes);
+      table->set_sharding(AxisSharding(rank, d, rows_axis));
+      indices->set_sharding(AxisSharding(nb, 0, ids_axis));
+    } else {
+      if (Coin(0.6)) indices->set_sharding(RandomSharding(*mesh_, nb));
+      if (Coin(0.8)) table->set_sharding(RandomSharding(*mesh_, rank));
+    }
     OpAttributes a;
     for (int64_t i = 0; i < rank - 1; ++i) a.gather.offset_dims.push_back(nb + i);
     a.gather.collapsed_slice_dims = {d};
@@ -283,14 +302,20 @@ class CaseBuilder {
     a.gather.index_vector_dim = nb;
     a.gather.slice_sizes = shape.dims();
     a.gather.slice_sizes[d] = 1;
-    return OrNull(g.AddNode(Opcode::kGather, {table, indices}, a));
+    Node* rows = OrNull(g.AddNode(Opcode::kGather, {table, indices}, a));
+    if (!scatter_add || rows == nullptr) return rows;
+    Node* updates = NewParameter(g, rows->shape());
+    if (Coin(0.6)) updates->set_sharding(RandomSharding(*mesh_, rows->shape().rank()));
+    OpAttributes sa;
+    sa.scatter = GatherAsScatter(a.gather);
+    return OrNull(g.AddNode(Opcode::kScatter, {table, indices, updates}, sa));
   }
 
   // Random valid dimension numbers over operand `x`; start indices are a constant (in range,
   // sometimes out of range) behind a copy that often gets a random sharding.
   Node* RandomGatherOrScatter(Graph& g, Node* x, int64_t kind) {
     if (x->shape().rank() < 1 || x->shape().num_elements() == 0) return nullptr;
-    if (kind == 0 && Coin(0.4)) return RandomRowLookup(g, x);
+    if (kind != 2 && Coin(0.4)) return RandomRowLookup(g, x, /*scatter_add=*/kind == 1);
     testing::RandomGather r = testing::MakeRandomGather(
         gen_, 4, DType::kF32, Coin() ? DType::kS32 : DType::kS64, x->shape().dims());
     if (r.output.num_elements() > 4096 || r.indices.num_elements() == 0) return nullptr;
