@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/internal/lazy.h"
+#include "core/shape_inference.h"
 #include "core/tensor.h"
 
 namespace tessel {
@@ -87,6 +88,63 @@ Tensor DotOperandGrad(const Tensor& g, const Tensor& other, int64_t self_rank,
   bool identity = true;
   for (int64_t d = 0; d < self_rank; ++d) identity = identity && perm[d] == d;
   return identity ? r : Transpose(r, perm);
+}
+
+// The start indices of `g` one component at a time (each of the indices' shape without
+// index_vector_dim), and the way back.
+std::vector<Tensor> StartComponents(const Tensor& indices, const GatherDimensionNumbers& g) {
+  const Shape& shape = indices.shape();
+  if (g.index_vector_dim == shape.rank()) return {indices};
+  std::vector<int64_t> batch = shape.dims();
+  batch.erase(batch.begin() + g.index_vector_dim);
+  std::vector<Tensor> parts;
+  for (size_t k = 0; k < g.start_index_map.size(); ++k) {
+    std::vector<int64_t> from(shape.rank(), 0), to = shape.dims();
+    from[g.index_vector_dim] = static_cast<int64_t>(k);
+    to[g.index_vector_dim] = static_cast<int64_t>(k) + 1;
+    parts.push_back(Reshape(Slice(indices, from, to), batch));
+  }
+  return parts;
+}
+
+Tensor JoinComponents(const std::vector<Tensor>& parts, const Shape& indices,
+                      const GatherDimensionNumbers& g) {
+  if (g.index_vector_dim == indices.rank()) return parts[0];
+  std::vector<Tensor> columns;
+  std::vector<int64_t> column = indices.dims();
+  column[g.index_vector_dim] = 1;
+  for (const Tensor& part : parts) columns.push_back(Reshape(part, column));
+  return Concatenate(columns, g.index_vector_dim);
+}
+
+// The start indices a gather really uses: each clamped into [0, dim - slice size], as XLA does.
+Tensor ClampedStarts(const Tensor& indices, const GatherDimensionNumbers& g, const Shape& operand) {
+  std::vector<Tensor> parts = StartComponents(indices, g);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const int64_t dim = g.start_index_map[k];
+    parts[k] = Clamp(Full(Shape(parts[k].dtype(), {}), 0), parts[k],
+                     Full(Shape(parts[k].dtype(), {}), operand.dim(dim) - g.slice_sizes[dim]));
+  }
+  return JoinComponents(parts, indices.shape(), g);
+}
+
+// Per scatter index (the indices' shape without index_vector_dim): whether its update window
+// lies inside `operand`, i.e. was applied (XLA skips the others). Shapes: global.
+Tensor ScatterWindowInBounds(const Tensor& indices, const ScatterDimensionNumbers& dnums,
+                             const Shape& operand, const Shape& updates) {
+  const GatherDimensionNumbers g = ScatterAsGather(dnums, operand, updates);
+  std::vector<Tensor> parts = StartComponents(indices, g);
+  Tensor inside;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const Tensor& start = parts[k];
+    const int64_t dim = g.start_index_map[k];
+    const Tensor lowest = Full(start.shape(), 0);
+    const Tensor highest = Full(start.shape(), operand.dim(dim) - g.slice_sizes[dim]);
+    const Tensor fits = And(Compare(start, lowest, ComparisonDirection::kGe),
+                            Compare(start, highest, ComparisonDirection::kLe));
+    inside = k == 0 ? fits : And(inside, fits);
+  }
+  return inside;
 }
 
 // What the VJP rules of one node write to: x(i) is operand i as a tensor; emit(i, make) adds
@@ -289,6 +347,53 @@ bool VjpDataMovement(const LazyNode& node, const Tensor& y, const Tensor& g, Vjp
       const Shape& update = node.operands[1]->shape;
       r.emit(0, [&] { return DynamicUpdateSlice(g, Zeros(update), starts); });
       r.emit(1, [&] { return DynamicSlice(g, starts, update.dims()); });
+      break;
+    }
+    case Opcode::kGather:
+      // Each output element read one operand element: its gradient is added back there, by the
+      // scatter that writes where the gather read. The gather clamped its starts and a scatter
+      // would skip them instead, so the starts are clamped first.
+      r.emit(0, [&] {
+        const Shape& operand = node.operands[0]->shape;
+        return Scatter(Zeros(operand), ClampedStarts(r.x(1), attrs.gather, operand), g,
+                       GatherAsScatter(attrs.gather), ReduceKind::kAdd);
+      });
+      break;
+    case Opcode::kScatter: {
+      if (attrs.scatter_overwrite || attrs.reduce_kind != ReduceKind::kAdd) {
+        // Overwrite, multiply, max and min make the result depend on which update lands last
+        // or wins; XLA's autodiff has no general rule either. Fail loudly, never a zero.
+        const Tensor unsupported = Tensor::Error(absl::UnimplementedError(
+            absl::StrCat("no gradient for a scatter that ",
+                         attrs.scatter_overwrite
+                             ? std::string("overwrites")
+                             : absl::StrCat("combines with ", ReduceKindName(attrs.reduce_kind)),
+                         "; only scatter-add is differentiable")));
+        r.emit(0, [&] { return unsupported; });
+        r.emit(2, [&] { return unsupported; });
+        break;
+      }
+      // scatter-add is linear: the operand passes g through, each update gets the gradient of
+      // the element it was added to. A window out of bounds was skipped (it added nothing), so
+      // its update gets zero, where the gather alone would clamp and read a neighbour.
+      r.emit(0, [&] { return g; });
+      r.emit(2, [&] {
+        const Shape& operand = node.operands[0]->shape;
+        const Shape& updates = node.operands[2]->shape;
+        const Tensor read = Gather(g, r.x(1), ScatterAsGather(attrs.scatter, operand, updates));
+        std::vector<int64_t> batch_dims;  // the update dims that run over the indices
+        for (int64_t d = 0; d < updates.rank(); ++d) {
+          if (std::find(attrs.scatter.update_window_dims.begin(),
+                        attrs.scatter.update_window_dims.end(),
+                        d) == attrs.scatter.update_window_dims.end()) {
+            batch_dims.push_back(d);
+          }
+        }
+        const Tensor landed =
+            Broadcast(ScatterWindowInBounds(r.x(1), attrs.scatter, operand, updates),
+                      updates.dims(), batch_dims);
+        return Select(landed, read, ZerosLike(read));
+      });
       break;
     }
     default:

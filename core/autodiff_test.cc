@@ -3,6 +3,7 @@
 #include <functional>
 #include <random>
 
+#include "core/shape_inference.h"
 #include "core/tensor.h"
 #include "core/testing/graphs.h"
 #include "gtest/gtest.h"
@@ -80,6 +81,23 @@ void CheckGradient(const GradCase& c) {
 
 Tensor S64(int64_t v) { return Scalar(DType::kS64, static_cast<double>(v)); }
 
+// s32[n,1] row ids for the gather and scatter cases.
+Tensor RowIds(std::vector<int32_t> ids) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  return Tensor::FromLiteral(Literal::FromVector<int32_t>({n, 1}, ids));
+}
+
+// One row of a [rows, 3] operand per index: jnp.take(x, ids, axis=0).
+GatherDimensionNumbers Rows() {
+  GatherDimensionNumbers g;
+  g.offset_dims = {1};
+  g.collapsed_slice_dims = {0};
+  g.start_index_map = {0};
+  g.index_vector_dim = 1;
+  g.slice_sizes = {1, 3};
+  return g;
+}
+
 std::vector<GradCase> Cases() {
   using V = std::vector<Tensor>;
   const Input a23{{2, 3}}, pos23{{2, 3}, 0.5, 2.0};
@@ -101,6 +119,19 @@ std::vector<GradCase> Cases() {
       {"rsqrt", {pos23}, [](const V& x) { return Rsqrt(x[0]); }},
       {"sine", {a23}, [](const V& x) { return Sin(x[0]); }},
       {"cosine", {a23}, [](const V& x) { return Cos(x[0]); }},
+      // An embedding lookup; id 7 is clamped to row 4, which then gets two contributions.
+      {"gather",
+       {Input{{5, 3}}},
+       [](const V& x) {
+         return Gather(x[0], RowIds({4, 0, 7, 2}), Rows());
+       }},
+      // scatter-add of four rows; id 6 is out of bounds, so its update is skipped and gets no
+      // gradient, and row 1 is updated twice.
+      {"scatter_add",
+       {Input{{5, 3}}, Input{{4, 3}}},
+       [](const V& x) {
+         return Scatter(x[0], RowIds({1, 6, 1, 4}), x[1], GatherAsScatter(Rows()));
+       }},
       {"copy", {a23}, [](const V& x) { return Copy(x[0]); }},
       {"convert_f32_roundtrip",
        {a23},
@@ -194,6 +225,20 @@ std::vector<GradCase> Cases() {
 
 TEST(AutodiffTest, EveryRuleMatchesFiniteDifferences) {
   for (const GradCase& c : Cases()) CheckGradient(c);
+}
+
+TEST(AutodiffTest, ScatterThatOverwritesHasNoGradient) {
+  Tensor operand =
+      Tensor::FromLiteral(Literal::FromVector<double>({3, 3}, std::vector<double>(9, 1)));
+  Tensor updates =
+      Tensor::FromLiteral(Literal::FromVector<double>({2, 3}, std::vector<double>(6, 2)));
+  Tensor out =
+      Scatter(operand, RowIds({0, 2}), updates, GatherAsScatter(Rows()), ReduceKind::kMaximum);
+  std::vector<Tensor> g = Grad(ReduceSum(out, {0, 1}), {operand, updates});
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[1].status().code(), absl::StatusCode::kUnimplemented) << g[1].status();
+  EXPECT_NE(std::string(g[1].status().message()).find("maximum"), std::string::npos)
+      << g[1].status();
 }
 
 TEST(AutodiffTest, UnrelatedInputGetsZeros) {
