@@ -75,6 +75,15 @@ absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
       tuple.global_shape = node.shape();
       tuple.sharding = target;
       tuple.elements = operands;
+      // An annotated tuple (a root's output shardings) gets each array element in the sharding
+      // it names, as XLA's partitioner reshards a root to its sharding.
+      if (target.IsTuple() && target.tuple_elements().size() == operands.size()) {
+        for (size_t i = 0; i < operands.size(); ++i) {
+          if (operands[i].global_shape.is_tuple()) continue;
+          TESSEL_ASSIGN_OR_RETURN(tuple.elements[i],
+                                  ctx.ReshardValue(operands[i], target.tuple_elements()[i]));
+        }
+      }
       return tuple;
     }
     case Opcode::kGetTupleElement:

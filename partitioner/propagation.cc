@@ -261,9 +261,15 @@ class Propagator {
       for (int64_t i = 0; i < user->operand_count(); ++i) {
         if (user->operand(i) != &node) continue;
         if (user->opcode() == Opcode::kTuple) {
-          // A tuple only carries its elements: element i learns from the get-tuple-element(i)
-          // users of the tuple (JAX returns results as tuple -> get-tuple-element, with the
-          // output sharding on the get-tuple-element).
+          // A tuple only carries its elements: element i learns from the tuple's own annotation
+          // (`sharding={{...}, {...}}` on a root tuple) and from the get-tuple-element(i) users
+          // of the tuple (JAX returns results as tuple -> get-tuple-element, with the output
+          // sharding on the get-tuple-element).
+          const std::optional<Sharding>& whole = Of(user);
+          if (whole.has_value() && whole->IsTuple() &&
+              static_cast<int64_t>(whole->tuple_elements().size()) == user->operand_count()) {
+            merged = Merge(merged, whole->tuple_elements()[i], node.shape().rank());
+          }
           for (const Node* element : user->users()) {
             if (element->opcode() == Opcode::kGetTupleElement &&
                 element->attrs().tuple_index == i) {
