@@ -149,9 +149,13 @@ absl::StatusOr<CostModel> CostModel::Create(const Topology& topology, CostModelO
   }
   if (topology.dcn()) {
     // Devices of one host share its DCN interfaces. Every device runs the same SPMD collective
-    // at the same time, so each gets 1/devices_per_host of the NIC bandwidth. Host 0 stands
-    // for all hosts: the model assumes every host has as many devices.
-    int64_t devices_per_host = topology.num_hosts() > 0 ? topology.host(0).num_devices() : 1;
+    // at the same time, so each gets 1/devices_per_host of the NIC bandwidth. Slices may have
+    // hosts of different sizes; a collective waits for its slowest member, so the most crowded
+    // host sets the per-device bandwidth.
+    int64_t devices_per_host = 1;
+    for (int64_t h = 0; h < topology.num_hosts(); ++h) {
+      devices_per_host = std::max(devices_per_host, topology.host(h).num_devices());
+    }
     model.dcn_bytes_per_s_per_device_ =
         topology.dcn()->bandwidth_gbps * 1e9 / 8 / static_cast<double>(devices_per_host);
     model.dcn_latency_s_ = topology.dcn()->latency_us * 1e-6;

@@ -165,6 +165,21 @@ TEST(CostModelTest, HierarchicalAllReduceAcrossSlices) {
   EXPECT_NEAR(d.dcn_seconds, 2 * 0.5 * v / dcn_per_device + 2 * 10e-6, 1e-15);
 }
 
+TEST(CostModelTest, TheMostCrowdedHostSetsTheDcnBandwidth) {
+  // Slice 0: 2 hosts of 2 chips; slice 1: 1 host of 4 chips. Every device of slice 1 shares one
+  // NIC with 3 others, and a cross-slice collective waits for them.
+  const std::string two_hosts = TopologyJson("[4]", "[false]", 1, 2, 2);
+  const std::string one_host = TopologyJson("[4]", "[false]", 1, 1, 4);
+  const std::string first = two_hosts.substr(two_hosts.find("\"slices\": [") + 11);
+  const std::string second = one_host.substr(one_host.find("\"slices\": [") + 11);
+  const std::string mixed = two_hosts.substr(0, two_hosts.find("\"slices\": [") + 11) +
+                            first.substr(0, first.size() - 2) + ", " + second;
+  CostModel model = Model(mixed);
+  const double v = 8e6;
+  NodeCost d = model.CollectiveCost(Opcode::kAllReduce, {0, 4}, 8000000, 0);
+  EXPECT_NEAR(d.dcn_seconds, 2 * 0.5 * v / (200e9 / 8 / 4) + 2 * 10e-6, 1e-15);
+}
+
 TEST(CostModelTest, DoublingDcnBandwidthHalvesTheDcnTerm) {
   CostModel slow = Model(TopologyJson("[2]", "[false]", 2, 1, 2, 400, 1, 200, /*dcn_us=*/0));
   CostModel fast = Model(TopologyJson("[2]", "[false]", 2, 1, 2, 400, 1, 400, /*dcn_us=*/0));
