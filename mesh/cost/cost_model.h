@@ -39,7 +39,8 @@
 // - A group spanning m > 1 slices with n_s members per slice: hierarchical (ICI reduce-scatter,
 //   DCN ring all-reduce across slices on V / n_s, ICI all-gather); DCN bandwidth per device is
 //   the host's DCN bandwidth divided by its devices (all run the same SPMD collective):
-//     B_dcn = dcn_bandwidth / devices_per_host,
+//     B_dcn = dcn_bandwidth / devices_per_host (the largest of any host: the slowest member
+//     sets the pace),
 //     all-reduce DCN term 2 * (m-1)/m * (V / n_s) / B_dcn + 2 * alpha_dcn * (m-1),
 //     all-gather / reduce-scatter DCN term (m-1)/m * (V / n_s) / B_dcn + alpha_dcn * (m-1),
 //     all-to-all (m-1)/m * V / B_dcn, collective-permute V / B_dcn + alpha_dcn.
