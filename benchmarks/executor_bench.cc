@@ -10,9 +10,12 @@
 //                                    with OpenMP, which Tessel does not build with)
 //   BM_ExecutorAdd/threads:T         f32[16M] + f32[16M] through Executor::Run
 //   BM_EigenAdd                      the same add on Eigen arrays into a preallocated output
+//   BM_ExecutorExp/threads:1         exp of f32[16M] through Executor::Run (Eigen's packet exp,
+//                                    then libm for the inputs below ln(FLT_MIN))
+//   BM_EigenExp                      the same exp on Eigen arrays into a preallocated output
 //
-// Counters: FLOPS (2 N^3 per dot, N per add) as a rate, so "FLOPS=90G/s" reads as 90 GFLOP/s;
-// the add also reports bytes/s (two reads and one write). Wall-clock time throughout.
+// Counters: FLOPS (2 N^3 per dot, N per add or exp) as a rate, so "FLOPS=90G/s" reads as 90
+// GFLOP/s; the add and exp also report bytes/s (reads and writes). Wall-clock time throughout.
 // Run: executor_bench --benchmark_min_time=0.01   (Google Benchmark 1.7.1 takes a bare number)
 #define EIGEN_USE_THREADS
 
@@ -106,12 +109,14 @@ void BM_EigenTensorDot(benchmark::State& state) {
 
 constexpr int64_t kAddElements = int64_t{1} << 24;  // 16M floats, 64 MiB per operand
 
-void SetAddCounters(benchmark::State& state) {
+// Elements per second, and bytes per second over `arrays` f32 arrays (an add reads two and
+// writes one; exp reads one and writes one).
+void SetAddCounters(benchmark::State& state, double arrays = 3) {
   const double iterations = static_cast<double>(state.iterations());
   state.counters["FLOPS"] = benchmark::Counter(static_cast<double>(kAddElements) * iterations,
                                                benchmark::Counter::kIsRate);
   state.counters["bytes"] =
-      benchmark::Counter(3.0 * sizeof(float) * static_cast<double>(kAddElements) * iterations,
+      benchmark::Counter(arrays * sizeof(float) * static_cast<double>(kAddElements) * iterations,
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
 }
 
@@ -145,6 +150,35 @@ void BM_EigenAdd(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   SetAddCounters(state);
+}
+
+void BM_ExecutorExp(benchmark::State& state) {
+  Graph graph("exp");
+  Node* a = graph.AddParameter(0, Shape(DType::kF32, {kAddElements}), "a").value();
+  graph.set_root(graph.AddNode(Opcode::kExp, {a}).value());
+  std::vector<Literal> args = {RandomF32({kAddElements}, 1)};
+  Executor executor(ExecutorOptions{static_cast<int>(state.range(0))});
+  for (auto _ : state) {
+    absl::StatusOr<std::vector<Literal>> out = executor.Run(graph, args);
+    if (!out.ok()) {
+      state.SkipWithError(std::string(out.status().message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(out->front().raw_data());
+  }
+  SetAddCounters(state, 2);
+}
+
+void BM_EigenExp(benchmark::State& state) {
+  Literal la = RandomF32({kAddElements}, 1);
+  Eigen::Map<const Eigen::ArrayXf> a(la.data<float>().data(), kAddElements);
+  Eigen::ArrayXf c(kAddElements);
+  for (auto _ : state) {
+    c = a.exp();
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  SetAddCounters(state, 2);
 }
 
 // One untimed run first (allocator, TBB workers, caches), so that a single timed iteration, as
@@ -182,6 +216,13 @@ BENCHMARK(BM_ExecutorAdd)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EigenAdd)->MinWarmUpTime(kWarmUpSeconds)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExecutorExp)
+    ->ArgNames({"threads"})
+    ->Arg(1)
+    ->MinWarmUpTime(kWarmUpSeconds)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EigenExp)->MinWarmUpTime(kWarmUpSeconds)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace tessel
