@@ -50,6 +50,21 @@ void SetDotCounters(benchmark::State& state, int64_t n) {
       benchmark::Counter::kIsRate);
 }
 
+// Times Executor::Run(graph, args) on `threads` threads (0: all cores); stops the benchmark with
+// the error if a run fails.
+void TimeExecutor(benchmark::State& state, const Graph& graph, const std::vector<Literal>& args,
+                  int threads) {
+  Executor executor(ExecutorOptions{threads});
+  for (auto _ : state) {
+    absl::StatusOr<std::vector<Literal>> out = executor.Run(graph, args);
+    if (!out.ok()) {
+      state.SkipWithError(std::string(out.status().message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(out->front().raw_data());
+  }
+}
+
 void BM_ExecutorDot(benchmark::State& state) {
   const int64_t n = state.range(0);
   const int threads = static_cast<int>(state.range(1));
@@ -61,15 +76,7 @@ void BM_ExecutorDot(benchmark::State& state) {
   attrs.dot.rhs_contracting_dims = {0};
   graph.set_root(graph.AddNode(Opcode::kDot, {a, b}, attrs).value());
   std::vector<Literal> args = {RandomF32({n, n}, 1), RandomF32({n, n}, 2)};
-  Executor executor(ExecutorOptions{threads});
-  for (auto _ : state) {
-    absl::StatusOr<std::vector<Literal>> out = executor.Run(graph, args);
-    if (!out.ok()) {
-      state.SkipWithError(std::string(out.status().message()).c_str());
-      break;
-    }
-    benchmark::DoNotOptimize(out->front().raw_data());
-  }
+  TimeExecutor(state, graph, args, threads);
   SetDotCounters(state, n);
 }
 
@@ -127,15 +134,7 @@ void BM_ExecutorAdd(benchmark::State& state) {
   Node* b = graph.AddParameter(1, Shape(DType::kF32, {kAddElements}), "b").value();
   graph.set_root(graph.AddNode(Opcode::kAdd, {a, b}).value());
   std::vector<Literal> args = {RandomF32({kAddElements}, 1), RandomF32({kAddElements}, 2)};
-  Executor executor(ExecutorOptions{threads});
-  for (auto _ : state) {
-    absl::StatusOr<std::vector<Literal>> out = executor.Run(graph, args);
-    if (!out.ok()) {
-      state.SkipWithError(std::string(out.status().message()).c_str());
-      break;
-    }
-    benchmark::DoNotOptimize(out->front().raw_data());
-  }
+  TimeExecutor(state, graph, args, threads);
   SetAddCounters(state);
 }
 
@@ -157,15 +156,7 @@ void BM_ExecutorExp(benchmark::State& state) {
   Node* a = graph.AddParameter(0, Shape(DType::kF32, {kAddElements}), "a").value();
   graph.set_root(graph.AddNode(Opcode::kExp, {a}).value());
   std::vector<Literal> args = {RandomF32({kAddElements}, 1)};
-  Executor executor(ExecutorOptions{static_cast<int>(state.range(0))});
-  for (auto _ : state) {
-    absl::StatusOr<std::vector<Literal>> out = executor.Run(graph, args);
-    if (!out.ok()) {
-      state.SkipWithError(std::string(out.status().message()).c_str());
-      break;
-    }
-    benchmark::DoNotOptimize(out->front().raw_data());
-  }
+  TimeExecutor(state, graph, args, static_cast<int>(state.range(0)));
   SetAddCounters(state, 2);
 }
 
