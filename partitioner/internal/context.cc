@@ -132,6 +132,15 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
       // tile index along a), then fold dim 0 into a: [.., n*s_a, .., B/n, ..].
       const int64_t n = static_cast<int64_t>(step.groups[0].size());
       const int64_t a = step.dim, b = step.to_dim;
+      // An uneven dim b is padded to n equal chunks: the padding lands in the last tiles along
+      // b, where the ceil rule puts it.
+      if (const int64_t size = local->shape().dim(b); size % n != 0) {
+        OpAttributes pad;
+        pad.padding.assign(global.rank(), PadDim{});
+        pad.padding[b].high = (size + n - 1) / n * n - size;
+        TESSEL_ASSIGN_OR_RETURN(local,
+                                Add(Opcode::kPad, {local, ScalarConstant(global.dtype(), 0)}, pad));
+      }
       const std::vector<int64_t>& dims = local->shape().dims();
       std::vector<int64_t> split;
       for (int64_t d = 0; d < global.rank(); ++d) {
@@ -175,7 +184,16 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
       OpAttributes place;
       place.dimensions = back;
       TESSEL_ASSIGN_OR_RETURN(Node * placed, Add(Opcode::kTranspose, {swapped}, place));
-      return Add(Opcode::kReshape, Shape(global.dtype(), merged_dims), {placed});
+      TESSEL_ASSIGN_OR_RETURN(Node * merged,
+                              Add(Opcode::kReshape, Shape(global.dtype(), merged_dims), {placed}));
+      // An uneven dim a arrives as n padded tiles, the padding all after its first dim(a)
+      // elements (only trailing tiles are short): slice it off.
+      if (merged_dims[a] == global.dim(a)) return merged;
+      OpAttributes slice;
+      for (int64_t d = 0; d < global.rank(); ++d) {
+        slice.slice.push_back({0, d == a ? global.dim(a) : merged_dims[d], 1});
+      }
+      return Add(Opcode::kSlice, {merged}, slice);
     }
     case ReshardStep::Kind::kCollectivePermute: {
       OpAttributes attrs;
