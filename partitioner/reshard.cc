@@ -116,13 +116,11 @@ std::optional<ReshardStep> TryAllToAll(const Sharding& current, const Sharding& 
     }
   }
   if (a < 0 || b < 0) return std::nullopt;
-  // Both dims must divide evenly: the local (whole) dim b is cut into t equal chunks, and the
-  // t received tiles of a must concatenate to exactly dim a. Uneven sizes would need a pad and
-  // a slice around the exchange; they take the gather path instead.
+  // Uneven dims are fine: EmitStep pads the local (whole) dim b to t equal chunks first and
+  // slices the padding of dim a off after (under the ceil rule it lies after the first
+  // dim(a) elements of the received tiles), as XLA's all-to-all resharding does.
   const int64_t t = current.num_tiles(a);
-  if (target.num_tiles(b) != t || global.dim(a) % t != 0 || global.dim(b) % t != 0) {
-    return std::nullopt;
-  }
+  if (target.num_tiles(b) != t) return std::nullopt;
   std::vector<std::vector<int64_t>> groups = GroupsAlongDims(current, {a});
   // Device at position k of its group must hold tile k along b in the target (and tile k along
   // a in the source, which GroupsAlongDims guarantees).

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <set>
 
 #include "core/shape_inference.h"
 #include "core/status_macros.h"
@@ -81,6 +80,7 @@ struct OperandParallelPlan {
   Sharding indices;                          // tiled along batch dims only, or replicated
   int64_t dim = -1;                          // the operand dim split across devices
   std::vector<std::vector<int64_t>> groups;  // devices whose pieces add up to one lookup
+  int64_t replicas = 1;                      // holders of each row tile per indices tile
 };
 
 std::optional<OperandParallelPlan> PlanOperandParallel(int64_t num_devices,
@@ -100,11 +100,14 @@ std::optional<OperandParallelPlan> PlanOperandParallel(int64_t num_devices,
   plan.dim = dim;
   plan.indices =
       KeepTiles(operands[1].sharding, indices.rank(), batch_dims).value_or(Sharding::Replicate());
-  // Group the devices by the indices tile they hold; each group must hold every row tile once,
-  // or the all-reduce would miss rows or count them twice.
+  // Group the devices by the indices tile they hold, then split each such set into groups that
+  // hold every row tile exactly once (the k-th holder of each row tile goes to group k), or the
+  // all-reduce would miss rows or count them twice. A partially replicated operand (each row
+  // tile held r times among the devices of one ids tile) gives r groups, as XLA's replica
+  // groups for PartitionGatherTrivialSlicedOperandDimensions do.
   const int64_t row_tiles = plan.operand.num_tiles(dim);
-  std::map<std::vector<int64_t>, std::vector<int64_t>> by_ids;
-  std::map<std::vector<int64_t>, std::set<int64_t>> rows_seen;
+  std::map<std::pair<std::vector<int64_t>, int64_t>, std::vector<int64_t>> by_ids;
+  std::map<std::pair<std::vector<int64_t>, int64_t>, int64_t> holders;  // (ids, row tile) -> count
   for (int64_t d = 0; d < num_devices; ++d) {
     std::optional<std::vector<int64_t>> rows = plan.operand.TileIndexOf(d);
     if (!rows) return std::nullopt;
@@ -114,10 +117,11 @@ std::optional<OperandParallelPlan> PlanOperandParallel(int64_t num_devices,
       if (!tile) return std::nullopt;
       ids = *tile;
     }
-    by_ids[ids].push_back(d);
-    if (!rows_seen[ids].insert((*rows)[dim]).second) return std::nullopt;
+    const int64_t k = holders[{ids, (*rows)[dim]}]++;
+    plan.replicas = std::max(plan.replicas, k + 1);
+    by_ids[{std::move(ids), k}].push_back(d);
   }
-  for (auto& [ids, devices] : by_ids) {
+  for (auto& [key, devices] : by_ids) {
     if (static_cast<int64_t>(devices.size()) != row_tiles) return std::nullopt;
     plan.groups.push_back(std::move(devices));
   }
@@ -212,6 +216,9 @@ absl::StatusOr<std::optional<PValue>> ScatterOperandParallel(
   if (ids_tiled && (attrs.scatter_overwrite || attrs.reduce_kind != ReduceKind::kAdd)) {
     return std::optional<PValue>();
   }
+  // With tiled ids the partial scatters are summed over the devices holding the same rows; a
+  // replicated operand would count each ids tile once per replica there.
+  if (ids_tiled && plan.replicas > 1) return std::optional<PValue>();
   const Shape& operand = node.operand(0)->shape();
   const Shape& updates = node.operand(2)->shape();
   TESSEL_ASSIGN_OR_RETURN(Node * table, ctx.Reshard(operands[0], plan.operand));

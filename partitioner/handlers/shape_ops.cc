@@ -1,7 +1,8 @@
 // broadcast, transpose and reshape: the operand is resharded to the sharding that maps onto the
 // target through the op, so the op runs locally with no communication of its own. A reshape
-// whose tiling cannot survive (partitioner/internal/reshape_dims.h) goes through the replicated
-// value (documented fallback).
+// whose target tiling cannot survive (partitioner/internal/reshape_dims.h) runs locally in the
+// operand's tiling when that one survives, resharded after; otherwise it goes through the
+// replicated value (documented fallback).
 #include "core/status_macros.h"
 #include "partitioner/internal/context.h"
 #include "partitioner/internal/reshape_dims.h"
@@ -52,6 +53,27 @@ absl::StatusOr<PValue> HandleReshape(Context& ctx, const Node& node,
       TESSEL_ASSIGN_OR_RETURN(
           Node * result, ctx.Add(Opcode::kReshape, LocalShape(node.shape(), target), {operand}));
       return PValue{result, target, node.shape(), {}};
+    }
+  }
+  // The operand's own tiling may survive the reshape although the target's cannot be reached
+  // through it: reshape locally in that tiling and let the driver reshard the result (XLA's
+  // ReshapeWithReshard2: a local reshape, then one all-to-all). Partial sums are left to the
+  // fallback, which completes them first.
+  const Sharding& current = operands[0].sharding;
+  const bool unreduced =
+      current.IsUnreduced() ||
+      (current.IsTiled() && current.SubgroupDim(spmd::SubgroupType::kUnreduced) >= 0);
+  if (current.IsTiled() && !unreduced) {
+    std::optional<Sharding> forward = ReshapeSharding(current, in, node.shape());
+    if (forward.has_value() && forward->IsTiled()) {
+      std::optional<Sharding> back = ReshapeSharding(*forward, node.shape(), in);
+      if (back.has_value() && *back == current) {
+        TESSEL_ASSIGN_OR_RETURN(Node * operand, ctx.Reshard(operands[0], current));
+        TESSEL_ASSIGN_OR_RETURN(
+            Node * result,
+            ctx.Add(Opcode::kReshape, LocalShape(node.shape(), *forward), {operand}));
+        return PValue{result, *forward, node.shape(), {}};
+      }
     }
   }
   // Fallback: reshape the whole value on every device; the driver then cuts it to the target

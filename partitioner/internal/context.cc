@@ -83,6 +83,82 @@ absl::StatusOr<Node*> Context::AllReduce(Node* local, CollectiveDeviceList group
   return Add(Opcode::kAllReduce, {local}, std::move(attrs));
 }
 
+namespace {
+
+// One all-to-all step: tiled on dim `step.dim` -> tiled on `step.to_dim` over the same groups.
+absl::StatusOr<Node*> EmitAllToAll(Context& ctx, Node* local, const ReshardStep& step,
+                                   const Shape& global) {
+  // [.., s_a, .., B, ..] -> split B into [n, B/n], move the n chunks to dim 0, exchange along
+  // dim 0 (chunk i goes to the i-th device; received chunks ordered by source position =
+  // tile index along a), then fold dim 0 into a: [.., n*s_a, .., B/n, ..].
+  const int64_t n = static_cast<int64_t>(step.groups[0].size());
+  const int64_t a = step.dim, b = step.to_dim;
+  // An uneven dim b is padded to n equal chunks: the padding lands in the last tiles along
+  // b, where the ceil rule puts it.
+  if (const int64_t size = local->shape().dim(b); size % n != 0) {
+    OpAttributes pad;
+    pad.padding.assign(global.rank(), PadDim{});
+    pad.padding[b].high = (size + n - 1) / n * n - size;
+    TESSEL_ASSIGN_OR_RETURN(
+        local, ctx.Add(Opcode::kPad, {local, ctx.ScalarConstant(global.dtype(), 0)}, pad));
+  }
+  const std::vector<int64_t>& dims = local->shape().dims();
+  std::vector<int64_t> split;
+  for (int64_t d = 0; d < global.rank(); ++d) {
+    if (d == b) {
+      split.push_back(n);
+      split.push_back(dims[d] / n);
+    } else {
+      split.push_back(dims[d]);
+    }
+  }
+  TESSEL_ASSIGN_OR_RETURN(Node * reshaped,
+                          ctx.Add(Opcode::kReshape, Shape(global.dtype(), split), {local}));
+  std::vector<int64_t> to_front = {b};
+  for (int64_t d = 0; d < static_cast<int64_t>(split.size()); ++d) {
+    if (d != b) to_front.push_back(d);
+  }
+  OpAttributes front;
+  front.dimensions = to_front;
+  TESSEL_ASSIGN_OR_RETURN(Node * moved, ctx.Add(Opcode::kTranspose, {reshaped}, front));
+  OpAttributes exchange;
+  exchange.replica_groups = step.groups;
+  exchange.dimensions = {0};
+  TESSEL_ASSIGN_OR_RETURN(Node * swapped, ctx.Add(Opcode::kAllToAll, {moved}, exchange));
+  // `swapped` dims: [n, rest of split without index b]. Put n right before dim a.
+  std::vector<int64_t> rest;  // positions in `split` of the other dims
+  for (int64_t d = 0; d < static_cast<int64_t>(split.size()); ++d) {
+    if (d != b) rest.push_back(d);
+  }
+  const int64_t a_in_split = a < b ? a : a + 1;
+  std::vector<int64_t> back;
+  std::vector<int64_t> merged_dims;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    if (rest[i] == a_in_split) {
+      back.push_back(0);
+      merged_dims.push_back(n * split[rest[i]]);
+    } else {
+      merged_dims.push_back(split[rest[i]]);
+    }
+    back.push_back(static_cast<int64_t>(i) + 1);
+  }
+  OpAttributes place;
+  place.dimensions = back;
+  TESSEL_ASSIGN_OR_RETURN(Node * placed, ctx.Add(Opcode::kTranspose, {swapped}, place));
+  TESSEL_ASSIGN_OR_RETURN(Node * merged,
+                          ctx.Add(Opcode::kReshape, Shape(global.dtype(), merged_dims), {placed}));
+  // An uneven dim a arrives as n padded tiles, the padding all after its first dim(a)
+  // elements (only trailing tiles are short): slice it off.
+  if (merged_dims[a] == global.dim(a)) return merged;
+  OpAttributes slice;
+  for (int64_t d = 0; d < global.rank(); ++d) {
+    slice.slice.push_back({0, d == a ? global.dim(a) : merged_dims[d], 1});
+  }
+  return ctx.Add(Opcode::kSlice, {merged}, slice);
+}
+
+}  // namespace
+
 absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
                                         const ReshardStep& step, const Shape& global) {
   switch (step.kind) {
@@ -126,57 +202,8 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
       attrs.reduce_kind = global.dtype() == DType::kPred ? ReduceKind::kOr : ReduceKind::kAdd;
       return Add(Opcode::kReduceScatter, {local}, attrs);
     }
-    case ReshardStep::Kind::kAllToAll: {
-      // [.., s_a, .., B, ..] -> split B into [n, B/n], move the n chunks to dim 0, exchange along
-      // dim 0 (chunk i goes to the i-th device; received chunks ordered by source position =
-      // tile index along a), then fold dim 0 into a: [.., n*s_a, .., B/n, ..].
-      const int64_t n = static_cast<int64_t>(step.groups[0].size());
-      const int64_t a = step.dim, b = step.to_dim;
-      const std::vector<int64_t>& dims = local->shape().dims();
-      std::vector<int64_t> split;
-      for (int64_t d = 0; d < global.rank(); ++d) {
-        if (d == b) {
-          split.push_back(n);
-          split.push_back(dims[d] / n);
-        } else {
-          split.push_back(dims[d]);
-        }
-      }
-      TESSEL_ASSIGN_OR_RETURN(Node * reshaped,
-                              Add(Opcode::kReshape, Shape(global.dtype(), split), {local}));
-      std::vector<int64_t> to_front = {b};
-      for (int64_t d = 0; d < static_cast<int64_t>(split.size()); ++d) {
-        if (d != b) to_front.push_back(d);
-      }
-      OpAttributes front;
-      front.dimensions = to_front;
-      TESSEL_ASSIGN_OR_RETURN(Node * moved, Add(Opcode::kTranspose, {reshaped}, front));
-      OpAttributes exchange;
-      exchange.replica_groups = step.groups;
-      exchange.dimensions = {0};
-      TESSEL_ASSIGN_OR_RETURN(Node * swapped, Add(Opcode::kAllToAll, {moved}, exchange));
-      // `swapped` dims: [n, rest of split without index b]. Put n right before dim a.
-      std::vector<int64_t> rest;  // positions in `split` of the other dims
-      for (int64_t d = 0; d < static_cast<int64_t>(split.size()); ++d) {
-        if (d != b) rest.push_back(d);
-      }
-      const int64_t a_in_split = a < b ? a : a + 1;
-      std::vector<int64_t> back;
-      std::vector<int64_t> merged_dims;
-      for (size_t i = 0; i < rest.size(); ++i) {
-        if (rest[i] == a_in_split) {
-          back.push_back(0);
-          merged_dims.push_back(n * split[rest[i]]);
-        } else {
-          merged_dims.push_back(split[rest[i]]);
-        }
-        back.push_back(static_cast<int64_t>(i) + 1);
-      }
-      OpAttributes place;
-      place.dimensions = back;
-      TESSEL_ASSIGN_OR_RETURN(Node * placed, Add(Opcode::kTranspose, {swapped}, place));
-      return Add(Opcode::kReshape, Shape(global.dtype(), merged_dims), {placed});
-    }
+    case ReshardStep::Kind::kAllToAll:
+      return EmitAllToAll(*this, local, step, global);
     case ReshardStep::Kind::kCollectivePermute: {
       OpAttributes attrs;
       attrs.source_target_pairs = step.pairs;
