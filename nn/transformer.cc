@@ -527,6 +527,22 @@ int64_t TransformerParameterCount(const TransformerConfig& c) {
   return outside + l * per_layer + d;
 }
 
+absl::StatusOr<RecipeShards> ShardsOf(const spmd::Mesh& mesh, ShardingRecipe recipe,
+                                      const RecipeAxes& axes) {
+  TESSEL_ASSIGN_OR_RETURN(RecipeLayout layout, LayoutFor(mesh, recipe, axes));
+  auto size_of = [&](const std::string& name) -> int64_t {
+    for (int64_t a = 0; a < mesh.rank(); ++a) {
+      if (mesh.axis_names()[a] == name) return mesh.axis_size(a);
+    }
+    return 1;
+  };
+  RecipeShards shards;
+  for (const std::string& name : layout.batch) shards.batch *= size_of(name);
+  for (const std::string& name : layout.fsdp) shards.fsdp *= size_of(name);
+  if (!layout.tensor.empty()) shards.tensor = size_of(layout.tensor);
+  return shards;
+}
+
 absl::StatusOr<TransformerStep> BuildTransformerStep(const TransformerConfig& c,
                                                      const spmd::Mesh& mesh, ShardingRecipe recipe,
                                                      const RecipeAxes& axes) {

@@ -162,6 +162,18 @@ struct RecipeAxes {
   std::string tensor = "tensor";
 };
 
+// How many ways a recipe splits the batch, the Megatron (tensor) dims and the FSDP dims of the
+// weights on `mesh`: the products of the sizes of the axes it uses for each role (1 for a role
+// it does not use). Per device: batch / batch sequences, heads / tensor heads, ffn / tensor.
+struct RecipeShards {
+  int64_t batch = 1;
+  int64_t tensor = 1;
+  int64_t fsdp = 1;
+};
+// Errors: those of BuildTransformerStep's recipe check (a missing tensor axis).
+[[nodiscard]] absl::StatusOr<RecipeShards> ShardsOf(const spmd::Mesh& mesh, ShardingRecipe recipe,
+                                                    const RecipeAxes& axes = {});
+
 // One traced training step.
 struct TransformerStep {
   // Global shapes; parameters carry the recipe's shardings (XLA HloSharding text). Root: a
