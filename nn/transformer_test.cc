@@ -83,6 +83,37 @@ TEST(TransformerTest, TracedParametersMatchTheCount) {
   }
 }
 
+TEST(TransformerTest, ModelOptionsBuildAndMatchTheCount) {
+  // Every option of the model description, on both architectures, with every recipe: the graph
+  // traces, partitions-ready, and its weights are the counted parameters.
+  for (TransformerArch arch : {TransformerArch::kGpt, TransformerArch::kLlama}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      TransformerConfig c = Tiny(arch);
+      c.head_size = variant == 0 ? 8 : 0;  // heads x head_dim = 32 != d_model 16
+      c.tie_embeddings = variant == 1;
+      c.parallel_block = variant == 2;
+      c.sliding_window = variant == 3 ? 3 : 0;
+      c.positions = variant == 1 ? (arch == TransformerArch::kGpt ? PositionEmbedding::kRotary
+                                                                  : PositionEmbedding::kLearned)
+                                 : PositionEmbedding::kDefault;
+      SCOPED_TRACE(testing::Message() << TransformerArchName(arch) << " variant " << variant);
+      for (ShardingRecipe recipe : {ShardingRecipe::kDp, ShardingRecipe::kFsdpTp}) {
+        absl::StatusOr<TransformerStep> step = BuildTransformerStep(c, Mesh8(), recipe);
+        ASSERT_TRUE(step.ok()) << step.status();
+        EXPECT_EQ(Elements(*step->graph, step->weight_parameters), TransformerParameterCount(c));
+      }
+    }
+  }
+  // By hand, Tiny GPT (5376 parameters) with tied embeddings: minus the head's 16 x 24.
+  TransformerConfig tied = Tiny(TransformerArch::kGpt);
+  tied.tie_embeddings = true;
+  EXPECT_EQ(TransformerParameterCount(tied), 5376 - 16 * 24);
+  // Parallel block: one LayerNorm (gain and bias, 2 x 16) fewer per layer, 2 layers.
+  TransformerConfig parallel = Tiny(TransformerArch::kGpt);
+  parallel.parallel_block = true;
+  EXPECT_EQ(TransformerParameterCount(parallel), 5376 - 2 * 32);
+}
+
 TEST(TransformerTest, RecipesAnnotateWeights) {
   TransformerConfig c = Tiny(TransformerArch::kGpt);
   absl::StatusOr<TransformerStep> dp = BuildTransformerStep(c, Mesh8(), ShardingRecipe::kDp);
