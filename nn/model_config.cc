@@ -99,6 +99,7 @@ class Reader {
         {"layers", &c.layers}, {"d_model", &c.d_model}, {"heads", &c.heads}, {"ffn", &c.ffn},
         {"vocab", &c.vocab},   {"seq_len", &c.seq_len}, {"batch", &c.batch}};
     for (const auto& [key, field] : sizes) TESSEL_RETURN_IF_ERROR(Int(root, key, 1, *field));
+    file.has_batch = root.contains("batch");
     TESSEL_RETURN_IF_ERROR(Int(root, "kv_heads", 0, c.kv_heads));
     TESSEL_RETURN_IF_ERROR(Int(root, "head_dim", 0, c.head_size));
     TESSEL_RETURN_IF_ERROR(Int(root, "sliding_window", 0, c.sliding_window));

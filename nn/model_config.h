@@ -35,6 +35,7 @@ struct ModelFile {
   std::string name;
   std::vector<std::string> sources;
   TransformerConfig config;  // validated with ValidateTransformerConfig
+  bool has_batch = false;    // whether the file gave "batch" (else config.batch is the default)
   // Run settings as written ("" when absent).
   std::string attention;
   std::string remat;

@@ -186,7 +186,7 @@ absl::StatusOr<nn::TransformerConfig> ModelConfigOf(const SimulateFlags& f,
   if (use("--vocab")) config.vocab = f.vocab;
   if (use("--seq-len")) config.seq_len = f.seq_len;
   // The batch is a run setting: one sequence per device unless --batch or the file says.
-  if (f.given("--batch") || !file || file->config.batch <= 0) {
+  if (f.given("--batch") || !file || !file->has_batch) {
     config.batch = f.batch > 0 ? f.batch : num_devices;
   }
   if (use("--dtype")) {
