@@ -76,12 +76,32 @@ class Reader {
 
   absl::StatusOr<ModelFile> Read(const json& root) const {
     if (!root.is_object()) return Error("", "expected a JSON object");
-    static const char* const kKeys[] = {
-        "name",      "description",    "source",         "comment",  "arch",
-        "layers",    "d_model",        "heads",          "kv_heads", "head_dim",
-        "ffn",       "vocab",          "seq_len",        "batch",    "sliding_window",
-        "positions", "tie_embeddings", "parallel_block", "dtype",    "param_dtype",
-        "attention", "remat",          "matmul_dtype"};
+    static const char* const kKeys[] = {"name",
+                                        "description",
+                                        "source",
+                                        "comment",
+                                        "arch",
+                                        "layers",
+                                        "d_model",
+                                        "heads",
+                                        "kv_heads",
+                                        "head_dim",
+                                        "ffn",
+                                        "vocab",
+                                        "seq_len",
+                                        "batch",
+                                        "sliding_window",
+                                        "positions",
+                                        "tie_embeddings",
+                                        "parallel_block",
+                                        "dtype",
+                                        "param_dtype",
+                                        "attention",
+                                        "remat",
+                                        "matmul_dtype",
+                                        "experts",
+                                        "top_k",
+                                        "capacity_factor"};
     for (const auto& [key, value] : root.items()) {
       bool known = false;
       for (const char* k : kKeys) known = known || key == k;
@@ -103,6 +123,15 @@ class Reader {
     TESSEL_RETURN_IF_ERROR(Int(root, "kv_heads", 0, c.kv_heads));
     TESSEL_RETURN_IF_ERROR(Int(root, "head_dim", 0, c.head_size));
     TESSEL_RETURN_IF_ERROR(Int(root, "sliding_window", 0, c.sliding_window));
+    TESSEL_RETURN_IF_ERROR(Int(root, "experts", 0, c.experts));
+    TESSEL_RETURN_IF_ERROR(Int(root, "top_k", 1, c.top_k));
+    if (auto it = root.find("capacity_factor"); it != root.end()) {
+      if (!it->is_number() || !(it->get<double>() > 0)) {
+        return Error("capacity_factor",
+                     absl::StrCat("expected a positive number, got ", it->dump()));
+      }
+      c.capacity_factor = it->get<double>();
+    }
     std::string positions;
     TESSEL_RETURN_IF_ERROR(String(root, "positions", positions));
     if (!positions.empty()) {

@@ -13,7 +13,8 @@
 // Keys (all but "arch" optional; an absent key keeps TransformerConfig's default):
 //   model: "arch" ("gpt" | "llama"), "layers", "d_model", "heads", "kv_heads", "head_dim",
 //     "ffn", "vocab", "seq_len", "batch" (positive integers; kv_heads, head_dim and
-//     sliding_window may be 0 = the default), "sliding_window", "positions" ("default" |
+//     sliding_window may be 0 = the default), "sliding_window", "experts" (0 = dense),
+//     "top_k", "capacity_factor" (a positive number), "positions" ("default" |
 //     "learned" | "rotary"), "tie_embeddings", "parallel_block" (booleans), "dtype",
 //     "param_dtype" ("bf16" | "f16" | "f32");
 //   run settings kept as text for the caller to check: "attention", "remat", "matmul_dtype";

@@ -464,6 +464,17 @@ absl::Status ValidateTransformerConfig(const TransformerConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "transformer config: kv_heads (", c.num_kv_heads(), ") must divide heads (", c.heads, ")"));
   }
+  if (c.experts < 0 || (c.experts > 0 && (c.top_k < 1 || c.top_k > c.experts)) ||
+      !(c.capacity_factor > 0 && c.capacity_factor <= 1e6)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transformer config: mixture of experts needs experts >= 0, 1 <= top_k <= experts and "
+        "capacity_factor in (0, 1e6]; got experts ",
+        c.experts, ", top_k ", c.top_k, ", capacity_factor ", c.capacity_factor));
+  }
+  if (c.experts > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transformer config: experts must be at most 1024, got ", c.experts));
+  }
   if (c.rotary() && c.head_dim() % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "transformer config: rotary embedding needs an even head_dim, got ", c.head_dim()));
@@ -527,6 +538,28 @@ int64_t TransformerParameterCount(const TransformerConfig& c) {
   return outside + l * per_layer + d;
 }
 
+namespace {
+
+// Parameters of one expert's MLP (the graph's MLP of one layer).
+int64_t MlpParameters(const TransformerConfig& c) {
+  return c.arch == TransformerArch::kLlama ? 3 * c.d_model * c.ffn
+                                           : 2 * c.d_model * c.ffn + c.ffn + c.d_model;
+}
+
+}  // namespace
+
+int64_t TransformerTotalParameterCount(const TransformerConfig& c) {
+  if (c.experts == 0) return TransformerParameterCount(c);
+  return TransformerParameterCount(c) +
+         c.layers * ((c.experts - 1) * MlpParameters(c) + c.d_model * c.experts);
+}
+
+int64_t TransformerActiveParameterCount(const TransformerConfig& c) {
+  if (c.experts == 0) return TransformerParameterCount(c);
+  return TransformerParameterCount(c) +
+         c.layers * ((c.top_k - 1) * MlpParameters(c) + c.d_model * c.experts);
+}
+
 absl::StatusOr<RecipeShards> ShardsOf(const spmd::Mesh& mesh, ShardingRecipe recipe,
                                       const RecipeAxes& axes) {
   TESSEL_ASSIGN_OR_RETURN(RecipeLayout layout, LayoutFor(mesh, recipe, axes));
@@ -538,7 +571,11 @@ absl::StatusOr<RecipeShards> ShardsOf(const spmd::Mesh& mesh, ShardingRecipe rec
   };
   RecipeShards shards;
   for (const std::string& name : layout.batch) shards.batch *= size_of(name);
-  for (const std::string& name : layout.fsdp) shards.fsdp *= size_of(name);
+  for (const std::string& name : layout.fsdp) {
+    shards.fsdp *= size_of(name);
+    if (name != axes.expert) shards.fsdp_without_expert *= size_of(name);
+  }
+  shards.expert = size_of(axes.expert);
   if (!layout.tensor.empty()) shards.tensor = size_of(layout.tensor);
   return shards;
 }

@@ -93,6 +93,14 @@ struct TransformerConfig {
   bool tie_embeddings = false;  // LM head = embedding table transposed (no separate matrix)
   bool parallel_block = false;  // PaLM: attention and MLP read the same normed input
   int64_t sliding_window = 0;   // W > 0: query i attends keys (i-W, i]; 0: full causal
+  // Mixture of experts (Shazeer et al. 2017; Switch, Fedus et al. 2021; Mixtral, Jiang et al.
+  // 2024): every layer's MLP becomes `experts` MLPs of `ffn`, each token routed to `top_k` of
+  // them, each expert taking at most capacity_factor * tokens * top_k / experts tokens. 0: dense.
+  // The graph holds one expert-sized MLP per layer (what one token costs once); the other
+  // experts, the router and the all-to-alls are costed by mesh/sim/training_step.h.
+  int64_t experts = 0;
+  int64_t top_k = 2;
+  double capacity_factor = 1.0;
 
   int64_t head_dim() const { return head_size > 0 ? head_size : d_model / heads; }
   // Whether the model uses rotary (else learned) positions, resolving kDefault by `arch`.
@@ -128,6 +136,13 @@ inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 46;
 // term).
 [[nodiscard]] int64_t TransformerParameterCount(const TransformerConfig& config);
 
+// With mixture of experts (experts > 0), the parameters of the model (every expert and the
+// [D, experts] router of each layer) and those one token uses (top_k experts and the router);
+// MFU counts the active ones (6 * active * tokens). Both equal TransformerParameterCount for a
+// dense model. MLP parameters per expert: 3*D*F (Llama) or 2*D*F + F + D (GPT).
+[[nodiscard]] int64_t TransformerTotalParameterCount(const TransformerConfig& config);
+[[nodiscard]] int64_t TransformerActiveParameterCount(const TransformerConfig& config);
+
 // The named sharding recipes. Axis roles come from RecipeAxes; a role whose axis the mesh does
 // not have is simply not used (so "fsdp_tp" on a mesh without "fsdp" is Megatron TP x DP).
 enum class ShardingRecipe {
@@ -160,6 +175,7 @@ struct RecipeAxes {
   std::string data = "data";  // the data-parallel axis; the DCN axis in multi-slice meshes
   std::string fsdp = "fsdp";
   std::string tensor = "tensor";
+  std::string expert = "expert";  // expert parallelism (mixture of experts); a batch axis too
 };
 
 // How many ways a recipe splits the batch, the Megatron (tensor) dims and the FSDP dims of the
@@ -169,6 +185,10 @@ struct RecipeShards {
   int64_t batch = 1;
   int64_t tensor = 1;
   int64_t fsdp = 1;
+  // The "expert" mesh axis (expert parallelism: experts split over it), 1 when the mesh has
+  // none, and the FSDP product without it (how an expert's own matrices are split).
+  int64_t expert = 1;
+  int64_t fsdp_without_expert = 1;
 };
 // Errors: those of BuildTransformerStep's recipe check (a missing tensor axis).
 [[nodiscard]] absl::StatusOr<RecipeShards> ShardsOf(const spmd::Mesh& mesh, ShardingRecipe recipe,

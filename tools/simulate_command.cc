@@ -79,6 +79,9 @@ struct SimulateFlags {
   bool tie_embeddings = false;
   bool parallel_block = false;
   int64_t sliding_window = 0;
+  int64_t experts = 0;
+  int64_t top_k = 2;
+  double capacity_factor = 1.0;
   std::string remat;         // "" : the model file's, else none
   std::string attention;     // "" : the model file's, else dot_product
   std::string matmul_dtype;  // "" : the model file's, else bf16
@@ -201,8 +204,24 @@ absl::StatusOr<nn::TransformerConfig> ModelConfigOf(const SimulateFlags& f,
   if (use("--tie-embeddings")) config.tie_embeddings = f.tie_embeddings;
   if (use("--parallel-block")) config.parallel_block = f.parallel_block;
   if (use("--sliding-window")) config.sliding_window = f.sliding_window;
+  if (use("--experts")) config.experts = f.experts;
+  if (use("--top-k")) config.top_k = f.top_k;
+  if (use("--capacity-factor")) config.capacity_factor = f.capacity_factor;
   TESSEL_RETURN_IF_ERROR(nn::ValidateTransformerConfig(config));
   return config;
+}
+
+// The device ids of the "expert" mesh axis through the mesh's first device (row-major ids, as
+// spmd::Mesh orders them); empty when the mesh has no such axis.
+std::vector<int64_t> ExpertGroupOfDevice0(const spmd::Mesh& mesh) {
+  std::vector<int64_t> group;
+  for (int64_t a = 0; a < mesh.rank(); ++a) {
+    if (mesh.axis_names()[a] != "expert") continue;
+    int64_t stride = 1;
+    for (int64_t b = a + 1; b < mesh.rank(); ++b) stride *= mesh.axis_size(b);
+    for (int64_t k = 0; k < mesh.axis_size(a); ++k) group.push_back(mesh.device_ids()[k * stride]);
+  }
+  return group;
 }
 
 // Builds one training step of the model, sharded with --recipe on the HybridMesh of the mesh
@@ -243,6 +262,12 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
                           spmd::HybridMesh::Create(ici, dcn, names, topology));
   step.mesh_text = mesh.AxesToString();
   TESSEL_ASSIGN_OR_RETURN(step.shards, nn::ShardsOf(mesh, recipe));
+  step.training.expert_group = ExpertGroupOfDevice0(mesh);
+  if (step.config.experts > 0 && step.config.experts % step.shards.expert != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--experts ", step.config.experts,
+                                                   " must be a multiple of the \"expert\" ",
+                                                   "axis (", step.shards.expert, ")"));
+  }
   TESSEL_ASSIGN_OR_RETURN(nn::TransformerStep built,
                           nn::BuildTransformerStep(step.config, mesh, recipe));
   step.graph = std::move(built.graph);
@@ -255,8 +280,9 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
 struct Throughput {
   double mfu = 0;
   double tokens_per_s = 0;
-  double params = 0;  // --model only
-  double tokens = 0;  // --model only: tokens per step
+  double params = 0;         // --model only: every parameter (all experts)
+  double active_params = 0;  // --model only: those one token uses (MoE: top_k experts)
+  double tokens = 0;         // --model only: tokens per step
 };
 
 Throughput ThroughputOf(const SimulateFlags& f, const GlobalStep& step,
@@ -265,13 +291,15 @@ Throughput ThroughputOf(const SimulateFlags& f, const GlobalStep& step,
   const double peak_flops = simulator.cost_model().PeakFlopsPerSecond(DType::kBF16) * num_devices;
   Throughput t;
   if (IsModel(f)) {
-    t.params = static_cast<double>(nn::TransformerParameterCount(step.config));
+    t.params = static_cast<double>(nn::TransformerTotalParameterCount(step.config));
+    t.active_params = static_cast<double>(nn::TransformerActiveParameterCount(step.config));
     t.tokens = static_cast<double>(step.config.tokens());
   }
   if (r.step_seconds <= 0) return t;
   if (IsModel(f)) {
-    // MFU as the PaLM paper defines it: 6 * parameters * tokens of model flops per step.
-    t.mfu = 6 * t.params * t.tokens / (r.step_seconds * peak_flops);
+    // MFU as the PaLM paper defines it: 6 * parameters * tokens of model flops per step, with the
+    // parameters a token uses (Switch / Mixtral count active parameters).
+    t.mfu = 6 * t.active_params * t.tokens / (r.step_seconds * peak_flops);
     t.tokens_per_s = t.tokens / r.step_seconds;
   } else {
     t.mfu = r.flops_per_device * num_devices / (r.step_seconds * peak_flops);
@@ -314,7 +342,16 @@ nlohmann::json TrainingJson(const GlobalStep& step, const mesh::TrainingStepEsti
         {"positions", c.rotary() ? "rotary" : "learned"},
         {"tie_embeddings", c.tie_embeddings},
         {"parallel_block", c.parallel_block},
-        {"sliding_window", c.sliding_window}}},
+        {"sliding_window", c.sliding_window},
+        {"experts", c.experts},
+        {"top_k", c.top_k},
+        {"capacity_factor", c.capacity_factor}}},
+      {"moe",
+       {{"flops_per_device", e.moe_flops},
+        {"compute_s", e.moe_seconds},
+        {"all_to_all_ici_s", e.moe_ici_seconds},
+        {"all_to_all_dcn_s", e.moe_dcn_seconds},
+        {"expert_group_size", step.training.expert_group.size()}}},
       {"remat",
        {{"policy", std::string(mesh::RematPolicyName(step.training.remat))},
         {"kept", kept},
@@ -349,6 +386,7 @@ nlohmann::json ReportJson(const SimulateFlags& f, const mesh::Topology& topology
       {"model", IsModel(f) ? step.model_name : "hlo"},
       {"matmul_dtype", f.matmul_dtype.empty() ? "bf16" : f.matmul_dtype},
       {"params", t.params},
+      {"active_params", t.active_params},
       {"tokens_per_step", t.tokens},
       {"overlap", f.overlap},
       {"step_time_s", r.step_seconds},
@@ -418,6 +456,14 @@ void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const G
         step.model_name, config.layers, config.d_model, config.heads, config.num_kv_heads(),
         config.head_dim(), config.ffn, config.vocab, config.seq_len, config.batch, t.params);
     std::cout << "mesh           " << step.mesh_text << ", recipe " << f.recipe << "\n";
+    if (config.experts > 0 && info.training) {
+      const mesh::TrainingStepEstimate& e = *info.training;
+      std::cout << absl::StrFormat(
+          "experts        %d, top %d, capacity factor %g: %.4g active parameters; experts and "
+          "router %s, all-to-all %s\n",
+          config.experts, config.top_k, config.capacity_factor, t.active_params,
+          Seconds(e.moe_seconds), Seconds(e.moe_ici_seconds + e.moe_dcn_seconds));
+    }
     if (info.training) {
       const mesh::TrainingStepEstimate& e = *info.training;
       std::cout << absl::StrFormat(
@@ -466,8 +512,9 @@ void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const G
 std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
                           const mesh::Topology& topology, mesh::SimulatorOptions& options) {
   if (!IsModel(f)) {
-    for (const char* flag : {"--remat", "--attention", "--head-dim", "--positions",
-                             "--tie-embeddings", "--parallel-block", "--sliding-window"}) {
+    for (const char* flag :
+         {"--remat", "--attention", "--head-dim", "--positions", "--tie-embeddings",
+          "--parallel-block", "--sliding-window", "--experts", "--top-k", "--capacity-factor"}) {
       if (f.given(flag)) return absl::StrCat(flag, " applies to --model / --model-config only");
     }
   }
@@ -597,6 +644,13 @@ CommandFn AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--sliding-window", f->sliding_window,
                   "attend the last W keys only (0: full causal)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--experts", f->experts,
+                  "mixture of experts: experts per layer (0: dense; split over an \"expert\" axis)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", f->top_k, "experts per token (default 2)")->check(CLI::PositiveNumber);
+  cmd->add_option("--capacity-factor", f->capacity_factor,
+                  "expert capacity = factor * tokens * top_k / experts (default 1)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--remat", f->remat,
                   "none (default), minimal, minimal_with_context, "
                   "save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, "

@@ -1,6 +1,7 @@
 #include "mesh/sim/training_step.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -171,6 +172,49 @@ AttentionPass AttentionForward(const CostModel& model, const LocalLayer& layer,
   return pass;
 }
 
+// The MoE terms of the header comment, added to `e` (memory included).
+void EstimateMoe(const nn::TransformerConfig& config, const nn::RecipeShards& shards,
+                 const TrainingStepOptions& options, const CostModel& cost_model,
+                 const LocalLayer& layer, TrainingStepEstimate& e) {
+  const double layers = static_cast<double>(config.layers);
+  const double t = static_cast<double>(layer.tokens), d = static_cast<double>(config.d_model);
+  // The graph ran the MLP once per token (forward and the two backward matmuls: 3x); the
+  // capacity-padded experts run it mlp_token_factor times.
+  LocalLayer dense = layer;
+  dense.mlp_token_factor = 1;
+  const double mlp_forward =
+      LocalOpFlops(LayerOp::kMlpIn, dense) + LocalOpFlops(LayerOp::kMlpOut, dense);
+  const double router = 2 * t * d * static_cast<double>(config.experts);
+  const double flops = 3 * ((layer.mlp_token_factor - 1) * mlp_forward + router);
+  e.moe_flops = layers * flops;
+  e.moe_seconds = layers * KernelSeconds(cost_model, flops, 0, config.dtype);
+  if (options.expert_group.size() > 1) {
+    const int64_t bytes = static_cast<int64_t>(
+        std::ceil(layer.mlp_token_factor * t * d * static_cast<double>(layer.dtype_bytes)));
+    const NodeCost a2a = cost_model.CollectiveCost(Opcode::kAllToAll, options.expert_group, bytes,
+                                                   options.expert_group[0]);
+    e.moe_ici_seconds = 4 * layers * a2a.ici_seconds;
+    e.moe_dcn_seconds = 4 * layers * a2a.dcn_seconds;
+    e.moe_ici_bytes = 4 * config.layers * a2a.ici_bytes;
+    e.moe_dcn_bytes = 4 * config.layers * a2a.dcn_bytes;
+  }
+  // Parameters: the graph holds one expert per layer split over tensor x fsdp; a device holds
+  // E/ep experts split over tensor x (fsdp without the expert axis), and the router.
+  const int64_t mlp = config.arch == nn::TransformerArch::kLlama
+                          ? 3 * config.d_model * config.ffn
+                          : 2 * config.d_model * config.ffn + config.ffn + config.d_model;
+  const int64_t param_bytes = ByteWidth(config.param_dtype);
+  const int64_t graph_expert = Ceil(mlp, shards.tensor * shards.fsdp);
+  const int64_t local_experts =
+      Ceil(config.experts, shards.expert) * Ceil(mlp, shards.tensor * shards.fsdp_without_expert);
+  const int64_t extra = config.layers *
+                        (local_experts - graph_expert + config.d_model * config.experts) *
+                        param_bytes;
+  e.memory.parameter_bytes += extra;
+  e.memory.gradient_bytes += extra;
+  e.memory.optimizer_bytes += 2 * extra;
+}
+
 }  // namespace
 
 std::string_view RematPolicyName(RematPolicy policy) {
@@ -325,6 +369,9 @@ LocalLayer LocalLayerOf(const nn::TransformerConfig& config, const nn::RecipeSha
   layer.ffn = Ceil(config.ffn, shards.tensor);
   layer.gated = config.arch == nn::TransformerArch::kLlama;
   layer.dtype_bytes = ByteWidth(config.dtype);
+  if (config.experts > 0) {
+    layer.mlp_token_factor = config.capacity_factor * static_cast<double>(config.top_k);
+  }
   layer.keys_per_query = attention == AttentionKernel::kFlash
                              ? CausalKeysPerQuery(config.seq_len, config.sliding_window)
                              : static_cast<double>(config.seq_len);
@@ -351,9 +398,10 @@ int64_t LocalValueBytes(LayerValue value, const LocalLayer& l, AttentionKernel a
       return attention == AttentionKernel::kFlash ? t * l.heads * 4
                                                   : t * l.heads * l.seq_len * (4 + db);
     case LayerValue::kMlpIn:
-      return t * l.ffn * db * (l.gated ? 2 : 1);
+      return static_cast<int64_t>(std::ceil(l.mlp_token_factor * t)) * l.ffn * db *
+             (l.gated ? 2 : 1);
     case LayerValue::kMlpActivation:
-      return t * l.ffn * db;
+      return static_cast<int64_t>(std::ceil(l.mlp_token_factor * t)) * l.ffn * db;
   }
   return 0;
 }
@@ -369,9 +417,9 @@ double LocalOpFlops(LayerOp op, const LocalLayer& l) {
     case LayerOp::kOutProj:
       return 2 * t * static_cast<double>(l.heads) * dh * d;
     case LayerOp::kMlpIn:
-      return 2 * t * d * f * (l.gated ? 2 : 1);
+      return 2 * l.mlp_token_factor * t * d * f * (l.gated ? 2 : 1);
     case LayerOp::kMlpOut:
-      return 2 * t * f * d;
+      return 2 * l.mlp_token_factor * t * f * d;
     case LayerOp::kNorm1:
     case LayerOp::kResidualAdd:
     case LayerOp::kNorm2:
@@ -479,18 +527,27 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
     e.attention_seconds = layers * (forward.seconds + KernelSeconds(cost_model, backward_flops,
                                                                     backward_bytes, config.dtype));
   }
+  if (config.experts > 0) EstimateMoe(config, shards, options, cost_model, layer, e);
   e.hbm_bytes = cost_model.topology().device_spec().hbm_bytes;
   e.fits = m.total_bytes() <= e.hbm_bytes;
   return e;
 }
 
 void ApplyTrainingStep(const TrainingStepEstimate& e, SimulationReport& r) {
-  const double extra = e.recompute_seconds + e.attention_seconds;
+  const double compute = e.recompute_seconds + e.attention_seconds + e.moe_seconds;
+  const double extra = compute + e.moe_ici_seconds + e.moe_dcn_seconds;
   r.step_seconds += extra;
   r.in_order_seconds += extra;
   r.overlapped_seconds += extra;
-  r.compute_seconds += extra;
-  r.flops_per_device += e.recompute_flops + e.attention_flops;
+  r.compute_seconds += compute;
+  r.ici_seconds += e.moe_ici_seconds;
+  r.dcn_seconds += e.moe_dcn_seconds;
+  r.exposed_comm_seconds += e.moe_ici_seconds + e.moe_dcn_seconds;
+  r.ici_bytes_per_device += e.moe_ici_bytes;
+  r.dcn_bytes_per_device += e.moe_dcn_bytes;
+  r.ici_bytes_total += e.moe_ici_bytes * r.num_devices;
+  r.dcn_bytes_total += e.moe_dcn_bytes * r.num_devices;
+  r.flops_per_device += e.recompute_flops + e.attention_flops + e.moe_flops;
   r.peak_memory_bytes = e.memory.total_bytes();
   r.exceeds_hbm = !e.fits;
   std::erase_if(r.warnings,

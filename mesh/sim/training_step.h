@@ -52,6 +52,24 @@
 //     counted). Each pass costs max(flops / (peak x dot efficiency), bytes / (HBM bandwidth x dot
 //     efficiency)), the cost model's roofline.
 //
+// Mixture of experts (config.experts = E > 0, top_k k, capacity factor C), costed here, not in
+// the graph (which holds one expert-sized MLP per layer): with expert parallelism over the mesh
+// axis "expert" of size ep, a dispatch group is the t tokens of each of the ep devices; each
+// expert takes at most C*k*t*ep/E tokens (the capacity, padded: MaxText's dropping path,
+// GShard, Lepikhin et al. 2020), so each device runs its E/ep experts over C*k*t token slots:
+//   the MLP matmuls and the kept MLP activations (wi, h) are C*k times the dense ones;
+//   router: 2*t*D*E flops forward (x3 with the backward), not split by the tensor axis;
+//   all-to-alls per layer: dispatch and combine in the forward, their transposes in the
+//     backward, 4 of V = C*k*t*D*dtype bytes each over the expert axis group (the cost model's
+//     all-to-all on the links that group spans); 0 without an expert axis. They are added to the
+//     step time unhidden (MaxText's dropping implementation waits on them);
+//   parameters: E/ep experts per device, each split over tensor and the FSDP axes other than
+//     "expert", plus the replicated [D, E] router (gradients and Adam moments alike).
+// Not modelled: the all-to-alls a remat policy would run again with the recomputed MLP input,
+// load imbalance beyond the capacity, and the router's softmax / top-k (elementwise).
+// Source: Lepikhin et al. 2020 (GShard: capacity, dispatch / combine all-to-alls); Fedus et al.
+// 2021 (Switch: capacity factor); MaxText moe.py (expert axis, dropping path).
+//
 // Memory per device (bytes):
 //   parameters, gradients (param_dtype, sharded like their parameter: FSDP reduce-scatters them),
 //   optimizer state (the two Adam moments, sharded like their parameter): from the local shapes
@@ -163,7 +181,8 @@ struct LocalLayer {
   int64_t ffn = 0;     // ceil(ffn / tensor shards)
   bool gated = false;  // SwiGLU (Llama): two input matrices
   int64_t dtype_bytes = 2;
-  double keys_per_query = 0;  // attended keys per query (flash); S for dot_product
+  double keys_per_query = 0;    // attended keys per query (flash); S for dot_product
+  double mlp_token_factor = 1;  // MoE: capacity_factor * top_k token slots per token; dense 1
 };
 
 // Local sizes of `config` under `shards` (batch split over shards.batch, heads and ffn over
@@ -180,12 +199,16 @@ struct LocalLayer {
                                       AttentionKernel attention);
 
 // Forward matmul flops of `op` on one device (0 for the elementwise ops); kAttention is the two
-// attention matmuls over layer.keys_per_query keys: 4 * t * H * K * Dh.
+// attention matmuls over layer.keys_per_query keys: 4 * t * H * K * Dh; the MLP ops scale with
+// mlp_token_factor.
 [[nodiscard]] double LocalOpFlops(LayerOp op, const LocalLayer& layer);
 
 struct TrainingStepOptions {
   RematPolicy remat = RematPolicy::kNone;
   AttentionKernel attention = AttentionKernel::kDotProduct;
+  // MoE: the global ids of the expert-axis group of the device costed (empty or one id: no
+  // expert parallelism, no all-to-all).
+  std::vector<int64_t> expert_group;
 };
 
 // Memory of one device (file comment), bytes.
@@ -209,6 +232,14 @@ struct TrainingStepEstimate {
   double attention_flops = 0;
   int64_t attention_bytes = 0;
   double attention_seconds = 0;
+  // Mixture of experts, all layers (0 when dense): the extra expert and router matmuls, and the
+  // all-to-alls (seconds on ICI and DCN, bytes this device sends).
+  double moe_flops = 0;
+  double moe_seconds = 0;
+  double moe_ici_seconds = 0;
+  double moe_dcn_seconds = 0;
+  int64_t moe_ici_bytes = 0;
+  int64_t moe_dcn_bytes = 0;
   TrainingMemory memory;
   int64_t hbm_bytes = 0;
   bool fits = true;
@@ -233,11 +264,11 @@ struct TrainingStepEstimate {
 [[nodiscard]] std::function<bool(const Node&)> DenseAttentionFilter(
     const nn::TransformerConfig& config);
 
-// Adds the estimate's recompute and flash-attention seconds and flops to `report` (step time of
-// both schedules, compute, flops), and replaces its memory verdict: peak_memory_bytes becomes
-// the estimate's total, exceeds_hbm its !fits, and the live-buffer "error: peak memory" warning
-// (which assumes no remat and dense attention) gives way to a "warning: ... does not fit" one
-// when it does not fit.
+// Adds the estimate's recompute, flash-attention and MoE seconds and flops to `report` (step time
+// of both schedules, compute, flops; the MoE all-to-alls to ICI / DCN seconds and bytes), and
+// replaces its memory verdict: peak_memory_bytes becomes the estimate's total, exceeds_hbm its
+// !fits, and the live-buffer "error: peak memory" warning (which assumes no remat and dense
+// attention) gives way to a "warning: ... does not fit" one when it does not fit.
 void ApplyTrainingStep(const TrainingStepEstimate& estimate, SimulationReport& report);
 
 }  // namespace tessel::mesh

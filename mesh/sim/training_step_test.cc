@@ -78,6 +78,22 @@ TEST(AttentionTest, CausalKeysPerQueryCountsTheBand) {
   EXPECT_DOUBLE_EQ(CausalKeysPerQuery(8192, 1), 1);
 }
 
+TrainingStepOptions Options(RematPolicy remat,
+                            AttentionKernel attention = AttentionKernel::kDotProduct) {
+  TrainingStepOptions options;
+  options.remat = remat;
+  options.attention = attention;
+  return options;
+}
+
+nn::RecipeShards Shards(int64_t batch, int64_t tensor, int64_t fsdp) {
+  nn::RecipeShards shards;
+  shards.batch = batch;
+  shards.tensor = tensor;
+  shards.fsdp = shards.fsdp_without_expert = fsdp;
+  return shards;
+}
+
 // Llama, d_model 16, 4 heads of 4 (2 kv heads), ffn 32, seq 8, batch 4, 2 layers.
 nn::TransformerConfig Small() {
   nn::TransformerConfig c;
@@ -96,8 +112,7 @@ nn::TransformerConfig Small() {
 TEST(TrainingStepTest, LocalFlopsAndRecomputeCountByHand) {
   // Batch over 4 devices (1 sequence = 8 tokens each), heads and ffn over 2 tensor ranks:
   // 2 heads, 1 kv head, ffn 16 per device.
-  const LocalLayer l =
-      LocalLayerOf(Small(), {.batch = 4, .tensor = 2, .fsdp = 2}, AttentionKernel::kDotProduct);
+  const LocalLayer l = LocalLayerOf(Small(), Shards(4, 2, 2), AttentionKernel::kDotProduct);
   EXPECT_EQ(l.tokens, 8);
   EXPECT_EQ(l.heads, 2);
   EXPECT_EQ(l.kv_heads, 1);
@@ -111,8 +126,7 @@ TEST(TrainingStepTest, LocalFlopsAndRecomputeCountByHand) {
 }
 
 TEST(TrainingStepTest, FlashKeepsNoScoresInMemory) {
-  const LocalLayer l =
-      LocalLayerOf(Small(), {.batch = 4, .tensor = 2, .fsdp = 2}, AttentionKernel::kDotProduct);
+  const LocalLayer l = LocalLayerOf(Small(), Shards(4, 2, 2), AttentionKernel::kDotProduct);
   // Dense: f32 softmax + bf16 probabilities, 8 tokens x 2 heads x 8 keys x 6 bytes.
   EXPECT_EQ(LocalValueBytes(V::kAttentionResidual, l, AttentionKernel::kDotProduct), 768);
   // Flash: one f32 log-sum-exp per token and head.
@@ -149,14 +163,14 @@ TEST(TrainingStepTest, EstimateOnEightDevicesMatchesTheClosedForms) {
   EXPECT_EQ(shards.tensor, 2);
   EXPECT_EQ(shards.fsdp, 2);
   absl::StatusOr<TrainingStepEstimate> full =
-      EstimateTrainingStep(c, shards, {.remat = RematPolicy::kFull}, model, b.program,
+      EstimateTrainingStep(c, shards, Options(RematPolicy::kFull), model, b.program,
                            b.step.weight_parameters, b.step.moment_parameters);
   ASSERT_TRUE(full.ok()) << full.status();
   // 2 layers x (qkv 4096 + attention 2048 + out 2048 + mlp_in 8192).
   EXPECT_DOUBLE_EQ(full->recompute_flops, 32768);
   absl::StatusOr<TrainingStepEstimate> except_mlp =
-      EstimateTrainingStep(c, shards, {.remat = RematPolicy::kSaveDotWithContextExceptMlp},
-                           model, b.program, b.step.weight_parameters, b.step.moment_parameters);
+      EstimateTrainingStep(c, shards, Options(RematPolicy::kSaveDotWithContextExceptMlp), model,
+                           b.program, b.step.weight_parameters, b.step.moment_parameters);
   ASSERT_TRUE(except_mlp.ok());
   // The context is saved but not the attention residual, so the attention core runs again, and
   // mlp_in: 2 layers x (2048 + 8192) flops. mlp_in at the bf16 peak (efficiency 1); the dense
@@ -188,9 +202,8 @@ TEST(TrainingStepTest, FlashSavesTheScoresAndCostsTheKernel) {
   Built b = Build(c);
   const nn::RecipeShards shards = *nn::ShardsOf(Mesh8(), nn::ShardingRecipe::kFsdpTp);
   auto estimate = [&](AttentionKernel kernel) {
-    return *EstimateTrainingStep(c, shards, {.remat = RematPolicy::kNone, .attention = kernel},
-                                 model, b.program, b.step.weight_parameters,
-                                 b.step.moment_parameters);
+    return *EstimateTrainingStep(c, shards, Options(RematPolicy::kNone, kernel), model, b.program,
+                                 b.step.weight_parameters, b.step.moment_parameters);
   };
   TrainingStepEstimate dense = estimate(AttentionKernel::kDotProduct);
   TrainingStepEstimate flash = estimate(AttentionKernel::kFlash);
@@ -217,10 +230,49 @@ TEST(TrainingStepTest, DenseAttentionNodesAreTheSquareOnes) {
   Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
   CostModel model = *CostModel::Create(topology);
   Built ambiguous = Build(c);
-  absl::StatusOr<TrainingStepEstimate> e =
-      EstimateTrainingStep(c, {}, {.attention = AttentionKernel::kFlash}, model, ambiguous.program,
-                           ambiguous.step.weight_parameters, ambiguous.step.moment_parameters);
+  absl::StatusOr<TrainingStepEstimate> e = EstimateTrainingStep(
+      c, {}, Options(RematPolicy::kNone, AttentionKernel::kFlash), model, ambiguous.program,
+      ambiguous.step.weight_parameters, ambiguous.step.moment_parameters);
   EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(TrainingStepTest, MixtureOfExpertsByHand) {
+  Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
+  CostModel model = *CostModel::Create(topology);
+  nn::TransformerConfig c = Small();
+  c.experts = 8;
+  c.top_k = 2;
+  c.capacity_factor = 1.25;
+  // Every expert: 3 x 16 x 32 = 1536; router 16 x 8 = 128 per layer. Dense Small: 5456.
+  EXPECT_EQ(nn::TransformerTotalParameterCount(c), 5456 + 2 * (7 * 1536 + 128));
+  EXPECT_EQ(nn::TransformerActiveParameterCount(c), 5456 + 2 * (1 * 1536 + 128));
+  Built b = Build(c);
+  nn::RecipeShards shards = Shards(4, 2, 2);
+  shards.expert = 2;  // pretend one of the batch axes is an expert axis of 2
+  TrainingStepOptions options = Options(RematPolicy::kNone);
+  options.expert_group = {0, 1};
+  absl::StatusOr<TrainingStepEstimate> e = EstimateTrainingStep(
+      c, shards, options, model, b.program, b.step.weight_parameters, b.step.moment_parameters);
+  ASSERT_TRUE(e.ok()) << e.status();
+  // Per layer: 2.5 token slots per token; the graph's MLP (mlp_in 8192 + mlp_out 4096 forward)
+  // 1.5 times more, and the router 2*8*16*8 = 2048, all x3 for the backward; 2 layers.
+  EXPECT_DOUBLE_EQ(e->moe_flops, 2 * 3 * (1.5 * 12288 + 2048));
+  EXPECT_DOUBLE_EQ(e->moe_seconds, e->moe_flops / model.MatmulPeakFlopsPerSecond(DType::kBF16));
+  // 4 all-to-alls per layer of 2.5 x 8 tokens x 16 x 2 bytes = 640 over devices {0, 1}.
+  const NodeCost a2a = model.CollectiveCost(Opcode::kAllToAll, {0, 1}, 640, 0);
+  EXPECT_GT(a2a.ici_seconds, 0);
+  EXPECT_DOUBLE_EQ(e->moe_ici_seconds, 2 * 4 * a2a.ici_seconds);
+  // Parameters: 4 local experts of ceil(1536 / 4) = 384 elements and the router, against the
+  // graph's one expert of 384: (4*384 - 384 + 128) x 4 bytes x 2 layers more; the same for the
+  // gradients and twice for the moments.
+  absl::StatusOr<TrainingStepEstimate> dense =
+      EstimateTrainingStep(Small(), shards, Options(RematPolicy::kNone), model, b.program,
+                           b.step.weight_parameters, b.step.moment_parameters);
+  ASSERT_TRUE(dense.ok());
+  EXPECT_EQ(e->memory.parameter_bytes - dense->memory.parameter_bytes, 2 * 1280 * 4);
+  EXPECT_EQ(e->memory.optimizer_bytes - dense->memory.optimizer_bytes, 2 * 2 * 1280 * 4);
+  // The kept MLP activations (wi: gate and up; h) hold 2.5x the token slots: 20 x 16 x 2 bytes.
+  EXPECT_EQ(e->memory.activation_bytes - dense->memory.activation_bytes, 2 * (20 - 8) * 16 * 2 * 3);
 }
 
 TEST(TrainingStepTest, ApplyAddsTimeAndReplacesTheMemoryVerdict) {
