@@ -33,8 +33,9 @@
 // every other value from its definition to its last use; the root's elements until the end. A
 // value that XLA's fusion would keep on chip (KeptOnChip in mesh/cost/cost_model.h) takes no
 // buffer. No rematerialization: every activation the backward pass reads stays live, so models
-// trained with remat / flash attention use less than reported. Peak bytes per device; a warning
-// (severity "error") when it exceeds the device's HBM.
+// trained with remat / flash attention use less than reported (mesh/sim/training_step.h gives
+// the memory of a training step under a remat policy and replaces this verdict for generated
+// models). Peak bytes per device; a warning (severity "error") when it exceeds the device's HBM.
 #ifndef TESSEL_MESH_SIMULATOR_H_
 #define TESSEL_MESH_SIMULATOR_H_
 
