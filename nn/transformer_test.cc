@@ -114,6 +114,28 @@ TEST(TransformerTest, ModelOptionsBuildAndMatchTheCount) {
   EXPECT_EQ(TransformerParameterCount(parallel), 5376 - 2 * 32);
 }
 
+TEST(TransformerTest, ShardsOfCountsEachRolesAxes) {
+  std::vector<int64_t> ids(16);
+  for (int64_t i = 0; i < 16; ++i) ids[i] = i;
+  spmd::Mesh mesh = *spmd::Mesh::Create(ids, {2, 2, 4}, {"fsdp", "expert", "tensor"});
+  // fsdp_tp: batch over fsdp and expert (every axis but tensor), weights over fsdp only.
+  RecipeShards tp = *ShardsOf(mesh, ShardingRecipe::kFsdpTp);
+  EXPECT_EQ(tp.batch, 4);
+  EXPECT_EQ(tp.tensor, 4);
+  EXPECT_EQ(tp.fsdp, 2);
+  EXPECT_EQ(tp.expert, 2);
+  EXPECT_EQ(tp.fsdp_without_expert, 2);
+  // fsdp: everything over every axis; an expert's own matrices skip the expert axis.
+  RecipeShards fsdp = *ShardsOf(mesh, ShardingRecipe::kFsdp);
+  EXPECT_EQ(fsdp.batch, 16);
+  EXPECT_EQ(fsdp.tensor, 1);
+  EXPECT_EQ(fsdp.fsdp, 16);
+  EXPECT_EQ(fsdp.fsdp_without_expert, 8);
+  EXPECT_EQ(ShardsOf(Mesh8(), ShardingRecipe::kDp)->expert, 1);
+  EXPECT_EQ(ShardsOf(*spmd::Mesh::Create(ids, {16}, {"data"}), ShardingRecipe::kTp).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TransformerTest, RecipesAnnotateWeights) {
   TransformerConfig c = Tiny(TransformerArch::kGpt);
   absl::StatusOr<TransformerStep> dp = BuildTransformerStep(c, Mesh8(), ShardingRecipe::kDp);
