@@ -1,6 +1,7 @@
 #include "nn/transformer.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -225,6 +226,7 @@ class Builder {
   Tensor Attention(const Tensor& q, Tensor k, Tensor v) {
     const int64_t b = config_.batch, s = config_.seq_len, h = config_.heads,
                   kv = config_.num_kv_heads(), dh = config_.head_dim();
+    // [B, S, H*Dh] below; H*Dh may differ from d_model (explicit head_size).
     if (kv != h) {
       // Repeat each key/value head h/kv times (GQA), as Llama's repeat_kv: the group dim is
       // inserted right after the kv dim, so merging them makes query head j read kv head
@@ -246,6 +248,13 @@ class Builder {
     // fully masked and the softmax never divides by zero.
     Shape mask_shape(DType::kS32, {b, h, s, s});
     Tensor causal = Compare(Iota(mask_shape, 2), Iota(mask_shape, 3), ComparisonDirection::kGe);
+    if (config_.sliding_window > 0) {
+      // The band of a sliding window: query i also needs i - key < W (Mistral's mask).
+      Tensor distance = Iota(mask_shape, 2) - Iota(mask_shape, 3);
+      Tensor near = Compare(distance, Full(mask_shape, static_cast<double>(config_.sliding_window)),
+                            ComparisonDirection::kLt);
+      causal = And(causal, near);
+    }
     Tensor neg = Full(scores.shape(), -1e9);
     // Softmax in f32 (Megatron's attention_softmax_in_fp32), back to `dtype` for the second
     // matmul.
@@ -286,6 +295,66 @@ class Builder {
     return MatMul(one_hot, table);
   }
 
+  // One decoder block on the residual stream x [B, S, D] (see the file comment): GPT or Llama,
+  // sequential (x + Attn(N1(x)), then + MLP(N2(.))) or PaLM's parallel block (one norm, both
+  // branches added to x). `cos`/`sin` are the rotary tables, unused with learned positions.
+  Tensor Block(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+    const TransformerConfig& c = config_;
+    const int64_t d = c.d_model, f = c.ffn, h = c.heads, kv = c.num_kv_heads();
+    const int64_t dq = h * c.head_dim(), dkv = kv * c.head_dim();
+    const bool gpt = c.arch == TransformerArch::kGpt;
+    // Separate Q, K, V projections (the same parameters as a fused [D, Dq + 2*Dkv] matrix):
+    // slicing a fused QKV output along its tensor-parallel dim would gather it whole.
+    // A norm's parameters are created where it is declared (the parameter order of the step).
+    auto norm = [&]() -> std::function<Tensor(const Tensor&)> {
+      if (!gpt) {
+        Tensor g = Weight({d}, WeightKind::kVector);
+        return [this, g](const Tensor& y) { return RmsNorm(y, g); };
+      }
+      Tensor g = Weight({d}, WeightKind::kVector), bias = Weight({d}, WeightKind::kVector);
+      return [this, g, bias](const Tensor& y) { return LayerNorm(y, g, bias); };
+    };
+    auto norm1 = norm();
+    auto projection = [&](int64_t out, WeightKind kind) {
+      Tensor w = Weight(
+          kind == WeightKind::kRow ? std::vector<int64_t>{out, d} : std::vector<int64_t>{d, out},
+          kind);
+      Tensor bias =
+          gpt ? Weight({kind == WeightKind::kRow ? d : out},
+                       kind == WeightKind::kRow ? WeightKind::kVector : WeightKind::kColumnBias)
+              : Tensor();
+      return
+          [this, w, bias, gpt](const Tensor& y) { return gpt ? Linear(y, w, bias) : Linear(y, w); };
+    };
+    auto wq = projection(dq, WeightKind::kColumn);
+    auto wk = projection(dkv, WeightKind::kColumn);
+    auto wv = projection(dkv, WeightKind::kColumn);
+    auto wo = projection(dq, WeightKind::kRow);
+    auto norm2 = c.parallel_block ? norm1 : norm();
+    Tensor a = norm1(x);
+    Tensor q = SplitHeads(wq(a), h), k = SplitHeads(wk(a), kv), val = SplitHeads(wv(a), kv);
+    if (c.rotary()) {
+      q = Rope(q, cos, sin);
+      k = Rope(k, cos, sin);
+    }
+    Tensor attention = wo(Attention(q, k, val));
+    Tensor x1 = c.parallel_block ? x : x + attention;
+    Tensor m = c.parallel_block ? a : norm2(x1);
+    Tensor mlp;
+    if (gpt) {
+      auto w1 = projection(f, WeightKind::kColumn);
+      auto w2 = projection(f, WeightKind::kRow);
+      mlp = w2(Gelu(w1(m)));
+    } else {
+      auto w_gate = projection(f, WeightKind::kColumn);
+      auto w_up = projection(f, WeightKind::kColumn);
+      auto w_down = projection(f, WeightKind::kRow);
+      Tensor gate = w_gate(m);
+      mlp = w_down(gate * Logistic(gate) * w_up(m));  // SwiGLU
+    }
+    return c.parallel_block ? x + attention + mlp : x1 + mlp;
+  }
+
   std::vector<Tensor>& inputs() { return inputs_; }
 
  private:
@@ -317,6 +386,27 @@ absl::StatusOr<TransformerArch> ParseTransformerArch(std::string_view name) {
   if (name == "llama") return TransformerArch::kLlama;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown model \"", std::string(name), "\"; expected gpt or llama"));
+}
+
+std::string_view PositionEmbeddingName(PositionEmbedding positions) {
+  switch (positions) {
+    case PositionEmbedding::kDefault:
+      return "default";
+    case PositionEmbedding::kLearned:
+      return "learned";
+    case PositionEmbedding::kRotary:
+      return "rotary";
+  }
+  return "?";
+}
+
+absl::StatusOr<PositionEmbedding> ParsePositionEmbedding(std::string_view name) {
+  for (PositionEmbedding p :
+       {PositionEmbedding::kDefault, PositionEmbedding::kLearned, PositionEmbedding::kRotary}) {
+    if (PositionEmbeddingName(p) == name) return p;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown positions \"", std::string(name),
+                                                 "\"; expected default, learned or rotary"));
 }
 
 std::string_view ShardingRecipeName(ShardingRecipe recipe) {
@@ -355,13 +445,18 @@ absl::Status ValidateTransformerConfig(const TransformerConfig& c) {
           absl::StrCat("transformer config: ", name, " must be positive, got ", value));
     }
   }
-  if (c.kv_heads < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("transformer config: kv_heads must be >= 0, got ", c.kv_heads));
+  const std::pair<const char*, int64_t> optional_sizes[] = {
+      {"kv_heads", c.kv_heads}, {"head_size", c.head_size}, {"sliding_window", c.sliding_window}};
+  for (const auto& [name, value] : optional_sizes) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("transformer config: ", name, " must be >= 0, got ", value));
+    }
   }
   // The divisibility rules keep head_dim and the GQA group size integral (d_model / heads,
-  // heads / kv_heads); the reshapes in SplitHeads and Attention rely on both.
-  if (c.d_model % c.heads != 0) {
+  // heads / kv_heads); the reshapes in SplitHeads and Attention rely on both. An explicit
+  // head_size lifts the first (heads x head_dim may differ from d_model).
+  if (c.head_size == 0 && c.d_model % c.heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("transformer config: heads (", c.heads,
                                                    ") must divide d_model (", c.d_model, ")"));
   }
@@ -369,7 +464,18 @@ absl::Status ValidateTransformerConfig(const TransformerConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "transformer config: kv_heads (", c.num_kv_heads(), ") must divide heads (", c.heads, ")"));
   }
-  if (c.arch == TransformerArch::kLlama && c.head_dim() % 2 != 0) {
+  if (c.experts < 0 || (c.experts > 0 && (c.top_k < 1 || c.top_k > c.experts)) ||
+      !(c.capacity_factor > 0 && c.capacity_factor <= 1e6)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transformer config: mixture of experts needs experts >= 0, 1 <= top_k <= experts and "
+        "capacity_factor in (0, 1e6]; got experts ",
+        c.experts, ", top_k ", c.top_k, ", capacity_factor ", c.capacity_factor));
+  }
+  if (c.experts > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transformer config: experts must be at most 1024, got ", c.experts));
+  }
+  if (c.rotary() && c.head_dim() % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "transformer config: rotary embedding needs an even head_dim, got ", c.head_dim()));
   }
@@ -384,10 +490,12 @@ absl::Status ValidateTransformerConfig(const TransformerConfig& c) {
   // The largest global tensors of the step, in f32 bytes, are bounded by kMaxTensorBytes: with
   // at most kMaxTransformerLayers layers of a few dozen tensors each, every sum the builder, the
   // partitioner and the simulator form over them stays far below 2^63 (no wrap-around).
-  const int64_t dkv = c.num_kv_heads() * c.head_dim();  // <= d_model
-  if (c.d_model > kMaxTensorBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("transformer config: d_model ", c.d_model, " is too large"));
+  const int64_t dkv = c.num_kv_heads() * c.head_dim();  // <= heads x head_dim
+  const int64_t dq = c.heads * c.head_dim();
+  if (c.d_model > kMaxTensorBytes || c.head_dim() > kMaxTensorBytes ||
+      dq / c.heads != c.head_dim() || dq > kMaxTensorBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("transformer config: d_model ", c.d_model,
+                                                   " or heads x head_dim is too large"));
   }
   const std::pair<const char*, std::vector<int64_t>> tensors[] = {
       {"batch x seq_len x vocab (the logits)", {c.batch, c.seq_len, c.vocab}},
@@ -397,8 +505,8 @@ absl::Status ValidateTransformerConfig(const TransformerConfig& c) {
        {c.batch, c.heads, c.seq_len, c.seq_len}},
       {"vocab x d_model (the embedding)", {c.vocab, c.d_model}},
       {"d_model x ffn (an MLP weight)", {c.d_model, c.ffn}},
-      {"d_model x (d_model + 2 x kv_heads x head_dim) (the QKV weight)",
-       {c.d_model, c.d_model + 2 * dkv}},
+      {"d_model x (heads + 2 x kv_heads) x head_dim (the QKV weight)", {c.d_model, dq + 2 * dkv}},
+      {"batch x seq_len x heads x head_dim (the attention context)", {c.batch, c.seq_len, dq}},
   };
   for (const auto& [what, dims] : tensors) {
     absl::StatusOr<int64_t> bytes = CheckedByteSize(Shape(DType::kF32, dims));
@@ -413,19 +521,63 @@ absl::Status ValidateTransformerConfig(const TransformerConfig& c) {
 
 int64_t TransformerParameterCount(const TransformerConfig& c) {
   const int64_t d = c.d_model, f = c.ffn, v = c.vocab, s = c.seq_len, l = c.layers;
-  const int64_t dkv = c.num_kv_heads() * c.head_dim();
+  const int64_t dq = c.heads * c.head_dim(), dkv = c.num_kv_heads() * c.head_dim();
+  const int64_t norms = c.parallel_block ? 1 : 2;
+  // Outside the layers: the token embedding, learned positions if any, the LM head if untied.
+  const int64_t outside = v * d + (c.rotary() ? 0 : s * d) + (c.tie_embeddings ? 0 : d * v);
   // Per GPT layer: Q, K, V weights and biases, output projection and its bias, the two MLP
-  // matrices and their biases, two LayerNorms of gain and bias. Outside the layers: token and
-  // position embeddings, the final LayerNorm, the untied LM head.
+  // matrices and their biases, the LayerNorms' gains and biases; then the final LayerNorm.
   if (c.arch == TransformerArch::kGpt) {
     const int64_t per_layer =
-        d * (d + 2 * dkv) + (d + 2 * dkv) + d * d + d + 2 * d * f + f + d + 4 * d;
-    return v * d + s * d + l * per_layer + 2 * d + d * v;
+        d * (dq + 2 * dkv) + (dq + 2 * dkv) + dq * d + d + 2 * d * f + f + d + norms * 2 * d;
+    return outside + l * per_layer + 2 * d;
   }
-  // Per Llama layer: Q, K, V and output projections, the three SwiGLU matrices, two RMSNorm
-  // gains; no biases. Outside: the embedding, the final RMSNorm gain, the untied LM head.
-  const int64_t per_layer = d * (d + 2 * dkv) + d * d + 3 * d * f + 2 * d;
-  return v * d + l * per_layer + d + d * v;
+  // Per Llama layer: Q, K, V and output projections, the three SwiGLU matrices, the RMSNorm
+  // gains; no biases. Then the final RMSNorm gain.
+  const int64_t per_layer = d * (dq + 2 * dkv) + dq * d + 3 * d * f + norms * d;
+  return outside + l * per_layer + d;
+}
+
+namespace {
+
+// Parameters of one expert's MLP (the graph's MLP of one layer).
+int64_t MlpParameters(const TransformerConfig& c) {
+  return c.arch == TransformerArch::kLlama ? 3 * c.d_model * c.ffn
+                                           : 2 * c.d_model * c.ffn + c.ffn + c.d_model;
+}
+
+}  // namespace
+
+int64_t TransformerTotalParameterCount(const TransformerConfig& c) {
+  if (c.experts == 0) return TransformerParameterCount(c);
+  return TransformerParameterCount(c) +
+         c.layers * ((c.experts - 1) * MlpParameters(c) + c.d_model * c.experts);
+}
+
+int64_t TransformerActiveParameterCount(const TransformerConfig& c) {
+  if (c.experts == 0) return TransformerParameterCount(c);
+  return TransformerParameterCount(c) +
+         c.layers * ((c.top_k - 1) * MlpParameters(c) + c.d_model * c.experts);
+}
+
+absl::StatusOr<RecipeShards> ShardsOf(const spmd::Mesh& mesh, ShardingRecipe recipe,
+                                      const RecipeAxes& axes) {
+  TESSEL_ASSIGN_OR_RETURN(RecipeLayout layout, LayoutFor(mesh, recipe, axes));
+  auto size_of = [&](const std::string& name) -> int64_t {
+    for (int64_t a = 0; a < mesh.rank(); ++a) {
+      if (mesh.axis_names()[a] == name) return mesh.axis_size(a);
+    }
+    return 1;
+  };
+  RecipeShards shards;
+  for (const std::string& name : layout.batch) shards.batch *= size_of(name);
+  for (const std::string& name : layout.fsdp) {
+    shards.fsdp *= size_of(name);
+    if (name != axes.expert) shards.fsdp_without_expert *= size_of(name);
+  }
+  shards.expert = size_of(axes.expert);
+  if (!layout.tensor.empty()) shards.tensor = size_of(layout.tensor);
+  return shards;
 }
 
 absl::StatusOr<TransformerStep> BuildTransformerStep(const TransformerConfig& c,
@@ -434,75 +586,37 @@ absl::StatusOr<TransformerStep> BuildTransformerStep(const TransformerConfig& c,
   TESSEL_RETURN_IF_ERROR(ValidateTransformerConfig(c));
   TESSEL_ASSIGN_OR_RETURN(RecipeLayout layout, LayoutFor(mesh, recipe, axes));
   Builder b(c, mesh, layout);
-  const int64_t d = c.d_model, f = c.ffn, v = c.vocab, s = c.seq_len;
-  const int64_t h = c.heads, kv = c.num_kv_heads(), dh = c.head_dim();
+  const int64_t d = c.d_model, v = c.vocab, s = c.seq_len, dh = c.head_dim();
   const bool gpt = c.arch == TransformerArch::kGpt;
 
   // Only the batch dim of the data is sharded (data parallelism over the recipe's batch axes);
   // the sequence dim stays whole, as there is no sequence parallelism here.
   Tensor tokens = b.Input(DType::kS32, {c.batch, s}, b.BatchSpec(2));
   Tensor labels = b.Input(DType::kS32, {c.batch, s}, b.BatchSpec(2));
-  Tensor x = b.Embed(tokens, b.Weight({v, d}, WeightKind::kEmbedding));
-  if (gpt) {
+  Tensor table = b.Weight({v, d}, WeightKind::kEmbedding);
+  Tensor x = b.Embed(tokens, table);
+  if (!c.rotary()) {
     Tensor pos = b.Weight({s, d}, WeightKind::kPosition);
     x = x + Broadcast(pos, x.shape().dims(), {1, 2});
   }
   // Rotary tables are inputs (not computed in the graph) and replicated: small, and every
   // device needs all positions of its sequences.
   Tensor cos, sin;
-  if (!gpt) {
+  if (c.rotary()) {
     cos = b.Input(c.dtype, {s, dh}, PartitionSpec{spmd::kNone, spmd::kNone});
     sin = b.Input(c.dtype, {s, dh}, PartitionSpec{spmd::kNone, spmd::kNone});
   }
-  for (int64_t layer = 0; layer < c.layers; ++layer) {
-    if (gpt) {
-      Tensor g1 = b.Weight({d}, WeightKind::kVector), b1 = b.Weight({d}, WeightKind::kVector);
-      // Separate Q, K, V projections (the same parameters as a fused [D, D + 2*Dkv] matrix):
-      // slicing a fused QKV output along its tensor-parallel dim would gather it whole.
-      Tensor wq = b.Weight({d, d}, WeightKind::kColumn);
-      Tensor bq = b.Weight({d}, WeightKind::kColumnBias);
-      Tensor wk = b.Weight({d, kv * dh}, WeightKind::kColumn);
-      Tensor bk = b.Weight({kv * dh}, WeightKind::kColumnBias);
-      Tensor wv = b.Weight({d, kv * dh}, WeightKind::kColumn);
-      Tensor bv = b.Weight({kv * dh}, WeightKind::kColumnBias);
-      Tensor wo = b.Weight({d, d}, WeightKind::kRow), bo = b.Weight({d}, WeightKind::kVector);
-      Tensor g2 = b.Weight({d}, WeightKind::kVector), b2 = b.Weight({d}, WeightKind::kVector);
-      Tensor w1 = b.Weight({d, f}, WeightKind::kColumn);
-      Tensor bf1 = b.Weight({f}, WeightKind::kColumnBias);
-      Tensor w2 = b.Weight({f, d}, WeightKind::kRow), bf2 = b.Weight({d}, WeightKind::kVector);
-      Tensor a = b.LayerNorm(x, g1, b1);
-      Tensor q = b.SplitHeads(b.Linear(a, wq, bq), h);
-      Tensor k = b.SplitHeads(b.Linear(a, wk, bk), kv);
-      Tensor val = b.SplitHeads(b.Linear(a, wv, bv), kv);
-      x = x + b.Linear(b.Attention(q, k, val), wo, bo);
-      x = x + b.Linear(Gelu(b.Linear(b.LayerNorm(x, g2, b2), w1, bf1)), w2, bf2);
-    } else {
-      Tensor g1 = b.Weight({d}, WeightKind::kVector);
-      Tensor wq = b.Weight({d, d}, WeightKind::kColumn);
-      Tensor wk = b.Weight({d, kv * dh}, WeightKind::kColumn);
-      Tensor wv = b.Weight({d, kv * dh}, WeightKind::kColumn);
-      Tensor wo = b.Weight({d, d}, WeightKind::kRow);
-      Tensor g2 = b.Weight({d}, WeightKind::kVector);
-      Tensor w_gate = b.Weight({d, f}, WeightKind::kColumn);
-      Tensor w_up = b.Weight({d, f}, WeightKind::kColumn);
-      Tensor w_down = b.Weight({f, d}, WeightKind::kRow);
-      Tensor a = b.RmsNorm(x, g1);
-      Tensor q = b.Rope(b.SplitHeads(b.Linear(a, wq), h), cos, sin);
-      Tensor k = b.Rope(b.SplitHeads(b.Linear(a, wk), kv), cos, sin);
-      Tensor val = b.SplitHeads(b.Linear(a, wv), kv);
-      x = x + b.Linear(b.Attention(q, k, val), wo);
-      Tensor m = b.RmsNorm(x, g2);
-      Tensor gate = b.Linear(m, w_gate);
-      x = x + b.Linear(gate * Logistic(gate) * b.Linear(m, w_up), w_down);  // SwiGLU
-    }
-  }
+  for (int64_t layer = 0; layer < c.layers; ++layer) x = b.Block(x, cos, sin);
   if (gpt) {
     Tensor gf = b.Weight({d}, WeightKind::kVector), bf = b.Weight({d}, WeightKind::kVector);
     x = b.LayerNorm(x, gf, bf);
   } else {
     x = b.RmsNorm(x, b.Weight({d}, WeightKind::kVector));
   }
-  Tensor logits = b.Linear(x, b.Weight({d, v}, WeightKind::kHead));
+  // A tied head reads the embedding table transposed: [V, D] sharded {tensor, fsdp} becomes
+  // [D, V] sharded {fsdp, tensor}, the head's own layout, so tying adds no collective.
+  Tensor head = c.tie_embeddings ? Transpose(table, {1, 0}) : b.Weight({d, v}, WeightKind::kHead);
+  Tensor logits = b.Linear(x, head);
   Tensor loss = b.Loss(logits, labels);
   TESSEL_RETURN_IF_ERROR(b.status());
   TESSEL_RETURN_IF_ERROR(loss.status());

@@ -27,7 +27,17 @@
 // GELU MLP (d_model -> ffn -> d_model) with biases.
 // Llama (Touvron et al. 2023): RMSNorm, rotary position embedding (Su et al. 2021; cos/sin
 // tables are inputs), grouped-query attention with `kv_heads` (Ainslie et al. 2023), SwiGLU MLP
-// (Shazeer 2020) with three [d_model, ffn] matrices, no biases. Both: causal mask, untied LM head.
+// (Shazeer 2020) with three [d_model, ffn] matrices, no biases. Both: causal mask, untied LM head
+// unless `tie_embeddings`.
+// Options of either architecture: `head_dim` (heads x head_dim need not equal d_model: the Q
+// projection is [d_model, heads*head_dim], the output projection [heads*head_dim, d_model]),
+// learned or rotary positions (`positions`), tied input/output embeddings (the LM head is the
+// transposed table, as GPT-2 and Gemma), PaLM's parallel block (Chowdhery et al. 2022, sec. 2:
+// y = x + Attention(Norm(x)) + MLP(Norm(x)), one norm per layer) and sliding-window attention
+// (Beltagy et al. 2020; Mistral 7B, Jiang et al. 2023: query i sees keys i-W+1 .. i). The graph
+// always holds the dense S x S attention (its FLOPs are the dense ones: a band mask is what XLA's
+// dot-product attention computes too); fused (flash) attention and remat are costed by
+// mesh/sim/training_step.h.
 #ifndef TESSEL_NN_TRANSFORMER_H_
 #define TESSEL_NN_TRANSFORMER_H_
 
@@ -48,6 +58,15 @@ namespace tessel::nn {
 
 enum class TransformerArch { kGpt, kLlama };
 
+// How token positions enter the model. kDefault: the architecture's own (GPT learned, Llama
+// rotary).
+enum class PositionEmbedding { kDefault, kLearned, kRotary };
+
+// "default" / "learned" / "rotary".
+[[nodiscard]] std::string_view PositionEmbeddingName(PositionEmbedding positions);
+// Errors: kInvalidArgument naming `name` and the accepted names.
+[[nodiscard]] absl::StatusOr<PositionEmbedding> ParsePositionEmbedding(std::string_view name);
+
 // "gpt" / "llama".
 [[nodiscard]] std::string_view TransformerArchName(TransformerArch arch);
 // Errors: kInvalidArgument naming `name` and the accepted names.
@@ -57,9 +76,10 @@ struct TransformerConfig {
   TransformerArch arch = TransformerArch::kGpt;
   int64_t layers = 2;
   int64_t d_model = 64;
-  int64_t heads = 4;     // query heads; head_dim = d_model / heads
-  int64_t kv_heads = 0;  // key/value heads (GQA); 0 means `heads` (multi-head attention)
-  int64_t ffn = 256;     // MLP hidden size
+  int64_t heads = 4;      // query heads
+  int64_t head_size = 0;  // per-head width; 0 means d_model / heads (see head_dim())
+  int64_t kv_heads = 0;   // key/value heads (GQA); 0 means `heads` (multi-head attention)
+  int64_t ffn = 256;      // MLP hidden size
   int64_t vocab = 128;
   int64_t seq_len = 16;
   int64_t batch = 8;                // global batch (sequences per step)
@@ -69,8 +89,25 @@ struct TransformerConfig {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  PositionEmbedding positions = PositionEmbedding::kDefault;
+  bool tie_embeddings = false;  // LM head = embedding table transposed (no separate matrix)
+  bool parallel_block = false;  // PaLM: attention and MLP read the same normed input
+  int64_t sliding_window = 0;   // W > 0: query i attends keys (i-W, i]; 0: full causal
+  // Mixture of experts (Shazeer et al. 2017; Switch, Fedus et al. 2021; Mixtral, Jiang et al.
+  // 2024): every layer's MLP becomes `experts` MLPs of `ffn`, each token routed to `top_k` of
+  // them, each expert taking at most capacity_factor * tokens * top_k / experts tokens. 0: dense.
+  // The graph holds one expert-sized MLP per layer (what one token costs once); the other
+  // experts, the router and the all-to-alls are costed by mesh/sim/training_step.h.
+  int64_t experts = 0;
+  int64_t top_k = 2;
+  double capacity_factor = 1.0;
 
-  int64_t head_dim() const { return d_model / heads; }
+  int64_t head_dim() const { return head_size > 0 ? head_size : d_model / heads; }
+  // Whether the model uses rotary (else learned) positions, resolving kDefault by `arch`.
+  bool rotary() const {
+    return positions == PositionEmbedding::kDefault ? arch == TransformerArch::kLlama
+                                                    : positions == PositionEmbedding::kRotary;
+  }
   int64_t num_kv_heads() const { return kv_heads == 0 ? heads : kv_heads; }
   int64_t tokens() const { return batch * seq_len; }
 };
@@ -82,18 +119,29 @@ struct TransformerConfig {
 inline constexpr int64_t kMaxTransformerLayers = 1024;
 inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 46;
 
-// Checks that every size is positive, heads divides d_model, kv_heads divides heads, the dtypes
+// Checks that every size is positive, heads divides d_model (unless head_size is given),
+// kv_heads divides heads, rotary positions have an even head_dim, sliding_window >= 0, the dtypes
 // are floating, and the limits above hold. Errors: kInvalidArgument naming the field (or the
 // tensor and the fields it multiplies) and the value.
 [[nodiscard]] absl::Status ValidateTransformerConfig(const TransformerConfig& config);
 
 // Number of trainable parameters (elements), counted from the shapes BuildTransformerStep
 // creates:
-//   GPT:   V*D + S*D + L*(D*(D + 2*Dkv) + (D + 2*Dkv) + D*D + D + 2*D*F + F + D + 4*D) + 2*D + D*V
-//   Llama: V*D + L*(D*(D + 2*Dkv) + D*D + 3*D*F + 2*D) + D + D*V
-// with Dkv = kv_heads * head_dim. MFU uses 6 * params * tokens (Kaplan et al. 2020;
-// Chowdhery et al. 2022, appendix B, without the attention term).
+//   GPT:   V*D + [S*D] + L*(D*(Dq + 2*Dkv) + (Dq + 2*Dkv) + Dq*D + D + 2*D*F + F + D + n*2*D)
+//          + 2*D + [D*V]
+//   Llama: V*D + [S*D] + L*(D*(Dq + 2*Dkv) + Dq*D + 3*D*F + n*D) + D + [D*V]
+// with Dq = heads * head_dim, Dkv = kv_heads * head_dim, n = 2 norms per layer (1 with
+// parallel_block), [S*D] only with learned positions, [D*V] only without tie_embeddings. MFU uses 6
+// * params * tokens (Kaplan et al. 2020; Chowdhery et al. 2022, appendix B, without the attention
+// term).
 [[nodiscard]] int64_t TransformerParameterCount(const TransformerConfig& config);
+
+// With mixture of experts (experts > 0), the parameters of the model (every expert and the
+// [D, experts] router of each layer) and those one token uses (top_k experts and the router);
+// MFU counts the active ones (6 * active * tokens). Both equal TransformerParameterCount for a
+// dense model. MLP parameters per expert: 3*D*F (Llama) or 2*D*F + F + D (GPT).
+[[nodiscard]] int64_t TransformerTotalParameterCount(const TransformerConfig& config);
+[[nodiscard]] int64_t TransformerActiveParameterCount(const TransformerConfig& config);
 
 // The named sharding recipes. Axis roles come from RecipeAxes; a role whose axis the mesh does
 // not have is simply not used (so "fsdp_tp" on a mesh without "fsdp" is Megatron TP x DP).
@@ -127,7 +175,24 @@ struct RecipeAxes {
   std::string data = "data";  // the data-parallel axis; the DCN axis in multi-slice meshes
   std::string fsdp = "fsdp";
   std::string tensor = "tensor";
+  std::string expert = "expert";  // expert parallelism (mixture of experts); a batch axis too
 };
+
+// How many ways a recipe splits the batch, the Megatron (tensor) dims and the FSDP dims of the
+// weights on `mesh`: the products of the sizes of the axes it uses for each role (1 for a role
+// it does not use). Per device: batch / batch sequences, heads / tensor heads, ffn / tensor.
+struct RecipeShards {
+  int64_t batch = 1;
+  int64_t tensor = 1;
+  int64_t fsdp = 1;
+  // The "expert" mesh axis (expert parallelism: experts split over it), 1 when the mesh has
+  // none, and the FSDP product without it (how an expert's own matrices are split).
+  int64_t expert = 1;
+  int64_t fsdp_without_expert = 1;
+};
+// Errors: those of BuildTransformerStep's recipe check (a missing tensor axis).
+[[nodiscard]] absl::StatusOr<RecipeShards> ShardsOf(const spmd::Mesh& mesh, ShardingRecipe recipe,
+                                                    const RecipeAxes& axes = {});
 
 // One traced training step.
 struct TransformerStep {

@@ -83,6 +83,59 @@ TEST(TransformerTest, TracedParametersMatchTheCount) {
   }
 }
 
+TEST(TransformerTest, ModelOptionsBuildAndMatchTheCount) {
+  // Every option of the model description, on both architectures, with every recipe: the graph
+  // traces, partitions-ready, and its weights are the counted parameters.
+  for (TransformerArch arch : {TransformerArch::kGpt, TransformerArch::kLlama}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      TransformerConfig c = Tiny(arch);
+      c.head_size = variant == 0 ? 8 : 0;  // heads x head_dim = 32 != d_model 16
+      c.tie_embeddings = variant == 1;
+      c.parallel_block = variant == 2;
+      c.sliding_window = variant == 3 ? 3 : 0;
+      c.positions = variant == 1 ? (arch == TransformerArch::kGpt ? PositionEmbedding::kRotary
+                                                                  : PositionEmbedding::kLearned)
+                                 : PositionEmbedding::kDefault;
+      SCOPED_TRACE(testing::Message() << TransformerArchName(arch) << " variant " << variant);
+      for (ShardingRecipe recipe : {ShardingRecipe::kDp, ShardingRecipe::kFsdpTp}) {
+        absl::StatusOr<TransformerStep> step = BuildTransformerStep(c, Mesh8(), recipe);
+        ASSERT_TRUE(step.ok()) << step.status();
+        EXPECT_EQ(Elements(*step->graph, step->weight_parameters), TransformerParameterCount(c));
+      }
+    }
+  }
+  // By hand, Tiny GPT (5376 parameters) with tied embeddings: minus the head's 16 x 24.
+  TransformerConfig tied = Tiny(TransformerArch::kGpt);
+  tied.tie_embeddings = true;
+  EXPECT_EQ(TransformerParameterCount(tied), 5376 - 16 * 24);
+  // Parallel block: one LayerNorm (gain and bias, 2 x 16) fewer per layer, 2 layers.
+  TransformerConfig parallel = Tiny(TransformerArch::kGpt);
+  parallel.parallel_block = true;
+  EXPECT_EQ(TransformerParameterCount(parallel), 5376 - 2 * 32);
+}
+
+TEST(TransformerTest, ShardsOfCountsEachRolesAxes) {
+  std::vector<int64_t> ids(16);
+  for (int64_t i = 0; i < 16; ++i) ids[i] = i;
+  spmd::Mesh mesh = *spmd::Mesh::Create(ids, {2, 2, 4}, {"fsdp", "expert", "tensor"});
+  // fsdp_tp: batch over fsdp and expert (every axis but tensor), weights over fsdp only.
+  RecipeShards tp = *ShardsOf(mesh, ShardingRecipe::kFsdpTp);
+  EXPECT_EQ(tp.batch, 4);
+  EXPECT_EQ(tp.tensor, 4);
+  EXPECT_EQ(tp.fsdp, 2);
+  EXPECT_EQ(tp.expert, 2);
+  EXPECT_EQ(tp.fsdp_without_expert, 2);
+  // fsdp: everything over every axis; an expert's own matrices skip the expert axis.
+  RecipeShards fsdp = *ShardsOf(mesh, ShardingRecipe::kFsdp);
+  EXPECT_EQ(fsdp.batch, 16);
+  EXPECT_EQ(fsdp.tensor, 1);
+  EXPECT_EQ(fsdp.fsdp, 16);
+  EXPECT_EQ(fsdp.fsdp_without_expert, 8);
+  EXPECT_EQ(ShardsOf(Mesh8(), ShardingRecipe::kDp)->expert, 1);
+  EXPECT_EQ(ShardsOf(*spmd::Mesh::Create(ids, {16}, {"data"}), ShardingRecipe::kTp).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TransformerTest, RecipesAnnotateWeights) {
   TransformerConfig c = Tiny(TransformerArch::kGpt);
   absl::StatusOr<TransformerStep> dp = BuildTransformerStep(c, Mesh8(), ShardingRecipe::kDp);

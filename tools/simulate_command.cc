@@ -1,7 +1,11 @@
 // `tessel simulate CONFIG --model gpt|llama [model flags] [mesh flags] --recipe R [--overlap]
-//     [--trace out.json] [--json]`: builds one training step of a decoder transformer
-// (nn/transformer.h), shards it with a named recipe on a HybridMesh of the topology CONFIG,
-// partitions it and simulates the step (mesh/sim/simulator.h).
+//     [--remat POLICY] [--attention flash|dot_product] [--matmul-dtype bf16|int8|fp8]
+//     [--require-fit] [--trace out.json] [--json]`: builds one training step of a decoder
+// transformer (nn/transformer.h), shards it with a named recipe on a HybridMesh of the topology
+// CONFIG, partitions it and simulates the step (mesh/sim/simulator.h), then adds what the graph
+// does not hold: remat recompute and the flash-attention kernel (mesh/sim/training_step.h).
+// `--model-config FILE.json` (nn/model_config.h; presets in configs/models/) describes the model
+// instead of, or under, the model flags: a flag given explicitly overrides the file.
 // `tessel simulate CONFIG --hlo FILE.hlo [...]`: the same for an HLO module with shardings.
 //
 //   $ tessel simulate configs/v5p-128.json --model llama --layers 2 --d-model 1024
@@ -12,15 +16,20 @@
 // MFU (6 * params * tokens / (step time * peak bf16 of all devices); for --hlo the program's own
 // flops), tokens per second, per-device peak memory, bytes per link class, the top 10 ops and
 // collectives. --json prints one object instead (keys in docs/simulator.md).
-// Exit codes (tools/command.h): 0 success; 2 bad arguments (unknown model or recipe, sizes,
-// a mesh whose product is not the device count, unknown axis names); 1 failures (missing or
-// invalid files, partitioning errors, a model that does not fit in HBM: the report is still
-// printed, and the error line goes to stderr).
+// Memory (--model): parameters, gradients, optimizer state, activations under the remat policy
+// and temporaries per device; a step that does not fit is a warning in the report and
+// `"fits": false` in --json, not a failure.
+// Exit codes (tools/command.h): 0 success, fitting or not; 2 bad arguments (unknown model,
+// recipe, remat policy, attention or matmul dtype, sizes, a mesh whose product is not the
+// device count, unknown axis names, a matmul dtype the device has no peak for); 1 failures
+// (missing or invalid files, partitioning errors); 3 with --require-fit when the step does not
+// fit in HBM (the report is still printed, and one line goes to stderr).
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -33,8 +42,10 @@
 #include "core/hlo_text.h"
 #include "core/status_macros.h"
 #include "mesh/sim/simulator.h"
+#include "mesh/sim/training_step.h"
 #include "mesh/topology/topology.h"
 #include "nlohmann/json.hpp"
+#include "nn/model_config.h"
 #include "nn/transformer.h"
 #include "partitioner/partitioner.h"
 #include "spmd/mesh.h"
@@ -44,20 +55,39 @@
 namespace tessel::tools {
 namespace {
 
+// Exit code when --require-fit is given and the step does not fit in HBM.
+constexpr int kExitDoesNotFit = 3;
+
 struct SimulateFlags {
+  CLI::App* command = nullptr;  // to tell flags given explicitly from defaults
   std::string config;
   std::string model;
+  std::string model_config;
   std::string hlo;
   int64_t layers = 2;
   int64_t d_model = 512;
   int64_t heads = 8;
   int64_t kv_heads = 0;
-  int64_t ffn = 0;  // 0: 4 * d_model
+  int64_t head_dim = 0;  // 0: d_model / heads
+  int64_t ffn = 0;       // 0: 4 * d_model
   int64_t vocab = 32000;
   int64_t seq_len = 1024;
   int64_t batch = 0;  // 0: one sequence per device
   std::string dtype = "bf16";
   std::string param_dtype = "f32";
+  std::string positions = "default";
+  bool tie_embeddings = false;
+  bool parallel_block = false;
+  int64_t sliding_window = 0;
+  int64_t experts = 0;
+  int64_t top_k = 2;
+  double capacity_factor = 1.0;
+  std::string remat;         // "" : the model file's, else none
+  std::string attention;     // "" : the model file's, else dot_product
+  std::string matmul_dtype;  // "" : the model file's, else bf16
+  bool require_fit = false;
+
+  bool given(const std::string& flag) const { return command && command->count(flag) > 0; }
   std::string ici_mesh_shape;
   std::string dcn_mesh_shape;
   std::string axis_names = "data,fsdp,tensor";
@@ -66,6 +96,9 @@ struct SimulateFlags {
   std::string trace;
   bool json = false;
 };
+
+// A generated transformer step (--model or --model-config), not an --hlo module.
+bool IsModel(const SimulateFlags& f) { return !f.model.empty() || !f.model_config.empty(); }
 
 int Usage(const std::string& message) {
   std::cerr << "tessel simulate: " << message << "\n";
@@ -120,31 +153,95 @@ void PrintOps(const std::string& title, const std::vector<mesh::OpEntry>& ops) {
 struct GlobalStep {
   std::unique_ptr<Graph> graph;
   nn::TransformerConfig config;  // --model only
+  std::string model_name;        // --model only: the arch, or the model file's name
   std::string mesh_text;         // --model only: the HybridMesh's axes
+  nn::RecipeShards shards;       // --model only
+  std::vector<int64_t> weight_parameters;
+  std::vector<int64_t> moment_parameters;
+  mesh::TrainingStepOptions training;  // --model only
 };
 
-// Builds one training step of the --model transformer, sharded with --recipe on the HybridMesh
-// of the mesh flags over `topology`. Every error is a bad flag (kInvalidArgument).
-absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const mesh::Topology& topology) {
-  const int64_t num_devices = topology.num_devices();
-  TESSEL_ASSIGN_OR_RETURN(nn::TransformerArch arch, nn::ParseTransformerArch(f.model));
-  TESSEL_ASSIGN_OR_RETURN(nn::ShardingRecipe recipe, nn::ParseShardingRecipe(f.recipe));
-  TESSEL_ASSIGN_OR_RETURN(DType dtype, ParseFloatDType(f.dtype, "--dtype"));
-  TESSEL_ASSIGN_OR_RETURN(DType param_dtype, ParseFloatDType(f.param_dtype, "--param-dtype"));
-  GlobalStep step;
-  nn::TransformerConfig& config = step.config;
-  config.arch = arch;
-  config.layers = f.layers;
-  config.d_model = f.d_model;
-  config.heads = f.heads;
-  config.kv_heads = f.kv_heads;
-  config.ffn = f.ffn > 0 ? f.ffn : 4 * f.d_model;
-  config.vocab = f.vocab;
-  config.seq_len = f.seq_len;
-  config.batch = f.batch > 0 ? f.batch : num_devices;
-  config.dtype = dtype;
-  config.param_dtype = param_dtype;
+// The device-spec dtype of a --matmul-dtype name ("" for bf16: each dot at its inputs' rate).
+absl::StatusOr<std::string> MatmulPeakDType(const std::string& name) {
+  if (name.empty() || name == "bf16") return std::string();
+  if (name == "int8") return std::string("s8");
+  if (name == "fp8") return std::string("f8e4m3fn");
+  return absl::InvalidArgumentError(
+      absl::StrCat("--matmul-dtype: unknown dtype \"", name, "\"; expected bf16, int8 or fp8"));
+}
+
+// The model: the --model-config file's (if any), then every model flag given explicitly (or,
+// without a file, every model flag with its default). Every error is a bad flag.
+absl::StatusOr<nn::TransformerConfig> ModelConfigOf(const SimulateFlags& f,
+                                                    const nn::ModelFile* file,
+                                                    int64_t num_devices) {
+  nn::TransformerConfig config = file ? file->config : nn::TransformerConfig{};
+  auto use = [&](const std::string& flag) { return !file || f.given(flag); };
+  if (use("--model")) {
+    TESSEL_ASSIGN_OR_RETURN(config.arch, nn::ParseTransformerArch(f.model));
+  }
+  if (use("--layers")) config.layers = f.layers;
+  if (use("--d-model")) config.d_model = f.d_model;
+  if (use("--heads")) config.heads = f.heads;
+  if (use("--kv-heads")) config.kv_heads = f.kv_heads;
+  if (use("--head-dim")) config.head_size = f.head_dim;
+  if (use("--ffn")) config.ffn = f.ffn > 0 ? f.ffn : 4 * config.d_model;
+  if (use("--vocab")) config.vocab = f.vocab;
+  if (use("--seq-len")) config.seq_len = f.seq_len;
+  // The batch is a run setting: one sequence per device unless --batch or the file says.
+  if (f.given("--batch") || !file || !file->has_batch) {
+    config.batch = f.batch > 0 ? f.batch : num_devices;
+  }
+  if (use("--dtype")) {
+    TESSEL_ASSIGN_OR_RETURN(config.dtype, ParseFloatDType(f.dtype, "--dtype"));
+  }
+  if (use("--param-dtype")) {
+    TESSEL_ASSIGN_OR_RETURN(config.param_dtype, ParseFloatDType(f.param_dtype, "--param-dtype"));
+  }
+  if (use("--positions")) {
+    TESSEL_ASSIGN_OR_RETURN(config.positions, nn::ParsePositionEmbedding(f.positions));
+  }
+  if (use("--tie-embeddings")) config.tie_embeddings = f.tie_embeddings;
+  if (use("--parallel-block")) config.parallel_block = f.parallel_block;
+  if (use("--sliding-window")) config.sliding_window = f.sliding_window;
+  if (use("--experts")) config.experts = f.experts;
+  if (use("--top-k")) config.top_k = f.top_k;
+  if (use("--capacity-factor")) config.capacity_factor = f.capacity_factor;
   TESSEL_RETURN_IF_ERROR(nn::ValidateTransformerConfig(config));
+  return config;
+}
+
+// The device ids of the "expert" mesh axis through the mesh's first device (row-major ids, as
+// spmd::Mesh orders them); empty when the mesh has no such axis.
+std::vector<int64_t> ExpertGroupOfDevice0(const spmd::Mesh& mesh) {
+  std::vector<int64_t> group;
+  for (int64_t a = 0; a < mesh.rank(); ++a) {
+    if (mesh.axis_names()[a] != "expert") continue;
+    int64_t stride = 1;
+    for (int64_t b = a + 1; b < mesh.rank(); ++b) stride *= mesh.axis_size(b);
+    for (int64_t k = 0; k < mesh.axis_size(a); ++k) group.push_back(mesh.device_ids()[k * stride]);
+  }
+  return group;
+}
+
+// Builds one training step of the model, sharded with --recipe on the HybridMesh of the mesh
+// flags over `topology`. Every error is a bad flag (kInvalidArgument).
+absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::ModelFile* file,
+                                          const mesh::Topology& topology) {
+  const int64_t num_devices = topology.num_devices();
+  TESSEL_ASSIGN_OR_RETURN(nn::ShardingRecipe recipe, nn::ParseShardingRecipe(f.recipe));
+  GlobalStep step;
+  TESSEL_ASSIGN_OR_RETURN(step.config, ModelConfigOf(f, file, num_devices));
+  step.model_name = file && !file->name.empty() && !f.given("--model")
+                        ? file->name
+                        : std::string(nn::TransformerArchName(step.config.arch));
+  const std::string remat = !f.remat.empty() ? f.remat : (file ? file->remat : "");
+  const std::string attention = !f.attention.empty() ? f.attention : (file ? file->attention : "");
+  TESSEL_ASSIGN_OR_RETURN(step.training.remat,
+                          mesh::ParseRematPolicy(remat.empty() ? "none" : remat));
+  TESSEL_ASSIGN_OR_RETURN(
+      step.training.attention,
+      mesh::ParseAttentionKernel(attention.empty() ? "dot_product" : attention));
 
   // Without mesh flags: one "data" axis over each slice's devices, slices over DCN.
   std::vector<std::string> names = ParseNames(f.axis_names);
@@ -164,9 +261,18 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const mesh::To
   TESSEL_ASSIGN_OR_RETURN(spmd::HybridMesh mesh,
                           spmd::HybridMesh::Create(ici, dcn, names, topology));
   step.mesh_text = mesh.AxesToString();
+  TESSEL_ASSIGN_OR_RETURN(step.shards, nn::ShardsOf(mesh, recipe));
+  step.training.expert_group = ExpertGroupOfDevice0(mesh);
+  if (step.config.experts > 0 && step.config.experts % step.shards.expert != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--experts ", step.config.experts,
+                                                   " must be a multiple of the \"expert\" ",
+                                                   "axis (", step.shards.expert, ")"));
+  }
   TESSEL_ASSIGN_OR_RETURN(nn::TransformerStep built,
-                          nn::BuildTransformerStep(config, mesh, recipe));
+                          nn::BuildTransformerStep(step.config, mesh, recipe));
   step.graph = std::move(built.graph);
+  step.weight_parameters = std::move(built.weight_parameters);
+  step.moment_parameters = std::move(built.moment_parameters);
   return step;
 }
 
@@ -174,8 +280,9 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const mesh::To
 struct Throughput {
   double mfu = 0;
   double tokens_per_s = 0;
-  double params = 0;  // --model only
-  double tokens = 0;  // --model only: tokens per step
+  double params = 0;         // --model only: every parameter (all experts)
+  double active_params = 0;  // --model only: those one token uses (MoE: top_k experts)
+  double tokens = 0;         // --model only: tokens per step
 };
 
 Throughput ThroughputOf(const SimulateFlags& f, const GlobalStep& step,
@@ -183,14 +290,16 @@ Throughput ThroughputOf(const SimulateFlags& f, const GlobalStep& step,
   const double num_devices = static_cast<double>(r.num_devices);
   const double peak_flops = simulator.cost_model().PeakFlopsPerSecond(DType::kBF16) * num_devices;
   Throughput t;
-  if (!f.model.empty()) {
-    t.params = static_cast<double>(nn::TransformerParameterCount(step.config));
+  if (IsModel(f)) {
+    t.params = static_cast<double>(nn::TransformerTotalParameterCount(step.config));
+    t.active_params = static_cast<double>(nn::TransformerActiveParameterCount(step.config));
     t.tokens = static_cast<double>(step.config.tokens());
   }
   if (r.step_seconds <= 0) return t;
-  if (!f.model.empty()) {
-    // MFU as the PaLM paper defines it: 6 * parameters * tokens of model flops per step.
-    t.mfu = 6 * t.params * t.tokens / (r.step_seconds * peak_flops);
+  if (IsModel(f)) {
+    // MFU as the PaLM paper defines it: 6 * parameters * tokens of model flops per step, with the
+    // parameters a token uses (Switch / Mixtral count active parameters).
+    t.mfu = 6 * t.active_params * t.tokens / (r.step_seconds * peak_flops);
     t.tokens_per_s = t.tokens / r.step_seconds;
   } else {
     t.mfu = r.flops_per_device * num_devices / (r.step_seconds * peak_flops);
@@ -205,20 +314,79 @@ struct RunInfo {
   double build_s = 0;
   double partition_s = 0;
   double simulate_s = 0;
+  int64_t live_buffer_peak_bytes = 0;  // the program's live-buffer peak (no remat, dense)
+  std::optional<mesh::TrainingStepEstimate> training;  // --model only
 };
+
+// The --model parts of the JSON report: the model description, remat and attention, and the
+// memory breakdown.
+nlohmann::json TrainingJson(const GlobalStep& step, const mesh::TrainingStepEstimate& e) {
+  const nn::TransformerConfig& c = step.config;
+  nlohmann::json kept = nlohmann::json::array(), recomputed = nlohmann::json::array();
+  for (mesh::LayerValue v : e.remat.kept) kept.push_back(std::string(mesh::LayerValueName(v)));
+  for (mesh::LayerOp op : e.remat.recomputed) {
+    recomputed.push_back(std::string(mesh::LayerOpName(op)));
+  }
+  return {
+      {"model_config",
+       {{"arch", std::string(nn::TransformerArchName(c.arch))},
+        {"layers", c.layers},
+        {"d_model", c.d_model},
+        {"heads", c.heads},
+        {"kv_heads", c.num_kv_heads()},
+        {"head_dim", c.head_dim()},
+        {"ffn", c.ffn},
+        {"vocab", c.vocab},
+        {"seq_len", c.seq_len},
+        {"batch", c.batch},
+        {"positions", c.rotary() ? "rotary" : "learned"},
+        {"tie_embeddings", c.tie_embeddings},
+        {"parallel_block", c.parallel_block},
+        {"sliding_window", c.sliding_window},
+        {"experts", c.experts},
+        {"top_k", c.top_k},
+        {"capacity_factor", c.capacity_factor}}},
+      {"moe",
+       {{"flops_per_device", e.moe_flops},
+        {"compute_s", e.moe_seconds},
+        {"all_to_all_ici_s", e.moe_ici_seconds},
+        {"all_to_all_dcn_s", e.moe_dcn_seconds},
+        {"expert_group_size", step.training.expert_group.size()}}},
+      {"remat",
+       {{"policy", std::string(mesh::RematPolicyName(step.training.remat))},
+        {"kept", kept},
+        {"recomputed", recomputed},
+        {"recompute_flops_per_device", e.recompute_flops},
+        {"recompute_s", e.recompute_seconds}}},
+      {"attention",
+       {{"kernel", std::string(mesh::AttentionKernelName(step.training.attention))},
+        {"flash_flops_per_device", e.attention_flops},
+        {"flash_bytes_per_device", e.attention_bytes},
+        {"flash_s", e.attention_seconds}}},
+      {"memory",
+       {{"parameter_bytes", e.memory.parameter_bytes},
+        {"gradient_bytes", e.memory.gradient_bytes},
+        {"optimizer_bytes", e.memory.optimizer_bytes},
+        {"activation_bytes", e.memory.activation_bytes},
+        {"temporary_bytes", e.memory.temporary_bytes},
+        {"total_bytes", e.memory.total_bytes()}}},
+  };
+}
 
 nlohmann::json ReportJson(const SimulateFlags& f, const mesh::Topology& topology,
                           const GlobalStep& step, const mesh::SimulationReport& r,
                           const Throughput& t, const RunInfo& info) {
-  return {
+  nlohmann::json out = {
       {"topology", topology.name()},
       {"device", r.device_name},
       {"num_devices", r.num_devices},
       {"num_slices", topology.num_slices()},
       {"mesh", step.mesh_text},
-      {"recipe", f.model.empty() ? "" : f.recipe},
-      {"model", f.model.empty() ? "hlo" : f.model},
+      {"recipe", IsModel(f) ? f.recipe : ""},
+      {"model", IsModel(f) ? step.model_name : "hlo"},
+      {"matmul_dtype", f.matmul_dtype.empty() ? "bf16" : f.matmul_dtype},
       {"params", t.params},
+      {"active_params", t.active_params},
       {"tokens_per_step", t.tokens},
       {"overlap", f.overlap},
       {"step_time_s", r.step_seconds},
@@ -229,13 +397,15 @@ nlohmann::json ReportJson(const SimulateFlags& f, const mesh::Topology& topology
       {"dcn_s", r.dcn_seconds},
       {"exposed_comm_s", r.exposed_comm_seconds},
       {"mfu", t.mfu},
-      {"mfu_basis", f.model.empty() ? "program flops" : "6 * params * tokens"},
+      {"mfu_basis", IsModel(f) ? "6 * params * tokens" : "program flops"},
       {"tokens_per_s", t.tokens_per_s},
       {"flops_per_device", r.flops_per_device},
       {"peak_memory_bytes", r.peak_memory_bytes},
       {"parameter_bytes", r.parameter_bytes},
       {"hbm_bytes", r.hbm_bytes},
       {"exceeds_hbm", r.exceeds_hbm},
+      {"fits", !r.exceeds_hbm},
+      {"live_buffer_peak_bytes", info.live_buffer_peak_bytes},
       {"ici_bytes_per_device", r.ici_bytes_per_device},
       {"dcn_bytes_per_device", r.dcn_bytes_per_device},
       {"ici_bytes_total", r.ici_bytes_total},
@@ -249,20 +419,62 @@ nlohmann::json ReportJson(const SimulateFlags& f, const mesh::Topology& topology
       {"wall_s",
        {{"build", info.build_s}, {"partition", info.partition_s}, {"simulate", info.simulate_s}}},
   };
+  if (info.training) out.update(TrainingJson(step, *info.training));
+  return out;
+}
+
+// The memory lines of the text report: the --model breakdown, or the live-buffer peak (--hlo).
+void PrintMemory(const mesh::SimulationReport& r, const RunInfo& info) {
+  auto bytes = [](int64_t b) { return FormatBytes(static_cast<double>(b)); };
+  if (!info.training) {
+    std::cout << absl::StrFormat("peak memory    %s per device (HBM %s; parameters and state %s)\n",
+                                 bytes(r.peak_memory_bytes), bytes(r.hbm_bytes),
+                                 bytes(r.parameter_bytes));
+    return;
+  }
+  const mesh::TrainingMemory& m = info.training->memory;
+  std::cout << absl::StrFormat("memory         %s per device of %s HBM: %s\n",
+                               bytes(m.total_bytes()), bytes(r.hbm_bytes),
+                               r.exceeds_hbm ? "does NOT fit" : "fits");
+  std::cout << absl::StrFormat(
+      "  parameters %s, gradients %s, optimizer %s, activations %s, temporaries %s\n",
+      bytes(m.parameter_bytes), bytes(m.gradient_bytes), bytes(m.optimizer_bytes),
+      bytes(m.activation_bytes), bytes(m.temporary_bytes));
+  std::cout << absl::StrFormat("  (live-buffer peak of the program without remat: %s)\n",
+                               bytes(info.live_buffer_peak_bytes));
 }
 
 void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const GlobalStep& step,
                  const mesh::SimulationReport& r, const Throughput& t, const RunInfo& info) {
   std::cout << absl::StrFormat("topology       %s: %d devices (%s), %d slices\n", topology.name(),
                                r.num_devices, r.device_name, topology.num_slices());
-  if (!f.model.empty()) {
+  if (IsModel(f)) {
     const nn::TransformerConfig& config = step.config;
     std::cout << absl::StrFormat(
-        "model          %s, %d layers, d_model %d, heads %d/%d, ffn %d, vocab %d, seq %d, "
+        "model          %s, %d layers, d_model %d, heads %d/%d x %d, ffn %d, vocab %d, seq %d, "
         "batch %d: %.4g parameters\n",
-        f.model, config.layers, config.d_model, config.heads, config.num_kv_heads(), config.ffn,
-        config.vocab, config.seq_len, config.batch, t.params);
+        step.model_name, config.layers, config.d_model, config.heads, config.num_kv_heads(),
+        config.head_dim(), config.ffn, config.vocab, config.seq_len, config.batch, t.params);
     std::cout << "mesh           " << step.mesh_text << ", recipe " << f.recipe << "\n";
+    if (config.experts > 0 && info.training) {
+      const mesh::TrainingStepEstimate& e = *info.training;
+      std::cout << absl::StrFormat(
+          "experts        %d, top %d, capacity factor %g: %.4g active parameters; experts and "
+          "router %s, all-to-all %s\n",
+          config.experts, config.top_k, config.capacity_factor, t.active_params,
+          Seconds(e.moe_seconds), Seconds(e.moe_ici_seconds + e.moe_dcn_seconds));
+    }
+    if (info.training) {
+      const mesh::TrainingStepEstimate& e = *info.training;
+      std::cout << absl::StrFormat(
+          "remat          %s: recompute %s (%.4g flops per device); attention %s%s\n",
+          mesh::RematPolicyName(step.training.remat), Seconds(e.recompute_seconds),
+          e.recompute_flops, mesh::AttentionKernelName(step.training.attention),
+          step.training.attention == mesh::AttentionKernel::kFlash
+              ? absl::StrFormat(" %s (%.4g flops per device)", Seconds(e.attention_seconds),
+                                e.attention_flops)
+              : std::string());
+    }
   }
   std::cout << absl::StrFormat("step time      %s (%s; in order %s, overlapped %s)\n",
                                Seconds(r.step_seconds), f.overlap ? "overlapped" : "in order",
@@ -272,14 +484,11 @@ void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const G
   std::cout << absl::StrFormat("DCN            %s\n", Seconds(r.dcn_seconds));
   std::cout << absl::StrFormat("exposed comm   %s\n", Seconds(r.exposed_comm_seconds));
   std::cout << absl::StrFormat("MFU            %.1f %% (%s)\n", 100 * t.mfu,
-                               f.model.empty() ? "program flops" : "6 * params * tokens");
-  if (!f.model.empty()) {
+                               IsModel(f) ? "6 * params * tokens" : "program flops");
+  if (IsModel(f)) {
     std::cout << absl::StrFormat("tokens/s       %.4g\n", t.tokens_per_s);
   }
-  std::cout << absl::StrFormat("peak memory    %s per device (HBM %s; parameters and state %s)\n",
-                               FormatBytes(static_cast<double>(r.peak_memory_bytes)),
-                               FormatBytes(static_cast<double>(r.hbm_bytes)),
-                               FormatBytes(static_cast<double>(r.parameter_bytes)));
+  PrintMemory(r, info);
   std::cout << absl::StrFormat("ICI bytes      %s per device, %s in all\n",
                                FormatBytes(static_cast<double>(r.ici_bytes_per_device)),
                                FormatBytes(static_cast<double>(r.ici_bytes_total)));
@@ -290,31 +499,69 @@ void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const G
                                r.classes.size(), info.global_nodes, info.local_nodes);
   PrintOps("top ops:", r.top_ops);
   PrintOps("top collectives:", r.top_collectives);
+  // Problems ("error: ..." from the live-buffer check of --hlo, "warning: ..." from the
+  // training-step estimate) as they are; assumptions as notes.
   for (const std::string& w : r.warnings) {
-    if (w.rfind("error:", 0) != 0) std::cout << "note: " << w << "\n";
+    const bool problem = w.rfind("error:", 0) == 0 || w.rfind("warning:", 0) == 0;
+    std::cout << (problem ? "" : "note: ") << w << "\n";
   }
 }
 
+// Checks the flags that only --model takes and the matmul dtype against the device; fills the
+// simulator's options. Returns the usage message, or "" when the flags are fine.
+std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
+                          const mesh::Topology& topology, mesh::SimulatorOptions& options) {
+  if (!IsModel(f)) {
+    for (const char* flag :
+         {"--remat", "--attention", "--head-dim", "--positions", "--tie-embeddings",
+          "--parallel-block", "--sliding-window", "--experts", "--top-k", "--capacity-factor"}) {
+      if (f.given(flag)) return absl::StrCat(flag, " applies to --model / --model-config only");
+    }
+  }
+  const std::string matmul =
+      !f.matmul_dtype.empty() ? f.matmul_dtype : (file ? file->matmul_dtype : "");
+  absl::StatusOr<std::string> peak_dtype = MatmulPeakDType(matmul);
+  if (!peak_dtype.ok()) return std::string(peak_dtype.status().message());
+  if (!peak_dtype->empty() && !topology.device_spec().PeakTflops(*peak_dtype)) {
+    return absl::StrCat("--matmul-dtype ", matmul, ": the device spec of ",
+                        topology.device_spec().name, " gives no peak for ", *peak_dtype);
+  }
+  options.cost.matmul_dtype = *peak_dtype;
+  options.overlap = f.overlap;
+  options.record_trace = !f.trace.empty();
+  return "";
+}
+
 int Run(const SimulateFlags& f) {
-  if (f.model.empty() == f.hlo.empty()) {
-    return Usage("give exactly one of --model gpt|llama and --hlo FILE");
+  if (IsModel(f) == !f.hlo.empty()) {
+    return Usage("give exactly one of --model gpt|llama (or --model-config FILE) and --hlo FILE");
   }
   absl::StatusOr<mesh::Topology> topology = mesh::LoadTopology(f.config);
   if (!topology.ok()) return Fail(std::string(topology.status().message()));
-
+  std::optional<nn::ModelFile> file;
+  if (!f.model_config.empty()) {
+    absl::StatusOr<nn::ModelFile> loaded = nn::LoadModelConfig(f.model_config);
+    if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
+    file = *std::move(loaded);
+  }
+  const nn::ModelFile* model_file = file ? &*file : nullptr;
   mesh::SimulatorOptions sim_options;
-  sim_options.overlap = f.overlap;
-  sim_options.record_trace = !f.trace.empty();
-  absl::StatusOr<mesh::Simulator> simulator = mesh::Simulator::Create(*topology, sim_options);
-  if (!simulator.ok()) return Fail(std::string(simulator.status().message()));
+  if (std::string bad = CheckRunFlags(f, model_file, *topology, sim_options); !bad.empty()) {
+    return Usage(bad);
+  }
 
   RunInfo info;
   auto t_build = std::chrono::steady_clock::now();
   GlobalStep step;
-  if (!f.model.empty()) {
-    absl::StatusOr<GlobalStep> built = BuildModelStep(f, *topology);
+  if (IsModel(f)) {
+    absl::StatusOr<GlobalStep> built = BuildModelStep(f, model_file, *topology);
     if (!built.ok()) return Usage(std::string(built.status().message()));
     step = *std::move(built);
+    // With flash attention the program's dense S x S attention is costed by the kernel model
+    // instead (mesh/sim/training_step.h).
+    if (step.training.attention == mesh::AttentionKernel::kFlash) {
+      sim_options.costed_elsewhere = mesh::DenseAttentionFilter(step.config);
+    }
   } else {
     absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloFile(f.hlo);
     if (!graph.ok()) return Fail(std::string(graph.status().message()));
@@ -322,6 +569,8 @@ int Run(const SimulateFlags& f) {
   }
   info.build_s = Since(t_build);
   info.global_nodes = step.graph->num_nodes();
+  absl::StatusOr<mesh::Simulator> simulator = mesh::Simulator::Create(*topology, sim_options);
+  if (!simulator.ok()) return Fail(std::string(simulator.status().message()));
 
   auto t_partition = std::chrono::steady_clock::now();
   absl::StatusOr<partitioner::SpmdProgram> program =
@@ -334,6 +583,15 @@ int Run(const SimulateFlags& f) {
   auto t_simulate = std::chrono::steady_clock::now();
   absl::StatusOr<mesh::SimulationReport> report = simulator->Run(*program);
   if (!report.ok()) return Fail(std::string(report.status().message()));
+  info.live_buffer_peak_bytes = report->peak_memory_bytes;
+  if (IsModel(f)) {
+    absl::StatusOr<mesh::TrainingStepEstimate> estimate =
+        mesh::EstimateTrainingStep(step.config, step.shards, step.training, simulator->cost_model(),
+                                   *program, step.weight_parameters, step.moment_parameters);
+    if (!estimate.ok()) return Fail(std::string(estimate.status().message()));
+    mesh::ApplyTrainingStep(*estimate, *report);
+    info.training = *std::move(estimate);
+  }
   info.simulate_s = Since(t_simulate);
   const mesh::SimulationReport& r = *report;
   const Throughput throughput = ThroughputOf(f, step, *simulator, r);
@@ -347,11 +605,13 @@ int Run(const SimulateFlags& f) {
   } else {
     PrintReport(f, *topology, step, r, throughput, info);
   }
-  if (r.exceeds_hbm) {
-    return Fail(absl::StrFormat(
-        "the model does not fit: peak memory %s per device exceeds the HBM of %s (%s)",
+  if (r.exceeds_hbm && f.require_fit) {
+    std::cerr << absl::StrFormat(
+        "tessel simulate: --require-fit: the step does not fit: %s per device exceeds the HBM "
+        "of %s (%s)\n",
         FormatBytes(static_cast<double>(r.peak_memory_bytes)), r.device_name,
-        FormatBytes(static_cast<double>(r.hbm_bytes))));
+        FormatBytes(static_cast<double>(r.hbm_bytes)));
+    return kExitDoesNotFit;
   }
   return 0;
 }
@@ -361,16 +621,46 @@ int Run(const SimulateFlags& f) {
 CommandFn AddSimulateCommand(CLI::App& app) {
   auto f = std::make_shared<SimulateFlags>();
   CLI::App* cmd = app.add_subcommand("simulate", "predict the step time and memory of a model");
+  f->command = cmd;
   cmd->add_option("config", f->config, "topology JSON (configs/)")->required();
   cmd->add_option("--model", f->model, "gpt or llama (a generated training step)");
+  cmd->add_option("--model-config", f->model_config,
+                  "model JSON file (configs/models/*.json); flags given override it");
   cmd->add_option("--hlo", f->hlo, "HLO text file with shardings instead of --model");
   cmd->add_option("--layers", f->layers, "decoder layers")->check(CLI::PositiveNumber);
   cmd->add_option("--d-model", f->d_model, "model width")->check(CLI::PositiveNumber);
   cmd->add_option("--heads", f->heads, "attention heads")->check(CLI::PositiveNumber);
   cmd->add_option("--kv-heads", f->kv_heads, "key/value heads (GQA; default = heads)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--head-dim", f->head_dim, "width of one head (default d_model / heads)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--ffn", f->ffn, "MLP hidden size (default 4 * d_model)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--positions", f->positions,
+                  "default (gpt learned, llama rotary), learned or rotary");
+  cmd->add_flag("--tie-embeddings", f->tie_embeddings, "LM head = embedding table transposed");
+  cmd->add_flag("--parallel-block", f->parallel_block,
+                "PaLM block: attention and MLP on one norm, added together");
+  cmd->add_option("--sliding-window", f->sliding_window,
+                  "attend the last W keys only (0: full causal)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--experts", f->experts,
+                  "mixture of experts: experts per layer (0: dense; split over an \"expert\" axis)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", f->top_k, "experts per token (default 2)")->check(CLI::PositiveNumber);
+  cmd->add_option("--capacity-factor", f->capacity_factor,
+                  "expert capacity = factor * tokens * top_k / experts (default 1)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--remat", f->remat,
+                  "none (default), minimal, minimal_with_context, "
+                  "save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, "
+                  "save_qkv_proj, save_out_proj, selective, full");
+  cmd->add_option("--attention", f->attention,
+                  "dot_product (default) or flash (fused: no S x S scores in HBM)");
+  cmd->add_option("--matmul-dtype", f->matmul_dtype,
+                  "bf16 (default), int8 or fp8: the peak the matmuls run at");
+  cmd->add_flag("--require-fit", f->require_fit,
+                "exit 3 when the step does not fit in HBM (default: a warning, exit 0)");
   cmd->add_option("--vocab", f->vocab, "vocabulary size")->check(CLI::PositiveNumber);
   cmd->add_option("--seq-len", f->seq_len, "sequence length")->check(CLI::PositiveNumber);
   cmd->add_option("--batch", f->batch, "global batch in sequences (default: one per device)")

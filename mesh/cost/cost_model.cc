@@ -135,6 +135,17 @@ absl::StatusOr<CostModel> CostModel::Create(const Topology& topology, CostModelO
     }
   }
   model.default_peak_flops_ = model.peak_flops_[DType::kBF16];
+  if (!model.options_.matmul_dtype.empty()) {
+    // No fallback here: a quantized-matmul peak that the vendor does not give (v4 has no int8
+    // rate of its own) must not silently become the bf16 one.
+    std::optional<double> peak = spec.PeakTflops(model.options_.matmul_dtype);
+    if (!peak) {
+      return absl::InvalidArgumentError(absl::StrCat("the device spec of ", device_name,
+                                                     " gives no peak_tflops for matmul dtype \"",
+                                                     model.options_.matmul_dtype, "\""));
+    }
+    model.matmul_peak_flops_ = *peak * 1e12;
+  }
   model.hbm_bytes_per_s_ = spec.hbm_bandwidth_gbytes_per_s * 1e9;
   // Gigabits to bytes: the topology gives link speeds in Gbps, as vendors quote them.
   model.ici_bytes_per_s_ = topology.ici().bandwidth_gbps * 1e9 / 8;
@@ -161,6 +172,10 @@ absl::StatusOr<CostModel> CostModel::Create(const Topology& topology, CostModelO
     model.dcn_latency_s_ = topology.dcn()->latency_us * 1e-6;
   }
   return model;
+}
+
+double CostModel::MatmulPeakFlopsPerSecond(DType input_dtype) const {
+  return matmul_peak_flops_ > 0 ? matmul_peak_flops_ : PeakFlopsPerSecond(input_dtype);
 }
 
 double CostModel::PeakFlopsPerSecond(DType dtype) const {
@@ -260,8 +275,10 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
   // A dot runs at the rate of its inputs' dtype (bf16 inputs with an f32 result still use the
   // bf16 MXU / tensor-core rate). A tuple-shaped op has no dtype of its own; f32 stands in.
   DType dtype = node.shape().is_tuple() ? DType::kF32 : node.shape().dtype();
-  if (op == Opcode::kDot) dtype = node.operand(0)->shape().dtype();
-  cost.compute_seconds = cost.flops / (PeakFlopsPerSecond(dtype) * efficiency);
+  const double peak = op == Opcode::kDot
+                          ? MatmulPeakFlopsPerSecond(node.operand(0)->shape().dtype())
+                          : PeakFlopsPerSecond(dtype);
+  cost.compute_seconds = cost.flops / (peak * efficiency);
   cost.memory_seconds = static_cast<double>(bytes) / (hbm_bytes_per_s_ * efficiency);
   // Roofline: compute and memory traffic overlap, so the slower of the two bounds the op.
   cost.seconds = std::max(cost.compute_seconds, cost.memory_seconds);

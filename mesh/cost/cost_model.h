@@ -96,13 +96,18 @@ struct CostModelOptions {
                                                       {"reduce", 1.0},
                                                       {"data_movement", 1.0},
                                                       {"collective", 1.0}};
+  // When set, every dot is costed at this dtype's peak instead of its inputs' (a key of
+  // DeviceSpec::peak_tflops: "s8", "f8e4m3fn", ...): quantized training runs the matmuls in int8
+  // (MaxText quantization=int8, AQT) or fp8 (Transformer Engine) while the program keeps bf16
+  // shapes, so bytes stay those of the program. Empty: each dot at its inputs' dtype.
+  std::string matmul_dtype;
 };
 
 class CostModel {
  public:
   // Validates `topology` for costing. Errors: kInvalidArgument when the device spec has no
-  // peak for bf16 nor f32, a zero HBM or ICI bandwidth, or an efficiency outside (0, 1].
-  // The topology is copied (the model owns it).
+  // peak for bf16 nor f32, a zero HBM or ICI bandwidth, an efficiency outside (0, 1], or a
+  // matmul_dtype without a peak in the device spec. The topology is copied (the model owns it).
   [[nodiscard]] static absl::StatusOr<CostModel> Create(const Topology& topology,
                                                         CostModelOptions options = {});
 
@@ -124,6 +129,9 @@ class CostModel {
   [[nodiscard]] static double Flops(const Node& node);
   // Peak of `dtype` in op/s (10^12 * peak_tflops), with the bf16 fallback.
   [[nodiscard]] double PeakFlopsPerSecond(DType dtype) const;
+  // The peak a matmul with `input_dtype` inputs runs at: the options' matmul_dtype peak when it
+  // is set, else PeakFlopsPerSecond(input_dtype).
+  [[nodiscard]] double MatmulPeakFlopsPerSecond(DType input_dtype) const;
   // The efficiency factor of an op class.
   [[nodiscard]] double Efficiency(OpClass op_class) const;
 
@@ -142,6 +150,7 @@ class CostModel {
   std::map<std::string, double> efficiency_;
   std::map<DType, double> peak_flops_;  // op/s per dtype, fallbacks resolved
   double default_peak_flops_ = 0;
+  double matmul_peak_flops_ = 0;  // options_.matmul_dtype's peak; 0 when unset
   double hbm_bytes_per_s_ = 0;
   double ici_bytes_per_s_ = 0;  // one link (torus) or one port (switch), one direction
   double ici_latency_s_ = 0;

@@ -113,6 +113,36 @@ TEST(CostModelTest, EfficiencyFromTheDeviceSpecAndF32Fallback) {
   EXPECT_THAT(bad.status().message(), HasSubstr("unknown op class \"mxu\""));
 }
 
+TEST(CostModelTest, MatmulDtypeCostsEveryDotAtItsPeak) {
+  // The test device with an int8 peak twice the bf16 one and a dot efficiency of 0.5.
+  std::string json =
+      TopologyJson("[4]", "[true]", 1, 1, 4, 400, 1, 200, 10, ", \"efficiency\": {\"dot\": 0.5}");
+  json.replace(json.find("\"bf16\": 1"), 9, "\"bf16\": 1, \"s8\": 2");
+  Topology topology = *ParseTopology(json, "<test>");
+  CostModelOptions int8;
+  int8.matmul_dtype = "s8";
+  CostModel model = *CostModel::Create(topology, int8);
+  Graph g("dot");
+  Node* a = g.AddParameter(0, Shape(DType::kBF16, {64, 128})).value();
+  Node* b = g.AddParameter(1, Shape(DType::kBF16, {128, 256})).value();
+  OpAttributes attrs;
+  attrs.dot.lhs_contracting_dims = {1};
+  attrs.dot.rhs_contracting_dims = {0};
+  Node* dot = g.AddNode(Opcode::kDot, {a, b}, attrs).value();
+  // 2 * 64 * 256 * 128 flops at 2e12 op/s x 0.5; bytes stay the bf16 ones.
+  EXPECT_DOUBLE_EQ(model.Cost(*dot, 0).compute_seconds, 4194304.0 / (2e12 * 0.5));
+  EXPECT_EQ(model.Cost(*dot, 0).bytes_accessed, 114688);
+  EXPECT_DOUBLE_EQ(model.MatmulPeakFlopsPerSecond(DType::kBF16), 2e12);
+  EXPECT_DOUBLE_EQ(model.PeakFlopsPerSecond(DType::kBF16), 1e12);
+  // A dtype without a peak is an error, not a silent bf16 fallback.
+  CostModelOptions fp8;
+  fp8.matmul_dtype = "f8e4m3fn";
+  absl::StatusOr<CostModel> missing = CostModel::Create(topology, fp8);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("gives no peak_tflops for matmul dtype \"f8e4m3fn\""));
+}
+
 TEST(CostModelTest, RingAllReduceOnAClosedRingOfFour) {
   // 400 Gbps = 50e9 B/s per direction; closed ring: 2 directions; hops floor(4/2) = 2.
   CostModel model = Model(TopologyJson("[4]", "[true]", 1, 1, 4));

@@ -33,12 +33,14 @@
 // every other value from its definition to its last use; the root's elements until the end. A
 // value that XLA's fusion would keep on chip (KeptOnChip in mesh/cost/cost_model.h) takes no
 // buffer. No rematerialization: every activation the backward pass reads stays live, so models
-// trained with remat / flash attention use less than reported. Peak bytes per device; a warning
-// (severity "error") when it exceeds the device's HBM.
+// trained with remat / flash attention use less than reported (mesh/sim/training_step.h gives
+// the memory of a training step under a remat policy and replaces this verdict for generated
+// models). Peak bytes per device; a warning (severity "error") when it exceeds the device's HBM.
 #ifndef TESSEL_MESH_SIMULATOR_H_
 #define TESSEL_MESH_SIMULATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,12 @@ struct SimulatorOptions {
   bool record_trace = false;  // keep per-node events for WriteChromeTrace
   int64_t top_k = 10;         // entries in top_ops / top_collectives
   CostModelOptions cost;
+  // Local ops for which this returns true cost nothing here (no time, flops or bytes): the
+  // caller costs what they compute another way. Used for fused (flash) attention: the program
+  // holds the dense S x S attention, which a flash kernel never writes to HBM
+  // (mesh/sim/training_step.h, IsDenseAttentionNode). Collectives are never skipped. Memory
+  // (PeakLiveBytes) still counts these nodes.
+  std::function<bool(const Node&)> costed_elsewhere;
 };
 
 // One node's cost on the representative device of class 0, for the top-k lists.

@@ -1,0 +1,570 @@
+#include "mesh/sim/training_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/format.h"
+#include "core/status_macros.h"
+
+namespace tessel::mesh {
+namespace {
+
+constexpr RematPolicy kPolicies[] = {
+    RematPolicy::kNone,
+    RematPolicy::kMinimal,
+    RematPolicy::kMinimalWithContext,
+    RematPolicy::kSaveDotWithContextExceptMlp,
+    RematPolicy::kSaveDotExceptMlpwi,
+    RematPolicy::kSaveDotExceptMlp,
+    RematPolicy::kSaveQkvProj,
+    RematPolicy::kSaveOutProj,
+    RematPolicy::kSelective,
+    RematPolicy::kFull,
+};
+
+constexpr LayerValue kValues[] = {
+    LayerValue::kInput,      LayerValue::kNormOut, LayerValue::kQuery,
+    LayerValue::kKey,        LayerValue::kValue,   LayerValue::kAttentionResidual,
+    LayerValue::kContext,    LayerValue::kOutProj, LayerValue::kResidual,
+    LayerValue::kMlpNormOut, LayerValue::kMlpIn,   LayerValue::kMlpActivation,
+    LayerValue::kMlpOut,
+};
+
+constexpr LayerOp kOps[] = {LayerOp::kNorm1,   LayerOp::kQkvProj,       LayerOp::kAttention,
+                            LayerOp::kOutProj, LayerOp::kResidualAdd,   LayerOp::kNorm2,
+                            LayerOp::kMlpIn,   LayerOp::kMlpActivation, LayerOp::kMlpOut};
+
+// The values a policy saves (file comment of the header).
+bool Saved(RematPolicy policy, LayerValue v) {
+  using V = LayerValue;
+  const bool qkv = v == V::kQuery || v == V::kKey || v == V::kValue;
+  switch (policy) {
+    case RematPolicy::kNone:
+      return true;
+    case RematPolicy::kMinimal:
+      return qkv || v == V::kOutProj || v == V::kMlpIn || v == V::kMlpOut;
+    case RematPolicy::kMinimalWithContext:
+      return qkv || v == V::kContext || v == V::kOutProj || v == V::kMlpIn || v == V::kMlpOut;
+    case RematPolicy::kSaveDotWithContextExceptMlp:
+      return qkv || v == V::kContext || v == V::kOutProj;
+    case RematPolicy::kSaveDotExceptMlpwi:
+      return qkv || v == V::kOutProj || v == V::kMlpOut;
+    case RematPolicy::kSaveDotExceptMlp:
+      return qkv || v == V::kOutProj;
+    case RematPolicy::kSaveQkvProj:
+      return qkv;
+    case RematPolicy::kSaveOutProj:
+      return v == V::kOutProj;
+    case RematPolicy::kSelective:
+      return v != V::kContext && v != V::kAttentionResidual;
+    case RematPolicy::kFull:
+      return false;
+  }
+  return false;
+}
+
+LayerOp ProducerOf(LayerValue v) {
+  switch (v) {
+    case LayerValue::kInput:
+    case LayerValue::kNormOut:
+      return LayerOp::kNorm1;
+    case LayerValue::kQuery:
+    case LayerValue::kKey:
+    case LayerValue::kValue:
+      return LayerOp::kQkvProj;
+    case LayerValue::kAttentionResidual:
+    case LayerValue::kContext:
+      return LayerOp::kAttention;
+    case LayerValue::kOutProj:
+      return LayerOp::kOutProj;
+    case LayerValue::kResidual:
+      return LayerOp::kResidualAdd;
+    case LayerValue::kMlpNormOut:
+      return LayerOp::kNorm2;
+    case LayerValue::kMlpIn:
+      return LayerOp::kMlpIn;
+    case LayerValue::kMlpActivation:
+      return LayerOp::kMlpActivation;
+    case LayerValue::kMlpOut:
+      return LayerOp::kMlpOut;
+  }
+  return LayerOp::kNorm1;
+}
+
+std::vector<LayerValue> InputsOf(LayerOp op, bool parallel_block) {
+  using V = LayerValue;
+  switch (op) {
+    case LayerOp::kNorm1:
+      return {V::kInput};
+    case LayerOp::kQkvProj:
+      return {V::kNormOut};
+    case LayerOp::kAttention:
+      return {V::kQuery, V::kKey, V::kValue};
+    case LayerOp::kOutProj:
+      return {V::kContext};
+    case LayerOp::kResidualAdd:
+      return {V::kInput, V::kOutProj};
+    case LayerOp::kNorm2:
+      return {V::kResidual};
+    case LayerOp::kMlpIn:
+      return {parallel_block ? V::kNormOut : V::kMlpNormOut};
+    case LayerOp::kMlpActivation:
+      return {V::kMlpIn};
+    case LayerOp::kMlpOut:
+      return {V::kMlpActivation};
+  }
+  return {};
+}
+
+// The values the backward ops read (header comment).
+std::vector<LayerValue> BackwardReads(bool parallel_block) {
+  using V = LayerValue;
+  std::vector<V> reads = {V::kInput,   V::kNormOut, V::kQuery,
+                          V::kKey,     V::kValue,   V::kAttentionResidual,
+                          V::kContext, V::kMlpIn,   V::kMlpActivation};
+  if (!parallel_block) {
+    reads.push_back(V::kResidual);
+    reads.push_back(V::kMlpNormOut);
+  }
+  return reads;
+}
+
+int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Roofline of one fused kernel, as CostModel::Cost costs a local op of class "dot".
+double KernelSeconds(const CostModel& model, double flops, double bytes, DType dtype) {
+  const double efficiency = model.Efficiency(OpClass::kDot);
+  const double hbm_bytes_per_s = model.topology().device_spec().hbm_bandwidth_gbytes_per_s * 1e9;
+  return std::max(flops / (model.MatmulPeakFlopsPerSecond(dtype) * efficiency),
+                  bytes / (hbm_bytes_per_s * efficiency));
+}
+
+// One forward pass of the attention core on one device: flops, HBM bytes, seconds.
+struct AttentionPass {
+  double flops = 0;
+  double bytes = 0;
+  double seconds = 0;
+};
+
+AttentionPass AttentionForward(const CostModel& model, const LocalLayer& layer,
+                               AttentionKernel attention, DType dtype) {
+  AttentionPass pass;
+  pass.flops = LocalOpFlops(LayerOp::kAttention, layer);
+  auto bytes = [&](LayerValue v) {
+    return static_cast<double>(LocalValueBytes(v, layer, attention));
+  };
+  const double qkvo = bytes(LayerValue::kQuery) + bytes(LayerValue::kKey) +
+                      bytes(LayerValue::kValue) + bytes(LayerValue::kContext);
+  if (attention == AttentionKernel::kFlash) {
+    pass.bytes = qkvo + bytes(LayerValue::kAttentionResidual);
+  } else {
+    // Scores written by the first dot and read by the softmax, probabilities written by it and
+    // read by the second dot, all S x S (in dtype).
+    const double scores =
+        static_cast<double>(layer.tokens) * layer.heads * layer.seq_len * layer.dtype_bytes;
+    pass.bytes = qkvo + 4 * scores;
+  }
+  pass.seconds = KernelSeconds(model, pass.flops, pass.bytes, dtype);
+  return pass;
+}
+
+// The MoE terms of the header comment, added to `e` (memory included).
+void EstimateMoe(const nn::TransformerConfig& config, const nn::RecipeShards& shards,
+                 const TrainingStepOptions& options, const CostModel& cost_model,
+                 const LocalLayer& layer, TrainingStepEstimate& e) {
+  const double layers = static_cast<double>(config.layers);
+  const double t = static_cast<double>(layer.tokens), d = static_cast<double>(config.d_model);
+  // The graph ran the MLP once per token (forward and the two backward matmuls: 3x); the
+  // capacity-padded experts run it mlp_token_factor times.
+  LocalLayer dense = layer;
+  dense.mlp_token_factor = 1;
+  const double mlp_forward =
+      LocalOpFlops(LayerOp::kMlpIn, dense) + LocalOpFlops(LayerOp::kMlpOut, dense);
+  const double router = 2 * t * d * static_cast<double>(config.experts);
+  const double flops = 3 * ((layer.mlp_token_factor - 1) * mlp_forward + router);
+  e.moe_flops = layers * flops;
+  e.moe_seconds = layers * KernelSeconds(cost_model, flops, 0, config.dtype);
+  if (options.expert_group.size() > 1) {
+    const int64_t bytes = static_cast<int64_t>(
+        std::ceil(layer.mlp_token_factor * t * d * static_cast<double>(layer.dtype_bytes)));
+    const NodeCost a2a = cost_model.CollectiveCost(Opcode::kAllToAll, options.expert_group, bytes,
+                                                   options.expert_group[0]);
+    e.moe_ici_seconds = 4 * layers * a2a.ici_seconds;
+    e.moe_dcn_seconds = 4 * layers * a2a.dcn_seconds;
+    e.moe_ici_bytes = 4 * config.layers * a2a.ici_bytes;
+    e.moe_dcn_bytes = 4 * config.layers * a2a.dcn_bytes;
+  }
+  // Parameters: the graph holds one expert per layer split over tensor x fsdp; a device holds
+  // E/ep experts split over tensor x (fsdp without the expert axis), and the router.
+  const int64_t mlp = config.arch == nn::TransformerArch::kLlama
+                          ? 3 * config.d_model * config.ffn
+                          : 2 * config.d_model * config.ffn + config.ffn + config.d_model;
+  const int64_t param_bytes = ByteWidth(config.param_dtype);
+  const int64_t graph_expert = Ceil(mlp, shards.tensor * shards.fsdp);
+  const int64_t local_experts =
+      Ceil(config.experts, shards.expert) * Ceil(mlp, shards.tensor * shards.fsdp_without_expert);
+  const int64_t extra = config.layers *
+                        (local_experts - graph_expert + config.d_model * config.experts) *
+                        param_bytes;
+  e.memory.parameter_bytes += extra;
+  e.memory.gradient_bytes += extra;
+  e.memory.optimizer_bytes += 2 * extra;
+}
+
+}  // namespace
+
+std::string_view RematPolicyName(RematPolicy policy) {
+  switch (policy) {
+    case RematPolicy::kNone:
+      return "none";
+    case RematPolicy::kMinimal:
+      return "minimal";
+    case RematPolicy::kMinimalWithContext:
+      return "minimal_with_context";
+    case RematPolicy::kSaveDotWithContextExceptMlp:
+      return "save_dot_with_context_except_mlp";
+    case RematPolicy::kSaveDotExceptMlpwi:
+      return "save_dot_except_mlpwi";
+    case RematPolicy::kSaveDotExceptMlp:
+      return "save_dot_except_mlp";
+    case RematPolicy::kSaveQkvProj:
+      return "save_qkv_proj";
+    case RematPolicy::kSaveOutProj:
+      return "save_out_proj";
+    case RematPolicy::kSelective:
+      return "selective";
+    case RematPolicy::kFull:
+      return "full";
+  }
+  return "?";
+}
+
+absl::StatusOr<RematPolicy> ParseRematPolicy(std::string_view name) {
+  std::string names;
+  for (RematPolicy p : kPolicies) {
+    if (RematPolicyName(p) == name) return p;
+    absl::StrAppend(&names, names.empty() ? "" : ", ", std::string(RematPolicyName(p)));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown remat policy \"", std::string(name), "\"; expected one of ", names));
+}
+
+std::string_view AttentionKernelName(AttentionKernel kernel) {
+  return kernel == AttentionKernel::kFlash ? "flash" : "dot_product";
+}
+
+absl::StatusOr<AttentionKernel> ParseAttentionKernel(std::string_view name) {
+  if (name == "flash") return AttentionKernel::kFlash;
+  if (name == "dot_product") return AttentionKernel::kDotProduct;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown attention \"", std::string(name), "\"; expected flash or dot_product"));
+}
+
+std::string_view LayerValueName(LayerValue value) {
+  switch (value) {
+    case LayerValue::kInput:
+      return "input";
+    case LayerValue::kNormOut:
+      return "norm";
+    case LayerValue::kQuery:
+      return "query_proj";
+    case LayerValue::kKey:
+      return "key_proj";
+    case LayerValue::kValue:
+      return "value_proj";
+    case LayerValue::kAttentionResidual:
+      return "attention_residual";
+    case LayerValue::kContext:
+      return "context";
+    case LayerValue::kOutProj:
+      return "out_proj";
+    case LayerValue::kResidual:
+      return "residual";
+    case LayerValue::kMlpNormOut:
+      return "mlp_norm";
+    case LayerValue::kMlpIn:
+      return "mlpwi";
+    case LayerValue::kMlpActivation:
+      return "mlp_activation";
+    case LayerValue::kMlpOut:
+      return "mlpwo";
+  }
+  return "?";
+}
+
+std::string_view LayerOpName(LayerOp op) {
+  switch (op) {
+    case LayerOp::kNorm1:
+      return "norm1";
+    case LayerOp::kQkvProj:
+      return "qkv_proj";
+    case LayerOp::kAttention:
+      return "attention";
+    case LayerOp::kOutProj:
+      return "out_proj";
+    case LayerOp::kResidualAdd:
+      return "residual_add";
+    case LayerOp::kNorm2:
+      return "norm2";
+    case LayerOp::kMlpIn:
+      return "mlp_in";
+    case LayerOp::kMlpActivation:
+      return "mlp_activation";
+    case LayerOp::kMlpOut:
+      return "mlp_out";
+  }
+  return "?";
+}
+
+RematPlan PlanRemat(RematPolicy policy, bool parallel_block) {
+  std::set<LayerValue> kept;
+  std::set<LayerOp> recomputed;
+  std::vector<LayerValue> work = BackwardReads(parallel_block);
+  std::set<LayerValue> seen;
+  while (!work.empty()) {
+    const LayerValue v = work.back();
+    work.pop_back();
+    if (!seen.insert(v).second) continue;
+    // The layer input is the scan carry: always there, never recomputed.
+    if (v == LayerValue::kInput || Saved(policy, v)) {
+      kept.insert(v);
+      continue;
+    }
+    const LayerOp op = ProducerOf(v);
+    if (!recomputed.insert(op).second) continue;
+    for (LayerValue input : InputsOf(op, parallel_block)) work.push_back(input);
+  }
+  RematPlan plan;
+  for (LayerValue v : kValues) {
+    if (kept.contains(v)) plan.kept.push_back(v);
+  }
+  for (LayerOp op : kOps) {
+    if (recomputed.contains(op)) plan.recomputed.push_back(op);
+  }
+  return plan;
+}
+
+double CausalKeysPerQuery(int64_t seq_len, int64_t window) {
+  if (seq_len <= 0) return 0;
+  const double s = static_cast<double>(seq_len);
+  if (window <= 0 || window >= seq_len) return (s + 1) / 2;
+  // Queries 0..W-1 see i+1 keys (W(W+1)/2 in all), the other S-W see W each.
+  const double w = static_cast<double>(window);
+  return (w * (w + 1) / 2 + (s - w) * w) / s;
+}
+
+LocalLayer LocalLayerOf(const nn::TransformerConfig& config, const nn::RecipeShards& shards,
+                        AttentionKernel attention) {
+  LocalLayer layer;
+  layer.tokens = Ceil(config.batch, shards.batch) * config.seq_len;
+  layer.seq_len = config.seq_len;
+  layer.d_model = config.d_model;
+  layer.heads = Ceil(config.heads, shards.tensor);
+  layer.kv_heads = Ceil(config.num_kv_heads(), shards.tensor);
+  layer.head_dim = config.head_dim();
+  layer.ffn = Ceil(config.ffn, shards.tensor);
+  layer.gated = config.arch == nn::TransformerArch::kLlama;
+  layer.dtype_bytes = ByteWidth(config.dtype);
+  if (config.experts > 0) {
+    layer.mlp_token_factor = config.capacity_factor * static_cast<double>(config.top_k);
+  }
+  layer.keys_per_query = attention == AttentionKernel::kFlash
+                             ? CausalKeysPerQuery(config.seq_len, config.sliding_window)
+                             : static_cast<double>(config.seq_len);
+  return layer;
+}
+
+int64_t LocalValueBytes(LayerValue value, const LocalLayer& l, AttentionKernel attention) {
+  const int64_t t = l.tokens, db = l.dtype_bytes;
+  switch (value) {
+    case LayerValue::kInput:
+    case LayerValue::kNormOut:
+    case LayerValue::kOutProj:
+    case LayerValue::kResidual:
+    case LayerValue::kMlpNormOut:
+    case LayerValue::kMlpOut:
+      return t * l.d_model * db;
+    case LayerValue::kQuery:
+    case LayerValue::kContext:
+      return t * l.heads * l.head_dim * db;
+    case LayerValue::kKey:
+    case LayerValue::kValue:
+      return t * l.kv_heads * l.head_dim * db;
+    case LayerValue::kAttentionResidual:
+      return attention == AttentionKernel::kFlash ? t * l.heads * 4
+                                                  : t * l.heads * l.seq_len * (4 + db);
+    case LayerValue::kMlpIn:
+      return static_cast<int64_t>(std::ceil(l.mlp_token_factor * t)) * l.ffn * db *
+             (l.gated ? 2 : 1);
+    case LayerValue::kMlpActivation:
+      return static_cast<int64_t>(std::ceil(l.mlp_token_factor * t)) * l.ffn * db;
+  }
+  return 0;
+}
+
+double LocalOpFlops(LayerOp op, const LocalLayer& l) {
+  const double t = static_cast<double>(l.tokens), d = static_cast<double>(l.d_model);
+  const double dh = static_cast<double>(l.head_dim), f = static_cast<double>(l.ffn);
+  switch (op) {
+    case LayerOp::kQkvProj:
+      return 2 * t * d * static_cast<double>(l.heads + 2 * l.kv_heads) * dh;
+    case LayerOp::kAttention:
+      return 4 * t * static_cast<double>(l.heads) * l.keys_per_query * dh;
+    case LayerOp::kOutProj:
+      return 2 * t * static_cast<double>(l.heads) * dh * d;
+    case LayerOp::kMlpIn:
+      return 2 * l.mlp_token_factor * t * d * f * (l.gated ? 2 : 1);
+    case LayerOp::kMlpOut:
+      return 2 * l.mlp_token_factor * t * f * d;
+    case LayerOp::kNorm1:
+    case LayerOp::kResidualAdd:
+    case LayerOp::kNorm2:
+    case LayerOp::kMlpActivation:
+      return 0;
+  }
+  return 0;
+}
+
+bool IsDenseAttentionNode(const Node& node, int64_t seq_len) {
+  auto square = [&](const Shape& shape) {
+    if (shape.is_tuple() || shape.rank() != 4) return false;
+    const std::vector<int64_t>& dims = shape.dims();
+    return dims[2] == seq_len && dims[3] == seq_len;
+  };
+  if (square(node.shape())) return true;
+  for (const Node* operand : node.operands()) {
+    if (square(operand->shape())) return true;
+  }
+  return false;
+}
+
+std::function<bool(const Node&)> DenseAttentionFilter(const nn::TransformerConfig& config) {
+  const int64_t seq_len = config.seq_len;
+  return [seq_len](const Node& node) { return IsDenseAttentionNode(node, seq_len); };
+}
+
+absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
+    const nn::TransformerConfig& config, const nn::RecipeShards& shards,
+    const TrainingStepOptions& options, const CostModel& cost_model,
+    const partitioner::SpmdProgram& program, const std::vector<int64_t>& weight_parameters,
+    const std::vector<int64_t>& moment_parameters) {
+  if (options.attention == AttentionKernel::kFlash && config.head_dim() == config.seq_len) {
+    return absl::UnimplementedError(absl::StrCat(
+        "flash attention with head_dim == seq_len (", config.seq_len,
+        "): the dense attention tensors [.., S, S] cannot be told from [.., S, head_dim]"));
+  }
+  TrainingStepEstimate e;
+  const std::vector<Node*> parameters = program.program->parameters();
+  auto local_bytes = [&](const std::vector<int64_t>& numbers) -> absl::StatusOr<int64_t> {
+    int64_t bytes = 0;
+    for (int64_t i : numbers) {
+      if (i < 0 || i >= static_cast<int64_t>(parameters.size())) {
+        return absl::InvalidArgumentError(absl::StrCat("parameter number ", i,
+                                                       " is outside the program's ",
+                                                       parameters.size(), " parameters"));
+      }
+      bytes += parameters[i]->shape().byte_size();
+    }
+    return bytes;
+  };
+  TrainingMemory& m = e.memory;
+  TESSEL_ASSIGN_OR_RETURN(m.parameter_bytes, local_bytes(weight_parameters));
+  m.gradient_bytes = m.parameter_bytes;
+  TESSEL_ASSIGN_OR_RETURN(m.optimizer_bytes, local_bytes(moment_parameters));
+
+  const LocalLayer layer = LocalLayerOf(config, shards, options.attention);
+  const double layers = static_cast<double>(config.layers);
+  e.remat = PlanRemat(options.remat, config.parallel_block);
+  int64_t kept_bytes = 0;
+  for (LayerValue v : e.remat.kept) kept_bytes += LocalValueBytes(v, layer, options.attention);
+  m.activation_bytes = config.layers * kept_bytes;
+
+  // Temporaries (header comment).
+  const int64_t dq = config.heads * config.head_dim();
+  const int64_t dkv = config.num_kv_heads() * config.head_dim();
+  const int64_t layer_weights = config.d_model * (dq + 2 * dkv) + dq * config.d_model +
+                                (layer.gated ? 3 : 2) * config.d_model * config.ffn;
+  const int64_t gathered =
+      shards.fsdp > 1 ? 2 * Ceil(layer_weights, shards.tensor) * layer.dtype_bytes : 0;
+  int64_t no_remat_layer = 0;
+  for (LayerValue v : PlanRemat(RematPolicy::kNone, config.parallel_block).kept) {
+    no_remat_layer += LocalValueBytes(v, layer, options.attention);
+  }
+  const int64_t working = no_remat_layer * (options.remat == RematPolicy::kNone ? 1 : 2);
+  const int64_t loss = layer.tokens * Ceil(config.vocab, shards.tensor) * (layer.dtype_bytes + 8);
+  m.temporary_bytes = gathered + std::max(working, loss);
+
+  // Recompute: the plan's ops once more per layer.
+  for (LayerOp op : e.remat.recomputed) {
+    if (op == LayerOp::kAttention) {
+      const AttentionPass pass =
+          AttentionForward(cost_model, layer, options.attention, config.dtype);
+      e.recompute_flops += layers * pass.flops;
+      e.recompute_seconds += layers * pass.seconds;
+      continue;
+    }
+    const double flops = LocalOpFlops(op, layer);
+    e.recompute_flops += layers * flops;
+    e.recompute_seconds += layers * KernelSeconds(cost_model, flops, 0, config.dtype);
+  }
+  // Flash: the kernel's forward and backward replace the graph's dense attention.
+  if (options.attention == AttentionKernel::kFlash) {
+    const AttentionPass forward =
+        AttentionForward(cost_model, layer, AttentionKernel::kFlash, config.dtype);
+    auto bytes = [&](LayerValue v) {
+      return static_cast<double>(LocalValueBytes(v, layer, AttentionKernel::kFlash));
+    };
+    const double backward_bytes = 2 * (bytes(LayerValue::kQuery) + bytes(LayerValue::kKey) +
+                                       bytes(LayerValue::kValue) + bytes(LayerValue::kContext)) +
+                                  bytes(LayerValue::kAttentionResidual);
+    const double backward_flops = 2.5 * forward.flops;
+    e.attention_flops = layers * (forward.flops + backward_flops);
+    e.attention_bytes = static_cast<int64_t>(layers * (forward.bytes + backward_bytes));
+    e.attention_seconds = layers * (forward.seconds + KernelSeconds(cost_model, backward_flops,
+                                                                    backward_bytes, config.dtype));
+  }
+  if (config.experts > 0) EstimateMoe(config, shards, options, cost_model, layer, e);
+  e.hbm_bytes = cost_model.topology().device_spec().hbm_bytes;
+  e.fits = m.total_bytes() <= e.hbm_bytes;
+  return e;
+}
+
+void ApplyTrainingStep(const TrainingStepEstimate& e, SimulationReport& r) {
+  const double compute = e.recompute_seconds + e.attention_seconds + e.moe_seconds;
+  const double extra = compute + e.moe_ici_seconds + e.moe_dcn_seconds;
+  r.step_seconds += extra;
+  r.in_order_seconds += extra;
+  r.overlapped_seconds += extra;
+  r.compute_seconds += compute;
+  r.ici_seconds += e.moe_ici_seconds;
+  r.dcn_seconds += e.moe_dcn_seconds;
+  r.exposed_comm_seconds += e.moe_ici_seconds + e.moe_dcn_seconds;
+  r.ici_bytes_per_device += e.moe_ici_bytes;
+  r.dcn_bytes_per_device += e.moe_dcn_bytes;
+  r.ici_bytes_total += e.moe_ici_bytes * r.num_devices;
+  r.dcn_bytes_total += e.moe_dcn_bytes * r.num_devices;
+  r.flops_per_device += e.recompute_flops + e.attention_flops + e.moe_flops;
+  r.peak_memory_bytes = e.memory.total_bytes();
+  r.exceeds_hbm = !e.fits;
+  std::erase_if(r.warnings,
+                [](const std::string& w) { return w.rfind("error: peak memory", 0) == 0; });
+  if (!e.fits) {
+    r.warnings.push_back(absl::StrFormat(
+        "warning: the step does not fit: %s per device (parameters %s, gradients %s, optimizer "
+        "%s, activations %s, temporaries %s) exceeds the HBM of %s (%s)",
+        FormatBytes(static_cast<double>(e.memory.total_bytes())),
+        FormatBytes(static_cast<double>(e.memory.parameter_bytes)),
+        FormatBytes(static_cast<double>(e.memory.gradient_bytes)),
+        FormatBytes(static_cast<double>(e.memory.optimizer_bytes)),
+        FormatBytes(static_cast<double>(e.memory.activation_bytes)),
+        FormatBytes(static_cast<double>(e.memory.temporary_bytes)),
+        r.device_name.empty() ? "the device" : r.device_name,
+        FormatBytes(static_cast<double>(e.hbm_bytes))));
+  }
+}
+
+}  // namespace tessel::mesh

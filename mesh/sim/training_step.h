@@ -1,0 +1,276 @@
+// What the partitioned training-step graph of nn/transformer.h does not say by itself:
+// rematerialization (the forward ops a remat policy runs again in the backward, and the
+// activations it keeps), fused (flash) attention (no S x S scores in HBM, the kernel's FLOPs and
+// memory traffic), and the per-device memory of a training step (parameters, gradients,
+// optimizer state, activations, temporaries). The simulator costs the graph; this file costs
+// these on top of it, per device and per step, with the same CostModel.
+//
+//   mesh::TrainingStepOptions options{.remat = mesh::RematPolicy::kFull,
+//                                     .attention = mesh::AttentionKernel::kFlash};
+//   sim_options.costed_elsewhere = mesh::DenseAttentionFilter(config);  // flash only
+//   ... simulator.Run(program) -> report ...
+//   TESSEL_ASSIGN_OR_RETURN(mesh::TrainingStepEstimate e, mesh::EstimateTrainingStep(
+//       config, shards, options, simulator.cost_model(), program, step.weight_parameters,
+//       step.moment_parameters));
+//   mesh::ApplyTrainingStep(e, report);  // adds recompute and flash time, sets memory and "fits"
+//
+// Remat, per decoder layer (the same in every layer; MaxText scans one remat'ed block). The
+// layer's named values and the ops producing them:
+//   a = norm1(x); q, k, v = qkv_proj(a); context (+ attention residual) = attention(q, k, v);
+//   out = out_proj(context); x1 = x + out; m = norm2(x1) (parallel block: m = a, no x1);
+//   wi = mlp_in(m) (gate and up for SwiGLU); h = act(wi); wo = mlp_out(h).
+// The backward reads: x (norm1), a (qkv_proj), q, k, v, context and the attention residual
+// (attention), context (out_proj), x1 (norm2), m (mlp_in), wi (act), h (mlp_out). A policy names
+// the values it saves; every value the backward reads that is not saved is recomputed from its
+// producer's inputs, transitively, down to saved values or the layer input x (always kept: the
+// scan carry). That closure gives the recomputed ops and the kept values; mlp_out's output is
+// read by no backward op, so no policy recomputes mlp_out.
+// Policies (MaxText decoders.py get_remat_policy; jax.checkpoint_policies):
+//   none: every value the backward reads is kept (no remat).
+//   minimal: checkpoint_dots_with_no_batch_dims: q, k, v, out, wi, wo saved (the attention dots
+//     and a flash kernel are not "dots with no batch dims", so the context is recomputed).
+//   minimal_with_context: minimal + context.
+//   save_dot_with_context_except_mlp: q, k, v, context, out.
+//   save_dot_except_mlpwi: q, k, v, out, wo.   save_dot_except_mlp: q, k, v, out.
+//   save_qkv_proj: q, k, v.   save_out_proj: out.   full: nothing (only x).
+//   selective: Megatron-LM's selective recompute (Korthikanti et al. 2022, "Reducing Activation
+//     Recomputation in Large Transformer Models", sec. 4.2): everything but the attention core's
+//     context and residual (scores / probabilities) is saved.
+// Recompute seconds: the recomputed matmuls at the matmul peak x the "dot" efficiency;
+// elementwise recompute (norms, activations) is not counted (fused, memory-bound, small).
+//
+// Attention core, per layer and device, t local tokens, H local heads (heads / tensor shards),
+// Dh head_dim, S seq_len:
+//   dot_product (XLA's dense attention; what the graph holds): forward 4*t*H*S*Dh flops, the
+//     S x S scores and probabilities in HBM (a band mask still computes all S keys).
+//   flash (Dao et al. 2022, FlashAttention; TPU splash attention): forward 4*t*H*K*Dh flops with
+//     K = mean keys a query attends (causal: (S+1)/2; window W: sum_i min(i+1, W) / S, the
+//     kernels skip fully masked blocks); backward 2.5x the forward (it recomputes Q.K^T, then
+//     dP, dV, dQ, dK: 5 matmuls against 2; Dao et al. sec. 3.1 and appendix B). HBM traffic:
+//     forward reads q, k, v and writes o and the log-sum-exp (f32 per head and token); backward
+//     reads q, k, v, o, dO, lse and writes dq, dk, dv (the K/V re-reads per query block are not
+//     counted). Each pass costs max(flops / (peak x dot efficiency), bytes / (HBM bandwidth x dot
+//     efficiency)), the cost model's roofline.
+//
+// Mixture of experts (config.experts = E > 0, top_k k, capacity factor C), costed here, not in
+// the graph (which holds one expert-sized MLP per layer): with expert parallelism over the mesh
+// axis "expert" of size ep, a dispatch group is the t tokens of each of the ep devices; each
+// expert takes at most C*k*t*ep/E tokens (the capacity, padded: MaxText's dropping path,
+// GShard, Lepikhin et al. 2020), so each device runs its E/ep experts over C*k*t token slots:
+//   the MLP matmuls and the kept MLP activations (wi, h) are C*k times the dense ones;
+//   router: 2*t*D*E flops forward (x3 with the backward), not split by the tensor axis;
+//   all-to-alls per layer: dispatch and combine in the forward, their transposes in the
+//     backward, 4 of V = C*k*t*D*dtype bytes each over the expert axis group (the cost model's
+//     all-to-all on the links that group spans); 0 without an expert axis. They are added to the
+//     step time unhidden (MaxText's dropping implementation waits on them);
+//   parameters: E/ep experts per device, each split over tensor and the FSDP axes other than
+//     "expert", plus the replicated [D, E] router (gradients and Adam moments alike).
+// Not modelled: the all-to-alls a remat policy would run again with the recomputed MLP input,
+// load imbalance beyond the capacity, and the router's softmax / top-k (elementwise).
+// Source: Lepikhin et al. 2020 (GShard: capacity, dispatch / combine all-to-alls); Fedus et al.
+// 2021 (Switch: capacity factor); MaxText moe.py (expert axis, dropping path).
+//
+// Memory per device (bytes):
+//   parameters, gradients (param_dtype, sharded like their parameter: FSDP reduce-scatters them),
+//   optimizer state (the two Adam moments, sharded like their parameter): from the local shapes
+//   of the partitioned program's parameters;
+//   activations = layers x (bytes of the values the remat plan keeps), with local shapes: the
+//     residual-stream values [t, D] are whole on every tensor rank (no sequence parallelism),
+//     q / context [t, H*Dh], k / v [t, KVh*Dh], wi [t, ffn/tensor] (x2 for SwiGLU), h, and the
+//     attention residual: dot_product t*H*S*(4 + dtype) (f32 softmax and dtype probabilities),
+//     flash t*H*4 (the log-sum-exp);
+//   temporaries = FSDP-gathered weights of two layers (the one in use and the prefetched next,
+//     in dtype, divided by the tensor shards; 0 without FSDP) + the larger of one layer's
+//     backward working set (the gradients of its values, as large as the values of a no-remat
+//     layer; twice that with remat: the recomputed values live too) and the loss's (logits in
+//     dtype, log-softmax and its gradient in f32: t*(V/tensor)*(dtype + 8)).
+//   fits = total <= HBM.
+// Source of the accounting: Korthikanti et al. 2022 sec. 4 (activation bytes per layer);
+// Rajbhandari et al. 2020, ZeRO (parameter, gradient and optimizer-state bytes per device).
+#ifndef TESSEL_MESH_SIM_TRAINING_STEP_H_
+#define TESSEL_MESH_SIM_TRAINING_STEP_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/graph.h"
+#include "mesh/cost/cost_model.h"
+#include "mesh/sim/simulator.h"
+#include "nn/transformer.h"
+#include "partitioner/partitioner.h"
+
+namespace tessel::mesh {
+
+enum class RematPolicy {
+  kNone,
+  kMinimal,
+  kMinimalWithContext,
+  kSaveDotWithContextExceptMlp,
+  kSaveDotExceptMlpwi,
+  kSaveDotExceptMlp,
+  kSaveQkvProj,
+  kSaveOutProj,
+  kSelective,
+  kFull,
+};
+// MaxText's names ("none", "minimal", ..., "full") and Megatron's "selective".
+[[nodiscard]] std::string_view RematPolicyName(RematPolicy policy);
+// Errors: kInvalidArgument naming `name` and the accepted names.
+[[nodiscard]] absl::StatusOr<RematPolicy> ParseRematPolicy(std::string_view name);
+
+enum class AttentionKernel { kDotProduct, kFlash };
+// "dot_product" / "flash" (MaxText's attention=dot_product|flash).
+[[nodiscard]] std::string_view AttentionKernelName(AttentionKernel kernel);
+// Errors: kInvalidArgument naming `name` and the accepted names.
+[[nodiscard]] absl::StatusOr<AttentionKernel> ParseAttentionKernel(std::string_view name);
+
+// The values of one decoder layer (file comment). Names as MaxText's checkpoint_name tags
+// where it has one ("query_proj", "context", "out_proj", "mlpwi", "mlpwo").
+enum class LayerValue {
+  kInput,              // x, the layer input (always kept)
+  kNormOut,            // a = norm1(x)
+  kQuery,              // q
+  kKey,                // k
+  kValue,              // v
+  kAttentionResidual,  // dense: scores/probabilities; flash: log-sum-exp
+  kContext,            // the attention output, before out_proj
+  kOutProj,            // out
+  kResidual,           // x1 = x + out (sequential block only)
+  kMlpNormOut,         // m = norm2(x1) (sequential block only; parallel: m = a)
+  kMlpIn,              // wi (gate and up)
+  kMlpActivation,      // h = act(wi)
+  kMlpOut,             // wo
+};
+[[nodiscard]] std::string_view LayerValueName(LayerValue value);
+
+// The forward ops of one layer, each producing the values listed beside it.
+enum class LayerOp {
+  kNorm1,          // a
+  kQkvProj,        // q, k, v
+  kAttention,      // context, attention residual
+  kOutProj,        // out
+  kResidualAdd,    // x1
+  kNorm2,          // m
+  kMlpIn,          // wi
+  kMlpActivation,  // h
+  kMlpOut,         // wo
+};
+[[nodiscard]] std::string_view LayerOpName(LayerOp op);
+
+// What one layer keeps and recomputes under a policy (the same for every layer).
+struct RematPlan {
+  std::vector<LayerValue> kept;     // held from forward to backward, in enum order
+  std::vector<LayerOp> recomputed;  // run again in the backward, in enum order
+};
+
+// The closure of the file comment. `parallel_block`: PaLM's block (no x1, m = a).
+[[nodiscard]] RematPlan PlanRemat(RematPolicy policy, bool parallel_block);
+
+// One layer's sizes on one device (see the file comment for the splits).
+struct LocalLayer {
+  int64_t tokens = 0;  // local sequences x seq_len
+  int64_t seq_len = 0;
+  int64_t d_model = 0;
+  int64_t heads = 0;     // ceil(heads / tensor shards)
+  int64_t kv_heads = 0;  // ceil(kv_heads / tensor shards)
+  int64_t head_dim = 0;
+  int64_t ffn = 0;     // ceil(ffn / tensor shards)
+  bool gated = false;  // SwiGLU (Llama): two input matrices
+  int64_t dtype_bytes = 2;
+  double keys_per_query = 0;    // attended keys per query (flash); S for dot_product
+  double mlp_token_factor = 1;  // MoE: capacity_factor * top_k token slots per token; dense 1
+};
+
+// Local sizes of `config` under `shards` (batch split over shards.batch, heads and ffn over
+// shards.tensor, ceilings as the partitioner pads).
+[[nodiscard]] LocalLayer LocalLayerOf(const nn::TransformerConfig& config,
+                                      const nn::RecipeShards& shards, AttentionKernel attention);
+
+// Mean keys a causal query attends, with a sliding window of `window` keys (0: none):
+// sum_{i=0}^{S-1} min(i + 1, W) / S.
+[[nodiscard]] double CausalKeysPerQuery(int64_t seq_len, int64_t window);
+
+// Bytes of `value` on one device (file comment).
+[[nodiscard]] int64_t LocalValueBytes(LayerValue value, const LocalLayer& layer,
+                                      AttentionKernel attention);
+
+// Forward matmul flops of `op` on one device (0 for the elementwise ops); kAttention is the two
+// attention matmuls over layer.keys_per_query keys: 4 * t * H * K * Dh; the MLP ops scale with
+// mlp_token_factor.
+[[nodiscard]] double LocalOpFlops(LayerOp op, const LocalLayer& layer);
+
+struct TrainingStepOptions {
+  RematPolicy remat = RematPolicy::kNone;
+  AttentionKernel attention = AttentionKernel::kDotProduct;
+  // MoE: the global ids of the expert-axis group of the device costed (empty or one id: no
+  // expert parallelism, no all-to-all).
+  std::vector<int64_t> expert_group;
+};
+
+// Memory of one device (file comment), bytes.
+struct TrainingMemory {
+  int64_t parameter_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  int64_t activation_bytes = 0;
+  int64_t temporary_bytes = 0;
+  int64_t total_bytes() const {
+    return parameter_bytes + gradient_bytes + optimizer_bytes + activation_bytes + temporary_bytes;
+  }
+};
+
+// Per device and step.
+struct TrainingStepEstimate {
+  RematPlan remat;
+  double recompute_flops = 0;
+  double recompute_seconds = 0;
+  // The flash kernel, forward and backward, all layers (0 with dot_product: the graph costs it).
+  double attention_flops = 0;
+  int64_t attention_bytes = 0;
+  double attention_seconds = 0;
+  // Mixture of experts, all layers (0 when dense): the extra expert and router matmuls, and the
+  // all-to-alls (seconds on ICI and DCN, bytes this device sends).
+  double moe_flops = 0;
+  double moe_seconds = 0;
+  double moe_ici_seconds = 0;
+  double moe_dcn_seconds = 0;
+  int64_t moe_ici_bytes = 0;
+  int64_t moe_dcn_bytes = 0;
+  TrainingMemory memory;
+  int64_t hbm_bytes = 0;
+  bool fits = true;
+};
+
+// Estimates the terms of the file comment for `config` trained with `options` on the
+// partitioned `program` (its parameters `weight_parameters` and `moment_parameters`, as
+// nn::TransformerStep lists them).
+// Errors: kInvalidArgument when a parameter number is outside the program; kUnimplemented for
+// flash attention with head_dim == seq_len (DenseAttentionFilter tells the S x S tensors by
+// their shape and could not tell them from [.., S, head_dim]).
+[[nodiscard]] absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
+    const nn::TransformerConfig& config, const nn::RecipeShards& shards,
+    const TrainingStepOptions& options, const CostModel& cost_model,
+    const partitioner::SpmdProgram& program, const std::vector<int64_t>& weight_parameters,
+    const std::vector<int64_t>& moment_parameters);
+
+// True for a node of the dense attention core of the step graph: a rank-4 value [b, h, S, S]
+// (scores, mask, softmax, probabilities and their gradients) or an op reading one (the dots,
+// the softmax reductions). For SimulatorOptions::costed_elsewhere with flash attention.
+[[nodiscard]] bool IsDenseAttentionNode(const Node& node, int64_t seq_len);
+[[nodiscard]] std::function<bool(const Node&)> DenseAttentionFilter(
+    const nn::TransformerConfig& config);
+
+// Adds the estimate's recompute, flash-attention and MoE seconds and flops to `report` (step time
+// of both schedules, compute, flops; the MoE all-to-alls to ICI / DCN seconds and bytes), and
+// replaces its memory verdict: peak_memory_bytes becomes the estimate's total, exceeds_hbm its
+// !fits, and the live-buffer "error: peak memory" warning (which assumes no remat and dense
+// attention) gives way to a "warning: ... does not fit" one when it does not fit.
+void ApplyTrainingStep(const TrainingStepEstimate& estimate, SimulationReport& report);
+
+}  // namespace tessel::mesh
+
+#endif  // TESSEL_MESH_SIM_TRAINING_STEP_H_

@@ -1,0 +1,305 @@
+#include "mesh/sim/training_step.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nn/transformer.h"
+#include "spmd/mesh.h"
+
+namespace tessel::mesh {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using O = LayerOp;
+using V = LayerValue;
+
+TEST(RematPlanTest, EachPolicyRecomputesWhatItDoesNotSave) {
+  // The closure by hand (header comment): the backward reads a, q, k, v, context, the attention
+  // residual, x1, m, wi, h; mlp_out's output is read by nobody.
+  EXPECT_TRUE(PlanRemat(RematPolicy::kNone, false).recomputed.empty());
+  EXPECT_THAT(
+      PlanRemat(RematPolicy::kNone, false).kept,
+      ElementsAre(V::kInput, V::kNormOut, V::kQuery, V::kKey, V::kValue, V::kAttentionResidual,
+                  V::kContext, V::kResidual, V::kMlpNormOut, V::kMlpIn, V::kMlpActivation));
+  EXPECT_THAT(PlanRemat(RematPolicy::kFull, false).recomputed,
+              ElementsAre(O::kNorm1, O::kQkvProj, O::kAttention, O::kOutProj, O::kResidualAdd,
+                          O::kNorm2, O::kMlpIn, O::kMlpActivation));
+  EXPECT_THAT(PlanRemat(RematPolicy::kFull, false).kept, ElementsAre(V::kInput));
+  // minimal saves every dot without batch dims; the attention core is recomputed from q, k, v
+  // and x1 from x and the saved out_proj. mlpwo is never read, so it is not kept.
+  EXPECT_THAT(PlanRemat(RematPolicy::kMinimal, false).recomputed,
+              ElementsAre(O::kNorm1, O::kAttention, O::kResidualAdd, O::kNorm2, O::kMlpActivation));
+  EXPECT_THAT(PlanRemat(RematPolicy::kMinimal, false).kept,
+              ElementsAre(V::kInput, V::kQuery, V::kKey, V::kValue, V::kOutProj, V::kMlpIn));
+  EXPECT_THAT(PlanRemat(RematPolicy::kMinimalWithContext, false).recomputed,
+              ElementsAre(O::kNorm1, O::kAttention, O::kResidualAdd, O::kNorm2, O::kMlpActivation));
+  EXPECT_THAT(PlanRemat(RematPolicy::kSaveDotWithContextExceptMlp, false).recomputed,
+              ElementsAre(O::kNorm1, O::kAttention, O::kResidualAdd, O::kNorm2, O::kMlpIn,
+                          O::kMlpActivation));
+  EXPECT_THAT(PlanRemat(RematPolicy::kSaveDotExceptMlp, false).recomputed,
+              ElementsAre(O::kNorm1, O::kAttention, O::kResidualAdd, O::kNorm2, O::kMlpIn,
+                          O::kMlpActivation));
+  EXPECT_THAT(PlanRemat(RematPolicy::kSaveQkvProj, false).recomputed,
+              ElementsAre(O::kNorm1, O::kAttention, O::kOutProj, O::kResidualAdd, O::kNorm2,
+                          O::kMlpIn, O::kMlpActivation));
+  EXPECT_THAT(PlanRemat(RematPolicy::kSaveOutProj, false).recomputed,
+              ElementsAre(O::kNorm1, O::kQkvProj, O::kAttention, O::kResidualAdd, O::kNorm2,
+                          O::kMlpIn, O::kMlpActivation));
+  EXPECT_THAT(PlanRemat(RematPolicy::kSelective, false).recomputed, ElementsAre(O::kAttention));
+  // PaLM's parallel block has no x1 and no second norm: full remat skips both.
+  EXPECT_THAT(PlanRemat(RematPolicy::kFull, true).recomputed,
+              ElementsAre(O::kNorm1, O::kQkvProj, O::kAttention, O::kMlpIn, O::kMlpActivation));
+}
+
+TEST(RematPlanTest, PolicyNamesRoundTripAndUnknownNamesAreErrors) {
+  for (const char* name :
+       {"none", "minimal", "minimal_with_context", "save_dot_with_context_except_mlp",
+        "save_dot_except_mlpwi", "save_dot_except_mlp", "save_qkv_proj", "save_out_proj",
+        "selective", "full"}) {
+    absl::StatusOr<RematPolicy> p = ParseRematPolicy(name);
+    ASSERT_TRUE(p.ok()) << name;
+    EXPECT_EQ(RematPolicyName(*p), name);
+  }
+  absl::StatusOr<RematPolicy> bad = ParseRematPolicy("everything");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("unknown remat policy \"everything\""));
+  EXPECT_EQ(ParseAttentionKernel("splash").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseAttentionKernel("flash"), AttentionKernel::kFlash);
+}
+
+TEST(AttentionTest, CausalKeysPerQueryCountsTheBand) {
+  EXPECT_DOUBLE_EQ(CausalKeysPerQuery(4, 0), 2.5);   // (1 + 2 + 3 + 4) / 4
+  EXPECT_DOUBLE_EQ(CausalKeysPerQuery(4, 2), 1.75);  // (1 + 2 + 2 + 2) / 4
+  EXPECT_DOUBLE_EQ(CausalKeysPerQuery(4, 4), 2.5);   // a window as long as S is no window
+  EXPECT_DOUBLE_EQ(CausalKeysPerQuery(8192, 1), 1);
+}
+
+TrainingStepOptions Options(RematPolicy remat,
+                            AttentionKernel attention = AttentionKernel::kDotProduct) {
+  TrainingStepOptions options;
+  options.remat = remat;
+  options.attention = attention;
+  return options;
+}
+
+nn::RecipeShards Shards(int64_t batch, int64_t tensor, int64_t fsdp) {
+  nn::RecipeShards shards;
+  shards.batch = batch;
+  shards.tensor = tensor;
+  shards.fsdp = shards.fsdp_without_expert = fsdp;
+  return shards;
+}
+
+// Llama, d_model 16, 4 heads of 4 (2 kv heads), ffn 32, seq 8, batch 4, 2 layers.
+nn::TransformerConfig Small() {
+  nn::TransformerConfig c;
+  c.arch = nn::TransformerArch::kLlama;
+  c.layers = 2;
+  c.d_model = 16;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.ffn = 32;
+  c.vocab = 24;
+  c.seq_len = 8;
+  c.batch = 4;
+  return c;
+}
+
+TEST(TrainingStepTest, LocalFlopsAndRecomputeCountByHand) {
+  // Batch over 4 devices (1 sequence = 8 tokens each), heads and ffn over 2 tensor ranks:
+  // 2 heads, 1 kv head, ffn 16 per device.
+  const LocalLayer l = LocalLayerOf(Small(), Shards(4, 2, 2), AttentionKernel::kDotProduct);
+  EXPECT_EQ(l.tokens, 8);
+  EXPECT_EQ(l.heads, 2);
+  EXPECT_EQ(l.kv_heads, 1);
+  EXPECT_EQ(l.ffn, 16);
+  EXPECT_DOUBLE_EQ(LocalOpFlops(O::kQkvProj, l), 4096);    // 2*8*16*(2+2*1)*4
+  EXPECT_DOUBLE_EQ(LocalOpFlops(O::kAttention, l), 2048);  // 4*8*2*8*4 (all 8 keys)
+  EXPECT_DOUBLE_EQ(LocalOpFlops(O::kOutProj, l), 2048);    // 2*8*2*4*16
+  EXPECT_DOUBLE_EQ(LocalOpFlops(O::kMlpIn, l), 8192);      // 2*8*16*16*2 (gate and up)
+  EXPECT_DOUBLE_EQ(LocalOpFlops(O::kMlpOut, l), 4096);     // 2*8*16*16
+  EXPECT_DOUBLE_EQ(LocalOpFlops(O::kNorm1, l), 0);
+}
+
+TEST(TrainingStepTest, FlashKeepsNoScoresInMemory) {
+  const LocalLayer l = LocalLayerOf(Small(), Shards(4, 2, 2), AttentionKernel::kDotProduct);
+  // Dense: f32 softmax + bf16 probabilities, 8 tokens x 2 heads x 8 keys x 6 bytes.
+  EXPECT_EQ(LocalValueBytes(V::kAttentionResidual, l, AttentionKernel::kDotProduct), 768);
+  // Flash: one f32 log-sum-exp per token and head.
+  EXPECT_EQ(LocalValueBytes(V::kAttentionResidual, l, AttentionKernel::kFlash), 64);
+  EXPECT_EQ(LocalValueBytes(V::kMlpIn, l, AttentionKernel::kFlash), 512);  // 8*16*2 bytes*2
+  EXPECT_EQ(LocalValueBytes(V::kInput, l, AttentionKernel::kFlash), 256);  // 8*16*2
+}
+
+spmd::Mesh Mesh8() {
+  std::vector<int64_t> ids(8);
+  for (int64_t i = 0; i < 8; ++i) ids[i] = i;
+  return *spmd::Mesh::Create(ids, {2, 2, 2}, {"data", "fsdp", "tensor"});
+}
+
+struct Built {
+  nn::TransformerStep step;
+  partitioner::SpmdProgram program;
+};
+
+Built Build(const nn::TransformerConfig& c) {
+  Built b;
+  b.step = *nn::BuildTransformerStep(c, Mesh8(), nn::ShardingRecipe::kFsdpTp);
+  b.program = *partitioner::Partition(*b.step.graph, 8);
+  return b;
+}
+
+TEST(TrainingStepTest, EstimateOnEightDevicesMatchesTheClosedForms) {
+  Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
+  CostModel model = *CostModel::Create(topology);
+  const nn::TransformerConfig c = Small();
+  Built b = Build(c);
+  const nn::RecipeShards shards = *nn::ShardsOf(Mesh8(), nn::ShardingRecipe::kFsdpTp);
+  EXPECT_EQ(shards.batch, 4);
+  EXPECT_EQ(shards.tensor, 2);
+  EXPECT_EQ(shards.fsdp, 2);
+  absl::StatusOr<TrainingStepEstimate> full =
+      EstimateTrainingStep(c, shards, Options(RematPolicy::kFull), model, b.program,
+                           b.step.weight_parameters, b.step.moment_parameters);
+  ASSERT_TRUE(full.ok()) << full.status();
+  // 2 layers x (qkv 4096 + attention 2048 + out 2048 + mlp_in 8192).
+  EXPECT_DOUBLE_EQ(full->recompute_flops, 32768);
+  absl::StatusOr<TrainingStepEstimate> except_mlp =
+      EstimateTrainingStep(c, shards, Options(RematPolicy::kSaveDotWithContextExceptMlp), model,
+                           b.program, b.step.weight_parameters, b.step.moment_parameters);
+  ASSERT_TRUE(except_mlp.ok());
+  // The context is saved but not the attention residual, so the attention core runs again, and
+  // mlp_in: 2 layers x (2048 + 8192) flops. mlp_in at the bf16 peak (efficiency 1); the dense
+  // attention pass is a roofline over q, k, v, context (128 + 64 + 64 + 128 bytes) and the
+  // scores written and read twice (4 x 8 tokens x 2 heads x 8 keys x 2 bytes = 1024).
+  EXPECT_DOUBLE_EQ(except_mlp->recompute_flops, 20480);
+  const double peak = model.MatmulPeakFlopsPerSecond(DType::kBF16);
+  const double hbm = topology.device_spec().hbm_bandwidth_gbytes_per_s * 1e9;
+  EXPECT_DOUBLE_EQ(except_mlp->recompute_seconds,
+                   2 * (8192 / peak + std::max(2048 / peak, 1408 / hbm)));
+  // Parameters from the program: every local weight, the same again as gradients, and the two
+  // moments; activations 2 layers x the input x (8 tokens x 16 x 2 bytes) under full remat.
+  int64_t weights = 0;
+  for (int64_t i : b.step.weight_parameters) {
+    weights += b.program.program->parameters()[i]->shape().byte_size();
+  }
+  EXPECT_EQ(full->memory.parameter_bytes, weights);
+  EXPECT_EQ(full->memory.gradient_bytes, weights);
+  EXPECT_EQ(full->memory.optimizer_bytes, 2 * weights);
+  EXPECT_EQ(full->memory.activation_bytes, 2 * 256);
+  EXPECT_TRUE(full->fits);
+  EXPECT_EQ(full->attention_seconds, 0);  // dot_product: the graph costs attention
+}
+
+TEST(TrainingStepTest, FlashSavesTheScoresAndCostsTheKernel) {
+  Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
+  CostModel model = *CostModel::Create(topology);
+  const nn::TransformerConfig c = Small();
+  Built b = Build(c);
+  const nn::RecipeShards shards = *nn::ShardsOf(Mesh8(), nn::ShardingRecipe::kFsdpTp);
+  auto estimate = [&](AttentionKernel kernel) {
+    return *EstimateTrainingStep(c, shards, Options(RematPolicy::kNone, kernel), model, b.program,
+                                 b.step.weight_parameters, b.step.moment_parameters);
+  };
+  TrainingStepEstimate dense = estimate(AttentionKernel::kDotProduct);
+  TrainingStepEstimate flash = estimate(AttentionKernel::kFlash);
+  // 2 layers x (768 - 64) bytes of attention residual.
+  EXPECT_EQ(dense.memory.activation_bytes - flash.memory.activation_bytes, 2 * (768 - 64));
+  // Causal: 4.5 keys per query; forward 4*8*2*4.5*4 = 1152 flops, backward 2.5x, 2 layers.
+  EXPECT_DOUBLE_EQ(flash.attention_flops, 2 * 1152 * 3.5);
+  EXPECT_GT(flash.attention_seconds, 0);
+}
+
+TEST(TrainingStepTest, DenseAttentionNodesAreTheSquareOnes) {
+  Built b = Build(Small());
+  int64_t square = 0, dots = 0;
+  for (const Node* node : b.program.program->nodes()) {
+    if (!IsDenseAttentionNode(*node, 8)) continue;
+    ++square;
+    if (node->opcode() == Opcode::kDot) ++dots;
+  }
+  // Per layer: Q.K^T and P.V forward, and dP, dV, dQ, dK backward.
+  EXPECT_EQ(dots, 2 * 6);
+  EXPECT_GT(square, dots);
+  nn::TransformerConfig c = Small();
+  c.seq_len = 4;  // == head_dim
+  Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
+  CostModel model = *CostModel::Create(topology);
+  Built ambiguous = Build(c);
+  absl::StatusOr<TrainingStepEstimate> e = EstimateTrainingStep(
+      c, {}, Options(RematPolicy::kNone, AttentionKernel::kFlash), model, ambiguous.program,
+      ambiguous.step.weight_parameters, ambiguous.step.moment_parameters);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(TrainingStepTest, MixtureOfExpertsByHand) {
+  Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
+  CostModel model = *CostModel::Create(topology);
+  nn::TransformerConfig c = Small();
+  c.experts = 8;
+  c.top_k = 2;
+  c.capacity_factor = 1.25;
+  // Every expert: 3 x 16 x 32 = 1536; router 16 x 8 = 128 per layer. Dense Small: 5456.
+  EXPECT_EQ(nn::TransformerTotalParameterCount(c), 5456 + 2 * (7 * 1536 + 128));
+  EXPECT_EQ(nn::TransformerActiveParameterCount(c), 5456 + 2 * (1 * 1536 + 128));
+  Built b = Build(c);
+  nn::RecipeShards shards = Shards(4, 2, 2);
+  shards.expert = 2;  // pretend one of the batch axes is an expert axis of 2
+  TrainingStepOptions options = Options(RematPolicy::kNone);
+  options.expert_group = {0, 1};
+  absl::StatusOr<TrainingStepEstimate> e = EstimateTrainingStep(
+      c, shards, options, model, b.program, b.step.weight_parameters, b.step.moment_parameters);
+  ASSERT_TRUE(e.ok()) << e.status();
+  // Per layer: 2.5 token slots per token; the graph's MLP (mlp_in 8192 + mlp_out 4096 forward)
+  // 1.5 times more, and the router 2*8*16*8 = 2048, all x3 for the backward; 2 layers.
+  EXPECT_DOUBLE_EQ(e->moe_flops, 2 * 3 * (1.5 * 12288 + 2048));
+  EXPECT_DOUBLE_EQ(e->moe_seconds, e->moe_flops / model.MatmulPeakFlopsPerSecond(DType::kBF16));
+  // 4 all-to-alls per layer of 2.5 x 8 tokens x 16 x 2 bytes = 640 over devices {0, 1}.
+  const NodeCost a2a = model.CollectiveCost(Opcode::kAllToAll, {0, 1}, 640, 0);
+  EXPECT_GT(a2a.ici_seconds, 0);
+  EXPECT_DOUBLE_EQ(e->moe_ici_seconds, 2 * 4 * a2a.ici_seconds);
+  // Parameters: 4 local experts of ceil(1536 / 4) = 384 elements and the router, against the
+  // graph's one expert of 384: (4*384 - 384 + 128) x 4 bytes x 2 layers more; the same for the
+  // gradients and twice for the moments.
+  absl::StatusOr<TrainingStepEstimate> dense =
+      EstimateTrainingStep(Small(), shards, Options(RematPolicy::kNone), model, b.program,
+                           b.step.weight_parameters, b.step.moment_parameters);
+  ASSERT_TRUE(dense.ok());
+  EXPECT_EQ(e->memory.parameter_bytes - dense->memory.parameter_bytes, 2 * 1280 * 4);
+  EXPECT_EQ(e->memory.optimizer_bytes - dense->memory.optimizer_bytes, 2 * 2 * 1280 * 4);
+  // The kept MLP activations (wi: gate and up; h) hold 2.5x the token slots: 20 x 16 x 2 bytes.
+  EXPECT_EQ(e->memory.activation_bytes - dense->memory.activation_bytes, 2 * (20 - 8) * 16 * 2 * 3);
+}
+
+TEST(TrainingStepTest, ApplyAddsTimeAndReplacesTheMemoryVerdict) {
+  SimulationReport r;
+  r.step_seconds = r.in_order_seconds = r.overlapped_seconds = 1;
+  r.compute_seconds = 0.5;
+  r.warnings = {"error: peak memory 9 GiB per device exceeds the HBM of X (8 GiB)", "other"};
+  r.exceeds_hbm = true;
+  TrainingStepEstimate e;
+  e.recompute_seconds = 0.25;
+  e.attention_seconds = 0.125;
+  e.memory.parameter_bytes = 100;
+  e.hbm_bytes = 1000;
+  e.fits = true;
+  ApplyTrainingStep(e, r);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 1.375);
+  EXPECT_DOUBLE_EQ(r.overlapped_seconds, 1.375);
+  EXPECT_DOUBLE_EQ(r.compute_seconds, 0.875);
+  EXPECT_EQ(r.peak_memory_bytes, 100);
+  EXPECT_FALSE(r.exceeds_hbm);
+  EXPECT_THAT(r.warnings, ElementsAre("other"));
+  e.fits = false;
+  ApplyTrainingStep(e, r);
+  EXPECT_TRUE(r.exceeds_hbm);
+  ASSERT_EQ(r.warnings.size(), 2u);
+  EXPECT_THAT(r.warnings[1], HasSubstr("warning: the step does not fit"));
+}
+
+}  // namespace
+}  // namespace tessel::mesh

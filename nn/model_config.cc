@@ -1,0 +1,199 @@
+#include "nn/model_config.h"
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace tessel::nn {
+namespace {
+
+using json = nlohmann::json;
+
+// nlohmann's messages start with "[json.exception.parse_error.101] "; the id helps nobody.
+std::string WithoutExceptionId(const std::string& what) {
+  const size_t end = what.find("] ");
+  return what.rfind("[json.exception.", 0) == 0 && end != std::string::npos ? what.substr(end + 2)
+                                                                            : what;
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  absl::Status Error(const std::string& key, const std::string& what) const {
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": /", key, ": ", what));
+  }
+
+  // An integer >= `min` (1 for sizes, 0 where 0 means "the default").
+  absl::Status Int(const json& root, const std::string& key, int64_t min, int64_t& out) const {
+    auto it = root.find(key);
+    if (it == root.end()) return absl::OkStatus();
+    if (!it->is_number_integer() || it->get<int64_t>() < min) {
+      return Error(key, absl::StrCat("expected ", min > 0 ? "a positive" : "a non-negative",
+                                     " integer, got ", it->dump()));
+    }
+    out = it->get<int64_t>();
+    return absl::OkStatus();
+  }
+
+  absl::Status Bool(const json& root, const std::string& key, bool& out) const {
+    auto it = root.find(key);
+    if (it == root.end()) return absl::OkStatus();
+    if (!it->is_boolean())
+      return Error(key, absl::StrCat("expected true or false, got ", it->dump()));
+    out = it->get<bool>();
+    return absl::OkStatus();
+  }
+
+  absl::Status String(const json& root, const std::string& key, std::string& out) const {
+    auto it = root.find(key);
+    if (it == root.end()) return absl::OkStatus();
+    if (!it->is_string()) return Error(key, absl::StrCat("expected a string, got ", it->dump()));
+    out = it->get<std::string>();
+    return absl::OkStatus();
+  }
+
+  absl::Status Float(const json& root, const std::string& key, DType& out) const {
+    std::string name;
+    TESSEL_RETURN_IF_ERROR(String(root, key, name));
+    if (name.empty()) return absl::OkStatus();
+    if (name == "bf16") {
+      out = DType::kBF16;
+    } else if (name == "f16") {
+      out = DType::kF16;
+    } else if (name == "f32") {
+      out = DType::kF32;
+    } else {
+      return Error(key, absl::StrCat("unknown dtype \"", name, "\"; expected bf16, f16 or f32"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<ModelFile> Read(const json& root) const {
+    if (!root.is_object()) return Error("", "expected a JSON object");
+    static const char* const kKeys[] = {"name",
+                                        "description",
+                                        "source",
+                                        "comment",
+                                        "arch",
+                                        "layers",
+                                        "d_model",
+                                        "heads",
+                                        "kv_heads",
+                                        "head_dim",
+                                        "ffn",
+                                        "vocab",
+                                        "seq_len",
+                                        "batch",
+                                        "sliding_window",
+                                        "positions",
+                                        "tie_embeddings",
+                                        "parallel_block",
+                                        "dtype",
+                                        "param_dtype",
+                                        "attention",
+                                        "remat",
+                                        "matmul_dtype",
+                                        "experts",
+                                        "top_k",
+                                        "capacity_factor"};
+    for (const auto& [key, value] : root.items()) {
+      bool known = false;
+      for (const char* k : kKeys) known = known || key == k;
+      if (!known) return Error(key, "unknown key");
+    }
+    ModelFile file;
+    TransformerConfig& c = file.config;
+    std::string arch;
+    TESSEL_RETURN_IF_ERROR(String(root, "arch", arch));
+    if (arch.empty()) return Error("arch", "missing (\"gpt\" or \"llama\")");
+    absl::StatusOr<TransformerArch> parsed_arch = ParseTransformerArch(arch);
+    if (!parsed_arch.ok()) return Error("arch", std::string(parsed_arch.status().message()));
+    c.arch = *parsed_arch;
+    const std::pair<const char*, int64_t*> sizes[] = {
+        {"layers", &c.layers}, {"d_model", &c.d_model}, {"heads", &c.heads}, {"ffn", &c.ffn},
+        {"vocab", &c.vocab},   {"seq_len", &c.seq_len}, {"batch", &c.batch}};
+    for (const auto& [key, field] : sizes) TESSEL_RETURN_IF_ERROR(Int(root, key, 1, *field));
+    file.has_batch = root.contains("batch");
+    TESSEL_RETURN_IF_ERROR(Int(root, "kv_heads", 0, c.kv_heads));
+    TESSEL_RETURN_IF_ERROR(Int(root, "head_dim", 0, c.head_size));
+    TESSEL_RETURN_IF_ERROR(Int(root, "sliding_window", 0, c.sliding_window));
+    TESSEL_RETURN_IF_ERROR(Int(root, "experts", 0, c.experts));
+    TESSEL_RETURN_IF_ERROR(Int(root, "top_k", 1, c.top_k));
+    if (auto it = root.find("capacity_factor"); it != root.end()) {
+      if (!it->is_number() || !(it->get<double>() > 0)) {
+        return Error("capacity_factor",
+                     absl::StrCat("expected a positive number, got ", it->dump()));
+      }
+      c.capacity_factor = it->get<double>();
+    }
+    std::string positions;
+    TESSEL_RETURN_IF_ERROR(String(root, "positions", positions));
+    if (!positions.empty()) {
+      absl::StatusOr<PositionEmbedding> p = ParsePositionEmbedding(positions);
+      if (!p.ok()) return Error("positions", std::string(p.status().message()));
+      c.positions = *p;
+    }
+    TESSEL_RETURN_IF_ERROR(Bool(root, "tie_embeddings", c.tie_embeddings));
+    TESSEL_RETURN_IF_ERROR(Bool(root, "parallel_block", c.parallel_block));
+    TESSEL_RETURN_IF_ERROR(Float(root, "dtype", c.dtype));
+    TESSEL_RETURN_IF_ERROR(Float(root, "param_dtype", c.param_dtype));
+    TESSEL_RETURN_IF_ERROR(String(root, "name", file.name));
+    TESSEL_RETURN_IF_ERROR(String(root, "attention", file.attention));
+    TESSEL_RETURN_IF_ERROR(String(root, "remat", file.remat));
+    TESSEL_RETURN_IF_ERROR(String(root, "matmul_dtype", file.matmul_dtype));
+    if (auto it = root.find("source"); it != root.end()) {
+      if (it->is_string()) {
+        file.sources.push_back(it->get<std::string>());
+      } else if (it->is_array()) {
+        for (const json& s : *it) {
+          if (!s.is_string()) return Error("source", "expected strings");
+          file.sources.push_back(s.get<std::string>());
+        }
+      } else {
+        return Error("source", "expected a string or a list of strings");
+      }
+    }
+    absl::Status valid = ValidateTransformerConfig(c);
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(source_, ": ", valid.message()));
+    }
+    return file;
+  }
+
+ private:
+  std::string source_;
+};
+
+}  // namespace
+
+absl::StatusOr<ModelFile> ParseModelConfig(std::string_view json_text, std::string_view source) {
+  const std::string source_text(source);
+  // The adapter for nlohmann's exceptions: nothing thrown escapes.
+  try {
+    json root = json::parse(json_text.begin(), json_text.end());
+    return Reader(source_text).Read(root);
+  } catch (const json::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_text, ": invalid JSON: ", WithoutExceptionId(e.what()),
+                     " (byte offset ", e.byte > 0 ? e.byte - 1 : 0, ")"));
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_text, ": cannot read JSON: ", WithoutExceptionId(e.what())));
+  }
+}
+
+absl::StatusOr<ModelFile> LoadModelConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read model config \"", path, "\""));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseModelConfig(text.str(), path);
+}
+
+}  // namespace tessel::nn
