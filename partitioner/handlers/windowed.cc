@@ -5,7 +5,8 @@
 // from the target, the lhs, the rhs and their merge, each costed in bytes received; batch and
 // output-feature tilings need no collective, a tiled input feature (contracting) dim gives
 // partial sums that the driver all-reduces, and feature / batch groups tile with the groups
-// (local group count = count / tiles) when the tiles divide the group count.
+// (local group count = count / tiles) when the tiles divide the group count; spatial dims with
+// a trivial window (size 1, stride 1, no padding or dilation) keep their tiling, as the batch.
 //
 // Spatial (windowed) dims: PartitionSpatialDimsByReplicating (partitioner/internal/windowed.h,
 // which also says what a halo exchange needs) makes every windowed dim whole on each device before
