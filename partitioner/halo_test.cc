@@ -99,6 +99,27 @@ TEST(HaloPlanTest, TwoDimsCarryTheFirstWindow) {
   EXPECT_EQ(plan->bytes_per_device, (3 + 3 + 6 + 6) * 4);
 }
 
+// The max pool of tests/fixtures/jax/pool_spatial_sharded.hlo along its sharded dim: 16 rows
+// over 4, window 3, stride 2, padding 0_1: each device needs one row from its right neighbour
+// (XLA's partitioned module sends the same f32[.,1,...] slice with pairs {1,0},{2,1},{3,2}).
+// The 2x2 average pool (window 2, stride 2) needs nothing.
+TEST(HaloPlanTest, WindowedOpPool) {
+  HaloWindow max = WindowedOpHalo(0, 4, 16, 8, 3, 2, 0, 1);
+  EXPECT_THAT(max.start, ElementsAre(0, 4, 8, 12));
+  EXPECT_EQ(max.size, 5);
+  absl::StatusOr<HaloPlan> plan =
+      PlanHalo(S("{devices=[4]0,1,2,3}"), Shape(DType::kF32, {16}), {max}, 4);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->dims[0].pieces.size(), 2u);
+  EXPECT_EQ(plan->dims[0].pieces[1].pairs, (Pairs{{1, 0}, {2, 1}, {3, 2}}));
+  EXPECT_EQ(plan->bytes_per_device, 4);
+  HaloWindow mean = WindowedOpHalo(0, 4, 16, 8, 2, 2, 0, 1);
+  EXPECT_EQ(mean.size, 4);
+  plan = PlanHalo(S("{devices=[4]0,1,2,3}"), Shape(DType::kF32, {16}), {mean}, 4);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->bytes_per_device, 0);
+}
+
 TEST(HaloPlanTest, RejectsBadWindows) {
   const spmd::Sharding s = S("{devices=[4,1]0,1,2,3}");
   const Shape shape(DType::kF32, {8, 6});

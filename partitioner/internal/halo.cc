@@ -228,6 +228,19 @@ absl::StatusOr<HaloPlan> PlanHalo(const spmd::Sharding& s, const Shape& global,
   return plan;
 }
 
+HaloWindow WindowedOpHalo(int64_t dim, int64_t tiles, int64_t input_size, int64_t output_size,
+                          int64_t window_size, int64_t stride, int64_t padding_low,
+                          int64_t window_dilation) {
+  const int64_t s_out = (output_size + tiles - 1) / tiles;
+  HaloWindow w;
+  w.dim = dim;
+  for (int64_t k = 0; k < tiles; ++k) w.start.push_back(k * s_out * stride - padding_low);
+  w.size = (s_out - 1) * stride + (window_size - 1) * window_dilation + 1;
+  w.valid_begin = 0;
+  w.valid_end = input_size;
+  return w;
+}
+
 absl::StatusOr<HaloResult> ExchangeHalo(Context& ctx, Node* local, const spmd::Sharding& s,
                                         const HaloPlan& plan, bool want_mask) {
   HaloResult result;

@@ -107,6 +107,20 @@ struct HaloPlan {
                                                 const std::vector<HaloWindow>& windows,
                                                 int64_t num_devices);
 
+// The window a windowed op (reduce-window, a convolution's input) needs along one dim tiled into
+// `tiles` tiles so that each device computes its own output tile with a local op whose padding
+// along the dim is 0: output element i reads input elements i * stride - padding_low +
+// j * window_dilation for j < window_size (input elements outside [0, input_size) are the
+// padding: the caller masks them to the op's padding value). With s_out = ceil(output_size /
+// tiles): start[k] = k * s_out * stride - padding_low, size = (s_out - 1) * stride +
+// (window_size - 1) * window_dilation + 1, valid range [0, input_size); the local op then yields
+// s_out elements. Precondition: base (lhs) dilation 1, every argument >= 1 but padding_low.
+// Source: XLA spmd_partitioner.cc HandleReduceWindow and convolution_handler.cc (the halo
+// sizes of the spatial dims), written with window starts instead of left/right halo functions.
+[[nodiscard]] HaloWindow WindowedOpHalo(int64_t dim, int64_t tiles, int64_t input_size,
+                                        int64_t output_size, int64_t window_size, int64_t stride,
+                                        int64_t padding_low, int64_t window_dilation);
+
 struct HaloResult {
   // Each device's windows: local extent plan.dims[i].window.size along each exchanged dim.
   Node* local = nullptr;
