@@ -10,8 +10,8 @@
 //   concatenate: each operand is windowed at k * s_out - its offset and the windows are merged
 //                with select on their in-range masks; pieces move to their new owners by
 //                collective-permute.
-// The choice between the two paths is made in one place (UseHalo) on the bytes each device
-// receives, resharding of the operands included.
+// The choice between the two paths is made in one place (UseHalo, internal/halo.h) on the bytes
+// each device receives, resharding of the operands included.
 #include <algorithm>
 #include <optional>
 
@@ -29,11 +29,6 @@ bool Contains(const std::vector<int64_t>& v, int64_t x) {
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The one place that picks halo exchange over the all-gather fallback: strictly fewer bytes
-// received per device (both counts include resharding the operands to the layout each path
-// needs). A tie keeps the fallback, which then moves nothing more and keeps the program simpler.
-bool UseHalo(int64_t halo_bytes, int64_t gather_bytes) { return halo_bytes < gather_bytes; }
 
 // One operand to exchange: its value, the global shape the plan is made for (after any local
 // pre-slice), the windows, and the plan.

@@ -228,6 +228,8 @@ absl::StatusOr<HaloPlan> PlanHalo(const spmd::Sharding& s, const Shape& global,
   return plan;
 }
 
+bool UseHalo(int64_t halo_bytes, int64_t gather_bytes) { return halo_bytes < gather_bytes; }
+
 HaloWindow WindowedOpHalo(int64_t dim, int64_t tiles, int64_t input_size, int64_t output_size,
                           int64_t window_size, int64_t stride, int64_t padding_low,
                           int64_t window_dilation) {

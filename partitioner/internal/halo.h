@@ -107,6 +107,13 @@ struct HaloPlan {
                                                 const std::vector<HaloWindow>& windows,
                                                 int64_t num_devices);
 
+// The one place that picks halo exchange over the all-gather fallback, for every op that has
+// both paths: true when the halo path's bytes received per device (resharding the operands to
+// its layout plus HaloPlan::bytes_per_device) are strictly fewer than the fallback's
+// (resharding to the layout with the exchanged dims whole, and its result to the target). A tie
+// keeps the fallback: it then moves no more and its program is simpler.
+[[nodiscard]] bool UseHalo(int64_t halo_bytes, int64_t gather_bytes);
+
 // The window a windowed op (reduce-window, a convolution's input) needs along one dim tiled into
 // `tiles` tiles so that each device computes its own output tile with a local op whose padding
 // along the dim is 0: output element i reads input elements i * stride - padding_low +
