@@ -188,6 +188,16 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
                               shape);
     case Opcode::kDot:
       return internal::Dot(ctx, *operands[0], *operands[1], attrs.dot, shape);
+    case Opcode::kReverse:
+      return internal::Reverse(ctx, *operands[0], attrs.dimensions);
+    case Opcode::kConvolution:
+      return internal::Convolution(ctx, *operands[0], *operands[1], attrs, shape);
+    case Opcode::kReduceWindow:
+      return internal::ReduceWindow(ctx, *operands[0], *operands[1], attrs.window,
+                                    attrs.reduce_kind, shape);
+    case Opcode::kSelectAndScatter:
+      return internal::SelectAndScatter(ctx, *operands[0], *operands[1], *operands[2], attrs.window,
+                                        attrs.comparison_direction, attrs.reduce_kind);
     case Opcode::kParameter:
     case Opcode::kConstant:
     case Opcode::kTuple:

@@ -83,9 +83,14 @@ enum class Opcode : uint8_t {
   kDynamicUpdateSlice,  // dynamic-update-slice(x, update, s0, s1, ...)
   kGather,              // gather(operand, indices), GatherDimensionNumbers (see OpAttributes)
   kScatter,             // scatter(operand, indices, updates), ScatterDimensionNumbers, to_apply
+  kReverse,             // reverse(x), dimensions={...}: index i of each listed dim reads n-1-i
   // Reductions and contractions.
   kReduce,  // reduce(x, init), dimensions={...}, to_apply=<add|multiply|maximum|minimum|and|or>
   kDot,     // lhs_batch_dims, lhs_contracting_dims, rhs_batch_dims, rhs_contracting_dims
+  // Windowed ops (core/window.h): `window` and, for convolution, ConvolutionDimensionNumbers.
+  kConvolution,       // convolution(lhs, rhs), window, dim_labels, feature/batch_group_count
+  kReduceWindow,      // reduce-window(x, init), window, to_apply=<reduce kind>
+  kSelectAndScatter,  // select-and-scatter(x, source, init), window, select=<GE|GT..>, scatter
   // Tuples.
   kTuple,
   kGetTupleElement,  // index=N
@@ -194,6 +199,39 @@ struct ScatterDimensionNumbers {
   bool operator==(const ScatterDimensionNumbers&) const = default;
 };
 
+// One dim of an XLA Window (xla::WindowDimension). Positions of the padded, base-dilated
+// operand that the window covers for output index o: o * stride - padding_low + k *
+// window_dilation for k in [0, size) (reversed when window_reversal). Text (core/window.h):
+// `window={size=3x3 stride=2x2 pad=1_1x1_1 lhs_dilate=1x1 rhs_dilate=1x1 rhs_reversal=0x0}`,
+// defaults omitted. Source: xla/xla_data.proto Window, xla/window_util.cc.
+struct WindowDim {
+  int64_t size = 1;
+  int64_t stride = 1;
+  int64_t padding_low = 0;
+  int64_t padding_high = 0;
+  int64_t window_dilation = 1;   // rhs_dilate: holes between window elements
+  int64_t base_dilation = 1;     // lhs_dilate: holes between operand elements
+  bool window_reversal = false;  // rhs_reversal
+  bool operator==(const WindowDim&) const = default;
+};
+
+// XLA ConvolutionDimensionNumbers. Text: `dim_labels=b01f_01io->b01f` (lhs: b batch, f
+// feature; rhs: i input feature, o output feature; output: b, f; digits k: spatial dim k).
+// Spatial dim k of lhs, rhs and output corresponds to window dim k.
+// Source: xla/xla_data.proto ConvolutionDimensionNumbers.
+struct ConvolutionDimensionNumbers {
+  int64_t input_batch_dimension = 0;
+  int64_t input_feature_dimension = 0;
+  std::vector<int64_t> input_spatial_dimensions;
+  int64_t kernel_input_feature_dimension = 0;
+  int64_t kernel_output_feature_dimension = 0;
+  std::vector<int64_t> kernel_spatial_dimensions;
+  int64_t output_batch_dimension = 0;
+  int64_t output_feature_dimension = 0;
+  std::vector<int64_t> output_spatial_dimensions;
+  bool operator==(const ConvolutionDimensionNumbers&) const = default;
+};
+
 // The attributes of a node; which fields matter depends on the opcode (see Opcode).
 struct OpAttributes {
   // broadcast, transpose, reduce, concatenate (one entry) dims.
@@ -204,12 +242,19 @@ struct OpAttributes {
   std::vector<int64_t> dynamic_slice_sizes;  // dynamic-slice
   GatherDimensionNumbers gather;             // gather
   ScatterDimensionNumbers scatter;           // scatter
+  std::vector<WindowDim> window;             // convolution, reduce-window, select-and-scatter
+  ConvolutionDimensionNumbers convolution;   // convolution
+  int64_t feature_group_count = 1;           // convolution
+  int64_t batch_group_count = 1;             // convolution
   // scatter: true when to_apply returns its second parameter (the update replaces the operand
   // element, XLA's scatter-overwrite); otherwise the update is combined with `reduce_kind`.
   bool scatter_overwrite = false;
-  ComparisonDirection comparison_direction = ComparisonDirection::kEq;  // compare
-  ReduceKind reduce_kind = ReduceKind::kAdd;                            // reduce, scatter
-  RngDistribution rng_distribution = RngDistribution::kUniform;         // rng
+  // compare; select-and-scatter: its `select` computation is compare(param0, param1) with this
+  // direction (GE picks the first maximum of a window, GT the last).
+  ComparisonDirection comparison_direction = ComparisonDirection::kEq;
+  // reduce, scatter, reduce-window; select-and-scatter's `scatter` computation.
+  ReduceKind reduce_kind = ReduceKind::kAdd;
+  RngDistribution rng_distribution = RngDistribution::kUniform;  // rng
   // rng: the counter-based generator's key. Element i (row-major global index) of an rng node
   // depends only on (rng_seed, i). Text: `rng_seed=S` (a Tessel extension; XLA keeps the seed
   // in the module config).

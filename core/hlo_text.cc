@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/collective_device_list.h"
+#include "core/window.h"
 
 namespace tessel {
 namespace {
@@ -42,7 +43,8 @@ std::string PairsToString(const std::vector<std::pair<int64_t, int64_t>>& pairs)
 // Ops whose `to_apply` is a reduction computation.
 bool HasToApply(Opcode opcode) {
   return opcode == Opcode::kReduce || opcode == Opcode::kAllReduce ||
-         opcode == Opcode::kReduceScatter || opcode == Opcode::kScatter;
+         opcode == Opcode::kReduceScatter || opcode == Opcode::kScatter ||
+         opcode == Opcode::kReduceWindow || opcode == Opcode::kSelectAndScatter;
 }
 
 // The element type a to_apply computation works on.
@@ -76,6 +78,20 @@ std::string PrintToApplyComputation(const Node& node) {
   const std::string& kind = ReduceKindName(node.attrs().reduce_kind);
   return absl::StrCat(out, "  %y = ", scalar, " parameter(1)\n", "  ROOT %", kind, " = ", scalar,
                       " ", kind, "(%x, %y)\n", "}\n");
+}
+
+// select-and-scatter's `select` computation: "%select_GE_f32".
+std::string SelectName(const Node& node) {
+  return absl::StrCat("select_", ComparisonDirectionName(node.attrs().comparison_direction), "_",
+                      DTypeName(ReduceDType(node)));
+}
+
+std::string PrintSelectComputation(const Node& node) {
+  std::string scalar = absl::StrCat(DTypeName(ReduceDType(node)), "[]");
+  return absl::StrCat("%", SelectName(node), " (x: ", scalar, ", y: ", scalar, ") -> pred[] {\n",
+                      "  %x = ", scalar, " parameter(0)\n", "  %y = ", scalar, " parameter(1)\n",
+                      "  ROOT %compare = pred[] compare(%x, %y), direction=",
+                      ComparisonDirectionName(node.attrs().comparison_direction), "\n}\n");
 }
 
 void AppendIntLists(absl::Span<const std::pair<const char*, const std::vector<int64_t>*>> lists,
@@ -181,6 +197,28 @@ std::string AttributesToString(const Node& node) {
       attrs.push_back(
           absl::StrCat("to_apply=%", ReduceComputationName(a.reduce_kind, ReduceDType(node))));
       break;
+    case Opcode::kReverse:
+      attrs.push_back(absl::StrCat("dimensions=", IntList(a.dimensions)));
+      break;
+    case Opcode::kConvolution:
+      attrs.push_back(absl::StrCat("window={", WindowToString(a.window), "}"));
+      attrs.push_back(absl::StrCat("dim_labels=", DimLabelsToString(a.convolution)));
+      if (a.feature_group_count != 1) {
+        attrs.push_back(absl::StrCat("feature_group_count=", a.feature_group_count));
+      }
+      if (a.batch_group_count != 1) {
+        attrs.push_back(absl::StrCat("batch_group_count=", a.batch_group_count));
+      }
+      break;
+    case Opcode::kReduceWindow:
+      attrs.push_back(absl::StrCat("window={", WindowToString(a.window), "}"));
+      attrs.push_back(absl::StrCat("to_apply=%", ToApplyName(node)));
+      break;
+    case Opcode::kSelectAndScatter:
+      attrs.push_back(absl::StrCat("window={", WindowToString(a.window), "}"));
+      attrs.push_back(absl::StrCat("select=%", SelectName(node)));
+      attrs.push_back(absl::StrCat("scatter=%", ToApplyName(node)));
+      break;
     case Opcode::kDot: {
       const DotDimensionNumbers& d = a.dot;
       const std::pair<const char*, const std::vector<int64_t>*> lists[] = {
@@ -255,6 +293,12 @@ std::string PrintHloModule(const Graph& graph) {
     if (std::find(computations.begin(), computations.end(), name) == computations.end()) {
       computations.push_back(name);
       absl::StrAppend(&out, PrintToApplyComputation(*node), "\n");
+    }
+    if (node->opcode() != Opcode::kSelectAndScatter) continue;
+    std::string select = SelectName(*node);
+    if (std::find(computations.begin(), computations.end(), select) == computations.end()) {
+      computations.push_back(select);
+      absl::StrAppend(&out, PrintSelectComputation(*node), "\n");
     }
   }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
+#include "core/window.h"
 
 namespace tessel {
 
@@ -810,6 +811,18 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
       return InferReduce(opcode, shapes, attrs, declared);
     case Opcode::kDot:
       return InferDot(shapes, attrs);
+    case Opcode::kConvolution:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2));
+      return InferConvolutionShape(*shapes[0], *shapes[1], attrs, shapes[0]->dtype());
+    case Opcode::kReduceWindow:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 2));
+      return InferReduceWindowShape(*shapes[0], *shapes[1], attrs);
+    case Opcode::kSelectAndScatter:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 3));
+      return InferSelectAndScatterShape(*shapes[0], *shapes[1], *shapes[2], attrs);
+    case Opcode::kReverse:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+      return InferReverseShape(*shapes[0], attrs);
     case Opcode::kTuple:
       return InferTuple(opcode, shapes, attrs, declared);
     case Opcode::kGetTupleElement:

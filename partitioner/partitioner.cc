@@ -68,6 +68,14 @@ absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
       return internal::HandleReduce(ctx, node, operands, target);
     case Opcode::kDot:
       return internal::HandleDot(ctx, node, operands, target);
+    case Opcode::kConvolution:
+      return internal::HandleConvolution(ctx, node, operands, target);
+    case Opcode::kReduceWindow:
+      return internal::HandleReduceWindow(ctx, node, operands, target);
+    case Opcode::kSelectAndScatter:
+      return internal::HandleSelectAndScatter(ctx, node, operands, target);
+    case Opcode::kReverse:
+      return internal::HandleReverse(ctx, node, operands, target);
     case Opcode::kTuple: {
       // No local tuple node here: the elements travel as PValues, so get-tuple-element is free
       // and only the root tuple is materialized (at the end of Partition).

@@ -13,9 +13,11 @@ namespace tessel::partitioner {
 
 namespace {
 
+using internal::ConvSpace;
 using internal::DotSpace;
 using internal::Iota;
 using internal::IsDimPreserving;
+using internal::MakeConvSpace;
 using internal::MakeDotSpace;
 using spmd::Sharding;
 
@@ -192,6 +194,28 @@ class Propagator {
         }
         return Merge(from_lhs, from_rhs, rank);
       }
+      case Opcode::kConvolution: {
+        // As a dot over MakeConvSpace: batch, feature (and spatial) dims pass between the
+        // operands and the result; the input feature dim is contracted away.
+        ConvSpace space = MakeConvSpace(node);
+        std::optional<Sharding> from_lhs, from_rhs;
+        if (Of(node.operand(0))) {
+          Sharding s = Embed(*Of(node.operand(0)), space.rank, space.lhs_to_space);
+          from_lhs = Project(s, Iota(space.output_rank));
+        }
+        if (Of(node.operand(1))) {
+          Sharding s = Embed(*Of(node.operand(1)), space.rank, space.rhs_to_space);
+          from_rhs = Project(s, Iota(space.output_rank));
+        }
+        return Merge(from_lhs, from_rhs, rank);
+      }
+      case Opcode::kReduceWindow:
+      case Opcode::kSelectAndScatter:
+        // Elementwise-like: dim d of the result is dim d of the operand (windowed or not).
+        return in;
+      case Opcode::kReverse:
+        if (!in) return std::nullopt;
+        return PartiallyReplicate(*in, rank, node.attrs().dimensions);
       default:
         break;
     }
@@ -239,6 +263,18 @@ class Propagator {
         Sharding s = Embed(*out, space.rank, Iota(space.output_rank));
         return Project(s, operand_index == 0 ? space.lhs_to_space : space.rhs_to_space);
       }
+      case Opcode::kConvolution: {
+        ConvSpace space = MakeConvSpace(user);
+        Sharding s = Embed(*out, space.rank, Iota(space.output_rank));
+        return Project(s, operand_index == 0 ? space.lhs_to_space : space.rhs_to_space);
+      }
+      case Opcode::kReduceWindow:
+      case Opcode::kSelectAndScatter:
+        // The operand and select-and-scatter's source; the init value stays replicated.
+        if (operand_index >= user.operand_count() - 1) return std::nullopt;
+        return out;
+      case Opcode::kReverse:
+        return PartiallyReplicate(*out, operand_shape.rank(), user.attrs().dimensions);
       default:
         break;
     }

@@ -25,6 +25,7 @@
 #include "core/shape_inference.h"
 #include "core/status_macros.h"
 #include "core/verifier.h"
+#include "core/window.h"
 
 namespace tessel {
 namespace {
@@ -436,6 +437,11 @@ class Parser {
       TESSEL_RETURN_IF_ERROR(SkipBalanced());
     } else if ((v.kind == TokenKind::kWord || v.kind == TokenKind::kString) && v.line == eq.line) {
       Next();
+      // convolution's dim_labels=b01f_01io->b01f: one value of three tokens.
+      if (IsPunct(Peek(), "->") && Peek(1).kind == TokenKind::kWord && Peek(1).line == eq.line) {
+        Next();
+        Next();
+      }
     }
     attr->end = pos_;
     return absl::OkStatus();
@@ -812,6 +818,36 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // window={...} (convolution, reduce-window, select-and-scatter; a missing window is rank 0),
+  // and convolution's dim_labels, feature_group_count, batch_group_count.
+  template <typename Find, typename Require>
+  absl::Status WindowedAttributes(Opcode opcode, const Find& find, const Require& require,
+                                  OpAttributes* attrs) const {
+    if (const AttrAst* attr = find("window")) {
+      std::string_view text = AttrValueText(*attr);
+      if (text.size() < 2 || text.front() != '{' || text.back() != '}') {
+        return MalformedAttr(*attr, "expected {size=... stride=... pad=...}");
+      }
+      absl::StatusOr<std::vector<WindowDim>> window = ParseWindow(text.substr(1, text.size() - 2));
+      if (!window.ok()) return MalformedAttr(*attr, Sv(window.status().message()));
+      attrs->window = *std::move(window);
+    }
+    if (opcode != Opcode::kConvolution) return absl::OkStatus();
+    TESSEL_ASSIGN_OR_RETURN(const AttrAst* labels, require("dim_labels"));
+    absl::StatusOr<ConvolutionDimensionNumbers> dnums = ParseDimLabels(AttrValueText(*labels));
+    if (!dnums.ok()) return MalformedAttr(*labels, Sv(dnums.status().message()));
+    attrs->convolution = *std::move(dnums);
+    const std::pair<std::string_view, int64_t*> counts[] = {
+        {"feature_group_count", &attrs->feature_group_count},
+        {"batch_group_count", &attrs->batch_group_count}};
+    for (const auto& [name, count] : counts) {
+      if (const AttrAst* attr = find(name)) {
+        TESSEL_ASSIGN_OR_RETURN(*count, AttrInt(*attr));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // Fills `attrs` (and the sharding, to_apply) from the attribute list of `instr`.
   absl::Status ApplyAttributes(const InstrAst& instr, OpAttributes* attrs, std::string* sharding,
                                const AttrAst** to_apply) const {
@@ -924,6 +960,21 @@ class Parser {
         TESSEL_ASSIGN_OR_RETURN(*to_apply, require("to_apply"));
         break;
       }
+      case Opcode::kReverse: {
+        TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("dimensions"));
+        TESSEL_ASSIGN_OR_RETURN(attrs->dimensions, AttrIntList(*attr));
+        break;
+      }
+      case Opcode::kConvolution:
+      case Opcode::kReduceWindow:
+      case Opcode::kSelectAndScatter:
+        TESSEL_RETURN_IF_ERROR(WindowedAttributes(instr.opcode, find, require, attrs));
+        if (instr.opcode == Opcode::kReduceWindow) {
+          TESSEL_ASSIGN_OR_RETURN(*to_apply, require("to_apply"));
+        } else if (instr.opcode == Opcode::kSelectAndScatter) {
+          TESSEL_ASSIGN_OR_RETURN(*to_apply, require("scatter"));
+        }
+        break;
       case Opcode::kGetTupleElement: {
         TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("index"));
         TESSEL_ASSIGN_OR_RETURN(attrs->tuple_index, AttrInt(*attr));
@@ -1073,6 +1124,69 @@ class Parser {
       return unimplemented("the root must combine parameter(0) and parameter(1)");
     }
     return r;
+  }
+
+  // Recognises select-and-scatter's `select`: ROOT = compare(param0, param1), direction=D
+  // (operands swapped flip D). Returns the direction for (param0, param1).
+  absl::StatusOr<ComparisonDirection> ResolveSelect(const InstrAst& instr,
+                                                    const AttrAst& attr) const {
+    TESSEL_ASSIGN_OR_RETURN(std::string_view word, AttrWord(attr));
+    auto it = comp_by_name_.find(std::string(StripPercent(word)));
+    if (it == comp_by_name_.end() || comps_[it->second].is_entry) {
+      return SyntaxError(attr.name->line, Cat("unknown computation ", Quote(word),
+                                              " in select of %", StripPercent(instr.name->text)));
+    }
+    const CompAst& comp = comps_[it->second];
+    const InstrAst* root = &comp.instrs.back();
+    for (const InstrAst& i : comp.instrs) {
+      if (i.is_root) root = &i;
+    }
+    auto unimplemented = [&](std::string_view why) {
+      return LineError(absl::StatusCode::kUnimplemented, root->name->line,
+                       Cat("select computation ", Quote(word),
+                           " is not a supported selection: ", std::string(why)));
+    };
+    if (root->opcode != Opcode::kCompare || root->operands.size() != 2) {
+      return unimplemented("its root must be compare(parameter(0), parameter(1))");
+    }
+    std::vector<int64_t> numbers;
+    for (const OperandAst& operand : root->operands) {
+      std::string_view operand_name = StripPercent(operand.name->text);
+      int64_t number = -1;
+      for (const InstrAst& i : comp.instrs) {
+        if (StripPercent(i.name->text) == operand_name && i.opcode == Opcode::kParameter) {
+          if (!ToInt(i.raw_operands, &number)) number = -1;
+        }
+      }
+      numbers.push_back(number);
+    }
+    const bool swapped = numbers == std::vector<int64_t>{1, 0};
+    if (!swapped && numbers != std::vector<int64_t>{0, 1}) {
+      return unimplemented("the compare must take parameter(0) and parameter(1)");
+    }
+    const AttrAst* direction = FindAttr(*root, "direction");
+    if (direction == nullptr) return unimplemented("the compare has no direction");
+    TESSEL_ASSIGN_OR_RETURN(std::string_view d, AttrWord(*direction));
+    const std::pair<std::string_view, ComparisonDirection> table[] = {
+        {"GE", ComparisonDirection::kGe},
+        {"GT", ComparisonDirection::kGt},
+        {"LE", ComparisonDirection::kLe},
+        {"LT", ComparisonDirection::kLt}};
+    for (const auto& [name, dir] : table) {
+      if (d != name) continue;
+      if (!swapped) return dir;
+      switch (dir) {
+        case ComparisonDirection::kGe:
+          return ComparisonDirection::kLe;
+        case ComparisonDirection::kGt:
+          return ComparisonDirection::kLt;
+        case ComparisonDirection::kLe:
+          return ComparisonDirection::kGe;
+        default:
+          return ComparisonDirection::kGt;
+      }
+    }
+    return unimplemented(Cat("direction=", d, "; expected GE, GT, LE or LT"));
   }
 
   absl::StatusOr<Reduction> ResolveToApply(const InstrAst& instr, const AttrAst& attr) {
@@ -1228,12 +1342,19 @@ class Parser {
       TESSEL_ASSIGN_OR_RETURN(Literal literal,
                               ParseConstant(instr.shape, instr.raw_operands, line));
       attrs.literal = std::make_shared<const Literal>(std::move(literal));
-    } else if (instr.opcode == Opcode::kReduce) {
+    } else if (instr.opcode == Opcode::kReduce || instr.opcode == Opcode::kReduceWindow) {
       if (instr.operands.size() != 2 || instr.shape.is_tuple()) {
         return InstrError(absl::StatusCode::kUnimplemented, instr,
-                          "variadic reduce (more than one input, or a tuple result) is not "
-                          "supported");
+                          Cat("variadic ", OpcodeName(instr.opcode),
+                              " (more than one input, or a tuple result) is not supported"));
       }
+    } else if (instr.opcode == Opcode::kSelectAndScatter) {
+      const AttrAst* select = FindAttr(instr, "select");
+      if (select == nullptr) {
+        return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                          "select-and-scatter needs attribute \"select\"");
+      }
+      TESSEL_ASSIGN_OR_RETURN(attrs.comparison_direction, ResolveSelect(instr, *select));
     }
     if (to_apply != nullptr) {
       TESSEL_ASSIGN_OR_RETURN(Reduction r, ResolveToApply(instr, *to_apply));

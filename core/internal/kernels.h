@@ -150,6 +150,38 @@ void StridedCopy(const KernelContext& ctx, absl::Span<const int64_t> dims, const
 [[nodiscard]] Literal Dot(const KernelContext& ctx, const Literal& lhs, const Literal& rhs,
                           const DotDimensionNumbers& dnums, const Shape& shape);
 
+// ---- Windowed ops (kernels_window.cc) ----------------------------------------------------------
+// Window positions in padding or in a base-dilation hole are skipped (XLA's HloEvaluator).
+
+// XLA convolution (attrs: window, convolution dimension numbers, feature_group_count,
+// batch_group_count): im2col patches per group times the group's kernel matrix, Eigen's GEMM for
+// floating types (bf16/f16 in f32, rounded once), a wrapping loop for integers. Output feature
+// o belongs to group o / (O / groups); with batch groups, output batch b of group g reads input
+// batch g * (N / batch_group_count) + b. Results do not depend on the thread count.
+// Errors: kInvalidArgument for pred operands.
+[[nodiscard]] absl::StatusOr<Literal> Convolution(const KernelContext& ctx, const Literal& lhs,
+                                                  const Literal& rhs, const OpAttributes& attrs,
+                                                  const Shape& shape);
+// reduce-window(x, init): each output element is init op x[w0] op x[w1] ... over the window's
+// in-bounds elements in row-major window order (bf16/f16 accumulate in f32).
+// Errors: kInvalidArgument for and/or on floats or add/multiply/maximum/minimum on pred.
+[[nodiscard]] absl::StatusOr<Literal> ReduceWindow(const KernelContext& ctx, const Literal& x,
+                                                   const Literal& init,
+                                                   absl::Span<const WindowDim> window,
+                                                   ReduceKind kind, const Shape& shape);
+// select-and-scatter(x, source, init): the result starts as init everywhere; for each source
+// element (row-major) the window's selected element (the first in-bounds one, replaced by each
+// later one e for which select(selected, e) is false) gets scatter(result, source) applied.
+// Sequential. Errors: as ReduceWindow for `scatter`.
+[[nodiscard]] absl::StatusOr<Literal> SelectAndScatter(const KernelContext& ctx, const Literal& x,
+                                                       const Literal& source, const Literal& init,
+                                                       absl::Span<const WindowDim> window,
+                                                       ComparisonDirection select,
+                                                       ReduceKind scatter);
+// reverse(x) along `dimensions`.
+[[nodiscard]] Literal Reverse(const KernelContext& ctx, const Literal& x,
+                              absl::Span<const int64_t> dimensions);
+
 // ---- Rng (rng.cc, kernels_rng.cc) -------------------------------------------------------------
 
 // Philox-4x32-10 on a full 128-bit `counter` and 64-bit `key` (Random123's philox4x32_R with

@@ -29,7 +29,7 @@ bool IsFusible(Opcode op) {
 }
 
 bool FusesProducers(Opcode op) {
-  return IsFusible(op) || op == Opcode::kReduce || op == Opcode::kDot;
+  return IsFusible(op) || op == Opcode::kReduce || op == Opcode::kDot || op == Opcode::kConvolution;
 }
 
 // A value with no users is a program output and must reach HBM; one user that cannot absorb it
@@ -64,8 +64,13 @@ bool FreeOp(Opcode op) {
 OpClass ClassOf(Opcode opcode) {
   if (IsCollective(opcode)) return OpClass::kCollective;
   if (FreeOp(opcode)) return OpClass::kNone;
-  if (opcode == Opcode::kDot) return OpClass::kDot;
-  if (opcode == Opcode::kReduce) return OpClass::kReduce;
+  // A convolution runs on the MXU / tensor cores as a dot does; reduce-window and
+  // select-and-scatter combine elements like a reduce.
+  if (opcode == Opcode::kDot || opcode == Opcode::kConvolution) return OpClass::kDot;
+  if (opcode == Opcode::kReduce || opcode == Opcode::kReduceWindow ||
+      opcode == Opcode::kSelectAndScatter) {
+    return OpClass::kReduce;
+  }
   // rng computes every element like an elementwise op; the rest (broadcast, transpose,
   // reshape, slice, pad, concatenate, dynamic-slice, iota, ...) only moves or makes data.
   if (IsElementwise(opcode) || opcode == Opcode::kRng) return OpClass::kElementwise;
@@ -179,6 +184,15 @@ double CostModel::Flops(const Node& node) {
     // A multiply and an add per output element and contracting index (XLA's HloCostAnalysis,
     // and the 2 * m * n * k of the scaling book's roofline chapter).
     case OpClass::kDot: {
+      if (op == Opcode::kConvolution) {
+        // 2 * output elements * kernel spatial size * input features / feature_group_count
+        // (the kernel's input feature dim), as XLA's HloCostAnalysis::HandleConvolution.
+        const Shape& rhs = node.operand(1)->shape();
+        const ConvolutionDimensionNumbers& d = node.attrs().convolution;
+        double per_output = static_cast<double>(rhs.dim(d.kernel_input_feature_dimension));
+        for (int64_t k : d.kernel_spatial_dimensions) per_output *= rhs.dim(k);
+        return 2.0 * static_cast<double>(node.shape().num_elements()) * per_output;
+      }
       double contracting = 1;
       const Shape& lhs = node.operand(0)->shape();
       for (int64_t d : node.attrs().dot.lhs_contracting_dims) {
@@ -188,9 +202,20 @@ double CostModel::Flops(const Node& node) {
     }
     case OpClass::kElementwise:
       return static_cast<double>(node.shape().num_elements());
-    // One combine per input element.
-    case OpClass::kReduce:
+    // One combine per input element; reduce-window: one per window element of each output;
+    // select-and-scatter: one compare per window element of each source element, plus its
+    // scatter.
+    case OpClass::kReduce: {
+      double window = 1;
+      for (const WindowDim& w : node.attrs().window) window *= static_cast<double>(w.size);
+      if (op == Opcode::kReduceWindow) {
+        return static_cast<double>(node.shape().num_elements()) * window;
+      }
+      if (op == Opcode::kSelectAndScatter) {
+        return static_cast<double>(node.operand(1)->shape().num_elements()) * (window + 1);
+      }
       return static_cast<double>(node.operand(0)->shape().num_elements());
+    }
     default:
       return 0;
   }
@@ -260,7 +285,7 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
   // A dot runs at the rate of its inputs' dtype (bf16 inputs with an f32 result still use the
   // bf16 MXU / tensor-core rate). A tuple-shaped op has no dtype of its own; f32 stands in.
   DType dtype = node.shape().is_tuple() ? DType::kF32 : node.shape().dtype();
-  if (op == Opcode::kDot) dtype = node.operand(0)->shape().dtype();
+  if (op == Opcode::kDot || op == Opcode::kConvolution) dtype = node.operand(0)->shape().dtype();
   cost.compute_seconds = cost.flops / (PeakFlopsPerSecond(dtype) * efficiency);
   cost.memory_seconds = static_cast<double>(bytes) / (hbm_bytes_per_s_ * efficiency);
   // Roofline: compute and memory traffic overlap, so the slower of the two bounds the op.

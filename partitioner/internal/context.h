@@ -140,6 +140,17 @@ absl::StatusOr<PValue> HandleReduce(Context&, const Node&, const std::vector<PVa
                                     const Sharding&);
 absl::StatusOr<PValue> HandleDot(Context&, const Node&, const std::vector<PValue>&,
                                  const Sharding&);
+// convolution (batch, output feature, input feature, grouped), reduce-window,
+// select-and-scatter (trivial window dims keep their tiling), reverse (reversed dims whole);
+// windowed dims through PartitionSpatialDimsByReplicating (handlers/windowed.cc).
+absl::StatusOr<PValue> HandleConvolution(Context&, const Node&, const std::vector<PValue>&,
+                                         const Sharding&);
+absl::StatusOr<PValue> HandleReduceWindow(Context&, const Node&, const std::vector<PValue>&,
+                                          const Sharding&);
+absl::StatusOr<PValue> HandleSelectAndScatter(Context&, const Node&, const std::vector<PValue>&,
+                                              const Sharding&);
+absl::StatusOr<PValue> HandleReverse(Context&, const Node&, const std::vector<PValue>&,
+                                     const Sharding&);
 absl::StatusOr<PValue> HandleConstant(Context&, const Node&, const std::vector<PValue>&,
                                       const Sharding&);
 absl::StatusOr<PValue> HandleIota(Context&, const Node&, const std::vector<PValue>&,

@@ -40,6 +40,42 @@ DotSpace MakeDotSpace(const Node& dot) {
   return s;
 }
 
+ConvSpace MakeConvSpace(const Node& convolution) {
+  const ConvolutionDimensionNumbers& d = convolution.attrs().convolution;
+  const OpAttributes& a = convolution.attrs();
+  const int64_t num_spatial = static_cast<int64_t>(d.input_spatial_dimensions.size());
+  const int64_t out_rank = num_spatial + 2;
+  ConvSpace s;
+  s.output_rank = out_rank;
+  s.rank = out_rank + 1 + num_spatial;
+  s.lhs_to_space.assign(out_rank, -1);
+  s.rhs_to_space.assign(out_rank, -1);
+  const int64_t contracting = out_rank;
+  s.lhs_to_space[d.input_batch_dimension] =
+      a.batch_group_count > 1 ? d.output_feature_dimension : d.output_batch_dimension;
+  s.lhs_to_space[d.input_feature_dimension] =
+      a.feature_group_count > 1 ? d.output_feature_dimension : contracting;
+  s.rhs_to_space[d.kernel_input_feature_dimension] = contracting;
+  s.rhs_to_space[d.kernel_output_feature_dimension] = d.output_feature_dimension;
+  for (int64_t k = 0; k < num_spatial; ++k) {
+    s.lhs_to_space[d.input_spatial_dimensions[k]] = d.output_spatial_dimensions[k];
+    s.rhs_to_space[d.kernel_spatial_dimensions[k]] = out_rank + 1 + k;
+    s.windowed.push_back(d.output_spatial_dimensions[k]);
+    s.whole.push_back(out_rank + 1 + k);
+  }
+  if (a.feature_group_count > 1) {
+    s.whole.push_back(contracting);
+    s.group_dim = d.output_feature_dimension;
+    s.group_count = a.feature_group_count;
+  }
+  if (a.batch_group_count > 1) {
+    s.whole.push_back(d.output_batch_dimension);
+    s.group_dim = d.output_feature_dimension;
+    s.group_count = a.batch_group_count;
+  }
+  return s;
+}
+
 bool IsDimPreserving(Opcode op) {
   return op == Opcode::kSlice || op == Opcode::kPad || op == Opcode::kConcatenate ||
          op == Opcode::kDynamicSlice || op == Opcode::kDynamicUpdateSlice;

@@ -19,6 +19,26 @@ struct DotSpace {
 };
 DotSpace MakeDotSpace(const Node& dot);
 
+// A convolution's iteration space, as a DotSpace: the first output_rank space dims are the
+// output's dims (in the output's order), space dim output_rank is the input feature
+// (contracting) dim, and output_rank + 1 + k is kernel spatial dim k.
+//   feature_group_count == 1: lhs feature and rhs input feature map to the contracting dim
+//   (sharded: partial sums); feature_group_count > 1: the lhs feature dim maps to the output
+//   feature dim (the groups), the rhs input feature dim to the contracting one.
+//   batch_group_count > 1: the lhs batch dim maps to the output feature dim (the groups).
+// `windowed` are the space dims of the spatial dims (lhs and output spatial); `whole` the dims
+// the partitioner keeps unsharded: kernel spatial, the contracting dim when feature groups own
+// the lhs feature dim, the output batch dim under batch groups. `group_dim` (-1 if none) may be
+// tiled only by a divisor of `group_count`. Source: XLA convolution_handler.cc (batch, output
+// feature, input feature and grouped cases).
+struct ConvSpace : DotSpace {
+  std::vector<int64_t> windowed;
+  std::vector<int64_t> whole;
+  int64_t group_dim = -1;
+  int64_t group_count = 1;
+};
+ConvSpace MakeConvSpace(const Node& convolution);
+
 // Dims of operand 0 whose extent a slice, pad, concatenate, dynamic-slice or
 // dynamic-update-slice changes (the others pass through element for element); empty for other
 // ops.
