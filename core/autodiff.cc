@@ -463,6 +463,201 @@ bool VjpDot(const LazyNode& node, const Tensor& y, const Tensor& g, VjpOut& r) {
   return true;
 }
 
+// lax._dilate_shape: the extent of `size` elements with dilation `d`.
+int64_t Dilate(int64_t size, int64_t d) { return size == 0 ? 0 : 1 + d * (size - 1); }
+
+// One window dim of the convolution that maps the output gradient back to the lhs (JAX
+// _conv_general_dilated_transpose_lhs with _conv_general_vjp_lhs_padding): stride and base
+// dilation swap, the window keeps its size and dilation, the padding makes the sizes match.
+WindowDim LhsGradWindow(const WindowDim& w, int64_t in, int64_t out) {
+  WindowDim t;
+  t.size = w.size;
+  t.stride = w.base_dilation;
+  t.base_dilation = w.stride;
+  t.window_dilation = w.window_dilation;
+  const int64_t lhs_d = Dilate(in, w.base_dilation), rhs_d = Dilate(w.size, w.window_dilation);
+  t.padding_low = rhs_d - w.padding_low - 1;
+  t.padding_high = lhs_d + rhs_d - 1 - Dilate(out, w.stride) - t.padding_low;
+  return t;
+}
+
+// The window dim of the convolution giving the kernel gradient (JAX
+// _conv_general_dilated_transpose_rhs with _conv_general_vjp_rhs_padding): the output gradient
+// is the kernel, window dilation and stride swap.
+WindowDim RhsGradWindow(const WindowDim& w, int64_t in, int64_t out) {
+  WindowDim t;
+  t.size = out;
+  t.stride = w.window_dilation;
+  t.base_dilation = w.base_dilation;
+  t.window_dilation = w.stride;
+  const int64_t lhs_d = Dilate(in, w.base_dilation), rhs_d = Dilate(w.size, w.window_dilation);
+  t.padding_low = w.padding_low;
+  t.padding_high = (Dilate(out, w.stride) - lhs_d) + (rhs_d - w.padding_low - 1);
+  return t;
+}
+
+// JAX _reshape_axis_out_of: dim `src` of size n becomes dims [size1, n / size1].
+Tensor ReshapeAxisOutOf(int64_t src, int64_t size1, const Tensor& x) {
+  std::vector<int64_t> dims = x.shape().dims();
+  dims[src] /= size1;
+  dims.insert(dims.begin() + src, size1);
+  return Reshape(x, dims);
+}
+
+// JAX _reshape_axis_into: dim `src` moves in front of dim `dst` (numbered without src) and
+// merges into it, as its major part.
+Tensor ReshapeAxisInto(int64_t src, int64_t dst, const Tensor& x) {
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (i != src) perm.push_back(i);
+  }
+  perm.insert(perm.begin() + dst, src);
+  std::vector<int64_t> dims = x.shape().dims();
+  dims.erase(dims.begin() + src);
+  dims[dst] *= x.dim(src);
+  return Reshape(Transpose(x, perm), dims);
+}
+
+Tensor ConvLhsGrad(const LazyNode& node, const Tensor& g, const Tensor& rhs) {
+  const OpAttributes& a = node.attrs;
+  const ConvolutionDimensionNumbers& d = a.convolution;
+  const Shape& lhs = node.operands[0]->shape;
+  const int64_t groups = std::max(a.feature_group_count, a.batch_group_count);
+  Tensor kernel = rhs;
+  if (groups > 1) {
+    // The groups move from the kernel's output features into its input features.
+    kernel = ReshapeAxisOutOf(d.kernel_output_feature_dimension, groups, kernel);
+    kernel = ReshapeAxisInto(d.kernel_output_feature_dimension, d.kernel_input_feature_dimension,
+                             kernel);
+  }
+  ConvolutionDimensionNumbers t;
+  t.input_batch_dimension = d.output_batch_dimension;
+  t.input_feature_dimension = d.output_feature_dimension;
+  t.input_spatial_dimensions = d.output_spatial_dimensions;
+  t.kernel_input_feature_dimension = d.kernel_output_feature_dimension;
+  t.kernel_output_feature_dimension = d.kernel_input_feature_dimension;
+  t.kernel_spatial_dimensions = d.kernel_spatial_dimensions;
+  t.output_batch_dimension = d.input_batch_dimension;
+  t.output_feature_dimension = d.input_feature_dimension;
+  t.output_spatial_dimensions = d.input_spatial_dimensions;
+  std::vector<WindowDim> window;
+  for (size_t k = 0; k < a.window.size(); ++k) {
+    window.push_back(LhsGradWindow(a.window[k], lhs.dim(d.input_spatial_dimensions[k]),
+                                   g.dim(d.output_spatial_dimensions[k])));
+  }
+  Tensor out = Convolution(g, Reverse(kernel, d.kernel_spatial_dimensions), window, t, groups);
+  if (a.batch_group_count > 1) {
+    out = ReshapeAxisOutOf(d.input_feature_dimension, a.batch_group_count, out);
+    out = ReshapeAxisInto(d.input_feature_dimension, d.input_batch_dimension, out);
+  }
+  return out;
+}
+
+Tensor ConvRhsGrad(const LazyNode& node, const Tensor& g, const Tensor& lhs) {
+  const OpAttributes& a = node.attrs;
+  const ConvolutionDimensionNumbers& d = a.convolution;
+  ConvolutionDimensionNumbers t;
+  t.input_batch_dimension = d.input_feature_dimension;
+  t.input_feature_dimension = d.input_batch_dimension;
+  t.input_spatial_dimensions = d.input_spatial_dimensions;
+  t.kernel_input_feature_dimension = d.output_batch_dimension;
+  t.kernel_output_feature_dimension = d.output_feature_dimension;
+  t.kernel_spatial_dimensions = d.output_spatial_dimensions;
+  t.output_batch_dimension = d.kernel_input_feature_dimension;
+  t.output_feature_dimension = d.kernel_output_feature_dimension;
+  t.output_spatial_dimensions = d.kernel_spatial_dimensions;
+  std::vector<WindowDim> window;
+  for (size_t k = 0; k < a.window.size(); ++k) {
+    window.push_back(RhsGradWindow(a.window[k], lhs.dim(d.input_spatial_dimensions[k]),
+                                   g.dim(d.output_spatial_dimensions[k])));
+  }
+  // Feature groups of the forward become batch groups here and the other way round.
+  return Convolution(lhs, g, window, t, a.batch_group_count, a.feature_group_count);
+}
+
+// convolution (both operands by convolutions, as XLA / JAX build them), reduce-window (add: pad
+// and reduce-window; max / min: select-and-scatter), reverse. Returns false when `node` is not
+// of this family.
+bool VjpWindowed(const LazyNode& node, const Tensor& y, const Tensor& g, VjpOut& r) {
+  const OpAttributes& attrs = node.attrs;
+  switch (node.opcode) {
+    case Opcode::kReverse:
+      r.emit(0, [&] { return Reverse(g, attrs.dimensions); });
+      break;
+    case Opcode::kConvolution: {
+      for (const WindowDim& w : attrs.window) {
+        if (w.window_reversal) {
+          const Tensor unsupported = Tensor::Error(absl::UnimplementedError(
+              "no gradient for a convolution with rhs_reversal (JAX never emits one)"));
+          r.emit(0, [&] { return unsupported; });
+          r.emit(1, [&] { return unsupported; });
+          return true;
+        }
+      }
+      r.emit(0, [&] { return ConvLhsGrad(node, g, r.x(1)); });
+      r.emit(1, [&] { return ConvRhsGrad(node, g, r.x(0)); });
+      break;
+    }
+    case Opcode::kReduceWindow: {
+      const Shape& in = node.operands[0]->shape;
+      if (attrs.reduce_kind == ReduceKind::kAdd) {
+        // Each input element gets the sum of g over the windows that hold it (JAX
+        // _reduce_window_sum_transpose_rule).
+        r.emit(0, [&] {
+          std::vector<PadDim> padding;
+          std::vector<WindowDim> window;
+          for (int64_t k = 0; k < in.rank(); ++k) {
+            const WindowDim& w = attrs.window[k];
+            const WindowDim t = LhsGradWindow(w, in.dim(k), g.dim(k));
+            padding.push_back(PadDim{t.padding_low, t.padding_high, w.stride - 1});
+            WindowDim sum;
+            sum.size = w.size;
+            sum.stride = w.base_dilation;
+            sum.window_dilation = w.window_dilation;
+            window.push_back(sum);
+          }
+          return ReduceWindow(Pad(g, Scalar(g.dtype(), 0), padding), Scalar(g.dtype(), 0), window,
+                              ReduceKind::kAdd);
+        });
+        r.emit(1, [&] { return ReduceSum(g, Iota64(0, g.rank())); });
+        break;
+      }
+      const bool dilated = std::any_of(attrs.window.begin(), attrs.window.end(), [](const auto& w) {
+        return w.base_dilation != 1 || w.window_dilation != 1 || w.window_reversal;
+      });
+      if ((attrs.reduce_kind != ReduceKind::kMaximum &&
+           attrs.reduce_kind != ReduceKind::kMinimum) ||
+          dilated) {
+        const Tensor unsupported = Tensor::Error(absl::UnimplementedError(absl::StrCat(
+            "no gradient for reduce-window with to_apply=", ReduceKindName(attrs.reduce_kind),
+            dilated ? " and a dilated window" : "", "; add, and undilated maximum/minimum, are")));
+        r.emit(0, [&] { return unsupported; });
+        break;
+      }
+      // The gradient goes to the element each window selected (the first maximum), as XLA's
+      // max-pool gradient.
+      r.emit(0, [&] {
+        return SelectAndScatter(r.x(0), g, Scalar(g.dtype(), 0), attrs.window,
+                                attrs.reduce_kind == ReduceKind::kMaximum
+                                    ? ComparisonDirection::kGe
+                                    : ComparisonDirection::kLe);
+      });
+      break;
+    }
+    case Opcode::kSelectAndScatter: {
+      // The selection is piecewise constant in the operand (zero gradient); the source's would
+      // need XLA's select-and-gather, which Tessel does not have.
+      const Tensor unsupported = Tensor::Error(absl::UnimplementedError(
+          "no gradient for select-and-scatter's source (needs select-and-gather)"));
+      r.emit(1, [&] { return unsupported; });
+      break;
+    }
+    default:
+      return false;
+  }
+  return true;
+}
+
 // Appends (operand index, gradient contribution) pairs for `node` given its output gradient g;
 // only operands marked in `wanted` get one. Ops through which no gradient flows (parameter,
 // constant, iota, rng, compare, and, or, not, tuple ops) append nothing.
@@ -470,7 +665,7 @@ void Vjp(const LazyNode& node, const Tensor& y, const Tensor& g, const std::vect
          std::vector<std::pair<int, Tensor>>& out) {
   VjpOut r(node, wanted, out);
   VjpElementwise(node, y, g, r) || VjpDataMovement(node, y, g, r) || VjpReduce(node, y, g, r) ||
-      VjpDot(node, y, g, r);
+      VjpDot(node, y, g, r) || VjpWindowed(node, y, g, r);
 }
 
 }  // namespace

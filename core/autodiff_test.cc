@@ -6,6 +6,7 @@
 #include "core/shape_inference.h"
 #include "core/tensor.h"
 #include "core/testing/graphs.h"
+#include "core/window.h"
 #include "gtest/gtest.h"
 
 namespace tessel {
@@ -225,6 +226,82 @@ std::vector<GradCase> Cases() {
 
 TEST(AutodiffTest, EveryRuleMatchesFiniteDifferences) {
   for (const GradCase& c : Cases()) CheckGradient(c);
+}
+
+// Windowed ops: convolutions in several layouts (strided, padded, dilated, grouped), the
+// weight-gradient form JAX emits, reduce-window sum (cumsum, strided average pool) and max
+// pool, reverse.
+std::vector<WindowDim> W(const std::string& text) { return ParseWindow(text).value(); }
+ConvolutionDimensionNumbers Labels(const std::string& text) { return ParseDimLabels(text).value(); }
+
+std::vector<GradCase> WindowedCases() {
+  using V = std::vector<Tensor>;
+  return {
+      {"convolution_nhwc_same",
+       {Input{{2, 5, 4, 3}}, Input{{3, 3, 3, 2}}},
+       [](const V& x) {
+         return Convolution(x[0], x[1], W("size=3x3 pad=1_1x1_1"), Labels("b01f_01io->b01f"));
+       }},
+      {"convolution_strided_dilated",
+       {Input{{2, 3, 9}}, Input{{4, 3, 3}}},
+       [](const V& x) {
+         return Convolution(x[0], x[1], W("size=3 stride=2 pad=2_1 lhs_dilate=2 rhs_dilate=2"),
+                            Labels("bf0_oi0->bf0"));
+       }},
+      {"convolution_feature_groups",
+       {Input{{2, 7, 4}}, Input{{3, 2, 6}}},
+       [](const V& x) {
+         return Convolution(x[0], x[1], W("size=3 stride=2 pad=1_0"), Labels("b0f_0io->b0f"),
+                            /*feature_group_count=*/2);
+       }},
+      {"convolution_batch_groups",
+       {Input{{4, 2, 5}}, Input{{6, 2, 2}}},
+       [](const V& x) {
+         return Convolution(x[0], x[1], W("size=2 pad=0_1"), Labels("bf0_oi0->bf0"), 1,
+                            /*batch_group_count=*/2);
+       }},
+      {"convolution_weight_gradient_layout",
+       {Input{{3, 6, 6, 2}}, Input{{3, 3, 3, 4}}},
+       [](const V& x) {
+         return Convolution(x[0], x[1], W("size=3x3 pad=0_1x0_1 rhs_dilate=2x2"),
+                            Labels("f01b_i01o->01bf"));
+       }},
+      {"reduce_window_cumsum",
+       {Input{{2, 6}}},
+       [](const V& x) {
+         return ReduceWindow(x[0], Scalar(DType::kF64, 0), W("size=1x6 pad=0_0x5_0"),
+                             ReduceKind::kAdd);
+       }},
+      {"reduce_window_sum_strided_dilated",
+       {Input{{7, 5}}},
+       [](const V& x) {
+         return ReduceWindow(x[0], Scalar(DType::kF64, 0),
+                             W("size=3x2 stride=2x1 pad=1_2x0_1 lhs_dilate=1x2 rhs_dilate=2x1"),
+                             ReduceKind::kAdd);
+       }},
+      {"reduce_window_max_pool",
+       {Input{{2, 5, 5, 2}}},
+       [](const V& x) {
+         return ReduceWindow(x[0], Scalar(DType::kF64, -INFINITY),
+                             W("size=1x3x3x1 stride=1x2x2x1 pad=0_0x0_1x0_1x0_0"),
+                             ReduceKind::kMaximum);
+       }},
+      {"reduce_window_min",
+       {Input{{6}}},
+       [](const V& x) {
+         return ReduceWindow(x[0], Scalar(DType::kF64, INFINITY), W("size=2 stride=2"),
+                             ReduceKind::kMinimum);
+       }},
+      {"reverse",
+       {Input{{2, 3}}},
+       [](const V& x) {
+         return Reverse(x[0], {0, 1}) * x[0];
+       }},
+  };
+}
+
+TEST(AutodiffTest, WindowedOpsMatchFiniteDifferences) {
+  for (const GradCase& c : WindowedCases()) CheckGradient(c);
 }
 
 TEST(AutodiffTest, ScatterThatOverwritesHasNoGradient) {

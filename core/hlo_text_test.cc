@@ -19,6 +19,7 @@
 #include "core/shape_inference.h"
 #include "core/status_macros.h"
 #include "core/testing/graphs.h"
+#include "core/window.h"
 #include "gtest/gtest.h"
 
 namespace tessel {
@@ -165,6 +166,30 @@ std::unique_ptr<Graph> BuildAllOpsGraph() {
   overwrite.scatter_overwrite = true;
   keep(Must(g->AddNode(Opcode::kScatter, {x, cols, picked}, overwrite, "scatter_overwrite")));
 
+  // Windowed ops and reverse.
+  OpAttributes reverse;
+  reverse.dimensions = {1};
+  keep(Must(g->AddNode(Opcode::kReverse, {x}, reverse, "reverse")));
+  OpAttributes pool;
+  pool.window = ParseWindow("size=2x2 stride=2x2 pad=0_0x1_1").value();
+  pool.reduce_kind = ReduceKind::kMaximum;
+  Node* pooled = keep(Must(g->AddNode(Opcode::kReduceWindow, {x, lo}, pool, "max_pool")));
+  OpAttributes unpool = pool;
+  unpool.reduce_kind = ReduceKind::kAdd;
+  unpool.comparison_direction = ComparisonDirection::kGt;
+  keep(Must(g->AddNode(Opcode::kSelectAndScatter, {x, pooled, lo}, unpool, "unpool")));
+  OpAttributes conv;
+  conv.window = ParseWindow("size=2 stride=2 pad=1_0 lhs_dilate=2 rhs_dilate=1").value();
+  conv.convolution = ParseDimLabels("b0f_0io->b0f").value();
+  keep(Must(g->AddNode(Opcode::kConvolution, {batch, w}, conv, "conv")));
+  OpAttributes grouped;
+  grouped.convolution = ParseDimLabels("bf_oi->bf").value();
+  grouped.feature_group_count = 2;
+  OpAttributes half;
+  half.slice = {SliceDim{0, 4, 1}, SliceDim{0, 3, 1}};
+  Node* kernel = Must(g->AddNode(Opcode::kSlice, {y}, half, "kernel"));
+  keep(Must(g->AddNode(Opcode::kConvolution, {x, kernel}, grouped, "conv_grouped")));
+
   // Reductions and contractions.
   const std::pair<ReduceKind, Node*> reduces[] = {{ReduceKind::kAdd, x},
                                                   {ReduceKind::kMultiply, x},
@@ -256,6 +281,16 @@ void ExpectSameGraph(const Graph& a, const Graph& b) {
     EXPECT_EQ(p.gather, q.gather);
     EXPECT_EQ(p.scatter, q.scatter);
     EXPECT_EQ(p.scatter_overwrite, q.scatter_overwrite);
+    EXPECT_EQ(p.window, q.window);
+    EXPECT_EQ(p.convolution, q.convolution);
+    EXPECT_EQ(p.feature_group_count, q.feature_group_count);
+    EXPECT_EQ(p.batch_group_count, q.batch_group_count);
+    if (x.opcode() == Opcode::kSelectAndScatter) {
+      EXPECT_EQ(p.comparison_direction, q.comparison_direction);
+    }
+    if (x.opcode() == Opcode::kReduceWindow || x.opcode() == Opcode::kSelectAndScatter) {
+      EXPECT_EQ(p.reduce_kind, q.reduce_kind);
+    }
     if (x.opcode() == Opcode::kScatter) EXPECT_EQ(p.reduce_kind, q.reduce_kind);
     EXPECT_EQ(p.parameter_number, q.parameter_number);
     EXPECT_EQ(p.iota_dimension, q.iota_dimension);
@@ -753,9 +788,9 @@ TEST(HloTextTest, BadTextGivesStatusWithLineAndToken) {
       "}\n";
   const BadCase cases[] = {
       {"unknown op",
-       Module("  %x = f32[8] parameter(0)\n  %y = f32[8] convolution(%x, %x)\n"),
+       Module("  %x = f32[8] parameter(0)\n  %y = f32[8] cholesky(%x)\n"),
        absl::StatusCode::kUnimplemented,
-       {"line 5", "unsupported op \"convolution\""}},
+       {"line 5", "unsupported op \"cholesky\""}},
       {"unknown op in another computation",
        "HloModule m\n%c {\n  ROOT %s = f32[] sort()\n}\nENTRY %e {\n  %a = f32[] parameter(0)\n}\n",
        absl::StatusCode::kUnimplemented,

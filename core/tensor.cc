@@ -599,6 +599,41 @@ Tensor Reduce(const Tensor& a, const Tensor& init, std::vector<int64_t> dims, Re
   return MakeOp(Opcode::kReduce, {a, init}, std::move(attrs));
 }
 
+Tensor Convolution(const Tensor& lhs, const Tensor& rhs, std::vector<WindowDim> window,
+                   const ConvolutionDimensionNumbers& dnums, int64_t feature_group_count,
+                   int64_t batch_group_count) {
+  OpAttributes attrs;
+  attrs.window = std::move(window);
+  attrs.convolution = dnums;
+  attrs.feature_group_count = feature_group_count;
+  attrs.batch_group_count = batch_group_count;
+  return MakeOp(Opcode::kConvolution, {lhs, rhs}, std::move(attrs));
+}
+
+Tensor ReduceWindow(const Tensor& a, const Tensor& init, std::vector<WindowDim> window,
+                    ReduceKind kind) {
+  OpAttributes attrs;
+  attrs.window = std::move(window);
+  attrs.reduce_kind = kind;
+  return MakeOp(Opcode::kReduceWindow, {a, init}, std::move(attrs));
+}
+
+Tensor SelectAndScatter(const Tensor& operand, const Tensor& source, const Tensor& init,
+                        std::vector<WindowDim> window, ComparisonDirection select,
+                        ReduceKind scatter) {
+  OpAttributes attrs;
+  attrs.window = std::move(window);
+  attrs.comparison_direction = select;
+  attrs.reduce_kind = scatter;
+  return MakeOp(Opcode::kSelectAndScatter, {operand, source, init}, std::move(attrs));
+}
+
+Tensor Reverse(const Tensor& a, std::vector<int64_t> dims) {
+  OpAttributes attrs;
+  attrs.dimensions = std::move(dims);
+  return MakeOp(Opcode::kReverse, {a}, std::move(attrs));
+}
+
 Tensor ReduceSum(const Tensor& a, std::vector<int64_t> dims) {
   return Reduce(a, ScalarLike(a, 0), std::move(dims), ReduceKind::kAdd);
 }

@@ -245,6 +245,22 @@ Tensor ReduceMin(const Tensor& a, std::vector<int64_t> dims);  // init +inf (flo
 Tensor ReduceMean(const Tensor& a, std::vector<int64_t> dims);
 // General XLA dot.
 Tensor Dot(const Tensor& lhs, const Tensor& rhs, const DotDimensionNumbers& dnums);
+// XLA convolution (core/graph.h WindowDim, ConvolutionDimensionNumbers), e.g. NHWC x HWIO ->
+// NHWC: dnums from ParseDimLabels("b01f_01io->b01f"). Result dtype: the operands'.
+// Errors (in the returned tensor's status): kInvalidArgument from the convolution shape rule.
+Tensor Convolution(const Tensor& lhs, const Tensor& rhs, std::vector<WindowDim> window,
+                   const ConvolutionDimensionNumbers& dnums, int64_t feature_group_count = 1,
+                   int64_t batch_group_count = 1);
+// reduce-window with `kind` from `init` (scalar of a's dtype); one window dim per dim of `a`.
+Tensor ReduceWindow(const Tensor& a, const Tensor& init, std::vector<WindowDim> window,
+                    ReduceKind kind);
+// select-and-scatter: zeros-like `operand` (from `init`) plus, for each element of `source`,
+// its value added (`scatter`) at the element its window selects (`select`: GE = first max).
+Tensor SelectAndScatter(const Tensor& operand, const Tensor& source, const Tensor& init,
+                        std::vector<WindowDim> window, ComparisonDirection select,
+                        ReduceKind scatter = ReduceKind::kAdd);
+// reverse along `dims`.
+Tensor Reverse(const Tensor& a, std::vector<int64_t> dims);
 // [..., m, k] x [k, n] -> [..., m, n] (lhs of rank >= 1, rhs rank 2), or batched
 // [b..., m, k] x [b..., k, n] when both have the same rank > 2.
 Tensor MatMul(const Tensor& lhs, const Tensor& rhs);

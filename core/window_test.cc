@@ -446,9 +446,9 @@ TEST(ReduceWindowKernelTest, CumsumMaxPoolAndPadding) {
   a.window = Window("size=1x4 pad=0_0x3_0");
   EXPECT_EQ(RunOne(Opcode::kReduceWindow, {x, Literal::Scalar<float>(0)}, a),
             Literal::FromVector<float>({2, 4}, {1, 3, 6, 10, 10, 30, 60, 100}));
-  // 3-wide max pool, stride 2, pad 0_1 over [5,1,4,2,3]: windows {5,1,4} {4,2,3} {3,pad}.
+  // 3-wide max pool, stride 2, pad 0_2 over [5,1,4,2,3]: windows {5,1,4} {4,2,3} {3,pad,pad}.
   Literal y = Literal::FromVector<float>({1, 5}, {5, 1, 4, 2, 3});
-  a.window = Window("size=1x3 stride=1x2 pad=0_0x0_1");
+  a.window = Window("size=1x3 stride=1x2 pad=0_0x0_2");
   a.reduce_kind = ReduceKind::kMaximum;
   EXPECT_EQ(RunOne(Opcode::kReduceWindow, {y, Literal::Scalar<float>(-INFINITY)}, a),
             Literal::FromVector<float>({1, 3}, {5, 4, 3}));

@@ -819,10 +819,11 @@ class Parser {
   }
 
   // window={...} (convolution, reduce-window, select-and-scatter; a missing window is rank 0),
-  // and convolution's dim_labels, feature_group_count, batch_group_count.
+  // reduce-window's to_apply and select-and-scatter's scatter (into `to_apply`), and
+  // convolution's dim_labels, feature_group_count, batch_group_count.
   template <typename Find, typename Require>
   absl::Status WindowedAttributes(Opcode opcode, const Find& find, const Require& require,
-                                  OpAttributes* attrs) const {
+                                  OpAttributes* attrs, const AttrAst** to_apply) const {
     if (const AttrAst* attr = find("window")) {
       std::string_view text = AttrValueText(*attr);
       if (text.size() < 2 || text.front() != '{' || text.back() != '}') {
@@ -832,7 +833,14 @@ class Parser {
       if (!window.ok()) return MalformedAttr(*attr, Sv(window.status().message()));
       attrs->window = *std::move(window);
     }
-    if (opcode != Opcode::kConvolution) return absl::OkStatus();
+    if (opcode == Opcode::kReduceWindow) {
+      TESSEL_ASSIGN_OR_RETURN(*to_apply, require("to_apply"));
+      return absl::OkStatus();
+    }
+    if (opcode == Opcode::kSelectAndScatter) {
+      TESSEL_ASSIGN_OR_RETURN(*to_apply, require("scatter"));
+      return absl::OkStatus();
+    }
     TESSEL_ASSIGN_OR_RETURN(const AttrAst* labels, require("dim_labels"));
     absl::StatusOr<ConvolutionDimensionNumbers> dnums = ParseDimLabels(AttrValueText(*labels));
     if (!dnums.ok()) return MalformedAttr(*labels, Sv(dnums.status().message()));
@@ -914,6 +922,7 @@ class Parser {
         break;
       }
       case Opcode::kBroadcast:
+      case Opcode::kReverse:
       case Opcode::kTranspose:
       case Opcode::kConcatenate:
       case Opcode::kReduce: {
@@ -960,20 +969,10 @@ class Parser {
         TESSEL_ASSIGN_OR_RETURN(*to_apply, require("to_apply"));
         break;
       }
-      case Opcode::kReverse: {
-        TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("dimensions"));
-        TESSEL_ASSIGN_OR_RETURN(attrs->dimensions, AttrIntList(*attr));
-        break;
-      }
       case Opcode::kConvolution:
       case Opcode::kReduceWindow:
       case Opcode::kSelectAndScatter:
-        TESSEL_RETURN_IF_ERROR(WindowedAttributes(instr.opcode, find, require, attrs));
-        if (instr.opcode == Opcode::kReduceWindow) {
-          TESSEL_ASSIGN_OR_RETURN(*to_apply, require("to_apply"));
-        } else if (instr.opcode == Opcode::kSelectAndScatter) {
-          TESSEL_ASSIGN_OR_RETURN(*to_apply, require("scatter"));
-        }
+        TESSEL_RETURN_IF_ERROR(WindowedAttributes(instr.opcode, find, require, attrs, to_apply));
         break;
       case Opcode::kGetTupleElement: {
         TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("index"));

@@ -238,14 +238,16 @@ absl::StatusOr<PValue> HandleConvolution(Context& ctx, const Node& node,
   TESSEL_ASSIGN_OR_RETURN(Node * rhs_local, ctx.Reshard(rhs, rhs_layout));
   const ConvolutionDimensionNumbers& d = node.attrs().convolution;
   OpAttributes attrs = node.attrs();
-  if (s.group_dim < 0) {
-    // Padding of an unevenly tiled input feature dim would enter the partial sums: zero it on
-    // both sides (it may hold inf or NaN, and 0 * inf is NaN).
+  if (attrs.feature_group_count == 1) {
+    // The input feature dim is the contracting one (also under batch groups): the padding of an
+    // unevenly tiled one would enter the partial sums, so it is zeroed on both sides (it may
+    // hold inf or NaN, and 0 * inf is NaN).
     TESSEL_ASSIGN_OR_RETURN(lhs_local, ctx.MaskPadding(lhs_local, lhs_layout, lhs.global_shape,
                                                        {d.input_feature_dimension}, 0));
     TESSEL_ASSIGN_OR_RETURN(rhs_local, ctx.MaskPadding(rhs_local, rhs_layout, rhs.global_shape,
                                                        {d.kernel_input_feature_dimension}, 0));
-  } else if (best.space.IsTiled()) {
+  }
+  if (s.group_dim >= 0 && best.space.IsTiled()) {
     const int64_t group_tiles = best.space.num_tiles(s.group_dim);
     if (attrs.feature_group_count > 1) attrs.feature_group_count /= group_tiles;
     if (attrs.batch_group_count > 1) attrs.batch_group_count /= group_tiles;

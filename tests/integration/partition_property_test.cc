@@ -5,12 +5,13 @@
 // Each case: a random mesh (1, 2, 4, 6 or 8 devices; 1-3 axes; sometimes permuted device ids),
 // a random graph (chains and DAGs of elementwise, broadcast, transpose, reshape, reduce, dot,
 // slice, pad, concatenate, dynamic-slice, dynamic-update-slice, iota and rng, with odd and
-// uneven sizes) and random mark_sharding-style annotations (partition specs over the mesh axes,
-// so partial replication is common). On failure the global HLO text is printed.
-// HaloExchangeSlicePadConcatenate builds chains of slices, pads and concatenates along a tiled
-// dim, the cases the halo exchange (partitioner/internal/halo.h) serves. The partitioned
-// program is run and its outputs assembled by partitioner::RunPartitioned (partitioner/verify.h),
-// the same code as `tessel verify`.
+// uneven sizes; a second test: convolution, reduce-window, select-and-scatter, reverse) and random
+// mark_sharding-style annotations (partition specs over the mesh axes, so partial replication is
+// common). On failure the global HLO text is printed. HaloExchangeSlicePadConcatenate builds
+// chains of slices, pads and concatenates along a tiled dim, the cases the halo exchange
+// (partitioner/internal/halo.h) serves. The partitioned program is run and its outputs
+// assembled by partitioner::RunPartitioned (partitioner/verify.h), the same code as `tessel
+// verify`.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include "core/hlo_text.h"
 #include "core/shape_inference.h"
 #include "core/testing/gather_scatter.h"
+#include "core/window.h"
 #include "gtest/gtest.h"
 #include "partitioner/partitioner.h"
 #include "partitioner/verify.h"
@@ -267,6 +269,84 @@ class CaseBuilder {
     return nullptr;
   }
 
+  WindowDim RandomWindowDim(int64_t size_max, bool dilations) {
+    WindowDim w;
+    w.size = Rand(1, size_max);
+    w.stride = Rand(1, 2);
+    w.padding_low = Rand(0, 2);
+    w.padding_high = Rand(0, 2);
+    if (dilations && Coin(0.3)) w.base_dilation = 2;
+    if (dilations && Coin(0.3)) w.window_dilation = 2;
+    return w;
+  }
+
+  Node* RandomConvolution(Graph& g) {
+    static const char* const kLabels[] = {"bf0_oi0->bf0",    "b0f_0io->b0f",    "0bf_i0o->f0b",
+                                          "b01f_01io->b01f", "f01b_i01o->01bf", "bf01_oi01->bf01"};
+    const ConvolutionDimensionNumbers d = ParseDimLabels(kLabels[Rand(0, 5)]).value();
+    const int64_t ns = static_cast<int64_t>(d.input_spatial_dimensions.size());
+    OpAttributes a;
+    a.convolution = d;
+    const int64_t groups = Coin(0.3) ? Rand(2, 3) : 1;
+    if (groups > 1) (Coin() ? a.feature_group_count : a.batch_group_count) = groups;
+    const int64_t batch = (a.batch_group_count > 1 ? groups : 1) * Rand(1, 5);
+    const int64_t cg = Rand(1, 4);
+    const int64_t out_features = groups * Rand(1, 3);
+    std::vector<int64_t> ldims(ns + 2), rdims(ns + 2);
+    ldims[d.input_batch_dimension] = batch;
+    ldims[d.input_feature_dimension] = cg * a.feature_group_count;
+    rdims[d.kernel_input_feature_dimension] = cg;
+    rdims[d.kernel_output_feature_dimension] = out_features;
+    for (int64_t k = 0; k < ns; ++k) {
+      a.window.push_back(RandomWindowDim(3, /*dilations=*/true));
+      ldims[d.input_spatial_dimensions[k]] = Rand(3, 9);
+      rdims[d.kernel_spatial_dimensions[k]] = a.window.back().size;
+    }
+    Node* lhs = NewParameter(g, Shape(DType::kF32, ldims));
+    Node* rhs = NewParameter(g, Shape(DType::kF32, rdims));
+    if (a.feature_group_count == 1 && Coin(0.35)) {
+      // Both operands tiled along the contracting (input feature) dim over one axis, often
+      // unevenly: partial sums whose padding must be masked.
+      const int axis = static_cast<int>(Rand(0, mesh_->logical_mesh().rank() - 1));
+      lhs->set_sharding(AxisSharding(ns + 2, d.input_feature_dimension, axis));
+      rhs->set_sharding(AxisSharding(ns + 2, d.kernel_input_feature_dimension, axis));
+      // cosine makes the padding of the local shards 1, not 0, on both sides.
+      lhs = OrNull(g.AddNode(Opcode::kCosine, {lhs}));
+      rhs = OrNull(g.AddNode(Opcode::kCosine, {rhs}));
+    }
+    return OrNull(g.AddNode(Opcode::kConvolution, {lhs, rhs}, a));
+  }
+
+  Node* RandomReduceWindow(Graph& g) {
+    Node* x = NewParameter(g, RandomShape(Rand(1, 3)));
+    OpAttributes a;
+    for (int64_t d = 0; d < x->shape().rank(); ++d) {
+      a.window.push_back(Coin(0.4) ? WindowDim{} : RandomWindowDim(4, /*dilations=*/true));
+    }
+    const bool max = Coin();
+    a.reduce_kind = max ? ReduceKind::kMaximum : ReduceKind::kAdd;
+    Node* init = Scalar(g, max ? -1e30 : 0.0);
+    return OrNull(g.AddNode(Opcode::kReduceWindow, {x, init}, a));
+  }
+
+  Node* RandomSelectAndScatter(Graph& g) {
+    Node* x = NewParameter(g, RandomShape(Rand(1, 3)));
+    OpAttributes a;
+    for (int64_t d = 0; d < x->shape().rank(); ++d) {
+      a.window.push_back(Coin(0.4) ? WindowDim{} : RandomWindowDim(3, /*dilations=*/false));
+    }
+    static const ComparisonDirection kDirections[] = {
+        ComparisonDirection::kGe, ComparisonDirection::kGt, ComparisonDirection::kLe};
+    a.comparison_direction = kDirections[Rand(0, 2)];
+    a.reduce_kind = ReduceKind::kAdd;
+    std::vector<int64_t> source_dims;
+    for (int64_t d = 0; d < x->shape().rank(); ++d) {
+      source_dims.push_back(WindowOutputSize(a.window[d], x->shape().dim(d)));
+    }
+    Node* source = NewParameter(g, Shape(DType::kF32, source_dims));
+    return OrNull(g.AddNode(Opcode::kSelectAndScatter, {x, source, Scalar(g, 0)}, a));
+  }
+
   // An embedding-style gather (`jnp.take(x, ids, axis=d)`), or with `scatter_add` its transpose
   // (`x.at[ids].add(updates)`, the embedding gradient): one start index per lookup into dim d
   // with a window of one row, the other dims whole. x often gets a sharding along d, so the
@@ -445,42 +525,204 @@ class CaseBuilder {
     }
     if (x == nullptr) return nullptr;
     g->set_root(OrNull(g->AddNode(Opcode::kTanh, {x})));
-    return g;
+
+    // A graph of windowed ops (convolution with random dim_labels, windows and feature / batch
+    // groups; reduce-window add / max; select-and-scatter; reverse), each on new parameters with
+    // random shardings (uneven dims, partial replication), its result sometimes annotated and fed
+    // through tanh, all results returned in a tuple.
+    std::unique_ptr<Graph> RandomWindowedGraph(const Mesh& mesh) {
+      mesh_ = &mesh;
+      auto g = std::make_unique<Graph>("windowed");
+      std::vector<Node*> outs;
+      const int64_t ops = Rand(1, 3);
+      for (int64_t i = 0; i < ops; ++i) {
+        Node* y = nullptr;
+        switch (Rand(0, 5)) {
+          case 0:
+          case 1:
+          case 2:
+            y = RandomConvolution(*g);
+            break;
+          case 3:
+            y = RandomReduceWindow(*g);
+            break;
+          case 4:
+            y = RandomSelectAndScatter(*g);
+            break;
+          default: {
+            Node* x = NewParameter(*g, RandomShape(Rand(1, 3)));
+            OpAttributes a;
+            for (int64_t d = 0; d < x->shape().rank(); ++d) {
+              if (Coin()) a.dimensions.push_back(d);
+            }
+            y = OrNull(g->AddNode(Opcode::kReverse, {x}, a));
+          }
+        }
+        if (y == nullptr || y->shape().num_elements() == 0) continue;
+        if (Coin(0.3)) y->set_sharding(RandomSharding(mesh, y->shape().rank()));
+        if (Coin(0.3)) y = OrNull(g->AddNode(Opcode::kTanh, {y}));
+        if (y != nullptr) outs.push_back(y);
+      }
+      for (Node* node : g->nodes()) {
+        if (node->opcode() == Opcode::kParameter && node->sharding().empty() && Coin(0.85)) {
+          node->set_sharding(RandomSharding(mesh, node->shape().rank()));
+        }
+      }
+      if (outs.empty()) outs.push_back(NewParameter(*g, RandomShape(1)));
+      g->set_root(OrNull(g->AddNode(Opcode::kTuple, outs)));
+      return g;
+    }
+
+    Literal RandomInput(const Shape& shape) {
+      Literal lit(shape);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      for (float& v : lit.data<float>()) v = dist(gen_);
+      return lit;
+    }
+
+   private:
+    std::mt19937_64 gen_;
+    const Mesh* mesh_ = nullptr;
+  };
+
+  // The partitioned program runs through the library function `tessel verify` uses
+  // (partitioner/verify.h): inputs split by the parameters' shardings, one thread per device with
+  // the reference collectives, outputs assembled from the devices' pieces.
+  absl::StatusOr<std::vector<Literal>> RunPartitioned(const partitioner::SpmdProgram& program,
+                                                      const std::vector<Literal>& inputs) {
+    return partitioner::RunPartitioned(program, inputs, std::chrono::seconds(20));
   }
 
-  Literal RandomInput(const Shape& shape) {
-    Literal lit(shape);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    for (float& v : lit.data<float>()) v = dist(gen_);
-    return lit;
+  TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
+    constexpr int kCases = 300;
+    int checked = 0, multi_device = 0;
+    int64_t nodes = 0, gathers = 0, scatters = 0;
+    std::map<std::string, int64_t> collectives;
+    for (int c = 0; c < kCases; ++c) {
+      CaseBuilder builder(1000 + c);
+      Mesh mesh = builder.RandomMesh();
+      std::unique_ptr<Graph> graph = builder.RandomGraph(mesh);
+      std::string text = PrintHloModule(*graph);
+      SCOPED_TRACE(::testing::Message()
+                   << "case " << c << " on " << mesh.size() << " devices, mesh "
+                   << mesh.logical_mesh().ToString() << "\n"
+                   << text);
+      std::vector<Literal> inputs;
+      for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
+      absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
+      ASSERT_TRUE(expected.ok()) << expected.status();
+      absl::StatusOr<partitioner::SpmdProgram> program =
+          partitioner::Partition(*graph, mesh.size());
+      ASSERT_TRUE(program.ok()) << program.status();
+      absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
+      ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*program->program);
+      ASSERT_EQ(got->size(), expected->size());
+      for (size_t o = 0; o < got->size(); ++o) {
+        ASSERT_TRUE(AllClose((*got)[o], (*expected)[o], 1e-4, 1e-4))
+            << "output " << o << "\nexpected " << (*expected)[o].ToString() << "\ngot "
+            << (*got)[o].ToString() << "\n"
+            << PrintHloModule(*program->program);
+      }
+      ++checked;
+      if (mesh.size() > 1) ++multi_device;
+      for (const auto& [kind, count] : partitioner::CountCollectives(*program->program)) {
+        collectives[kind] += count.count;
+      }
+      nodes += graph->num_nodes();
+      for (const Node* n : graph->nodes()) {
+        gathers += n->opcode() == Opcode::kGather;
+        scatters += n->opcode() == Opcode::kScatter;
+      }
+    }
+    EXPECT_EQ(checked, kCases);
+    // The cases must exercise the partitioner: most run on several devices and need collectives.
+    std::string summary;
+    for (const auto& [kind, count] : collectives)
+      summary += kind + "=" + std::to_string(count) + " ";
+    std::printf(
+        "%d cases (%d multi-device, %lld nodes, %lld gathers, %lld scatters), "
+        "collectives: %s\n",
+        checked, multi_device, static_cast<long long>(nodes), static_cast<long long>(gathers),
+        static_cast<long long>(scatters), summary.c_str());
+    EXPECT_GT(multi_device, kCases / 2);
+    EXPECT_GT(collectives["all-reduce"], kCases / 10);
+    EXPECT_GT(collectives["all-gather"], kCases / 10);
+    EXPECT_GT(gathers, kCases / 10);
+    EXPECT_GT(scatters, kCases / 10);
   }
 
- private:
-  std::mt19937_64 gen_;
-  const Mesh* mesh_ = nullptr;
-};
+  // Slices, pads and concatenates along dims tiled over the mesh (uneven, partially replicated,
+  // permuted device ids): the halo exchange must give exactly the unpartitioned result, and most
+  // cases must take it (collective-permute) rather than the all-gather fallback.
+  TEST(PartitionPropertyTest, HaloExchangeSlicePadConcatenate) {
+    constexpr int kCases = 300;
+    int checked = 0, with_permute = 0, without_gather = 0;
+    for (int c = 0; c < kCases; ++c) {
+      CaseBuilder builder(50000 + c);
+      Mesh mesh = builder.RandomMesh();
+      while (mesh.size() == 1) mesh = builder.RandomMesh();
+      std::unique_ptr<Graph> graph = builder.RandomHaloGraph(mesh);
+      if (graph == nullptr) continue;
+      std::string text = PrintHloModule(*graph);
+      SCOPED_TRACE(::testing::Message()
+                   << "case " << c << " on " << mesh.size() << " devices, mesh "
+                   << mesh.logical_mesh().ToString() << "\n"
+                   << text);
+      std::vector<Literal> inputs;
+      for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
+      absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
+      ASSERT_TRUE(expected.ok()) << expected.status();
+      absl::StatusOr<partitioner::SpmdProgram> program =
+          partitioner::Partition(*graph, mesh.size());
+      ASSERT_TRUE(program.ok()) << program.status();
+      absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
+      ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*program->program);
+      ASSERT_TRUE(AllClose((*got)[0], (*expected)[0], 1e-5, 1e-5))
+          << "expected " << (*expected)[0].ToString() << "\ngot " << (*got)[0].ToString() << "\n"
+          << PrintHloModule(*program->program);
+      // XLA's rule for collective-permute: each device sends at most once and receives at most
+      // once. Replicated copies exchanging within their own copy is what keeps it.
+      for (const Node* node : program->program->nodes()) {
+        if (node->opcode() != Opcode::kCollectivePermute) continue;
+        std::set<int64_t> sources, targets;
+        for (const auto& [source, target] : node->attrs().source_target_pairs) {
+          EXPECT_TRUE(sources.insert(source).second && targets.insert(target).second)
+              << "%" << node->name() << " repeats device " << source << " or " << target << "\n"
+              << PrintHloModule(*program->program);
+        }
+      }
+      ++checked;
+      auto counts = partitioner::CountCollectives(*program->program);
+      with_permute += counts.count("collective-permute") > 0;
+      without_gather += counts.count("all-gather") == 0;
+    }
+    std::printf("%d halo cases: %d with collective-permute, %d without all-gather\n", checked,
+                with_permute, without_gather);
+    EXPECT_GT(checked, kCases * 9 / 10);
+    EXPECT_GT(with_permute, kCases / 2);
+    EXPECT_GT(without_gather, kCases / 3);
+  }
 
-// The partitioned program runs through the library function `tessel verify` uses
-// (partitioner/verify.h): inputs split by the parameters' shardings, one thread per device with
-// the reference collectives, outputs assembled from the devices' pieces.
-absl::StatusOr<std::vector<Literal>> RunPartitioned(const partitioner::SpmdProgram& program,
-                                                    const std::vector<Literal>& inputs) {
-  return partitioner::RunPartitioned(program, inputs, std::chrono::seconds(20));
-}
+}  // namespace
+}  // namespace tessel
 
-TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
-  constexpr int kCases = 300;
-  int checked = 0, multi_device = 0;
-  int64_t nodes = 0, gathers = 0, scatters = 0;
+namespace tessel {
+namespace {
+
+// The windowed ops: convolutions (batch / feature / contracting / grouped and spatial dims
+// sharded), reduce-window, select-and-scatter and reverse under random shardings.
+TEST(PartitionPropertyTest, WindowedOpsPartitionedEqualsUnpartitioned) {
+  constexpr int kCases = 400;
+  int multi_device = 0;
+  int64_t convolutions = 0, windows = 0;
   std::map<std::string, int64_t> collectives;
   for (int c = 0; c < kCases; ++c) {
-    CaseBuilder builder(1000 + c);
+    CaseBuilder builder(5000 + c);
     Mesh mesh = builder.RandomMesh();
-    std::unique_ptr<Graph> graph = builder.RandomGraph(mesh);
-    std::string text = PrintHloModule(*graph);
+    std::unique_ptr<Graph> graph = builder.RandomWindowedGraph(mesh);
     SCOPED_TRACE(::testing::Message() << "case " << c << " on " << mesh.size() << " devices, mesh "
                                       << mesh.logical_mesh().ToString() << "\n"
-                                      << text);
+                                      << PrintHloModule(*graph));
     std::vector<Literal> inputs;
     for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
     absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
@@ -496,88 +738,28 @@ TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
           << (*got)[o].ToString() << "\n"
           << PrintHloModule(*program->program);
     }
-    ++checked;
     if (mesh.size() > 1) ++multi_device;
     for (const auto& [kind, count] : partitioner::CountCollectives(*program->program)) {
       collectives[kind] += count.count;
     }
-    nodes += graph->num_nodes();
     for (const Node* n : graph->nodes()) {
-      gathers += n->opcode() == Opcode::kGather;
-      scatters += n->opcode() == Opcode::kScatter;
+      convolutions += n->opcode() == Opcode::kConvolution;
+      windows += n->opcode() == Opcode::kReduceWindow || n->opcode() == Opcode::kSelectAndScatter;
     }
   }
-  EXPECT_EQ(checked, kCases);
-  // The cases must exercise the partitioner: most run on several devices and need collectives.
   std::string summary;
   for (const auto& [kind, count] : collectives) summary += kind + "=" + std::to_string(count) + " ";
   std::printf(
-      "%d cases (%d multi-device, %lld nodes, %lld gathers, %lld scatters), "
-      "collectives: %s\n",
-      checked, multi_device, static_cast<long long>(nodes), static_cast<long long>(gathers),
-      static_cast<long long>(scatters), summary.c_str());
+      "%d windowed cases (%d multi-device, %lld convolutions, %lld reduce-window / "
+      "select-and-scatter), collectives: %s\n",
+      kCases, multi_device, static_cast<long long>(convolutions), static_cast<long long>(windows),
+      summary.c_str());
   EXPECT_GT(multi_device, kCases / 2);
-  EXPECT_GT(collectives["all-reduce"], kCases / 10);
+  EXPECT_GT(convolutions, kCases / 2);
+  EXPECT_GT(windows, kCases / 4);
+  EXPECT_GT(collectives["all-reduce"], kCases / 20);
   EXPECT_GT(collectives["all-gather"], kCases / 10);
-  EXPECT_GT(gathers, kCases / 10);
-  EXPECT_GT(scatters, kCases / 10);
 }
-
-// Slices, pads and concatenates along dims tiled over the mesh (uneven, partially replicated,
-// permuted device ids): the halo exchange must give exactly the unpartitioned result, and most
-// cases must take it (collective-permute) rather than the all-gather fallback.
-TEST(PartitionPropertyTest, HaloExchangeSlicePadConcatenate) {
-  constexpr int kCases = 300;
-  int checked = 0, with_permute = 0, without_gather = 0;
-  for (int c = 0; c < kCases; ++c) {
-    CaseBuilder builder(50000 + c);
-    Mesh mesh = builder.RandomMesh();
-    while (mesh.size() == 1) mesh = builder.RandomMesh();
-    std::unique_ptr<Graph> graph = builder.RandomHaloGraph(mesh);
-    if (graph == nullptr) continue;
-    std::string text = PrintHloModule(*graph);
-    SCOPED_TRACE(::testing::Message() << "case " << c << " on " << mesh.size() << " devices, mesh "
-                                      << mesh.logical_mesh().ToString() << "\n"
-                                      << text);
-    std::vector<Literal> inputs;
-    for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
-    absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
-    ASSERT_TRUE(expected.ok()) << expected.status();
-    absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(*graph, mesh.size());
-    ASSERT_TRUE(program.ok()) << program.status();
-    absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
-    ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*program->program);
-    ASSERT_TRUE(AllClose((*got)[0], (*expected)[0], 1e-5, 1e-5))
-        << "expected " << (*expected)[0].ToString() << "\ngot " << (*got)[0].ToString() << "\n"
-        << PrintHloModule(*program->program);
-    // XLA's rule for collective-permute: each device sends at most once and receives at most
-    // once. Replicated copies exchanging within their own copy is what keeps it.
-    for (const Node* node : program->program->nodes()) {
-      if (node->opcode() != Opcode::kCollectivePermute) continue;
-      std::set<int64_t> sources, targets;
-      for (const auto& [source, target] : node->attrs().source_target_pairs) {
-        EXPECT_TRUE(sources.insert(source).second && targets.insert(target).second)
-            << "%" << node->name() << " repeats device " << source << " or " << target << "\n"
-            << PrintHloModule(*program->program);
-      }
-    }
-    ++checked;
-    auto counts = partitioner::CountCollectives(*program->program);
-    with_permute += counts.count("collective-permute") > 0;
-    without_gather += counts.count("all-gather") == 0;
-  }
-  std::printf("%d halo cases: %d with collective-permute, %d without all-gather\n", checked,
-              with_permute, without_gather);
-  EXPECT_GT(checked, kCases * 9 / 10);
-  EXPECT_GT(with_permute, kCases / 2);
-  EXPECT_GT(without_gather, kCases / 3);
-}
-
-}  // namespace
-}  // namespace tessel
-
-namespace tessel {
-namespace {
 
 // Hand-picked reshards that take the reduce-scatter and all-to-all paths, checked numerically.
 struct Directed {
