@@ -446,6 +446,53 @@ class CaseBuilder {
     return g;
   }
 
+  // A graph of windowed ops (convolution with random dim_labels, windows and feature / batch
+  // groups; reduce-window add / max; select-and-scatter; reverse), each on new parameters with
+  // random shardings (uneven dims, partial replication), its result sometimes annotated and fed
+  // through tanh, all results returned in a tuple.
+  std::unique_ptr<Graph> RandomWindowedGraph(const Mesh& mesh) {
+    mesh_ = &mesh;
+    auto g = std::make_unique<Graph>("windowed");
+    std::vector<Node*> outs;
+    const int64_t ops = Rand(1, 3);
+    for (int64_t i = 0; i < ops; ++i) {
+      Node* y = nullptr;
+      switch (Rand(0, 5)) {
+        case 0:
+        case 1:
+        case 2:
+          y = RandomConvolution(*g);
+          break;
+        case 3:
+          y = RandomReduceWindow(*g);
+          break;
+        case 4:
+          y = RandomSelectAndScatter(*g);
+          break;
+        default: {
+          Node* x = NewParameter(*g, RandomShape(Rand(1, 3)));
+          OpAttributes a;
+          for (int64_t d = 0; d < x->shape().rank(); ++d) {
+            if (Coin()) a.dimensions.push_back(d);
+          }
+          y = OrNull(g->AddNode(Opcode::kReverse, {x}, a));
+        }
+      }
+      if (y == nullptr || y->shape().num_elements() == 0) continue;
+      if (Coin(0.3)) y->set_sharding(RandomSharding(mesh, y->shape().rank()));
+      if (Coin(0.3)) y = OrNull(g->AddNode(Opcode::kTanh, {y}));
+      if (y != nullptr) outs.push_back(y);
+    }
+    for (Node* node : g->nodes()) {
+      if (node->opcode() == Opcode::kParameter && node->sharding().empty() && Coin(0.85)) {
+        node->set_sharding(RandomSharding(mesh, node->shape().rank()));
+      }
+    }
+    if (outs.empty()) outs.push_back(NewParameter(*g, RandomShape(1)));
+    g->set_root(OrNull(g->AddNode(Opcode::kTuple, outs)));
+    return g;
+  }
+
   // A value tiled along `dim` over a random mesh axis of more than one device (nullopt if the
   // mesh has none), the other dims over other axes or none: partial replication is common.
   std::string TiledAlong(const Mesh& mesh, int64_t rank, int64_t dim) {
@@ -525,183 +572,133 @@ class CaseBuilder {
     }
     if (x == nullptr) return nullptr;
     g->set_root(OrNull(g->AddNode(Opcode::kTanh, {x})));
-
-    // A graph of windowed ops (convolution with random dim_labels, windows and feature / batch
-    // groups; reduce-window add / max; select-and-scatter; reverse), each on new parameters with
-    // random shardings (uneven dims, partial replication), its result sometimes annotated and fed
-    // through tanh, all results returned in a tuple.
-    std::unique_ptr<Graph> RandomWindowedGraph(const Mesh& mesh) {
-      mesh_ = &mesh;
-      auto g = std::make_unique<Graph>("windowed");
-      std::vector<Node*> outs;
-      const int64_t ops = Rand(1, 3);
-      for (int64_t i = 0; i < ops; ++i) {
-        Node* y = nullptr;
-        switch (Rand(0, 5)) {
-          case 0:
-          case 1:
-          case 2:
-            y = RandomConvolution(*g);
-            break;
-          case 3:
-            y = RandomReduceWindow(*g);
-            break;
-          case 4:
-            y = RandomSelectAndScatter(*g);
-            break;
-          default: {
-            Node* x = NewParameter(*g, RandomShape(Rand(1, 3)));
-            OpAttributes a;
-            for (int64_t d = 0; d < x->shape().rank(); ++d) {
-              if (Coin()) a.dimensions.push_back(d);
-            }
-            y = OrNull(g->AddNode(Opcode::kReverse, {x}, a));
-          }
-        }
-        if (y == nullptr || y->shape().num_elements() == 0) continue;
-        if (Coin(0.3)) y->set_sharding(RandomSharding(mesh, y->shape().rank()));
-        if (Coin(0.3)) y = OrNull(g->AddNode(Opcode::kTanh, {y}));
-        if (y != nullptr) outs.push_back(y);
-      }
-      for (Node* node : g->nodes()) {
-        if (node->opcode() == Opcode::kParameter && node->sharding().empty() && Coin(0.85)) {
-          node->set_sharding(RandomSharding(mesh, node->shape().rank()));
-        }
-      }
-      if (outs.empty()) outs.push_back(NewParameter(*g, RandomShape(1)));
-      g->set_root(OrNull(g->AddNode(Opcode::kTuple, outs)));
-      return g;
-    }
-
-    Literal RandomInput(const Shape& shape) {
-      Literal lit(shape);
-      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-      for (float& v : lit.data<float>()) v = dist(gen_);
-      return lit;
-    }
-
-   private:
-    std::mt19937_64 gen_;
-    const Mesh* mesh_ = nullptr;
-  };
-
-  // The partitioned program runs through the library function `tessel verify` uses
-  // (partitioner/verify.h): inputs split by the parameters' shardings, one thread per device with
-  // the reference collectives, outputs assembled from the devices' pieces.
-  absl::StatusOr<std::vector<Literal>> RunPartitioned(const partitioner::SpmdProgram& program,
-                                                      const std::vector<Literal>& inputs) {
-    return partitioner::RunPartitioned(program, inputs, std::chrono::seconds(20));
+    return g;
   }
 
-  TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
-    constexpr int kCases = 300;
-    int checked = 0, multi_device = 0;
-    int64_t nodes = 0, gathers = 0, scatters = 0;
-    std::map<std::string, int64_t> collectives;
-    for (int c = 0; c < kCases; ++c) {
-      CaseBuilder builder(1000 + c);
-      Mesh mesh = builder.RandomMesh();
-      std::unique_ptr<Graph> graph = builder.RandomGraph(mesh);
-      std::string text = PrintHloModule(*graph);
-      SCOPED_TRACE(::testing::Message()
-                   << "case " << c << " on " << mesh.size() << " devices, mesh "
-                   << mesh.logical_mesh().ToString() << "\n"
-                   << text);
-      std::vector<Literal> inputs;
-      for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
-      absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
-      ASSERT_TRUE(expected.ok()) << expected.status();
-      absl::StatusOr<partitioner::SpmdProgram> program =
-          partitioner::Partition(*graph, mesh.size());
-      ASSERT_TRUE(program.ok()) << program.status();
-      absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
-      ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*program->program);
-      ASSERT_EQ(got->size(), expected->size());
-      for (size_t o = 0; o < got->size(); ++o) {
-        ASSERT_TRUE(AllClose((*got)[o], (*expected)[o], 1e-4, 1e-4))
-            << "output " << o << "\nexpected " << (*expected)[o].ToString() << "\ngot "
-            << (*got)[o].ToString() << "\n"
+  Literal RandomInput(const Shape& shape) {
+    Literal lit(shape);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (float& v : lit.data<float>()) v = dist(gen_);
+    return lit;
+  }
+
+ private:
+  std::mt19937_64 gen_;
+  const Mesh* mesh_ = nullptr;
+};
+
+// The partitioned program runs through the library function `tessel verify` uses
+// (partitioner/verify.h): inputs split by the parameters' shardings, one thread per device with
+// the reference collectives, outputs assembled from the devices' pieces.
+absl::StatusOr<std::vector<Literal>> RunPartitioned(const partitioner::SpmdProgram& program,
+                                                    const std::vector<Literal>& inputs) {
+  return partitioner::RunPartitioned(program, inputs, std::chrono::seconds(20));
+}
+
+TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
+  constexpr int kCases = 300;
+  int checked = 0, multi_device = 0;
+  int64_t nodes = 0, gathers = 0, scatters = 0;
+  std::map<std::string, int64_t> collectives;
+  for (int c = 0; c < kCases; ++c) {
+    CaseBuilder builder(1000 + c);
+    Mesh mesh = builder.RandomMesh();
+    std::unique_ptr<Graph> graph = builder.RandomGraph(mesh);
+    std::string text = PrintHloModule(*graph);
+    SCOPED_TRACE(::testing::Message() << "case " << c << " on " << mesh.size() << " devices, mesh "
+                                      << mesh.logical_mesh().ToString() << "\n"
+                                      << text);
+    std::vector<Literal> inputs;
+    for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
+    absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(*graph, mesh.size());
+    ASSERT_TRUE(program.ok()) << program.status();
+    absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
+    ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*program->program);
+    ASSERT_EQ(got->size(), expected->size());
+    for (size_t o = 0; o < got->size(); ++o) {
+      ASSERT_TRUE(AllClose((*got)[o], (*expected)[o], 1e-4, 1e-4))
+          << "output " << o << "\nexpected " << (*expected)[o].ToString() << "\ngot "
+          << (*got)[o].ToString() << "\n"
+          << PrintHloModule(*program->program);
+    }
+    ++checked;
+    if (mesh.size() > 1) ++multi_device;
+    for (const auto& [kind, count] : partitioner::CountCollectives(*program->program)) {
+      collectives[kind] += count.count;
+    }
+    nodes += graph->num_nodes();
+    for (const Node* n : graph->nodes()) {
+      gathers += n->opcode() == Opcode::kGather;
+      scatters += n->opcode() == Opcode::kScatter;
+    }
+  }
+  EXPECT_EQ(checked, kCases);
+  // The cases must exercise the partitioner: most run on several devices and need collectives.
+  std::string summary;
+  for (const auto& [kind, count] : collectives) summary += kind + "=" + std::to_string(count) + " ";
+  std::printf(
+      "%d cases (%d multi-device, %lld nodes, %lld gathers, %lld scatters), "
+      "collectives: %s\n",
+      checked, multi_device, static_cast<long long>(nodes), static_cast<long long>(gathers),
+      static_cast<long long>(scatters), summary.c_str());
+  EXPECT_GT(multi_device, kCases / 2);
+  EXPECT_GT(collectives["all-reduce"], kCases / 10);
+  EXPECT_GT(collectives["all-gather"], kCases / 10);
+  EXPECT_GT(gathers, kCases / 10);
+  EXPECT_GT(scatters, kCases / 10);
+}
+
+// Slices, pads and concatenates along dims tiled over the mesh (uneven, partially replicated,
+// permuted device ids): the halo exchange must give exactly the unpartitioned result, and most
+// cases must take it (collective-permute) rather than the all-gather fallback.
+TEST(PartitionPropertyTest, HaloExchangeSlicePadConcatenate) {
+  constexpr int kCases = 300;
+  int checked = 0, with_permute = 0, without_gather = 0;
+  for (int c = 0; c < kCases; ++c) {
+    CaseBuilder builder(50000 + c);
+    Mesh mesh = builder.RandomMesh();
+    while (mesh.size() == 1) mesh = builder.RandomMesh();
+    std::unique_ptr<Graph> graph = builder.RandomHaloGraph(mesh);
+    if (graph == nullptr) continue;
+    std::string text = PrintHloModule(*graph);
+    SCOPED_TRACE(::testing::Message() << "case " << c << " on " << mesh.size() << " devices, mesh "
+                                      << mesh.logical_mesh().ToString() << "\n"
+                                      << text);
+    std::vector<Literal> inputs;
+    for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
+    absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(*graph, mesh.size());
+    ASSERT_TRUE(program.ok()) << program.status();
+    absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
+    ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*program->program);
+    ASSERT_TRUE(AllClose((*got)[0], (*expected)[0], 1e-5, 1e-5))
+        << "expected " << (*expected)[0].ToString() << "\ngot " << (*got)[0].ToString() << "\n"
+        << PrintHloModule(*program->program);
+    // XLA's rule for collective-permute: each device sends at most once and receives at most
+    // once. Replicated copies exchanging within their own copy is what keeps it.
+    for (const Node* node : program->program->nodes()) {
+      if (node->opcode() != Opcode::kCollectivePermute) continue;
+      std::set<int64_t> sources, targets;
+      for (const auto& [source, target] : node->attrs().source_target_pairs) {
+        EXPECT_TRUE(sources.insert(source).second && targets.insert(target).second)
+            << "%" << node->name() << " repeats device " << source << " or " << target << "\n"
             << PrintHloModule(*program->program);
       }
-      ++checked;
-      if (mesh.size() > 1) ++multi_device;
-      for (const auto& [kind, count] : partitioner::CountCollectives(*program->program)) {
-        collectives[kind] += count.count;
-      }
-      nodes += graph->num_nodes();
-      for (const Node* n : graph->nodes()) {
-        gathers += n->opcode() == Opcode::kGather;
-        scatters += n->opcode() == Opcode::kScatter;
-      }
     }
-    EXPECT_EQ(checked, kCases);
-    // The cases must exercise the partitioner: most run on several devices and need collectives.
-    std::string summary;
-    for (const auto& [kind, count] : collectives)
-      summary += kind + "=" + std::to_string(count) + " ";
-    std::printf(
-        "%d cases (%d multi-device, %lld nodes, %lld gathers, %lld scatters), "
-        "collectives: %s\n",
-        checked, multi_device, static_cast<long long>(nodes), static_cast<long long>(gathers),
-        static_cast<long long>(scatters), summary.c_str());
-    EXPECT_GT(multi_device, kCases / 2);
-    EXPECT_GT(collectives["all-reduce"], kCases / 10);
-    EXPECT_GT(collectives["all-gather"], kCases / 10);
-    EXPECT_GT(gathers, kCases / 10);
-    EXPECT_GT(scatters, kCases / 10);
+    ++checked;
+    auto counts = partitioner::CountCollectives(*program->program);
+    with_permute += counts.count("collective-permute") > 0;
+    without_gather += counts.count("all-gather") == 0;
   }
-
-  // Slices, pads and concatenates along dims tiled over the mesh (uneven, partially replicated,
-  // permuted device ids): the halo exchange must give exactly the unpartitioned result, and most
-  // cases must take it (collective-permute) rather than the all-gather fallback.
-  TEST(PartitionPropertyTest, HaloExchangeSlicePadConcatenate) {
-    constexpr int kCases = 300;
-    int checked = 0, with_permute = 0, without_gather = 0;
-    for (int c = 0; c < kCases; ++c) {
-      CaseBuilder builder(50000 + c);
-      Mesh mesh = builder.RandomMesh();
-      while (mesh.size() == 1) mesh = builder.RandomMesh();
-      std::unique_ptr<Graph> graph = builder.RandomHaloGraph(mesh);
-      if (graph == nullptr) continue;
-      std::string text = PrintHloModule(*graph);
-      SCOPED_TRACE(::testing::Message()
-                   << "case " << c << " on " << mesh.size() << " devices, mesh "
-                   << mesh.logical_mesh().ToString() << "\n"
-                   << text);
-      std::vector<Literal> inputs;
-      for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
-      absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
-      ASSERT_TRUE(expected.ok()) << expected.status();
-      absl::StatusOr<partitioner::SpmdProgram> program =
-          partitioner::Partition(*graph, mesh.size());
-      ASSERT_TRUE(program.ok()) << program.status();
-      absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
-      ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*program->program);
-      ASSERT_TRUE(AllClose((*got)[0], (*expected)[0], 1e-5, 1e-5))
-          << "expected " << (*expected)[0].ToString() << "\ngot " << (*got)[0].ToString() << "\n"
-          << PrintHloModule(*program->program);
-      // XLA's rule for collective-permute: each device sends at most once and receives at most
-      // once. Replicated copies exchanging within their own copy is what keeps it.
-      for (const Node* node : program->program->nodes()) {
-        if (node->opcode() != Opcode::kCollectivePermute) continue;
-        std::set<int64_t> sources, targets;
-        for (const auto& [source, target] : node->attrs().source_target_pairs) {
-          EXPECT_TRUE(sources.insert(source).second && targets.insert(target).second)
-              << "%" << node->name() << " repeats device " << source << " or " << target << "\n"
-              << PrintHloModule(*program->program);
-        }
-      }
-      ++checked;
-      auto counts = partitioner::CountCollectives(*program->program);
-      with_permute += counts.count("collective-permute") > 0;
-      without_gather += counts.count("all-gather") == 0;
-    }
-    std::printf("%d halo cases: %d with collective-permute, %d without all-gather\n", checked,
-                with_permute, without_gather);
-    EXPECT_GT(checked, kCases * 9 / 10);
-    EXPECT_GT(with_permute, kCases / 2);
-    EXPECT_GT(without_gather, kCases / 3);
-  }
+  std::printf("%d halo cases: %d with collective-permute, %d without all-gather\n", checked,
+              with_permute, without_gather);
+  EXPECT_GT(checked, kCases * 9 / 10);
+  EXPECT_GT(with_permute, kCases / 2);
+  EXPECT_GT(without_gather, kCases / 3);
+}
 
 }  // namespace
 }  // namespace tessel
