@@ -13,6 +13,8 @@
 //   BM_ExecutorExp/threads:1         exp of f32[16M] through Executor::Run (Eigen's packet exp,
 //                                    then libm for the inputs below ln(FLT_MIN))
 //   BM_EigenExp                      the same exp on Eigen arrays into a preallocated output
+//   BM_ExecutorConvolution/threads:T a ResNet 3x3 convolution, f32[8,32,32,64] (NHWC) x
+//                                    [3,3,64,64] (HWIO), pad 1: im2col + Eigen GEMM per block
 //
 // Counters: FLOPS (2 N^3 per dot, N per add or exp) as a rate, so "FLOPS=90G/s" reads as 90
 // GFLOP/s; the add and exp also report bytes/s (reads and writes). Wall-clock time throughout.
@@ -28,6 +30,7 @@
 #include "core/executor.h"
 #include "core/graph.h"
 #include "core/literal.h"
+#include "core/window.h"
 #include "tbb/info.h"
 #include "unsupported/Eigen/CXX11/Tensor"
 
@@ -173,6 +176,23 @@ void BM_EigenExp(benchmark::State& state) {
 }
 
 // One untimed run first (allocator, TBB workers, caches), so that a single timed iteration, as
+void BM_ExecutorConvolution(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  Graph graph("convolution");
+  Node* x = graph.AddParameter(0, Shape(DType::kF32, {8, 32, 32, 64}), "x").value();
+  Node* w = graph.AddParameter(1, Shape(DType::kF32, {3, 3, 64, 64}), "w").value();
+  OpAttributes attrs;
+  attrs.window = ParseWindow("size=3x3 pad=1_1x1_1").value();
+  attrs.convolution = ParseDimLabels("b01f_01io->b01f").value();
+  graph.set_root(graph.AddNode(Opcode::kConvolution, {x, w}, attrs).value());
+  std::vector<Literal> args = {RandomF32({8, 32, 32, 64}, 1), RandomF32({3, 3, 64, 64}, 2)};
+  TimeExecutor(state, graph, args, threads);
+  // 2 * output elements * kernel spatial size * input features.
+  state.counters["FLOPS"] =
+      benchmark::Counter(2.0 * 8 * 32 * 32 * 64 * 9 * 64 * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+
 // with --benchmark_min_time=0.01, compares like with like.
 constexpr double kWarmUpSeconds = 0.01;
 
@@ -182,6 +202,13 @@ BENCHMARK(BM_ExecutorDot)
     ->Args({2048, 1})
     ->Args({1024, 0})
     ->Args({2048, 0})
+    ->MinWarmUpTime(kWarmUpSeconds)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExecutorConvolution)
+    ->ArgNames({"threads"})
+    ->Arg(1)
+    ->Arg(0)
     ->MinWarmUpTime(kWarmUpSeconds)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -133,8 +133,8 @@ absl::Status CheckConvDims(std::string_view what, const Shape& shape, int64_t a,
   all.insert(all.end(), spatial.begin(), spatial.end());
   if (static_cast<int64_t>(all.size()) != shape.rank()) {
     return OpError(Opcode::kConvolution,
-                   absl::StrCat(std::string(what), " has rank ", shape.rank(), " (", shape.ToString(),
-                                ") but dim_labels name ", all.size(), " dims"));
+                   absl::StrCat(std::string(what), " has rank ", shape.rank(), " (",
+                                shape.ToString(), ") but dim_labels name ", all.size(), " dims"));
   }
   std::vector<bool> seen(shape.rank(), false);
   for (int64_t d : all) {

@@ -425,15 +425,18 @@ TEST(ConvolutionKernelTest, MatchesNaiveLoop) {
       ldims[d.input_spatial_dimensions[s]] = c.spatial[s];
       rdims[d.kernel_spatial_dimensions[s]] = c.kernel[s];
     }
-    for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16, DType::kS32}) {
+    for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kS32}) {
       Literal lhs = Random(Shape(dtype, ldims), rng);
       Literal rhs = Random(Shape(dtype, rdims), rng);
       const Shape out_shape = InferConvolutionShape(lhs.shape(), rhs.shape(), a, dtype).value();
       const Literal want = NaiveConvolution(lhs, rhs, a, out_shape);
       const Literal got = RunOne(Opcode::kConvolution, {lhs, rhs}, a);
       // Inputs are multiples of 0.5 in [-2, 2] (s32 keeps their whole parts): exact in f32, f64
-      // and s32; bf16 rounds each result to 8 significant bits.
-      ExpectNear(got, want, dtype == DType::kBF16 ? 1e-2 : (dtype == DType::kS32 ? 0 : 1e-6));
+      // and s32; bf16 and f16 round each result to 8 and 11 significant bits.
+      ExpectNear(got, want,
+                 dtype == DType::kBF16 || dtype == DType::kF16 ? 1e-2
+                 : dtype == DType::kS32                        ? 0
+                                                               : 1e-6);
       EXPECT_EQ(RunOne(Opcode::kConvolution, {lhs, rhs}, a, 4), got) << "thread count changed bits";
     }
   }
