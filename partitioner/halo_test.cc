@@ -120,6 +120,25 @@ TEST(HaloPlanTest, WindowedOpPool) {
   EXPECT_EQ(plan->bytes_per_device, 0);
 }
 
+// A tile whose window holds no valid element (the padding tiles of a result) takes part in no
+// exchange and reads an in-bounds window of its own buffer.
+TEST(HaloPlanTest, TileWithNothingValidReceivesNothing) {
+  // rows [0:3) of f32[8] over 4 (shards of 2), windows of 1 row at 0, 1, 2, 3: tile 3's row 3
+  // is past the valid range [0, 3).
+  HaloWindow w{0, {0, 1, 2, 3}, 1, 0, 3};
+  absl::StatusOr<HaloPlan> plan =
+      PlanHalo(S("{devices=[4]0,1,2,3}"), Shape(DType::kF32, {8}), {w}, 4);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const HaloDimPlan& dim = plan->dims[0];
+  for (const HaloPiece& piece : dim.pieces) {
+    for (const auto& [source, target] : piece.pairs) EXPECT_NE(target, 3);
+  }
+  EXPECT_TRUE(dim.needs_mask);
+  for (int64_t offset : dim.offset_by_device) {
+    EXPECT_GE(offset, 0);
+  }
+}
+
 TEST(HaloPlanTest, RejectsBadWindows) {
   const spmd::Sharding s = S("{devices=[4,1]0,1,2,3}");
   const Shape shape(DType::kF32, {8, 6});
