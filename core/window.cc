@@ -357,6 +357,18 @@ absl::StatusOr<Shape> InferConvolutionShape(const Shape& lhs, const Shape& rhs,
     return OpError(op, absl::StrCat("lhs batch dim ", d.input_batch_dimension, " has size ", batch,
                                     ", not a multiple of batch_group_count=", bgc));
   }
+  // The output's labels must name each of its num_spatial + 2 dims once before they index it.
+  std::vector<int64_t> out_labels = {d.output_batch_dimension, d.output_feature_dimension};
+  out_labels.insert(out_labels.end(), d.output_spatial_dimensions.begin(),
+                    d.output_spatial_dimensions.end());
+  std::vector<bool> seen(num_spatial + 2, false);
+  for (int64_t o : out_labels) {
+    if (o < 0 || o >= num_spatial + 2 || seen[o]) {
+      return OpError(op, absl::StrCat("output dims {", absl::StrJoin(out_labels, ","),
+                                      "} are not a permutation of rank ", num_spatial + 2));
+    }
+    seen[o] = true;
+  }
   std::vector<int64_t> dims(num_spatial + 2, 0);
   dims[d.output_batch_dimension] = batch / bgc;
   dims[d.output_feature_dimension] = kernel_out;
@@ -370,10 +382,7 @@ absl::StatusOr<Shape> InferConvolutionShape(const Shape& lhs, const Shape& rhs,
     dims[d.output_spatial_dimensions[k]] =
         WindowOutputSize(attrs.window[k], lhs.dim(d.input_spatial_dimensions[k]));
   }
-  Shape out_shape(result_dtype, dims);
-  TESSEL_RETURN_IF_ERROR(CheckConvDims("output", out_shape, d.output_batch_dimension,
-                                       d.output_feature_dimension, d.output_spatial_dimensions));
-  return out_shape;
+  return Shape(result_dtype, dims);
 }
 
 absl::StatusOr<Shape> InferReduceWindowShape(const Shape& operand, const Shape& init,

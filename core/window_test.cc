@@ -158,6 +158,9 @@ TEST(WindowShapeTest, ConvolutionErrors) {
                   ">= 1");
   ExpectConvError(x, Shape(DType::kBF16, {3, 3, 8, 8}), ConvAttrs("size=3x3", "b01f_01io->b01f"),
                   "operand types differ");
+  OpAttributes bad_output = ConvAttrs("size=3x3", "b01f_01io->b01f");
+  bad_output.convolution.output_batch_dimension = 7;  // built by hand, not parsed
+  ExpectConvError(x, Shape(DType::kF32, {3, 3, 8, 8}), bad_output, "output dims");
 }
 
 TEST(WindowShapeTest, ReduceWindowSelectAndScatterReverse) {

@@ -5,7 +5,8 @@
 // from the target, the lhs, the rhs and their merge, each costed in bytes received; batch and
 // output-feature tilings need no collective, a tiled input feature (contracting) dim gives
 // partial sums that the driver all-reduces, and feature / batch groups tile with the groups
-// (local group count = count / tiles) when the tiles divide the group count.
+// (local group count = count / tiles) when the tiles divide the group count; spatial dims with
+// a trivial window (size 1, stride 1, no padding or dilation) keep their tiling, as the batch.
 //
 // Spatial (windowed) dims of convolution and reduce-window: halo exchange (partitioner/internal/
 // halo.h, GSPMD's ExchangeHaloAndGetValidData) when UseHalo finds it moves fewer bytes: the
@@ -147,9 +148,17 @@ absl::StatusOr<std::optional<ConvChoice>> ConvHaloChoice(Context& ctx, const Nod
                                                          const Shape& lhs_shape) {
   const ConvolutionDimensionNumbers& d = node.attrs().convolution;
   const std::vector<WindowDim>& window = node.attrs().window;
+  // Window dim k is spatial dim k of the lhs and the output; trivial ones are not in
+  // s.windowed (they keep their tiling with no halo, as the batch does).
+  auto windowed = [&](size_t k) {
+    return std::find(s.windowed.begin(), s.windowed.end(), d.output_spatial_dimensions[k]) !=
+           s.windowed.end();
+  };
   std::vector<int64_t> whole_windowed;
-  for (size_t k = 0; k < s.windowed.size(); ++k) {
-    if (!HaloServes(window[k])) whole_windowed.push_back(s.windowed[k]);
+  for (size_t k = 0; k < window.size(); ++k) {
+    if (windowed(k) && !HaloServes(window[k])) {
+      whole_windowed.push_back(d.output_spatial_dimensions[k]);
+    }
   }
   ConvChoice choice{ConvLayout(s, Plain(candidate), whole_windowed), std::nullopt};
   if (!choice.space.IsTiled()) return std::nullopt;
@@ -159,7 +168,7 @@ absl::StatusOr<std::optional<ConvChoice>> ConvHaloChoice(Context& ctx, const Nod
     const int64_t dim = d.input_spatial_dimensions[k];
     const int64_t out = node.shape().dim(d.output_spatial_dimensions[k]);
     const int64_t tiles = lhs_layout.num_tiles(dim);
-    if (tiles <= 1 || lhs_shape.dim(dim) < 1 || out < 1) continue;
+    if (!windowed(k) || tiles <= 1 || lhs_shape.dim(dim) < 1 || out < 1) continue;
     const WindowDim& w = window[k];
     windows.push_back(WindowedOpHalo(dim, tiles, lhs_shape.dim(dim), out, w.size, w.stride,
                                      w.padding_low, w.window_dilation));

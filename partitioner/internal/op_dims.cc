@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/window.h"
+
 namespace tessel::partitioner::internal {
 
 namespace {
@@ -60,7 +62,9 @@ ConvSpace MakeConvSpace(const Node& convolution) {
   for (int64_t k = 0; k < num_spatial; ++k) {
     s.lhs_to_space[d.input_spatial_dimensions[k]] = d.output_spatial_dimensions[k];
     s.rhs_to_space[d.kernel_spatial_dimensions[k]] = out_rank + 1 + k;
-    s.windowed.push_back(d.output_spatial_dimensions[k]);
+    // A trivial window dim (size 1, stride 1, no padding or dilation) maps element to element,
+    // like the batch dim: its tiling needs no halo.
+    if (!IsTrivialWindowDim(a.window[k])) s.windowed.push_back(d.output_spatial_dimensions[k]);
     s.whole.push_back(out_rank + 1 + k);
   }
   if (a.feature_group_count > 1) {

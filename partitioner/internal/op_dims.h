@@ -26,7 +26,8 @@ DotSpace MakeDotSpace(const Node& dot);
 //   (sharded: partial sums); feature_group_count > 1: the lhs feature dim maps to the output
 //   feature dim (the groups), the rhs input feature dim to the contracting one.
 //   batch_group_count > 1: the lhs batch dim maps to the output feature dim (the groups).
-// `windowed` are the space dims of the spatial dims (lhs and output spatial); `whole` the dims
+// `windowed` are the space dims of the spatial dims whose window is not trivial (lhs and output
+// spatial; a 1x1 convolution has none); `whole` the dims
 // the partitioner keeps unsharded: kernel spatial, the contracting dim when feature groups own
 // the lhs feature dim, the output batch dim under batch groups. `group_dim` (-1 if none) may be
 // tiled only by a divisor of `group_count`. Source: XLA convolution_handler.cc (batch, output
