@@ -13,7 +13,6 @@ namespace tessel::partitioner {
 
 namespace {
 
-using internal::ChangedDims;
 using internal::ConvSpace;
 using internal::DotSpace;
 using internal::Iota;
@@ -221,9 +220,12 @@ class Propagator {
         break;
     }
     // slice, pad, concatenate, dynamic-slice, dynamic-update-slice: a dim whose extent changes
-    // has tile boundaries at other elements on each side, so only the untouched dims keep the
-    // operand's tiling (HandleDataMovement gathers the changed dims for the same reason).
-    if (IsDimPreserving(op) && in) return PartiallyReplicate(*in, rank, ChangedDims(node));
+    // has tile boundaries at other elements on each side, so it keeps the operand's tiling only
+    // where halo exchange can produce it (TilingKeptDims); the other changed dims are replicated
+    // (HandleDataMovement gathers them).
+    if (IsDimPreserving(op) && in) {
+      return PartiallyReplicate(*in, rank, internal::ReplicatedChangedDims(node));
+    }
     return std::nullopt;
   }
 
@@ -283,7 +285,7 @@ class Propagator {
       bool data_operand = operand_index == 0 || (op == Opcode::kConcatenate) ||
                           (op == Opcode::kDynamicUpdateSlice && operand_index == 1);
       if (!data_operand) return std::nullopt;
-      return PartiallyReplicate(*out, operand_shape.rank(), ChangedDims(user));
+      return PartiallyReplicate(*out, operand_shape.rank(), internal::ReplicatedChangedDims(user));
     }
     return std::nullopt;
   }

@@ -10,7 +10,9 @@
 //      imply (elementwise: the operands' shardings; broadcast: embedded; transpose: permuted;
 //      reshape: through dims that survive; reduce: the kept dims; dot: batch and lhs dims from the
 //      lhs merged with rhs dims from the rhs; slice / pad / concatenate / dynamic-slice /
-//      dynamic-update-slice: the operand with the changed dims replicated).
+//      dynamic-update-slice: the operand with the changed dims replicated, except the dims a
+//      slice or pad keeps at least half of and a concatenate's dim, which keep their tiling for
+//      halo exchange: internal::TilingKeptDims).
 //   3. A backward pass in reverse order gives each still unsharded node what its users imply.
 //   4. Steps 2-3 repeat until nothing changes; what is left is {replicated}.
 // Merging (MergeShardings) combines tilings of different dims when every device keeps a

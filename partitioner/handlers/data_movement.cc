@@ -1,8 +1,11 @@
-// slice, pad, concatenate, dynamic-slice, dynamic-update-slice. Dims whose extent the op changes
-// are made whole on every device first (all-gather), the op runs locally with unchanged dims at
-// their local size, and the driver cuts the result to the target (documented fallback instead of
-// XLA's halo exchange: correct for any sizes, more bytes for slices of sharded dims).
+// slice, pad, concatenate, dynamic-slice, dynamic-update-slice. slice, pad and concatenate with
+// the target tiled along a dim they change first try halo exchange (handlers/halo_ops.cc), taken
+// when it moves fewer bytes. Otherwise (and always for dynamic-slice and dynamic-update-slice,
+// whose windows depend on data) the dims whose extent the op changes are made whole on every
+// device first (all-gather), the op runs locally with unchanged dims at their local size, and the
+// driver cuts the result to the target: correct for any sizes, more bytes along tiled dims.
 #include <algorithm>
+#include <optional>
 
 #include "core/status_macros.h"
 #include "partitioner/internal/context.h"
@@ -14,6 +17,9 @@ namespace tessel::partitioner::internal {
 absl::StatusOr<PValue> HandleDataMovement(Context& ctx, const Node& node,
                                           const std::vector<PValue>& operands,
                                           const Sharding& target) {
+  TESSEL_ASSIGN_OR_RETURN(std::optional<PValue> halo,
+                          PartitionWithHalo(ctx, node, operands, target));
+  if (halo.has_value()) return *std::move(halo);
   const int64_t rank = node.shape().rank();
   const std::vector<int64_t> changed = ChangedDims(node);
   // The operands take the target's tiling on the untouched dims, so the result needs at most a

@@ -124,6 +124,12 @@ absl::StatusOr<PValue> HandleReshape(Context&, const Node&, const std::vector<PV
                                      const Sharding&);
 absl::StatusOr<PValue> HandleDataMovement(Context&, const Node&, const std::vector<PValue>&,
                                           const Sharding&);
+// slice, pad, concatenate with the target tiled along a dim they change: the halo-exchange
+// result in a layout keeping that tiling when it moves fewer bytes than the all-gather fallback,
+// else nullopt (handlers/halo_ops.cc; HandleDataMovement asks it first).
+absl::StatusOr<std::optional<PValue>> PartitionWithHalo(Context&, const Node&,
+                                                        const std::vector<PValue>&,
+                                                        const Sharding&);
 // gather: index-parallel, passthrough, else replicate (handlers/gather_scatter.cc).
 absl::StatusOr<PValue> HandleGather(Context&, const Node&, const std::vector<PValue>&,
                                     const Sharding&);

@@ -121,6 +121,30 @@ std::vector<int64_t> ChangedDims(const Node& node) {
   return dims;
 }
 
+// Half the extent: below it most of a device's shard is dropped and its window lies mostly in
+// other shards, so exchanging halos would move about as much as gathering the dim.
+std::vector<int64_t> TilingKeptDims(const Node& node) {
+  std::vector<int64_t> dims;
+  const Opcode op = node.opcode();
+  if (op != Opcode::kSlice && op != Opcode::kPad && op != Opcode::kConcatenate) return dims;
+  const Shape& in = node.operand(0)->shape();
+  for (int64_t d : ChangedDims(node)) {
+    if (op == Opcode::kPad && node.attrs().padding[d].interior != 0) continue;
+    if (op != Opcode::kConcatenate && 2 * node.shape().dim(d) < in.dim(d)) continue;
+    dims.push_back(d);
+  }
+  return dims;
+}
+
+std::vector<int64_t> ReplicatedChangedDims(const Node& node) {
+  const std::vector<int64_t> kept = TilingKeptDims(node);
+  std::vector<int64_t> dims;
+  for (int64_t d : ChangedDims(node)) {
+    if (!Contains(kept, d)) dims.push_back(d);
+  }
+  return dims;
+}
+
 std::vector<int64_t> Iota(int64_t n) {
   std::vector<int64_t> v(n);
   for (int64_t i = 0; i < n; ++i) v[i] = i;

@@ -45,6 +45,16 @@ ConvSpace MakeConvSpace(const Node& convolution);
 // ops.
 std::vector<int64_t> ChangedDims(const Node& node);
 
+// The changed dims along which slice, pad and concatenate keep their operand's tiling, since
+// halo exchange (partitioner/internal/halo.h) can produce the result tiled the same way: a
+// slice's or pad's dim that keeps at least half its extent (interior padding excluded) and a
+// concatenate's dim. Empty for other ops. Source: XLA ShardingPropagation passes a slice's, pad's
+// and concatenate's sharding through (GSPMD section 3.3).
+std::vector<int64_t> TilingKeptDims(const Node& node);
+
+// ChangedDims(node) without TilingKeptDims(node): the dims whose tiling propagation drops.
+std::vector<int64_t> ReplicatedChangedDims(const Node& node);
+
 // True for the ops ChangedDims describes.
 bool IsDimPreserving(Opcode opcode);
 

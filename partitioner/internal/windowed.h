@@ -4,11 +4,14 @@
 //   PartitionSpatialDimsByReplicating({devices=[2,4,1,1]<=[8]}, 4, {1, 2})
 //     == {devices=[2,1,1,1,4]<=[8] last_tile_dim_replicate}: dim 1 gathered, dim 0 kept.
 //
-// Today every windowed dim (window size > 1, stride > 1, padding or dilation) that is sharded is
-// made whole on each device (all-gather), the op runs locally on whole windowed dims, and the
-// driver slices the result back to its target: correct for any window, more bytes than needed.
+// The fallback: every windowed dim (window size > 1, stride > 1, padding or dilation) that is
+// sharded is made whole on each device (all-gather), the op runs locally on whole windowed dims,
+// and the driver slices the result back to its target: correct for any window, more bytes than
+// needed. convolution and reduce-window take halo exchange instead where it moves fewer bytes
+// and the dim has no base dilation (handlers/windowed.cc, internal/halo.h WindowedOpHalo);
+// select-and-scatter and reverse always take this fallback.
 //
-// What a halo strategy needs instead (GSPMD: spmd_partitioner.cc HandleReduceWindow,
+// What a halo strategy needs (GSPMD: spmd_partitioner.cc HandleReduceWindow,
 // convolution_handler.cc PartitionConvolutionWithSpatialDimensionHaloExchangeOnLHS,
 // ExchangeHaloAndGetValidData), per windowed dim d of the operand (lhs) with local size s:
 //   - the window: size, window_dilation (dilated size (size-1)*window_dilation+1), stride;

@@ -7,14 +7,17 @@
 // slice, pad, concatenate, dynamic-slice, dynamic-update-slice, iota and rng, with odd and
 // uneven sizes; a second test: convolution, reduce-window, select-and-scatter, reverse) and random
 // mark_sharding-style annotations (partition specs over the mesh axes, so partial replication is
-// common). On failure the global HLO text is printed. The partitioned program is run and its
-// outputs assembled by partitioner::RunPartitioned (partitioner/verify.h), the same code as `tessel
+// common). On failure the global HLO text is printed. HaloExchangeSlicePadConcatenate builds
+// chains of slices, pads and concatenates along a tiled dim, the cases the halo exchange
+// (partitioner/internal/halo.h) serves. The partitioned program is run and its outputs
+// assembled by partitioner::RunPartitioned (partitioner/verify.h), the same code as `tessel
 // verify`.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <random>
+#include <set>
 
 #include "core/executor.h"
 #include "core/graph.h"
@@ -491,6 +494,88 @@ class CaseBuilder {
     return g;
   }
 
+  // A value tiled along `dim` over a random mesh axis of more than one device (nullopt if the
+  // mesh has none), the other dims over other axes or none: partial replication is common.
+  std::string TiledAlong(const Mesh& mesh, int64_t rank, int64_t dim) {
+    std::vector<int> axes;
+    for (int a = 0; a < mesh.logical_mesh().rank(); ++a) {
+      if (mesh.logical_mesh().dim(a) > 1) axes.push_back(a);
+    }
+    if (axes.empty()) return "";
+    std::shuffle(axes.begin(), axes.end(), gen_);
+    std::vector<PartitionSpec::Entry> entries(rank, std::nullopt);
+    entries[dim] = axes[0];
+    size_t next = 1;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d != dim && next < axes.size() && Coin(0.4)) entries[d] = axes[next++];
+    }
+    auto s = spmd::ShardingFromPartitionSpec(mesh, rank, PartitionSpec(entries));
+    return s.ok() ? s->ToString() : "";
+  }
+
+  // A chain of 1-3 slices, pads and concatenates along a dim tiled over the mesh (odd and uneven
+  // sizes, windows reaching past one neighbour, negative padding), each result annotated like
+  // its operand or left to propagation, then an elementwise op; the halo-exchange path.
+  std::unique_ptr<Graph> RandomHaloGraph(const Mesh& mesh) {
+    mesh_ = &mesh;
+    auto g = std::make_unique<Graph>("halo");
+    const int64_t rank = Rand(1, 3);
+    std::vector<int64_t> dims;
+    for (int64_t i = 0; i < rank; ++i) dims.push_back(Rand(1, 17));
+    const int64_t d = Rand(0, rank - 1);
+    dims[d] = Rand(3, 29);
+    Node* x = NewParameter(*g, Shape(DType::kF32, dims));
+    const std::string sharding = TiledAlong(mesh, rank, d);
+    x->set_sharding(sharding);
+    const int64_t ops = Rand(1, 3);
+    for (int64_t i = 0; i < ops && x != nullptr; ++i) {
+      const Shape& s = x->shape();
+      const int64_t n = s.dim(d);
+      Node* y = nullptr;
+      switch (Rand(0, 2)) {
+        case 0: {  // slice keeping at least half of d
+          OpAttributes a;
+          for (int64_t e = 0; e < rank; ++e) a.slice.push_back(SliceDim{0, s.dim(e), 1});
+          const int64_t stride = Coin(0.25) ? 2 : 1;
+          const int64_t keep = Rand((n + 1) / 2, n);
+          const int64_t start = Rand(0, n - keep);
+          a.slice[d] = SliceDim{start, start + keep, stride};
+          y = OrNull(g->AddNode(Opcode::kSlice, {x}, a));
+          break;
+        }
+        case 1: {  // pad, low and high from -2 to 9 (past a neighbour's shard)
+          OpAttributes a;
+          a.padding.assign(rank, PadDim{});
+          a.padding[d] = PadDim{Rand(-2, 9), Rand(-2, 9), Coin(0.1) ? 1 : 0};
+          if (n + a.padding[d].low + a.padding[d].high < 1) a.padding[d].high = 0;
+          if (n + a.padding[d].low < 1) a.padding[d].low = 0;
+          y = OrNull(g->AddNode(Opcode::kPad, {x, Scalar(*g, 0.25)}, a));
+          break;
+        }
+        default: {  // concatenate with 1-2 new values, sharded like x or not
+          std::vector<Node*> operands = {x};
+          const int64_t more = Rand(1, 2);
+          for (int64_t j = 0; j < more; ++j) {
+            std::vector<int64_t> other = s.dims();
+            other[d] = Rand(1, 13);
+            Node* p = NewParameter(*g, Shape(DType::kF32, other));
+            if (Coin(0.6)) p->set_sharding(TiledAlong(mesh, rank, d));
+            operands.insert(operands.begin() + Rand(0, operands.size()), p);
+          }
+          OpAttributes a;
+          a.dimensions = {d};
+          y = OrNull(g->AddNode(Opcode::kConcatenate, operands, a));
+          break;
+        }
+      }
+      if (y != nullptr && Coin(0.5)) y->set_sharding(sharding);
+      x = y;
+    }
+    if (x == nullptr) return nullptr;
+    g->set_root(OrNull(g->AddNode(Opcode::kTanh, {x})));
+    return g;
+  }
+
   Literal RandomInput(const Shape& shape) {
     Literal lit(shape);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -564,6 +649,56 @@ TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
   EXPECT_GT(collectives["all-gather"], kCases / 10);
   EXPECT_GT(gathers, kCases / 10);
   EXPECT_GT(scatters, kCases / 10);
+}
+
+// Slices, pads and concatenates along dims tiled over the mesh (uneven, partially replicated,
+// permuted device ids): the halo exchange must give exactly the unpartitioned result, and most
+// cases must take it (collective-permute) rather than the all-gather fallback.
+TEST(PartitionPropertyTest, HaloExchangeSlicePadConcatenate) {
+  constexpr int kCases = 300;
+  int checked = 0, with_permute = 0, without_gather = 0;
+  for (int c = 0; c < kCases; ++c) {
+    CaseBuilder builder(50000 + c);
+    Mesh mesh = builder.RandomMesh();
+    while (mesh.size() == 1) mesh = builder.RandomMesh();
+    std::unique_ptr<Graph> graph = builder.RandomHaloGraph(mesh);
+    if (graph == nullptr) continue;
+    std::string text = PrintHloModule(*graph);
+    SCOPED_TRACE(::testing::Message() << "case " << c << " on " << mesh.size() << " devices, mesh "
+                                      << mesh.logical_mesh().ToString() << "\n"
+                                      << text);
+    std::vector<Literal> inputs;
+    for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
+    absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(*graph, mesh.size());
+    ASSERT_TRUE(program.ok()) << program.status();
+    absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
+    ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*program->program);
+    ASSERT_TRUE(AllClose((*got)[0], (*expected)[0], 1e-5, 1e-5))
+        << "expected " << (*expected)[0].ToString() << "\ngot " << (*got)[0].ToString() << "\n"
+        << PrintHloModule(*program->program);
+    // XLA's rule for collective-permute: each device sends at most once and receives at most
+    // once. Replicated copies exchanging within their own copy is what keeps it.
+    for (const Node* node : program->program->nodes()) {
+      if (node->opcode() != Opcode::kCollectivePermute) continue;
+      std::set<int64_t> sources, targets;
+      for (const auto& [source, target] : node->attrs().source_target_pairs) {
+        EXPECT_TRUE(sources.insert(source).second && targets.insert(target).second)
+            << "%" << node->name() << " repeats device " << source << " or " << target << "\n"
+            << PrintHloModule(*program->program);
+      }
+    }
+    ++checked;
+    auto counts = partitioner::CountCollectives(*program->program);
+    with_permute += counts.count("collective-permute") > 0;
+    without_gather += counts.count("all-gather") == 0;
+  }
+  std::printf("%d halo cases: %d with collective-permute, %d without all-gather\n", checked,
+              with_permute, without_gather);
+  EXPECT_GT(checked, kCases * 9 / 10);
+  EXPECT_GT(with_permute, kCases / 2);
+  EXPECT_GT(without_gather, kCases / 3);
 }
 
 }  // namespace
