@@ -56,13 +56,15 @@ class Propagator {
     // most 14 times. The loop would stop by itself (a round that changes something fills at
     // least one slot); the bound caps the cost on deep graphs. A node still unsharded after it
     // is {replicated} below: always correct, the partitioner reshards wherever shardings meet.
-    for (int round = 0; round < 8; ++round) {
-      bool changed = false;
-      for (const Node* node : graph_.nodes()) changed |= Assign(node, Forward(*node));
-      for (auto it = graph_.nodes().rbegin(); it != graph_.nodes().rend(); ++it) {
-        changed |= Assign(*it, Backward(**it));
-      }
-      if (!changed) break;
+    //
+    // Two phases, as XLA's ShardingPropagation prefers a sharded candidate over a replicated
+    // one (ShardedPreferredOverReplicated): the first only assigns shardings that tile some dim,
+    // so a value that one side would leave whole (a weight gradient, whose dot contracts the
+    // sharded batch) waits for the other side (the optimizer update, sharded like the weight)
+    // and becomes a reduce-scatter instead of an all-reduce; the second phase assigns the rest.
+    for (bool sharded_only : {true, false}) {
+      sharded_only_ = sharded_only;
+      RunRounds();
     }
     // Tuple-shaped nodes never get a slot from the passes (Assign refuses them): a tuple()
     // takes its elements' shardings here, after they are final; any other tuple-shaped node
@@ -122,9 +124,22 @@ class Propagator {
     return *parsed;
   }
 
+  // Forward and backward legs until nothing changes (at most 8 rounds; see Run).
+  void RunRounds() {
+    for (int round = 0; round < 8; ++round) {
+      bool changed = false;
+      for (const Node* node : graph_.nodes()) changed |= Assign(node, Forward(*node));
+      for (auto it = graph_.nodes().rbegin(); it != graph_.nodes().rend(); ++it) {
+        changed |= Assign(*it, Backward(**it));
+      }
+      if (!changed) break;
+    }
+  }
+
   bool Assign(const Node* node, std::optional<Sharding> s) {
     auto& slot = result_[index_[node]];
     if (slot.has_value() || !s.has_value() || node->shape().is_tuple()) return false;
+    if (sharded_only_ && s->NumTiles() <= 1) return false;
     slot = std::move(s);
     return true;
   }
@@ -288,6 +303,8 @@ class Propagator {
   int64_t num_devices_;
   absl::flat_hash_map<const Node*, int64_t> index_;
   std::vector<std::optional<Sharding>> result_;
+  // Phase one of Run: only shardings that tile a dim are assigned.
+  bool sharded_only_ = false;
 };
 
 }  // namespace
