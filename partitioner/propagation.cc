@@ -28,6 +28,15 @@ std::vector<int64_t> AllDimsExcept(int64_t rank, const std::vector<int64_t>& rem
   return kept;
 }
 
+// A sharding of `from` carried through a reshape to `to`: the whole tiling when it survives,
+// else the tiling of the groups of dims that keep theirs (a GQA head regrouping keeps the batch
+// tiling), else nothing.
+std::optional<Sharding> ThroughReshape(const Sharding& s, const Shape& from, const Shape& to) {
+  if (std::optional<Sharding> whole = internal::ReshapeSharding(s, from, to)) return whole;
+  if (auto partial = internal::PartialReshapeSharding(s, from, to)) return partial->second;
+  return std::nullopt;
+}
+
 // One propagation over a graph. result_[i] is the sharding of graph_.nodes()[i] once decided;
 // a slot is written once and never revised (Assign), which is what makes the outcome independent
 // of how many rounds run after it was set and keeps it identical on every host.
@@ -183,7 +192,7 @@ class Propagator {
         return TransposeSharding(*in, node.attrs().dimensions);
       case Opcode::kReshape: {
         if (!in) return std::nullopt;
-        return internal::ReshapeSharding(*in, node.operand(0)->shape(), node.shape());
+        return ThroughReshape(*in, node.operand(0)->shape(), node.shape());
       }
       case Opcode::kReduce:
         // Tiles of the reduced dims become replication: after the all-reduce every device of
@@ -238,7 +247,7 @@ class Propagator {
         return TransposeSharding(*out, inverse);
       }
       case Opcode::kReshape:
-        return internal::ReshapeSharding(*out, user.shape(), operand_shape);
+        return ThroughReshape(*out, user.shape(), operand_shape);
       case Opcode::kReduce:
         // Operand 1 is the scalar init value: nothing to infer.
         if (operand_index != 0) return std::nullopt;

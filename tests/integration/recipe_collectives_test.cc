@@ -200,5 +200,20 @@ TEST(RecipeCollectivesTest, FsdpGathersWeightsAndReduceScattersGradients) {
   ExpectFsdpCollectives(p, {config.seq_len, config.d_model});
 }
 
+// Grouped-query attention (kv_heads < heads) under TP: grouping query heads over the kv heads
+// keeps the batch tiling, so no collective carries a global-batch activation.
+TEST(RecipeCollectivesTest, GqaAddsNoGlobalBatchGather) {
+  nn::TransformerConfig config = SmallGpt();
+  config.arch = nn::TransformerArch::kLlama;
+  config.heads = 8;
+  config.kv_heads = 2;
+  spmd::Mesh mesh = MakeMesh({2, 4}, {"data", "tensor"});
+  Partitioned p = Build(config, mesh, nn::ShardingRecipe::kTp);
+  for (const Collective& c : p.collectives) {
+    EXPECT_FALSE(c.dims.size() >= 3 && c.dims[0] == config.batch)
+        << "global-batch collective " << ToString(c);
+  }
+}
+
 }  // namespace
 }  // namespace tessel
