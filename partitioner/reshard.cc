@@ -95,6 +95,69 @@ std::optional<ReshardStep> TryReduceScatter(const Sharding& current, const Shard
   return step;
 }
 
+// Unreduced -> partially replicated tiling in two steps, when the target's replication groups
+// lie inside the unreduced groups: a reduce-scatter over the devices of an unreduced group that
+// share a replica position (each keeps the partial sum of its tile along the new dim d), then
+// an all-reduce of that shard over the target's replication groups. A weight gradient reduced
+// over data x fsdp (FSDP inside slices, data parallel across them) thus crosses DCN only as
+// the shard, after the ICI reduce-scatter: the hierarchical reduction of ZeRO / MaxText
+// multislice. Returns both steps, or nothing when the groups do not nest so.
+std::optional<std::vector<ReshardStep>> TryReduceScatterThenAllReduce(const Sharding& current,
+                                                                      const Sharding& target,
+                                                                      int64_t rank,
+                                                                      int64_t num_devices) {
+  if (!target.IsTiled() || !target.HasPartialReplication()) return std::nullopt;
+  const int64_t d = OnlyNewTiledDim(Reduced(current), target, rank, num_devices);
+  if (d < 0) return std::nullopt;
+  const int64_t t = target.num_tiles(d);
+  std::vector<std::vector<int64_t>> unreduced = current.UnreducedGroups(num_devices);
+  std::vector<std::vector<int64_t>> replicas = target.ReplicationGroups(num_devices);
+  const int64_t r = static_cast<int64_t>(replicas[0].size());
+  if (static_cast<int64_t>(unreduced[0].size()) != t * r) return std::nullopt;
+  std::vector<int64_t> group_of(num_devices, -1), replica_pos(num_devices, -1);
+  for (size_t g = 0; g < unreduced.size(); ++g) {
+    for (int64_t id : unreduced[g]) group_of[id] = static_cast<int64_t>(g);
+  }
+  for (const auto& group : replicas) {
+    for (size_t k = 0; k < group.size(); ++k) {
+      replica_pos[group[k]] = static_cast<int64_t>(k);
+      if (group_of[group[k]] != group_of[group[0]]) return std::nullopt;
+    }
+  }
+  // One reduce-scatter group per (unreduced group, replica position), listed in tile order
+  // along d so that rank k keeps chunk k.
+  std::vector<std::vector<int64_t>> scatter_groups;
+  for (const auto& group : unreduced) {
+    for (int64_t pos = 0; pos < r; ++pos) {
+      std::vector<int64_t> members(t, -1);
+      for (int64_t id : group) {
+        if (replica_pos[id] != pos) continue;
+        std::optional<std::vector<int64_t>> index = target.TileIndexOf(id);
+        if (!index.has_value() || (*index)[d] >= t || members[(*index)[d]] >= 0) {
+          return std::nullopt;
+        }
+        members[(*index)[d]] = id;
+      }
+      if (std::find(members.begin(), members.end(), -1) != members.end()) return std::nullopt;
+      scatter_groups.push_back(std::move(members));
+    }
+  }
+  std::vector<SubgroupType> types = target.subgroup_types();
+  for (SubgroupType& type : types) {
+    if (type == SubgroupType::kReplicated) type = SubgroupType::kUnreduced;
+  }
+  ReshardStep scatter;
+  scatter.kind = ReshardStep::Kind::kReduceScatter;
+  scatter.dim = d;
+  scatter.groups = std::move(scatter_groups);
+  scatter.after = Sharding::Subgroup(target.tile_assignment(), types);
+  ReshardStep reduce;
+  reduce.kind = ReshardStep::Kind::kAllReduce;
+  reduce.groups = std::move(replicas);
+  reduce.after = target;
+  return std::vector<ReshardStep>{std::move(scatter), std::move(reduce)};
+}
+
 // Tiled on dim a -> tiled on dim b over the same device groups, both dims divisible: one
 // all-to-all (each device sends chunk i of dim b to the i-th device of its group).
 std::optional<ReshardStep> TryAllToAll(const Sharding& current, const Sharding& target,
@@ -167,6 +230,16 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to
       int64_t n = static_cast<int64_t>(step->groups[0].size());
       plan.bytes_per_device += (n - 1) * LocalBytes(global_shape, current) / n;
       plan.steps.push_back(*std::move(step));
+      return plan;
+    }
+  }
+  if (HasUnreduced(current)) {
+    if (auto steps = TryReduceScatterThenAllReduce(current, target, rank, num_devices)) {
+      const int64_t t = static_cast<int64_t>((*steps)[0].groups[0].size());
+      const int64_t r = static_cast<int64_t>((*steps)[1].groups[0].size());
+      plan.bytes_per_device += (t - 1) * LocalBytes(global_shape, current) / t +
+                               2 * (r - 1) * LocalBytes(global_shape, target) / r;
+      plan.steps = *std::move(steps);
       return plan;
     }
   }

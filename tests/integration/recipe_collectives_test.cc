@@ -6,6 +6,7 @@
 //
 // Collectives are matched to weights by shape: the model's dims are chosen so that no weight
 // shape, shard shape or activation shape coincides with another kind's.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -127,6 +128,11 @@ nn::TransformerConfig SmallGpt() {
   return c;
 }
 
+Dims Unordered(Dims dims) {
+  std::sort(dims.begin(), dims.end());
+  return dims;
+}
+
 spmd::Mesh MakeMesh(Dims shape, std::vector<std::string> names) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -213,6 +219,35 @@ TEST(RecipeCollectivesTest, GqaAddsNoGlobalBatchGather) {
     EXPECT_FALSE(c.dims.size() >= 3 && c.dims[0] == config.batch)
         << "global-batch collective " << ToString(c);
   }
+}
+
+// Multi-slice data parallel over two slices (MaxText dcn_data_parallelism): FSDP inside each
+// slice, and the DCN carries one reduction of each weight's gradient shard per step (plus the
+// scalar loss), nothing else.
+TEST(RecipeCollectivesTest, MultisliceDpCrossesDcnOncePerGradient) {
+  absl::StatusOr<mesh::Topology> topology = mesh::MakeUniformTopology(2, {2, 2, 1}, 1);
+  ASSERT_TRUE(topology.ok()) << topology.status();
+  absl::StatusOr<spmd::HybridMesh> mesh =
+      spmd::HybridMesh::Create({1, 2, 2}, {2, 1, 1}, {"data", "fsdp", "tensor"}, *topology);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  Partitioned p = Build(SmallGpt(), *mesh, nn::ShardingRecipe::kMultisliceDp);
+  auto slice_of = [&](int64_t id) { return topology->device(id).slice; };
+  std::map<Dims, int64_t> dcn_reductions;
+  for (const Collective& c : p.collectives) {
+    bool crosses = false;
+    for (const auto& g : c.groups) {
+      for (int64_t id : g) crosses |= slice_of(id) != slice_of(g[0]);
+    }
+    if (c.groups.empty()) crosses = true;
+    if (!crosses) continue;
+    EXPECT_EQ(c.opcode, Opcode::kAllReduce) << "over DCN: " << ToString(c);
+    if (!c.dims.empty()) ++dcn_reductions[Unordered(c.dims)];
+  }
+  // Matrix gradients may be reduced transposed (see ExpectFsdpCollectives), so shapes are
+  // compared as multisets of dims.
+  std::map<Dims, int64_t> expected;
+  for (const WeightInfo& w : p.weights) ++expected[Unordered(w.local)];
+  EXPECT_EQ(dcn_reductions, expected) << Dump(p.collectives);
 }
 
 }  // namespace
