@@ -49,12 +49,14 @@ class Propagator {
       index_[node] = static_cast<int64_t>(index_.size());
     }
     result_.assign(graph_.num_nodes(), std::nullopt);
+    annotated_.assign(graph_.num_nodes(), false);
     // Annotations fill their slots before any pass runs, so no inferred sharding can take the
     // place of a user's mark_sharding (XLA's ShardingPropagation also treats them as fixed).
     for (const Node* node : graph_.nodes()) {
       if (node->sharding().empty()) continue;
       TESSEL_ASSIGN_OR_RETURN(Sharding s, ParseAnnotation(*node));
       result_[index_[node]] = std::move(s);
+      annotated_[index_[node]] = true;
     }
     // graph_.nodes() is a topological order and Assign writes result_ in place, so one forward
     // pass carries a sharding down a whole chain of operand -> user edges, and one backward pass
@@ -145,9 +147,21 @@ class Propagator {
     }
   }
 
+  // Fills an empty slot, or refines an inferred one: a candidate that merges with the current
+  // sharding into one with more tiles replaces it (XLA's propagation likewise only ever makes a
+  // sharding more specific: a dot first tiled from its operands takes the weight's FSDP tiling
+  // from its users). Tile counts only grow, so the rounds still end.
   bool Assign(const Node* node, std::optional<Sharding> s) {
-    auto& slot = result_[index_[node]];
-    if (slot.has_value() || !s.has_value() || node->shape().is_tuple()) return false;
+    const int64_t i = index_[node];
+    auto& slot = result_[i];
+    if (annotated_[i] || !s.has_value() || node->shape().is_tuple()) return false;
+    if (slot.has_value()) {
+      std::optional<Sharding> merged =
+          MergeShardings(*slot, *s, node->shape().rank(), num_devices_);
+      if (!merged.has_value() || merged->NumTiles() <= slot->NumTiles()) return false;
+      slot = std::move(merged);
+      return true;
+    }
     if (sharded_only_ && s->NumTiles() <= 1) return false;
     slot = std::move(s);
     return true;
@@ -168,7 +182,7 @@ class Propagator {
   }
 
   std::optional<Sharding> Forward(const Node& node) {
-    if (Of(&node).has_value() || node.shape().is_tuple()) return std::nullopt;
+    if (annotated_[index_[&node]] || node.shape().is_tuple()) return std::nullopt;
     const int64_t rank = node.shape().rank();
     const Opcode op = node.opcode();
     if (IsElementwise(op)) {
@@ -279,7 +293,7 @@ class Propagator {
   // The merge of what every user implies, in user order. users() lists a user once per use, so
   // multiply(x, x) offers its sharding more than once; merging a sharding with itself is a no-op.
   std::optional<Sharding> Backward(const Node& node) {
-    if (Of(&node).has_value() || node.shape().is_tuple()) return std::nullopt;
+    if (annotated_[index_[&node]] || node.shape().is_tuple()) return std::nullopt;
     std::optional<Sharding> merged;
     for (const Node* user : node.users()) {
       for (int64_t i = 0; i < user->operand_count(); ++i) {
@@ -312,6 +326,8 @@ class Propagator {
   int64_t num_devices_;
   absl::flat_hash_map<const Node*, int64_t> index_;
   std::vector<std::optional<Sharding>> result_;
+  // annotated_[i]: result_[i] is the user's annotation, never changed.
+  std::vector<bool> annotated_;
   // Phase one of Run: only shardings that tile a dim are assigned.
   bool sharded_only_ = false;
 };

@@ -95,13 +95,15 @@ std::optional<ReshardStep> TryReduceScatter(const Sharding& current, const Shard
   return step;
 }
 
-// Unreduced -> partially replicated tiling in two steps, when the target's replication groups
-// lie inside the unreduced groups: a reduce-scatter over the devices of an unreduced group that
-// share a replica position (each keeps the partial sum of its tile along the new dim d), then
-// an all-reduce of that shard over the target's replication groups. A weight gradient reduced
-// over data x fsdp (FSDP inside slices, data parallel across them) thus crosses DCN only as
-// the shard, after the ICI reduce-scatter: the hierarchical reduction of ZeRO / MaxText
-// multislice. Returns both steps, or nothing when the groups do not nest so.
+// Unreduced -> partially replicated tiling in two steps: inside each unreduced group, a
+// reduce-scatter over devices that will hold different tiles along the new dim d (each keeps
+// the partial sum of its tile), then an all-reduce of that shard over the devices of the group
+// that hold the same tile. Devices replicated in the target but outside the unreduced group
+// (another tensor-parallel rank, say) already hold equal values and are not involved. A weight
+// gradient reduced over data x fsdp (FSDP inside slices, data parallel across them) thus
+// crosses DCN only as the shard, after the ICI reduce-scatter: the hierarchical reduction of
+// ZeRO / MaxText multislice, and XLA's all-reduce, slice, all-reduce. Returns both steps, or
+// nothing when every tile does not occur equally often in every unreduced group.
 std::optional<std::vector<ReshardStep>> TryReduceScatterThenAllReduce(const Sharding& current,
                                                                       const Sharding& target,
                                                                       int64_t rank,
@@ -110,50 +112,40 @@ std::optional<std::vector<ReshardStep>> TryReduceScatterThenAllReduce(const Shar
   const int64_t d = OnlyNewTiledDim(Reduced(current), target, rank, num_devices);
   if (d < 0) return std::nullopt;
   const int64_t t = target.num_tiles(d);
-  std::vector<std::vector<int64_t>> unreduced = current.UnreducedGroups(num_devices);
-  std::vector<std::vector<int64_t>> replicas = target.ReplicationGroups(num_devices);
-  const int64_t r = static_cast<int64_t>(replicas[0].size());
-  if (static_cast<int64_t>(unreduced[0].size()) != t * r) return std::nullopt;
-  std::vector<int64_t> group_of(num_devices, -1), replica_pos(num_devices, -1);
-  for (size_t g = 0; g < unreduced.size(); ++g) {
-    for (int64_t id : unreduced[g]) group_of[id] = static_cast<int64_t>(g);
-  }
-  for (const auto& group : replicas) {
-    for (size_t k = 0; k < group.size(); ++k) {
-      replica_pos[group[k]] = static_cast<int64_t>(k);
-      if (group_of[group[k]] != group_of[group[0]]) return std::nullopt;
+  std::vector<std::vector<int64_t>> scatter_groups, reduce_groups;
+  for (const std::vector<int64_t>& group : current.UnreducedGroups(num_devices)) {
+    const int64_t n = static_cast<int64_t>(group.size());
+    if (n % t != 0 || n == t) return std::nullopt;  // n == t: TryReduceScatter's case
+    // by_tile[k]: the group's devices holding tile k along d, ascending (groups are sorted).
+    std::vector<std::vector<int64_t>> by_tile(t);
+    for (int64_t id : group) {
+      std::optional<std::vector<int64_t>> index = target.TileIndexOf(id);
+      if (!index.has_value() || (*index)[d] >= t) return std::nullopt;
+      by_tile[(*index)[d]].push_back(id);
     }
-  }
-  // One reduce-scatter group per (unreduced group, replica position), listed in tile order
-  // along d so that rank k keeps chunk k.
-  std::vector<std::vector<int64_t>> scatter_groups;
-  for (const auto& group : unreduced) {
-    for (int64_t pos = 0; pos < r; ++pos) {
-      std::vector<int64_t> members(t, -1);
-      for (int64_t id : group) {
-        if (replica_pos[id] != pos) continue;
-        std::optional<std::vector<int64_t>> index = target.TileIndexOf(id);
-        if (!index.has_value() || (*index)[d] >= t || members[(*index)[d]] >= 0) {
-          return std::nullopt;
-        }
-        members[(*index)[d]] = id;
-      }
-      if (std::find(members.begin(), members.end(), -1) != members.end()) return std::nullopt;
+    const int64_t a = n / t;
+    for (const auto& holders : by_tile) {
+      if (static_cast<int64_t>(holders.size()) != a) return std::nullopt;
+      reduce_groups.push_back(holders);
+    }
+    // Scatter group j: the j-th holder of every tile, in tile order, so rank k keeps chunk k.
+    for (int64_t j = 0; j < a; ++j) {
+      std::vector<int64_t> members;
+      for (const auto& holders : by_tile) members.push_back(holders[j]);
       scatter_groups.push_back(std::move(members));
     }
   }
-  std::vector<SubgroupType> types = target.subgroup_types();
-  for (SubgroupType& type : types) {
-    if (type == SubgroupType::kReplicated) type = SubgroupType::kUnreduced;
-  }
+  std::sort(reduce_groups.begin(), reduce_groups.end());
   ReshardStep scatter;
   scatter.kind = ReshardStep::Kind::kReduceScatter;
   scatter.dim = d;
   scatter.groups = std::move(scatter_groups);
-  scatter.after = Sharding::Subgroup(target.tile_assignment(), types);
+  // Between the steps each device holds its tile of the target's local shape, still a partial
+  // sum over its all-reduce group; only the next step of this plan reads it.
+  scatter.after = target;
   ReshardStep reduce;
   reduce.kind = ReshardStep::Kind::kAllReduce;
-  reduce.groups = std::move(replicas);
+  reduce.groups = std::move(reduce_groups);
   reduce.after = target;
   return std::vector<ReshardStep>{std::move(scatter), std::move(reduce)};
 }
