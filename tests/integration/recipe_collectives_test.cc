@@ -133,6 +133,19 @@ Dims Unordered(Dims dims) {
   return dims;
 }
 
+// Megatron's regime (Shoeybi et al. 2019, table 1: hidden 3072 to 8192): a width at which the
+// cost model (DefaultCostModel) finds reducing partial sums faster than gathering activations
+// and repeating the product on every tensor rank; at toy widths the gather is the faster program.
+nn::TransformerConfig MegatronGpt() {
+  nn::TransformerConfig c = SmallGpt();
+  c.d_model = 4096;
+  c.heads = 32;
+  c.ffn = 16384;
+  c.vocab = 32000;
+  c.seq_len = 2048;
+  return c;
+}
+
 spmd::Mesh MakeMesh(Dims shape, std::vector<std::string> names) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -204,6 +217,52 @@ TEST(RecipeCollectivesTest, FsdpGathersWeightsAndReduceScattersGradients) {
   nn::TransformerConfig config = SmallGpt();
   Partitioned p = Build(config, mesh, nn::ShardingRecipe::kFsdp);
   ExpectFsdpCollectives(p, {config.seq_len, config.d_model});
+}
+
+// Megatron tensor parallelism (Shoeybi et al. 2019, section 3) x data parallelism: inside a
+// tensor group, the only all-reduces are of the block outputs (attention and MLP, forward) and
+// of the gradients of the block inputs (backward), of the vocab-parallel embedding's output and
+// of the LM head's input gradient, plus the [batch, seq] statistics of the vocab-parallel
+// cross-entropy; nothing is all-gathered, and every device does 1/devices of the FLOPs.
+TEST(RecipeCollectivesTest, TensorParallelReducesOnlyBlockOutputs) {
+  nn::TransformerConfig config = MegatronGpt();
+  spmd::Mesh mesh = MakeMesh({2, 4}, {"data", "tensor"});
+  Partitioned p = Build(config, mesh, nn::ShardingRecipe::kTp);
+  const Dims act = {config.batch / 2, config.seq_len, config.d_model};
+  const Dims stats = {config.batch / 2, config.seq_len};
+  int64_t block_reductions = 0;
+  for (const Collective& c : p.collectives) {
+    EXPECT_NE(c.opcode, Opcode::kAllGather) << ToString(c);
+    EXPECT_NE(c.opcode, Opcode::kAllToAll) << ToString(c);
+    if (c.opcode != Opcode::kAllReduce || c.groups.empty() || c.groups[0].size() != 4) continue;
+    EXPECT_TRUE(c.dims == act || c.dims == stats || c.dims.empty())
+        << "unexpected tensor-group all-reduce " << ToString(c);
+    if (c.dims == act) ++block_reductions;
+  }
+  // Per layer: two block outputs forward, two block-input gradients backward (Megatron's g and
+  // f operators); outside the layers the embedding's output and the head's input gradient.
+  EXPECT_EQ(block_reductions, 4 * config.layers + 2) << Dump(p.collectives);
+  EXPECT_NEAR(p.local_flops / (p.global_flops / 8), 1.0, 0.02)
+      << "local " << p.local_flops << " global " << p.global_flops;
+}
+
+// FSDP x TP (MaxText fsdp + tensor): the FSDP part as above on the fsdp axis (each weight's
+// gradient reduce-scattered, no weight-gradient all-reduce), no global-batch all-gather.
+TEST(RecipeCollectivesTest, FsdpTpReduceScattersGradients) {
+  nn::TransformerConfig config = MegatronGpt();
+  spmd::Mesh mesh = MakeMesh({2, 2, 2}, {"data", "fsdp", "tensor"});
+  Partitioned p = Build(config, mesh, nn::ShardingRecipe::kFsdpTp);
+  for (const WeightInfo& w : p.weights) {
+    if (!w.sharded() || w.global.size() != 2) continue;
+    EXPECT_EQ(Count(p.collectives, Opcode::kAllReduce, w.global), 0)
+        << "weight [" << absl::StrJoin(w.global, ",") << "]\n"
+        << Dump(p.collectives);
+    EXPECT_GE(Count(p.collectives, Opcode::kReduceScatter, w.local), 1)
+        << "weight [" << absl::StrJoin(w.global, ",") << "]\n"
+        << Dump(p.collectives);
+  }
+  EXPECT_NEAR(p.local_flops / (p.global_flops / 8), 1.0, 0.02)
+      << "local " << p.local_flops << " global " << p.global_flops;
 }
 
 // Grouped-query attention (kv_heads < heads) under TP: grouping query heads over the kv heads
