@@ -135,6 +135,16 @@ class Propagator {
     return *parsed;
   }
 
+  // Whether no candidate can change the node's sharding any more: annotated, tuple-shaped, or
+  // already tiled over every device (or a scalar with a sharding), which no merge can refine.
+  // Skipping those keeps a round cheap on nodes with many users.
+  bool Settled(const Node& node) {
+    const int64_t i = index_[&node];
+    if (annotated_[i] || node.shape().is_tuple()) return true;
+    const std::optional<Sharding>& s = result_[i];
+    return s.has_value() && (node.shape().rank() == 0 || s->NumTiles() >= num_devices_);
+  }
+
   // Forward and backward legs until nothing changes (at most 8 rounds; see Run).
   void RunRounds() {
     for (int round = 0; round < 8; ++round) {
@@ -182,7 +192,7 @@ class Propagator {
   }
 
   std::optional<Sharding> Forward(const Node& node) {
-    if (annotated_[index_[&node]] || node.shape().is_tuple()) return std::nullopt;
+    if (Settled(node)) return std::nullopt;
     const int64_t rank = node.shape().rank();
     const Opcode op = node.opcode();
     if (IsElementwise(op)) {
@@ -293,7 +303,7 @@ class Propagator {
   // The merge of what every user implies, in user order. users() lists a user once per use, so
   // multiply(x, x) offers its sharding more than once; merging a sharding with itself is a no-op.
   std::optional<Sharding> Backward(const Node& node) {
-    if (annotated_[index_[&node]] || node.shape().is_tuple()) return std::nullopt;
+    if (Settled(node)) return std::nullopt;
     std::optional<Sharding> merged;
     for (const Node* user : node.users()) {
       for (int64_t i = 0; i < user->operand_count(); ++i) {
