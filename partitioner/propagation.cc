@@ -38,8 +38,8 @@ std::optional<Sharding> ThroughReshape(const Sharding& s, const Shape& from, con
 }
 
 // One propagation over a graph. result_[i] is the sharding of graph_.nodes()[i] once decided;
-// a slot is written once and never revised (Assign), which is what makes the outcome independent
-// of how many rounds run after it was set and keeps it identical on every host.
+// a slot is only ever refined into one with more tiles (Assign), and nodes are visited in a fixed
+// order, which keeps the outcome identical on every host.
 class Propagator {
  public:
   Propagator(const Graph& graph, int64_t num_devices) : graph_(graph), num_devices_(num_devices) {}
@@ -64,9 +64,10 @@ class Propagator {
     // an annotation changes direction: in add(a, b) with %a annotated and negate(b), %b learns
     // from the add going backward and the negate from %b in the next forward pass. Each round
     // is one forward and one backward leg, so 8 rounds reach every node whose path turns at
-    // most 14 times. The loop would stop by itself (a round that changes something fills at
-    // least one slot); the bound caps the cost on deep graphs. A node still unsharded after it
-    // is {replicated} below: always correct, the partitioner reshards wherever shardings meet.
+    // most 14 times. The loop would stop by itself (a round that changes something fills a
+    // slot or raises a tile count, both bounded); the bound caps the cost on deep graphs. A node
+    // still unsharded after it is {replicated} below: always correct, the partitioner reshards
+    // wherever shardings meet.
     //
     // Two phases, as XLA's ShardingPropagation prefers a sharded candidate over a replicated
     // one (ShardedPreferredOverReplicated): the first only assigns shardings that tile some dim,
