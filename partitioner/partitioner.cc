@@ -1,9 +1,13 @@
 #include "partitioner/partitioner.h"
 
+#include <optional>
+#include <string>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "mesh/topology/topology.h"
 #include "partitioner/internal/context.h"
 #include "partitioner/propagation.h"
 #include "partitioner/sharding_util.h"
@@ -106,15 +110,63 @@ absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
                                                OpcodeName(op), " ", node.shape().ToString()));
 }
 
+// Whether a partial-sum result may stay unreduced into its user: its only user is a floating
+// add of the same shape and target sharding (HandleElementwise's AddPartialSums then adds the
+// pieces locally when the other operand is a partial sum alike, and completes it otherwise), so
+// a chain of partial sums costs one reduction instead of one per term.
+bool KeepUnreduced(const Node& node, const PValue& result, const std::vector<Sharding>& shardings,
+                   const absl::flat_hash_map<const Node*, int64_t>& index) {
+  const Sharding& s = result.sharding;
+  const bool unreduced =
+      s.IsUnreduced() || (s.IsTiled() && s.SubgroupDim(spmd::SubgroupType::kUnreduced) >= 0);
+  if (!unreduced || node.users().size() != 1 || !IsFloating(node.shape().dtype())) return false;
+  const Node* user = node.users()[0];
+  return user->opcode() == Opcode::kAdd && user->shape() == node.shape() &&
+         shardings[index.at(user)] == shardings[index.at(&node)];
+}
+
 }  // namespace
 
-absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices) {
+absl::StatusOr<mesh::CostModel> DefaultCostModel(int64_t num_devices) {
+  if (num_devices < 1 || num_devices > mesh::kMaxDevices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_devices must be in 1..", mesh::kMaxDevices, ", got ", num_devices));
+  }
+  const std::string n = absl::StrCat(num_devices);
+  const std::string json =
+      absl::StrCat(R"({"name": "default ring of )", n, R"( TPU v5p",
+        "device_spec": {"name": "TPU v5p", "peak_tflops": {"bf16": 459},
+                        "hbm_bytes": 102005473280, "hbm_bandwidth_gbytes_per_s": 2765},
+        "ici": {"kind": "torus", "bandwidth_gbps": 800, "latency_us": 1.0},
+        "slices": [{"shape": [)",
+                   n, R"(], "wraparound": [true], "hosts": 1, "devices_per_host": )", n,
+                   R"(, "host_shape": [)", n, R"(]}]})");
+  TESSEL_ASSIGN_OR_RETURN(mesh::Topology topology,
+                          mesh::ParseTopology(json, "<partitioner default>"));
+  return mesh::CostModel::Create(topology);
+}
+
+absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices,
+                                      const PartitionOptions& options) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<Sharding> shardings, ComputeShardings(graph, num_devices));
+  std::optional<mesh::CostModel> default_cost;
+  const mesh::CostModel* cost = options.cost_model;
+  if (cost == nullptr) {
+    TESSEL_ASSIGN_OR_RETURN(default_cost, DefaultCostModel(num_devices));
+    cost = &*default_cost;
+  } else if (cost->topology().num_devices() != num_devices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the cost model's topology \"", cost->topology().name(), "\" has ",
+                     cost->topology().num_devices(), " devices; partitioning for ", num_devices));
+  }
   SpmdProgram program;
   program.num_devices = num_devices;
   program.program = std::make_unique<Graph>(graph.name() + ".spmd");
   Context ctx(*program.program, num_devices);
+  ctx.set_cost_model(cost);
   absl::flat_hash_map<const Node*, PValue> values;
+  absl::flat_hash_map<const Node*, int64_t> index;
+  for (int64_t i = 0; i < graph.num_nodes(); ++i) index[graph.nodes()[i]] = i;
   // Program order is topological, so every operand's PValue exists when its user is visited.
   for (int64_t i = 0; i < graph.num_nodes(); ++i) {
     const Node* node = graph.nodes()[i];
@@ -136,7 +188,7 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices) {
       return absl::Status(result.status().code(),
                           absl::StrCat("%", node->name(), ": ", result.status().message()));
     }
-    if (node->shape().is_tuple()) {
+    if (node->shape().is_tuple() || KeepUnreduced(*node, *result, shardings, index)) {
       values[node] = *std::move(result);
       continue;
     }

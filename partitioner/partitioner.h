@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/graph.h"
+#include "mesh/cost/cost_model.h"
 #include "spmd/sharding.h"
 
 namespace tessel::partitioner {
@@ -47,11 +48,29 @@ struct SpmdProgram {
   std::vector<ShardedValue> outputs;
 };
 
+// How the partitioner costs its choices (the dot strategy today): in seconds, with the one cost
+// model of mesh/cost that the simulator also uses: each candidate's collectives on the links
+// their replica groups cross, plus the local dot's compute (so a strategy that repeats the
+// compute on devices holding the same data pays for it).
+struct PartitionOptions {
+  // The topology's model (its devices must be 0..num_devices-1). nullptr: DefaultCostModel.
+  const mesh::CostModel* cost_model = nullptr;
+};
+
+// The link model used when no topology is given (`tessel partition` without --topology): one
+// slice of `num_devices` TPU v5p chips on a ring with wraparound, 459 TFLOP/s bf16 per chip,
+// ICI 800 Gbps per link and direction with 1 us per hop (configs/v5p-128.json's figures, from
+// cloud.google.com/tpu/docs/v5p). A documented, fixed choice: results do not depend on the host.
+// Errors: kInvalidArgument for num_devices < 1 or above mesh::kMaxDevices.
+[[nodiscard]] absl::StatusOr<mesh::CostModel> DefaultCostModel(int64_t num_devices);
+
 // Propagates shardings (partitioner/propagation.h) and partitions `graph` for devices
 // 0..num_devices-1. The input graph is not changed.
 // Errors: those of ComputeShardings; kUnimplemented naming the instruction for an op without a
-// rule (e.g. tuple-shaped parameters); kInvalidArgument for num_devices < 1.
-[[nodiscard]] absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices);
+// rule (e.g. tuple-shaped parameters); kInvalidArgument for num_devices < 1, or a cost model
+// whose topology has another number of devices.
+[[nodiscard]] absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices,
+                                                    const PartitionOptions& options = {});
 
 // Number of collectives of each kind ("all-reduce", ...) in a program and the bytes of their
 // local results (each device's output buffer), for `tessel partition --stats` and tests.

@@ -12,6 +12,7 @@
 #include "core/graph.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "partitioner/internal/reshape_dims.h"
 #include "partitioner/propagation.h"
 #include "partitioner/reshard.h"
 #include "partitioner/sharding_util.h"
@@ -184,6 +185,49 @@ TEST(ReshardTest, UnreducedIsAllReducedAndPermutationIsAPermute) {
   ASSERT_TRUE(permute.ok());
   ASSERT_EQ(permute->steps.size(), 1u);
   EXPECT_EQ(permute->steps[0].kind, ReshardStep::Kind::kCollectivePermute);
+}
+
+// Partial sums over all 4 devices into rows over 2 replicated over 2: a reduce-scatter inside
+// each unreduced group over the devices holding different row tiles, then an all-reduce of the
+// shard over the devices holding the same tile; fewer bytes than all-reduce + slice.
+TEST(ReshardTest, UnreducedToPartiallyReplicatedIsReduceScatterThenAllReduce) {
+  const Shape shape(DType::kF32, {32, 128});
+  absl::StatusOr<ReshardPlan> plan = PlanReshard(
+      Sharding::Unreduced(), S("{devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}"), shape, 4);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->steps.size(), 2u);
+  EXPECT_EQ(plan->steps[0].kind, ReshardStep::Kind::kReduceScatter);
+  EXPECT_EQ(plan->steps[0].dim, 0);
+  EXPECT_EQ(plan->steps[0].groups.groups(), (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(plan->steps[1].kind, ReshardStep::Kind::kAllReduce);
+  EXPECT_EQ(plan->steps[1].groups.groups(), (std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}}));
+  // 16 KiB buffer: 8 KiB received by the reduce-scatter, 8 KiB by the all-reduce of the shard,
+  // against 24 KiB for an all-reduce of the whole buffer.
+  EXPECT_EQ(plan->bytes_per_device, 8192 + 8192);
+}
+
+// A GQA-style split of a feature dim tiled 4 ways into [2 heads, 8]: the feature group cannot
+// keep its tiling, the batch group keeps its own.
+TEST(ReshapeTest, PartialReshapeShardingKeepsTheGroupsThatSurvive) {
+  const Shape from(DType::kF32, {8, 24, 16});
+  const Shape to(DType::kF32, {8, 24, 2, 8});
+  const Sharding s = S("{devices=[2,1,4]0,1,2,3,4,5,6,7}");
+  EXPECT_FALSE(internal::ReshapeSharding(s, from, to).has_value());
+  auto partial = internal::PartialReshapeSharding(s, from, to);
+  ASSERT_TRUE(partial.has_value());
+  EXPECT_EQ(partial->first, S("{devices=[2,1,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}"));
+  EXPECT_EQ(partial->second, S("{devices=[2,1,1,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}"));
+  // Nothing survives when only the failing group was tiled.
+  EXPECT_FALSE(
+      internal::PartialReshapeSharding(S("{devices=[1,1,4]0,1,2,3}"), from, to).has_value());
+}
+
+TEST(CostTest, DefaultCostModelIsAV5pRing) {
+  absl::StatusOr<mesh::CostModel> model = DefaultCostModel(8);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->topology().num_devices(), 8);
+  EXPECT_DOUBLE_EQ(model->PeakFlopsPerSecond(DType::kBF16), 459e12);
+  EXPECT_THAT(DefaultCostModel(0).status().message(), HasSubstr("num_devices must be in 1.."));
 }
 
 // x [8,16] batch over data, w1 column-parallel, w2 row-parallel on a 2x2 (data, model) mesh.

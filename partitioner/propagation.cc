@@ -29,9 +29,18 @@ std::vector<int64_t> AllDimsExcept(int64_t rank, const std::vector<int64_t>& rem
   return kept;
 }
 
+// A sharding of `from` carried through a reshape to `to`: the whole tiling when it survives,
+// else the tiling of the groups of dims that keep theirs (a GQA head regrouping keeps the batch
+// tiling), else nothing.
+std::optional<Sharding> ThroughReshape(const Sharding& s, const Shape& from, const Shape& to) {
+  if (std::optional<Sharding> whole = internal::ReshapeSharding(s, from, to)) return whole;
+  if (auto partial = internal::PartialReshapeSharding(s, from, to)) return partial->second;
+  return std::nullopt;
+}
+
 // One propagation over a graph. result_[i] is the sharding of graph_.nodes()[i] once decided;
-// a slot is written once and never revised (Assign), which is what makes the outcome independent
-// of how many rounds run after it was set and keeps it identical on every host.
+// a slot is only ever refined into one with more tiles (Assign), and nodes are visited in a fixed
+// order, which keeps the outcome identical on every host.
 class Propagator {
  public:
   Propagator(const Graph& graph, int64_t num_devices) : graph_(graph), num_devices_(num_devices) {}
@@ -41,12 +50,14 @@ class Propagator {
       index_[node] = static_cast<int64_t>(index_.size());
     }
     result_.assign(graph_.num_nodes(), std::nullopt);
+    annotated_.assign(graph_.num_nodes(), false);
     // Annotations fill their slots before any pass runs, so no inferred sharding can take the
     // place of a user's mark_sharding (XLA's ShardingPropagation also treats them as fixed).
     for (const Node* node : graph_.nodes()) {
       if (node->sharding().empty()) continue;
       TESSEL_ASSIGN_OR_RETURN(Sharding s, ParseAnnotation(*node));
       result_[index_[node]] = std::move(s);
+      annotated_[index_[node]] = true;
     }
     // graph_.nodes() is a topological order and Assign writes result_ in place, so one forward
     // pass carries a sharding down a whole chain of operand -> user edges, and one backward pass
@@ -54,16 +65,19 @@ class Propagator {
     // an annotation changes direction: in add(a, b) with %a annotated and negate(b), %b learns
     // from the add going backward and the negate from %b in the next forward pass. Each round
     // is one forward and one backward leg, so 8 rounds reach every node whose path turns at
-    // most 14 times. The loop would stop by itself (a round that changes something fills at
-    // least one slot); the bound caps the cost on deep graphs. A node still unsharded after it
-    // is {replicated} below: always correct, the partitioner reshards wherever shardings meet.
-    for (int round = 0; round < 8; ++round) {
-      bool changed = false;
-      for (const Node* node : graph_.nodes()) changed |= Assign(node, Forward(*node));
-      for (auto it = graph_.nodes().rbegin(); it != graph_.nodes().rend(); ++it) {
-        changed |= Assign(*it, Backward(**it));
-      }
-      if (!changed) break;
+    // most 14 times. The loop would stop by itself (a round that changes something fills a
+    // slot or raises a tile count, both bounded); the bound caps the cost on deep graphs. A node
+    // still unsharded after it is {replicated} below: always correct, the partitioner reshards
+    // wherever shardings meet.
+    //
+    // Two phases, as XLA's ShardingPropagation prefers a sharded candidate over a replicated
+    // one (ShardedPreferredOverReplicated): the first only assigns shardings that tile some dim,
+    // so a value that one side would leave whole (a weight gradient, whose dot contracts the
+    // sharded batch) waits for the other side (the optimizer update, sharded like the weight)
+    // and becomes a reduce-scatter instead of an all-reduce; the second phase assigns the rest.
+    for (bool sharded_only : {true, false}) {
+      sharded_only_ = sharded_only;
+      RunRounds();
     }
     // Tuple-shaped nodes never get a slot from the passes (Assign refuses them): a tuple()
     // takes its elements' shardings here, after they are final; any other tuple-shaped node
@@ -123,9 +137,44 @@ class Propagator {
     return *parsed;
   }
 
+  // Whether no candidate can change the node's sharding any more: annotated, tuple-shaped, or
+  // already tiled over every device (or a scalar with a sharding), which no merge can refine.
+  // Skipping those keeps a round cheap on nodes with many users.
+  bool Settled(const Node& node) {
+    const int64_t i = index_[&node];
+    if (annotated_[i] || node.shape().is_tuple()) return true;
+    const std::optional<Sharding>& s = result_[i];
+    return s.has_value() && (node.shape().rank() == 0 || s->NumTiles() >= num_devices_);
+  }
+
+  // Forward and backward legs until nothing changes (at most 8 rounds; see Run).
+  void RunRounds() {
+    for (int round = 0; round < 8; ++round) {
+      bool changed = false;
+      for (const Node* node : graph_.nodes()) changed |= Assign(node, Forward(*node));
+      for (auto it = graph_.nodes().rbegin(); it != graph_.nodes().rend(); ++it) {
+        changed |= Assign(*it, Backward(**it));
+      }
+      if (!changed) break;
+    }
+  }
+
+  // Fills an empty slot, or refines an inferred one: a candidate that merges with the current
+  // sharding into one with more tiles replaces it (XLA's propagation likewise only ever makes a
+  // sharding more specific: a dot first tiled from its operands takes the weight's FSDP tiling
+  // from its users). Tile counts only grow, so the rounds still end.
   bool Assign(const Node* node, std::optional<Sharding> s) {
-    auto& slot = result_[index_[node]];
-    if (slot.has_value() || !s.has_value() || node->shape().is_tuple()) return false;
+    const int64_t i = index_[node];
+    auto& slot = result_[i];
+    if (annotated_[i] || !s.has_value() || node->shape().is_tuple()) return false;
+    if (slot.has_value()) {
+      std::optional<Sharding> merged =
+          MergeShardings(*slot, *s, node->shape().rank(), num_devices_);
+      if (!merged.has_value() || merged->NumTiles() <= slot->NumTiles()) return false;
+      slot = std::move(merged);
+      return true;
+    }
+    if (sharded_only_ && s->NumTiles() <= 1) return false;
     slot = std::move(s);
     return true;
   }
@@ -145,7 +194,7 @@ class Propagator {
   }
 
   std::optional<Sharding> Forward(const Node& node) {
-    if (Of(&node).has_value() || node.shape().is_tuple()) return std::nullopt;
+    if (Settled(node)) return std::nullopt;
     const int64_t rank = node.shape().rank();
     const Opcode op = node.opcode();
     if (IsElementwise(op)) {
@@ -169,7 +218,7 @@ class Propagator {
         return TransposeSharding(*in, node.attrs().dimensions);
       case Opcode::kReshape: {
         if (!in) return std::nullopt;
-        return internal::ReshapeSharding(*in, node.operand(0)->shape(), node.shape());
+        return ThroughReshape(*in, node.operand(0)->shape(), node.shape());
       }
       case Opcode::kReduce:
         // Tiles of the reduced dims become replication: after the all-reduce every device of
@@ -249,7 +298,7 @@ class Propagator {
         return TransposeSharding(*out, inverse);
       }
       case Opcode::kReshape:
-        return internal::ReshapeSharding(*out, user.shape(), operand_shape);
+        return ThroughReshape(*out, user.shape(), operand_shape);
       case Opcode::kReduce:
         // Operand 1 is the scalar init value: nothing to infer.
         if (operand_index != 0) return std::nullopt;
@@ -293,7 +342,7 @@ class Propagator {
   // The merge of what every user implies, in user order. users() lists a user once per use, so
   // multiply(x, x) offers its sharding more than once; merging a sharding with itself is a no-op.
   std::optional<Sharding> Backward(const Node& node) {
-    if (Of(&node).has_value() || node.shape().is_tuple()) return std::nullopt;
+    if (Settled(node)) return std::nullopt;
     std::optional<Sharding> merged;
     for (const Node* user : node.users()) {
       for (int64_t i = 0; i < user->operand_count(); ++i) {
@@ -326,6 +375,10 @@ class Propagator {
   int64_t num_devices_;
   absl::flat_hash_map<const Node*, int64_t> index_;
   std::vector<std::optional<Sharding>> result_;
+  // annotated_[i]: result_[i] is the user's annotation, never changed.
+  std::vector<bool> annotated_;
+  // Phase one of Run: only shardings that tile a dim are assigned.
+  bool sharded_only_ = false;
 };
 
 }  // namespace

@@ -6,19 +6,22 @@
 //
 // Algorithm (after XLA's ShardingPropagation, simplified and documented in docs/partitioner.md):
 //   1. Annotated nodes keep their sharding: user annotations are never overridden.
-//   2. A forward pass in program order gives each unsharded node the merge of what its operands
-//      imply (elementwise: the operands' shardings; broadcast: embedded; transpose: permuted;
-//      reshape: through dims that survive; reduce: the kept dims; dot: batch and lhs dims from the
-//      lhs merged with rhs dims from the rhs; slice / pad / concatenate / dynamic-slice /
-//      dynamic-update-slice: the operand with the changed dims replicated, except the dims a
-//      slice or pad keeps at least half of and a concatenate's dim, which keep their tiling for
-//      halo exchange: internal::TilingKeptDims).
-//   3. A backward pass in reverse order gives each still unsharded node what its users imply.
-//   4. Steps 2-3 repeat until nothing changes; what is left is {replicated}.
+//   2. A forward pass in program order gives each node the merge of what its operands imply
+//      (elementwise: the operands' shardings; broadcast: embedded; transpose: permuted;
+//      reshape: through the groups of dims that keep their tiling; reduce: the kept dims; dot:
+//      batch and lhs dims from the lhs merged with rhs dims from the rhs; slice / pad /
+//      concatenate / dynamic-slice / dynamic-update-slice: the operand with the changed dims
+//      replicated, except the dims a slice or pad keeps at least half of and a concatenate's
+//      dim, which keep their tiling for halo exchange: internal::TilingKeptDims).
+//   3. A backward pass in reverse order gives each node what its users imply.
+//   4. Steps 2-3 repeat until nothing changes (at most 8 rounds), in two phases: the first
+//      assigns only shardings that tile some dim (XLA's ShardedPreferredOverReplicated), the
+//      second the rest; what is left is {replicated}.
 // Merging (MergeShardings) combines tilings of different dims when every device keeps a
-// consistent position; when operands disagree, the first operand with the most tiles wins.
-// A node gets its sharding once: the pass that reaches it first decides, so results are
-// deterministic and identical on every host.
+// consistent position; when candidates disagree, the first one with the most tiles wins. An
+// inferred sharding is refined when a later candidate merges with it into more tiles (so a
+// weight gradient takes its weight's FSDP tiling from the optimizer update); tile counts only
+// grow and the visiting order is fixed, so results are deterministic and identical on every host.
 #ifndef TESSEL_PARTITIONER_PROPAGATION_H_
 #define TESSEL_PARTITIONER_PROPAGATION_H_
 

@@ -95,6 +95,61 @@ std::optional<ReshardStep> TryReduceScatter(const Sharding& current, const Shard
   return step;
 }
 
+// Unreduced -> partially replicated tiling in two steps: inside each unreduced group, a
+// reduce-scatter over devices that will hold different tiles along the new dim d (each keeps
+// the partial sum of its tile), then an all-reduce of that shard over the devices of the group
+// that hold the same tile. Devices replicated in the target but outside the unreduced group
+// (another tensor-parallel rank, say) already hold equal values and are not involved. A weight
+// gradient reduced over data x fsdp (FSDP inside slices, data parallel across them) thus
+// crosses DCN only as the shard, after the ICI reduce-scatter: the hierarchical reduction of
+// ZeRO / MaxText multislice, and XLA's all-reduce, slice, all-reduce. Returns both steps, or
+// nothing when every tile does not occur equally often in every unreduced group.
+std::optional<std::vector<ReshardStep>> TryReduceScatterThenAllReduce(const Sharding& current,
+                                                                      const Sharding& target,
+                                                                      int64_t rank,
+                                                                      int64_t num_devices) {
+  if (!target.IsTiled() || !target.HasPartialReplication()) return std::nullopt;
+  const int64_t d = OnlyNewTiledDim(Reduced(current), target, rank, num_devices);
+  if (d < 0) return std::nullopt;
+  const int64_t t = target.num_tiles(d);
+  std::vector<std::vector<int64_t>> scatter_groups, reduce_groups;
+  for (const std::vector<int64_t>& group : current.UnreducedGroups(num_devices)) {
+    const int64_t n = static_cast<int64_t>(group.size());
+    if (n % t != 0 || n == t) return std::nullopt;  // n == t: TryReduceScatter's case
+    // by_tile[k]: the group's devices holding tile k along d, ascending (groups are sorted).
+    std::vector<std::vector<int64_t>> by_tile(t);
+    for (int64_t id : group) {
+      std::optional<std::vector<int64_t>> index = target.TileIndexOf(id);
+      if (!index.has_value() || (*index)[d] >= t) return std::nullopt;
+      by_tile[(*index)[d]].push_back(id);
+    }
+    const int64_t a = n / t;
+    for (const auto& holders : by_tile) {
+      if (static_cast<int64_t>(holders.size()) != a) return std::nullopt;
+      reduce_groups.push_back(holders);
+    }
+    // Scatter group j: the j-th holder of every tile, in tile order, so rank k keeps chunk k.
+    for (int64_t j = 0; j < a; ++j) {
+      std::vector<int64_t> members;
+      for (const auto& holders : by_tile) members.push_back(holders[j]);
+      scatter_groups.push_back(std::move(members));
+    }
+  }
+  std::sort(reduce_groups.begin(), reduce_groups.end());
+  ReshardStep scatter;
+  scatter.kind = ReshardStep::Kind::kReduceScatter;
+  scatter.dim = d;
+  scatter.groups = std::move(scatter_groups);
+  // Between the steps each device holds its tile of the target's local shape, still a partial
+  // sum over its all-reduce group; only the next step of this plan reads it.
+  scatter.after = target;
+  ReshardStep reduce;
+  reduce.kind = ReshardStep::Kind::kAllReduce;
+  reduce.groups = std::move(reduce_groups);
+  reduce.after = target;
+  return std::vector<ReshardStep>{std::move(scatter), std::move(reduce)};
+}
+
 // Tiled on dim a -> tiled on dim b over the same device groups, both dims divisible: one
 // all-to-all (each device sends chunk i of dim b to the i-th device of its group).
 std::optional<ReshardStep> TryAllToAll(const Sharding& current, const Sharding& target,
@@ -167,6 +222,16 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to
       int64_t n = static_cast<int64_t>(step->groups[0].size());
       plan.bytes_per_device += (n - 1) * LocalBytes(global_shape, current) / n;
       plan.steps.push_back(*std::move(step));
+      return plan;
+    }
+  }
+  if (HasUnreduced(current)) {
+    if (auto steps = TryReduceScatterThenAllReduce(current, target, rank, num_devices)) {
+      const int64_t t = static_cast<int64_t>((*steps)[0].groups[0].size());
+      const int64_t r = static_cast<int64_t>((*steps)[1].groups[0].size());
+      plan.bytes_per_device += (t - 1) * LocalBytes(global_shape, current) / t +
+                               2 * (r - 1) * LocalBytes(global_shape, target) / r;
+      plan.steps = *std::move(steps);
       return plan;
     }
   }

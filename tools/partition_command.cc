@@ -1,8 +1,11 @@
 // `tessel propagate FILE.hlo [--num-partitions N]`: prints the module with every instruction's
 // propagated sharding.
-// `tessel partition FILE.hlo [--num-partitions N] [--stats]`: prints the per-device (SPMD)
-// program as HLO text: local shapes, all-reduce / all-gather / collective-permute with replica
-// groups in global device ids. `--stats` prints the number and bytes of collectives per kind.
+// `tessel partition FILE.hlo [--num-partitions N] [--topology CONFIG] [--stats]`: prints the
+// per-device (SPMD) program as HLO text: local shapes, all-reduce / all-gather /
+// collective-permute with replica groups in global device ids. `--stats` prints the number and
+// bytes of collectives per kind. `--topology` costs the partitioner's choices on that machine's
+// links (mesh/cost); without it, on partitioner::DefaultCostModel. With a topology and no
+// --num-partitions, the device count is the topology's.
 //
 //   $ tessel partition tests/golden/partitioner/mlp_megatron.hlo --num-partitions 4 --stats
 //
@@ -12,12 +15,15 @@
 // partitioned (one line on stderr); 2 bad arguments.
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "core/hlo_text.h"
+#include "mesh/cost/cost_model.h"
+#include "mesh/topology/topology.h"
 #include "partitioner/partitioner.h"
 #include "partitioner/propagation.h"
 #include "spmd/sharding.h"
@@ -29,6 +35,7 @@ namespace {
 struct PartitionOptions {
   std::string path;
   int64_t num_partitions = 0;
+  std::string topology;
   bool stats = false;
 };
 
@@ -75,12 +82,27 @@ CommandFn AddPartitionCommand(CLI::App& app) {
   cmd->add_option("file", options->path, "HLO text file with sharding annotations")->required();
   cmd->add_option("--num-partitions", options->num_partitions, "number of devices")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--topology", options->topology,
+                  "topology JSON (configs/) whose links cost the partitioner's choices");
   cmd->add_flag("--stats", options->stats, "print collective counts and bytes per kind");
   return [options]() {
     absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloFile(options->path);
     if (!graph.ok()) return Fail("partition", graph.status());
-    int64_t n = options->num_partitions > 0 ? options->num_partitions : InferNumPartitions(**graph);
-    absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(**graph, n);
+    std::optional<mesh::CostModel> cost;
+    if (!options->topology.empty()) {
+      absl::StatusOr<mesh::Topology> topology = mesh::LoadTopology(options->topology);
+      if (!topology.ok()) return Fail("partition", topology.status());
+      absl::StatusOr<mesh::CostModel> model = mesh::CostModel::Create(*topology);
+      if (!model.ok()) return Fail("partition", model.status());
+      cost = *std::move(model);
+    }
+    int64_t n = options->num_partitions > 0 ? options->num_partitions
+                : cost.has_value()          ? cost->topology().num_devices()
+                                            : InferNumPartitions(**graph);
+    partitioner::PartitionOptions partition_options;
+    if (cost.has_value()) partition_options.cost_model = &*cost;
+    absl::StatusOr<partitioner::SpmdProgram> program =
+        partitioner::Partition(**graph, n, partition_options);
     if (!program.ok()) return Fail("partition", program.status());
     std::cout << PrintHloModule(*program->program);
     if (options->stats) {

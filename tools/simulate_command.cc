@@ -573,8 +573,11 @@ int Run(const SimulateFlags& f) {
   if (!simulator.ok()) return Fail(std::string(simulator.status().message()));
 
   auto t_partition = std::chrono::steady_clock::now();
+  // The partitioner costs its choices on this topology's links, with the simulator's model.
+  partitioner::PartitionOptions partition_options;
+  partition_options.cost_model = &simulator->cost_model();
   absl::StatusOr<partitioner::SpmdProgram> program =
-      partitioner::Partition(*step.graph, topology->num_devices());
+      partitioner::Partition(*step.graph, topology->num_devices(), partition_options);
   if (!program.ok()) return Fail(std::string(program.status().message()));
   step.graph.reset();  // the global graph is not needed past partitioning; free it early
   info.partition_s = Since(t_partition);

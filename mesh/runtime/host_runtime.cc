@@ -17,6 +17,7 @@
 #include "core/executor.h"
 #include "core/hlo_text.h"
 #include "core/status_macros.h"
+#include "mesh/cost/cost_model.h"
 #include "mesh/runtime/collective_adapter.h"
 #include "mesh/sim/simulator.h"
 #include "nlohmann/json.hpp"
@@ -148,7 +149,12 @@ absl::StatusOr<std::shared_ptr<const HostRuntime::State::Compiled>> HostRuntime:
   }
   const auto start = std::chrono::steady_clock::now();
   auto compiled = std::make_shared<Compiled>();
-  TESSEL_ASSIGN_OR_RETURN(compiled->program, partitioner::Partition(graph, topology.num_devices()));
+  // Every host costs the partitioner's choices on the same topology, so all partition alike.
+  TESSEL_ASSIGN_OR_RETURN(mesh::CostModel cost, mesh::CostModel::Create(topology));
+  partitioner::PartitionOptions partition_options;
+  partition_options.cost_model = &cost;
+  TESSEL_ASSIGN_OR_RETURN(compiled->program,
+                          partitioner::Partition(graph, topology.num_devices(), partition_options));
   for (const partitioner::ShardedValue& p : compiled->program.parameters) {
     TESSEL_ASSIGN_OR_RETURN(
         spmd::ShardedTensor layout,

@@ -42,6 +42,26 @@ Sharding ResultSharding(const Sharding& space, const DotSpace& s) {
                             {spmd::SubgroupType::kUnreduced, spmd::SubgroupType::kReplicated});
 }
 
+// Seconds of one candidate iteration-space sharding: resharding both operands to its
+// projections, the local dot (2 * |local result| * |local contracting dims| flops, as XLA's
+// HloCostAnalysis counts), and moving the (possibly partial) result to the target.
+absl::StatusOr<double> CandidateSeconds(Context& ctx, const Node& node, const DotSpace& s,
+                                        const PValue& lhs, const PValue& rhs, const Sharding& space,
+                                        const Sharding& target) {
+  Sharding lhs_want = Project(space, s.lhs_to_space);
+  Sharding rhs_want = Project(space, s.rhs_to_space);
+  TESSEL_ASSIGN_OR_RETURN(double lhs_s, ctx.ReshardSeconds(lhs, lhs_want));
+  TESSEL_ASSIGN_OR_RETURN(double rhs_s, ctx.ReshardSeconds(rhs, rhs_want));
+  PValue out{nullptr, ResultSharding(space, s), node.shape(), {}};
+  TESSEL_ASSIGN_OR_RETURN(double out_s, ctx.ReshardSeconds(out, target));
+  const Shape lhs_local = LocalShape(lhs.global_shape, lhs_want);
+  double flops = 2.0 * static_cast<double>(LocalShape(node.shape(), out.sharding).num_elements());
+  for (int64_t d : node.attrs().dot.lhs_contracting_dims) {
+    flops *= static_cast<double>(lhs_local.dim(d));
+  }
+  return lhs_s + rhs_s + out_s + ctx.DotSeconds(flops, node.shape().dtype());
+}
+
 }  // namespace
 
 absl::StatusOr<PValue> HandleDot(Context& ctx, const Node& node,
@@ -61,20 +81,15 @@ absl::StatusOr<PValue> HandleDot(Context& ctx, const Node& node,
   if (auto merged = MergeShardings(from_lhs, from_rhs, s.rank, ctx.num_devices())) {
     candidates.push_back(*merged);
   }
-  // Cost in bytes received per device, summed over the three moves; a local slice is free. The
-  // strict `<` keeps the earliest candidate on ties, so the choice is deterministic and prefers
-  // the target's own layout (the one that needs no move of the result).
-  int64_t best_cost = -1;
+  // Cost in seconds (Context's cost model): the three moves on the links they cross, plus the
+  // local dot, so a candidate that gathers operands and repeats the whole product on devices
+  // that hold the same data pays for that compute. The strict `<` keeps the earliest candidate
+  // on ties, so the choice is deterministic and prefers the target's own layout (the one that
+  // needs no move of the result).
+  double best_cost = -1;
   Sharding best;
   for (const Sharding& space : candidates) {
-    Sharding lhs_want = Project(space, s.lhs_to_space);
-    Sharding rhs_want = Project(space, s.rhs_to_space);
-    Sharding result = ResultSharding(space, s);
-    TESSEL_ASSIGN_OR_RETURN(int64_t lhs_bytes, ctx.ReshardBytes(lhs, lhs_want));
-    TESSEL_ASSIGN_OR_RETURN(int64_t rhs_bytes, ctx.ReshardBytes(rhs, rhs_want));
-    PValue out{nullptr, result, node.shape(), {}};
-    TESSEL_ASSIGN_OR_RETURN(int64_t out_bytes, ctx.ReshardBytes(out, target));
-    int64_t cost = lhs_bytes + rhs_bytes + out_bytes;
+    TESSEL_ASSIGN_OR_RETURN(double cost, CandidateSeconds(ctx, node, s, lhs, rhs, space, target));
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       best = space;

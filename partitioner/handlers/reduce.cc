@@ -32,6 +32,32 @@ double Identity(ReduceKind kind, DType dtype) {
   return 0;
 }
 
+// The local sums of an add-reduce over sharded dims as an unreduced value: the kept dims tiled
+// as in `layout`, the tiles of the reduced dims an unreduced subgroup, the rest replicated. The
+// driver then completes it into the node's target: a reduce-scatter when the target tiles a kept
+// dim along the reduced groups (a bias or position-embedding gradient under FSDP, which XLA's
+// ReduceScatterCreator makes of all-reduce + dynamic-slice), else an all-reduce.
+Sharding UnreducedResult(const Sharding& layout, const std::vector<int64_t>& kept,
+                         const std::vector<int64_t>& reduced) {
+  const spmd::DeviceArray& ta = layout.tile_assignment();
+  const int64_t rank = layout.TiledDataRank();
+  std::vector<int64_t> dims = ta.dims();
+  if (layout.NumSubgroupDims() == 0) dims.push_back(1);
+  spmd::DeviceArray full = ta.Reshape(dims);
+  std::vector<int64_t> perm = kept;
+  perm.insert(perm.end(), reduced.begin(), reduced.end());
+  perm.push_back(rank);
+  spmd::DeviceArray moved = full.Transpose(perm);
+  std::vector<int64_t> new_dims;
+  int64_t reduced_tiles = 1;
+  for (int64_t d : kept) new_dims.push_back(full.dim(d));
+  for (int64_t d : reduced) reduced_tiles *= full.dim(d);
+  new_dims.push_back(reduced_tiles);
+  new_dims.push_back(full.dim(rank));
+  return Sharding::Subgroup(moved.Reshape(new_dims),
+                            {spmd::SubgroupType::kUnreduced, spmd::SubgroupType::kReplicated});
+}
+
 }  // namespace
 
 absl::StatusOr<PValue> HandleReduce(Context& ctx, const Node& node,
@@ -60,6 +86,9 @@ absl::StatusOr<PValue> HandleReduce(Context& ctx, const Node& node,
   // semantics require of reduce anyway.
   TESSEL_ASSIGN_OR_RETURN(Node * init, ctx.Reshard(operands[1], Sharding::Replicate()));
   TESSEL_ASSIGN_OR_RETURN(Node * result, ctx.Add(Opcode::kReduce, {local, init}, node.attrs()));
+  if (!sharded_reduced.empty() && kind == ReduceKind::kAdd && layout.IsTiled()) {
+    return PValue{result, UnreducedResult(layout, kept, reduced), node.shape(), {}};
+  }
   // One all-reduce over all sharded reduced dims together (their tiles form one group per
   // position of the kept dims and the replication dim), not one per dim.
   if (!sharded_reduced.empty()) {

@@ -76,6 +76,17 @@ absl::StatusOr<PValue> HandleReshape(Context& ctx, const Node& node,
       }
     }
   }
+  // The tiling of the groups that survive (the batch, when heads are regrouped) is kept: the
+  // failing groups are gathered, the reshape runs locally, and the driver reshards the result.
+  if (current.IsTiled() && !unreduced) {
+    if (auto partial = PartialReshapeSharding(current, in, node.shape())) {
+      TESSEL_ASSIGN_OR_RETURN(Node * operand, ctx.Reshard(operands[0], partial->first));
+      TESSEL_ASSIGN_OR_RETURN(
+          Node * result,
+          ctx.Add(Opcode::kReshape, LocalShape(node.shape(), partial->second), {operand}));
+      return PValue{result, partial->second, node.shape(), {}};
+    }
+  }
   // Fallback: reshape the whole value on every device; the driver then cuts it to the target
   // locally. Correct for any reshape, at the price of an all-gather of the operand.
   TESSEL_ASSIGN_OR_RETURN(Node * whole, ctx.Reshard(operands[0], Sharding::Replicate()));

@@ -298,6 +298,58 @@ absl::StatusOr<int64_t> Context::ReshardBytes(const PValue& value, const Shardin
   return plan->bytes_per_device;
 }
 
+absl::StatusOr<double> Context::ReshardSeconds(const PValue& value, const Sharding& to) {
+  TESSEL_ASSIGN_OR_RETURN(const ReshardPlan* plan, Plan(value, to));
+  TESSEL_CHECK(cost_ != nullptr);
+  double seconds = 0;
+  Sharding before = value.sharding;
+  for (const ReshardStep& step : plan->steps) {
+    // V of the cost model: the full buffer, i.e. the gathered result of an all-gather and the
+    // operand of every other collective.
+    const int64_t in_bytes = LocalShape(value.global_shape, before).byte_size();
+    const int64_t out_bytes = LocalShape(value.global_shape, step.after).byte_size();
+    std::vector<int64_t> group;
+    Opcode opcode = Opcode::kAllReduce;
+    int64_t bytes = in_bytes;
+    switch (step.kind) {
+      case ReshardStep::Kind::kLocalSlice:
+        before = step.after;
+        continue;
+      case ReshardStep::Kind::kCollectivePermute:
+        opcode = Opcode::kCollectivePermute;
+        if (!step.pairs.empty()) group = {step.pairs[0].first, step.pairs[0].second};
+        break;
+      case ReshardStep::Kind::kAllGather:
+        opcode = Opcode::kAllGather;
+        bytes = out_bytes;
+        break;
+      case ReshardStep::Kind::kReduceScatter:
+        opcode = Opcode::kReduceScatter;
+        break;
+      case ReshardStep::Kind::kAllToAll:
+        opcode = Opcode::kAllToAll;
+        break;
+      case ReshardStep::Kind::kAllReduce:
+        break;
+    }
+    if (opcode != Opcode::kCollectivePermute) {
+      if (step.groups.empty()) {
+        for (int64_t d = 0; d < num_devices_; ++d) group.push_back(d);
+      } else {
+        group = step.groups[0];
+      }
+    }
+    if (!group.empty()) seconds += cost_->CollectiveCost(opcode, group, bytes, group[0]).seconds;
+    before = step.after;
+  }
+  return seconds;
+}
+
+double Context::DotSeconds(double flops, DType dtype) const {
+  TESSEL_CHECK(cost_ != nullptr);
+  return flops / (cost_->PeakFlopsPerSecond(dtype) * cost_->Efficiency(mesh::OpClass::kDot));
+}
+
 // Padding content is unspecified (a zero from Split or a pad, or whatever an elementwise op made
 // of it, e.g. exp(0) = 1), so it is replaced right before the op that would read it. The mask is
 // computed from global indices: iota along the dim plus the device's tile offset, compared with

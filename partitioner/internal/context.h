@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "core/graph.h"
+#include "mesh/cost/cost_model.h"
 #include "partitioner/reshard.h"
 #include "spmd/sharding.h"
 
@@ -51,6 +52,14 @@ class Context {
   absl::StatusOr<PValue> ReshardValue(const PValue& value, const Sharding& to);
   // Bytes each device would receive for that reshard.
   absl::StatusOr<int64_t> ReshardBytes(const PValue& value, const Sharding& to);
+  // Seconds that reshard takes: each collective of its plan costed by the cost model on the
+  // links its first replica group crosses (mesh::CostModel::CollectiveCost, V = the collective's
+  // full buffer), measured on that group's first device; local slices cost nothing.
+  absl::StatusOr<double> ReshardSeconds(const PValue& value, const Sharding& to);
+  // Seconds of `flops` of a local dot in `dtype` at the device's peak times the dot efficiency.
+  double DotSeconds(double flops, DType dtype) const;
+  // The cost model (set by Partition before any handler runs).
+  void set_cost_model(const mesh::CostModel* cost) { cost_ = cost; }
 
   // Replaces the padding of `local` (a value of `global` under `s`) along `dims` by `fill`, so
   // reductions and dots over those dims ignore it. Dims that divide evenly are left alone.
@@ -87,6 +96,7 @@ class Context {
 
   Graph& local_;
   int64_t num_devices_;
+  const mesh::CostModel* cost_ = nullptr;
   Node* partition_id_ = nullptr;
   // Node-stable storage: pointers into it stay valid as it grows.
   absl::flat_hash_map<PlanKey, std::unique_ptr<const ReshardPlan>> plans_;

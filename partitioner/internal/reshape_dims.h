@@ -3,6 +3,7 @@
 #define TESSEL_PARTITIONER_INTERNAL_RESHAPE_DIMS_H_
 
 #include <optional>
+#include <utility>
 
 #include "core/shape.h"
 #include "spmd/sharding.h"
@@ -16,6 +17,15 @@ namespace tessel::partitioner::internal {
 // holds exactly the rows k*s.. of the group on both sides. nullopt otherwise.
 std::optional<spmd::Sharding> ReshapeSharding(const spmd::Sharding& s, const Shape& from,
                                               const Shape& to);
+
+// When ReshapeSharding(s, from, to) fails because some groups of dims cannot keep their tiling
+// (a head dim split into [kv_heads, group] with more tiles than kv_heads, say), the tiling of
+// the other groups can still pass: returns {s with the tiles of the failing groups' dims moved
+// into replication, its image on `to`}, or nullopt when no tiled dim survives (or the dims do
+// not group at all). GSPMD keeps the batch tiling through such a reshape in the same way
+// (spmd_partitioner.cc, HandleReshape; hlo_sharding_util::ReshapeSharding).
+std::optional<std::pair<spmd::Sharding, spmd::Sharding>> PartialReshapeSharding(
+    const spmd::Sharding& s, const Shape& from, const Shape& to);
 
 }  // namespace tessel::partitioner::internal
 
