@@ -201,6 +201,11 @@ class BootstrapCoordinator {
 
   // The bound address with the real port, to hand to the hosts.
   const std::string& address() const;
+  // Connections and messages refused so far: PLAIN handshakes without the job token, and
+  // messages that are not a registration carrying the token (a stranger's hello, abort or
+  // garbage). They are dropped without affecting the job; the first few are named on stderr
+  // with the peer's address.
+  int64_t refused_connections() const;
   // Blocks until the service ended. OK if every host got the table; otherwise why not.
   [[nodiscard]] absl::Status Wait();
 

@@ -341,6 +341,8 @@ TEST(ZmqTransportTest, PeerOfAnotherProtocolVersionIsRefused) {
   zmq::context_t context(1);
   zmq::socket_t dealer(context, zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::plain_username, "tessel");
+  dealer.set(zmq::sockopt::plain_password, "token");
   dealer.connect((*coordinator)->address());
   internal::WireHeader h = internal::ControlHeader(internal::MessageType::kHello, 1);
   h.version = internal::kProtocolVersion + 1;
