@@ -345,8 +345,10 @@ TEST(ZmqTransportTest, WrongJobTokenIsRefused) {
   EXPECT_THAT(job.err(0), HasSubstr("hosts [1] never registered"));
 }
 
-// A peer speaking another protocol version is refused by the coordinator, which also ends the
-// bootstrap of the job with that reason.
+// A peer that holds the job token (it passes the PLAIN handshake and its hello carries the
+// token) but speaks another protocol version is refused by the coordinator, which also ends the
+// bootstrap of the job with that reason: nothing can work. (Without the token the same hello is
+// only dropped: ZmqTransportStrangerTest.)
 TEST(ZmqTransportTest, PeerOfAnotherProtocolVersionIsRefused) {
   auto coordinator =
       BootstrapCoordinator::Start("tcp://127.0.0.1:*", 2, "token", absl::Seconds(10));

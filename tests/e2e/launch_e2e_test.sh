@@ -204,7 +204,7 @@ case "$case_name" in
     for coordinator in "ipc://$tmp/nobody-serves-this" "tcp://127.0.0.1:1"; do
       start=$SECONDS
       TESSEL_HOST_INDEX=1 TESSEL_NUM_HOSTS=2 TESSEL_CONFIG="$configs/two_v4-8_slices.json" \
-        TESSEL_COORDINATOR="$coordinator" TESSEL_BOOTSTRAP_TIMEOUT_S=1 \
+        TESSEL_COORDINATOR="$coordinator" TESSEL_BOOTSTRAP_TIMEOUT_S=1 TESSEL_JOB_TOKEN=e2e-token \
         timeout 30 "$probe" --tag "$tag" >"$tmp/out" 2>"$tmp/err"
       code=$?
       elapsed=$((SECONDS - start))
