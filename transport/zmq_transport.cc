@@ -660,7 +660,7 @@ void ZmqTransport::Impl::BroadcastAbort(const absl::Status& status) {
 }
 
 void ZmqTransport::Impl::Refuse(const std::string& identity, const std::string& reason) {
-  ++refused_;
+  // Counted by the caller (Drop): a refusal is one dropped message.
   try {
     in_.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     in_.send(HeaderFrame(ControlHeader(MessageType::kRefused, rank_)),
@@ -707,6 +707,7 @@ void ZmqTransport::Impl::HandleHello(std::vector<zmq::message_t>& frames) {
   }
   const int64_t peer = header->src_host;
   if (peer < 0 || peer >= options_.num_hosts || peer == rank_) {
+    Drop(frames[1], absl::StrCat("a hello with the job token for bad host rank ", peer));
     Refuse(identity, absl::StrCat("refused by host ", rank_, ": bad host rank ", peer));
     return;
   }
