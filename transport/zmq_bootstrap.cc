@@ -1,6 +1,7 @@
 // BootstrapCoordinator and the host's registration with it.
 #include "transport/internal/zmq_bootstrap.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -347,6 +348,21 @@ absl::StatusOr<EndpointTable> RegisterWithCoordinator(
     zmq::socket_t monitor(context, zmq::socket_type::pair);
     monitor.set(zmq::sockopt::linger, 0);
     monitor.connect(monitor_address);
+    // Over ipc the coordinator must be this user's process: a socket file of another user means
+    // someone bound the path first, and would receive the registration with its token.
+    const bool ipc = absl::StartsWith(coordinator_address, "ipc://");
+    auto foreign = [&](int64_t uid, const char* how) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "host ", rank, ": the bootstrap coordinator at ", coordinator_address, " ", how, " uid ",
+          uid, ", not this user (uid ", ::getuid(),
+          "): another user bound the path first; not trusting it (put TESSEL_COORDINATOR in a "
+          "folder only you can enter)"));
+    };
+    struct stat socket_file;
+    if (ipc && ::stat(coordinator_address.c_str() + 6, &socket_file) == 0 &&
+        socket_file.st_uid != ::getuid()) {
+      return foreign(socket_file.st_uid, "belongs to");
+    }
     dealer.connect(coordinator_address);
     WireHeader h = ControlHeader(MessageType::kHello, rank);
     h.sequence = static_cast<uint64_t>(num_hosts);
@@ -377,6 +393,10 @@ absl::StatusOr<EndpointTable> RegisterWithCoordinator(
       if (!dealer.recv(header_frame, zmq::recv_flags::dontwait)) continue;
       zmq::message_t body;
       if (header_frame.more()) (void)dealer.recv(body, zmq::recv_flags::none);
+      if (const int64_t uid = internal::IpcPeerUid(header_frame);
+          ipc && uid >= 0 && uid != static_cast<int64_t>(::getuid())) {
+        return foreign(uid, "answered as");  // its table would point at its sockets
+      }
       absl::StatusOr<WireHeader> reply =
           DecodeHeader(static_cast<const std::byte*>(header_frame.data()), header_frame.size());
       if (!reply.ok()) {

@@ -672,6 +672,76 @@ TEST(ZmqTransportStrangerTest, IpcPeerOfAnotherUserIsClosedBeforeTheGreeting) {
   for (int r = 0; r < kHosts; ++r) EXPECT_EQ(job.exit_code(r), 0) << job.Report();
 }
 
+// Another user who binds an explicit ipc coordinator path first (in a shared folder) gets no
+// registration when its socket file is already there, and its endpoint table is refused when it
+// binds after the host connected (the answer's SO_PEERCRED uid is not ours). Needs root.
+TEST(ZmqTransportStrangerTest, CoordinatorOfAnotherUserIsNotTrusted) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to bind as another user";
+  Job job;
+  const std::string shared = job.dir() + "/shared";
+  ASSERT_EQ(mkdir(shared.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(job.dir().c_str(), 0755), 0);
+  ASSERT_EQ(chmod(shared.c_str(), 01777), 0);
+  for (const bool bound_first : {true, false}) {
+    SCOPED_TRACE(bound_first ? "bound before the host starts" : "bound after the host connects");
+    const std::string path = absl::StrCat(shared, bound_first ? "/first" : "/later");
+    const std::string address = absl::StrCat("ipc://", path);
+    // The other user's coordinator: answers every registration with a table of its own.
+    auto impostor = [&] {
+      const pid_t child = fork();
+      if (child != 0) return child;
+      if (setgid(65534) != 0 || setuid(65534) != 0) _exit(100);
+      zmq::context_t context(1);
+      zmq::socket_t router(context, zmq::socket_type::router);
+      router.set(zmq::sockopt::linger, 0);
+      router.bind(address);
+      const absl::Time until = absl::Now() + absl::Seconds(8);
+      while (absl::Now() < until) {
+        zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, std::chrono::milliseconds(50));
+        zmq::message_t identity;
+        if (!router.recv(identity, zmq::recv_flags::dontwait)) continue;
+        for (bool more = identity.more(); more;) {
+          zmq::message_t rest;
+          more = router.recv(rest, zmq::recv_flags::dontwait) && rest.more();
+        }
+        router.send(identity, zmq::send_flags::sndmore);
+        router.send(
+            internal::HeaderFrame(internal::ControlHeader(internal::MessageType::kTable, -1)),
+            zmq::send_flags::sndmore);
+        router.send(zmq::buffer(internal::PackStrings({"ipc:///tmp/evil0", "ipc:///tmp/evil1"})),
+                    zmq::send_flags::none);
+      }
+      _exit(0);
+    };
+    pid_t other = -1;
+    if (bound_first) {
+      other = impostor();
+      const absl::Time deadline = absl::Now() + absl::Seconds(10);
+      while (!std::filesystem::exists(path) && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+    }
+    const int index = job.size();
+    // No token: an ipc job may have none (with one, the impostor would also need to be a PLAIN
+    // server to get as far as answering).
+    job.Spawn(1, {"--scenario=checks", "--num_hosts=2", "--external_coordinator=1",
+                  "--bootstrap_timeout_s=5", absl::StrCat("--coordinator=", address)});
+    if (!bound_first) {
+      // Long after the host looked for the file (it starts in well under a second).
+      absl::SleepFor(absl::Milliseconds(1000));
+      other = impostor();
+    }
+    ASSERT_TRUE(job.WaitFor(index, absl::Now() + absl::Seconds(30))) << job.Report();
+    EXPECT_EQ(job.exit_code(index), 3) << job.Report();
+    EXPECT_THAT(job.err(index), HasSubstr(absl::StrCat(bound_first ? "belongs to" : "answered as",
+                                                       " uid 65534, not this user")))
+        << job.Report();
+    kill(other, SIGKILL);
+    waitpid(other, nullptr, 0);
+  }
+}
+
 // CURVE on loopback tcp (the case of links that leave the machine): every collective passes
 // encrypted.
 TEST(ZmqTransportCurveTest, EncryptedCollectivesOverTcp) {

@@ -6,6 +6,8 @@
 #include <cstdio>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "transport/internal/zmq_util.h"
 
 namespace tessel::transport::internal {
@@ -101,6 +103,14 @@ std::string PeerAddress(const zmq::message_t& message) {
   // ZMQ_MSG_PROPERTY_PEER_ADDRESS, whose macro libzmq 4.3 declares among its draft API only.
   const char* address = zmq_msg_gets(const_cast<zmq_msg_t*>(message.handle()), "Peer-Address");
   return address != nullptr && *address != '\0' ? std::string(address) : "an unknown address";
+}
+
+int64_t IpcPeerUid(const zmq::message_t& message) {
+  const std::string address = PeerAddress(message);
+  const std::vector<std::string> parts = absl::StrSplit(address, ':');
+  int64_t uid = -1;
+  if (parts.size() != 4 || parts[0] != "localhost" || !absl::SimpleAtoi(parts[1], &uid)) return -1;
+  return uid;
 }
 
 }  // namespace tessel::transport::internal

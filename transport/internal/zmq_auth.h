@@ -83,6 +83,11 @@ struct ZapPolicy {
 int64_t AnswerZapRequests(zmq::socket_t& zap, const ZapPolicy& policy, const std::string& who,
                           int64_t* logged);
 
+// The user id of the process at the other end of the ipc connection a message came from (libzmq's
+// "Peer-Address" of an ipc connection is "localhost:<uid>:<gid>:<pid>", from SO_PEERCRED), or -1
+// when the message did not come over ipc or libzmq gave no credentials.
+[[nodiscard]] int64_t IpcPeerUid(const zmq::message_t& message);
+
 // The address libzmq gives for the connection a received message came from ("127.0.0.1",
 // "localhost:<uid>:<gid>:<pid>" over ipc), or "an unknown address".
 [[nodiscard]] std::string PeerAddress(const zmq::message_t& message);
