@@ -42,6 +42,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -123,8 +124,10 @@ double MemcpySeconds(int64_t bytes, int64_t budget_ms, double* cpu_seconds) {
 }
 
 // Runs one host of the benchmark; returns the process exit code.
-int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& dir) {
+int RunHost(const Flags& flags, int64_t rank, int64_t hosts, const std::string& dir,
+            const std::string& token) {
   ZmqOptions options;
+  options.job_token = token;  // tcp jobs must be authenticated
   options.rank = rank;
   options.num_hosts = hosts;
   options.device_map = DeviceMap::Uniform(hosts, 1);
@@ -275,10 +278,14 @@ int Main(int argc, char** argv) {
   }
   if (flags.memcpy_only) return 0;
   int result = 0;
+  std::random_device random;
+  const std::string token =
+      absl::StrFormat("%08x%08x%08x%08x", random(), random(), random(), random());
   for (int64_t hosts : flags.hosts) {
-    result |= benchmarks::RunForkedHosts(
-        hosts, "tsl-bench",
-        [&](int64_t rank, const std::string& dir) { return RunHost(flags, rank, hosts, dir); });
+    result |=
+        benchmarks::RunForkedHosts(hosts, "tsl-bench", [&](int64_t rank, const std::string& dir) {
+          return RunHost(flags, rank, hosts, dir, token);
+        });
   }
   return result;
 }

@@ -1,13 +1,6 @@
 #include "core/trace_events.h"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
-
-#include "absl/strings/str_cat.h"
+#include "core/file_util.h"
 #include "nlohmann/json.hpp"
 
 namespace tessel {
@@ -51,25 +44,7 @@ std::string TraceEventWriter::ToJson() const {
 }
 
 absl::Status TraceEventWriter::WriteFile(const std::string& path) const {
-  // The pid keeps concurrent writers of one path (several hosts of a job) off each other's
-  // temporary file; the last rename wins with a whole file either way.
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << ToJson() << "\n";
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::InvalidArgumentError(absl::StrCat("cannot write trace file ", path));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot write trace file ", path, ": ", std::strerror(err)));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, ToJson() + "\n", "trace file");
 }
 
 }  // namespace tessel

@@ -51,8 +51,9 @@ class TraceEventWriter {
   // The whole trace as one JSON document.
   [[nodiscard]] std::string ToJson() const;
 
-  // Writes ToJson() to `path` atomically: to a temporary file beside it, flushed, then renamed
-  // over `path`, so a reader or a crash never sees a torn trace.
+  // Writes ToJson() to `path` atomically (WriteFileAtomically, core/file_util.h): to a temporary
+  // file beside it, flushed, then renamed over `path`, so a reader or a crash never sees a torn
+  // trace.
   // Errors: kInvalidArgument naming `path` when it cannot be written or renamed.
   [[nodiscard]] absl::Status WriteFile(const std::string& path) const;
 

@@ -5,6 +5,9 @@
 //       --scenario=checks [--protocol=tcp] [--devices_per_host=2] [--hosts_per_slice=1]
 //       [--external_coordinator=1] [--token=T] [--ring=1] [--timeout_s=30]
 //       [--bootstrap_timeout_s=30] [--ipc_dir=D] [--curve=1] [--shared_memory=0] [--count=N]
+//       [--iterations=N] [--sleep_ms=MS]
+//
+// Every host prints "endpoint=<its data endpoint>" once it is connected.
 //
 // Flags take `--name=value` or `--name value`; --help lists them with their ranges.
 // Scenarios:
@@ -12,13 +15,16 @@
 //                 on every local device, a rendezvous, and bit-identical float sums; prints
 //                 "shared_memory_messages=N shared_memory_queued_headers=N
 //                 shared_memory_peers=N"
-//   loop          all-reduce 64 KiB forever; prints "ready" after the first one
+//   loop          all-reduce 64 KiB of ones, checking the sums, forever or --iterations times
+//                 (then prints "ok iterations=N"), sleeping --sleep_ms between them; prints
+//                 "ready" after the first one
 //   mismatch      host 0 calls all-reduce, the others all-gather
 //   hierarchical  one all-reduce of --count f32 over all devices; prints "dcn_bytes=N
 //                 ici_bytes=N local_bytes=N"
 // Exit status: 0 on success; 3 with the error on stderr otherwise; 2 for a bad, missing or
 // unknown flag (one line "transport_worker: ..." on stderr).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +63,8 @@ struct WorkerFlags {
   int64_t ring = 0;
   std::string scenario = "checks";
   int64_t count = 100000;
+  int64_t iterations = 0;  // loop: 0 = forever
+  int64_t sleep_ms = 0;    // loop: pause between all-reduces
 };
 
 // Declares the flags of the header comment on `app`, writing into `flags`.
@@ -90,6 +98,10 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags* flags) {
       ->check(CLI::IsMember({"checks", "loop", "mismatch", "hierarchical"}));
   app.add_option("--count", flags->count, "f32 elements of the hierarchical all-reduce")
       ->check(positive);
+  app.add_option("--iterations", flags->iterations, "loop: all-reduces to run; 0: forever")
+      ->check(non_negative);
+  app.add_option("--sleep_ms", flags->sleep_ms, "loop: pause between all-reduces, ms")
+      ->check(non_negative);
 }
 
 // Runs fn(device) on one thread per local device; the first error wins.
@@ -153,20 +165,33 @@ absl::Status Checks(Communicator& comm) {
   return absl::OkStatus();
 }
 
-absl::Status Loop(Communicator& comm) {
+absl::Status Loop(Communicator& comm, int64_t iterations, int64_t sleep_ms) {
   const int64_t count = 16 << 10;  // 64 KiB of f32: the ring path
+  const float expected = static_cast<float>(comm.device_map().num_devices());
   bool announced = false;
-  for (int64_t iteration = 0;; ++iteration) {
-    TESSEL_RETURN_IF_ERROR(OnLocalDevices(comm, [&](int64_t d) {
+  for (int64_t iteration = 0; iterations == 0 || iteration < iterations; ++iteration) {
+    TESSEL_RETURN_IF_ERROR(OnLocalDevices(comm, [&](int64_t d) -> absl::Status {
       std::vector<float> in(count, 1.0f), out(count);
-      return comm.AllReduce(d, {}, ReduceKind::kAdd, DType::kF32, in.data(), out.data(), count);
+      TESSEL_RETURN_IF_ERROR(
+          comm.AllReduce(d, {}, ReduceKind::kAdd, DType::kF32, in.data(), out.data(), count));
+      for (int64_t i = 0; i < count; ++i) {
+        if (out[i] != expected) {
+          return absl::InternalError(absl::StrCat("all-reduce #", iteration, ": element ", i, " = ",
+                                                  out[i], ", expected ", expected));
+        }
+      }
+      return absl::OkStatus();
     }));
     if (!announced) {
       std::printf("ready\n");
       std::fflush(stdout);
       announced = true;
     }
+    if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
   }
+  std::printf("ok iterations=%lld\n", static_cast<long long>(iterations));
+  std::fflush(stdout);
+  return absl::OkStatus();
 }
 
 absl::Status Mismatch(Communicator& comm) {
@@ -244,6 +269,8 @@ int Main(int argc, char** argv) {
                  comm.status().ToString().c_str());
     return 3;
   }
+  std::printf("endpoint=%s\n", (*comm)->endpoint().c_str());
+  std::fflush(stdout);
   absl::Status status;
   if (scenario == "checks") {
     status = Checks(**comm);
@@ -256,7 +283,7 @@ int Main(int argc, char** argv) {
         static_cast<long long>((*comm)->shared_memory_peers()));
     std::fflush(stdout);
   } else if (scenario == "loop") {
-    status = Loop(**comm);
+    status = Loop(**comm, flags.iterations, flags.sleep_ms);
   } else if (scenario == "mismatch") {
     status = Mismatch(**comm);
   } else {  // "hierarchical"
@@ -267,6 +294,8 @@ int Main(int argc, char** argv) {
                  status.ToString().c_str());
     return 3;
   }
+  std::printf("refused_connections=%lld\n", static_cast<long long>((*comm)->refused_connections()));
+  std::fflush(stdout);
   return 0;
 }
 

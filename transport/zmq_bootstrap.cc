@@ -1,8 +1,12 @@
 // BootstrapCoordinator and the host's registration with it.
 #include "transport/internal/zmq_bootstrap.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -15,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/status_macros.h"
 #include "transport/internal/wire.h"
+#include "transport/internal/zmq_auth.h"
 #include "transport/internal/zmq_util.h"
 #include "transport/zmq_transport.h"
 
@@ -37,6 +42,7 @@ class BootstrapCoordinator::Impl {
   ~Impl() {
     if (thread_.joinable()) thread_.join();
     router_.close();
+    zap_.close();  // an open socket would block the context's termination
     context_.close();
     // An ipc endpoint is a file: remove it so jobs leave nothing behind in the directory.
     if (absl::StartsWith(address_, "ipc://")) ::unlink(address_.c_str() + 6);
@@ -44,8 +50,16 @@ class BootstrapCoordinator::Impl {
 
   absl::Status Bind(const std::string& address) {
     try {
+      if (!job_token_.empty()) {
+        // Bound before the router: its PLAIN handshakes ask this handler (AnswerZapRequests).
+        zap_ = zmq::socket_t(context_, zmq::socket_type::rep);
+        zap_.set(zmq::sockopt::linger, 0);
+        zap_.bind(internal::kZapEndpoint);
+      }
       router_ = zmq::socket_t(context_, zmq::socket_type::router);
       router_.set(zmq::sockopt::linger, 1000);
+      internal::ConfigureListener(router_, address, /*plain=*/!job_token_.empty(),
+                                  internal::kMaxRegistrationFrameBytes);
       router_.bind(address);
       address_ = router_.get(zmq::sockopt::last_endpoint);
     } catch (const zmq::error_t& e) {
@@ -75,6 +89,7 @@ class BootstrapCoordinator::Impl {
   }
 
   const std::string& address() const { return address_; }
+  int64_t refused() const { return refused_.load(); }
 
  private:
   struct Registration {
@@ -103,13 +118,36 @@ class BootstrapCoordinator::Impl {
     if (!extra.empty()) Reply(extra, MessageType::kRefused, text);
     const absl::Time until = absl::Now() + absl::Seconds(1);
     while (absl::Now() < until) {
-      zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(50));
+      Poll(std::chrono::milliseconds(50));
       std::vector<zmq::message_t> frames;
       if (!ReadMessage(&frames)) continue;
       Reply(std::string(FrameText(frames[0])), MessageType::kRefused, text);
     }
     return reason;
+  }
+
+  // Waits up to `timeout` for a message, answering the PLAIN handshakes' ZAP requests meanwhile.
+  void Poll(std::chrono::milliseconds timeout) {
+    zmq::pollitem_t items[2] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
+                                {zap_.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, zap_.handle() != nullptr ? 2 : 1, timeout);
+    if (zap_.handle() != nullptr && (items[1].revents & ZMQ_POLLIN)) {
+      refused_ += internal::AnswerZapRequests(zap_, internal::ZapPolicy{job_token_, {}},
+                                              absl::StrCat("bootstrap coordinator at ", address_),
+                                              &logged_);
+    }
+  }
+
+  // Counts a message that is not a registration with the job token, and names its source in
+  // the first few lines on stderr; the job goes on.
+  void Drop(const zmq::message_t& frame, const std::string& why) {
+    ++refused_;
+    if (logged_ >= 5) return;
+    ++logged_;
+    std::fprintf(stderr,
+                 "tessel transport: bootstrap coordinator at %s: dropped a message from an "
+                 "unauthenticated peer from %s (%s)\n",
+                 address_.c_str(), internal::PeerAddress(frame).c_str(), why.c_str());
   }
 
   bool ReadMessage(std::vector<zmq::message_t>* frames) {
@@ -127,94 +165,119 @@ class BootstrapCoordinator::Impl {
     return true;
   }
 
+  using Registrations = std::vector<std::optional<Registration>>;
+
+  // One message. Authenticates first: whatever does not carry the job token (a stranger's
+  // hello, an abort, garbage, another version's hello without the token) is dropped and
+  // counted without touching the job; only a token holder's version and fields are looked at.
+  // Returns the coordinator's result once the job is decided (table sent, or refused).
+  std::optional<absl::Status> HandleMessage(std::vector<zmq::message_t>& frames,
+                                            Registrations& registered, int64_t* count) {
+    if (frames.size() != 3) {
+      if (frames.size() >= 2) Drop(frames[1], "not a registration");
+      return std::nullopt;
+    }
+    const std::string identity(FrameText(frames[0]));
+    absl::StatusOr<internal::WirePrefix> prefix =
+        internal::DecodePrefix(static_cast<const std::byte*>(frames[1].data()), frames[1].size());
+    std::vector<std::string> fields;
+    if (!prefix.ok() || prefix->type != static_cast<uint8_t>(MessageType::kHello) ||
+        !UnpackStrings(FrameText(frames[2]), &fields) || fields.size() < 2 || fields.size() > 3) {
+      Drop(frames[1], prefix.ok() ? "not a registration" : std::string(prefix.status().message()));
+      return std::nullopt;
+    }
+    if (!internal::TokensEqual(fields[0], job_token_)) {
+      Drop(frames[1], "job token mismatch");
+      Reply(identity, MessageType::kRefused,
+            absl::StrCat("refused by the bootstrap coordinator at ", address_,
+                         ": job token mismatch"));
+      return std::nullopt;
+    }
+    absl::StatusOr<WireHeader> header =
+        DecodeHeader(static_cast<const std::byte*>(frames[1].data()), frames[1].size());
+    if (!header.ok()) {
+      if (absl::IsFailedPrecondition(header.status())) {
+        // A member of the job (it holds the token) built from another version: nothing can work.
+        return FailJob(registered, identity,
+                       absl::FailedPreconditionError(absl::StrCat(
+                           "a host holding the job token (from ", internal::PeerAddress(frames[1]),
+                           ") was refused: ", header.status().message())));
+      }
+      Drop(frames[1], std::string(header.status().message()));
+      return std::nullopt;
+    }
+    return Register(identity, *header, fields, registered, count);
+  }
+
+  // A registration that passed authentication: checks it against the others, records it, and
+  // hands out the table once every host registered.
+  std::optional<absl::Status> Register(const std::string& identity, const WireHeader& header,
+                                       const std::vector<std::string>& fields,
+                                       Registrations& registered, int64_t* count) {
+    const std::string curve_key = fields.size() == 3 ? fields[2] : "";
+    const int64_t rank = header.src_host;
+    const int64_t hosts = static_cast<int64_t>(header.sequence);
+    if (hosts != num_hosts_) {
+      return FailJob(registered, identity,
+                     absl::FailedPreconditionError(
+                         absl::StrCat("host ", rank, " says the job has ", hosts,
+                                      " hosts, the coordinator expects ", num_hosts_)));
+    }
+    if (rank < 0 || rank >= num_hosts_) {
+      return FailJob(registered, identity,
+                     absl::FailedPreconditionError(
+                         absl::StrCat("host rank ", rank, " is outside [0, ", num_hosts_, ")")));
+    }
+    if (registered[rank] && registered[rank]->identity != identity) {
+      return FailJob(registered, identity,
+                     absl::FailedPreconditionError(
+                         absl::StrCat("host rank ", rank, " registered twice (endpoints ",
+                                      registered[rank]->endpoint, " and ", fields[1], ")")));
+    }
+    for (int64_t other = 0; other < num_hosts_; ++other) {
+      if (registered[other] && registered[other]->fingerprint != header.signature.group_id) {
+        return FailJob(
+            registered, identity,
+            absl::FailedPreconditionError(absl::StrFormat(
+                "host %d's device map (fingerprint %016x) differs from host %d's "
+                "(%016x)",
+                rank, header.signature.group_id, other, registered[other]->fingerprint)));
+      }
+    }
+    for (int64_t other = 0; other < num_hosts_; ++other) {
+      if (registered[other] && other != rank &&
+          registered[other]->curve_public_key.empty() != curve_key.empty()) {
+        const int64_t with = curve_key.empty() ? other : rank;
+        return FailJob(
+            registered, identity,
+            absl::FailedPreconditionError(absl::StrCat(
+                "host ", with, " uses CURVE encryption but host ", with == rank ? other : rank,
+                " does not (set ZmqOptions::curve or TESSEL_CURVE=1 on every host)")));
+      }
+    }
+    if (!registered[rank]) ++*count;
+    registered[rank] = Registration{identity, fields[1], header.signature.group_id, curve_key};
+    if (*count < num_hosts_) return std::nullopt;
+    std::vector<std::string> table;
+    for (const auto& r : registered) table.push_back(r->endpoint);
+    if (!curve_key.empty()) {
+      for (const auto& r : registered) table.push_back(r->curve_public_key);
+    }
+    const std::string body = PackStrings(table);
+    for (const auto& r : registered) Reply(r->identity, MessageType::kTable, body);
+    return absl::OkStatus();
+  }
+
   absl::Status Serve() {
     const absl::Time deadline = absl::Now() + timeout_;
-    std::vector<std::optional<Registration>> registered(num_hosts_);
+    Registrations registered(num_hosts_);
     int64_t count = 0;
     while (absl::Now() < deadline) {
-      zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(100));
+      Poll(std::chrono::milliseconds(100));
       std::vector<zmq::message_t> frames;
       while (ReadMessage(&frames)) {
-        if (frames.size() < 2) continue;
-        const std::string identity(FrameText(frames[0]));
-        absl::StatusOr<WireHeader> header =
-            DecodeHeader(static_cast<const std::byte*>(frames[1].data()), frames[1].size());
-        if (!header.ok()) {
-          if (absl::IsFailedPrecondition(header.status())) {
-            // A member of the job built from another version: nothing can work.
-            return FailJob(registered, identity,
-                           absl::FailedPreconditionError(
-                               absl::StrCat("a host was refused: ", header.status().message())));
-          }
-          continue;  // not a tessel peer
-        }
-        if (header->type != MessageType::kHello) continue;
-        std::vector<std::string> fields;
-        if (frames.size() != 3 || !UnpackStrings(FrameText(frames[2]), &fields) ||
-            fields.size() < 2 || fields.size() > 3) {
-          continue;
-        }
-        const std::string curve_key = fields.size() == 3 ? fields[2] : "";
-        if (!internal::TokensEqual(fields[0], job_token_)) {
-          Reply(identity, MessageType::kRefused,
-                absl::StrCat("refused by the bootstrap coordinator at ", address_,
-                             ": job token mismatch"));
-          continue;
-        }
-        const int64_t rank = header->src_host;
-        const int64_t hosts = static_cast<int64_t>(header->sequence);
-        if (hosts != num_hosts_) {
-          return FailJob(registered, identity,
-                         absl::FailedPreconditionError(
-                             absl::StrCat("host ", rank, " says the job has ", hosts,
-                                          " hosts, the coordinator expects ", num_hosts_)));
-        }
-        if (rank < 0 || rank >= num_hosts_) {
-          return FailJob(registered, identity,
-                         absl::FailedPreconditionError(absl::StrCat(
-                             "host rank ", rank, " is outside [0, ", num_hosts_, ")")));
-        }
-        if (registered[rank] && registered[rank]->identity != identity) {
-          return FailJob(registered, identity,
-                         absl::FailedPreconditionError(
-                             absl::StrCat("host rank ", rank, " registered twice (endpoints ",
-                                          registered[rank]->endpoint, " and ", fields[1], ")")));
-        }
-        for (int64_t other = 0; other < num_hosts_; ++other) {
-          if (registered[other] && registered[other]->fingerprint != header->signature.group_id) {
-            return FailJob(
-                registered, identity,
-                absl::FailedPreconditionError(absl::StrFormat(
-                    "host %d's device map (fingerprint %016x) differs from host %d's "
-                    "(%016x)",
-                    rank, header->signature.group_id, other, registered[other]->fingerprint)));
-          }
-        }
-        for (int64_t other = 0; other < num_hosts_; ++other) {
-          if (registered[other] && other != rank &&
-              registered[other]->curve_public_key.empty() != curve_key.empty()) {
-            const int64_t with = curve_key.empty() ? other : rank;
-            return FailJob(
-                registered, identity,
-                absl::FailedPreconditionError(absl::StrCat(
-                    "host ", with, " uses CURVE encryption but host ", with == rank ? other : rank,
-                    " does not (set ZmqOptions::curve or TESSEL_CURVE=1 on every "
-                    "host)")));
-          }
-        }
-        if (!registered[rank]) ++count;
-        registered[rank] = Registration{identity, fields[1], header->signature.group_id, curve_key};
-        if (count == num_hosts_) {
-          std::vector<std::string> table;
-          for (const auto& r : registered) table.push_back(r->endpoint);
-          if (!curve_key.empty()) {
-            for (const auto& r : registered) table.push_back(r->curve_public_key);
-          }
-          const std::string body = PackStrings(table);
-          for (const auto& r : registered) Reply(r->identity, MessageType::kTable, body);
-          return absl::OkStatus();
-        }
+        std::optional<absl::Status> decided = HandleMessage(frames, registered, &count);
+        if (decided.has_value()) return *decided;
       }
     }
     std::vector<int64_t> missing;
@@ -231,8 +294,11 @@ class BootstrapCoordinator::Impl {
   const std::string job_token_;
   const absl::Duration timeout_;
   zmq::context_t context_{1};
+  zmq::socket_t zap_;  // ZAP handler (RFC 27) of the PLAIN handshakes; unbound without a token
   zmq::socket_t router_;
   std::string address_;
+  std::atomic<int64_t> refused_{0};
+  int64_t logged_ = 0;  // serving thread: refusals printed on stderr
   std::thread thread_;
   absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
@@ -256,6 +322,8 @@ BootstrapCoordinator::~BootstrapCoordinator() = default;
 
 const std::string& BootstrapCoordinator::address() const { return impl_->address(); }
 
+int64_t BootstrapCoordinator::refused_connections() const { return impl_->refused(); }
+
 absl::Status BootstrapCoordinator::Wait() { return impl_->Wait(); }
 
 namespace internal {
@@ -267,6 +335,34 @@ absl::StatusOr<EndpointTable> RegisterWithCoordinator(
   try {
     zmq::socket_t dealer(context, zmq::socket_type::dealer);
     dealer.set(zmq::sockopt::linger, 0);
+    internal::ConfigureClient(dealer, job_token, internal::MaxTableFrameBytes(num_hosts));
+    // A coordinator that refuses this host's PLAIN handshake (another token, or a token on one
+    // side only) never sees a message from it: the handshake's failure is the answer.
+    const std::string monitor_address =
+        absl::StrFormat("inproc://tessel-register-%p", static_cast<void*>(&dealer));
+    if (zmq_socket_monitor(dealer.handle(), monitor_address.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) !=
+        0) {
+      throw zmq::error_t();
+    }
+    zmq::socket_t monitor(context, zmq::socket_type::pair);
+    monitor.set(zmq::sockopt::linger, 0);
+    monitor.connect(monitor_address);
+    // Over ipc the coordinator must be this user's process: a socket file of another user means
+    // someone bound the path first, and would receive the registration with its token.
+    const bool ipc = absl::StartsWith(coordinator_address, "ipc://");
+    auto foreign = [&](int64_t uid, const char* how) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "host ", rank, ": the bootstrap coordinator at ", coordinator_address, " ", how, " uid ",
+          uid, ", not this user (uid ", ::getuid(),
+          "): another user bound the path first; not trusting it (put TESSEL_COORDINATOR in a "
+          "folder only you can enter)"));
+    };
+    struct stat socket_file;
+    if (ipc && ::stat(coordinator_address.c_str() + 6, &socket_file) == 0 &&
+        socket_file.st_uid != ::getuid()) {
+      return foreign(socket_file.st_uid, "belongs to");
+    }
     dealer.connect(coordinator_address);
     WireHeader h = ControlHeader(MessageType::kHello, rank);
     h.sequence = static_cast<uint64_t>(num_hosts);
@@ -276,12 +372,31 @@ absl::StatusOr<EndpointTable> RegisterWithCoordinator(
     if (!curve_public_key.empty()) body.push_back(curve_public_key);
     dealer.send(zmq::buffer(PackStrings(body)), zmq::send_flags::none);
     while (absl::Now() < deadline) {
-      zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(100));
+      zmq::pollitem_t items[2] = {{dealer.handle(), 0, ZMQ_POLLIN, 0},
+                                  {monitor.handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 2, std::chrono::milliseconds(100));
+      zmq::message_t event;
+      if (monitor.recv(event, zmq::recv_flags::dontwait)) {
+        zmq::message_t event_address;
+        if (event.more()) (void)monitor.recv(event_address, zmq::recv_flags::none);
+        uint16_t id = 0;
+        if (event.size() >= 2) std::memcpy(&id, event.data(), 2);
+        (void)zmq_socket_monitor(dealer.handle(), nullptr, 0);
+        return absl::FailedPreconditionError(absl::StrCat(
+            "host ", rank, ": refused by the bootstrap coordinator at ", coordinator_address, ": ",
+            id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+                ? "job token mismatch (its authentication refused this host's TESSEL_JOB_TOKEN)"
+                : "job token mismatch (one side has a job token and the other none, or it is "
+                  "not a tessel coordinator of this version)"));
+      }
       zmq::message_t header_frame;
       if (!dealer.recv(header_frame, zmq::recv_flags::dontwait)) continue;
       zmq::message_t body;
       if (header_frame.more()) (void)dealer.recv(body, zmq::recv_flags::none);
+      if (const int64_t uid = internal::IpcPeerUid(header_frame);
+          ipc && uid >= 0 && uid != static_cast<int64_t>(::getuid())) {
+        return foreign(uid, "answered as");  // its table would point at its sockets
+      }
       absl::StatusOr<WireHeader> reply =
           DecodeHeader(static_cast<const std::byte*>(header_frame.data()), header_frame.size());
       if (!reply.ok()) {

@@ -28,6 +28,7 @@
 #include "transport/internal/host_state.h"
 #include "transport/internal/shared_memory.h"
 #include "transport/internal/wire.h"
+#include "transport/internal/zmq_auth.h"
 #include "transport/internal/zmq_bootstrap.h"
 #include "transport/internal/zmq_util.h"
 
@@ -121,6 +122,9 @@ class ZmqTransport::Impl : public internal::HostLink {
     std::atomic<bool> heard_through_shm{false};
   };
 
+  // PLAIN authentication of the data connections: a job token and no CURVE (which
+  // authenticates by key).
+  bool UsesPlain() const { return !options_.job_token.empty() && !options_.curve; }
   // Shared-memory payloads: ipc, no curve, more than one host, and asked for.
   bool UsesSharedMemory() const {
     return options_.shared_memory && options_.protocol == ZmqProtocol::kIpc && !options_.curve &&
@@ -144,13 +148,14 @@ class ZmqTransport::Impl : public internal::HostLink {
                                   size_t bytes, absl::Time deadline, absl::Status* status);
   // The send loop: header frame plus optional body, retried while the peer's connection is
   // not up (ZMQ_IMMEDIATE), until `deadline`.
-  absl::Status SendFrames(int64_t dst_host, zmq::message_t& head, zmq::message_t* body,
-                          absl::Time deadline);
+  absl::Status SendFrames(int64_t dst_host, zmq::message_t& head,
+                          std::vector<zmq::message_t>& bodies, absl::Time deadline);
 
   absl::Status BindData();
   absl::Status ConnectPeers(const internal::EndpointTable& table);
-  // Answers the CURVE handshakes' ZAP requests (RFC 27) waiting on zap_: accepts a client
-  // whose public key is in the job's table, refuses (and counts) any other.
+  // Answers the CURVE and PLAIN handshakes' ZAP requests (RFC 27) waiting on zap_: accepts a
+  // client whose public key is in the job's table, or whose PLAIN password is the job token;
+  // refuses (and counts) any other.
   void AnswerZap();
   // Sends a header (and optional body) on peer `p`'s socket, retrying while the connection is
   // not up yet, until `deadline`.
@@ -159,6 +164,14 @@ class ZmqTransport::Impl : public internal::HostLink {
   void ProgressLoop();
   void ReadIncoming();
   void HandleFrames(std::vector<zmq::message_t>& frames);
+  // The hello on a connection that has not said one (progress thread).
+  void HandleHello(std::vector<zmq::message_t>& frames);
+  // A kData message of authenticated peer `peer`: its payload (one frame or several) to the
+  // mailbox.
+  void DeliverData(int64_t peer, const WireHeader& header, std::vector<zmq::message_t>& frames);
+  // Counts a message of an unauthenticated peer and names its address on stderr (the first
+  // few); the job goes on.
+  void Drop(const zmq::message_t& frame, const std::string& why);
   void ReadMonitor(int64_t p);
   void CheckPeers(absl::Time now);
   void SendHeartbeats();
@@ -168,20 +181,25 @@ class ZmqTransport::Impl : public internal::HostLink {
   const ZmqOptions options_;
   internal::HostState* state_;
   const int64_t rank_;
+  // Largest frame on a data connection (internal::MaxDataFrameBytes): ZMQ_MAXMSGSIZE of the
+  // incoming socket, and the size larger payloads are cut into.
+  const size_t max_frame_bytes_ =
+      static_cast<size_t>(internal::MaxDataFrameBytes(options_.communicator));
   zmq::context_t context_{1};
   // CURVE: this host's keypair (Z85), the REP socket of the context's ZAP handler (progress
   // thread once started), and the public keys (32 bytes, binary) allowed to connect.
   std::string curve_public_;
   std::string curve_secret_;
   std::unique_ptr<zmq::socket_t> zap_;
-  std::vector<std::string> allowed_keys_;
-  zmq::socket_t in_;  // ROUTER, progress thread only once started
+  internal::ZapPolicy zap_policy_;  // the job token; with CURVE the table's public keys
+  zmq::socket_t in_;                // ROUTER, progress thread only once started
   std::string endpoint_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unique_ptr<BootstrapCoordinator> coordinator_;
   std::thread progress_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> refused_{0};
+  int64_t logged_ = 0;    // progress thread: refusals printed on stderr
   bool started_ = false;  // the progress thread runs
   std::string ipc_path_;  // the data socket's file (ipc only), removed at shutdown
   bool ready_ = false;    // Start() succeeded
@@ -222,16 +240,17 @@ absl::Status ZmqTransport::Impl::BindData() {
     address = absl::StrCat("tcp://", options_.tcp_interface, ":*");
   }
   try {
-    if (options_.curve) {
-      // The ZAP handler must be bound before the first CURVE socket of the context: without
-      // one, libzmq accepts every client key.
+    if (options_.curve || UsesPlain()) {
+      // The ZAP handler must be bound before the first CURVE or PLAIN socket of the context:
+      // without one, libzmq accepts every client key.
       zap_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::rep);
       zap_->set(zmq::sockopt::linger, 0);
-      zap_->bind("inproc://zeromq.zap.01");
+      zap_->bind(internal::kZapEndpoint);
     }
     in_ = zmq::socket_t(context_, zmq::socket_type::router);
     in_.set(zmq::sockopt::linger, 0);
     in_.set(zmq::sockopt::rcvhwm, 0);
+    internal::ConfigureListener(in_, address, UsesPlain(), static_cast<int64_t>(max_frame_bytes_));
     if (options_.socket_buffer_bytes > 0 && options_.protocol == ZmqProtocol::kIpc) {
       in_.set(zmq::sockopt::rcvbuf, static_cast<int>(options_.socket_buffer_bytes));
     }
@@ -262,6 +281,9 @@ absl::Status ZmqTransport::Impl::ConnectPeers(const internal::EndpointTable& tab
         out->set(zmq::sockopt::sndbuf, static_cast<int>(options_.socket_buffer_bytes));
       }
       out->set(zmq::sockopt::linger, 0);
+      // A peer's ROUTER sends nothing back but a refusal.
+      internal::ConfigureClient(*out, UsesPlain() ? options_.job_token : "",
+                                internal::kMaxControlBodyBytes + 1024);
       if (options_.curve) {
         out->set(zmq::sockopt::curve_serverkey, table.curve_public_keys[p]);
         out->set(zmq::sockopt::curve_publickey, curve_public_);
@@ -297,6 +319,7 @@ absl::Status ZmqTransport::Impl::Start() {
   }
   if (n == 1) return absl::OkStatus();
   const absl::Time deadline = absl::Now() + options_.bootstrap_timeout;
+  zap_policy_.job_token = options_.job_token;
   if (options_.curve) {
     char public_z85[41] = {};
     char secret_z85[41] = {};
@@ -329,7 +352,7 @@ absl::Status ZmqTransport::Impl::Start() {
                                                 "'s CURVE public key in the endpoint table is "
                                                 "not 40 characters of Z85"));
       }
-      allowed_keys_.push_back(std::move(key));
+      zap_policy_.curve_keys.push_back(std::move(key));
     }
   }
   TESSEL_RETURN_IF_ERROR(ConnectPeers(table));
@@ -373,6 +396,7 @@ absl::Status ZmqTransport::Impl::Start() {
   }
   if (coordinator_ != nullptr) {
     absl::Status served = coordinator_->Wait();
+    refused_ += coordinator_->refused_connections();
     coordinator_.reset();
     TESSEL_RETURN_IF_ERROR(served);
   }
@@ -534,8 +558,9 @@ bool ZmqTransport::Impl::TrySendThroughSharedMemory(int64_t dst_host, const Wire
     ++shm_queued_;
   } else {
     zmq::message_t head = HeaderFrame(h);
-    zmq::message_t body(&index, sizeof(index));
-    *status = SendFrames(dst_host, head, &body, deadline);
+    std::vector<zmq::message_t> body;
+    body.emplace_back(&index, sizeof(index));
+    *status = SendFrames(dst_host, head, body, deadline);
     if (!status->ok()) {
       segment->Free(rank_, slot);  // the header never left: the receiver cannot hold the slot
       return true;
@@ -558,20 +583,27 @@ absl::Status ZmqTransport::Impl::Send(int64_t dst_host, const WireHeader& header
     return status;
   }
   zmq::message_t head = HeaderFrame(header);
-  zmq::message_t body;
-  if (bytes > 0) {
+  // Payloads larger than a frame may be (ZMQ_MAXMSGSIZE of the receiver, MaxDataFrameBytes)
+  // travel as several frames of one message: only Send/Recv and rendezvous payloads are.
+  std::vector<zmq::message_t> bodies;
+  const auto* bytes_in = static_cast<const char*>(payload);
+  for (size_t offset = 0; offset < bytes; offset += max_frame_bytes_) {
+    const size_t len = std::min(max_frame_bytes_, bytes - offset);
+    zmq::message_t body;
     if (tracker != nullptr) {
       tracker->Acquire();
-      body.rebuild(const_cast<void*>(payload), bytes, &ReleaseZeroCopy, tracker);
+      body.rebuild(const_cast<char*>(bytes_in + offset), len, &ReleaseZeroCopy, tracker);
     } else {
-      body.rebuild(payload, bytes);
+      body.rebuild(bytes_in + offset, len);
     }
+    bodies.push_back(std::move(body));
   }
-  return SendFrames(dst_host, head, bytes > 0 ? &body : nullptr, deadline);
+  return SendFrames(dst_host, head, bodies, deadline);
 }
 
 absl::Status ZmqTransport::Impl::SendFrames(int64_t dst_host, zmq::message_t& head,
-                                            zmq::message_t* body, absl::Time deadline) {
+                                            std::vector<zmq::message_t>& bodies,
+                                            absl::Time deadline) {
   Peer& peer = *peers_[dst_host];
   while (true) {
     TESSEL_RETURN_IF_ERROR(state_->mailbox().failure());
@@ -582,11 +614,14 @@ absl::Status ZmqTransport::Impl::SendFrames(int64_t dst_host, zmq::message_t& he
         return absl::UnavailableError(absl::StrCat("connection to host ", dst_host, " is closed"));
       }
       try {
-        if (body == nullptr) {
+        if (bodies.empty()) {
           if (peer.out->send(head, zmq::send_flags::dontwait)) return absl::OkStatus();
         } else if (peer.out->send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-          // The second frame of an accepted multipart message is never refused.
-          (void)peer.out->send(*body, zmq::send_flags::none);
+          // The later frames of an accepted multipart message are never refused.
+          for (size_t f = 0; f < bodies.size(); ++f) {
+            (void)peer.out->send(bodies[f], f + 1 < bodies.size() ? zmq::send_flags::sndmore
+                                                                  : zmq::send_flags::none);
+          }
           return absl::OkStatus();
         }
       } catch (const zmq::error_t& e) {
@@ -606,7 +641,9 @@ absl::Status ZmqTransport::Impl::SendFrames(int64_t dst_host, zmq::message_t& he
 void ZmqTransport::Impl::BroadcastAbort(const absl::Status& status) {
   WireHeader h = ControlHeader(MessageType::kAbort, rank_);
   h.sequence = static_cast<uint64_t>(status.code());
-  const std::string text(status.message());
+  // Cut to what a peer accepts in a control frame (ZMQ_MAXMSGSIZE).
+  const std::string text(
+      status.message().substr(0, static_cast<size_t>(internal::kMaxControlBodyBytes)));
   for (int64_t p = 0; p < static_cast<int64_t>(peers_.size()); ++p) {
     if (p == rank_) continue;
     absl::MutexLock lock(&peers_[p]->mu);
@@ -623,7 +660,7 @@ void ZmqTransport::Impl::BroadcastAbort(const absl::Status& status) {
 }
 
 void ZmqTransport::Impl::Refuse(const std::string& identity, const std::string& reason) {
-  ++refused_;
+  // Counted by the caller (Drop): a refusal is one dropped message.
   try {
     in_.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     in_.send(HeaderFrame(ControlHeader(MessageType::kRefused, rank_)),
@@ -633,64 +670,90 @@ void ZmqTransport::Impl::Refuse(const std::string& identity, const std::string& 
   }
 }
 
-void ZmqTransport::Impl::HandleFrames(std::vector<zmq::message_t>& frames) {
-  if (frames.size() < 2 || frames.size() > 3) {
-    ++refused_;
+void ZmqTransport::Impl::Drop(const zmq::message_t& frame, const std::string& why) {
+  ++refused_;
+  if (logged_ >= 5) return;  // enough to see an attack without letting it fill the log
+  ++logged_;
+  std::fprintf(stderr,
+               "tessel transport: host %lld: dropped a message from an unauthenticated peer from "
+               "%s (%s)\n",
+               static_cast<long long>(rank_), internal::PeerAddress(frame).c_str(), why.c_str());
+}
+
+void ZmqTransport::Impl::HandleHello(std::vector<zmq::message_t>& frames) {
+  // Authenticated first (the token), then parsed: a stranger's hello of any version is dropped
+  // and counted; a token holder of another version is a job error, since nothing can work.
+  const std::string identity(FrameText(frames[0]));
+  std::vector<std::string> fields;
+  if (frames.size() != 3 || !internal::UnpackStrings(FrameText(frames[2]), &fields) ||
+      fields.size() != 2 || !internal::TokensEqual(fields[0], options_.job_token)) {
+    Drop(frames[1], "job token mismatch");
+    Refuse(identity, absl::StrCat("refused by host ", rank_, ": job token mismatch"));
     return;
   }
-  const std::string identity(FrameText(frames[0]));
   absl::StatusOr<WireHeader> header =
       DecodeHeader(static_cast<const std::byte*>(frames[1].data()), frames[1].size());
   if (!header.ok()) {
-    Refuse(identity, absl::StrCat("refused by host ", rank_, ": ", header.status().message()));
-    return;
-  }
-  if (header->type == MessageType::kHello) {
-    std::vector<std::string> fields;
-    const int64_t peer = header->src_host;
-    if (frames.size() != 3 || !internal::UnpackStrings(FrameText(frames[2]), &fields) ||
-        fields.size() != 2 || !internal::TokensEqual(fields[0], options_.job_token)) {
-      Refuse(identity, absl::StrCat("refused by host ", rank_, ": job token mismatch"));
+    if (absl::IsFailedPrecondition(header.status())) {
+      state_->mailbox().Fail(
+          absl::FailedPreconditionError(absl::StrCat(
+              "host ", rank_, ": a peer holding the job token (from ",
+              internal::PeerAddress(frames[1]), ") was refused: ", header.status().message())),
+          /*broadcast=*/true);
       return;
     }
-    if (peer < 0 || peer >= options_.num_hosts || peer == rank_) {
-      Refuse(identity, absl::StrCat("refused by host ", rank_, ": bad host rank ", peer));
-      return;
-    }
-    identities_[identity] = peer;
-    peers_[peer]->last_heard = absl::Now();
-    if (!fields[1].empty() && UsesSharedMemory()) MapPeerSharedMemory(peer, fields[1]);
-    absl::MutexLock lock(&mu_);
-    hello_[peer] = true;
+    Drop(frames[1], std::string(header.status().message()));
     return;
   }
+  const int64_t peer = header->src_host;
+  if (peer < 0 || peer >= options_.num_hosts || peer == rank_) {
+    Drop(frames[1], absl::StrCat("a hello with the job token for bad host rank ", peer));
+    Refuse(identity, absl::StrCat("refused by host ", rank_, ": bad host rank ", peer));
+    return;
+  }
+  identities_[identity] = peer;
+  peers_[peer]->last_heard = absl::Now();
+  if (!fields[1].empty() && UsesSharedMemory()) MapPeerSharedMemory(peer, fields[1]);
+  absl::MutexLock lock(&mu_);
+  hello_[peer] = true;
+}
+
+void ZmqTransport::Impl::HandleFrames(std::vector<zmq::message_t>& frames) {
+  if (frames.size() < 2) {
+    if (!frames.empty()) Drop(frames[0], "an empty message");
+    return;
+  }
+  const std::string identity(FrameText(frames[0]));
   auto it = identities_.find(identity);
   if (it == identities_.end()) {
-    ++refused_;  // no hello on this connection: not a member of the job
+    // Nothing but a hello with the job token is looked at on a connection that has not said
+    // one: another version's hello, an abort, data or garbage from a stranger is dropped
+    // before it is parsed any further.
+    absl::StatusOr<internal::WirePrefix> prefix =
+        internal::DecodePrefix(static_cast<const std::byte*>(frames[1].data()), frames[1].size());
+    if (!prefix.ok()) {
+      Drop(frames[1], std::string(prefix.status().message()));
+    } else if (prefix->type != static_cast<uint8_t>(MessageType::kHello)) {
+      Drop(frames[1], "no hello with the job token on this connection");
+    } else {
+      HandleHello(frames);
+    }
     return;
   }
   const int64_t peer = it->second;
+  absl::StatusOr<WireHeader> header =
+      DecodeHeader(static_cast<const std::byte*>(frames[1].data()), frames[1].size());
+  if (!header.ok()) {
+    state_->mailbox().Fail(absl::InternalError(absl::StrCat("protocol error: host ", peer, ": ",
+                                                            header.status().message())),
+                           /*broadcast=*/true);
+    return;
+  }
   peers_[peer]->last_heard = absl::Now();
   switch (header->type) {
-    case MessageType::kData: {
-      if (header->src_host != peer || header->channel == Channel::kControl) {
-        ++refused_;
-        return;
-      }
-      const size_t size = frames.size() == 3 ? frames[2].size() : 0;
-      if (size != header->payload_bytes) {
-        state_->mailbox().Fail(absl::InternalError(absl::StrCat(
-                                   "protocol error: host ", peer, " sent ", size,
-                                   " payload bytes, its header says ", header->payload_bytes)),
-                               /*broadcast=*/true);
-        return;
-      }
-      Message message;
-      message.header = *header;
-      if (size > 0) message.payload = std::make_unique<internal::ZmqPayload>(std::move(frames[2]));
-      state_->mailbox().Deliver(std::move(message));
+    case MessageType::kData:
+      DeliverData(peer, *header, frames);
       return;
-    }
     case MessageType::kDataShm: {
       uint32_t slot = UINT32_MAX;
       if (frames.size() == 3 && frames[2].size() == sizeof(slot)) {
@@ -719,8 +782,41 @@ void ZmqTransport::Impl::HandleFrames(std::vector<zmq::message_t>& frames) {
       return;
     }
     default:
-      return;  // heartbeat (already counted as liveness) or stray control messages
+      return;  // heartbeat (already counted as liveness) or a repeated hello
   }
+}
+
+void ZmqTransport::Impl::DeliverData(int64_t peer, const WireHeader& header,
+                                     std::vector<zmq::message_t>& frames) {
+  if (header.src_host != peer || header.channel == Channel::kControl) {
+    ++refused_;
+    return;
+  }
+  // One payload frame in the common case (used in place); a payload larger than
+  // MaxDataFrameBytes came as several (SendFrames) and is joined here.
+  size_t size = 0;
+  for (size_t f = 2; f < frames.size(); ++f) size += frames[f].size();
+  if (size != header.payload_bytes) {
+    state_->mailbox().Fail(
+        absl::InternalError(absl::StrCat("protocol error: host ", peer, " sent ", size,
+                                         " payload bytes, its header says ", header.payload_bytes)),
+        /*broadcast=*/true);
+    return;
+  }
+  Message message;
+  message.header = header;
+  if (frames.size() == 3 && size > 0) {
+    message.payload = std::make_unique<internal::ZmqPayload>(std::move(frames[2]));
+  } else if (size > 0) {
+    std::unique_ptr<internal::PooledBuffer> joined = state_->pool().Acquire(size);
+    size_t offset = 0;
+    for (size_t f = 2; f < frames.size(); ++f) {
+      std::memcpy(joined->mutable_data() + offset, frames[f].data(), frames[f].size());
+      offset += frames[f].size();
+    }
+    message.payload = std::move(joined);
+  }
+  state_->mailbox().Deliver(std::move(message));
 }
 
 void ZmqTransport::Impl::ReadIncoming() {
@@ -758,40 +854,8 @@ void ZmqTransport::Impl::ReadMonitor(int64_t p) {
 }
 
 void ZmqTransport::Impl::AnswerZap() {
-  while (true) {
-    // Request (RFC 27): version, request id, domain, address, routing id, mechanism, then
-    // the mechanism's credentials (CURVE: the client's 32-byte public key).
-    std::vector<zmq::message_t> frames;
-    zmq::message_t first;
-    if (!zap_->recv(first, zmq::recv_flags::dontwait)) return;
-    bool more = first.more();
-    frames.push_back(std::move(first));
-    while (more) {
-      zmq::message_t next;
-      (void)zap_->recv(next, zmq::recv_flags::none);
-      more = next.more();
-      frames.push_back(std::move(next));
-    }
-    bool allowed = false;
-    if (frames.size() == 7 && FrameText(frames[5]) == "CURVE") {
-      for (const std::string& key : allowed_keys_) {
-        allowed = allowed || internal::TokensEqual(FrameText(frames[6]), key);
-      }
-    }
-    if (!allowed) ++refused_;
-    const std::string request_id = frames.size() > 1 ? std::string(FrameText(frames[1])) : "";
-    const std::vector<std::string> reply = {
-        "1.0",
-        request_id,
-        allowed ? "200" : "400",
-        allowed ? "OK" : "CURVE public key is not in this job's endpoint table",
-        "",
-        ""};
-    for (size_t i = 0; i < reply.size(); ++i) {
-      (void)zap_->send(zmq::buffer(reply[i]),
-                       i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    }
-  }
+  refused_ +=
+      internal::AnswerZapRequests(*zap_, zap_policy_, absl::StrCat("host ", rank_), &logged_);
 }
 
 void ZmqTransport::Impl::CheckPeers(absl::Time now) {
@@ -1004,6 +1068,21 @@ absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(ZmqOptions op
     return absl::InvalidArgumentError(
         "zmq transport: no coordinator address (set ZmqOptions::coordinator_address or "
         "TESSEL_COORDINATOR)");
+  }
+  if (options.job_token.size() > internal::kMaxJobTokenBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("zmq transport: the job token is ", options.job_token.size(),
+                     " bytes; the limit is ", internal::kMaxJobTokenBytes));
+  }
+  // tcp reaches beyond this user (other users of the machine, other machines): a job there
+  // must be authenticated. ipc needs no token: its sockets admit only this user's processes.
+  if (options.num_hosts > 1 && options.protocol == ZmqProtocol::kTcp && options.job_token.empty()) {
+    return absl::FailedPreconditionError(
+        "zmq transport: a tcp job needs a job token (ZmqOptions::job_token or "
+        "TESSEL_JOB_TOKEN, the same random secret on every host, e.g. `openssl rand -hex 16`; "
+        "under mpirun pass it with -x TESSEL_JOB_TOKEN, under srun with "
+        "--export=ALL,TESSEL_JOB_TOKEN=...), so that no other process can join the job; add "
+        "TESSEL_CURVE=1 to encrypt the traffic too");
   }
   if (options.heartbeat_interval <= absl::ZeroDuration() ||
       options.heartbeat_timeout <= options.heartbeat_interval) {

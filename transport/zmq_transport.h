@@ -38,8 +38,14 @@
 // host fails with kUnavailable: "... all-reduce #12 on device 0 (host 0) ...: lost host 2: its
 // connection closed (the process exited or was killed)", and the other hosts are told (abort).
 //
-// Security. The job token keeps stray processes out (a hello with another token is refused and
-// its messages dropped); by itself it is not encryption. With ZmqOptions::curve (environment
+// Security (docs/transport.md has the threat model). Trusted: this user's processes, and over
+// tcp only the holders of the job token, which tcp jobs must have. Peers are authenticated
+// before anything they send is read: ipc listeners admit only this user's processes
+// (ZMQ_IPC_FILTER_UID, SO_PEERCRED); with a token every listener is a ZeroMQ PLAIN server that
+// accepts only the token as password; on a connection without a hello carrying the token
+// nothing else is parsed (dropped, counted in refused_connections(), the first few named on
+// stderr with the peer's address). ZMQ_MAXMSGSIZE bounds every frame (internal/zmq_auth.h). The
+// token by itself is not encryption. With ZmqOptions::curve (environment
 // TESSEL_CURVE=1) every host-to-host connection uses ZeroMQ's CURVE mechanism (CurveZMQ, RFC 26:
 // Curve25519 key exchange, every message encrypted and authenticated with XSalsa20-Poly1305):
 // each host generates a fresh keypair in Create (the secret key never leaves the process), sends
@@ -83,8 +89,9 @@ struct ZmqOptions {
   // False: host 0 binds coordinator_address and serves the bootstrap itself. True: a
   // BootstrapCoordinator runs elsewhere (environment: TESSEL_EXTERNAL_COORDINATOR=1).
   bool external_coordinator = false;
-  // Shared secret checked at bootstrap and on every connection. Empty: TESSEL_JOB_TOKEN (or no
-  // token; then every host must have none).
+  // Shared secret (at most 1024 bytes) authenticating every connection: the password of the
+  // PLAIN handshake and the first field of every hello. Empty: TESSEL_JOB_TOKEN (or no token;
+  // then every host must have none, and the job must use ipc).
   std::string job_token;
   // Directory for ipc sockets. Empty: $TMPDIR, else /tmp. Paths are limited to 107 bytes.
   std::string ipc_dir;
@@ -149,9 +156,10 @@ class ZmqTransport : public Communicator {
  public:
   // Binds, bootstraps and connects this host (blocks until every host of the job is connected
   // or bootstrap_timeout). Errors: kInvalidArgument (options, device map, missing coordinator
-  // address, ipc path too long); kFailedPrecondition (refused by the coordinator: other
-  // protocol version, job token, host count, duplicate rank or device map; the message says
-  // which and names both values); kDeadlineExceeded (bootstrap timed out: names the missing
+  // address, ipc path too long, a job token over 1024 bytes); kFailedPrecondition (a tcp job of
+  // several hosts without a job token; refused by the coordinator: other protocol version, job
+  // token, host count, duplicate rank or device map; the message says which and names both
+  // values); kDeadlineExceeded (bootstrap timed out: names the missing
   // hosts when known); kUnavailable (socket errors, e.g. the address is in use).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<ZmqTransport>> Create(ZmqOptions options);
 
@@ -161,8 +169,9 @@ class ZmqTransport : public Communicator {
 
   // This host's data endpoint, e.g. "tcp://127.0.0.1:40213".
   const std::string& endpoint() const;
-  // Connections refused so far (bad token, foreign protocol version, no hello; with curve also
-  // every CURVE handshake from a public key that is not in the job's table).
+  // Connections and messages refused so far: handshakes without the job token (PLAIN) or with
+  // a public key not in the job's table (CURVE), hellos with another token, messages on a
+  // connection without a hello; on host 0 also those its bootstrap coordinator refused.
   int64_t refused_connections() const;
   // With curve: this host's CURVE public key, 40 characters of Z85 (ZeroMQ's text encoding of
   // the 32-byte Curve25519 key), as published in the endpoint table. Empty without curve and
@@ -201,6 +210,11 @@ class BootstrapCoordinator {
 
   // The bound address with the real port, to hand to the hosts.
   const std::string& address() const;
+  // Connections and messages refused so far: PLAIN handshakes without the job token, and
+  // messages that are not a registration carrying the token (a stranger's hello, abort or
+  // garbage). They are dropped without affecting the job; the first few are named on stderr
+  // with the peer's address.
+  int64_t refused_connections() const;
   // Blocks until the service ended. OK if every host got the table; otherwise why not.
   [[nodiscard]] absl::Status Wait();
 

@@ -3,14 +3,21 @@
 // kernel-chosen ports. The SIGKILL loop is registered separately (ctest label e2e).
 #include "transport/zmq_transport.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -18,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -285,7 +293,12 @@ TEST(ZmqTransportTest, HierarchicalAllReduceDcnBytesMatchFormula) {
   int64_t dcn = 0, ici = 0, local = 0;
   for (int r = 0; r < 4; ++r) {
     ASSERT_EQ(job.exit_code(r), 0) << job.Report();
-    const std::string line = job.out(r);
+    // The "dcn_bytes=N ici_bytes=N local_bytes=N" line among the worker's output.
+    std::string line;
+    for (absl::string_view l : absl::StrSplit(job.out(r), '\n')) {
+      if (absl::StartsWith(l, "dcn_bytes=")) line = std::string(l);
+    }
+    ASSERT_FALSE(line.empty()) << job.Report();
     for (absl::string_view field : absl::StrSplit(absl::StripAsciiWhitespace(line), ' ')) {
       std::pair<std::string, std::string> kv = absl::StrSplit(field, '=');
       int64_t v = 0;
@@ -332,8 +345,10 @@ TEST(ZmqTransportTest, WrongJobTokenIsRefused) {
   EXPECT_THAT(job.err(0), HasSubstr("hosts [1] never registered"));
 }
 
-// A peer speaking another protocol version is refused by the coordinator, which also ends the
-// bootstrap of the job with that reason.
+// A peer that holds the job token (it passes the PLAIN handshake and its hello carries the
+// token) but speaks another protocol version is refused by the coordinator, which also ends the
+// bootstrap of the job with that reason: nothing can work. (Without the token the same hello is
+// only dropped: ZmqTransportStrangerTest.)
 TEST(ZmqTransportTest, PeerOfAnotherProtocolVersionIsRefused) {
   auto coordinator =
       BootstrapCoordinator::Start("tcp://127.0.0.1:*", 2, "token", absl::Seconds(10));
@@ -341,6 +356,8 @@ TEST(ZmqTransportTest, PeerOfAnotherProtocolVersionIsRefused) {
   zmq::context_t context(1);
   zmq::socket_t dealer(context, zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::plain_username, "tessel");
+  dealer.set(zmq::sockopt::plain_password, "token");
   dealer.connect((*coordinator)->address());
   internal::WireHeader h = internal::ControlHeader(internal::MessageType::kHello, 1);
   h.version = internal::kProtocolVersion + 1;
@@ -363,6 +380,366 @@ TEST(ZmqTransportTest, PeerOfAnotherProtocolVersionIsRefused) {
                                      internal::kProtocolVersion)));
   absl::Status served = (*coordinator)->Wait();
   EXPECT_EQ(served.code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// --- Strangers: processes without the job token attacking a running job (issue 22) ---
+
+// The resident memory of process `pid` in KiB (VmRSS of /proc/PID/status), or -1.
+int64_t ResidentKib(pid_t pid) {
+  const std::string status = ReadFile(absl::StrCat("/proc/", pid, "/status"));
+  for (absl::string_view line : absl::StrSplit(status, '\n')) {
+    if (absl::ConsumePrefix(&line, "VmRSS:")) {
+      int64_t kib = -1;
+      line = absl::StripAsciiWhitespace(absl::StripSuffix(absl::StripAsciiWhitespace(line), "kB"));
+      if (absl::SimpleAtoi(line, &kib)) return kib;
+    }
+  }
+  return -1;
+}
+
+// A loopback tcp port the kernel just gave out (bound and released: free for a moment).
+int FreeTcpPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    close(fd);
+    return -1;
+  }
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+// A raw stream socket connected to a ZeroMQ tcp:// or ipc:// endpoint, or -1.
+int ConnectRaw(const std::string& endpoint) {
+  absl::string_view rest = endpoint;
+  if (absl::ConsumePrefix(&rest, "ipc://")) {
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::snprintf(address.sun_path, sizeof(address.sun_path), "%s", std::string(rest).c_str());
+    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  if (!absl::ConsumePrefix(&rest, "tcp://127.0.0.1:")) return -1;
+  int port = 0;
+  if (!absl::SimpleAtoi(rest, &port)) return -1;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Speaks ZMTP 3.0 with the NULL mechanism by hand (RFC 23: greeting, READY), then announces one
+// frame of 1 GiB and streams up to `max_bytes` of it, 1 MiB at a time, until the peer closes
+// the connection. Returns the bytes of the frame written. A peer with ZMQ_MAXMSGSIZE closes the
+// connection at the frame's header; a PLAIN server already at the greeting.
+int64_t AnnounceHugeFrame(const std::string& endpoint, int64_t max_bytes) {
+  const int fd = ConnectRaw(endpoint);
+  if (fd < 0) return 0;
+  const timeval timeout{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+  std::string greeting(64, '\0');
+  greeting[0] = '\xff';
+  greeting[9] = '\x7f';
+  greeting[10] = 3;  // version 3.0
+  std::memcpy(&greeting[12], "NULL", 4);
+  const std::string socket_type = "DEALER";
+  std::string ready = "\x05READY\x0bSocket-Type";
+  ready += std::string("\0\0\0", 3) + static_cast<char>(socket_type.size()) + socket_type;
+  std::string frame = greeting + '\x04' + static_cast<char>(ready.size()) + ready;
+  frame += '\x02';  // a long message frame: 8-byte big-endian size
+  const uint64_t size = uint64_t{1} << 30;
+  for (int shift = 56; shift >= 0; shift -= 8) frame += static_cast<char>((size >> shift) & 0xff);
+  int64_t sent = -static_cast<int64_t>(frame.size());
+  std::string chunk = frame + std::string(1 << 20, 'x');
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (sent < max_bytes && absl::Now() < deadline) {
+    const ssize_t n = send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += n;
+    if (static_cast<size_t>(n) < chunk.size()) chunk.erase(0, n);
+    if (chunk.size() < (1u << 20)) chunk.assign(1 << 20, 'x');
+  }
+  close(fd);
+  return std::max<int64_t>(sent, 0);
+}
+
+// What a stranger sends through a ZeroMQ DEALER (NULL mechanism, or PLAIN with a wrong
+// password): hellos with no token, a wrong one and another protocol version, an abort, a data
+// message and garbage, each claiming to be host 1 of `num_hosts`.
+void SendStrangerMessages(const std::string& endpoint, const std::string& plain_password,
+                          int num_hosts, bool with_empty_token) {
+  zmq::context_t context(1);
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  if (!plain_password.empty()) {
+    dealer.set(zmq::sockopt::plain_username, "tessel");
+    dealer.set(zmq::sockopt::plain_password, plain_password);
+  }
+  dealer.connect(endpoint);
+  auto send = [&](const internal::WireHeader& h, const std::string& body) {
+    (void)dealer.send(internal::HeaderFrame(h),
+                      zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    (void)dealer.send(zmq::buffer(body), zmq::send_flags::dontwait);
+  };
+  internal::WireHeader hello = internal::ControlHeader(internal::MessageType::kHello, 1);
+  hello.sequence = static_cast<uint64_t>(num_hosts);
+  if (with_empty_token) send(hello, internal::PackStrings({"", "tcp://127.0.0.1:1"}));
+  send(hello, internal::PackStrings({"intruder", "tcp://127.0.0.1:1"}));
+  internal::WireHeader other_version = hello;
+  other_version.version = internal::kProtocolVersion + 1;
+  send(other_version, internal::PackStrings({"intruder", "tcp://127.0.0.1:1"}));
+  internal::WireHeader abort = internal::ControlHeader(internal::MessageType::kAbort, 1);
+  abort.sequence = static_cast<uint64_t>(absl::StatusCode::kInternal);
+  send(abort, "a stranger says stop");
+  internal::WireHeader data;
+  data.src = 1;
+  data.src_host = 1;
+  data.payload_bytes = 16;
+  send(data, std::string(16, 'd'));
+  (void)dealer.send(zmq::str_buffer("garbage"), zmq::send_flags::dontwait);
+  // Give the handshake and the sends time to happen before the socket closes.
+  absl::SleepFor(absl::Milliseconds(300));
+}
+
+// Reads "key=value" from a worker's stdout, or "".
+std::string OutputField(const std::string& out, absl::string_view key) {
+  for (absl::string_view line : absl::StrSplit(out, '\n')) {
+    if (absl::ConsumePrefix(&line, key) && absl::ConsumePrefix(&line, "=")) {
+      return std::string(line);
+    }
+  }
+  return "";
+}
+
+// Attacks every data endpoint of a running job (hosts already printed "ready") and checks
+// that it still runs and that no host's memory grew by more than 32 MiB.
+void AttackRunningJob(Job& job, int n, const std::string& password, bool with_empty_token) {
+  std::vector<int64_t> before(n);
+  for (int r = 0; r < n; ++r) before[r] = ResidentKib(job.pid(r));
+  for (int r = 0; r < n; ++r) {
+    const std::string endpoint = OutputField(job.out(r), "endpoint");
+    ASSERT_FALSE(endpoint.empty()) << job.Report();
+    SendStrangerMessages(endpoint, "", n, with_empty_token);
+    SendStrangerMessages(endpoint, password, n, with_empty_token);
+    const int64_t sent = AnnounceHugeFrame(endpoint, int64_t{256} << 20);
+    EXPECT_LT(sent, int64_t{64} << 20)
+        << "host " << r << " took " << sent << " bytes of a 1 GiB frame";
+  }
+  for (int r = 0; r < n; ++r) {
+    const int64_t after = ResidentKib(job.pid(r));
+    ASSERT_FALSE(job.WaitFor(r, absl::Now())) << "the job ended before the attack did\n"
+                                              << job.Report();
+    EXPECT_LT(after - before[r], 32 << 10)
+        << "host " << r << ": VmRSS " << before[r] << " -> " << after << " KiB";
+    std::printf("host %d: VmRSS %lld KiB before the attack, %lld KiB after\n", r,
+                static_cast<long long>(before[r]), static_cast<long long>(after));
+  }
+}
+
+// Waits until every host printed "ready".
+void AwaitReady(Job& job, int n) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  for (int r = 0; r < n; ++r) {
+    while (job.out(r).find("ready") == std::string::npos) {
+      ASSERT_LT(absl::Now(), deadline) << job.Report();
+      ASSERT_FALSE(job.WaitFor(r, absl::Now())) << job.Report();
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+}
+
+// A tcp job with a token (host 0 serves the coordinator): a stranger hits the coordinator
+// during the bootstrap and every data socket during the run with hellos without a token, with
+// a wrong one, of another version, an abort, data, garbage and a 1 GiB frame. The job finishes
+// with the right sums, nothing is blamed on a host, every host's memory stays bounded, and the
+// refusals are counted and named with the stranger's address.
+TEST(ZmqTransportStrangerTest, TcpJobWithTokenIgnoresStrangers) {
+  constexpr int kHosts = 3;
+  const int port = FreeTcpPort();
+  ASSERT_GT(port, 0);
+  const std::string coordinator = absl::StrCat("tcp://127.0.0.1:", port);
+  Job job;
+  auto spawn = [&](int r) {
+    job.Spawn(r, {"--scenario=loop", "--iterations=150", "--sleep_ms=30", "--protocol=tcp",
+                  absl::StrCat("--num_hosts=", kHosts), "--token=the-job-token",
+                  absl::StrCat("--coordinator=", coordinator)});
+  };
+  spawn(0);
+  spawn(1);
+  // The coordinator waits for host 2 meanwhile: the stranger gets there first.
+  absl::SleepFor(absl::Milliseconds(300));
+  SendStrangerMessages(coordinator, "", kHosts, /*with_empty_token=*/true);
+  SendStrangerMessages(coordinator, "wrong-token", kHosts, /*with_empty_token=*/true);
+  EXPECT_LT(AnnounceHugeFrame(coordinator, int64_t{256} << 20), int64_t{64} << 20);
+  spawn(2);
+  AwaitReady(job, kHosts);
+  AttackRunningJob(job, kHosts, "wrong-token", /*with_empty_token=*/true);
+  ASSERT_TRUE(job.WaitAll(absl::Seconds(60))) << job.Report();
+  for (int r = 0; r < kHosts; ++r) {
+    EXPECT_EQ(job.exit_code(r), 0) << job.Report();
+    EXPECT_THAT(job.out(r), HasSubstr("ok iterations=150")) << job.Report();
+    int64_t refused = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(OutputField(job.out(r), "refused_connections"), &refused))
+        << job.Report();
+    EXPECT_GT(refused, 0) << job.Report();
+    EXPECT_THAT(job.err(r), HasSubstr("unauthenticated peer from 127.0.0.1")) << job.Report();
+    EXPECT_THAT(job.err(r), ::testing::Not(HasSubstr("aborted"))) << job.Report();
+  }
+}
+
+// An ipc job without a token (same user only): a process of this user without the job's
+// token, or sending an abort, data or garbage on a connection without a hello, is dropped; a
+// 1 GiB frame is cut by ZMQ_MAXMSGSIZE (the listeners are NULL servers here, so the frame
+// header is read) before it is allocated.
+TEST(ZmqTransportStrangerTest, IpcJobDropsUnhelloedPeersAndHugeFrames) {
+  constexpr int kHosts = 2;
+  Job job;
+  auto spawn = [&](int r) {
+    job.Spawn(r, {"--scenario=loop", "--iterations=120", "--sleep_ms=30",
+                  absl::StrCat("--num_hosts=", kHosts),
+                  absl::StrCat("--coordinator=", job.ipc_coordinator())});
+  };
+  spawn(0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!std::filesystem::exists(job.dir() + "/coord") && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  SendStrangerMessages(job.ipc_coordinator(), "", kHosts, /*with_empty_token=*/false);
+  EXPECT_LT(AnnounceHugeFrame(job.ipc_coordinator(), int64_t{256} << 20), int64_t{64} << 20);
+  spawn(1);
+  AwaitReady(job, kHosts);
+  AttackRunningJob(job, kHosts, "", /*with_empty_token=*/false);
+  ASSERT_TRUE(job.WaitAll(absl::Seconds(60))) << job.Report();
+  for (int r = 0; r < kHosts; ++r) {
+    EXPECT_EQ(job.exit_code(r), 0) << job.Report();
+    EXPECT_THAT(job.out(r), HasSubstr("ok iterations=120")) << job.Report();
+    EXPECT_THAT(job.err(r), HasSubstr("unauthenticated peer from localhost:")) << job.Report();
+  }
+}
+
+// Over ipc only processes of this user get in: another user's connection is closed by the
+// listener (ZMQ_IPC_FILTER_UID, SO_PEERCRED) before ZeroMQ greets it, even where the socket
+// file and its folder let that user connect. Needs root to act as another user.
+TEST(ZmqTransportStrangerTest, IpcPeerOfAnotherUserIsClosedBeforeTheGreeting) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to connect as another user";
+  constexpr int kHosts = 2;
+  Job job;
+  for (int r = 0; r < kHosts; ++r) {
+    job.Spawn(r, {"--scenario=loop", "--iterations=100", "--sleep_ms=30",
+                  absl::StrCat("--num_hosts=", kHosts), "--token=t",
+                  absl::StrCat("--coordinator=", job.ipc_coordinator())});
+  }
+  AwaitReady(job, kHosts);
+  const std::string endpoint = OutputField(job.out(1), "endpoint");
+  ASSERT_FALSE(endpoint.empty()) << job.Report();
+  // Open the way the file system would close, so that only the uid filter stands.
+  ASSERT_EQ(chmod(job.dir().c_str(), 0755), 0);
+  ASSERT_EQ(chmod(endpoint.substr(6).c_str(), 0777), 0);
+  // Bytes of ZeroMQ's greeting that a connection as `uid` receives (0: closed at once).
+  auto greeting_bytes = [&](uid_t uid) {
+    const pid_t child = fork();
+    if (child == 0) {
+      if (uid != 0 && (setgid(uid) != 0 || setuid(uid) != 0)) _exit(100);
+      const int fd = ConnectRaw(endpoint);
+      if (fd < 0) _exit(101);
+      const timeval timeout{3, 0};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+      char buffer[64];
+      const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+      _exit(n > 0 ? 10 + static_cast<int>(std::min<ssize_t>(n, 10)) : 0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_GT(greeting_bytes(0), 10);     // this user: ZeroMQ greets
+  EXPECT_EQ(greeting_bytes(65534), 0);  // nobody: closed without a byte
+  ASSERT_TRUE(job.WaitAll(absl::Seconds(60))) << job.Report();
+  for (int r = 0; r < kHosts; ++r) EXPECT_EQ(job.exit_code(r), 0) << job.Report();
+}
+
+// Another user who binds an explicit ipc coordinator path first (in a shared folder) gets no
+// registration when its socket file is already there, and its endpoint table is refused when it
+// binds after the host connected (the answer's SO_PEERCRED uid is not ours). Needs root.
+TEST(ZmqTransportStrangerTest, CoordinatorOfAnotherUserIsNotTrusted) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to bind as another user";
+  Job job;
+  const std::string shared = job.dir() + "/shared";
+  ASSERT_EQ(mkdir(shared.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(job.dir().c_str(), 0755), 0);
+  ASSERT_EQ(chmod(shared.c_str(), 01777), 0);
+  for (const bool bound_first : {true, false}) {
+    SCOPED_TRACE(bound_first ? "bound before the host starts" : "bound after the host connects");
+    const std::string path = absl::StrCat(shared, bound_first ? "/first" : "/later");
+    const std::string address = absl::StrCat("ipc://", path);
+    // The other user's coordinator: answers every registration with a table of its own.
+    auto impostor = [&] {
+      const pid_t child = fork();
+      if (child != 0) return child;
+      if (setgid(65534) != 0 || setuid(65534) != 0) _exit(100);
+      zmq::context_t context(1);
+      zmq::socket_t router(context, zmq::socket_type::router);
+      router.set(zmq::sockopt::linger, 0);
+      router.bind(address);
+      const absl::Time until = absl::Now() + absl::Seconds(8);
+      while (absl::Now() < until) {
+        zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, std::chrono::milliseconds(50));
+        zmq::message_t identity;
+        if (!router.recv(identity, zmq::recv_flags::dontwait)) continue;
+        for (bool more = identity.more(); more;) {
+          zmq::message_t rest;
+          more = router.recv(rest, zmq::recv_flags::dontwait) && rest.more();
+        }
+        router.send(identity, zmq::send_flags::sndmore);
+        router.send(
+            internal::HeaderFrame(internal::ControlHeader(internal::MessageType::kTable, -1)),
+            zmq::send_flags::sndmore);
+        router.send(zmq::buffer(internal::PackStrings({"ipc:///tmp/evil0", "ipc:///tmp/evil1"})),
+                    zmq::send_flags::none);
+      }
+      _exit(0);
+    };
+    pid_t other = -1;
+    if (bound_first) {
+      other = impostor();
+      const absl::Time deadline = absl::Now() + absl::Seconds(10);
+      while (!std::filesystem::exists(path) && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+    }
+    const int index = job.size();
+    // No token: an ipc job may have none (with one, the impostor would also need to be a PLAIN
+    // server to get as far as answering).
+    job.Spawn(1, {"--scenario=checks", "--num_hosts=2", "--external_coordinator=1",
+                  "--bootstrap_timeout_s=5", absl::StrCat("--coordinator=", address)});
+    if (!bound_first) {
+      // Long after the host looked for the file (it starts in well under a second).
+      absl::SleepFor(absl::Milliseconds(1000));
+      other = impostor();
+    }
+    ASSERT_TRUE(job.WaitFor(index, absl::Now() + absl::Seconds(30))) << job.Report();
+    EXPECT_EQ(job.exit_code(index), 3) << job.Report();
+    EXPECT_THAT(job.err(index), HasSubstr(absl::StrCat(bound_first ? "belongs to" : "answered as",
+                                                       " uid 65534, not this user")))
+        << job.Report();
+    kill(other, SIGKILL);
+    waitpid(other, nullptr, 0);
+  }
 }
 
 // CURVE on loopback tcp (the case of links that leave the machine): every collective passes
@@ -557,7 +934,7 @@ TEST(ZmqTransportFaultTest, KilledHostEndsEveryOtherHostWithin5s) {
     SCOPED_TRACE(absl::StrCat("iteration ", iteration, ", victim host ", victim));
     Job job;
     for (int r = 0; r < kHosts; ++r) {
-      job.Spawn(r, {"--scenario=loop", absl::StrCat("--num_hosts=", kHosts),
+      job.Spawn(r, {"--scenario=loop", absl::StrCat("--num_hosts=", kHosts), "--token=kill-test",
                     iteration % 2 ? "--protocol=tcp" : "--protocol=ipc",
                     absl::StrCat("--coordinator=", job.ipc_coordinator())});
     }

@@ -1,9 +1,12 @@
 #include "mesh/launch/host_env.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/fingerprint.h"
+#include "core/status_macros.h"
 
 namespace tessel::mesh {
 namespace {
@@ -48,19 +52,53 @@ absl::StatusOr<int64_t> ParseInteger(const char* variable, const std::string& va
   return number;
 }
 
-// The ipc:// coordinator address every rank of one mpirun / hydra job derives from the job id,
-// or nullopt when none of kDerivedCoordinatorSources is set.
-std::optional<std::string> DerivedCoordinator() {
+// A folder only this user can enter, for the sockets of jobs whose ranks must find each other
+// without talking first: $XDG_RUNTIME_DIR when it is ours with mode 0700 (systemd's per-user
+// runtime folder), else $TMPDIR/tessel-<uid> (TMPDIR defaults to /tmp), made with mode 0700 and
+// checked like tmux checks its socket folder. Every rank derives the same name, so no rank has to
+// tell the others; a folder of that name made by someone else, or left open to others, is
+// refused, never used: another user can make the job fail, never join it.
+absl::StatusOr<std::string> PrivateSocketFolder() {
+  const uid_t uid = getuid();
+  if (std::optional<std::string> xdg = GetEnv("XDG_RUNTIME_DIR");
+      xdg.has_value() && !xdg->empty()) {
+    struct stat info;
+    if (lstat(xdg->c_str(), &info) == 0 && S_ISDIR(info.st_mode) && info.st_uid == uid &&
+        (info.st_mode & 0777) == 0700) {
+      return *xdg;
+    }
+  }
+  std::string base = GetEnv("TMPDIR").value_or("");
+  if (base.empty()) base = "/tmp";
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  const std::string folder = absl::StrFormat("%s/tessel-%d", base, static_cast<int64_t>(uid));
+  if (mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create the private socket folder ", folder, ": ", strerror(errno)));
+  }
+  struct stat info;
+  if (lstat(folder.c_str(), &info) != 0 || !S_ISDIR(info.st_mode) || info.st_uid != uid ||
+      (info.st_mode & 077) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s is not a private folder of this user (uid %d): it must be a directory owned by uid "
+        "%d with mode 0700, not a link; another user may have made it. Remove it, or set "
+        "TESSEL_COORDINATOR=ipc://<a path in a folder only you can enter>",
+        folder, static_cast<int64_t>(uid), static_cast<int64_t>(uid)));
+  }
+  return folder;
+}
+
+// The ipc:// coordinator address every rank of one mpirun / hydra job derives from the job id
+// (a socket in PrivateSocketFolder), or nullopt when none of kDerivedCoordinatorSources is set.
+absl::StatusOr<std::optional<std::string>> DerivedCoordinator() {
   for (std::string_view name : kDerivedCoordinatorSources) {
     std::optional<std::string> job_id = GetEnv(std::string(name).c_str());
     if (!job_id.has_value() || job_id->empty()) continue;
-    std::string dir = GetEnv("TMPDIR").value_or("");
-    if (dir.empty()) dir = "/tmp";
-    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    return absl::StrFormat("ipc://%s/tessel-%d-%016x.coord", dir, static_cast<int64_t>(getuid()),
-                           Fnv1a64(*job_id));
+    TESSEL_ASSIGN_OR_RETURN(std::string folder, PrivateSocketFolder());
+    return std::optional<std::string>(
+        absl::StrFormat("ipc://%s/tessel-%016x.coord", folder, Fnv1a64(*job_id)));
   }
-  return std::nullopt;
+  return std::optional<std::string>();
 }
 
 }  // namespace
@@ -139,8 +177,10 @@ absl::StatusOr<HostEnvironment> ReadHostEnvironment() {
     }
     env.coordinator = *coordinator;
   } else if (env.num_hosts > 1) {
-    std::optional<std::string> derived =
-        family->derives_coordinator ? DerivedCoordinator() : std::nullopt;
+    std::optional<std::string> derived;
+    if (family->derives_coordinator) {
+      TESSEL_ASSIGN_OR_RETURN(derived, DerivedCoordinator());
+    }
     if (!derived.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
           family->rank_variable, "=", rank_text, " (", family->launcher,
@@ -149,6 +189,22 @@ absl::StatusOr<HostEnvironment> ReadHostEnvironment() {
           family->rank_variable, "=0 and <port> a free port there"));
     }
     env.coordinator = *derived;
+    // The data sockets beside the coordinator, in the same private folder.
+    if (env.ipc_dir.empty())
+      env.ipc_dir = env.coordinator.substr(6, env.coordinator.rfind('/') - 6);
+  }
+  // A tcp job is reachable by every process that reaches the port: without a token any of them
+  // could join it. No secret can be derived from what the launcher sets (job ids and host
+  // names are guessable), so the user must give one.
+  if (env.num_hosts > 1 && absl::StartsWith(env.coordinator, "tcp://") && env.job_token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        family->rank_variable, "=", rank_text, " (", family->launcher,
+        "): TESSEL_COORDINATOR=", env.coordinator,
+        " is tcp but TESSEL_JOB_TOKEN is not set, so any process that reaches the port could "
+        "join the job. Set the same random secret on every host and keep it off the command "
+        "line: `export TESSEL_JOB_TOKEN=$(openssl rand -hex 16)`, then `mpirun -x "
+        "TESSEL_JOB_TOKEN ...` or `srun --export=ALL,... ...`; add TESSEL_CURVE=1 to encrypt "
+        "the traffic too (docs/launch.md)"));
   }
   return env;
 }

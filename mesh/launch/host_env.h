@@ -21,11 +21,14 @@
 //                coordinator (served by host 0 unless TESSEL_EXTERNAL_COORDINATOR=1). Under
 //                mpirun / hydra without it, every rank derives the same address from the job id
 //                the MPI launcher gives every rank (see kDerivedCoordinatorSources):
-//                "ipc://$TMPDIR/tessel-<uid>-<16 hex digits of FNV-1a(job id)>.coord"
-//                ($TMPDIR defaults to /tmp); this works on one machine only. Under srun, and
-//                across machines, TESSEL_COORDINATOR=tcp://<host 0's address>:<free port> is
-//                required.
-//   token        TESSEL_JOB_TOKEN: shared secret checked at bootstrap ("" if unset)
+//                "ipc://<folder>/tessel-<16 hex digits of FNV-1a(job id)>.coord", in a folder
+//                only this user can enter: $XDG_RUNTIME_DIR when it is ours with mode 0700, else
+//                $TMPDIR/tessel-<uid> ($TMPDIR defaults to /tmp), made 0700 and checked (owner,
+//                mode, not a link); the data sockets go beside it unless TESSEL_IPC_DIR is set.
+//                This works on one machine only. Under srun, and across machines,
+//                TESSEL_COORDINATOR=tcp://<host 0's address>:<free port> is required.
+//   token        TESSEL_JOB_TOKEN: shared secret authenticating every connection ("" if unset);
+//                required with a tcp:// coordinator (docs/launch.md says how to pass it)
 //   optional     TESSEL_BOOTSTRAP_TIMEOUT_S (seconds, > 0; default 60): how long a host waits
 //                for the others at bootstrap; TESSEL_TCP_INTERFACE: the address or interface name
 //                (e.g. 10.0.0.5, eth0) the tcp data socket binds, required across machines
@@ -66,8 +69,8 @@ struct HostEnvironment {
   // TESSEL_NUM_HOSTS, else OMPI_COMM_WORLD_SIZE, else PMI_SIZE, else SLURM_NTASKS.
   int64_t num_hosts = 1;
   std::string config_path;  // TESSEL_CONFIG ("" if unset)
-  // TESSEL_COORDINATOR; under mpirun / hydra without it, the derived ipc:// address (see the
-  // file comment); "" only when num_hosts == 1 and nothing names one.
+  // TESSEL_COORDINATOR; under mpirun / hydra without it, the derived ipc:// address in a
+  // private folder (see the file comment); "" only when num_hosts == 1 and nothing names one.
   std::string coordinator;
   std::string job_token;  // TESSEL_JOB_TOKEN ("" if unset)
   // Which variables gave the rank and the host count, for messages: "TESSEL_HOST_INDEX",
@@ -77,15 +80,22 @@ struct HostEnvironment {
   // TESSEL_BOOTSTRAP_TIMEOUT_S when set (seconds, may be fractional).
   std::optional<absl::Duration> bootstrap_timeout;
   std::string tcp_interface;  // TESSEL_TCP_INTERFACE ("" if unset)
-  std::string ipc_dir;        // TESSEL_IPC_DIR ("" if unset)
+  // TESSEL_IPC_DIR; unset with a derived coordinator, that coordinator's private folder; else "".
+  std::string ipc_dir;
 };
 
 // True when the environment names a rank: any of TESSEL_HOST_INDEX, OMPI_COMM_WORLD_RANK,
 // PMI_RANK, SLURM_PROCID is set (even to a bad value; ReadHostEnvironment then says why).
 [[nodiscard]] bool LaunchedAsHost();
 
-// Reads and validates the variables above.
+// Reads and validates the variables above. With a derived coordinator it creates the private
+// folder (mode 0700) when it is missing.
 // Errors:
+//   kFailedPrecondition when the derived coordinator's folder cannot be made or is not private
+//     ("/tmp/tessel-1000 is not a private folder of this user ...": another user's, open to
+//     others, or a link);
+//   kInvalidArgument, with num_hosts > 1, for a tcp:// coordinator without TESSEL_JOB_TOKEN,
+//     saying how to pass one under mpirun (-x TESSEL_JOB_TOKEN) and srun (--export=ALL);
 //   kNotFound when no rank variable is set (the process was not started by a launcher);
 //   kInvalidArgument naming the variable and its value when a number does not parse, the host
 //     count is missing or < 1, the index is outside [0, num_hosts), TESSEL_BOOTSTRAP_TIMEOUT_S

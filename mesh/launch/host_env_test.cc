@@ -1,11 +1,14 @@
 #include "mesh/launch/host_env.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -40,7 +43,8 @@ const std::vector<std::string> kVariables = {"TESSEL_HOST_INDEX",
                                              "PMI_KVSNAME",
                                              "SLURM_PROCID",
                                              "SLURM_NTASKS",
-                                             "TMPDIR"};
+                                             "TMPDIR",
+                                             "XDG_RUNTIME_DIR"};
 
 // Clears the variables for each test and restores the process environment afterwards.
 class HostEnvTest : public ::testing::Test {
@@ -111,6 +115,7 @@ TEST_F(HostEnvTest, TcpCoordinatorSelectsTcp) {
   Set("TESSEL_HOST_INDEX", "0");
   Set("TESSEL_NUM_HOSTS", "2");
   Set("TESSEL_COORDINATOR", "tcp://10.0.0.1:5555");
+  Set("TESSEL_JOB_TOKEN", "f00d");
   Set("TESSEL_TCP_INTERFACE", "10.0.0.2");
   Set("TESSEL_EXTERNAL_COORDINATOR", "1");
   absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
@@ -152,19 +157,45 @@ TEST_F(HostEnvTest, BooleanVariablesAreParsedStrictly) {
   }
 }
 
+// A fresh folder for TMPDIR / XDG_RUNTIME_DIR, removed at the end.
+class ScratchFolder {
+ public:
+  ScratchFolder() {
+    char pattern[] = "/tmp/tsl-env-XXXXXX";
+    path_ = mkdtemp(pattern);
+  }
+  ~ScratchFolder() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 TEST_F(HostEnvTest, OpenMpiDerivesSharedIpcCoordinator) {
+  ScratchFolder tmp;
   Set("OMPI_COMM_WORLD_RANK", "3");
   Set("OMPI_COMM_WORLD_SIZE", "4");
   Set("PMIX_NAMESPACE", "prterun-box-1234@1");
-  Set("TMPDIR", "/var/tmp/");
+  Set("TMPDIR", tmp.path() + "/");
   absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->host_index, 3);
   EXPECT_EQ(env->num_hosts, 4);
   EXPECT_EQ(env->source, "OMPI_COMM_WORLD_RANK");
-  const std::string prefix = absl::StrFormat("ipc:///var/tmp/tessel-%d-", getuid());
+  // In a folder only this user can enter, never a name anyone can take in /tmp itself.
+  const std::string folder = absl::StrFormat("%s/tessel-%d", tmp.path(), getuid());
+  const std::string prefix = absl::StrCat("ipc://", folder, "/tessel-");
   EXPECT_EQ(env->coordinator.rfind(prefix, 0), 0u) << env->coordinator;
   EXPECT_EQ(env->coordinator.size(), prefix.size() + 16 + std::string(".coord").size());
+  EXPECT_EQ(env->ipc_dir, folder);
+  struct stat info;
+  ASSERT_EQ(lstat(folder.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISDIR(info.st_mode));
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+  EXPECT_EQ(info.st_uid, getuid());
   const std::string rank3 = env->coordinator;
 
   // Another rank of the same job derives the same address; another job a different one.
@@ -184,12 +215,104 @@ TEST_F(HostEnvTest, OpenMpiDerivesSharedIpcCoordinator) {
   ASSERT_TRUE(jobid.ok()) << jobid.status();
   EXPECT_EQ(jobid->coordinator.rfind(prefix, 0), 0u);
   Set("TESSEL_COORDINATOR", "tcp://127.0.0.1:4000");
+  Set("TESSEL_JOB_TOKEN", "f00d");
   absl::StatusOr<HostEnvironment> explicit_address = ReadHostEnvironment();
   ASSERT_TRUE(explicit_address.ok()) << explicit_address.status();
   EXPECT_EQ(explicit_address->coordinator, "tcp://127.0.0.1:4000");
+  EXPECT_EQ(explicit_address->ipc_dir, "");
+}
+
+// XDG_RUNTIME_DIR (systemd's per-user 0700 folder) is used when it is ours and private; one
+// open to others is passed over for the TMPDIR folder.
+TEST_F(HostEnvTest, DerivedCoordinatorPrefersAPrivateXdgRuntimeDir) {
+  ScratchFolder runtime, tmp;
+  Set("OMPI_COMM_WORLD_RANK", "1");
+  Set("OMPI_COMM_WORLD_SIZE", "2");
+  Set("PMIX_NAMESPACE", "prterun-box-1234@1");
+  Set("TMPDIR", tmp.path());
+  Set("XDG_RUNTIME_DIR", runtime.path());
+  ASSERT_EQ(chmod(runtime.path().c_str(), 0700), 0);
+  absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->coordinator.rfind(absl::StrCat("ipc://", runtime.path(), "/tessel-"), 0), 0u)
+      << env->coordinator;
+  ASSERT_EQ(chmod(runtime.path().c_str(), 0755), 0);
+  env = ReadHostEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->coordinator.rfind(
+                absl::StrFormat("ipc://%s/tessel-%d/tessel-", tmp.path(), getuid()), 0),
+            0u)
+      << env->coordinator;
+}
+
+// A folder of the derived name that others may enter, or that another user made, is refused
+// with the reason: such a user could otherwise bind the coordinator first and read every
+// registration.
+TEST_F(HostEnvTest, DerivedCoordinatorRefusesAFolderThatIsNotPrivate) {
+  ScratchFolder tmp;
+  Set("OMPI_COMM_WORLD_RANK", "1");
+  Set("OMPI_COMM_WORLD_SIZE", "2");
+  Set("PMIX_NAMESPACE", "prterun-box-1234@1");
+  Set("TMPDIR", tmp.path());
+  const std::string folder = absl::StrFormat("%s/tessel-%d", tmp.path(), getuid());
+  ASSERT_EQ(mkdir(folder.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(folder.c_str(), 0777), 0);
+  absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
+  ASSERT_FALSE(env.ok());
+  EXPECT_EQ(env.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(env.status().message(), HasSubstr(absl::StrCat(folder, " is not a private folder")));
+  if (geteuid() == 0) {  // root can hand the folder to another user, as an attacker would make it
+    ASSERT_EQ(chmod(folder.c_str(), 0700), 0);
+    ASSERT_EQ(chown(folder.c_str(), 65534, 65534), 0);
+    env = ReadHostEnvironment();
+    ASSERT_FALSE(env.ok());
+    EXPECT_THAT(env.status().message(), HasSubstr("is not a private folder"));
+  }
+  // A link to a private folder is not taken either.
+  ASSERT_EQ(rmdir(folder.c_str()), 0);
+  const std::string target = tmp.path() + "/elsewhere";
+  ASSERT_EQ(mkdir(target.c_str(), 0700), 0);
+  ASSERT_EQ(symlink(target.c_str(), folder.c_str()), 0);
+  env = ReadHostEnvironment();
+  ASSERT_FALSE(env.ok());
+  EXPECT_THAT(env.status().message(), HasSubstr("is not a private folder"));
+}
+
+// Under mpirun or srun a tcp job without TESSEL_JOB_TOKEN is refused before it opens a socket,
+// saying how to pass a token with either launcher; with one it goes on.
+TEST_F(HostEnvTest, TcpJobWithoutTokenIsRefused) {
+  for (const auto& [rank, size, how] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "mpirun -x TESSEL_JOB_TOKEN"},
+           {"SLURM_PROCID", "SLURM_NTASKS", "srun --export=ALL"},
+           {"TESSEL_HOST_INDEX", "TESSEL_NUM_HOSTS", "TESSEL_JOB_TOKEN"}}) {
+    for (const std::string& name : kVariables) unsetenv(name.c_str());
+    Set(rank, "1");
+    Set(size, "4");
+    Set("TESSEL_COORDINATOR", "tcp://127.0.0.1:29500");
+    absl::StatusOr<HostEnvironment> env = ReadHostEnvironment();
+    ASSERT_FALSE(env.ok()) << rank;
+    EXPECT_EQ(env.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(env.status().message(), HasSubstr(absl::StrCat(rank, "=1")));
+    EXPECT_THAT(env.status().message(), HasSubstr("TESSEL_JOB_TOKEN is not set"));
+    EXPECT_THAT(env.status().message(), HasSubstr(how));
+    EXPECT_THAT(env.status().message(), HasSubstr("TESSEL_CURVE=1"));
+    Set("TESSEL_JOB_TOKEN", "0123456789abcdef");
+    env = ReadHostEnvironment();
+    ASSERT_TRUE(env.ok()) << env.status();
+    EXPECT_EQ(env->job_token, "0123456789abcdef");
+  }
+  // ipc admits only this user's processes: no token needed there.
+  for (const std::string& name : kVariables) unsetenv(name.c_str());
+  Set("OMPI_COMM_WORLD_RANK", "1");
+  Set("OMPI_COMM_WORLD_SIZE", "4");
+  Set("TESSEL_COORDINATOR", "ipc:///tmp/x/coord");
+  EXPECT_TRUE(ReadHostEnvironment().ok());
 }
 
 TEST_F(HostEnvTest, HydraPmiVariables) {
+  ScratchFolder tmp;
+  Set("TMPDIR", tmp.path());
   Set("PMI_RANK", "1");
   Set("PMI_SIZE", "2");
   Set("PMI_KVSNAME", "kvs_1234_0");
@@ -212,6 +335,7 @@ TEST_F(HostEnvTest, SlurmNeedsCoordinator) {
   EXPECT_THAT(env.status().message(), HasSubstr("TESSEL_COORDINATOR=tcp://"));
 
   Set("TESSEL_COORDINATOR", "tcp://node0:29500");
+  Set("TESSEL_JOB_TOKEN", "f00d");
   env = ReadHostEnvironment();
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->host_index, 1);

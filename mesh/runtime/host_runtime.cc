@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -15,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/executor.h"
+#include "core/file_util.h"
 #include "core/hlo_text.h"
 #include "core/status_macros.h"
 #include "mesh/cost/cost_model.h"
@@ -178,9 +178,12 @@ absl::StatusOr<std::shared_ptr<const HostRuntime::State::Compiled>> HostRuntime:
   metrics.compile_seconds += SecondsSince(start);
   ++metrics.compiles;
   if (!options.dump_to.empty() && communicator->rank() == 0) {
+    // Whole files or none (a run killed while dumping leaves no torn HLO behind).
     const std::string base = absl::StrFormat("%s/%016x", options.dump_to, fingerprint);
-    std::ofstream(base + ".before.hlo") << PrintHloModule(graph);
-    std::ofstream(base + ".spmd.hlo") << PrintHloModule(*compiled->program.program);
+    TESSEL_RETURN_IF_ERROR(
+        WriteFileAtomically(base + ".before.hlo", PrintHloModule(graph), "HLO dump"));
+    TESSEL_RETURN_IF_ERROR(WriteFileAtomically(
+        base + ".spmd.hlo", PrintHloModule(*compiled->program.program), "HLO dump"));
   }
   cache[fingerprint] = compiled;
   return std::shared_ptr<const Compiled>(compiled);

@@ -14,8 +14,9 @@
 #   interrupted  SIGINT to tessel launch: forwarded, exit 130, no host left
 #   bad_config   missing file / not JSON / not found program: exit 1 and one line; bad args of
 #                tessel launch, or bad or unknown flags of host_probe: exit 2 and one line
-#   mpirun       4 ranks under Open MPI's mpirun with only TESSEL_CONFIG set (skipped, exit 77,
-#                when mpirun is not installed)
+#   mpirun       4 ranks under Open MPI's mpirun with only TESSEL_CONFIG set (the coordinator in
+#                a private 0700 folder); over tcp without TESSEL_JOB_TOKEN: refused, naming it;
+#                with the token exported: runs (skipped, exit 77, when mpirun is not installed)
 #   unreachable  host 1 of 2 started by hand, coordinator that nobody serves (ipc and tcp),
 #                TESSEL_BOOTSTRAP_TIMEOUT_S=1: exit 1 and one line naming the coordinator
 set -u
@@ -203,7 +204,7 @@ case "$case_name" in
     for coordinator in "ipc://$tmp/nobody-serves-this" "tcp://127.0.0.1:1"; do
       start=$SECONDS
       TESSEL_HOST_INDEX=1 TESSEL_NUM_HOSTS=2 TESSEL_CONFIG="$configs/two_v4-8_slices.json" \
-        TESSEL_COORDINATOR="$coordinator" TESSEL_BOOTSTRAP_TIMEOUT_S=1 \
+        TESSEL_COORDINATOR="$coordinator" TESSEL_BOOTSTRAP_TIMEOUT_S=1 TESSEL_JOB_TOKEN=e2e-token \
         timeout 30 "$probe" --tag "$tag" >"$tmp/out" 2>"$tmp/err"
       code=$?
       elapsed=$((SECONDS - start))
@@ -219,9 +220,11 @@ case "$case_name" in
       echo "mpirun not installed (Debian: openmpi-bin); skipped"
       exit 77
     fi
-    # Open MPI's rank variables and the coordinator derived from its job id (mesh/launch/host_env.h).
-    timeout 60 mpirun --allow-run-as-root --oversubscribe -np 4 -x TESSEL_CONFIG="$config" \
-      "$probe" --iterations 5 --tag "$tag" >"$tmp/out" 2>"$tmp/err"
+    # Open MPI's rank variables and the coordinator derived from its job id (mesh/launch/host_env.h),
+    # in a private folder: $TMPDIR/tessel-<uid>, mode 0700 (no XDG_RUNTIME_DIR here).
+    mkdir "$tmp/t"
+    timeout 60 env -u XDG_RUNTIME_DIR TMPDIR="$tmp/t" mpirun --allow-run-as-root --oversubscribe \
+      -np 4 -x TESSEL_CONFIG="$config" "$probe" --iterations 5 --tag "$tag" >"$tmp/out" 2>"$tmp/err"
     code=$?
     [[ "$code" == 0 ]] || fail "mpirun exit $code, expected 0; stderr: $(cat "$tmp/err")"
     for h in 0 1 2 3; do
@@ -229,6 +232,31 @@ case "$case_name" in
         "$tmp/out" || fail "no line for host $h in: $(cat "$tmp/out")"
     done
     [[ $(wc -l <"$tmp/out") == 4 ]] || fail "expected 4 lines, got: $(cat "$tmp/out")"
+    mode=$(stat -c '%a %u' "$tmp/t/tessel-$(id -u)" 2>/dev/null)
+    [[ "$mode" == "700 $(id -u)" ]] || fail "private folder $tmp/t/tessel-$(id -u): mode/owner '$mode'"
+    [[ -z "$(find "$tmp/t" -maxdepth 1 -name '*.coord')" ]] || fail "a coordinator socket in \$TMPDIR itself"
+    expect_no_probe
+
+    # tcp without a job token: every rank refuses at once, naming TESSEL_JOB_TOKEN.
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    timeout 60 mpirun --allow-run-as-root --oversubscribe -np 4 -x TESSEL_CONFIG="$config" \
+      -x TESSEL_COORDINATOR="tcp://127.0.0.1:$port" "$probe" --iterations 5 --tag "$tag" \
+      >"$tmp/out" 2>"$tmp/err"
+    code=$?
+    [[ "$code" != 0 ]] || fail "mpirun over tcp without a token exited 0"
+    grep -q "TESSEL_JOB_TOKEN is not set" "$tmp/err" || fail "no token refusal in: $(cat "$tmp/err")"
+    grep -q "mpirun -x TESSEL_JOB_TOKEN" "$tmp/err" || fail "no mpirun advice in: $(cat "$tmp/err")"
+    expect_no_probe
+
+    # The same with the token exported as docs/launch.md says (off the command line): it runs.
+    export TESSEL_JOB_TOKEN="$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+    timeout 60 mpirun --allow-run-as-root --oversubscribe -np 4 -x TESSEL_CONFIG="$config" \
+      -x TESSEL_COORDINATOR="tcp://127.0.0.1:$port" -x TESSEL_JOB_TOKEN "$probe" --iterations 5 \
+      --tag "$tag" >"$tmp/out" 2>"$tmp/err"
+    code=$?
+    unset TESSEL_JOB_TOKEN
+    [[ "$code" == 0 ]] || fail "mpirun over tcp with a token: exit $code; stderr: $(cat "$tmp/err")"
+    [[ $(grep -c "ok (5 all-reduces" "$tmp/out") == 4 ]] || fail "expected 4 ok lines: $(cat "$tmp/out")"
     expect_no_probe
     ;;
 

@@ -58,6 +58,24 @@ void EncodeHeader(const WireHeader& h, std::byte* out) {
   Put<uint64_t>(out, 80, h.checksum);
 }
 
+absl::StatusOr<WirePrefix> DecodePrefix(const std::byte* data, size_t size) {
+  if (size < 8) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed message: header frame of ", size,
+                                                   " bytes, expected ", kWireHeaderBytes));
+  }
+  WirePrefix p;
+  p.magic = Get<uint32_t>(data, 0);
+  if (p.magic != kWireMagic) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("malformed message: magic 0x%08x, expected 0x%08x (not a tessel peer)",
+                        p.magic, kWireMagic));
+  }
+  p.version = Get<uint16_t>(data, 4);
+  p.type = Get<uint8_t>(data, 6);
+  p.channel = Get<uint8_t>(data, 7);
+  return p;
+}
+
 absl::StatusOr<WireHeader> DecodeHeader(const std::byte* data, size_t size) {
   if (size < 8) {
     return absl::InvalidArgumentError(absl::StrCat("malformed message: header frame of ", size,

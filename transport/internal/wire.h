@@ -27,7 +27,9 @@ namespace tessel::transport::internal {
 inline constexpr uint32_t kWireMagic = 0x4C455354;  // "TSEL" read as little-endian bytes
 // 3: shm doorbells, 2-field hello. 4: group_id and the device-map fingerprint are FNV-1a with the
 // standard offset basis (core/fingerprint.h); a version-3 host computes other values for both.
-inline constexpr uint16_t kProtocolVersion = 4;
+// 5: a payload larger than MaxFrameBytes travels as several frames (ZMQ_MAXMSGSIZE bounds every
+// frame); job-token jobs authenticate every connection with ZeroMQ's PLAIN mechanism.
+inline constexpr uint16_t kProtocolVersion = 5;
 inline constexpr size_t kWireHeaderBytes = 88;
 
 enum class MessageType : uint8_t {
@@ -86,6 +88,17 @@ struct WireHeader {
 
 // Writes `header` into `out[0, kWireHeaderBytes)`.
 void EncodeHeader(const WireHeader& header, std::byte* out);
+
+// Bytes 0-7 of a header, which mean the same in every protocol version: enough to tell a hello
+// of another version from garbage before anything else is parsed.
+struct WirePrefix {
+  uint32_t magic = 0;
+  uint16_t version = 0;
+  uint8_t type = 0;
+  uint8_t channel = 0;
+};
+// Errors: kInvalidArgument if `size` < 8 or the magic is wrong (not a tessel peer).
+[[nodiscard]] absl::StatusOr<WirePrefix> DecodePrefix(const std::byte* data, size_t size);
 
 // Parses a header. Errors: kInvalidArgument if `size` != kWireHeaderBytes (for a foreign
 // message size < 8 also) or the magic is wrong; kFailedPrecondition naming both versions if the

@@ -1,0 +1,28 @@
+// Output files that are whole or absent: every file Tessel writes for a user (Chrome traces, HLO
+// dumps) goes through one atomic writer, so a reader, a crash or kill -9 in the middle of a
+// write never leaves a torn or empty file behind.
+//
+//   TESSEL_RETURN_IF_ERROR(WriteFileAtomically("step.json", json_text, "trace file"));
+#ifndef TESSEL_CORE_FILE_UTIL_H_
+#define TESSEL_CORE_FILE_UTIL_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+
+namespace tessel {
+
+// Writes `contents` to `path` atomically: into a fresh temporary file beside it
+// (`<path>.tmp.XXXXXX`, made with mkstemp, so no other process can have claimed the name),
+// flushed to disk (fsync), given mode 0644, then renamed over `path` (rename(2) replaces the old
+// file in one step). On failure the temporary file is removed and `path` is left as it was.
+// `what` names the file in errors ("trace file", "HLO dump").
+// Errors: kInvalidArgument "cannot write <what> <path>: <reason>" when the folder does not
+// exist or is not writable, the disk is full, or the rename fails.
+[[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view contents,
+                                               std::string_view what = "file");
+
+}  // namespace tessel
+
+#endif  // TESSEL_CORE_FILE_UTIL_H_
