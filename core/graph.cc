@@ -59,6 +59,8 @@ constexpr OpcodeInfo kOpcodes[] = {
     {Opcode::kDot, "dot"},
     {Opcode::kTuple, "tuple"},
     {Opcode::kGetTupleElement, "get-tuple-element"},
+    {Opcode::kWhile, "while"},
+    {Opcode::kConditional, "conditional"},
     {Opcode::kPartitionId, "partition-id"},
     {Opcode::kAllReduce, "all-reduce"},
     {Opcode::kAllGather, "all-gather"},

@@ -20,15 +20,31 @@ using spmd::Sharding;
 // may be a partial sum); Partition reshards it to `target` afterwards.
 absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
                                      const std::vector<PValue>& operands, const Sharding& target,
-                                     SpmdProgram& program) {
+                                     SpmdProgram& program, bool is_entry) {
   const Opcode op = node.opcode();
   if (IsElementwise(op)) return internal::HandleElementwise(ctx, node, operands, target);
   switch (op) {
     case Opcode::kParameter: {
       // A parameter is where the sharding becomes a contract with the caller: each device is fed
       // its padded shard (ShardedTensor::Split with `target`), so no collective is ever needed
-      // here. Tuple parameters have no rule (they fall through to kUnimplemented).
-      if (node.shape().is_tuple()) break;
+      // here. A tuple parameter is the loop state or branch operand of a called computation
+      // (PartitionCalled); the entry's tuple parameters have no rule (kUnimplemented below).
+      if (node.shape().is_tuple()) {
+        if (is_entry) break;
+        TESSEL_ASSIGN_OR_RETURN(
+            Node * local,
+            ctx.local().AddParameter(node.attrs().parameter_number,
+                                     internal::LocalTupleShape(node.shape(), target), node.name()));
+        PValue tuple{local, target, node.shape(), {}};
+        for (size_t i = 0; i < node.shape().tuple_shapes().size(); ++i) {
+          OpAttributes gte;
+          gte.tuple_index = static_cast<int64_t>(i);
+          TESSEL_ASSIGN_OR_RETURN(Node * element, ctx.Add(Opcode::kGetTupleElement, {local}, gte));
+          const Sharding e = target.IsTuple() ? target.tuple_elements()[i] : Sharding::Replicate();
+          tuple.elements.push_back(PValue{element, e, node.shape().tuple_shapes()[i], {}});
+        }
+        return tuple;
+      }
       OpAttributes attrs = node.attrs();
       TESSEL_ASSIGN_OR_RETURN(
           Node * local, ctx.local().AddParameter(attrs.parameter_number,
@@ -86,6 +102,10 @@ absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
       }
       return tuple;
     }
+    case Opcode::kWhile:
+      return internal::HandleWhile(ctx, node, operands, target);
+    case Opcode::kConditional:
+      return internal::HandleConditional(ctx, node, operands, target);
     case Opcode::kGetTupleElement:
       // Only tuples built by tuple() carry elements; a get-tuple-element of anything else has
       // no rule.
@@ -98,14 +118,11 @@ absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
                                                OpcodeName(op), " ", node.shape().ToString()));
 }
 
-}  // namespace
-
-absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices) {
-  TESSEL_ASSIGN_OR_RETURN(std::vector<Sharding> shardings, ComputeShardings(graph, num_devices));
-  SpmdProgram program;
-  program.num_devices = num_devices;
-  program.program = std::make_unique<Graph>(graph.name() + ".spmd");
-  Context ctx(*program.program, num_devices);
+// Partitions every node of `graph` (shardings from ComputeShardings, indexed like its nodes)
+// into ctx.local(); returns the root's partitioned value.
+absl::StatusOr<PValue> PartitionNodes(Context& ctx, const Graph& graph,
+                                      const std::vector<Sharding>& shardings, SpmdProgram& program,
+                                      bool is_entry) {
   absl::flat_hash_map<const Node*, PValue> values;
   // Program order is topological, so every operand's PValue exists when its user is visited.
   for (int64_t i = 0; i < graph.num_nodes(); ++i) {
@@ -120,7 +137,7 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices) {
     std::vector<PValue> operands;
     for (const Node* operand : node->operands()) operands.push_back(values.at(operand));
     const Sharding& target = shardings[i];
-    absl::StatusOr<PValue> result = PartitionNode(ctx, *node, operands, target, program);
+    absl::StatusOr<PValue> result = PartitionNode(ctx, *node, operands, target, program, is_entry);
     if (!result.ok()) {
       // Rules that already name an instruction ("%x: ...") are passed on as they are; the others
       // get this node's name, so every error says where it happened.
@@ -144,7 +161,63 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices) {
   }
   const Node* root = graph.root();
   if (root == nullptr) return absl::InvalidArgumentError("the graph has no root");
-  const PValue& out = values.at(root);
+  return values.at(root);
+}
+
+}  // namespace
+
+namespace internal {
+
+absl::StatusOr<std::shared_ptr<const Graph>> PartitionCalled(const Graph& computation,
+                                                             int64_t num_devices,
+                                                             const Sharding& parameter,
+                                                             const Sharding& root) {
+  auto where = [&](const absl::Status& status) {
+    return absl::Status(status.code(), absl::StrCat("in computation %", computation.name(), ": ",
+                                                    status.message()));
+  };
+  absl::StatusOr<std::vector<Sharding>> shardings =
+      ComputeCalledShardings(computation, num_devices, parameter, root);
+  if (!shardings.ok()) return where(shardings.status());
+  auto local = std::make_shared<Graph>(computation.name() + ".spmd");
+  Context ctx(*local, num_devices);
+  SpmdProgram unused;  // a called computation's parameters are not the program's
+  absl::StatusOr<PValue> out = PartitionNodes(ctx, computation, *shardings, unused, false);
+  if (!out.ok()) return where(out.status());
+  // The root leaves in the sharding the caller fixed: the loop state's, or the conditional's.
+  Node* result = nullptr;
+  if (computation.root()->shape().is_tuple()) {
+    const std::vector<Sharding>& elements = root.tuple_elements();
+    if (out->elements.size() != elements.size()) {
+      TESSEL_ASSIGN_OR_RETURN(result, Materialize(ctx, *out));
+    } else {
+      std::vector<Node*> locals;
+      for (size_t i = 0; i < elements.size(); ++i) {
+        absl::StatusOr<Node*> moved = ctx.Reshard(out->elements[i], elements[i]);
+        if (!moved.ok()) return where(moved.status());
+        locals.push_back(*moved);
+      }
+      TESSEL_ASSIGN_OR_RETURN(result, ctx.Add(Opcode::kTuple, std::move(locals)));
+    }
+  } else {
+    absl::StatusOr<Node*> moved = ctx.Reshard(*out, root);
+    if (!moved.ok()) return where(moved.status());
+    result = *moved;
+  }
+  local->set_root(result);
+  return std::shared_ptr<const Graph>(std::move(local));
+}
+
+}  // namespace internal
+
+absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices) {
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Sharding> shardings, ComputeShardings(graph, num_devices));
+  SpmdProgram program;
+  program.num_devices = num_devices;
+  program.program = std::make_unique<Graph>(graph.name() + ".spmd");
+  Context ctx(*program.program, num_devices);
+  TESSEL_ASSIGN_OR_RETURN(PValue out, PartitionNodes(ctx, graph, shardings, program, true));
+  const Node* root = graph.root();
   if (root->shape().is_tuple()) {
     std::vector<Node*> elements;
     for (const PValue& e : out.elements) {

@@ -140,6 +140,29 @@ absl::StatusOr<PValue> HandleIota(Context&, const Node&, const std::vector<PValu
                                   const Sharding&);
 absl::StatusOr<PValue> HandleRng(Context&, const Node&, const std::vector<PValue>&,
                                  const Sharding&);
+// while: the loop state in `target` (a tuple sharding, the fixed point ComputeShardings found),
+// body and condition partitioned once (handlers/control_flow.cc).
+absl::StatusOr<PValue> HandleWhile(Context&, const Node&, const std::vector<PValue>&,
+                                   const Sharding&);
+// conditional: selector replicated, each branch partitioned with its operand's sharding
+// (handlers/control_flow.cc).
+absl::StatusOr<PValue> HandleConditional(Context&, const Node&, const std::vector<PValue>&,
+                                         const Sharding&);
+
+// The per-device graph of called computation `computation` (global shapes) on `num_devices`
+// devices: its parameter 0 holds `parameter` (a tuple sharding for a tuple parameter) and its
+// root is resharded to `root`. Defined by the driver (partitioner.cc), which runs the same rules
+// over the computation's nodes. Errors: those of Partition, naming the computation.
+absl::StatusOr<std::shared_ptr<const Graph>> PartitionCalled(const Graph& computation,
+                                                             int64_t num_devices,
+                                                             const Sharding& parameter,
+                                                             const Sharding& root);
+
+// The local node of `value`: its own, or (a tuple whose elements travel as PValues) a local
+// tuple of its elements' nodes. Errors: kUnimplemented for an element without a local node.
+absl::StatusOr<Node*> Materialize(Context& ctx, const PValue& value);
+// Local shape of `global` under `s`, element by element for a tuple (`s` a tuple sharding).
+Shape LocalTupleShape(const Shape& global, const Sharding& s);
 
 }  // namespace tessel::partitioner::internal
 
