@@ -27,6 +27,10 @@
 //   limit XLA puts on how far it prefetches is not modelled.
 // Both schedules are always computed; `overlap` picks which one `step_seconds` reports.
 //
+// Control flow: a program with while loops or conditionals is simulated as the straight-line
+// program it executes (mesh/sim/inline_control_flow.h): a loop costs trip count x (body +
+// condition), its collectives run once per iteration; a conditional costs its costlier branch.
+//
 // Memory: live-buffer analysis of the local program in program order. Parameter buffers are
 // live from the start until their last use (donated to the outputs, as training loops donate
 // the parameters and optimizer state: jax.jit donate_argnums, torch_xla in-place updates);
@@ -39,6 +43,7 @@
 #define TESSEL_MESH_SIMULATOR_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +59,9 @@ struct SimulatorOptions {
   bool overlap = false;       // report the overlapped schedule as step_seconds
   bool record_trace = false;  // keep per-node events for WriteChromeTrace
   int64_t top_k = 10;         // entries in top_ops / top_collectives
+  // Trip count for while loops whose count is not known statically (see
+  // mesh/sim/inline_control_flow.h); unset: such a loop is a kFailedPrecondition error.
+  std::optional<int64_t> assumed_trip_count;
   CostModelOptions cost;
 };
 
