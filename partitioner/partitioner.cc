@@ -4,6 +4,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/while_loop_analysis.h"
 #include "partitioner/internal/context.h"
 #include "partitioner/propagation.h"
 #include "partitioner/sharding_util.h"
@@ -236,16 +237,97 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices) {
   return program;
 }
 
+namespace {
+
+void Accumulate(const std::map<std::string, CollectiveCount>& from, int64_t times,
+                std::map<std::string, CollectiveCount>& into) {
+  for (const auto& [kind, c] : from) {
+    into[kind].count += c.count * times;
+    into[kind].result_bytes += c.result_bytes * times;
+  }
+}
+
+int64_t TotalBytes(const std::map<std::string, CollectiveCount>& counts) {
+  int64_t bytes = 0;
+  for (const auto& [kind, c] : counts) bytes += c.result_bytes;
+  return bytes;
+}
+
+}  // namespace
+
 // A std::map, so `tessel partition --stats` lists the kinds in a stable (sorted) order.
 std::map<std::string, CollectiveCount> CountCollectives(const Graph& program) {
   std::map<std::string, CollectiveCount> counts;
   for (const Node* node : program.nodes()) {
+    for (const auto& called : node->attrs().called_computations) {
+      Accumulate(CountCollectives(*called), 1, counts);
+    }
     if (!IsCollective(node->opcode())) continue;
     CollectiveCount& c = counts[OpcodeName(node->opcode())];
     ++c.count;
     c.result_bytes += node->shape().byte_size();
   }
   return counts;
+}
+
+ExecutedCollectives CountExecutedCollectives(const Graph& program) {
+  ExecutedCollectives out;
+  for (const Node* node : program.nodes()) {
+    const auto& called = node->attrs().called_computations;
+    if (node->opcode() == Opcode::kWhile) {
+      std::optional<int64_t> trips = ComputeWhileLoopTripCount(*node);
+      out.unknown_trip_count |= !trips.has_value();
+      for (const auto& comp : called) {
+        ExecutedCollectives inner = CountExecutedCollectives(*comp);
+        out.unknown_trip_count |= inner.unknown_trip_count;
+        Accumulate(inner.counts, trips.value_or(1), out.counts);
+      }
+    } else if (node->opcode() == Opcode::kConditional) {
+      std::optional<ExecutedCollectives> worst;
+      for (const auto& comp : called) {
+        ExecutedCollectives inner = CountExecutedCollectives(*comp);
+        if (!worst.has_value() || TotalBytes(inner.counts) > TotalBytes(worst->counts)) {
+          worst = std::move(inner);
+        }
+      }
+      if (worst.has_value()) {
+        out.unknown_trip_count |= worst->unknown_trip_count;
+        Accumulate(worst->counts, 1, out.counts);
+      }
+    } else if (IsCollective(node->opcode())) {
+      CollectiveCount& c = out.counts[OpcodeName(node->opcode())];
+      ++c.count;
+      c.result_bytes += node->shape().byte_size();
+    }
+  }
+  return out;
+}
+
+namespace {
+
+void ListLoops(const Graph& graph, const std::string& prefix, std::vector<LoopCollectives>& out) {
+  for (const Node* node : graph.nodes()) {
+    const auto& called = node->attrs().called_computations;
+    const std::string name = prefix + node->name();
+    if (node->opcode() == Opcode::kWhile) {
+      LoopCollectives loop;
+      loop.loop = name;
+      loop.trip_count = ComputeWhileLoopTripCount(*node);
+      for (const auto& comp : called) {
+        Accumulate(CountExecutedCollectives(*comp).counts, 1, loop.per_iteration);
+      }
+      out.push_back(std::move(loop));
+    }
+    for (const auto& comp : called) ListLoops(*comp, name + "/", out);
+  }
+}
+
+}  // namespace
+
+std::vector<LoopCollectives> ListLoopCollectives(const Graph& program) {
+  std::vector<LoopCollectives> out;
+  ListLoops(program, "", out);
+  return out;
 }
 
 }  // namespace tessel::partitioner

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,12 +55,34 @@ struct SpmdProgram {
 [[nodiscard]] absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices);
 
 // Number of collectives of each kind ("all-reduce", ...) in a program and the bytes of their
-// local results (each device's output buffer), for `tessel partition --stats` and tests.
+// local results (each device's output buffer), for `tessel partition --stats` and tests. Counts
+// the program text: a collective in a loop body or a branch counts once, however often it runs
+// (CountExecutedCollectives counts executions).
 struct CollectiveCount {
   int64_t count = 0;
   int64_t result_bytes = 0;
 };
 std::map<std::string, CollectiveCount> CountCollectives(const Graph& program);
+
+// The collectives of one while loop of a program, per iteration (body and condition; a nested
+// loop's multiplied by its trip count).
+struct LoopCollectives {
+  std::string loop;                   // the while node's name; "outer/inner" when nested
+  std::optional<int64_t> trip_count;  // core/while_loop_analysis.h; nullopt when unknown
+  std::map<std::string, CollectiveCount> per_iteration;
+};
+// Every while loop of `program` (nested ones too) in program order.
+std::vector<LoopCollectives> ListLoopCollectives(const Graph& program);
+
+// The collectives one execution of `program` runs: a loop body's times its trip count (once,
+// and `unknown_trip_count` set, when the count is unknown), a conditional's branch with the most
+// collective bytes (the worst case: which branch runs depends on data). Without control flow it
+// equals CountCollectives. Trip counts: core/while_loop_analysis.h.
+struct ExecutedCollectives {
+  std::map<std::string, CollectiveCount> counts;
+  bool unknown_trip_count = false;
+};
+ExecutedCollectives CountExecutedCollectives(const Graph& program);
 
 }  // namespace tessel::partitioner
 

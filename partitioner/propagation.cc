@@ -240,6 +240,14 @@ class Propagator {
     // slice, pad, concatenate, dynamic-slice, dynamic-update-slice: a dim whose extent changes
     // has tile boundaries at other elements on each side, so only the untouched dims keep the
     // operand's tiling (HandleDataMovement gathers the changed dims for the same reason).
+    if (op == Opcode::kDynamicUpdateSlice) {
+      // The update is laid out like the result on the untouched dims, so it says as much as the
+      // operand: a scan writing a sharded activation into a zero-initialized stack (an unknown
+      // operand) keeps the stack sharded like the activation.
+      std::optional<Sharding> merged = Merge(in, Of(node.operand(1)), rank);
+      if (merged) return PartiallyReplicate(*merged, rank, ChangedDims(node));
+      return std::nullopt;
+    }
     if (IsDimPreserving(op) && in) return PartiallyReplicate(*in, rank, ChangedDims(node));
     return std::nullopt;
   }
@@ -359,48 +367,45 @@ class Propagator {
 
   // The loop state of every while: the sharding of each state element, a fixed point of the body
   // as GSPMD computes it. An unknown element takes, in this order, the sharding of the init
-  // tuple's element, of the loop's get-tuple-element users, of the body's root element and of
-  // the body parameter's get-tuple-element users (the body propagated with the elements known
-  // so far). Known elements are never revised (the body's root is resharded to them), so the
-  // iteration stops. Returns whether any element changed.
+  // tuple's element; what the body (propagated with the elements known so far on its parameter
+  // and root) gives its root element or its parameter's get-tuple-element users; the loop's own
+  // get-tuple-element users. The producers come first: a stack that a scan fills with sharded
+  // activations stays sharded even where a later consumer would read it whole. Known elements
+  // are never revised (the body's root is resharded to them), so the iteration stops. Returns
+  // whether any element changed.
   absl::StatusOr<bool> UpdateLoopStates() {
     bool changed = false;
     for (const Node* node : graph_.nodes()) {
       if (node->opcode() != Opcode::kWhile) continue;
       const Node* init = node->operand(0);
       if (!init->shape().is_tuple()) continue;  // an array state has no elements to fill
-      const int64_t n = static_cast<int64_t>(init->shape().tuple_shapes().size());
+      const auto& shapes = init->shape().tuple_shapes();
+      const int64_t n = static_cast<int64_t>(shapes.size());
       auto& state = loop_state_[node];
       if (state.empty()) state.assign(n, std::nullopt);
-      for (int64_t i = 0; i < n; ++i) {
-        if (state[i].has_value() || init->shape().tuple_shapes()[i].is_tuple()) continue;
-        const int64_t rank = init->shape().tuple_shapes()[i].rank();
-        std::optional<Sharding> s;
-        if (init->opcode() == Opcode::kTuple) s = Of(init->operand(i));
-        for (const Node* user : node->users()) {
-          if (user->opcode() == Opcode::kGetTupleElement && user->attrs().tuple_index == i) {
-            s = Merge(s, Of(user), rank);
-          }
-        }
-        if (s.has_value()) {
-          state[i] = std::move(s);
-          changed = true;
+      auto fill = [&](int64_t i, std::optional<Sharding> s) {
+        if (state[i].has_value() || shapes[i].is_tuple() || !s.has_value()) return;
+        state[i] = std::move(s);
+        changed = true;
+      };
+      if (init->opcode() == Opcode::kTuple) {
+        for (int64_t i = 0; i < n; ++i) fill(i, Of(init->operand(i)));
+      }
+      auto unknown = [&] {
+        return std::any_of(state.begin(), state.end(), [](const auto& e) { return !e; });
+      };
+      if (unknown()) {
+        Propagator inner(*node->attrs().called_computations[1], num_devices_);
+        inner.SetBoundary(state, state);
+        TESSEL_RETURN_IF_ERROR(inner.RunPasses());
+        for (int64_t i = 0; i < n; ++i) {
+          if (!state[i].has_value()) fill(i, inner.KnownElement(i));
         }
       }
-      if (std::all_of(state.begin(), state.end(), [](const auto& e) { return e.has_value(); })) {
-        continue;
-      }
-      const Graph& body = *node->attrs().called_computations[1];
-      Propagator inner(body, num_devices_);
-      inner.SetBoundary(state, state);
-      TESSEL_RETURN_IF_ERROR(inner.RunPasses());
-      for (int64_t i = 0; i < n; ++i) {
-        if (state[i].has_value() || init->shape().tuple_shapes()[i].is_tuple()) continue;
-        std::optional<Sharding> s = inner.KnownElement(i);
-        if (s.has_value()) {
-          state[i] = std::move(s);
-          changed = true;
-        }
+      if (!unknown()) continue;
+      for (const Node* user : node->users()) {
+        if (user->opcode() != Opcode::kGetTupleElement) continue;
+        fill(user->attrs().tuple_index, Of(user));
       }
     }
     return changed;
