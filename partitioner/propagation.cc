@@ -350,13 +350,17 @@ class Propagator {
     return Sharding::Tuple(std::move(out));
   }
 
-  // get-tuple-element(t, i) forward: element i of a loop state, or of a called computation's
-  // tuple parameter as its caller fixed it.
+  // get-tuple-element(t, i) forward: element i of a loop state, of a tuple(), or of a called
+  // computation's tuple parameter as its caller fixed it.
   std::optional<Sharding> FromTupleSource(const Node& node) {
     const Node* tuple = node.operand(0);
     const int64_t i = node.attrs().tuple_index;
     if (auto state = loop_state_.find(tuple); state != loop_state_.end()) {
       return state->second[i];
+    }
+    // An inlined call returns its results as tuple -> get-tuple-element.
+    if (tuple->opcode() == Opcode::kTuple && !tuple->operand(i)->shape().is_tuple()) {
+      return Of(tuple->operand(i));
     }
     if (tuple->opcode() == Opcode::kParameter && tuple->attrs().parameter_number == 0 &&
         static_cast<int64_t>(parameter_.size()) > i && tuple->shape().is_tuple()) {
