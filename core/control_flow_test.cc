@@ -8,7 +8,9 @@
 #include "core/executor.h"
 #include "core/graph.h"
 #include "core/hlo_text.h"
+#include "core/internal/lazy.h"
 #include "core/literal.h"
+#include "core/tensor.h"
 #include "core/while_loop_analysis.h"
 #include "gtest/gtest.h"
 
@@ -227,6 +229,39 @@ TEST(ControlFlowTest, TripCountFromThePatternAndTheBackendConfig) {
   std::string stuck = CountedLoop(5);
   stuck.replace(stuck.find("%one = s32[] constant(1)"), 24, "%one = s32[] constant(0)");
   EXPECT_EQ(ComputeWhileLoopTripCount(WhileOf(**ParseHloModule(stuck))), std::nullopt);
+}
+
+// No gradient rule for control flow: a loss computed through a while fails loudly rather than
+// giving zeros. The Tensor API has no while, so the lazy node is built directly.
+TEST(ControlFlowTest, GradientThroughAWhileIsUnimplemented) {
+  auto loop_graph = ParseHloModule(CountedLoop(2));
+  ASSERT_TRUE(loop_graph.ok()) << loop_graph.status();
+  const Node* loop = nullptr;
+  for (const Node* node : (*loop_graph)->nodes()) {
+    if (node->opcode() == Opcode::kWhile) loop = node;
+  }
+  ASSERT_NE(loop, nullptr);
+  Tensor x = Tensor::FromLiteral(Literal::FromVector<float>({3}, {1, 2, 3}));
+  Tensor zero = Tensor::Constant(Literal::Scalar<int32_t>(0));
+  auto node = [](Opcode opcode, const Shape& shape, OpAttributes attrs,
+                 std::vector<std::shared_ptr<internal_lazy::LazyNode>> operands) {
+    auto n = std::make_shared<internal_lazy::LazyNode>();
+    n->opcode = opcode;
+    n->shape = shape;
+    n->attrs = std::move(attrs);
+    n->operands = std::move(operands);
+    return Tensor(internal_lazy::MakeImpl(std::move(n)));
+  };
+  Tensor init = node(Opcode::kTuple, loop->shape(), {}, {zero.impl()->node, x.impl()->node});
+  Tensor state = node(Opcode::kWhile, loop->shape(), loop->attrs(), {init.impl()->node});
+  OpAttributes gte;
+  gte.tuple_index = 1;
+  Tensor y = node(Opcode::kGetTupleElement, x.shape(), gte, {state.impl()->node});
+  std::vector<Tensor> grads = Grad(ReduceSum(y, {0}), {x});
+  ASSERT_EQ(grads.size(), 1u);
+  EXPECT_EQ(grads[0].status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(grads[0].status().message().find("no gradient through while"), std::string::npos)
+      << grads[0].status();
 }
 
 }  // namespace

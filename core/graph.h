@@ -1,8 +1,10 @@
 // The graph IR: a computation of nodes whose ops follow XLA HLO names and semantics.
 //
-// A `Graph` corresponds to an XLA HloModule with one entry computation: nodes are kept in
-// insertion order, which is always a topological order (operands are added before users), and
-// one node is the root (the result; a `tuple` root returns several values).
+// A `Graph` corresponds to an XLA HloModule's entry computation: nodes are kept in insertion
+// order, which is always a topological order (operands are added before users), and one node is
+// the root (the result; a `tuple` root returns several values). `while` and `conditional` nodes
+// own the computations they call (OpAttributes::called_computations), each a Graph of its own
+// with its parameters and root; `call`s are inlined by the parser.
 //
 //   Graph g("mlp");
 //   Node* x = g.AddParameter(0, Shape(DType::kF32, {8, 784}), "x").value();

@@ -12,7 +12,9 @@
 //
 // Rules per op family live in partitioner/handlers/ (see docs/partitioner.md): elementwise,
 // broadcast, transpose, reshape, reduce, dot, data movement (slice, pad, concatenate,
-// dynamic-slice, dynamic-update-slice), leaves (parameter, constant, iota, rng).
+// dynamic-slice, dynamic-update-slice), gather / scatter, leaves (parameter, constant, iota,
+// rng), control flow (while: loop state in one sharding, body and condition partitioned once;
+// conditional: replicated selector, branches partitioned with their operands' shardings).
 // Uneven dims are padded to ceil(dim / tiles); padding is masked before reductions and dots
 // over a sharded dim. Source: XLA GSPMD (Xu et al., "GSPMD: General and Scalable
 // Parallelization for ML Computation Graphs", 2021) and its SpmdPartitioner.
@@ -51,7 +53,9 @@ struct SpmdProgram {
 // Propagates shardings (partitioner/propagation.h) and partitions `graph` for devices
 // 0..num_devices-1. The input graph is not changed.
 // Errors: those of ComputeShardings; kUnimplemented naming the instruction for an op without a
-// rule (e.g. tuple-shaped parameters); kInvalidArgument for num_devices < 1.
+// rule (e.g. the entry's tuple-shaped parameters, a loop state with a nested tuple);
+// kInvalidArgument for num_devices < 1. Errors inside a called computation name it
+// ("in computation %body: ...").
 [[nodiscard]] absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices);
 
 // Number of collectives of each kind ("all-reduce", ...) in a program and the bytes of their
