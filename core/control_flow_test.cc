@@ -231,6 +231,15 @@ TEST(ControlFlowTest, TripCountFromThePatternAndTheBackendConfig) {
   EXPECT_EQ(ComputeWhileLoopTripCount(WhileOf(**ParseHloModule(stuck))), std::nullopt);
 }
 
+TEST(ControlFlowTest, FingerprintCoversTheCalledComputations) {
+  auto three = ParseHloModule(CountedLoop(3));
+  auto four = ParseHloModule(CountedLoop(4));
+  auto again = ParseHloModule(CountedLoop(3));
+  ASSERT_TRUE(three.ok() && four.ok() && again.ok());
+  EXPECT_NE(GraphFingerprint(**three), GraphFingerprint(**four));
+  EXPECT_EQ(GraphFingerprint(**three), GraphFingerprint(**again));
+}
+
 // No gradient rule for control flow: a loss computed through a while fails loudly rather than
 // giving zeros. The Tensor API has no while, so the lazy node is built directly.
 TEST(ControlFlowTest, GradientThroughAWhileIsUnimplemented) {
