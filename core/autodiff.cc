@@ -700,6 +700,21 @@ std::vector<Tensor> Grad(const Tensor& loss, absl::Span<const Tensor> wrt) {
   }
   absl::flat_hash_set<const LazyNode*> targets;
   for (const Tensor& w : wrt) targets.insert(w.impl()->node.get());
+  // Control flow has no gradient rule here (JAX hands over HLO it already differentiated);
+  // a while or conditional between the loss and a target fails loudly, never with zeros.
+  absl::flat_hash_set<const LazyNode*> reaches;
+  for (const auto& node : order) {
+    bool reach = targets.contains(node.get());
+    for (const auto& operand : node->operands) reach = reach || reaches.contains(operand.get());
+    if (!reach) continue;
+    reaches.insert(node.get());
+    if (node->opcode == Opcode::kWhile || node->opcode == Opcode::kConditional) {
+      return fail(absl::UnimplementedError(absl::StrCat(
+          "grad: no gradient through ", OpcodeName(node->opcode),
+          " (control flow is not differentiable in Tessel; differentiate in the frontend, e.g. "
+          "jax.grad, and import the differentiated HLO)")));
+    }
+  }
   // A node needs a gradient when it is floating point and a target lies at or below it.
   absl::flat_hash_set<const LazyNode*> needs;
   for (const auto& node : order) {

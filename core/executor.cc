@@ -202,6 +202,8 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
     case Opcode::kConstant:
     case Opcode::kTuple:
     case Opcode::kGetTupleElement:
+    case Opcode::kWhile:
+    case Opcode::kConditional:
     case Opcode::kPartitionId:
     case Opcode::kAllReduce:
     case Opcode::kAllGather:
@@ -258,6 +260,16 @@ class Execution {
         case Opcode::kGetTupleElement:
           new_bytes = GetTupleElement(*node, slot);
           break;
+        case Opcode::kWhile:
+        case Opcode::kConditional: {
+          absl::StatusOr<Literal> value = node->opcode() == Opcode::kWhile
+                                              ? RunWhile(ctx, *node, *operands[0])
+                                              : RunConditional(ctx, *node, operands);
+          if (!value.ok()) return value.status();
+          slot.bytes = new_bytes = TotalBytes(*value);
+          slot.owned = *std::move(value);
+          break;
+        }
         case Opcode::kPartitionId:
           slot.owned = Literal::Scalar<int32_t>(static_cast<int32_t>(options_.device_id));
           slot.bytes = new_bytes = TotalBytes(*slot.owned);
@@ -291,9 +303,14 @@ class Execution {
     return absl::OkStatus();
   }
 
-  std::vector<Literal> TakeOutputs() {
+  // The root's value (a tuple stays one literal).
+  Literal TakeResult() {
     Slot& root = slots_[graph_.root()->id()];
-    Literal result = root.owned.has_value() ? std::move(*root.owned) : *root.borrowed;
+    return root.owned.has_value() ? std::move(*root.owned) : *root.borrowed;
+  }
+
+  std::vector<Literal> TakeOutputs() {
+    Literal result = TakeResult();
     std::vector<Literal> outputs;
     if (result.shape().is_tuple()) {
       outputs = std::move(result.tuple_elements());
@@ -346,6 +363,54 @@ class Execution {
     slot.owned = Literal::Tuple(std::move(elements));
     slot.bytes = TotalBytes(*slot.owned);
     return new_bytes;
+  }
+
+  // Runs called computation `comp` of `caller` on `argument` with this run's options (the same
+  // device and collective backend: a partitioned loop body's collectives run on every device in
+  // the same order). The called run's peak counts on top of what is live here.
+  absl::StatusOr<Literal> RunCalled(const KernelContext& ctx, const Node& caller, const Graph& comp,
+                                    const Literal& argument) {
+    const Literal* args[] = {&argument};
+    Execution run(comp, args, options_);
+    absl::Status status = run.Prepare();
+    if (status.ok()) status = run.Execute(ctx);
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat("%", caller.name(), ": in %", comp.name(),
+                                                      ": ", status.message()));
+    }
+    peak_bytes_ = std::max(peak_bytes_, live_bytes_ + run.peak_bytes());
+    nodes_executed_ += run.nodes_executed();
+    return run.TakeResult();
+  }
+
+  // XLA while: state = init; while condition(state): state = body(state).
+  absl::StatusOr<Literal> RunWhile(const KernelContext& ctx, const Node& node,
+                                   const Literal& init) {
+    const Graph& condition = *node.attrs().called_computations[0];
+    const Graph& body = *node.attrs().called_computations[1];
+    Literal state = init;
+    while (true) {
+      TESSEL_ASSIGN_OR_RETURN(Literal go, RunCalled(ctx, node, condition, state));
+      if (go.data<bool>()[0] == false) return state;
+      TESSEL_ASSIGN_OR_RETURN(state, RunCalled(ctx, node, body, state));
+    }
+  }
+
+  // XLA conditional: a pred selects branch 0 (true) or 1 (false); an s32 index selects that
+  // branch, and an index outside 0..N-1 the last one. Branch k runs on operand k+1.
+  absl::StatusOr<Literal> RunConditional(const KernelContext& ctx, const Node& node,
+                                         const std::vector<const Literal*>& operands) {
+    const auto& branches = node.attrs().called_computations;
+    const Literal& selector = *operands[0];
+    const int64_t n = static_cast<int64_t>(branches.size());
+    int64_t k = n - 1;
+    if (selector.shape().dtype() == DType::kPred) {
+      k = selector.data<bool>()[0] ? 0 : 1;
+    } else {
+      const int64_t index = selector.data<int32_t>()[0];
+      if (index >= 0 && index < n) k = index;
+    }
+    return RunCalled(ctx, node, *branches[k], *operands[k + 1]);
   }
 
   int64_t GetTupleElement(const Node& node, Slot& slot) {

@@ -12,7 +12,10 @@
 // in f32 and round on store, as XLA's CPU backend does. Each intermediate buffer is freed
 // after its last user runs; `ExecutionStats::peak_live_bytes` reports the high-water mark.
 // `rng` uses the counter-based generator of core/rng.h, so its values depend only on
-// (rng_seed, element index). `Run` is const and may be called from several threads at once.
+// (rng_seed, element index). `while` runs its condition and body graphs until the condition is
+// false; `conditional` runs the branch its pred / index selects (an index outside 0..N-1: the
+// last), both with this executor's options, so collectives inside them go to the same backend.
+// `Run` is const and may be called from several threads at once.
 #ifndef TESSEL_CORE_EXECUTOR_H_
 #define TESSEL_CORE_EXECUTOR_H_
 

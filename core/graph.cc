@@ -63,6 +63,8 @@ constexpr OpcodeInfo kOpcodes[] = {
     {Opcode::kSelectAndScatter, "select-and-scatter"},
     {Opcode::kTuple, "tuple"},
     {Opcode::kGetTupleElement, "get-tuple-element"},
+    {Opcode::kWhile, "while"},
+    {Opcode::kConditional, "conditional"},
     {Opcode::kPartitionId, "partition-id"},
     {Opcode::kAllReduce, "all-reduce"},
     {Opcode::kAllGather, "all-gather"},

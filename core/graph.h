@@ -1,8 +1,10 @@
 // The graph IR: a computation of nodes whose ops follow XLA HLO names and semantics.
 //
-// A `Graph` corresponds to an XLA HloModule with one entry computation: nodes are kept in
-// insertion order, which is always a topological order (operands are added before users), and
-// one node is the root (the result; a `tuple` root returns several values).
+// A `Graph` corresponds to an XLA HloModule's entry computation: nodes are kept in insertion
+// order, which is always a topological order (operands are added before users), and one node is
+// the root (the result; a `tuple` root returns several values). `while` and `conditional` nodes
+// own the computations they call (OpAttributes::called_computations), each a Graph of its own
+// with its parameters and root; `call`s are inlined by the parser.
 //
 //   Graph g("mlp");
 //   Node* x = g.AddParameter(0, Shape(DType::kF32, {8, 784}), "x").value();
@@ -94,6 +96,9 @@ enum class Opcode : uint8_t {
   // Tuples.
   kTuple,
   kGetTupleElement,  // index=N
+  // Control flow: nodes that own called computations (OpAttributes::called_computations).
+  kWhile,        // while(init), condition=%c, body=%b: loop state of init's shape
+  kConditional,  // conditional(pred, t, f) or conditional(s32 index, a0, ...): one branch runs
   // SPMD: emitted by the partitioner into per-device programs. Replica groups hold global
   // device ids (XLA's use_global_device_ids=true); every device runs the same program.
   kPartitionId,        // partition-id(): s32[] id of the executing device (XLA: u32[])
@@ -231,6 +236,7 @@ struct ConvolutionDimensionNumbers {
   std::vector<int64_t> output_spatial_dimensions;
   bool operator==(const ConvolutionDimensionNumbers&) const = default;
 };
+class Graph;
 
 // The attributes of a node; which fields matter depends on the opcode (see Opcode).
 struct OpAttributes {
@@ -269,9 +275,16 @@ struct OpAttributes {
   // collective-permute: (source device, target device) pairs. A device that is no target
   // receives zeros, as in XLA.
   std::vector<std::pair<int64_t, int64_t>> source_target_pairs;
+  // while: {condition, body}; conditional: the branches in XLA's branch_computations order (the
+  // predicated form is {true_computation, false_computation}). Each is a graph of its own with
+  // one parameter per value passed in and a root; shared, so copying attributes (and the
+  // partitioner reusing one body for several loops) never copies a graph. Source: XLA
+  // HloInstruction::called_computations().
+  std::vector<std::shared_ptr<const Graph>> called_computations;
+  // while: the trip count XLA's WhileLoopTripCountAnnotator wrote in
+  // `backend_config={"known_trip_count":{"n":"N"}}`, or -1 when the text has none.
+  int64_t known_trip_count = -1;
 };
-
-class Graph;
 
 // One instruction. Owned by its Graph; pointers stay valid for the Graph's lifetime.
 class Node {

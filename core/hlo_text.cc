@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/collective_device_list.h"
@@ -155,8 +157,41 @@ std::string SliceToString(const std::vector<SliceDim>& slice) {
   return absl::StrCat("{", absl::StrJoin(dims, ", "), "}");
 }
 
+// Printed names of the called computations (core/graph.h OpAttributes::called_computations).
+using ComputationNames = absl::flat_hash_map<const Graph*, std::string>;
+
+// condition=/body= of a while, true_computation=/false_computation= of a predicated conditional,
+// branch_computations={...} of an indexed one (XLA's spellings).
+void CalledComputationAttributes(const Node& node, const ComputationNames& names,
+                                 std::vector<std::string>& attrs) {
+  const auto& called = node.attrs().called_computations;
+  auto name = [&](size_t i) {
+    auto it = i < called.size() ? names.find(called[i].get()) : names.end();
+    return absl::StrCat("%", it == names.end() ? std::string("<missing>") : it->second);
+  };
+  if (node.opcode() == Opcode::kWhile) {
+    attrs.push_back(absl::StrCat("condition=", name(0)));
+    attrs.push_back(absl::StrCat("body=", name(1)));
+    if (node.attrs().known_trip_count >= 0) {
+      attrs.push_back(absl::StrCat("backend_config={\"known_trip_count\":{\"n\":\"",
+                                   node.attrs().known_trip_count, "\"}}"));
+    }
+    return;
+  }
+  const bool is_pred = node.operand_count() > 0 && !node.operand(0)->shape().is_tuple() &&
+                       node.operand(0)->shape().dtype() == DType::kPred;
+  if (is_pred && called.size() == 2) {
+    attrs.push_back(absl::StrCat("true_computation=", name(0)));
+    attrs.push_back(absl::StrCat("false_computation=", name(1)));
+    return;
+  }
+  std::vector<std::string> branches;
+  for (size_t i = 0; i < called.size(); ++i) branches.push_back(name(i));
+  attrs.push_back(absl::StrCat("branch_computations={", absl::StrJoin(branches, ", "), "}"));
+}
+
 // The `, attr=value` list of `node` (op attributes, then sharding).
-std::string AttributesToString(const Node& node) {
+std::string AttributesToString(const Node& node, const ComputationNames& names) {
   const OpAttributes& a = node.attrs();
   std::vector<std::string> attrs;
   switch (node.opcode()) {
@@ -234,6 +269,10 @@ std::string AttributesToString(const Node& node) {
     case Opcode::kGetTupleElement:
       attrs.push_back(absl::StrCat("index=", a.tuple_index));
       break;
+    case Opcode::kWhile:
+    case Opcode::kConditional:
+      CalledComputationAttributes(node, names, attrs);
+      break;
     case Opcode::kAllReduce:
       attrs.push_back(absl::StrCat("replica_groups=", GroupsToString(a.replica_groups)));
       attrs.push_back(
@@ -261,7 +300,7 @@ std::string AttributesToString(const Node& node) {
   return absl::StrCat(", ", absl::StrJoin(attrs, ", "));
 }
 
-std::string PrintInstruction(const Node& node, bool is_root) {
+std::string PrintInstruction(const Node& node, bool is_root, const ComputationNames& names) {
   std::string out = absl::StrCat("  ", is_root ? "ROOT " : "", "%", node.name(), " = ",
                                  node.shape().ToString(), " ", OpcodeName(node.opcode()), "(");
   if (node.opcode() == Opcode::kParameter) {
@@ -275,7 +314,38 @@ std::string PrintInstruction(const Node& node, bool is_root) {
     }
     absl::StrAppend(&out, absl::StrJoin(operands, ", "));
   }
-  absl::StrAppend(&out, ")", AttributesToString(node), "\n");
+  absl::StrAppend(&out, ")", AttributesToString(node, names), "\n");
+  return out;
+}
+
+// Every computation `graph` calls, directly or through its called computations, callees before
+// their callers (the order XLA prints them in), each once.
+void CollectCalled(const Graph& graph, std::vector<const Graph*>& order,
+                   absl::flat_hash_set<const Graph*>& seen) {
+  for (const Node* node : graph.nodes()) {
+    for (const auto& called : node->attrs().called_computations) {
+      if (called == nullptr || !seen.insert(called.get()).second) continue;
+      CollectCalled(*called, order, seen);
+      order.push_back(called.get());
+    }
+  }
+}
+
+// One computation: "%name (params) -> shape {" ... "}" (ENTRY for the entry).
+std::string PrintComputation(const Graph& graph, const std::string& name, bool is_entry,
+                             const ComputationNames& names) {
+  std::vector<std::string> params;
+  for (const Node* param : graph.parameters()) {
+    params.push_back(absl::StrCat(param->name(), ": ", param->shape().ToString()));
+  }
+  const Node* root = graph.root();
+  std::string out =
+      absl::StrCat(is_entry ? "ENTRY " : "", "%", name, " (", absl::StrJoin(params, ", "), ") -> ",
+                   root != nullptr ? root->shape().ToString() : "()", " {\n");
+  for (const Node* node : graph.nodes()) {
+    absl::StrAppend(&out, PrintInstruction(*node, node == root, names));
+  }
+  absl::StrAppend(&out, "}\n");
   return out;
 }
 
@@ -283,16 +353,23 @@ std::string PrintInstruction(const Node& node, bool is_root) {
 
 std::string PrintHloModule(const Graph& graph) {
   std::string out = absl::StrCat("HloModule ", graph.name(), "\n\n");
+  std::vector<const Graph*> called;
+  absl::flat_hash_set<const Graph*> seen;
+  CollectCalled(graph, called, seen);
 
   // One to_apply computation per (kind, dtype), in order of first use (reduce, all-reduce,
-  // reduce-scatter, scatter).
+  // reduce-scatter, scatter), over every computation of the module.
   std::vector<std::string> computations;
-  for (const Node* node : graph.nodes()) {
-    if (!HasToApply(node->opcode())) continue;
-    std::string name = ToApplyName(*node);
-    if (std::find(computations.begin(), computations.end(), name) == computations.end()) {
-      computations.push_back(name);
-      absl::StrAppend(&out, PrintToApplyComputation(*node), "\n");
+  std::vector<const Graph*> all = called;
+  all.push_back(&graph);
+  for (const Graph* g : all) {
+    for (const Node* node : g->nodes()) {
+      if (!HasToApply(node->opcode())) continue;
+      std::string name = ToApplyName(*node);
+      if (std::find(computations.begin(), computations.end(), name) == computations.end()) {
+        computations.push_back(name);
+        absl::StrAppend(&out, PrintToApplyComputation(*node), "\n");
+      }
     }
     if (node->opcode() != Opcode::kSelectAndScatter) continue;
     std::string select = SelectName(*node);
@@ -302,16 +379,21 @@ std::string PrintHloModule(const Graph& graph) {
     }
   }
 
-  std::vector<std::string> params;
-  for (const Node* param : graph.parameters()) {
-    params.push_back(absl::StrCat(param->name(), ": ", param->shape().ToString()));
+  // Called computations keep their graph's name; one that is taken (by a reduction, the entry's
+  // %main or another graph of the same name) gets a ".N" suffix.
+  ComputationNames names;
+  absl::flat_hash_set<std::string> taken(computations.begin(), computations.end());
+  taken.insert("main");
+  for (const Graph* g : called) {
+    std::string name = g->name();
+    for (int64_t suffix = 1; taken.contains(name); ++suffix) {
+      name = absl::StrCat(g->name(), ".", suffix);
+    }
+    taken.insert(name);
+    names[g] = name;
+    absl::StrAppend(&out, PrintComputation(*g, name, /*is_entry=*/false, names), "\n");
   }
-  const Node* root = graph.root();
-  absl::StrAppend(&out, "ENTRY %main (", absl::StrJoin(params, ", "), ") -> ",
-                  root != nullptr ? root->shape().ToString() : "()", " {\n");
-  for (const Node* node : graph.nodes())
-    absl::StrAppend(&out, PrintInstruction(*node, node == root));
-  absl::StrAppend(&out, "}\n");
+  absl::StrAppend(&out, PrintComputation(graph, "main", /*is_entry=*/true, names));
   return out;
 }
 

@@ -16,14 +16,17 @@
 //   }
 //
 // Printing: `PrintHloModule` writes the form above (no layouts, operands as `%name`, one
-// reduction computation per (reduce kind, dtype) used). `ParseHloModule(PrintHloModule(g))`
+// reduction computation per (reduce kind, dtype) used, then the computations that while and
+// conditional nodes call, callees first, each once). `ParseHloModule(PrintHloModule(g))`
 // gives a graph that prints identically (the round-trip property the tests check).
 //
 // Parsing accepts what XLA dumps for the supported ops: layouts `{1,0}` (ignored), operands
 // with or without their shape (`f32[8]{0} %a` or `%a`), names with or without '%', metadata=
 // / frontend_attributes= / backend_config= (ignored), `to_apply` computations whose root is
-// add / multiply / maximum / minimum / and / or of its two parameters. Reduce computations may
-// appear before or after ENTRY.
+// add / multiply / maximum / minimum / and / or of its two parameters, `while` (condition=,
+// body=, backend_config's known_trip_count) and `conditional` (true_computation= /
+// false_computation= or branch_computations=) with their computations built as graphs of their
+// own. Computations may appear before or after ENTRY.
 // Source: XLA hlo_parser.cc / HloInstruction::ToString text format.
 #ifndef TESSEL_CORE_HLO_TEXT_H_
 #define TESSEL_CORE_HLO_TEXT_H_

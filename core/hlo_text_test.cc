@@ -247,6 +247,42 @@ std::unique_ptr<Graph> BuildAllOpsGraph() {
   OpAttributes gte;
   gte.tuple_index = 1;
   keep(Must(g->AddNode(Opcode::kGetTupleElement, {tup}, gte, "gte")));
+
+  // Control flow: a while over `tup` (negate element 0, count element 1 up to 3) and an indexed
+  // conditional choosing between negate and exponential of a f32[4,6].
+  const Shape state = tup->shape();
+  auto condition = std::make_shared<Graph>("loop_cond");
+  {
+    Node* s = Must(condition->AddParameter(0, state, "s"));
+    Node* i = Must(condition->AddNode(Opcode::kGetTupleElement, {s}, gte, "i"));
+    Node* n = condition->AddConstant(Literal::Scalar<int32_t>(3), "n");
+    OpAttributes lt;
+    lt.comparison_direction = ComparisonDirection::kLt;
+    condition->set_root(Must(condition->AddNode(Opcode::kCompare, {i, n}, lt, "lt")));
+  }
+  auto body = std::make_shared<Graph>("loop_body");
+  {
+    Node* s = Must(body->AddParameter(0, state, "s"));
+    OpAttributes first;
+    Node* v = Must(body->AddNode(Opcode::kGetTupleElement, {s}, first, "v"));
+    Node* i = Must(body->AddNode(Opcode::kGetTupleElement, {s}, gte, "i"));
+    Node* one = body->AddConstant(Literal::Scalar<int32_t>(1), "one");
+    Node* next = Must(body->AddNode(Opcode::kAdd, {i, one}, {}, "next"));
+    Node* neg = Must(body->AddNode(Opcode::kNegate, {v}, {}, "neg"));
+    body->set_root(Must(body->AddNode(Opcode::kTuple, {neg, next}, {}, "state")));
+  }
+  OpAttributes loop;
+  loop.called_computations = {condition, body};
+  loop.known_trip_count = 3;
+  keep(Must(g->AddNode(Opcode::kWhile, {tup}, loop, "loop")));
+  OpAttributes branches;
+  for (Opcode op : {Opcode::kNegate, Opcode::kExp}) {
+    auto branch = std::make_shared<Graph>(absl::StrCat("branch_", OpcodeName(op)));
+    Node* a = Must(branch->AddParameter(0, f32_4x6, "a"));
+    branch->set_root(Must(branch->AddNode(op, {a}, {}, "r")));
+    branches.called_computations.push_back(branch);
+  }
+  keep(Must(g->AddNode(Opcode::kConditional, {i0, x, y}, branches, "cond")));
   Node* root = Must(g->AddNode(Opcode::kTuple, outs, {}, "out"));
   g->set_root(root);
   return g;

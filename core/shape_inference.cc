@@ -767,6 +767,91 @@ absl::StatusOr<Shape> InferGetTupleElement(Opcode opcode, absl::Span<const Shape
   return shapes[0]->tuple_shapes()[attrs.tuple_index];
 }
 
+// The one-parameter signature of called computation `comp` (what `role` calls it, e.g.
+// "body"): its only parameter must have `param`'s shape.
+absl::Status CheckCalledParameter(Opcode opcode, const Graph& comp, const std::string& role,
+                                  const Shape& param) {
+  std::vector<Node*> params = comp.parameters();
+  if (params.size() != 1) {
+    return Error(opcode, absl::StrCat(role, " %", comp.name(), " must take one parameter, takes ",
+                                      params.size()));
+  }
+  if (params[0]->shape() != param) {
+    return Error(opcode,
+                 absl::StrCat(role, " %", comp.name(), " takes ", params[0]->shape().ToString(),
+                              " but is passed ", param.ToString()));
+  }
+  if (comp.root() == nullptr) {
+    return Error(opcode, absl::StrCat(role, " %", comp.name(), " has no root"));
+  }
+  return absl::OkStatus();
+}
+
+// while: condition and body take the loop state (init's shape); the body returns it and the
+// condition returns pred[]. Source: XLA ShapeInference::InferWhileShape.
+absl::StatusOr<Shape> InferWhile(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                 const OpAttributes& attrs) {
+  if (shapes.size() != 1) {
+    return Error(opcode,
+                 absl::StrCat("expected 1 operand (the initial loop state), got ", shapes.size()));
+  }
+  if (attrs.called_computations.size() != 2 || attrs.called_computations[0] == nullptr ||
+      attrs.called_computations[1] == nullptr) {
+    return Error(opcode, "needs a condition and a body computation");
+  }
+  const Graph& condition = *attrs.called_computations[0];
+  const Graph& body = *attrs.called_computations[1];
+  const Shape& state = *shapes[0];
+  TESSEL_RETURN_IF_ERROR(CheckCalledParameter(opcode, condition, "condition", state));
+  TESSEL_RETURN_IF_ERROR(CheckCalledParameter(opcode, body, "body", state));
+  if (body.root()->shape() != state) {
+    return Error(opcode,
+                 absl::StrCat("body %", body.name(), " returns ", body.root()->shape().ToString(),
+                              " but the loop state (init) is ", state.ToString()));
+  }
+  if (condition.root()->shape() != Shape(DType::kPred, {})) {
+    return Error(opcode, absl::StrCat("condition %", condition.name(), " returns ",
+                                      condition.root()->shape().ToString(), ", not pred[]"));
+  }
+  return state;
+}
+
+// conditional: operand 0 is pred[] (two branches: true, false) or s32[] (N branches); branch k
+// takes operand k+1 and every branch returns the result's shape. Source: XLA
+// ShapeInference::InferConditionalShape.
+absl::StatusOr<Shape> InferConditional(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                       const OpAttributes& attrs) {
+  const auto& branches = attrs.called_computations;
+  if (branches.empty()) return Error(opcode, "needs at least one branch computation");
+  if (shapes.size() != branches.size() + 1) {
+    return Error(opcode, absl::StrCat("has ", branches.size(), " branch(es), so it takes ",
+                                      branches.size() + 1, " operands, got ", shapes.size()));
+  }
+  const Shape& selector = *shapes[0];
+  const bool is_pred = selector == Shape(DType::kPred, {});
+  if (!is_pred && selector != Shape(DType::kS32, {})) {
+    return Error(opcode,
+                 absl::StrCat("operand 0 must be pred[] or s32[], got ", selector.ToString()));
+  }
+  if (is_pred && branches.size() != 2) {
+    return Error(opcode, absl::StrCat("a pred[] selector needs 2 branches, got ", branches.size()));
+  }
+  std::optional<Shape> result;
+  for (size_t k = 0; k < branches.size(); ++k) {
+    if (branches[k] == nullptr) return Error(opcode, absl::StrCat("branch ", k, " is missing"));
+    const Graph& branch = *branches[k];
+    TESSEL_RETURN_IF_ERROR(
+        CheckCalledParameter(opcode, branch, absl::StrCat("branch ", k), *shapes[k + 1]));
+    if (result.has_value() && branch.root()->shape() != *result) {
+      return Error(opcode, absl::StrCat("branch ", k, " %", branch.name(), " returns ",
+                                        branch.root()->shape().ToString(), " but branch 0 %",
+                                        branches[0]->name(), " returns ", result->ToString()));
+    }
+    result = branch.root()->shape();
+  }
+  return *result;
+}
+
 // partition-id: an s32 scalar.
 absl::StatusOr<Shape> InferPartitionId(Opcode opcode, absl::Span<const Shape* const> shapes,
                                        const OpAttributes& attrs,
@@ -827,6 +912,10 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
       return InferTuple(opcode, shapes, attrs, declared);
     case Opcode::kGetTupleElement:
       return InferGetTupleElement(opcode, shapes, attrs, declared);
+    case Opcode::kWhile:
+      return InferWhile(opcode, shapes, attrs);
+    case Opcode::kConditional:
+      return InferConditional(opcode, shapes, attrs);
     case Opcode::kPartitionId:
       return InferPartitionId(opcode, shapes, attrs, declared);
     case Opcode::kAllReduce:

@@ -287,6 +287,11 @@ uint64_t GraphFingerprint(const Graph& graph) {
     if (node->opcode() == Opcode::kConstant && a.literal != nullptr) {
       h.Bytes(a.literal->raw_data(), static_cast<size_t>(a.literal->byte_size()));
     }
+    // A while or conditional computes what its called computations compute.
+    h.Ints({a.known_trip_count, static_cast<int64_t>(a.called_computations.size())});
+    for (const auto& called : a.called_computations) {
+      h.Int(called != nullptr ? static_cast<int64_t>(GraphFingerprint(*called)) : -1);
+    }
     h.Str(node->sharding());
   }
   h.Int(graph.root() != nullptr ? position.at(graph.root()) : -1);

@@ -60,6 +60,16 @@ absl::Status Verify(const Graph& graph) {
       operand_shapes.push_back(&operand->shape());
     }
     if (node.opcode() == Opcode::kParameter) parameters.push_back(&node);
+    // A called computation is a graph of its own: it must pass the same checks before its
+    // signature (below, in shape inference) means anything.
+    for (const auto& called : node.attrs().called_computations) {
+      if (called == nullptr) continue;  // shape inference names the missing computation
+      absl::Status status = Verify(*called);
+      if (!status.ok()) {
+        return NodeError(
+            node, absl::StrCat("in called computation %", called->name(), ": ", status.message()));
+      }
+    }
     if (node.opcode() == Opcode::kConstant) {
       if (node.attrs().literal == nullptr) return NodeError(node, "constant has no literal");
       if (node.literal().shape() != node.shape()) {

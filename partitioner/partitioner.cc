@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/while_loop_analysis.h"
 #include "mesh/topology/topology.h"
 #include "partitioner/internal/context.h"
 #include "partitioner/propagation.h"
@@ -24,15 +25,31 @@ using spmd::Sharding;
 // may be a partial sum); Partition reshards it to `target` afterwards.
 absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
                                      const std::vector<PValue>& operands, const Sharding& target,
-                                     SpmdProgram& program) {
+                                     SpmdProgram& program, bool is_entry) {
   const Opcode op = node.opcode();
   if (IsElementwise(op)) return internal::HandleElementwise(ctx, node, operands, target);
   switch (op) {
     case Opcode::kParameter: {
       // A parameter is where the sharding becomes a contract with the caller: each device is fed
       // its padded shard (ShardedTensor::Split with `target`), so no collective is ever needed
-      // here. Tuple parameters have no rule (they fall through to kUnimplemented).
-      if (node.shape().is_tuple()) break;
+      // here. A tuple parameter is the loop state or branch operand of a called computation
+      // (PartitionCalled); the entry's tuple parameters have no rule (kUnimplemented below).
+      if (node.shape().is_tuple()) {
+        if (is_entry) break;
+        TESSEL_ASSIGN_OR_RETURN(
+            Node * local,
+            ctx.local().AddParameter(node.attrs().parameter_number,
+                                     internal::LocalTupleShape(node.shape(), target), node.name()));
+        PValue tuple{local, target, node.shape(), {}};
+        for (size_t i = 0; i < node.shape().tuple_shapes().size(); ++i) {
+          OpAttributes gte;
+          gte.tuple_index = static_cast<int64_t>(i);
+          TESSEL_ASSIGN_OR_RETURN(Node * element, ctx.Add(Opcode::kGetTupleElement, {local}, gte));
+          const Sharding e = target.IsTuple() ? target.tuple_elements()[i] : Sharding::Replicate();
+          tuple.elements.push_back(PValue{element, e, node.shape().tuple_shapes()[i], {}});
+        }
+        return tuple;
+      }
       OpAttributes attrs = node.attrs();
       TESSEL_ASSIGN_OR_RETURN(
           Node * local, ctx.local().AddParameter(attrs.parameter_number,
@@ -98,6 +115,10 @@ absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
       }
       return tuple;
     }
+    case Opcode::kWhile:
+      return internal::HandleWhile(ctx, node, operands, target);
+    case Opcode::kConditional:
+      return internal::HandleConditional(ctx, node, operands, target);
     case Opcode::kGetTupleElement:
       // Only tuples built by tuple() carry elements; a get-tuple-element of anything else has
       // no rule.
@@ -125,7 +146,101 @@ bool KeepUnreduced(const Node& node, const PValue& result, const std::vector<Sha
          shardings[index.at(user)] == shardings[index.at(&node)];
 }
 
+// Partitions every node of `graph` (shardings from ComputeShardings, indexed like its nodes)
+// into ctx.local(); returns the root's partitioned value.
+absl::StatusOr<PValue> PartitionNodes(Context& ctx, const Graph& graph,
+                                      const std::vector<Sharding>& shardings, SpmdProgram& program,
+                                      bool is_entry) {
+  absl::flat_hash_map<const Node*, PValue> values;
+  absl::flat_hash_map<const Node*, int64_t> index;
+  for (int64_t i = 0; i < graph.num_nodes(); ++i) index[graph.nodes()[i]] = i;
+  // Program order is topological, so every operand's PValue exists when its user is visited.
+  for (int64_t i = 0; i < graph.num_nodes(); ++i) {
+    const Node* node = graph.nodes()[i];
+    // Collectives and partition-id only exist in per-device programs: their shapes are local
+    // and their replica groups already global ids, so partitioning them again would be wrong.
+    if (IsCollective(node->opcode()) || node->opcode() == Opcode::kPartitionId) {
+      return absl::InvalidArgumentError(absl::StrCat("%", node->name(),
+                                                     ": the graph is already partitioned (",
+                                                     OpcodeName(node->opcode()), ")"));
+    }
+    std::vector<PValue> operands;
+    for (const Node* operand : node->operands()) operands.push_back(values.at(operand));
+    const Sharding& target = shardings[i];
+    absl::StatusOr<PValue> result = PartitionNode(ctx, *node, operands, target, program, is_entry);
+    if (!result.ok()) {
+      // Rules that already name an instruction ("%x: ...") are passed on as they are; the others
+      // get this node's name, so every error says where it happened.
+      if (absl::StrContains(result.status().message(), "%")) return result.status();
+      return absl::Status(result.status().code(),
+                          absl::StrCat("%", node->name(), ": ", result.status().message()));
+    }
+    if (node->shape().is_tuple() || KeepUnreduced(*node, *result, shardings, index)) {
+      values[node] = *std::move(result);
+      continue;
+    }
+    // Every non-tuple value leaves in its propagated sharding, which is always a plain tiling or
+    // {replicated} (ComputeShardings), so a dot's partial sums are completed right here and
+    // users never see an unreduced operand from another node.
+    absl::StatusOr<PValue> moved = ctx.ReshardValue(*result, target);
+    if (!moved.ok()) {
+      return absl::Status(moved.status().code(),
+                          absl::StrCat("%", node->name(), ": ", moved.status().message()));
+    }
+    values[node] = *std::move(moved);
+  }
+  const Node* root = graph.root();
+  if (root == nullptr) return absl::InvalidArgumentError("the graph has no root");
+  return values.at(root);
+}
+
 }  // namespace
+
+namespace internal {
+
+absl::StatusOr<std::shared_ptr<const Graph>> PartitionCalled(const Graph& computation,
+                                                             int64_t num_devices,
+                                                             const Sharding& parameter,
+                                                             const Sharding& root,
+                                                             const mesh::CostModel* cost) {
+  auto where = [&](const absl::Status& status) {
+    return absl::Status(status.code(), absl::StrCat("in computation %", computation.name(), ": ",
+                                                    status.message()));
+  };
+  absl::StatusOr<std::vector<Sharding>> shardings =
+      ComputeCalledShardings(computation, num_devices, parameter, root);
+  if (!shardings.ok()) return where(shardings.status());
+  auto local = std::make_shared<Graph>(computation.name() + ".spmd");
+  Context ctx(*local, num_devices);
+  ctx.set_cost_model(cost);
+  SpmdProgram unused;  // a called computation's parameters are not the program's
+  absl::StatusOr<PValue> out = PartitionNodes(ctx, computation, *shardings, unused, false);
+  if (!out.ok()) return where(out.status());
+  // The root leaves in the sharding the caller fixed: the loop state's, or the conditional's.
+  Node* result = nullptr;
+  if (computation.root()->shape().is_tuple()) {
+    const std::vector<Sharding>& elements = root.tuple_elements();
+    if (out->elements.size() != elements.size()) {
+      TESSEL_ASSIGN_OR_RETURN(result, Materialize(ctx, *out));
+    } else {
+      std::vector<Node*> locals;
+      for (size_t i = 0; i < elements.size(); ++i) {
+        absl::StatusOr<Node*> moved = ctx.Reshard(out->elements[i], elements[i]);
+        if (!moved.ok()) return where(moved.status());
+        locals.push_back(*moved);
+      }
+      TESSEL_ASSIGN_OR_RETURN(result, ctx.Add(Opcode::kTuple, std::move(locals)));
+    }
+  } else {
+    absl::StatusOr<Node*> moved = ctx.Reshard(*out, root);
+    if (!moved.ok()) return where(moved.status());
+    result = *moved;
+  }
+  local->set_root(result);
+  return std::shared_ptr<const Graph>(std::move(local));
+}
+
+}  // namespace internal
 
 absl::StatusOr<mesh::CostModel> DefaultCostModel(int64_t num_devices) {
   if (num_devices < 1 || num_devices > mesh::kMaxDevices) {
@@ -164,47 +279,8 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices,
   program.program = std::make_unique<Graph>(graph.name() + ".spmd");
   Context ctx(*program.program, num_devices);
   ctx.set_cost_model(cost);
-  absl::flat_hash_map<const Node*, PValue> values;
-  absl::flat_hash_map<const Node*, int64_t> index;
-  for (int64_t i = 0; i < graph.num_nodes(); ++i) index[graph.nodes()[i]] = i;
-  // Program order is topological, so every operand's PValue exists when its user is visited.
-  for (int64_t i = 0; i < graph.num_nodes(); ++i) {
-    const Node* node = graph.nodes()[i];
-    // Collectives and partition-id only exist in per-device programs: their shapes are local
-    // and their replica groups already global ids, so partitioning them again would be wrong.
-    if (IsCollective(node->opcode()) || node->opcode() == Opcode::kPartitionId) {
-      return absl::InvalidArgumentError(absl::StrCat("%", node->name(),
-                                                     ": the graph is already partitioned (",
-                                                     OpcodeName(node->opcode()), ")"));
-    }
-    std::vector<PValue> operands;
-    for (const Node* operand : node->operands()) operands.push_back(values.at(operand));
-    const Sharding& target = shardings[i];
-    absl::StatusOr<PValue> result = PartitionNode(ctx, *node, operands, target, program);
-    if (!result.ok()) {
-      // Rules that already name an instruction ("%x: ...") are passed on as they are; the others
-      // get this node's name, so every error says where it happened.
-      if (absl::StrContains(result.status().message(), "%")) return result.status();
-      return absl::Status(result.status().code(),
-                          absl::StrCat("%", node->name(), ": ", result.status().message()));
-    }
-    if (node->shape().is_tuple() || KeepUnreduced(*node, *result, shardings, index)) {
-      values[node] = *std::move(result);
-      continue;
-    }
-    // Every non-tuple value leaves in its propagated sharding, which is always a plain tiling or
-    // {replicated} (ComputeShardings), so a dot's partial sums are completed right here and
-    // users never see an unreduced operand from another node.
-    absl::StatusOr<PValue> moved = ctx.ReshardValue(*result, target);
-    if (!moved.ok()) {
-      return absl::Status(moved.status().code(),
-                          absl::StrCat("%", node->name(), ": ", moved.status().message()));
-    }
-    values[node] = *std::move(moved);
-  }
+  TESSEL_ASSIGN_OR_RETURN(PValue out, PartitionNodes(ctx, graph, shardings, program, true));
   const Node* root = graph.root();
-  if (root == nullptr) return absl::InvalidArgumentError("the graph has no root");
-  const PValue& out = values.at(root);
   if (root->shape().is_tuple()) {
     std::vector<Node*> elements;
     for (const PValue& e : out.elements) {
@@ -223,16 +299,97 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices,
   return program;
 }
 
+namespace {
+
+void Accumulate(const std::map<std::string, CollectiveCount>& from, int64_t times,
+                std::map<std::string, CollectiveCount>& into) {
+  for (const auto& [kind, c] : from) {
+    into[kind].count += c.count * times;
+    into[kind].result_bytes += c.result_bytes * times;
+  }
+}
+
+int64_t TotalBytes(const std::map<std::string, CollectiveCount>& counts) {
+  int64_t bytes = 0;
+  for (const auto& [kind, c] : counts) bytes += c.result_bytes;
+  return bytes;
+}
+
+}  // namespace
+
 // A std::map, so `tessel partition --stats` lists the kinds in a stable (sorted) order.
 std::map<std::string, CollectiveCount> CountCollectives(const Graph& program) {
   std::map<std::string, CollectiveCount> counts;
   for (const Node* node : program.nodes()) {
+    for (const auto& called : node->attrs().called_computations) {
+      Accumulate(CountCollectives(*called), 1, counts);
+    }
     if (!IsCollective(node->opcode())) continue;
     CollectiveCount& c = counts[OpcodeName(node->opcode())];
     ++c.count;
     c.result_bytes += node->shape().byte_size();
   }
   return counts;
+}
+
+ExecutedCollectives CountExecutedCollectives(const Graph& program) {
+  ExecutedCollectives out;
+  for (const Node* node : program.nodes()) {
+    const auto& called = node->attrs().called_computations;
+    if (node->opcode() == Opcode::kWhile) {
+      std::optional<int64_t> trips = ComputeWhileLoopTripCount(*node);
+      out.unknown_trip_count |= !trips.has_value();
+      for (const auto& comp : called) {
+        ExecutedCollectives inner = CountExecutedCollectives(*comp);
+        out.unknown_trip_count |= inner.unknown_trip_count;
+        Accumulate(inner.counts, trips.value_or(1), out.counts);
+      }
+    } else if (node->opcode() == Opcode::kConditional) {
+      std::optional<ExecutedCollectives> worst;
+      for (const auto& comp : called) {
+        ExecutedCollectives inner = CountExecutedCollectives(*comp);
+        if (!worst.has_value() || TotalBytes(inner.counts) > TotalBytes(worst->counts)) {
+          worst = std::move(inner);
+        }
+      }
+      if (worst.has_value()) {
+        out.unknown_trip_count |= worst->unknown_trip_count;
+        Accumulate(worst->counts, 1, out.counts);
+      }
+    } else if (IsCollective(node->opcode())) {
+      CollectiveCount& c = out.counts[OpcodeName(node->opcode())];
+      ++c.count;
+      c.result_bytes += node->shape().byte_size();
+    }
+  }
+  return out;
+}
+
+namespace {
+
+void ListLoops(const Graph& graph, const std::string& prefix, std::vector<LoopCollectives>& out) {
+  for (const Node* node : graph.nodes()) {
+    const auto& called = node->attrs().called_computations;
+    const std::string name = prefix + node->name();
+    if (node->opcode() == Opcode::kWhile) {
+      LoopCollectives loop;
+      loop.loop = name;
+      loop.trip_count = ComputeWhileLoopTripCount(*node);
+      for (const auto& comp : called) {
+        Accumulate(CountExecutedCollectives(*comp).counts, 1, loop.per_iteration);
+      }
+      out.push_back(std::move(loop));
+    }
+    for (const auto& comp : called) ListLoops(*comp, name + "/", out);
+  }
+}
+
+}  // namespace
+
+std::vector<LoopCollectives> ListLoopCollectives(const Graph& program) {
+  std::vector<LoopCollectives> out;
+  ListLoops(program, "", out);
+  return out;
 }
 
 }  // namespace tessel::partitioner

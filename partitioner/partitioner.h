@@ -12,7 +12,9 @@
 //
 // Rules per op family live in partitioner/handlers/ (see docs/partitioner.md): elementwise,
 // broadcast, transpose, reshape, reduce, dot, data movement (slice, pad, concatenate,
-// dynamic-slice, dynamic-update-slice), leaves (parameter, constant, iota, rng).
+// dynamic-slice, dynamic-update-slice), gather / scatter, leaves (parameter, constant, iota,
+// rng), control flow (while: loop state in one sharding, body and condition partitioned once;
+// conditional: replicated selector, branches partitioned with their operands' shardings).
 // Uneven dims are padded to ceil(dim / tiles); padding is masked before reductions and dots
 // over a sharded dim. Source: XLA GSPMD (Xu et al., "GSPMD: General and Scalable
 // Parallelization for ML Computation Graphs", 2021) and its SpmdPartitioner.
@@ -22,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,18 +70,41 @@ struct PartitionOptions {
 // Propagates shardings (partitioner/propagation.h) and partitions `graph` for devices
 // 0..num_devices-1. The input graph is not changed.
 // Errors: those of ComputeShardings; kUnimplemented naming the instruction for an op without a
-// rule (e.g. tuple-shaped parameters); kInvalidArgument for num_devices < 1, or a cost model
-// whose topology has another number of devices.
+// rule (e.g. the entry's tuple-shaped parameters, a loop state with a nested tuple);
+// kInvalidArgument for num_devices < 1, or a cost model whose topology has another number of
+// devices. Errors inside a called computation name it ("in computation %body: ...").
 [[nodiscard]] absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices,
                                                     const PartitionOptions& options = {});
 
 // Number of collectives of each kind ("all-reduce", ...) in a program and the bytes of their
-// local results (each device's output buffer), for `tessel partition --stats` and tests.
+// local results (each device's output buffer), for `tessel partition --stats` and tests. Counts
+// the program text: a collective in a loop body or a branch counts once, however often it runs
+// (CountExecutedCollectives counts executions).
 struct CollectiveCount {
   int64_t count = 0;
   int64_t result_bytes = 0;
 };
 std::map<std::string, CollectiveCount> CountCollectives(const Graph& program);
+
+// The collectives of one while loop of a program, per iteration (body and condition; a nested
+// loop's multiplied by its trip count).
+struct LoopCollectives {
+  std::string loop;                   // the while node's name; "outer/inner" when nested
+  std::optional<int64_t> trip_count;  // core/while_loop_analysis.h; nullopt when unknown
+  std::map<std::string, CollectiveCount> per_iteration;
+};
+// Every while loop of `program` (nested ones too) in program order.
+std::vector<LoopCollectives> ListLoopCollectives(const Graph& program);
+
+// The collectives one execution of `program` runs: a loop body's times its trip count (once,
+// and `unknown_trip_count` set, when the count is unknown), a conditional's branch with the most
+// collective bytes (the worst case: which branch runs depends on data). Without control flow it
+// equals CountCollectives. Trip counts: core/while_loop_analysis.h.
+struct ExecutedCollectives {
+  std::map<std::string, CollectiveCount> counts;
+  bool unknown_trip_count = false;
+};
+ExecutedCollectives CountExecutedCollectives(const Graph& program);
 
 }  // namespace tessel::partitioner
 

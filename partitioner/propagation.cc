@@ -45,7 +45,21 @@ class Propagator {
  public:
   Propagator(const Graph& graph, int64_t num_devices) : graph_(graph), num_devices_(num_devices) {}
 
+  // For a called computation: what its caller fixes. Parameter 0 (a tuple: per element, unknown
+  // where nullopt) and the root (likewise). An array parameter or root has one element.
+  void SetBoundary(std::vector<std::optional<Sharding>> parameter,
+                   std::vector<std::optional<Sharding>> root) {
+    parameter_ = std::move(parameter);
+    root_ = std::move(root);
+  }
+
   absl::StatusOr<std::vector<Sharding>> Run() {
+    TESSEL_RETURN_IF_ERROR(RunPasses());
+    return Finish();
+  }
+
+  // The passes alone: result_ holds what is known, nullopt where nothing reached.
+  absl::Status RunPasses() {
     for (const Node* node : graph_.nodes()) {
       index_[node] = static_cast<int64_t>(index_.size());
     }
@@ -58,6 +72,17 @@ class Propagator {
       TESSEL_ASSIGN_OR_RETURN(Sharding s, ParseAnnotation(*node));
       result_[index_[node]] = std::move(s);
       annotated_[index_[node]] = true;
+    }
+    // A caller's fixed shardings act like annotations on an array parameter or root.
+    for (const Node* node : graph_.nodes()) {
+      if (node->opcode() == Opcode::kParameter && node->attrs().parameter_number == 0 &&
+          !node->shape().is_tuple() && parameter_.size() == 1 && parameter_[0].has_value()) {
+        result_[index_[node]] = parameter_[0];
+      }
+    }
+    if (graph_.root() != nullptr && !graph_.root()->shape().is_tuple() && root_.size() == 1 &&
+        root_[0].has_value() && !result_[index_[graph_.root()]].has_value()) {
+      result_[index_[graph_.root()]] = root_[0];
     }
     // graph_.nodes() is a topological order and Assign writes result_ in place, so one forward
     // pass carries a sharding down a whole chain of operand -> user edges, and one backward pass
@@ -77,8 +102,13 @@ class Propagator {
     // and becomes a reduce-scatter instead of an all-reduce; the second phase assigns the rest.
     for (bool sharded_only : {true, false}) {
       sharded_only_ = sharded_only;
-      RunRounds();
+      TESSEL_RETURN_IF_ERROR(RunRounds());
     }
+    return absl::OkStatus();
+  }
+
+  // What the passes left unknown becomes {replicated}; tuple-shaped nodes get tuple shardings.
+  std::vector<Sharding> Finish() {
     // Tuple-shaped nodes never get a slot from the passes (Assign refuses them): a tuple()
     // takes its elements' shardings here, after they are final; any other tuple-shaped node
     // (a tuple parameter, which Partition rejects anyway) is {replicated}.
@@ -93,8 +123,16 @@ class Propagator {
           const auto& e = result_[index_[operand]];
           elements.push_back(e.value_or(Sharding::Replicate()));
         }
-        out.push_back(node->opcode() == Opcode::kTuple ? Sharding::Tuple(std::move(elements))
-                                                       : Sharding::Replicate());
+        if (node->opcode() == Opcode::kTuple) {
+          out.push_back(Sharding::Tuple(std::move(elements)));
+        } else if (auto state = loop_state_.find(node); state != loop_state_.end()) {
+          out.push_back(TupleOf(state->second));
+        } else if (node->opcode() == Opcode::kParameter && node->attrs().parameter_number == 0 &&
+                   !parameter_.empty()) {
+          out.push_back(TupleOf(parameter_));
+        } else {
+          out.push_back(Sharding::Replicate());
+        }
       } else {
         out.push_back(Sharding::Replicate());
       }
@@ -148,15 +186,18 @@ class Propagator {
   }
 
   // Forward and backward legs until nothing changes (at most 8 rounds; see Run).
-  void RunRounds() {
+  absl::Status RunRounds() {
     for (int round = 0; round < 8; ++round) {
       bool changed = false;
+      TESSEL_ASSIGN_OR_RETURN(bool loops_changed, UpdateLoopStates());
+      changed |= loops_changed;
       for (const Node* node : graph_.nodes()) changed |= Assign(node, Forward(*node));
       for (auto it = graph_.nodes().rbegin(); it != graph_.nodes().rend(); ++it) {
         changed |= Assign(*it, Backward(**it));
       }
       if (!changed) break;
     }
+    return absl::OkStatus();
   }
 
   // Fills an empty slot, or refines an inferred one: a candidate that merges with the current
@@ -208,6 +249,7 @@ class Propagator {
       return merged;
     }
     if (node.operand_count() == 0) return std::nullopt;
+    if (op == Opcode::kGetTupleElement) return FromTupleSource(node);
     const std::optional<Sharding>& in = Of(node.operand(0));
     switch (op) {
       case Opcode::kBroadcast:
@@ -272,6 +314,14 @@ class Propagator {
     // has tile boundaries at other elements on each side, so it keeps the operand's tiling only
     // where halo exchange can produce it (TilingKeptDims); the other changed dims are replicated
     // (HandleDataMovement gathers them).
+    if (op == Opcode::kDynamicUpdateSlice) {
+      // The update is laid out like the result on the untouched dims, so it says as much as the
+      // operand: a scan writing a sharded activation into a zero-initialized stack (an unknown
+      // operand) keeps the stack sharded like the activation.
+      std::optional<Sharding> merged = Merge(in, Of(node.operand(1)), rank);
+      if (merged) return PartiallyReplicate(*merged, rank, internal::ReplicatedChangedDims(node));
+      return std::nullopt;
+    }
     if (IsDimPreserving(op) && in) {
       return PartiallyReplicate(*in, rank, internal::ReplicatedChangedDims(node));
     }
@@ -362,6 +412,17 @@ class Propagator {
                 element->attrs().tuple_index == i) {
               merged = Merge(merged, Of(element), node.shape().rank());
             }
+            // The initial state of a loop takes the loop state's sharding.
+            if (element->opcode() == Opcode::kWhile) {
+              auto state = loop_state_.find(element);
+              if (state != loop_state_.end()) {
+                merged = Merge(merged, state->second[i], node.shape().rank());
+              }
+            }
+          }
+          // The elements of a called computation's root tuple take what the caller fixes.
+          if (user == graph_.root() && root_.size() == static_cast<size_t>(user->operand_count())) {
+            merged = Merge(merged, root_[i], node.shape().rank());
           }
           continue;
         }
@@ -369,6 +430,101 @@ class Propagator {
       }
     }
     return merged;
+  }
+
+  static Sharding TupleOf(const std::vector<std::optional<Sharding>>& elements) {
+    std::vector<Sharding> out;
+    for (const auto& e : elements) out.push_back(e.value_or(Sharding::Replicate()));
+    return Sharding::Tuple(std::move(out));
+  }
+
+  // get-tuple-element(t, i) forward: element i of a loop state, of a tuple(), or of a called
+  // computation's tuple parameter as its caller fixed it.
+  std::optional<Sharding> FromTupleSource(const Node& node) {
+    const Node* tuple = node.operand(0);
+    const int64_t i = node.attrs().tuple_index;
+    if (auto state = loop_state_.find(tuple); state != loop_state_.end()) {
+      return state->second[i];
+    }
+    // An inlined call returns its results as tuple -> get-tuple-element.
+    if (tuple->opcode() == Opcode::kTuple && !tuple->operand(i)->shape().is_tuple()) {
+      return Of(tuple->operand(i));
+    }
+    if (tuple->opcode() == Opcode::kParameter && tuple->attrs().parameter_number == 0 &&
+        static_cast<int64_t>(parameter_.size()) > i && tuple->shape().is_tuple()) {
+      return parameter_[i];
+    }
+    return std::nullopt;
+  }
+
+  // The loop state of every while: the sharding of each state element, a fixed point of the body
+  // as GSPMD computes it. An unknown element takes, in this order, the sharding of the init
+  // tuple's element; what the body (propagated with the elements known so far on its parameter
+  // and root) gives its root element or its parameter's get-tuple-element users; the loop's own
+  // get-tuple-element users. The producers come first: a stack that a scan fills with sharded
+  // activations stays sharded even where a later consumer would read it whole. Known elements
+  // are never revised (the body's root is resharded to them), so the iteration stops. Returns
+  // whether any element changed.
+  absl::StatusOr<bool> UpdateLoopStates() {
+    bool changed = false;
+    for (const Node* node : graph_.nodes()) {
+      if (node->opcode() != Opcode::kWhile) continue;
+      const Node* init = node->operand(0);
+      if (!init->shape().is_tuple()) continue;  // an array state has no elements to fill
+      const auto& shapes = init->shape().tuple_shapes();
+      const int64_t n = static_cast<int64_t>(shapes.size());
+      auto& state = loop_state_[node];
+      if (state.empty()) state.assign(n, std::nullopt);
+      auto fill = [&](int64_t i, std::optional<Sharding> s) {
+        if (state[i].has_value() || shapes[i].is_tuple() || !s.has_value()) return;
+        state[i] = std::move(s);
+        changed = true;
+      };
+      if (init->opcode() == Opcode::kTuple) {
+        for (int64_t i = 0; i < n; ++i) fill(i, Of(init->operand(i)));
+      }
+      auto unknown = [&] {
+        return std::any_of(state.begin(), state.end(), [](const auto& e) { return !e; });
+      };
+      if (unknown()) {
+        Propagator inner(*node->attrs().called_computations[1], num_devices_);
+        inner.SetBoundary(state, state);
+        TESSEL_RETURN_IF_ERROR(inner.RunPasses());
+        for (int64_t i = 0; i < n; ++i) {
+          if (!state[i].has_value()) fill(i, inner.KnownElement(i));
+        }
+      }
+      if (!unknown()) continue;
+      for (const Node* user : node->users()) {
+        if (user->opcode() != Opcode::kGetTupleElement) continue;
+        fill(user->attrs().tuple_index, Of(user));
+      }
+    }
+    return changed;
+  }
+
+  // After RunPasses of a body: what the root tuple's element i, else the parameter's
+  // get-tuple-element(i) users, ended up with (nullopt if nothing reached them).
+  std::optional<Sharding> KnownElement(int64_t i) {
+    const Node* root = graph_.root();
+    std::optional<Sharding> s;
+    if (root != nullptr && root->opcode() == Opcode::kTuple && root->operand_count() > i &&
+        !root->operand(i)->shape().is_tuple()) {
+      s = Of(root->operand(i));
+    }
+    const int64_t rank =
+        root != nullptr && root->shape().is_tuple() && !root->shape().tuple_shapes()[i].is_tuple()
+            ? root->shape().tuple_shapes()[i].rank()
+            : 0;
+    for (const Node* node : graph_.nodes()) {
+      if (node->opcode() != Opcode::kParameter || node->attrs().parameter_number != 0) continue;
+      for (const Node* user : node->users()) {
+        if (user->opcode() == Opcode::kGetTupleElement && user->attrs().tuple_index == i) {
+          s = Merge(s, Of(user), rank);
+        }
+      }
+    }
+    return s;
   }
 
   const Graph& graph_;
@@ -379,6 +535,11 @@ class Propagator {
   std::vector<bool> annotated_;
   // Phase one of Run: only shardings that tile a dim are assigned.
   bool sharded_only_ = false;
+  // Per while node: its loop state's element shardings (UpdateLoopStates).
+  absl::flat_hash_map<const Node*, std::vector<std::optional<Sharding>>> loop_state_;
+  // SetBoundary: parameter 0's and the root's shardings, fixed by the caller.
+  std::vector<std::optional<Sharding>> parameter_;
+  std::vector<std::optional<Sharding>> root_;
 };
 
 }  // namespace
@@ -388,6 +549,21 @@ absl::StatusOr<std::vector<Sharding>> ComputeShardings(const Graph& graph, int64
     return absl::InvalidArgumentError(absl::StrCat("num_devices must be >= 1, got ", num_devices));
   }
   return Propagator(graph, num_devices).Run();
+}
+
+absl::StatusOr<std::vector<Sharding>> ComputeCalledShardings(const Graph& computation,
+                                                             int64_t num_devices,
+                                                             const Sharding& parameter,
+                                                             const Sharding& root) {
+  auto elements = [](const Sharding& s) {
+    std::vector<std::optional<Sharding>> out;
+    if (!s.IsTuple()) return std::vector<std::optional<Sharding>>{s};
+    for (const Sharding& e : s.tuple_elements()) out.push_back(e);
+    return out;
+  };
+  Propagator propagator(computation, num_devices);
+  propagator.SetBoundary(elements(parameter), elements(root));
+  return propagator.Run();
 }
 
 absl::Status PropagateShardings(Graph& graph, int64_t num_devices) {

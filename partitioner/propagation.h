@@ -17,6 +17,11 @@
 //   4. Steps 2-3 repeat until nothing changes (at most 8 rounds), in two phases: the first
 //      assigns only shardings that tile some dim (XLA's ShardedPreferredOverReplicated), the
 //      second the rest; what is left is {replicated}.
+//   5. A while's loop state (one sharding per tuple element) is a fixed point of its body: each
+//      round, unknown elements take the init element's sharding, the loop's get-tuple-element
+//      users', or what the body (propagated with the state known so far on its parameter and
+//      root) gives its root element or its parameter's element users. get-tuple-element(while)
+//      reads the state forward; the init tuple's elements learn it backward.
 // Merging (MergeShardings) combines tilings of different dims when every device keeps a
 // consistent position; when candidates disagree, the first one with the most tiles wins. An
 // inferred sharding is refined when a later candidate merges with it into more tiles (so a
@@ -41,6 +46,16 @@ namespace tessel::partitioner {
 // the wrong mesh); kUnimplemented for manual shardings.
 [[nodiscard]] absl::StatusOr<std::vector<spmd::Sharding>> ComputeShardings(const Graph& graph,
                                                                            int64_t num_devices);
+
+// ComputeShardings for a called computation (a while's condition or body, a conditional's
+// branch) whose caller fixes the sharding of its parameter 0 (a tuple sharding for a tuple
+// parameter) and of its root: they act as annotations (a tuple root's elements learn theirs, the
+// partitioner reshards them to it). Source: XLA ShardingPropagation, which propagates through
+// a while's body with the loop state's sharding on the body's parameter and root.
+// Errors: those of ComputeShardings.
+[[nodiscard]] absl::StatusOr<std::vector<spmd::Sharding>> ComputeCalledShardings(
+    const Graph& computation, int64_t num_devices, const spmd::Sharding& parameter,
+    const spmd::Sharding& root);
 
 // Runs ComputeShardings and writes each result into the node's sharding() text.
 [[nodiscard]] absl::Status PropagateShardings(Graph& graph, int64_t num_devices);

@@ -15,9 +15,11 @@
 // partitioned (one line on stderr); 2 bad arguments.
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -76,6 +78,18 @@ CommandFn AddPropagateCommand(CLI::App& app) {
   };
 }
 
+namespace {
+
+// "//   all-gather: 2 (4096 bytes)" per kind, or "//   none".
+void PrintCounts(const std::map<std::string, partitioner::CollectiveCount>& counts) {
+  if (counts.empty()) std::cout << "//   none\n";
+  for (const auto& [kind, c] : counts) {
+    std::cout << "//   " << kind << ": " << c.count << " (" << c.result_bytes << " bytes)\n";
+  }
+}
+
+}  // namespace
+
 CommandFn AddPartitionCommand(CLI::App& app) {
   auto options = std::make_shared<PartitionOptions>();
   CLI::App* cmd = app.add_subcommand("partition", "print the per-device SPMD program");
@@ -108,10 +122,30 @@ CommandFn AddPartitionCommand(CLI::App& app) {
     if (options->stats) {
       std::cout << "\n// collectives on " << n << " devices (bytes of each device's result):\n";
       auto counts = partitioner::CountCollectives(*program->program);
-      if (counts.empty()) std::cout << "//   none\n";
+      PrintCounts(counts);
+      // Collectives in a loop body appear once in the text and run once per iteration.
+      std::vector<partitioner::LoopCollectives> loops =
+          partitioner::ListLoopCollectives(*program->program);
+      partitioner::ExecutedCollectives executed =
+          partitioner::CountExecutedCollectives(*program->program);
+      bool same = executed.counts.size() == counts.size();
       for (const auto& [kind, c] : counts) {
-        std::cout << "//   " << kind << ": " << c.count << " (" << c.result_bytes << " bytes)\n";
+        auto it = executed.counts.find(kind);
+        same = same && it != executed.counts.end() && it->second.count == c.count &&
+               it->second.result_bytes == c.result_bytes;
       }
+      if (loops.empty() && same) return 0;  // no control flow that changes the counts
+      for (const partitioner::LoopCollectives& loop : loops) {
+        std::cout << "// in while %" << loop.loop << " ("
+                  << (loop.trip_count.has_value() ? absl::StrCat(*loop.trip_count, " iterations")
+                                                  : std::string("unknown trip count"))
+                  << "), per iteration:\n";
+        PrintCounts(loop.per_iteration);
+      }
+      std::cout << "// executed per step (loop bodies x trip count"
+                << (executed.unknown_trip_count ? ", unknown trip counts taken as 1" : "")
+                << "; a conditional's costliest branch):\n";
+      PrintCounts(executed.counts);
     }
     return 0;
   };

@@ -64,6 +64,7 @@ struct SimulateFlags {
   std::string model;
   std::string model_config;
   std::string hlo;
+  int64_t assume_trip_count = 0;  // 0: unknown trip counts are an error
   int64_t layers = 2;
   int64_t d_model = 512;
   int64_t heads = 8;
@@ -549,6 +550,7 @@ int Run(const SimulateFlags& f) {
   if (std::string bad = CheckRunFlags(f, model_file, *topology, sim_options); !bad.empty()) {
     return Usage(bad);
   }
+  if (f.assume_trip_count > 0) sim_options.assumed_trip_count = f.assume_trip_count;
 
   RunInfo info;
   auto t_build = std::chrono::steady_clock::now();
@@ -674,6 +676,9 @@ CommandFn AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--dcn-mesh-shape", f->dcn_mesh_shape, "across slices, e.g. 2,1,1");
   cmd->add_option("--axis-names", f->axis_names, "mesh axis names (default data,fsdp,tensor)");
   cmd->add_option("--recipe", f->recipe, "dp, fsdp, tp, fsdp_tp (default), multislice_dp");
+  cmd->add_option("--assume-trip-count", f->assume_trip_count,
+                  "trip count of --hlo while loops whose count is not known statically")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--overlap", f->overlap, "report the overlapped (latency-hiding) schedule");
   cmd->add_option("--trace", f->trace, "write a Chrome trace (Perfetto) to this file");
   cmd->add_flag("--json", f->json, "print one JSON object");

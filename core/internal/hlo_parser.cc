@@ -601,6 +601,7 @@ class Parser {
       }
     }
     absl::Status Error(std::string_view why) const { return parser_.MalformedAttr(attr_, why); }
+    void Skip() { ++i_; }
 
    private:
     const Parser& parser_;
@@ -1355,6 +1356,9 @@ class Parser {
       }
       TESSEL_ASSIGN_OR_RETURN(attrs.comparison_direction, ResolveSelect(instr, *select));
     }
+    if (instr.opcode == Opcode::kWhile || instr.opcode == Opcode::kConditional) {
+      TESSEL_RETURN_IF_ERROR(ResolveCalledComputations(instr, &attrs, call_stack));
+    }
     if (to_apply != nullptr) {
       TESSEL_ASSIGN_OR_RETURN(Reduction r, ResolveToApply(instr, *to_apply));
       attrs.reduce_kind = r.kind;
@@ -1385,6 +1389,109 @@ class Parser {
     node->set_sharding(std::move(sharding));
     scope.nodes.emplace(name, node);
     return node;
+  }
+
+  // The computations a while (condition=, body=) or conditional (true_computation= and
+  // false_computation=, or branch_computations={...}) calls, each built once into a graph of its
+  // own (shared by every instruction that calls it) and verified. A while also reads XLA's
+  // backend_config={"known_trip_count":{"n":"N"}}.
+  absl::Status ResolveCalledComputations(const InstrAst& instr, OpAttributes* attrs,
+                                         std::vector<const CompAst*>& call_stack) {
+    std::vector<const AttrAst*> names;
+    auto require = [&](std::string_view name) -> absl::Status {
+      const AttrAst* attr = FindAttr(instr, name);
+      if (attr == nullptr) {
+        return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                          Cat(OpcodeName(instr.opcode), " needs attribute ", Quote(name)));
+      }
+      names.push_back(attr);
+      return absl::OkStatus();
+    };
+    std::vector<std::string_view> words;
+    if (instr.opcode == Opcode::kWhile) {
+      TESSEL_RETURN_IF_ERROR(require("condition"));
+      TESSEL_RETURN_IF_ERROR(require("body"));
+      if (const AttrAst* config = FindAttr(instr, "backend_config")) {
+        TESSEL_ASSIGN_OR_RETURN(attrs->known_trip_count, KnownTripCount(*config));
+      }
+    } else if (const AttrAst* list = FindAttr(instr, "branch_computations")) {
+      ValueReader r(*this, *list);
+      TESSEL_RETURN_IF_ERROR(r.Expect("{"));
+      while (!r.Consume("}")) {
+        if (r.AtEnd() || r.Peek().kind != TokenKind::kWord) {
+          return r.Error("expected {%comp0, %comp1, ...}");
+        }
+        words.push_back(r.Peek().text);
+        r.Skip();
+        r.Consume(",");
+      }
+      TESSEL_RETURN_IF_ERROR(r.ExpectEnd());
+    } else {
+      TESSEL_RETURN_IF_ERROR(require("true_computation"));
+      TESSEL_RETURN_IF_ERROR(require("false_computation"));
+    }
+    for (const AttrAst* attr : names) {
+      TESSEL_ASSIGN_OR_RETURN(std::string_view word, AttrWord(*attr));
+      words.push_back(word);
+    }
+    for (std::string_view word : words) {
+      TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<const Graph> comp,
+                              CalledComputation(instr, word, call_stack));
+      attrs->called_computations.push_back(std::move(comp));
+    }
+    return absl::OkStatus();
+  }
+
+  // backend_config={"known_trip_count":{"n":"4"},...} (or the same JSON as a quoted string):
+  // N, or -1 when the config has no known_trip_count.
+  absl::StatusOr<int64_t> KnownTripCount(const AttrAst& attr) const {
+    std::string_view text = AttrValueText(attr);
+    size_t key = text.find("known_trip_count");
+    if (key == std::string_view::npos) return int64_t{-1};
+    size_t n = text.find("\"n\"", key);
+    if (n == std::string_view::npos) return MalformedAttr(attr, "known_trip_count has no \"n\"");
+    size_t begin = text.find_first_of("0123456789", n);
+    size_t end =
+        begin == std::string_view::npos ? begin : text.find_first_not_of("0123456789", begin);
+    int64_t count = -1;
+    if (begin == std::string_view::npos || !ToInt(text.substr(begin, end - begin), &count)) {
+      return MalformedAttr(attr, "known_trip_count.n is not an integer");
+    }
+    return count;
+  }
+
+  // The graph of computation `word`, built on first use.
+  absl::StatusOr<std::shared_ptr<const Graph>> CalledComputation(
+      const InstrAst& instr, std::string_view word, std::vector<const CompAst*>& call_stack) {
+    std::string name(StripPercent(word));
+    auto it = comp_by_name_.find(name);
+    if (it == comp_by_name_.end() || comps_[it->second].is_entry) {
+      return InstrError(
+          absl::StatusCode::kInvalidArgument, instr,
+          Cat("unknown computation ", Quote(word), " called by ", OpcodeName(instr.opcode)));
+    }
+    if (auto built = called_.find(name); built != called_.end()) return built->second;
+    const CompAst& callee = comps_[it->second];
+    for (const CompAst* active : call_stack) {
+      if (active == &callee) {
+        return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                          Cat("recursive call: %", name,
+                              " is already being called (HLO computations cannot recurse)"));
+      }
+    }
+    auto graph = std::make_shared<Graph>(name);
+    call_stack.push_back(&callee);
+    absl::StatusOr<Node*> root = BuildComputation(callee, graph.get(), nullptr, call_stack);
+    call_stack.pop_back();
+    if (!root.ok()) return root.status();
+    graph->set_root(*root);
+    absl::Status status = Verify(*graph);
+    if (!status.ok()) {
+      return SyntaxError(callee.name->line,
+                         Cat("in computation %", name, ": ", Sv(status.message())));
+    }
+    called_.emplace(name, graph);
+    return std::shared_ptr<const Graph>(std::move(graph));
   }
 
   // parameter(number) of an inlined computation: the call's operand `number`, which must have
@@ -1519,6 +1626,8 @@ class Parser {
   std::vector<CompAst> comps_;
   absl::flat_hash_map<std::string, size_t> comp_by_name_;
   absl::flat_hash_map<std::string, Reduction> reductions_;
+  // Computations called by while / conditional, by name, once built.
+  absl::flat_hash_map<std::string, std::shared_ptr<const Graph>> called_;
 };
 
 }  // namespace

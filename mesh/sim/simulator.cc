@@ -11,6 +11,7 @@
 #include "core/format.h"
 #include "core/status_macros.h"
 #include "core/trace_events.h"
+#include "mesh/sim/inline_control_flow.h"
 
 namespace tessel::mesh {
 namespace {
@@ -461,7 +462,15 @@ absl::StatusOr<SimulationReport> Simulator::Run(const partitioner::SpmdProgram& 
         absl::StrCat("the program is partitioned for ", program.num_devices,
                      " devices but the topology \"", topology.name(), "\" has ", num_devices));
   }
-  const Graph& graph = *program.program;
+  std::unique_ptr<Graph> flat;
+  if (HasControlFlow(*program.program)) {
+    TESSEL_ASSIGN_OR_RETURN(
+        flat, InlineControlFlow(
+                  *program.program,
+                  [this](const Node& node) { return cost_model_.Cost(node, 0).seconds; },
+                  options_.assumed_trip_count));
+  }
+  const Graph& graph = flat != nullptr ? *flat : *program.program;
   SimulationReport report;
   report.device_name = topology.device_spec().name;
   report.num_devices = num_devices;

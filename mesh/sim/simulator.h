@@ -27,6 +27,10 @@
 //   limit XLA puts on how far it prefetches is not modelled.
 // Both schedules are always computed; `overlap` picks which one `step_seconds` reports.
 //
+// Control flow: a program with while loops or conditionals is simulated as the straight-line
+// program it executes (mesh/sim/inline_control_flow.h): a loop costs trip count x (body +
+// condition), its collectives run once per iteration; a conditional costs its costlier branch.
+//
 // Memory: live-buffer analysis of the local program in program order. Parameter buffers are
 // live from the start until their last use (donated to the outputs, as training loops donate
 // the parameters and optimizer state: jax.jit donate_argnums, torch_xla in-place updates);
@@ -41,6 +45,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +61,9 @@ struct SimulatorOptions {
   bool overlap = false;       // report the overlapped schedule as step_seconds
   bool record_trace = false;  // keep per-node events for WriteChromeTrace
   int64_t top_k = 10;         // entries in top_ops / top_collectives
+  // Trip count for while loops whose count is not known statically (see
+  // mesh/sim/inline_control_flow.h); unset: such a loop is a kFailedPrecondition error.
+  std::optional<int64_t> assumed_trip_count;
   CostModelOptions cost;
   // Local ops for which this returns true cost nothing here (no time, flops or bytes): the
   // caller costs what they compute another way. Used for fused (flash) attention: the program

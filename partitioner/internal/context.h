@@ -60,6 +60,7 @@ class Context {
   double DotSeconds(double flops, DType dtype) const;
   // The cost model (set by Partition before any handler runs).
   void set_cost_model(const mesh::CostModel* cost) { cost_ = cost; }
+  const mesh::CostModel* cost_model() const { return cost_; }
 
   // Replaces the padding of `local` (a value of `global` under `s`) along `dims` by `fill`, so
   // reductions and dots over those dims ignore it. Dims that divide evenly are left alone.
@@ -167,6 +168,31 @@ absl::StatusOr<PValue> HandleIota(Context&, const Node&, const std::vector<PValu
                                   const Sharding&);
 absl::StatusOr<PValue> HandleRng(Context&, const Node&, const std::vector<PValue>&,
                                  const Sharding&);
+// while: the loop state in `target` (a tuple sharding, the fixed point ComputeShardings found),
+// body and condition partitioned once (handlers/control_flow.cc).
+absl::StatusOr<PValue> HandleWhile(Context&, const Node&, const std::vector<PValue>&,
+                                   const Sharding&);
+// conditional: selector replicated, each branch partitioned with its operand's sharding
+// (handlers/control_flow.cc).
+absl::StatusOr<PValue> HandleConditional(Context&, const Node&, const std::vector<PValue>&,
+                                         const Sharding&);
+
+// The per-device graph of called computation `computation` (global shapes) on `num_devices`
+// devices: its parameter 0 holds `parameter` (a tuple sharding for a tuple parameter) and its
+// root is resharded to `root`; choices are costed with `cost` (the caller's cost model). Defined
+// by the driver (partitioner.cc), which runs the same rules over the computation's nodes.
+// Errors: those of Partition, naming the computation.
+absl::StatusOr<std::shared_ptr<const Graph>> PartitionCalled(const Graph& computation,
+                                                             int64_t num_devices,
+                                                             const Sharding& parameter,
+                                                             const Sharding& root,
+                                                             const mesh::CostModel* cost);
+
+// The local node of `value`: its own, or (a tuple whose elements travel as PValues) a local
+// tuple of its elements' nodes. Errors: kUnimplemented for an element without a local node.
+absl::StatusOr<Node*> Materialize(Context& ctx, const PValue& value);
+// Local shape of `global` under `s`, element by element for a tuple (`s` a tuple sharding).
+Shape LocalTupleShape(const Shape& global, const Sharding& s);
 
 }  // namespace tessel::partitioner::internal
 

@@ -11,7 +11,7 @@
 // chains of slices, pads and concatenates along a tiled dim, the cases the halo exchange
 // (partitioner/internal/halo.h) serves. The partitioned program is run and its outputs
 // assembled by partitioner::RunPartitioned (partitioner/verify.h), the same code as `tessel
-// verify`.
+// verify`. WhileLoopsPartitionedEqualUnpartitioned does the same for random while loops.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -576,6 +576,90 @@ class CaseBuilder {
     return g;
   }
 
+  // A counted while loop over (s32 counter, x f32[m,k], w f32[k,k], acc f32[m,k]): the body
+  // applies 1-4 random steps to x (tanh, negate, x + acc, x * x, dot(x, w)) and adds the result
+  // to acc; the condition is counter < trips (0-3). The entry's x and w, the body's values and
+  // the loop's outputs get random shardings, so the state's fixed point, the init reshards and
+  // the body root's reshard back to the state are all exercised.
+  std::unique_ptr<Graph> RandomLoop(const Mesh& mesh) {
+    mesh_ = &mesh;
+    const int64_t m = RandomDim(), k = RandomDim();
+    const Shape xs(DType::kF32, {m, k}), ws(DType::kF32, {k, k});
+    const Shape state = Shape::Tuple({Shape(DType::kS32, {}), xs, ws, xs});
+    auto body = std::make_shared<Graph>("body");
+    {
+      Node* s = body->AddParameter(0, state, "s").value();
+      std::vector<Node*> e;
+      for (int64_t i = 0; i < 4; ++i) {
+        OpAttributes gte;
+        gte.tuple_index = i;
+        e.push_back(body->AddNode(Opcode::kGetTupleElement, {s}, gte).value());
+      }
+      Node* one = body->AddConstant(Literal::Scalar<int32_t>(1));
+      Node* next = body->AddNode(Opcode::kAdd, {e[0], one}).value();
+      Node* x = e[1];
+      for (int64_t step = Rand(1, 4); step > 0; --step) {
+        switch (Rand(0, 4)) {
+          case 0:
+            x = body->AddNode(Opcode::kTanh, {x}).value();
+            break;
+          case 1:
+            x = body->AddNode(Opcode::kNegate, {x}).value();
+            break;
+          case 2:
+            x = body->AddNode(Opcode::kAdd, {x, e[3]}).value();
+            break;
+          case 3:
+            x = body->AddNode(Opcode::kMultiply, {x, x}).value();
+            break;
+          default: {
+            OpAttributes dot;
+            dot.dot.lhs_contracting_dims = {1};
+            dot.dot.rhs_contracting_dims = {0};
+            x = body->AddNode(Opcode::kDot, {x, e[2]}, dot).value();
+            break;
+          }
+        }
+        if (Coin(0.3)) x->set_sharding(RandomSharding(mesh, 2));
+      }
+      Node* acc = body->AddNode(Opcode::kAdd, {e[3], x}).value();
+      if (Coin(0.3)) acc->set_sharding(RandomSharding(mesh, 2));
+      body->set_root(body->AddNode(Opcode::kTuple, {next, x, e[2], acc}).value());
+    }
+    auto cond = std::make_shared<Graph>("cond");
+    {
+      Node* s = cond->AddParameter(0, state, "s").value();
+      OpAttributes gte;
+      Node* i = cond->AddNode(Opcode::kGetTupleElement, {s}, gte).value();
+      Node* n = cond->AddConstant(Literal::Scalar<int32_t>(static_cast<int32_t>(Rand(0, 3))));
+      OpAttributes lt;
+      lt.comparison_direction = ComparisonDirection::kLt;
+      cond->set_root(cond->AddNode(Opcode::kCompare, {i, n}, lt).value());
+    }
+    auto g = std::make_unique<Graph>("loop");
+    Node* x = NewParameter(*g, xs);
+    Node* w = NewParameter(*g, ws);
+    for (Node* p : {x, w}) {
+      if (Coin(0.8)) p->set_sharding(RandomSharding(mesh, 2));
+    }
+    Node* zero = g->AddConstant(Literal::Scalar<int32_t>(0));
+    Node* acc = g->AddConstant(Literal(xs));  // zeros
+    Node* init = g->AddNode(Opcode::kTuple, {zero, x, w, acc}).value();
+    OpAttributes loop;
+    loop.called_computations = {cond, body};
+    Node* out = g->AddNode(Opcode::kWhile, {init}, loop).value();
+    std::vector<Node*> results;
+    for (int64_t i : {1, 3}) {
+      OpAttributes gte;
+      gte.tuple_index = i;
+      Node* r = g->AddNode(Opcode::kGetTupleElement, {out}, gte).value();
+      if (Coin(0.3)) r->set_sharding(RandomSharding(mesh, 2));
+      results.push_back(r);
+    }
+    g->set_root(g->AddNode(Opcode::kTuple, results).value());
+    return g;
+  }
+
   Literal RandomInput(const Shape& shape) {
     Literal lit(shape);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -699,6 +783,46 @@ TEST(PartitionPropertyTest, HaloExchangeSlicePadConcatenate) {
   EXPECT_GT(checked, kCases * 9 / 10);
   EXPECT_GT(with_permute, kCases / 2);
   EXPECT_GT(without_gather, kCases / 3);
+}
+
+// The same property for while loops (CaseBuilder::RandomLoop): the partitioned loop, run on
+// every device with its collectives inside the body, equals the unpartitioned loop.
+TEST(PartitionPropertyTest, WhileLoopsPartitionedEqualUnpartitioned) {
+  constexpr int kCases = 120;
+  int multi_device = 0, with_body_collectives = 0;
+  for (int c = 0; c < kCases; ++c) {
+    CaseBuilder builder(5000 + c);
+    Mesh mesh = builder.RandomMesh();
+    std::unique_ptr<Graph> graph = builder.RandomLoop(mesh);
+    std::string text = PrintHloModule(*graph);
+    SCOPED_TRACE(::testing::Message() << "case " << c << " on " << mesh.size() << " devices, mesh "
+                                      << mesh.logical_mesh().ToString() << "\n"
+                                      << text);
+    std::vector<Literal> inputs;
+    for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
+    absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(*graph, mesh.size());
+    ASSERT_TRUE(program.ok()) << program.status();
+    absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
+    ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*program->program);
+    ASSERT_EQ(got->size(), expected->size());
+    for (size_t o = 0; o < got->size(); ++o) {
+      ASSERT_TRUE(AllClose((*got)[o], (*expected)[o], 1e-4, 1e-4))
+          << "output " << o << "\nexpected " << (*expected)[o].ToString() << "\ngot "
+          << (*got)[o].ToString() << "\n"
+          << PrintHloModule(*program->program);
+    }
+    if (mesh.size() > 1) ++multi_device;
+    for (const partitioner::LoopCollectives& loop :
+         partitioner::ListLoopCollectives(*program->program)) {
+      if (!loop.per_iteration.empty()) ++with_body_collectives;
+    }
+  }
+  std::printf("%d loop cases (%d multi-device, %d with collectives in the body)\n", kCases,
+              multi_device, with_body_collectives);
+  EXPECT_GT(multi_device, kCases / 2);
+  EXPECT_GT(with_body_collectives, kCases / 10);
 }
 
 }  // namespace
