@@ -370,12 +370,12 @@ std::string PrintHloModule(const Graph& graph) {
         computations.push_back(name);
         absl::StrAppend(&out, PrintToApplyComputation(*node), "\n");
       }
-    }
-    if (node->opcode() != Opcode::kSelectAndScatter) continue;
-    std::string select = SelectName(*node);
-    if (std::find(computations.begin(), computations.end(), select) == computations.end()) {
-      computations.push_back(select);
-      absl::StrAppend(&out, PrintSelectComputation(*node), "\n");
+      if (node->opcode() != Opcode::kSelectAndScatter) continue;
+      std::string select = SelectName(*node);
+      if (std::find(computations.begin(), computations.end(), select) == computations.end()) {
+        computations.push_back(select);
+        absl::StrAppend(&out, PrintSelectComputation(*node), "\n");
+      }
     }
   }
 
