@@ -86,6 +86,16 @@ absl::Status CheckNode(const Node& node, const ExecutorOptions& options) {
                      " needs a collective backend (ExecutorOptions::collectives); a "
                      "single-device run cannot execute it"));
   }
+  // A manual region's boundary is a no-op only where the shard is the whole value (one device,
+  // or a sharding that splits nothing); elsewhere it means "this device's shard", which only a
+  // partitioned program (or partitioner::VerifyProgram's per-device reference) can compute.
+  if (node.opcode() == Opcode::kCustomCall && node.operand_count() == 1 &&
+      node.operand(0)->shape() != node.shape()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "%", node.name(), ": custom-call \"", node.attrs().custom_call_target, "\" from ",
+        node.operand(0)->shape().ToString(), " to ", node.shape().ToString(),
+        " has per-device semantics (a manual region); partition the module to run it"));
+  }
   std::vector<const Shape*> shapes;
   for (const Node* operand : node.operands()) shapes.push_back(&operand->shape());
   absl::StatusOr<Shape> inferred = InferShape(node.opcode(), shapes, node.attrs(), node.shape());
@@ -145,6 +155,9 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
     case Opcode::kCopy:
     case Opcode::kConvert:
       return internal::Unary(ctx, node.opcode(), *operands[0], shape);
+    case Opcode::kCustomCall:
+      // CheckNode let only the identity case through (the shard is the whole value).
+      return internal::Unary(ctx, Opcode::kCopy, *operands[0], shape);
     case Opcode::kAdd:
     case Opcode::kSubtract:
     case Opcode::kMultiply:

@@ -65,6 +65,7 @@ constexpr OpcodeInfo kOpcodes[] = {
     {Opcode::kReduceScatter, "reduce-scatter"},
     {Opcode::kAllToAll, "all-to-all"},
     {Opcode::kCollectivePermute, "collective-permute"},
+    {Opcode::kCustomCall, "custom-call"},
 };
 
 }  // namespace

@@ -97,7 +97,19 @@ enum class Opcode : uint8_t {
   kReduceScatter,      // reduce-scatter(x), replica_groups, dimensions={d}, to_apply
   kAllToAll,           // all-to-all(x), replica_groups, dimensions={d}: split d, concat on d
   kCollectivePermute,  // collective-permute(x), source_target_pairs={{0,1},...}
+  // SPMD manual regions (JAX shard_map, torch_xla enable_manual_sharding): XLA's custom-calls
+  // that enter and leave a region written per device. Only the targets kFullToShardShapeTarget
+  // and kShardToFullShapeTarget exist (attrs.custom_call_target); the partitioner gives them
+  // meaning (partitioner/partitioner.h), the executor runs them only on one device.
+  kCustomCall,  // custom-call(x), custom_call_target="SPMDFullToShardShape", sharding={manual}
 };
+
+// custom-call targets of Opcode::kCustomCall. Source: XLA spmd_partitioner.cc
+// (kSPMDFullToShardShape, kSPMDShardToFullShape). FullToShard: global shape in, one device's
+// (padded) shard out, the operand's sharding saying how it is split; ShardToFull: one device's
+// shard in, the global value out, the node's own sharding saying how the shards are laid out.
+inline constexpr std::string_view kFullToShardShapeTarget = "SPMDFullToShardShape";
+inline constexpr std::string_view kShardToFullShapeTarget = "SPMDShardToFullShape";
 
 // True for the collective opcodes above (not partition-id).
 [[nodiscard]] bool IsCollective(Opcode opcode);
@@ -224,6 +236,14 @@ struct OpAttributes {
   // collective-permute: (source device, target device) pairs. A device that is no target
   // receives zeros, as in XLA.
   std::vector<std::pair<int64_t, int64_t>> source_target_pairs;
+  // Collectives: XLA's channel_id (0 when absent) and use_global_device_ids, read and printed.
+  // Tessel programs have one replica and N partitions, so replica_groups are global device ids
+  // in every mode XLA defines for them (cross-replica groups of one replica never occur in JAX's
+  // manual regions, which always set channel_id).
+  int64_t channel_id = 0;
+  bool use_global_device_ids = false;
+  // custom-call: its custom_call_target (kFullToShardShapeTarget or kShardToFullShapeTarget).
+  std::string custom_call_target;
 };
 
 class Graph;

@@ -197,23 +197,27 @@ std::string AttributesToString(const Node& node) {
       attrs.push_back(absl::StrCat("index=", a.tuple_index));
       break;
     case Opcode::kAllReduce:
-      attrs.push_back(absl::StrCat("replica_groups=", GroupsToString(a.replica_groups)));
-      attrs.push_back(
-          absl::StrCat("to_apply=%", ReduceComputationName(a.reduce_kind, ReduceDType(node))));
-      break;
     case Opcode::kAllGather:
     case Opcode::kAllToAll:
-      attrs.push_back(absl::StrCat("replica_groups=", GroupsToString(a.replica_groups)));
-      attrs.push_back(absl::StrCat("dimensions=", IntList(a.dimensions)));
-      break;
     case Opcode::kReduceScatter:
+      // XLA's order: channel_id, replica_groups, dimensions, use_global_device_ids, to_apply.
+      if (a.channel_id != 0) attrs.push_back(absl::StrCat("channel_id=", a.channel_id));
       attrs.push_back(absl::StrCat("replica_groups=", GroupsToString(a.replica_groups)));
-      attrs.push_back(absl::StrCat("dimensions=", IntList(a.dimensions)));
-      attrs.push_back(
-          absl::StrCat("to_apply=%", ReduceComputationName(a.reduce_kind, ReduceDType(node))));
+      if (node.opcode() != Opcode::kAllReduce) {
+        attrs.push_back(absl::StrCat("dimensions=", IntList(a.dimensions)));
+      }
+      if (a.use_global_device_ids) attrs.push_back("use_global_device_ids=true");
+      if (node.opcode() == Opcode::kAllReduce || node.opcode() == Opcode::kReduceScatter) {
+        attrs.push_back(
+            absl::StrCat("to_apply=%", ReduceComputationName(a.reduce_kind, ReduceDType(node))));
+      }
       break;
     case Opcode::kCollectivePermute:
+      if (a.channel_id != 0) attrs.push_back(absl::StrCat("channel_id=", a.channel_id));
       attrs.push_back(absl::StrCat("source_target_pairs=", PairsToString(a.source_target_pairs)));
+      break;
+    case Opcode::kCustomCall:
+      attrs.push_back(absl::StrCat("custom_call_target=\"", a.custom_call_target, "\""));
       break;
     default:
       break;

@@ -774,6 +774,44 @@ absl::StatusOr<Shape> InferPartitionId(Opcode opcode, absl::Span<const Shape* co
   return Shape(DType::kS32, {});
 }
 
+// custom-call (SPMDFullToShardShape / SPMDShardToFullShape): the result shape is declared, since
+// it depends on the sharding; it keeps the operand's element type and rank, and a shard is never
+// larger than the whole value (each dim <= the global dim; 0-sized dims stay 0).
+absl::StatusOr<Shape> InferCustomCall(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                      const OpAttributes& attrs,
+                                      const std::optional<Shape>& declared) {
+  const std::string& target = attrs.custom_call_target;
+  const bool to_shard = target == kFullToShardShapeTarget;
+  if (!to_shard && target != kShardToFullShapeTarget) {
+    return Error(opcode,
+                 absl::StrCat("custom_call_target \"", target, "\" is not supported (supported: \"",
+                              std::string(kFullToShardShapeTarget), "\", \"",
+                              std::string(kShardToFullShapeTarget), "\")"));
+  }
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+  const Shape& x = *shapes[0];
+  if (!declared.has_value()) {
+    return Error(opcode,
+                 absl::StrCat(target, " needs its result shape (it depends on the sharding)"));
+  }
+  if (x.is_tuple() || declared->is_tuple() || declared->dtype() != x.dtype() ||
+      declared->rank() != x.rank()) {
+    return Error(
+        opcode, absl::StrCat(target, ": result ", declared->ToString(),
+                             " must have the element type and rank of the operand ", x.ToString()));
+  }
+  const Shape& global = to_shard ? x : *declared;
+  const Shape& local = to_shard ? *declared : x;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    if (local.dim(d) > global.dim(d) || (local.dim(d) == 0) != (global.dim(d) == 0)) {
+      return Error(opcode, absl::StrCat(target, ": the shard ", local.ToString(),
+                                        " does not fit the global shape ", global.ToString(),
+                                        " in dim ", d));
+    }
+  }
+  return *declared;
+}
+
 absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> shapes,
                                 const OpAttributes& attrs, const std::optional<Shape>& declared) {
   if (IsElementwise(opcode)) return InferElementwise(opcode, shapes, declared);
@@ -822,6 +860,8 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
     case Opcode::kAllToAll:
     case Opcode::kCollectivePermute:
       return InferCollective(opcode, shapes, attrs);
+    case Opcode::kCustomCall:
+      return InferCustomCall(opcode, shapes, attrs, declared);
     default:
       break;
   }

@@ -47,6 +47,7 @@ class Propagator {
       TESSEL_ASSIGN_OR_RETURN(Sharding s, ParseAnnotation(*node));
       result_[index_[node]] = std::move(s);
     }
+    MarkManualRegions();
     // graph_.nodes() is a topological order and Assign writes result_ in place, so one forward
     // pass carries a sharding down a whole chain of operand -> user edges, and one backward pass
     // up a whole chain of user -> operand edges. More rounds are needed only where a path from
@@ -95,10 +96,9 @@ class Propagator {
     };
     absl::StatusOr<Sharding> parsed = spmd::ParseSharding(node.sharding());
     if (!parsed.ok()) return where(parsed.status().message());
-    if (parsed->IsManual()) {
-      return absl::UnimplementedError(
-          absl::StrCat("%", node.name(), ": manual shardings are not supported yet"));
-    }
+    // {manual}: a value of a manual region, already per device (its shape is local); it
+    // needs no fitting to the mesh.
+    if (parsed->IsManual()) return *parsed;
     absl::Status fits = parsed->Validate(node.shape(), num_devices_);
     if (!fits.ok()) return where(fits.message());
     if (parsed->IsTuple()) return *parsed;
@@ -122,6 +122,30 @@ class Propagator {
     return *parsed;
   }
 
+  // The values of manual regions (JAX shard_map, torch_xla enable_manual_sharding) are {manual}
+  // and take no part in propagation, as in XLA's ShardingPropagation: a region starts at an
+  // SPMDFullToShardShape (or a {manual} annotation, or partition-id, which only has a meaning
+  // per device) and holds everything computed from manual values, up to the
+  // SPMDShardToFullShape that leaves it (whose own annotation is the global layout).
+  void MarkManualRegions() {
+    for (const Node* node : graph_.nodes()) {
+      auto& slot = result_[index_[node]];
+      bool manual = (slot.has_value() && slot->IsManual()) ||
+                    node->opcode() == Opcode::kPartitionId ||
+                    (node->opcode() == Opcode::kCustomCall &&
+                     node->attrs().custom_call_target == kFullToShardShapeTarget);
+      const bool leaves = node->opcode() == Opcode::kCustomCall &&
+                          node->attrs().custom_call_target == kShardToFullShapeTarget;
+      if (!leaves) {
+        for (const Node* operand : node->operands()) {
+          const auto& s = result_[index_[operand]];
+          manual |= s.has_value() && s->IsManual();
+        }
+      }
+      if (manual) slot = Sharding::Manual();
+    }
+  }
+
   bool Assign(const Node* node, std::optional<Sharding> s) {
     auto& slot = result_[index_[node]];
     if (slot.has_value() || !s.has_value() || node->shape().is_tuple()) return false;
@@ -136,6 +160,9 @@ class Propagator {
   // candidates in operand (forward) or user (backward) order, so the first one wins.
   std::optional<Sharding> Merge(std::optional<Sharding> a, const std::optional<Sharding>& b,
                                 int64_t rank) {
+    // A manual value says nothing about the global values around its region.
+    if (a.has_value() && a->IsManual()) a.reset();
+    if (b.has_value() && b->IsManual()) return a;
     if (!a.has_value()) return b;
     if (!b.has_value()) return a;
     std::optional<Sharding> merged = MergeShardings(*a, *b, rank, num_devices_);
@@ -206,7 +233,7 @@ class Propagator {
   // What `user` implies for its operand `operand_index`.
   std::optional<Sharding> FromUser(const Node& user, int64_t operand_index) {
     const std::optional<Sharding>& out = Of(&user);
-    if (!out.has_value() || user.shape().is_tuple()) return std::nullopt;
+    if (!out.has_value() || user.shape().is_tuple() || out->IsManual()) return std::nullopt;
     const Shape& operand_shape = user.operand(operand_index)->shape();
     const Opcode op = user.opcode();
     if (IsElementwise(op)) {

@@ -20,6 +20,7 @@
 #include "core/collective_device_list.h"
 #include "core/graph.h"
 #include "core/hlo_text.h"
+#include "core/internal/sdy_sharding.h"
 #include "core/literal.h"
 #include "core/shape.h"
 #include "core/shape_inference.h"
@@ -292,10 +293,15 @@ class Parser {
                          Cat("expected a module name after \"HloModule\", got ", Quote(Peek())));
     }
     module_name_ = std::string(StripPercent(Next().text));
-    // Header attributes (entry_computation_layout=..., is_scheduled=...): ignored.
+    // Header attributes (entry_computation_layout=..., is_scheduled=...): ignored, except the
+    // Shardy meshes in frontend_attributes, which a shard_map's custom-calls refer to.
     while (ConsumePunct(",")) {
       AttrAst attr;
       TESSEL_RETURN_IF_ERROR(ParseAttribute(&attr));
+      if (attr.name->text == "frontend_attributes") {
+        module_frontend_attributes_ = AttrValueText(attr);
+        module_frontend_attributes_line_ = attr.name->line;
+      }
     }
     while (Peek().kind != TokenKind::kEnd) {
       CompAst comp;
@@ -954,6 +960,18 @@ class Parser {
       default:
         break;
     }
+    if (IsCollective(instr.opcode)) {
+      if (const AttrAst* attr = find("channel_id")) {
+        TESSEL_ASSIGN_OR_RETURN(attrs->channel_id, AttrInt(*attr));
+        if (attrs->channel_id < 0) return MalformedAttr(*attr, "expected a channel id >= 0");
+      }
+      if (const AttrAst* attr = find("use_global_device_ids")) {
+        TESSEL_ASSIGN_OR_RETURN(std::string_view word, AttrWord(*attr));
+        if (word != "true" && word != "false")
+          return MalformedAttr(*attr, "expected true or false");
+        attrs->use_global_device_ids = word == "true";
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -1294,14 +1312,17 @@ class Parser {
     return nullptr;
   }
 
-  // `custom-call`: the targets that only annotate shardings are lowered; any other target is
-  // kUnimplemented, naming it.
+  // `custom-call`: the targets that annotate shardings or bound a manual region are lowered; any
+  // other target is kUnimplemented, naming it.
   // - "Sharding" (jax.lax.with_sharding_constraint, torch_xla's mark_sharding on an
   //   intermediate): a copy of the operand carrying the instruction's `sharding`, which is how
   //   XLA's ShardingPropagation reads it.
   // - "xla.sdy.FuncResultSharding" (Shardy's marker of a function result's sharding): the operand
   //   itself. JAX also writes the same sharding in HLO form on the entry's root, which is what
   //   Tessel reads; the Shardy attribute is ignored like every other `xla.sdy.*` attribute.
+  // - "SPMDFullToShardShape" / "SPMDShardToFullShape" (a GSPMD shard_map): a kCustomCall node.
+  // - "xla.sdy.GlobalToLocalShape" / "xla.sdy.LocalToGlobalShape" (a Shardy shard_map): lowered to
+  //   the GSPMD form, LowerSdyManualBoundary.
   absl::StatusOr<Node*> LowerCustomCall(const InstrAst& instr, Graph* graph,
                                         const std::vector<Node*>& operands) const {
     const AttrAst* target = FindAttr(instr, "custom_call_target");
@@ -1315,12 +1336,29 @@ class Parser {
     }
     const std::string_view quoted = tokens_[target->begin].text;
     const std::string_view name = quoted.substr(1, quoted.size() - 2);
+    if (name == "xla.sdy.GlobalToLocalShape" || name == "xla.sdy.LocalToGlobalShape") {
+      return LowerSdyManualBoundary(instr, graph, operands, name == "xla.sdy.GlobalToLocalShape");
+    }
+    const bool boundary = name == kFullToShardShapeTarget || name == kShardToFullShapeTarget;
     const bool annotation = name == "Sharding" || name == "xla.sdy.FuncResultSharding";
-    if (!annotation) {
+    if (!annotation && !boundary) {
       return InstrError(absl::StatusCode::kUnimplemented, instr,
                         Cat("custom-call target ", quoted,
-                            " is not supported (supported: "
-                            "\"Sharding\", \"xla.sdy.FuncResultSharding\")"));
+                            " is not supported (supported: \"Sharding\", "
+                            "\"xla.sdy.FuncResultSharding\", \"SPMDFullToShardShape\", "
+                            "\"SPMDShardToFullShape\", \"xla.sdy.GlobalToLocalShape\", "
+                            "\"xla.sdy.LocalToGlobalShape\")"));
+    }
+    if (boundary) {
+      std::string text = sharding != nullptr ? std::string(AttrValueText(*sharding)) : "";
+      if (name == kFullToShardShapeTarget && text.empty()) text = "{manual}";
+      if (text.empty()) {
+        return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                          "custom-call \"SPMDShardToFullShape\" needs a sharding={...} (the "
+                          "layout of the global result)");
+      }
+      return AddManualBoundary(instr, graph, operands, std::string(name), instr.shape,
+                               std::string(StripPercent(instr.name->text)), std::move(text));
     }
     if (operands.size() != 1 || operands[0]->shape() != instr.shape) {
       return InstrError(absl::StatusCode::kInvalidArgument, instr,
@@ -1336,6 +1374,126 @@ class Parser {
                                          std::string(StripPercent(instr.name->text)));
     copy->set_sharding(std::string(AttrValueText(*sharding)));
     return copy;
+  }
+
+  // One SPMDFullToShardShape / SPMDShardToFullShape node of `shape` on `operands` (exactly one).
+  absl::StatusOr<Node*> AddManualBoundary(const InstrAst& instr, Graph* graph,
+                                          const std::vector<Node*>& operands, std::string target,
+                                          const Shape& shape, std::string name,
+                                          std::string sharding) const {
+    if (operands.size() != 1) {
+      return InstrError(
+          absl::StatusCode::kInvalidArgument, instr,
+          Cat("custom-call \"", target, "\" takes one operand, got ", operands.size()));
+    }
+    OpAttributes attrs;
+    attrs.custom_call_target = std::move(target);
+    const Shape* operand_shape = &operands[0]->shape();
+    absl::StatusOr<Shape> inferred =
+        InferShape(Opcode::kCustomCall, {&operand_shape, 1}, attrs, shape);
+    if (!inferred.ok()) {
+      return InstrError(absl::StatusCode::kInvalidArgument, instr, Sv(inferred.status().message()));
+    }
+    Node* node = graph->AddNodeUnchecked(Opcode::kCustomCall, shape, {operands[0]},
+                                         std::move(attrs), std::move(name));
+    node->set_sharding(std::move(sharding));
+    return node;
+  }
+
+  // Shardy's shard_map boundary: "xla.sdy.GlobalToLocalShape" (global operands -> a tuple of
+  // local values; xla.sdy.in_shardings) or "xla.sdy.LocalToGlobalShape" (local operands -> a
+  // tuple of global values; xla.sdy.out_shardings), over the mesh axes of xla.sdy.manual_axes.
+  // Lowered as XLA's Shardy export does (shard_map_export.cc): each global operand becomes a copy
+  // carrying its sharding (the "Sharding" custom-call) and an SPMDFullToShardShape; each local
+  // operand an SPMDShardToFullShape carrying its sharding; several values make a tuple.
+  absl::StatusOr<Node*> LowerSdyManualBoundary(const InstrAst& instr, Graph* graph,
+                                               const std::vector<Node*>& operands,
+                                               bool to_local) const {
+    const std::string_view target =
+        to_local ? "xla.sdy.GlobalToLocalShape" : "xla.sdy.LocalToGlobalShape";
+    auto fail = [&](absl::StatusCode code, std::string_view why) {
+      return InstrError(code, instr, Cat("custom-call \"", target, "\": ", why));
+    };
+    const AttrAst* frontend = FindAttr(instr, "frontend_attributes");
+    if (frontend == nullptr) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  "needs frontend_attributes with its shardings");
+    }
+    const std::string_view attributes = AttrValueText(*frontend);
+    absl::StatusOr<std::string> meshes_text =
+        internal::FindFrontendAttribute(module_frontend_attributes_, "xla.sdy.meshes");
+    if (!meshes_text.ok()) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  "the module header has no frontend_attributes={xla.sdy.meshes=...}");
+    }
+    absl::StatusOr<internal::SdyMeshes> meshes = internal::ParseSdyMeshes(*meshes_text);
+    if (!meshes.ok()) return fail(meshes.status().code(), Sv(meshes.status().message()));
+    const std::string key = to_local ? "xla.sdy.in_shardings" : "xla.sdy.out_shardings";
+    absl::StatusOr<std::string> per_value = internal::FindFrontendAttribute(attributes, key);
+    if (!per_value.ok()) {
+      return fail(absl::StatusCode::kInvalidArgument, Cat("needs frontend attribute ", key));
+    }
+    absl::StatusOr<std::vector<std::string>> shardings =
+        internal::SdyShardingsToHlo(*per_value, *meshes);
+    if (!shardings.ok()) return fail(shardings.status().code(), Sv(shardings.status().message()));
+    TESSEL_RETURN_IF_ERROR(CheckAllAxesManual(instr, attributes, *meshes, fail));
+    const std::vector<Shape> results =
+        instr.shape.is_tuple() ? instr.shape.tuple_shapes() : std::vector<Shape>{instr.shape};
+    if (shardings->size() != operands.size() || results.size() != operands.size()) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  Cat(operands.size(), " operand(s), ", results.size(), " result(s) and ",
+                      shardings->size(), " sharding(s) in ", key, " must agree"));
+    }
+    const std::string base(StripPercent(instr.name->text));
+    std::vector<Node*> values;
+    for (size_t i = 0; i < operands.size(); ++i) {
+      const std::string suffix = operands.size() == 1 ? "" : Cat(".", i);
+      std::string boundary_target(to_local ? kFullToShardShapeTarget : kShardToFullShapeTarget);
+      if (to_local) {
+        Node* annotated =
+            graph->AddNodeUnchecked(Opcode::kCopy, operands[i]->shape(), {operands[i]},
+                                    OpAttributes(), Cat(base, ".sharding", suffix));
+        annotated->set_sharding((*shardings)[i]);
+        TESSEL_ASSIGN_OR_RETURN(
+            Node * local, AddManualBoundary(instr, graph, {annotated}, boundary_target, results[i],
+                                            Cat(base, suffix), "{manual}"));
+        values.push_back(local);
+      } else {
+        TESSEL_ASSIGN_OR_RETURN(Node * global,
+                                AddManualBoundary(instr, graph, {operands[i]}, boundary_target,
+                                                  results[i], Cat(base, suffix), (*shardings)[i]));
+        values.push_back(global);
+      }
+    }
+    if (!instr.shape.is_tuple()) return values[0];
+    return graph->AddNodeUnchecked(Opcode::kTuple, instr.shape, std::move(values), OpAttributes(),
+                                   Cat(base, ".tuple"));
+  }
+
+  // Tessel supports full manual regions only: every axis of the mesh in xla.sdy.manual_axes
+  // (XLA's subgroup-manual shardings, `last_tile_dims={manual}`, have no partitioning rule here).
+  template <typename Fail>
+  absl::Status CheckAllAxesManual(const InstrAst& instr, std::string_view attributes,
+                                  const internal::SdyMeshes& meshes, const Fail& fail) const {
+    absl::StatusOr<std::string> text =
+        internal::FindFrontendAttribute(attributes, "xla.sdy.manual_axes");
+    if (!text.ok()) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  "needs frontend attribute xla.sdy.manual_axes");
+    }
+    absl::StatusOr<std::vector<std::string>> manual = internal::ParseSdyManualAxes(*text);
+    if (!manual.ok()) return fail(manual.status().code(), Sv(manual.status().message()));
+    for (const auto& [mesh_name, mesh] : meshes) {
+      for (const auto& [axis, size] : mesh) {
+        if (size > 1 && std::find(manual->begin(), manual->end(), axis) == manual->end()) {
+          return fail(absl::StatusCode::kUnimplemented,
+                      Cat("mesh axis \"", axis, "\" of @", mesh_name,
+                          " is not manual; a shard_map over some of the mesh axes (subgroup "
+                          "manual sharding) is not supported"));
+        }
+      }
+    }
+    return absl::OkStatus();
   }
 
   // `call(operands), to_apply=%comp`: the callee's instructions are added in place of the call
@@ -1396,6 +1554,8 @@ class Parser {
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   std::string module_name_;
+  std::string_view module_frontend_attributes_;
+  int module_frontend_attributes_line_ = 0;
   std::vector<CompAst> comps_;
   absl::flat_hash_map<std::string, size_t> comp_by_name_;
   absl::flat_hash_map<std::string, Reduction> reductions_;
