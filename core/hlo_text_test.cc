@@ -600,19 +600,23 @@ TEST(HloTextTest, ParsesXlaCollectives) {
   EXPECT_EQ(g.FindNode("cp")->attrs().source_target_pairs,
             (std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 2}, {2, 3}, {3, 0}}));
   std::string text = PrintHloModule(g);
-  // Printed back in XLA's iota form, whichever form the text used.
-  EXPECT_NE(text.find("%ar = f32[4,8] all-reduce(%x), replica_groups=[2,2]<=[4], "
-                      "to_apply=%add_f32\n"),
+  // Printed back in XLA's iota form, whichever form the text used; channel_id and
+  // use_global_device_ids are kept.
+  EXPECT_NE(text.find("%ar = f32[4,8] all-reduce(%x), channel_id=1, replica_groups=[2,2]<=[4], "
+                      "use_global_device_ids=true, to_apply=%add_f32\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("all-reduce(%ar), replica_groups=[2,2]<=[2,2]T(1,0), "), std::string::npos)
-      << text;
-  EXPECT_NE(text.find("all-gather(%ar_t), replica_groups=[1,4]<=[4], dimensions={0}\n"),
+  EXPECT_NE(text.find("all-reduce(%ar), channel_id=2, replica_groups=[2,2]<=[2,2]T(1,0), "),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("reduce-scatter(%ag), replica_groups=[1,4]<=[4], dimensions={0}, "
-                      "to_apply=%add_f32\n"),
+  EXPECT_NE(text.find("all-gather(%ar_t), channel_id=3, replica_groups=[1,4]<=[4], dimensions={0}, "
+                      "use_global_device_ids=true\n"),
             std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("reduce-scatter(%ag), channel_id=4, replica_groups=[1,4]<=[4], dimensions={0}, "
+                "use_global_device_ids=true, to_apply=%add_f32\n"),
+      std::string::npos)
       << text;
   absl::StatusOr<std::unique_ptr<Graph>> again = ParseHloModule(text);
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << text;

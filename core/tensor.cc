@@ -463,6 +463,31 @@ Tensor Rsqrt(const Tensor& a) { return MakeOp(Opcode::kRsqrt, {a}); }
 Tensor Sin(const Tensor& a) { return MakeOp(Opcode::kSine, {a}); }
 Tensor Cos(const Tensor& a) { return MakeOp(Opcode::kCosine, {a}); }
 Tensor Copy(const Tensor& a) { return MakeOp(Opcode::kCopy, {a}); }
+
+Tensor SpmdFullToShardShape(const Tensor& a, const Shape& local_shape) {
+  OpAttributes attrs;
+  attrs.custom_call_target = std::string(kFullToShardShapeTarget);
+  Tensor local = MakeOp(Opcode::kCustomCall, {a}, std::move(attrs), local_shape);
+  if (local.status().ok()) local.SetSharding("{manual}");
+  return local;
+}
+
+Tensor SpmdShardToFullShape(const Tensor& a, const Shape& global_shape, std::string sharding) {
+  OpAttributes attrs;
+  attrs.custom_call_target = std::string(kShardToFullShapeTarget);
+  Tensor global = MakeOp(Opcode::kCustomCall, {a}, std::move(attrs), global_shape);
+  if (global.status().ok()) global.SetSharding(std::move(sharding));
+  return global;
+}
+
+Tensor AllReduce(const Tensor& a, CollectiveDeviceList replica_groups, ReduceKind kind) {
+  OpAttributes attrs;
+  attrs.replica_groups = std::move(replica_groups);
+  attrs.reduce_kind = kind;
+  attrs.channel_id = 1;
+  attrs.use_global_device_ids = true;
+  return MakeOp(Opcode::kAllReduce, {a}, std::move(attrs));
+}
 Tensor Convert(const Tensor& a, DType dtype) {
   if (!a.status().ok()) return a;
   return MakeOp(Opcode::kConvert, {a}, {}, a.shape().WithDType(dtype));

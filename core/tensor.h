@@ -250,6 +250,22 @@ Tensor Dot(const Tensor& lhs, const Tensor& rhs, const DotDimensionNumbers& dnum
 Tensor MatMul(const Tensor& lhs, const Tensor& rhs);
 
 // ---------------------------------------------------------------------------------------------
+// Manual regions (torch_xla's _spmd_full_to_shard_shape / _spmd_shard_to_full_shape; the user
+// API is spmd::enable_manual_sharding / disable_manual_sharding, spmd/mark_sharding.h).
+
+// custom-call "SPMDFullToShardShape": `local_shape` is one device's shard of `a` under a's
+// sharding annotation (which must be set); the result is a per-device value, annotated
+// {manual}. Errors (in the result's status): kInvalidArgument when local_shape does not fit a.
+Tensor SpmdFullToShardShape(const Tensor& a, const Shape& local_shape);
+// custom-call "SPMDShardToFullShape": `a` is one device's shard of a value of `global_shape`
+// laid out by `sharding` (XLA sharding text, set on the result). Errors as above.
+Tensor SpmdShardToFullShape(const Tensor& a, const Shape& global_shape, std::string sharding);
+// all-reduce of a per-device value inside a manual region, over `replica_groups` (global device
+// ids), as XLA emits it for a psum (channel_id=1, use_global_device_ids=true). Errors (in the
+// result's status): kInvalidArgument for bad groups (InferShape).
+Tensor AllReduce(const Tensor& a, CollectiveDeviceList replica_groups, ReduceKind kind);
+
+// ---------------------------------------------------------------------------------------------
 // Autodiff.
 
 // Reverse-mode gradients of the scalar `loss` with respect to each of `wrt` (same shapes), as

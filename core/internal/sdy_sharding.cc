@@ -123,6 +123,12 @@ std::string ToHloSharding(const SdyMesh& mesh, const std::vector<std::vector<int
   for (const auto& axis : mesh) mesh_dims.push_back(axis.second);
   bool identity = true;
   for (size_t i = 0; i < perm.size(); ++i) identity &= perm[i] == static_cast<int64_t>(i);
+  // XLA writes an untransposed iota as the flat device count: <=[8], not <=[2,4].
+  if (identity) {
+    int64_t total = 1;
+    for (const auto& axis : mesh) total *= axis.second;
+    mesh_dims = {total};
+  }
   std::string out = absl::StrCat("{devices=[", absl::StrJoin(tile_dims, ","), "]<=[",
                                  absl::StrJoin(mesh_dims, ","), "]");
   if (!identity) absl::StrAppend(&out, "T(", absl::StrJoin(perm, ","), ")");
