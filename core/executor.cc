@@ -151,6 +151,9 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
     case Opcode::kRsqrt:
     case Opcode::kSine:
     case Opcode::kCosine:
+    case Opcode::kErf:
+    case Opcode::kIsFinite:
+    case Opcode::kPopcnt:
     case Opcode::kNot:
     case Opcode::kCopy:
     case Opcode::kConvert:
@@ -167,6 +170,12 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
     case Opcode::kPower:
     case Opcode::kAnd:
     case Opcode::kOr:
+    case Opcode::kXor:
+    case Opcode::kShiftLeft:
+    case Opcode::kShiftRightLogical:
+    case Opcode::kShiftRightArithmetic:
+    case Opcode::kRemainder:
+    case Opcode::kAtan2:
     case Opcode::kCompare:
       return internal::Binary(ctx, node.opcode(), attrs.comparison_direction, *operands[0],
                               *operands[1], shape);
@@ -201,6 +210,10 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
                               shape);
     case Opcode::kDot:
       return internal::Dot(ctx, *operands[0], *operands[1], attrs.dot, shape);
+    case Opcode::kSort:
+      return internal::Sort(operands, attrs.dimensions[0], attrs.sort_descending);
+    case Opcode::kTopK:
+      return internal::TopK(*operands[0], attrs.topk_k, attrs.topk_largest);
     case Opcode::kParameter:
     case Opcode::kConstant:
     case Opcode::kTuple:

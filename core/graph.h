@@ -55,6 +55,9 @@ enum class Opcode : uint8_t {
   kRsqrt,
   kSine,
   kCosine,
+  kErf,       // Gauss error function (floating types)
+  kIsFinite,  // is-finite(x): pred, true unless x is an infinity or NaN
+  kPopcnt,    // popcnt(x): number of set bits (integer types)
   kNot,
   kCopy,
   kConvert,  // element type from the node's shape; XLA convert semantics
@@ -68,7 +71,13 @@ enum class Opcode : uint8_t {
   kPower,
   kAnd,
   kOr,
-  kCompare,  // direction=EQ|NE|LT|LE|GT|GE; result pred
+  kXor,                   // pred or integer
+  kShiftLeft,             // integers; a shift by >= the bit width (or negative) gives 0
+  kShiftRightLogical,     // integers; zeros shifted in; a shift by >= the width gives 0
+  kShiftRightArithmetic,  // integers; sign bits shifted in; >= the width gives 0 or -1
+  kRemainder,             // x - y * trunc(x / y): sign of x (C fmod / %); integer x % 0 == x
+  kAtan2,                 // atan2(y, x), floating types
+  kCompare,               // direction=EQ|NE|LT|LE|GT|GE; result pred
   // Elementwise ternary.
   kSelect,  // select(pred p, a, b): p ? a : b
   kClamp,   // clamp(min, x, max); min and max may be scalars
@@ -86,6 +95,9 @@ enum class Opcode : uint8_t {
   // Reductions and contractions.
   kReduce,  // reduce(x, init), dimensions={...}, to_apply=<add|multiply|maximum|minimum|and|or>
   kDot,     // lhs_batch_dims, lhs_contracting_dims, rhs_batch_dims, rhs_contracting_dims
+  // Sorting.
+  kSort,  // sort(k, v...), dimensions={d}, is_stable, to_apply=<ascending|descending on k>
+  kTopK,  // topk(x), k=K, largest=true|false -> (values, s32 indices) along the last dim
   // Tuples.
   kTuple,
   kGetTupleElement,  // index=N
@@ -242,6 +254,13 @@ struct OpAttributes {
   // manual regions, which always set channel_id).
   int64_t channel_id = 0;
   bool use_global_device_ids = false;
+  // sort: the comparator recognised in to_apply (descending: GT on operand 0, else LT), and
+  // is_stable (read and printed; Tessel's sort is always stable).
+  bool sort_descending = false;
+  bool is_stable = false;
+  // topk: k and largest.
+  int64_t topk_k = 0;
+  bool topk_largest = true;
   // custom-call: its custom_call_target (kFullToShardShapeTarget or kShardToFullShapeTarget).
   std::string custom_call_target;
 };

@@ -42,7 +42,37 @@ std::string PairsToString(const std::vector<std::pair<int64_t, int64_t>>& pairs)
 // Ops whose `to_apply` is a reduction computation.
 bool HasToApply(Opcode opcode) {
   return opcode == Opcode::kReduce || opcode == Opcode::kAllReduce ||
-         opcode == Opcode::kReduceScatter || opcode == Opcode::kScatter;
+         opcode == Opcode::kReduceScatter || opcode == Opcode::kScatter || opcode == Opcode::kSort;
+}
+
+// sort's comparator: "compare_lt_f32_s32" (direction, then each operand's element type).
+std::string SortComparatorName(const Node& node) {
+  std::string name = node.attrs().sort_descending ? "compare_gt" : "compare_lt";
+  for (const Node* operand : node.operands()) {
+    absl::StrAppend(&name, "_", DTypeName(operand->shape().dtype()));
+  }
+  return name;
+}
+
+// Two parameters per operand (lhs, rhs); the root orders operand 0 (TOTALORDER for floats, as
+// JAX writes it; Tessel's sort is NaN-last whatever the type says).
+std::string PrintSortComparator(const Node& node) {
+  std::vector<std::string> signature;
+  std::string body;
+  for (int64_t i = 0; i < node.operand_count(); ++i) {
+    const std::string scalar = absl::StrCat(DTypeName(node.operand(i)->shape().dtype()), "[]");
+    for (int64_t side = 0; side < 2; ++side) {
+      const int64_t p = 2 * i + side;
+      signature.push_back(absl::StrCat("p", p, ": ", scalar));
+      absl::StrAppend(&body, "  %p", p, " = ", scalar, " parameter(", p, ")\n");
+    }
+  }
+  const bool floating = IsFloating(node.operand(0)->shape().dtype());
+  absl::StrAppend(&body, "  ROOT %compare = pred[] compare(%p0, %p1), direction=",
+                  node.attrs().sort_descending ? "GT" : "LT", floating ? ", type=TOTALORDER" : "",
+                  "\n");
+  return absl::StrCat("%", SortComparatorName(node), " (", absl::StrJoin(signature, ", "),
+                      ") -> pred[] {\n", body, "}\n");
 }
 
 // The element type a to_apply computation works on.
@@ -60,6 +90,7 @@ std::string ReduceComputationName(ReduceKind kind, DType dtype) {
 // The to_apply computation of `node`: "%add_f32", or "%assign_f32" for a scatter that
 // overwrites (its root is parameter(1)).
 std::string ToApplyName(const Node& node) {
+  if (node.opcode() == Opcode::kSort) return SortComparatorName(node);
   if (node.opcode() == Opcode::kScatter && node.attrs().scatter_overwrite) {
     return absl::StrCat("assign_", DTypeName(ReduceDType(node)));
   }
@@ -67,6 +98,7 @@ std::string ToApplyName(const Node& node) {
 }
 
 std::string PrintToApplyComputation(const Node& node) {
+  if (node.opcode() == Opcode::kSort) return PrintSortComparator(node);
   std::string scalar = absl::StrCat(DTypeName(ReduceDType(node)), "[]");
   std::string out = absl::StrCat("%", ToApplyName(node), " (x: ", scalar, ", y: ", scalar, ") -> ",
                                  scalar, " {\n", "  %x = ", scalar, " parameter(0)\n");
@@ -218,6 +250,15 @@ std::string AttributesToString(const Node& node) {
       break;
     case Opcode::kCustomCall:
       attrs.push_back(absl::StrCat("custom_call_target=\"", a.custom_call_target, "\""));
+      break;
+    case Opcode::kSort:
+      attrs.push_back(absl::StrCat("dimensions=", IntList(a.dimensions)));
+      if (a.is_stable) attrs.push_back("is_stable=true");
+      attrs.push_back(absl::StrCat("to_apply=%", ToApplyName(node)));
+      break;
+    case Opcode::kTopK:
+      attrs.push_back(absl::StrCat("k=", a.topk_k));
+      attrs.push_back(absl::StrCat("largest=", a.topk_largest ? "true" : "false"));
       break;
     default:
       break;

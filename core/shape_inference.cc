@@ -141,10 +141,24 @@ absl::StatusOr<Shape> InferElementwise(Opcode opcode, absl::Span<const Shape* co
     case Opcode::kRsqrt:
     case Opcode::kSine:
     case Opcode::kCosine:
+    case Opcode::kErf:
       TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
       if (!IsFloating(shapes[0]->dtype())) {
         return Error(opcode,
                      absl::StrCat("operand must be floating point, got ", shapes[0]->ToString()));
+      }
+      return *shapes[0];
+    case Opcode::kIsFinite:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+      if (!IsFloating(shapes[0]->dtype())) {
+        return Error(opcode,
+                     absl::StrCat("operand must be floating point, got ", shapes[0]->ToString()));
+      }
+      return shapes[0]->WithDType(DType::kPred);
+    case Opcode::kPopcnt:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+      if (!IsInteger(shapes[0]->dtype())) {
+        return Error(opcode, absl::StrCat("operand must be integer, got ", shapes[0]->ToString()));
       }
       return *shapes[0];
     case Opcode::kNot:
@@ -192,13 +206,22 @@ absl::StatusOr<Shape> InferElementwise(Opcode opcode, absl::Span<const Shape* co
                                       shapes[1]->ToString()));
   }
   DType dtype = shapes[0]->dtype();
-  if ((opcode == Opcode::kAnd || opcode == Opcode::kOr) && IsFloating(dtype)) {
+  const bool logical = opcode == Opcode::kAnd || opcode == Opcode::kOr || opcode == Opcode::kXor;
+  if (logical && IsFloating(dtype)) {
     return Error(opcode,
                  absl::StrCat("operands must be pred or integer, got ", shapes[0]->ToString()));
   }
-  if (opcode != Opcode::kAnd && opcode != Opcode::kOr && opcode != Opcode::kCompare &&
-      dtype == DType::kPred) {
+  if (!logical && opcode != Opcode::kCompare && dtype == DType::kPred) {
     return Error(opcode, "operands must not be pred");
+  }
+  const bool shift = opcode == Opcode::kShiftLeft || opcode == Opcode::kShiftRightLogical ||
+                     opcode == Opcode::kShiftRightArithmetic;
+  if (shift && !IsInteger(dtype)) {
+    return Error(opcode, absl::StrCat("operands must be integer, got ", shapes[0]->ToString()));
+  }
+  if (opcode == Opcode::kAtan2 && !IsFloating(dtype)) {
+    return Error(opcode,
+                 absl::StrCat("operands must be floating point, got ", shapes[0]->ToString()));
   }
   if (opcode == Opcode::kCompare) return shapes[0]->WithDType(DType::kPred);
   return *shapes[0];
@@ -812,6 +835,49 @@ absl::StatusOr<Shape> InferCustomCall(Opcode opcode, absl::Span<const Shape* con
   return *declared;
 }
 
+// sort(k, v...): operands of one set of dims (any element types); dimensions={d} in range; the
+// result is the operand's shape, or the tuple of all operand shapes when there are several.
+// Source: xla::ShapeInference::InferVariadicOpShape (kSort).
+absl::StatusOr<Shape> InferSort(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                const OpAttributes& attrs) {
+  if (shapes.empty()) return Error(opcode, "needs at least one operand");
+  const Shape& keys = *shapes[0];
+  std::vector<Shape> results;
+  for (const Shape* s : shapes) {
+    if (s->is_tuple() || s->dims() != keys.dims()) {
+      return Error(opcode, absl::StrCat("operands must be arrays of the dims of ", keys.ToString(),
+                                        ", got ", s->ToString()));
+    }
+    results.push_back(*s);
+  }
+  if (attrs.dimensions.size() != 1 || attrs.dimensions[0] < 0 ||
+      attrs.dimensions[0] >= std::max<int64_t>(keys.rank(), 1)) {
+    return Error(opcode, absl::StrCat("dimensions must name one dim of ", keys.ToString()));
+  }
+  if (keys.rank() == 0) return Error(opcode, "cannot sort a scalar");
+  if (results.size() == 1) return results[0];
+  return Shape::Tuple(std::move(results));
+}
+
+// topk(x), k=K: x of rank >= 1, 0 <= K <= its last dim; result (x's type with last dim K,
+// s32 of the same dims). Source: XLA TopK (xla::ShapeInference::InferTopKShape).
+absl::StatusOr<Shape> InferTopK(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                const OpAttributes& attrs) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+  const Shape& x = *shapes[0];
+  if (x.is_tuple() || x.rank() == 0 || x.dtype() == DType::kPred) {
+    return Error(opcode,
+                 absl::StrCat("operand must be a numeric array of rank >= 1, got ", x.ToString()));
+  }
+  if (attrs.topk_k < 0 || attrs.topk_k > x.dim(x.rank() - 1)) {
+    return Error(opcode, absl::StrCat("k=", attrs.topk_k, " is outside [0, ", x.dim(x.rank() - 1),
+                                      "] for ", x.ToString()));
+  }
+  std::vector<int64_t> dims = x.dims();
+  dims.back() = attrs.topk_k;
+  return Shape::Tuple({Shape(x.dtype(), dims), Shape(DType::kS32, dims)});
+}
+
 absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> shapes,
                                 const OpAttributes& attrs, const std::optional<Shape>& declared) {
   if (IsElementwise(opcode)) return InferElementwise(opcode, shapes, declared);
@@ -862,6 +928,10 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
       return InferCollective(opcode, shapes, attrs);
     case Opcode::kCustomCall:
       return InferCustomCall(opcode, shapes, attrs, declared);
+    case Opcode::kSort:
+      return InferSort(opcode, shapes, attrs);
+    case Opcode::kTopK:
+      return InferTopK(opcode, shapes, attrs);
     default:
       break;
   }

@@ -463,6 +463,9 @@ Tensor Rsqrt(const Tensor& a) { return MakeOp(Opcode::kRsqrt, {a}); }
 Tensor Sin(const Tensor& a) { return MakeOp(Opcode::kSine, {a}); }
 Tensor Cos(const Tensor& a) { return MakeOp(Opcode::kCosine, {a}); }
 Tensor Copy(const Tensor& a) { return MakeOp(Opcode::kCopy, {a}); }
+Tensor Remainder(const Tensor& a, const Tensor& b) { return MakeOp(Opcode::kRemainder, {a, b}); }
+Tensor Atan2(const Tensor& a, const Tensor& b) { return MakeOp(Opcode::kAtan2, {a, b}); }
+Tensor Erf(const Tensor& a) { return MakeOp(Opcode::kErf, {a}); }
 
 Tensor SpmdFullToShardShape(const Tensor& a, const Shape& local_shape) {
   OpAttributes attrs;

@@ -182,6 +182,9 @@ Tensor Rsqrt(const Tensor& a);
 Tensor Sin(const Tensor& a);  // XLA sine, radians
 Tensor Cos(const Tensor& a);  // XLA cosine, radians
 Tensor Copy(const Tensor& a);
+Tensor Remainder(const Tensor& a, const Tensor& b);  // fmod: the sign of a
+Tensor Atan2(const Tensor& a, const Tensor& b);      // atan2(a, b), radians
+Tensor Erf(const Tensor& a);
 Tensor Convert(const Tensor& a, DType dtype);
 // pred ? on_true : on_false; `pred` is pred with a's shape (or a scalar).
 Tensor Select(const Tensor& pred, const Tensor& on_true, const Tensor& on_false);

@@ -66,6 +66,9 @@ absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
       return internal::HandleScatter(ctx, node, operands, target);
     case Opcode::kReduce:
       return internal::HandleReduce(ctx, node, operands, target);
+    case Opcode::kSort:
+    case Opcode::kTopK:
+      return internal::HandleSort(ctx, node, operands, target);
     case Opcode::kDot:
       return internal::HandleDot(ctx, node, operands, target);
     case Opcode::kTuple: {

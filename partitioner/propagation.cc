@@ -197,6 +197,11 @@ class Propagator {
         if (!in) return std::nullopt;
         return internal::ReshapeSharding(*in, node.operand(0)->shape(), node.shape());
       }
+      case Opcode::kSort:
+        // A one-operand sort (an array result; tuple results take shardings from their
+        // get-tuple-element users): the sorted dim is whole on every device.
+        if (!in) return std::nullopt;
+        return PartiallyReplicate(*in, rank, node.attrs().dimensions);
       case Opcode::kReduce:
         // Tiles of the reduced dims become replication: after the all-reduce every device of
         // such a group holds the same result.
@@ -251,6 +256,8 @@ class Propagator {
       }
       case Opcode::kReshape:
         return internal::ReshapeSharding(*out, user.shape(), operand_shape);
+      case Opcode::kSort:
+        return PartiallyReplicate(*out, operand_shape.rank(), user.attrs().dimensions);
       case Opcode::kReduce:
         // Operand 1 is the scalar init value: nothing to infer.
         if (operand_index != 0) return std::nullopt;

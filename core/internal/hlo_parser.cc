@@ -818,6 +818,40 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // sort: dimensions, is_stable, to_apply (resolved by the caller); topk: k, largest.
+  template <typename Find, typename Require>
+  absl::Status SortAttributes(Opcode opcode, const Find& find, const Require& require,
+                              OpAttributes* attrs, const AttrAst** to_apply) const {
+    if (opcode == Opcode::kTopK) {
+      TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("k"));
+      TESSEL_ASSIGN_OR_RETURN(attrs->topk_k, AttrInt(*attr));
+      if (const AttrAst* largest = find("largest")) {
+        TESSEL_ASSIGN_OR_RETURN(attrs->topk_largest, AttrBool(*largest));
+      }
+      return absl::OkStatus();
+    }
+    TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("dimensions"));
+    TESSEL_ASSIGN_OR_RETURN(attrs->dimensions, AttrIntList(*attr));
+    if (const AttrAst* stable = find("is_stable")) {
+      TESSEL_ASSIGN_OR_RETURN(attrs->is_stable, AttrBool(*stable));
+    }
+    TESSEL_ASSIGN_OR_RETURN(*to_apply, require("to_apply"));
+    return absl::OkStatus();
+  }
+
+  // Collectives: channel_id (>= 0) and use_global_device_ids, kept for the printer.
+  template <typename Find>
+  absl::Status ChannelAttributes(const Find& find, OpAttributes* attrs) const {
+    if (const AttrAst* attr = find("channel_id")) {
+      TESSEL_ASSIGN_OR_RETURN(attrs->channel_id, AttrInt(*attr));
+      if (attrs->channel_id < 0) return MalformedAttr(*attr, "expected a channel id >= 0");
+    }
+    if (const AttrAst* attr = find("use_global_device_ids")) {
+      TESSEL_ASSIGN_OR_RETURN(attrs->use_global_device_ids, AttrBool(*attr));
+    }
+    return absl::OkStatus();
+  }
+
   // Fills `attrs` (and the sharding, to_apply) from the attribute list of `instr`.
   absl::Status ApplyAttributes(const InstrAst& instr, OpAttributes* attrs, std::string* sharding,
                                const AttrAst** to_apply) const {
@@ -930,6 +964,10 @@ class Parser {
         TESSEL_ASSIGN_OR_RETURN(*to_apply, require("to_apply"));
         break;
       }
+      case Opcode::kSort:
+      case Opcode::kTopK:
+        TESSEL_RETURN_IF_ERROR(SortAttributes(instr.opcode, find, require, attrs, to_apply));
+        break;
       case Opcode::kGetTupleElement: {
         TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("index"));
         TESSEL_ASSIGN_OR_RETURN(attrs->tuple_index, AttrInt(*attr));
@@ -961,16 +999,7 @@ class Parser {
         break;
     }
     if (IsCollective(instr.opcode)) {
-      if (const AttrAst* attr = find("channel_id")) {
-        TESSEL_ASSIGN_OR_RETURN(attrs->channel_id, AttrInt(*attr));
-        if (attrs->channel_id < 0) return MalformedAttr(*attr, "expected a channel id >= 0");
-      }
-      if (const AttrAst* attr = find("use_global_device_ids")) {
-        TESSEL_ASSIGN_OR_RETURN(std::string_view word, AttrWord(*attr));
-        if (word != "true" && word != "false")
-          return MalformedAttr(*attr, "expected true or false");
-        attrs->use_global_device_ids = word == "true";
-      }
+      TESSEL_RETURN_IF_ERROR(ChannelAttributes(find, attrs));
     }
     return absl::OkStatus();
   }
@@ -1091,6 +1120,61 @@ class Parser {
       return unimplemented("the root must combine parameter(0) and parameter(1)");
     }
     return r;
+  }
+
+  // sort's to_apply: recognised when its root is `compare` LT or GT of a value computed from
+  // parameter(0) alone and one computed from parameter(1) alone (the canonicalizing selects of
+  // JAX's total-order comparators may stand between), i.e. an order on operand 0. Returns
+  // whether it sorts descending. Anything else (several keys, a custom order) is kUnimplemented,
+  // naming the computation.
+  absl::StatusOr<bool> ResolveComparator(const InstrAst& instr, const AttrAst& attr) const {
+    TESSEL_ASSIGN_OR_RETURN(std::string_view word, AttrWord(attr));
+    auto it = comp_by_name_.find(std::string(StripPercent(word)));
+    if (it == comp_by_name_.end() || comps_[it->second].is_entry) {
+      return SyntaxError(attr.name->line, Cat("unknown computation ", Quote(word),
+                                              " in to_apply of %", StripPercent(instr.name->text)));
+    }
+    const CompAst& comp = comps_[it->second];
+    auto unsupported = [&](std::string_view why) {
+      return LineError(absl::StatusCode::kUnimplemented, comp.name->line,
+                       Cat("sort comparator ", Quote(comp.name->text), " is not supported: ", why,
+                           " (supported: compare LT or GT of parameter(0) with parameter(1), "
+                           "directly or through canonicalizing ops)"));
+    };
+    // Bit k: depends on parameter(k).
+    absl::flat_hash_map<std::string, uint64_t> depends;
+    const InstrAst* root = &comp.instrs.back();
+    for (const InstrAst& i : comp.instrs) {
+      uint64_t mask = 0;
+      if (i.is_call || i.is_custom_call) return unsupported("it calls another computation");
+      if (i.opcode == Opcode::kParameter) {
+        int64_t number = 0;
+        if (!ToInt(Strip(i.raw_operands), &number) || number < 0 || number >= 64) {
+          return unsupported("a parameter number outside 0..63");
+        }
+        mask = uint64_t{1} << number;
+      }
+      for (const OperandAst& operand : i.operands) {
+        auto found = depends.find(std::string(StripPercent(operand.name->text)));
+        if (found != depends.end()) mask |= found->second;
+      }
+      depends[std::string(StripPercent(i.name->text))] = mask;
+      if (i.is_root) root = &i;
+    }
+    if (root->opcode != Opcode::kCompare || root->operands.size() != 2) {
+      return unsupported(Cat("its root is ", Quote(root->opcode_token->text), ", not compare"));
+    }
+    const AttrAst* direction = FindAttr(*root, "direction");
+    std::string_view dir = "";
+    if (direction != nullptr) {
+      TESSEL_ASSIGN_OR_RETURN(dir, AttrWord(*direction));
+    }
+    if (dir != "LT" && dir != "GT") return unsupported(Cat("direction ", Quote(dir)));
+    const uint64_t a = depends[std::string(StripPercent(root->operands[0].name->text))];
+    const uint64_t b = depends[std::string(StripPercent(root->operands[1].name->text))];
+    if (a == 1 && b == 2) return dir == "GT";
+    if (a == 2 && b == 1) return dir == "LT";
+    return unsupported("the compared values do not come from parameter(0) and parameter(1) alone");
   }
 
   absl::StatusOr<Reduction> ResolveToApply(const InstrAst& instr, const AttrAst& attr) {
@@ -1253,7 +1337,9 @@ class Parser {
                           "supported");
       }
     }
-    if (to_apply != nullptr) {
+    if (to_apply != nullptr && instr.opcode == Opcode::kSort) {
+      TESSEL_ASSIGN_OR_RETURN(attrs.sort_descending, ResolveComparator(instr, *to_apply));
+    } else if (to_apply != nullptr) {
       TESSEL_ASSIGN_OR_RETURN(Reduction r, ResolveToApply(instr, *to_apply));
       attrs.reduce_kind = r.kind;
       if (r.overwrite && instr.opcode != Opcode::kScatter) {
