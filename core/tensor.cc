@@ -284,6 +284,15 @@ uint64_t GraphFingerprint(const Graph& graph) {
     h.Ints({static_cast<int64_t>(a.comparison_direction), static_cast<int64_t>(a.reduce_kind),
             static_cast<int64_t>(a.rng_distribution), static_cast<int64_t>(a.rng_seed),
             a.parameter_number, a.iota_dimension, a.tuple_index});
+    h.Ints({a.sort_descending, a.is_stable, a.topk_k, a.topk_largest, a.channel_id,
+            a.use_global_device_ids});
+    h.Str(a.custom_call_target);
+    // Collectives reach lazy graphs through manual regions (AllReduce): their groups and pairs
+    // are part of what the graph computes.
+    if (IsCollective(node->opcode())) {
+      for (const std::vector<int64_t>& group : a.replica_groups.groups()) h.Ints(group);
+      for (const auto& [source, target] : a.source_target_pairs) h.Ints({source, target});
+    }
     if (node->opcode() == Opcode::kConstant && a.literal != nullptr) {
       h.Bytes(a.literal->raw_data(), static_cast<size_t>(a.literal->byte_size()));
     }
