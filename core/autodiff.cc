@@ -234,6 +234,21 @@ bool VjpElementwise(const LazyNode& node, const Tensor& y, const Tensor& g, VjpO
     case Opcode::kCopy:
       r.emit(0, [&] { return g; });
       break;
+    case Opcode::kRemainder:
+      // a - b * trunc(a / b): trunc(a / b) = (a - y) / b, constant almost everywhere.
+      r.emit(0, [&] { return g; });
+      r.emit(1, [&] { return -(g * (r.x(0) - y) / r.x(1)); });
+      break;
+    case Opcode::kAtan2: {
+      auto norm = [&] { return r.x(0) * r.x(0) + r.x(1) * r.x(1); };
+      r.emit(0, [&] { return g * r.x(1) / norm(); });
+      r.emit(1, [&] { return -(g * r.x(0) / norm()); });
+      break;
+    }
+    case Opcode::kErf:
+      // 2 / sqrt(pi) * exp(-x^2).
+      r.emit(0, [&] { return g * 1.1283791670955126 * Exp(-(r.x(0) * r.x(0))); });
+      break;
     case Opcode::kConvert:
       r.emit(0, [&] { return Convert(g, node.operands[0]->shape.dtype()); });
       break;

@@ -86,6 +86,16 @@ absl::Status CheckNode(const Node& node, const ExecutorOptions& options) {
                      " needs a collective backend (ExecutorOptions::collectives); a "
                      "single-device run cannot execute it"));
   }
+  // A manual region's boundary is a no-op only where the shard is the whole value (one device,
+  // or a sharding that splits nothing); elsewhere it means "this device's shard", which only a
+  // partitioned program (or partitioner::VerifyProgram's per-device reference) can compute.
+  if (node.opcode() == Opcode::kCustomCall && node.operand_count() == 1 &&
+      node.operand(0)->shape() != node.shape()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "%", node.name(), ": custom-call \"", node.attrs().custom_call_target, "\" from ",
+        node.operand(0)->shape().ToString(), " to ", node.shape().ToString(),
+        " has per-device semantics (a manual region); partition the module to run it"));
+  }
   std::vector<const Shape*> shapes;
   for (const Node* operand : node.operands()) shapes.push_back(&operand->shape());
   absl::StatusOr<Shape> inferred = InferShape(node.opcode(), shapes, node.attrs(), node.shape());
@@ -141,10 +151,16 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
     case Opcode::kRsqrt:
     case Opcode::kSine:
     case Opcode::kCosine:
+    case Opcode::kErf:
+    case Opcode::kIsFinite:
+    case Opcode::kPopcnt:
     case Opcode::kNot:
     case Opcode::kCopy:
     case Opcode::kConvert:
       return internal::Unary(ctx, node.opcode(), *operands[0], shape);
+    case Opcode::kCustomCall:
+      // CheckNode let only the identity case through (the shard is the whole value).
+      return internal::Unary(ctx, Opcode::kCopy, *operands[0], shape);
     case Opcode::kAdd:
     case Opcode::kSubtract:
     case Opcode::kMultiply:
@@ -154,6 +170,12 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
     case Opcode::kPower:
     case Opcode::kAnd:
     case Opcode::kOr:
+    case Opcode::kXor:
+    case Opcode::kShiftLeft:
+    case Opcode::kShiftRightLogical:
+    case Opcode::kShiftRightArithmetic:
+    case Opcode::kRemainder:
+    case Opcode::kAtan2:
     case Opcode::kCompare:
       return internal::Binary(ctx, node.opcode(), attrs.comparison_direction, *operands[0],
                               *operands[1], shape);
@@ -198,6 +220,10 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
     case Opcode::kSelectAndScatter:
       return internal::SelectAndScatter(ctx, *operands[0], *operands[1], *operands[2], attrs.window,
                                         attrs.comparison_direction, attrs.reduce_kind);
+    case Opcode::kSort:
+      return internal::Sort(operands, attrs.dimensions[0], attrs.sort_descending);
+    case Opcode::kTopK:
+      return internal::TopK(*operands[0], attrs.topk_k, attrs.topk_largest);
     case Opcode::kParameter:
     case Opcode::kConstant:
     case Opcode::kTuple:

@@ -57,6 +57,9 @@ enum class Opcode : uint8_t {
   kRsqrt,
   kSine,
   kCosine,
+  kErf,       // Gauss error function (floating types)
+  kIsFinite,  // is-finite(x): pred, true unless x is an infinity or NaN
+  kPopcnt,    // popcnt(x): number of set bits (integer types)
   kNot,
   kCopy,
   kConvert,  // element type from the node's shape; XLA convert semantics
@@ -70,7 +73,13 @@ enum class Opcode : uint8_t {
   kPower,
   kAnd,
   kOr,
-  kCompare,  // direction=EQ|NE|LT|LE|GT|GE; result pred
+  kXor,                   // pred or integer
+  kShiftLeft,             // integers; a shift by >= the bit width (or negative) gives 0
+  kShiftRightLogical,     // integers; zeros shifted in; a shift by >= the width gives 0
+  kShiftRightArithmetic,  // integers; sign bits shifted in; >= the width gives 0 or -1
+  kRemainder,             // x - y * trunc(x / y): sign of x (C fmod / %); integer x % 0 == x
+  kAtan2,                 // atan2(y, x), floating types
+  kCompare,               // direction=EQ|NE|LT|LE|GT|GE; result pred
   // Elementwise ternary.
   kSelect,  // select(pred p, a, b): p ? a : b
   kClamp,   // clamp(min, x, max); min and max may be scalars
@@ -93,6 +102,9 @@ enum class Opcode : uint8_t {
   kConvolution,       // convolution(lhs, rhs), window, dim_labels, feature/batch_group_count
   kReduceWindow,      // reduce-window(x, init), window, to_apply=<reduce kind>
   kSelectAndScatter,  // select-and-scatter(x, source, init), window, select=<GE|GT..>, scatter
+  // Sorting.
+  kSort,  // sort(k, v...), dimensions={d}, is_stable, to_apply=<ascending|descending on k>
+  kTopK,  // topk(x), k=K, largest=true|false -> (values, s32 indices) along the last dim
   // Tuples.
   kTuple,
   kGetTupleElement,  // index=N
@@ -107,7 +119,19 @@ enum class Opcode : uint8_t {
   kReduceScatter,      // reduce-scatter(x), replica_groups, dimensions={d}, to_apply
   kAllToAll,           // all-to-all(x), replica_groups, dimensions={d}: split d, concat on d
   kCollectivePermute,  // collective-permute(x), source_target_pairs={{0,1},...}
+  // SPMD manual regions (JAX shard_map, torch_xla enable_manual_sharding): XLA's custom-calls
+  // that enter and leave a region written per device. Only the targets kFullToShardShapeTarget
+  // and kShardToFullShapeTarget exist (attrs.custom_call_target); the partitioner gives them
+  // meaning (partitioner/partitioner.h), the executor runs them only on one device.
+  kCustomCall,  // custom-call(x), custom_call_target="SPMDFullToShardShape", sharding={manual}
 };
+
+// custom-call targets of Opcode::kCustomCall. Source: XLA spmd_partitioner.cc
+// (kSPMDFullToShardShape, kSPMDShardToFullShape). FullToShard: global shape in, one device's
+// (padded) shard out, the operand's sharding saying how it is split; ShardToFull: one device's
+// shard in, the global value out, the node's own sharding saying how the shards are laid out.
+inline constexpr std::string_view kFullToShardShapeTarget = "SPMDFullToShardShape";
+inline constexpr std::string_view kShardToFullShapeTarget = "SPMDShardToFullShape";
 
 // True for the collective opcodes above (not partition-id).
 [[nodiscard]] bool IsCollective(Opcode opcode);
@@ -284,6 +308,21 @@ struct OpAttributes {
   // while: the trip count XLA's WhileLoopTripCountAnnotator wrote in
   // `backend_config={"known_trip_count":{"n":"N"}}`, or -1 when the text has none.
   int64_t known_trip_count = -1;
+  // Collectives: XLA's channel_id (0 when absent) and use_global_device_ids, read and printed.
+  // Tessel programs have one replica and N partitions, so replica_groups are global device ids
+  // in every mode XLA defines for them (cross-replica groups of one replica never occur in JAX's
+  // manual regions, which always set channel_id).
+  int64_t channel_id = 0;
+  bool use_global_device_ids = false;
+  // sort: the comparator recognised in to_apply (descending: GT on operand 0, else LT), and
+  // is_stable (read and printed; Tessel's sort is always stable).
+  bool sort_descending = false;
+  bool is_stable = false;
+  // topk: k and largest.
+  int64_t topk_k = 0;
+  bool topk_largest = true;
+  // custom-call: its custom_call_target (kFullToShardShapeTarget or kShardToFullShapeTarget).
+  std::string custom_call_target;
 };
 
 // One instruction. Owned by its Graph; pointers stay valid for the Graph's lifetime.

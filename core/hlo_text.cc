@@ -46,7 +46,38 @@ std::string PairsToString(const std::vector<std::pair<int64_t, int64_t>>& pairs)
 bool HasToApply(Opcode opcode) {
   return opcode == Opcode::kReduce || opcode == Opcode::kAllReduce ||
          opcode == Opcode::kReduceScatter || opcode == Opcode::kScatter ||
-         opcode == Opcode::kReduceWindow || opcode == Opcode::kSelectAndScatter;
+         opcode == Opcode::kReduceWindow || opcode == Opcode::kSelectAndScatter ||
+         opcode == Opcode::kSort;
+}
+
+// sort's comparator: "compare_lt_f32_s32" (direction, then each operand's element type).
+std::string SortComparatorName(const Node& node) {
+  std::string name = node.attrs().sort_descending ? "compare_gt" : "compare_lt";
+  for (const Node* operand : node.operands()) {
+    absl::StrAppend(&name, "_", DTypeName(operand->shape().dtype()));
+  }
+  return name;
+}
+
+// Two parameters per operand (lhs, rhs); the root orders operand 0 (TOTALORDER for floats, as
+// JAX writes it; Tessel's sort is NaN-last whatever the type says).
+std::string PrintSortComparator(const Node& node) {
+  std::vector<std::string> signature;
+  std::string body;
+  for (int64_t i = 0; i < node.operand_count(); ++i) {
+    const std::string scalar = absl::StrCat(DTypeName(node.operand(i)->shape().dtype()), "[]");
+    for (int64_t side = 0; side < 2; ++side) {
+      const int64_t p = 2 * i + side;
+      signature.push_back(absl::StrCat("p", p, ": ", scalar));
+      absl::StrAppend(&body, "  %p", p, " = ", scalar, " parameter(", p, ")\n");
+    }
+  }
+  const bool floating = IsFloating(node.operand(0)->shape().dtype());
+  absl::StrAppend(&body, "  ROOT %compare = pred[] compare(%p0, %p1), direction=",
+                  node.attrs().sort_descending ? "GT" : "LT", floating ? ", type=TOTALORDER" : "",
+                  "\n");
+  return absl::StrCat("%", SortComparatorName(node), " (", absl::StrJoin(signature, ", "),
+                      ") -> pred[] {\n", body, "}\n");
 }
 
 // The element type a to_apply computation works on.
@@ -64,6 +95,7 @@ std::string ReduceComputationName(ReduceKind kind, DType dtype) {
 // The to_apply computation of `node`: "%add_f32", or "%assign_f32" for a scatter that
 // overwrites (its root is parameter(1)).
 std::string ToApplyName(const Node& node) {
+  if (node.opcode() == Opcode::kSort) return SortComparatorName(node);
   if (node.opcode() == Opcode::kScatter && node.attrs().scatter_overwrite) {
     return absl::StrCat("assign_", DTypeName(ReduceDType(node)));
   }
@@ -71,6 +103,7 @@ std::string ToApplyName(const Node& node) {
 }
 
 std::string PrintToApplyComputation(const Node& node) {
+  if (node.opcode() == Opcode::kSort) return PrintSortComparator(node);
   std::string scalar = absl::StrCat(DTypeName(ReduceDType(node)), "[]");
   std::string out = absl::StrCat("%", ToApplyName(node), " (x: ", scalar, ", y: ", scalar, ") -> ",
                                  scalar, " {\n", "  %x = ", scalar, " parameter(0)\n");
@@ -274,23 +307,36 @@ std::string AttributesToString(const Node& node, const ComputationNames& names) 
       CalledComputationAttributes(node, names, attrs);
       break;
     case Opcode::kAllReduce:
-      attrs.push_back(absl::StrCat("replica_groups=", GroupsToString(a.replica_groups)));
-      attrs.push_back(
-          absl::StrCat("to_apply=%", ReduceComputationName(a.reduce_kind, ReduceDType(node))));
-      break;
     case Opcode::kAllGather:
     case Opcode::kAllToAll:
-      attrs.push_back(absl::StrCat("replica_groups=", GroupsToString(a.replica_groups)));
-      attrs.push_back(absl::StrCat("dimensions=", IntList(a.dimensions)));
-      break;
     case Opcode::kReduceScatter:
+      // XLA's order: channel_id, replica_groups, dimensions, use_global_device_ids, to_apply.
+      if (a.channel_id != 0) attrs.push_back(absl::StrCat("channel_id=", a.channel_id));
       attrs.push_back(absl::StrCat("replica_groups=", GroupsToString(a.replica_groups)));
-      attrs.push_back(absl::StrCat("dimensions=", IntList(a.dimensions)));
-      attrs.push_back(
-          absl::StrCat("to_apply=%", ReduceComputationName(a.reduce_kind, ReduceDType(node))));
+      if (node.opcode() != Opcode::kAllReduce) {
+        attrs.push_back(absl::StrCat("dimensions=", IntList(a.dimensions)));
+      }
+      if (a.use_global_device_ids) attrs.push_back("use_global_device_ids=true");
+      if (node.opcode() == Opcode::kAllReduce || node.opcode() == Opcode::kReduceScatter) {
+        attrs.push_back(
+            absl::StrCat("to_apply=%", ReduceComputationName(a.reduce_kind, ReduceDType(node))));
+      }
       break;
     case Opcode::kCollectivePermute:
+      if (a.channel_id != 0) attrs.push_back(absl::StrCat("channel_id=", a.channel_id));
       attrs.push_back(absl::StrCat("source_target_pairs=", PairsToString(a.source_target_pairs)));
+      break;
+    case Opcode::kCustomCall:
+      attrs.push_back(absl::StrCat("custom_call_target=\"", a.custom_call_target, "\""));
+      break;
+    case Opcode::kSort:
+      attrs.push_back(absl::StrCat("dimensions=", IntList(a.dimensions)));
+      if (a.is_stable) attrs.push_back("is_stable=true");
+      attrs.push_back(absl::StrCat("to_apply=%", ToApplyName(node)));
+      break;
+    case Opcode::kTopK:
+      attrs.push_back(absl::StrCat("k=", a.topk_k));
+      attrs.push_back(absl::StrCat("largest=", a.topk_largest ? "true" : "false"));
       break;
     default:
       break;

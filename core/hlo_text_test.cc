@@ -243,6 +243,41 @@ std::unique_ptr<Graph> BuildAllOpsGraph() {
   keep(Must(g->AddNode(Opcode::kCollectivePermute, {x}, cp, "cp")));
   keep(Must(g->AddNode(Opcode::kCollectivePermute, {x}, {}, "cp_empty")));
 
+  // The small ops of issue 17: bit ops, remainder, atan2, erf, is-finite, popcnt, sort, topk.
+  Node* ints = Must(g->AddParameter(9, Shape(DType::kS32, {4, 6}), "ints"));
+  for (Opcode op : {Opcode::kErf, Opcode::kIsFinite}) keep(Must(g->AddNode(op, {x})));
+  keep(Must(g->AddNode(Opcode::kPopcnt, {ints})));
+  for (Opcode op : {Opcode::kXor, Opcode::kShiftLeft, Opcode::kShiftRightLogical,
+                    Opcode::kShiftRightArithmetic, Opcode::kRemainder}) {
+    keep(Must(g->AddNode(op, {ints, ints})));
+  }
+  keep(Must(g->AddNode(Opcode::kRemainder, {x, y})));
+  keep(Must(g->AddNode(Opcode::kAtan2, {x, y})));
+  OpAttributes sort;
+  sort.dimensions = {1};
+  sort.is_stable = true;
+  keep(Must(g->AddNode(Opcode::kSort, {x}, sort, "sort_up")));
+  sort.sort_descending = true;
+  sort.is_stable = false;
+  Node* sorted = Must(g->AddNode(Opcode::kSort, {x, ints}, sort, "sort_down"));
+  OpAttributes first;
+  keep(Must(g->AddNode(Opcode::kGetTupleElement, {sorted}, first)));
+  OpAttributes topk;
+  topk.topk_k = 2;
+  topk.topk_largest = false;
+  Node* top = Must(g->AddNode(Opcode::kTopK, {y}, topk, "top"));
+  keep(Must(g->AddNode(Opcode::kGetTupleElement, {top}, first)));
+  // A manual region's boundaries.
+  OpAttributes to_shard;
+  to_shard.custom_call_target = std::string(kFullToShardShapeTarget);
+  Node* shard = Must(g->AddNode(Opcode::kCustomCall, Shape(DType::kF32, {2, 6}), {x}, to_shard));
+  shard->set_sharding("{manual}");
+  OpAttributes to_full;
+  to_full.custom_call_target = std::string(kShardToFullShapeTarget);
+  Node* full = Must(g->AddNode(Opcode::kCustomCall, Shape(DType::kF32, {4, 6}), {shard}, to_full));
+  full->set_sharding("{devices=[2,1]0,1}");
+  keep(full);
+
   // Tuples.
   OpAttributes gte;
   gte.tuple_index = 1;
@@ -340,6 +375,13 @@ void ExpectSameGraph(const Graph& a, const Graph& b) {
         x.opcode() == Opcode::kReduceScatter) {
       EXPECT_EQ(p.reduce_kind, q.reduce_kind);
     }
+    EXPECT_EQ(p.sort_descending, q.sort_descending);
+    EXPECT_EQ(p.is_stable, q.is_stable);
+    EXPECT_EQ(p.topk_k, q.topk_k);
+    EXPECT_EQ(p.topk_largest, q.topk_largest);
+    EXPECT_EQ(p.custom_call_target, q.custom_call_target);
+    EXPECT_EQ(p.channel_id, q.channel_id);
+    EXPECT_EQ(p.use_global_device_ids, q.use_global_device_ids);
     if (x.opcode() == Opcode::kRng) {
       EXPECT_EQ(p.rng_distribution, q.rng_distribution);
       EXPECT_EQ(p.rng_seed, q.rng_seed);
@@ -357,7 +399,7 @@ TEST(HloTextTest, AllOpsGraphCoversEveryOpcode) {
   std::set<Opcode> seen;
   for (const Node* n : g->nodes()) seen.insert(n->opcode());
   // Update the last enumerator here when Opcode grows.
-  for (int op = 0; op <= static_cast<int>(Opcode::kCollectivePermute); ++op) {
+  for (int op = 0; op <= static_cast<int>(Opcode::kCustomCall); ++op) {
     EXPECT_TRUE(seen.contains(static_cast<Opcode>(op)))
         << "no node for " << OpcodeName(static_cast<Opcode>(op));
   }
@@ -671,19 +713,23 @@ TEST(HloTextTest, ParsesXlaCollectives) {
   EXPECT_EQ(g.FindNode("cp")->attrs().source_target_pairs,
             (std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 2}, {2, 3}, {3, 0}}));
   std::string text = PrintHloModule(g);
-  // Printed back in XLA's iota form, whichever form the text used.
-  EXPECT_NE(text.find("%ar = f32[4,8] all-reduce(%x), replica_groups=[2,2]<=[4], "
-                      "to_apply=%add_f32\n"),
+  // Printed back in XLA's iota form, whichever form the text used; channel_id and
+  // use_global_device_ids are kept.
+  EXPECT_NE(text.find("%ar = f32[4,8] all-reduce(%x), channel_id=1, replica_groups=[2,2]<=[4], "
+                      "use_global_device_ids=true, to_apply=%add_f32\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("all-reduce(%ar), replica_groups=[2,2]<=[2,2]T(1,0), "), std::string::npos)
-      << text;
-  EXPECT_NE(text.find("all-gather(%ar_t), replica_groups=[1,4]<=[4], dimensions={0}\n"),
+  EXPECT_NE(text.find("all-reduce(%ar), channel_id=2, replica_groups=[2,2]<=[2,2]T(1,0), "),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("reduce-scatter(%ag), replica_groups=[1,4]<=[4], dimensions={0}, "
-                      "to_apply=%add_f32\n"),
+  EXPECT_NE(text.find("all-gather(%ar_t), channel_id=3, replica_groups=[1,4]<=[4], dimensions={0}, "
+                      "use_global_device_ids=true\n"),
             std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("reduce-scatter(%ag), channel_id=4, replica_groups=[1,4]<=[4], dimensions={0}, "
+                "use_global_device_ids=true, to_apply=%add_f32\n"),
+      std::string::npos)
       << text;
   absl::StatusOr<std::unique_ptr<Graph>> again = ParseHloModule(text);
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << text;
@@ -828,9 +874,9 @@ TEST(HloTextTest, BadTextGivesStatusWithLineAndToken) {
        absl::StatusCode::kUnimplemented,
        {"line 5", "unsupported op \"cholesky\""}},
       {"unknown op in another computation",
-       "HloModule m\n%c {\n  ROOT %s = f32[] sort()\n}\nENTRY %e {\n  %a = f32[] parameter(0)\n}\n",
+       "HloModule m\n%c {\n  ROOT %s = f32[] fft()\n}\nENTRY %e {\n  %a = f32[] parameter(0)\n}\n",
        absl::StatusCode::kUnimplemented,
-       {"line 3", "\"sort\""}},
+       {"line 3", "\"fft\""}},
       {"operand shapes differ",
        Module("  %x = f32[8] parameter(0)\n  %y = f32[9] parameter(1)\n"
               "  ROOT %sum = f32[8] add(%x, %y)\n"),

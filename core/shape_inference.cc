@@ -142,10 +142,24 @@ absl::StatusOr<Shape> InferElementwise(Opcode opcode, absl::Span<const Shape* co
     case Opcode::kRsqrt:
     case Opcode::kSine:
     case Opcode::kCosine:
+    case Opcode::kErf:
       TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
       if (!IsFloating(shapes[0]->dtype())) {
         return Error(opcode,
                      absl::StrCat("operand must be floating point, got ", shapes[0]->ToString()));
+      }
+      return *shapes[0];
+    case Opcode::kIsFinite:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+      if (!IsFloating(shapes[0]->dtype())) {
+        return Error(opcode,
+                     absl::StrCat("operand must be floating point, got ", shapes[0]->ToString()));
+      }
+      return shapes[0]->WithDType(DType::kPred);
+    case Opcode::kPopcnt:
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+      if (!IsInteger(shapes[0]->dtype())) {
+        return Error(opcode, absl::StrCat("operand must be integer, got ", shapes[0]->ToString()));
       }
       return *shapes[0];
     case Opcode::kNot:
@@ -193,13 +207,22 @@ absl::StatusOr<Shape> InferElementwise(Opcode opcode, absl::Span<const Shape* co
                                       shapes[1]->ToString()));
   }
   DType dtype = shapes[0]->dtype();
-  if ((opcode == Opcode::kAnd || opcode == Opcode::kOr) && IsFloating(dtype)) {
+  const bool logical = opcode == Opcode::kAnd || opcode == Opcode::kOr || opcode == Opcode::kXor;
+  if (logical && IsFloating(dtype)) {
     return Error(opcode,
                  absl::StrCat("operands must be pred or integer, got ", shapes[0]->ToString()));
   }
-  if (opcode != Opcode::kAnd && opcode != Opcode::kOr && opcode != Opcode::kCompare &&
-      dtype == DType::kPred) {
+  if (!logical && opcode != Opcode::kCompare && dtype == DType::kPred) {
     return Error(opcode, "operands must not be pred");
+  }
+  const bool shift = opcode == Opcode::kShiftLeft || opcode == Opcode::kShiftRightLogical ||
+                     opcode == Opcode::kShiftRightArithmetic;
+  if (shift && !IsInteger(dtype)) {
+    return Error(opcode, absl::StrCat("operands must be integer, got ", shapes[0]->ToString()));
+  }
+  if (opcode == Opcode::kAtan2 && !IsFloating(dtype)) {
+    return Error(opcode,
+                 absl::StrCat("operands must be floating point, got ", shapes[0]->ToString()));
   }
   if (opcode == Opcode::kCompare) return shapes[0]->WithDType(DType::kPred);
   return *shapes[0];
@@ -860,6 +883,87 @@ absl::StatusOr<Shape> InferPartitionId(Opcode opcode, absl::Span<const Shape* co
   return Shape(DType::kS32, {});
 }
 
+// custom-call (SPMDFullToShardShape / SPMDShardToFullShape): the result shape is declared, since
+// it depends on the sharding; it keeps the operand's element type and rank, and a shard is never
+// larger than the whole value (each dim <= the global dim; 0-sized dims stay 0).
+absl::StatusOr<Shape> InferCustomCall(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                      const OpAttributes& attrs,
+                                      const std::optional<Shape>& declared) {
+  const std::string& target = attrs.custom_call_target;
+  const bool to_shard = target == kFullToShardShapeTarget;
+  if (!to_shard && target != kShardToFullShapeTarget) {
+    return Error(opcode,
+                 absl::StrCat("custom_call_target \"", target, "\" is not supported (supported: \"",
+                              std::string(kFullToShardShapeTarget), "\", \"",
+                              std::string(kShardToFullShapeTarget), "\")"));
+  }
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+  const Shape& x = *shapes[0];
+  if (!declared.has_value()) {
+    return Error(opcode,
+                 absl::StrCat(target, " needs its result shape (it depends on the sharding)"));
+  }
+  if (x.is_tuple() || declared->is_tuple() || declared->dtype() != x.dtype() ||
+      declared->rank() != x.rank()) {
+    return Error(
+        opcode, absl::StrCat(target, ": result ", declared->ToString(),
+                             " must have the element type and rank of the operand ", x.ToString()));
+  }
+  const Shape& global = to_shard ? x : *declared;
+  const Shape& local = to_shard ? *declared : x;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    if (local.dim(d) > global.dim(d) || (local.dim(d) == 0) != (global.dim(d) == 0)) {
+      return Error(opcode, absl::StrCat(target, ": the shard ", local.ToString(),
+                                        " does not fit the global shape ", global.ToString(),
+                                        " in dim ", d));
+    }
+  }
+  return *declared;
+}
+
+// sort(k, v...): operands of one set of dims (any element types); dimensions={d} in range; the
+// result is the operand's shape, or the tuple of all operand shapes when there are several.
+// Source: xla::ShapeInference::InferVariadicOpShape (kSort).
+absl::StatusOr<Shape> InferSort(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                const OpAttributes& attrs) {
+  if (shapes.empty()) return Error(opcode, "needs at least one operand");
+  const Shape& keys = *shapes[0];
+  std::vector<Shape> results;
+  for (const Shape* s : shapes) {
+    if (s->is_tuple() || s->dims() != keys.dims()) {
+      return Error(opcode, absl::StrCat("operands must be arrays of the dims of ", keys.ToString(),
+                                        ", got ", s->ToString()));
+    }
+    results.push_back(*s);
+  }
+  if (attrs.dimensions.size() != 1 || attrs.dimensions[0] < 0 ||
+      attrs.dimensions[0] >= std::max<int64_t>(keys.rank(), 1)) {
+    return Error(opcode, absl::StrCat("dimensions must name one dim of ", keys.ToString()));
+  }
+  if (keys.rank() == 0) return Error(opcode, "cannot sort a scalar");
+  if (results.size() == 1) return results[0];
+  return Shape::Tuple(std::move(results));
+}
+
+// topk(x), k=K: x of rank >= 1, 0 <= K <= its last dim; result (x's type with last dim K,
+// s32 of the same dims). Source: XLA TopK (xla::ShapeInference::InferTopKShape).
+absl::StatusOr<Shape> InferTopK(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                const OpAttributes& attrs) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+  const Shape& x = *shapes[0];
+  if (x.is_tuple() || x.rank() == 0 || x.dtype() == DType::kPred) {
+    return Error(opcode,
+                 absl::StrCat("operand must be a numeric array of rank >= 1, got ", x.ToString()));
+  }
+  if (attrs.topk_k < 0 || attrs.topk_k > x.dim(x.rank() - 1)) {
+    return Error(opcode, absl::StrCat("k=", attrs.topk_k, " is outside [0, ", x.dim(x.rank() - 1),
+                                      "] for ", x.ToString()));
+  }
+  std::vector<int64_t> dims = x.dims();
+  dims.back() = attrs.topk_k;
+  return Shape::Tuple({Shape(x.dtype(), dims), Shape(DType::kS32, dims)});
+}
+
 absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> shapes,
                                 const OpAttributes& attrs, const std::optional<Shape>& declared) {
   if (IsElementwise(opcode)) return InferElementwise(opcode, shapes, declared);
@@ -924,6 +1028,12 @@ absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> sh
     case Opcode::kAllToAll:
     case Opcode::kCollectivePermute:
       return InferCollective(opcode, shapes, attrs);
+    case Opcode::kCustomCall:
+      return InferCustomCall(opcode, shapes, attrs, declared);
+    case Opcode::kSort:
+      return InferSort(opcode, shapes, attrs);
+    case Opcode::kTopK:
+      return InferTopK(opcode, shapes, attrs);
     default:
       break;
   }

@@ -284,6 +284,15 @@ uint64_t GraphFingerprint(const Graph& graph) {
     h.Ints({static_cast<int64_t>(a.comparison_direction), static_cast<int64_t>(a.reduce_kind),
             static_cast<int64_t>(a.rng_distribution), static_cast<int64_t>(a.rng_seed),
             a.parameter_number, a.iota_dimension, a.tuple_index});
+    h.Ints({a.sort_descending, a.is_stable, a.topk_k, a.topk_largest, a.channel_id,
+            a.use_global_device_ids});
+    h.Str(a.custom_call_target);
+    // Collectives reach lazy graphs through manual regions (AllReduce): their groups and pairs
+    // are part of what the graph computes.
+    if (IsCollective(node->opcode())) {
+      for (const std::vector<int64_t>& group : a.replica_groups.groups()) h.Ints(group);
+      for (const auto& [source, target] : a.source_target_pairs) h.Ints({source, target});
+    }
     if (node->opcode() == Opcode::kConstant && a.literal != nullptr) {
       h.Bytes(a.literal->raw_data(), static_cast<size_t>(a.literal->byte_size()));
     }
@@ -468,6 +477,34 @@ Tensor Rsqrt(const Tensor& a) { return MakeOp(Opcode::kRsqrt, {a}); }
 Tensor Sin(const Tensor& a) { return MakeOp(Opcode::kSine, {a}); }
 Tensor Cos(const Tensor& a) { return MakeOp(Opcode::kCosine, {a}); }
 Tensor Copy(const Tensor& a) { return MakeOp(Opcode::kCopy, {a}); }
+Tensor Remainder(const Tensor& a, const Tensor& b) { return MakeOp(Opcode::kRemainder, {a, b}); }
+Tensor Atan2(const Tensor& a, const Tensor& b) { return MakeOp(Opcode::kAtan2, {a, b}); }
+Tensor Erf(const Tensor& a) { return MakeOp(Opcode::kErf, {a}); }
+
+Tensor SpmdFullToShardShape(const Tensor& a, const Shape& local_shape) {
+  OpAttributes attrs;
+  attrs.custom_call_target = std::string(kFullToShardShapeTarget);
+  Tensor local = MakeOp(Opcode::kCustomCall, {a}, std::move(attrs), local_shape);
+  if (local.status().ok()) local.SetSharding("{manual}");
+  return local;
+}
+
+Tensor SpmdShardToFullShape(const Tensor& a, const Shape& global_shape, std::string sharding) {
+  OpAttributes attrs;
+  attrs.custom_call_target = std::string(kShardToFullShapeTarget);
+  Tensor global = MakeOp(Opcode::kCustomCall, {a}, std::move(attrs), global_shape);
+  if (global.status().ok()) global.SetSharding(std::move(sharding));
+  return global;
+}
+
+Tensor AllReduce(const Tensor& a, CollectiveDeviceList replica_groups, ReduceKind kind) {
+  OpAttributes attrs;
+  attrs.replica_groups = std::move(replica_groups);
+  attrs.reduce_kind = kind;
+  attrs.channel_id = 1;
+  attrs.use_global_device_ids = true;
+  return MakeOp(Opcode::kAllReduce, {a}, std::move(attrs));
+}
 Tensor Convert(const Tensor& a, DType dtype) {
   if (!a.status().ok()) return a;
   return MakeOp(Opcode::kConvert, {a}, {}, a.shape().WithDType(dtype));

@@ -182,6 +182,9 @@ Tensor Rsqrt(const Tensor& a);
 Tensor Sin(const Tensor& a);  // XLA sine, radians
 Tensor Cos(const Tensor& a);  // XLA cosine, radians
 Tensor Copy(const Tensor& a);
+Tensor Remainder(const Tensor& a, const Tensor& b);  // fmod: the sign of a
+Tensor Atan2(const Tensor& a, const Tensor& b);      // atan2(a, b), radians
+Tensor Erf(const Tensor& a);
 Tensor Convert(const Tensor& a, DType dtype);
 // pred ? on_true : on_false; `pred` is pred with a's shape (or a scalar).
 Tensor Select(const Tensor& pred, const Tensor& on_true, const Tensor& on_false);
@@ -264,6 +267,22 @@ Tensor Reverse(const Tensor& a, std::vector<int64_t> dims);
 // [..., m, k] x [k, n] -> [..., m, n] (lhs of rank >= 1, rhs rank 2), or batched
 // [b..., m, k] x [b..., k, n] when both have the same rank > 2.
 Tensor MatMul(const Tensor& lhs, const Tensor& rhs);
+
+// ---------------------------------------------------------------------------------------------
+// Manual regions (torch_xla's _spmd_full_to_shard_shape / _spmd_shard_to_full_shape; the user
+// API is spmd::enable_manual_sharding / disable_manual_sharding, spmd/mark_sharding.h).
+
+// custom-call "SPMDFullToShardShape": `local_shape` is one device's shard of `a` under a's
+// sharding annotation (which must be set); the result is a per-device value, annotated
+// {manual}. Errors (in the result's status): kInvalidArgument when local_shape does not fit a.
+Tensor SpmdFullToShardShape(const Tensor& a, const Shape& local_shape);
+// custom-call "SPMDShardToFullShape": `a` is one device's shard of a value of `global_shape`
+// laid out by `sharding` (XLA sharding text, set on the result). Errors as above.
+Tensor SpmdShardToFullShape(const Tensor& a, const Shape& global_shape, std::string sharding);
+// all-reduce of a per-device value inside a manual region, over `replica_groups` (global device
+// ids), as XLA emits it for a psum (channel_id=1, use_global_device_ids=true). Errors (in the
+// result's status): kInvalidArgument for bad groups (InferShape).
+Tensor AllReduce(const Tensor& a, CollectiveDeviceList replica_groups, ReduceKind kind);
 
 // ---------------------------------------------------------------------------------------------
 // Autodiff.

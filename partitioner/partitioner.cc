@@ -87,6 +87,9 @@ absl::StatusOr<PValue> PartitionNode(Context& ctx, const Node& node,
       return internal::HandleScatter(ctx, node, operands, target);
     case Opcode::kReduce:
       return internal::HandleReduce(ctx, node, operands, target);
+    case Opcode::kSort:
+    case Opcode::kTopK:
+      return internal::HandleSort(ctx, node, operands, target);
     case Opcode::kDot:
       return internal::HandleDot(ctx, node, operands, target);
     case Opcode::kConvolution:
@@ -146,6 +149,72 @@ bool KeepUnreduced(const Node& node, const PValue& result, const std::vector<Sha
          shardings[index.at(user)] == shardings[index.at(&node)];
 }
 
+// A node of a manual region: already per device, so it is copied into the local program as it
+// is (shape, attributes, the user's own collectives), as XLA's partitioner passes manual
+// instructions through. Operands from outside the region (a constant, an iota) are used whole:
+// inside the region every device sees them as its own.
+absl::StatusOr<PValue> PartitionManualNode(Context& ctx, const Node& node,
+                                           const std::vector<PValue>& operands) {
+  const Opcode op = node.opcode();
+  if (op == Opcode::kTuple) {
+    PValue tuple{nullptr, Sharding::Manual(), node.shape(), operands};
+    return tuple;
+  }
+  if (op == Opcode::kGetTupleElement && !operands[0].elements.empty()) {
+    return operands[0].elements[node.attrs().tuple_index];
+  }
+  if (op == Opcode::kParameter || node.shape().is_tuple()) {
+    return absl::UnimplementedError(absl::StrCat("%", node.name(), ": a manual ", OpcodeName(op),
+                                                 " ", node.shape().ToString(),
+                                                 " is not supported"));
+  }
+  if (op == Opcode::kCustomCall) {
+    // SPMDFullToShardShape: the operand is already in the tiling it names (its propagated
+    // sharding), so each device's shard is its local buffer; no node is needed.
+    const PValue& in = operands[0];
+    const Shape local = LocalShape(in.global_shape, in.sharding);
+    if (in.sharding.IsManual() || local != node.shape()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("%", node.name(), ": custom-call \"", node.attrs().custom_call_target,
+                       "\" returns ", node.shape().ToString(), " but its operand's sharding ",
+                       in.sharding.ToString(), " gives shards of ", local.ToString(),
+                       " (annotate the operand with the region's "
+                       "input sharding)"));
+    }
+    return PValue{in.local, Sharding::Manual(), node.shape(), {}};
+  }
+  std::vector<Node*> locals;
+  for (const PValue& operand : operands) {
+    if (operand.local == nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          "%", node.name(), ": a tuple operand of a manual ", OpcodeName(op), " is not supported"));
+    }
+    if (operand.sharding.IsManual()) {
+      locals.push_back(operand.local);
+      continue;
+    }
+    TESSEL_ASSIGN_OR_RETURN(Node * whole, ctx.Reshard(operand, Sharding::Replicate()));
+    locals.push_back(whole);
+  }
+  TESSEL_ASSIGN_OR_RETURN(Node * local, ctx.local().AddNode(op, node.shape(), std::move(locals),
+                                                            node.attrs(), node.name()));
+  return PValue{local, Sharding::Manual(), node.shape(), {}};
+}
+
+// SPMDShardToFullShape: each device's manual value is its shard of the global result under the
+// node's own sharding (XLA's rule), so the local buffer is passed on with that sharding.
+absl::StatusOr<PValue> PartitionShardToFull(const Node& node, const PValue& in,
+                                            const Sharding& target) {
+  const Shape local = LocalShape(node.shape(), target);
+  if (!in.sharding.IsManual() || local != in.global_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "%", node.name(), ": custom-call \"", node.attrs().custom_call_target, "\" takes ",
+        in.global_shape.ToString(), " from ", in.sharding.ToString(), " but its sharding ",
+        target.ToString(), " has shards of ", local.ToString(), " (a manual value is expected)"));
+  }
+  return PValue{in.local, target, node.shape(), {}};
+}
+
 // Partitions every node of `graph` (shardings from ComputeShardings, indexed like its nodes)
 // into ctx.local(); returns the root's partitioned value.
 absl::StatusOr<PValue> PartitionNodes(Context& ctx, const Graph& graph,
@@ -157,17 +226,27 @@ absl::StatusOr<PValue> PartitionNodes(Context& ctx, const Graph& graph,
   // Program order is topological, so every operand's PValue exists when its user is visited.
   for (int64_t i = 0; i < graph.num_nodes(); ++i) {
     const Node* node = graph.nodes()[i];
-    // Collectives and partition-id only exist in per-device programs: their shapes are local
-    // and their replica groups already global ids, so partitioning them again would be wrong.
+    const Sharding& target = shardings[i];
+    std::vector<PValue> operands;
+    for (const Node* operand : node->operands()) operands.push_back(values.at(operand));
+    if (target.IsManual()) {
+      absl::StatusOr<PValue> local = PartitionManualNode(ctx, *node, operands);
+      if (!local.ok()) return local.status();
+      values[node] = *std::move(local);
+      continue;
+    }
+    // Collectives and partition-id outside a manual region only exist in per-device programs:
+    // their shapes are local and their replica groups already global ids, so partitioning them
+    // again would be wrong.
     if (IsCollective(node->opcode()) || node->opcode() == Opcode::kPartitionId) {
       return absl::InvalidArgumentError(absl::StrCat("%", node->name(),
                                                      ": the graph is already partitioned (",
                                                      OpcodeName(node->opcode()), ")"));
     }
-    std::vector<PValue> operands;
-    for (const Node* operand : node->operands()) operands.push_back(values.at(operand));
-    const Sharding& target = shardings[i];
-    absl::StatusOr<PValue> result = PartitionNode(ctx, *node, operands, target, program, is_entry);
+    absl::StatusOr<PValue> result =
+        node->opcode() == Opcode::kCustomCall
+            ? PartitionShardToFull(*node, operands[0], target)
+            : PartitionNode(ctx, *node, operands, target, program, is_entry);
     if (!result.ok()) {
       // Rules that already name an instruction ("%x: ...") are passed on as they are; the others
       // get this node's name, so every error says where it happened.
@@ -284,6 +363,11 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices,
   if (root->shape().is_tuple()) {
     std::vector<Node*> elements;
     for (const PValue& e : out.elements) {
+      if (e.sharding.IsManual()) {
+        return absl::UnimplementedError(
+            "an output of the module is a manual value (leave the manual region with "
+            "SPMDShardToFullShape before returning it)");
+      }
       if (e.local == nullptr) {
         return absl::UnimplementedError("nested tuple outputs are not supported");
       }
@@ -293,6 +377,11 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices,
     TESSEL_ASSIGN_OR_RETURN(Node * tuple, ctx.Add(Opcode::kTuple, std::move(elements)));
     program.program->set_root(tuple);
   } else {
+    if (out.sharding.IsManual()) {
+      return absl::UnimplementedError(
+          "the module's result is a manual value (leave the manual region with "
+          "SPMDShardToFullShape before returning it)");
+    }
     program.program->set_root(out.local);
     program.outputs.push_back(ShardedValue{out.global_shape, out.sharding});
   }

@@ -84,6 +84,7 @@ class Propagator {
         root_[0].has_value() && !result_[index_[graph_.root()]].has_value()) {
       result_[index_[graph_.root()]] = root_[0];
     }
+    MarkManualRegions();
     // graph_.nodes() is a topological order and Assign writes result_ in place, so one forward
     // pass carries a sharding down a whole chain of operand -> user edges, and one backward pass
     // up a whole chain of user -> operand edges. More rounds are needed only where a path from
@@ -148,10 +149,9 @@ class Propagator {
     };
     absl::StatusOr<Sharding> parsed = spmd::ParseSharding(node.sharding());
     if (!parsed.ok()) return where(parsed.status().message());
-    if (parsed->IsManual()) {
-      return absl::UnimplementedError(
-          absl::StrCat("%", node.name(), ": manual shardings are not supported yet"));
-    }
+    // {manual}: a value of a manual region, already per device (its shape is local); it
+    // needs no fitting to the mesh.
+    if (parsed->IsManual()) return *parsed;
     absl::Status fits = parsed->Validate(node.shape(), num_devices_);
     if (!fits.ok()) return where(fits.message());
     if (parsed->IsTuple()) return *parsed;
@@ -173,6 +173,30 @@ class Propagator {
                                 " exactly once (a sharding on another mesh?)"));
     }
     return *parsed;
+  }
+
+  // The values of manual regions (JAX shard_map, torch_xla enable_manual_sharding) are {manual}
+  // and take no part in propagation, as in XLA's ShardingPropagation: a region starts at an
+  // SPMDFullToShardShape (or a {manual} annotation, or partition-id, which only has a meaning
+  // per device) and holds everything computed from manual values, up to the
+  // SPMDShardToFullShape that leaves it (whose own annotation is the global layout).
+  void MarkManualRegions() {
+    for (const Node* node : graph_.nodes()) {
+      auto& slot = result_[index_[node]];
+      bool manual = (slot.has_value() && slot->IsManual()) ||
+                    node->opcode() == Opcode::kPartitionId ||
+                    (node->opcode() == Opcode::kCustomCall &&
+                     node->attrs().custom_call_target == kFullToShardShapeTarget);
+      const bool leaves = node->opcode() == Opcode::kCustomCall &&
+                          node->attrs().custom_call_target == kShardToFullShapeTarget;
+      if (!leaves) {
+        for (const Node* operand : node->operands()) {
+          const auto& s = result_[index_[operand]];
+          manual |= s.has_value() && s->IsManual();
+        }
+      }
+      if (manual) slot = Sharding::Manual();
+    }
   }
 
   // Whether no candidate can change the node's sharding any more: annotated, tuple-shaped, or
@@ -227,6 +251,9 @@ class Propagator {
   // candidates in operand (forward) or user (backward) order, so the first one wins.
   std::optional<Sharding> Merge(std::optional<Sharding> a, const std::optional<Sharding>& b,
                                 int64_t rank) {
+    // A manual value says nothing about the global values around its region.
+    if (a.has_value() && a->IsManual()) a.reset();
+    if (b.has_value() && b->IsManual()) return a;
     if (!a.has_value()) return b;
     if (!b.has_value()) return a;
     std::optional<Sharding> merged = MergeShardings(*a, *b, rank, num_devices_);
@@ -262,6 +289,11 @@ class Propagator {
         if (!in) return std::nullopt;
         return ThroughReshape(*in, node.operand(0)->shape(), node.shape());
       }
+      case Opcode::kSort:
+        // A one-operand sort (an array result; tuple results take shardings from their
+        // get-tuple-element users): the sorted dim is whole on every device.
+        if (!in) return std::nullopt;
+        return PartiallyReplicate(*in, rank, node.attrs().dimensions);
       case Opcode::kReduce:
         // Tiles of the reduced dims become replication: after the all-reduce every device of
         // such a group holds the same result.
@@ -331,7 +363,7 @@ class Propagator {
   // What `user` implies for its operand `operand_index`.
   std::optional<Sharding> FromUser(const Node& user, int64_t operand_index) {
     const std::optional<Sharding>& out = Of(&user);
-    if (!out.has_value() || user.shape().is_tuple()) return std::nullopt;
+    if (!out.has_value() || user.shape().is_tuple() || out->IsManual()) return std::nullopt;
     const Shape& operand_shape = user.operand(operand_index)->shape();
     const Opcode op = user.opcode();
     if (IsElementwise(op)) {
@@ -349,6 +381,8 @@ class Propagator {
       }
       case Opcode::kReshape:
         return ThroughReshape(*out, user.shape(), operand_shape);
+      case Opcode::kSort:
+        return PartiallyReplicate(*out, operand_shape.rank(), user.attrs().dimensions);
       case Opcode::kReduce:
         // Operand 1 is the scalar init value: nothing to infer.
         if (operand_index != 0) return std::nullopt;

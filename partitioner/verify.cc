@@ -8,12 +8,14 @@
 #include <type_traits>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/collectives.h"
 #include "core/executor.h"
 #include "core/rng.h"
 #include "core/status_macros.h"
+#include "partitioner/propagation.h"
 #include "spmd/sharded_tensor.h"
 
 namespace tessel::partitioner {
@@ -169,7 +171,181 @@ absl::StatusOr<Literal> AssembleOutput(const SpmdProgram& program, size_t o,
   return layout.Assemble(locals);
 }
 
+bool HasManualRegion(const Graph& graph) {
+  for (const Node* node : graph.nodes()) {
+    if (node->opcode() == Opcode::kCustomCall) return true;
+  }
+  return false;
+}
+
+// Builds, for one device, the reference program of a module with manual regions: everything
+// outside the regions is computed whole (replicated) on every device, and only core ops stand for
+// the region boundaries, so the reference shares no code with the partitioner's region rule:
+// - SPMDFullToShardShape(x): this device's shard of x under x's sharding, cut with static
+//   pad + slice (the offsets of spmd::ShardedTensor for this device);
+// - SPMDShardToFullShape(v): every device's v gathered by one all-gather over all devices, and
+//   the global value rebuilt by placing replica 0 of each tile at its offset
+//   (dynamic-update-slice into zeros), as ShardedTensor::Assemble does.
+class ManualReferenceBuilder {
+ public:
+  ManualReferenceBuilder(const Graph& graph, const std::vector<spmd::Sharding>& shardings,
+                         int64_t num_devices, int64_t device_id)
+      : graph_(graph), shardings_(shardings), n_(num_devices), device_id_(device_id) {}
+
+  absl::StatusOr<std::unique_ptr<Graph>> Build() {
+    out_ = std::make_unique<Graph>(graph_.name());
+    for (int64_t i = 0; i < graph_.num_nodes(); ++i) {
+      const Node* node = graph_.nodes()[i];
+      std::vector<Node*> operands;
+      for (const Node* operand : node->operands()) operands.push_back(map_.at(operand));
+      Node* copy = nullptr;
+      if (node->opcode() == Opcode::kCustomCall) {
+        const bool to_shard = node->attrs().custom_call_target == kFullToShardShapeTarget;
+        absl::StatusOr<Node*> made =
+            to_shard ? Shard(*node, operands[0], shardings_[index_of(node->operand(0))])
+                     : Unshard(*node, operands[0], shardings_[i]);
+        if (!made.ok()) {
+          return absl::Status(made.status().code(),
+                              absl::StrCat("%", node->name(), ": ", made.status().message()));
+        }
+        copy = *made;
+      } else {
+        copy = out_->AddNodeUnchecked(node->opcode(), node->shape(), std::move(operands),
+                                      node->attrs(), node->name());
+      }
+      map_[node] = copy;
+    }
+    out_->set_root(map_.at(graph_.root()));
+    return std::move(out_);
+  }
+
+ private:
+  int64_t index_of(const Node* node) const {
+    const auto& nodes = graph_.nodes();
+    return std::find(nodes.begin(), nodes.end(), node) - nodes.begin();
+  }
+
+  Node* Zero(DType dtype) { return out_->AddConstant(Literal(Shape(dtype, {}))); }
+
+  absl::StatusOr<Node*> Shard(const Node& node, Node* x, const spmd::Sharding& sharding) {
+    TESSEL_ASSIGN_OR_RETURN(spmd::ShardedTensor layout,
+                            spmd::ShardedTensor::Create(x->shape(), sharding, n_));
+    const spmd::Shard* shard = layout.shard_for(device_id_);
+    if (shard == nullptr || layout.local_shape() != node.shape()) {
+      return absl::InvalidArgumentError(absl::StrCat("the operand's sharding ", sharding.ToString(),
+                                                     " does not give device ", device_id_,
+                                                     " a shard of ", node.shape().ToString()));
+    }
+    OpAttributes pad, slice;
+    for (int64_t d = 0; d < x->shape().rank(); ++d) {
+      const int64_t start = shard->index[d].first, size = node.shape().dim(d);
+      pad.padding.push_back(PadDim{0, std::max<int64_t>(0, start + size - x->shape().dim(d)), 0});
+      slice.slice.push_back(SliceDim{start, start + size, 1});
+    }
+    TESSEL_ASSIGN_OR_RETURN(Node * padded,
+                            out_->AddNode(Opcode::kPad, {x, Zero(x->shape().dtype())}, pad));
+    return out_->AddNode(Opcode::kSlice, {padded}, slice);
+  }
+
+  absl::StatusOr<Node*> Unshard(const Node& node, Node* v, const spmd::Sharding& sharding) {
+    const Shape& global = node.shape();
+    TESSEL_ASSIGN_OR_RETURN(spmd::ShardedTensor layout,
+                            spmd::ShardedTensor::Create(global, sharding, n_));
+    std::vector<int64_t> row_dims = {1};
+    for (int64_t d : v->shape().dims()) row_dims.push_back(d);
+    TESSEL_ASSIGN_OR_RETURN(Node * row,
+                            out_->AddNode(Opcode::kReshape, Shape(global.dtype(), row_dims), {v}));
+    OpAttributes gather;
+    std::vector<int64_t> everyone(n_);
+    for (int64_t d = 0; d < n_; ++d) everyone[d] = d;
+    gather.replica_groups = std::vector<std::vector<int64_t>>{everyone};
+    gather.dimensions = {0};
+    TESSEL_ASSIGN_OR_RETURN(Node * all, out_->AddNode(Opcode::kAllGather, {row}, gather));
+    TESSEL_ASSIGN_OR_RETURN(Node * result, out_->AddNode(Opcode::kBroadcast, global,
+                                                         {Zero(global.dtype())}, OpAttributes()));
+    for (const spmd::Shard& shard : layout.shards()) {
+      if (shard.replica_id != 0 || shard.unreduced_id != 0) continue;
+      OpAttributes cut;
+      cut.slice.push_back(SliceDim{shard.device_id, shard.device_id + 1, 1});
+      std::vector<Node*> update_operands = {result};
+      std::vector<int64_t> data_dims = shard.data_dims();
+      for (int64_t d = 0; d < global.rank(); ++d) {
+        cut.slice.push_back(SliceDim{0, data_dims[d], 1});
+        update_operands.push_back(out_->AddConstant(
+            Literal::Scalar<int32_t>(static_cast<int32_t>(shard.index[d].first))));
+      }
+      TESSEL_ASSIGN_OR_RETURN(Node * cut_piece, out_->AddNode(Opcode::kSlice, {all}, cut));
+      TESSEL_ASSIGN_OR_RETURN(
+          Node * piece,
+          out_->AddNode(Opcode::kReshape, Shape(global.dtype(), data_dims), {cut_piece}));
+      update_operands.insert(update_operands.begin() + 1, piece);
+      TESSEL_ASSIGN_OR_RETURN(result, out_->AddNode(Opcode::kDynamicUpdateSlice, update_operands));
+    }
+    return result;
+  }
+
+  const Graph& graph_;
+  const std::vector<spmd::Sharding>& shardings_;
+  int64_t n_;
+  int64_t device_id_;
+  std::unique_ptr<Graph> out_;
+  absl::flat_hash_map<const Node*, Node*> map_;
+};
+
+// Runs one program per device (each on all the global inputs), one thread per device, with the
+// reference collectives; returns each device's outputs.
+absl::StatusOr<std::vector<std::vector<Literal>>> RunPerDevice(
+    const std::vector<std::unique_ptr<Graph>>& programs, absl::Span<const Literal> inputs,
+    std::chrono::milliseconds collective_timeout) {
+  const int64_t n = static_cast<int64_t>(programs.size());
+  InProcessCollectives collectives(n, collective_timeout);
+  std::vector<absl::StatusOr<std::vector<Literal>>> results(n, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (int64_t d = 0; d < n; ++d) {
+    threads.emplace_back([&, d] {
+      ExecutorOptions options;
+      options.num_threads = 1;
+      options.device_id = d;
+      options.collectives = &collectives;
+      try {
+        results[d] = Executor(options).Run(*programs[d], inputs);
+      } catch (const std::exception& e) {
+        results[d] = absl::InternalError(absl::StrCat("exception: ", e.what()));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::vector<std::vector<Literal>> per_device(n);
+  for (int64_t d = 0; d < n; ++d) {
+    if (!results[d].ok()) return Prefixed(absl::StrCat("device ", d, ": "), results[d].status());
+    per_device[d] = *std::move(results[d]);
+  }
+  return per_device;
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<Literal>> RunManualReference(
+    const Graph& graph, int64_t num_devices, absl::Span<const Literal> global_inputs,
+    std::chrono::milliseconds collective_timeout) {
+  if (num_devices < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("num_devices must be >= 1, got ", num_devices));
+  }
+  TESSEL_ASSIGN_OR_RETURN(std::vector<spmd::Sharding> shardings,
+                          ComputeShardings(graph, num_devices));
+  std::vector<std::unique_ptr<Graph>> programs;
+  for (int64_t d = 0; d < num_devices; ++d) {
+    ManualReferenceBuilder builder(graph, shardings, num_devices, d);
+    TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<Graph> program, builder.Build());
+    programs.push_back(std::move(program));
+  }
+  TESSEL_ASSIGN_OR_RETURN(std::vector<std::vector<Literal>> per_device,
+                          RunPerDevice(programs, global_inputs, collective_timeout));
+  // Outside the regions every device computed the same global values; device 0's are the
+  // reference.
+  return std::move(per_device[0]);
+}
 
 Tolerance DefaultTolerance(DType dtype) {
   switch (dtype) {
@@ -303,7 +479,12 @@ std::optional<int64_t> VerifyReport::first_mismatch() const {
 absl::StatusOr<VerifyReport> VerifyProgram(const Graph& graph, const SpmdProgram& program,
                                            const VerifyOptions& options) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> inputs, MakeVerifyInputs(graph, options.seed));
-  absl::StatusOr<std::vector<Literal>> expected = Executor().Run(graph, inputs);
+  // A module with manual regions has per-device semantics: its reference runs on the program's
+  // devices too (RunManualReference).
+  absl::StatusOr<std::vector<Literal>> expected =
+      HasManualRegion(graph)
+          ? RunManualReference(graph, program.num_devices, inputs, options.collective_timeout)
+          : Executor().Run(graph, inputs);
   if (!expected.ok()) return Prefixed("unpartitioned run: ", expected.status());
   if (expected->size() != program.outputs.size()) {
     return absl::InvalidArgumentError(absl::StrCat("the module has ", expected->size(),

@@ -14,7 +14,8 @@
 // Steps (each also public, for tests that build their own cases):
 //   1. MakeVerifyInputs: one random global literal per entry parameter, deterministic in the
 //      seed (see its comment for the ranges, and for start-index parameters).
-//   2. The unpartitioned graph runs on one device (core Executor).
+//   2. The unpartitioned graph runs on one device (core Executor); a module with manual regions
+//      (shard_map) runs per device instead (RunManualReference).
 //   3. Partition (partitioner.h), or a program the caller made, runs on devices 0..N-1, one
 //      thread per device, with the reference collectives (core InProcessCollectives):
 //      RunPartitioned splits each global input by its parameter's sharding and assembles each
@@ -116,6 +117,21 @@ struct VerifyOptions {
 // with "device N: " (e.g. kDeadlineExceeded from a collective that its peers never reach).
 [[nodiscard]] absl::StatusOr<std::vector<Literal>> RunPartitioned(
     const SpmdProgram& program, absl::Span<const Literal> global_inputs,
+    std::chrono::milliseconds collective_timeout = std::chrono::seconds(60));
+
+// The reference (expected) outputs of a module with manual regions (custom-calls
+// SPMDFullToShardShape / SPMDShardToFullShape: JAX shard_map, torch_xla manual sharding), which
+// one device alone cannot run. Each of devices 0..num_devices-1 runs the whole module on the
+// global inputs, with everything outside the regions replicated; a region runs once per device
+// (with the reference collectives, one thread per device), entered with this device's shard of
+// its input (static pad + slice, under the input's propagated sharding) and left by gathering
+// every device's result and placing replica 0 of each tile at its offset. This shares no code
+// with the partitioner's region rule. Returns one global literal per output (device 0's).
+// Errors: kInvalidArgument for num_devices < 1 or a region boundary whose shapes do not match
+// its sharding on num_devices; ComputeShardings' errors; a device's run error prefixed
+// "device N: ".
+[[nodiscard]] absl::StatusOr<std::vector<Literal>> RunManualReference(
+    const Graph& graph, int64_t num_devices, absl::Span<const Literal> global_inputs,
     std::chrono::milliseconds collective_timeout = std::chrono::seconds(60));
 
 // The comparison of one output.

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "spmd/sharded_tensor.h"
 
 namespace tessel::spmd {
 
@@ -54,6 +55,50 @@ absl::Status ApplyShardingSpec(const ShardingSpec& spec, Tensor& tensor) {
         " entries does not apply to ", tensor.shape().ToString()));
   }
   return mark_sharding(tensor, spec.mesh(), spec.partition_spec());
+}
+
+absl::StatusOr<Tensor> enable_manual_sharding(const Tensor& tensor,
+                                              const PartitionSpec& partition_spec,
+                                              const Mesh& mesh) {
+  if (!tensor.defined())
+    return absl::InvalidArgumentError("enable_manual_sharding: undefined tensor");
+  Tensor annotated = Copy(tensor);
+  TESSEL_RETURN_IF_ERROR(mark_sharding(annotated, mesh, partition_spec));
+  TESSEL_ASSIGN_OR_RETURN(std::optional<Sharding> sharding, GetSharding(annotated));
+  TESSEL_ASSIGN_OR_RETURN(ShardedTensor layout,
+                          ShardedTensor::Create(tensor.shape(), *sharding, mesh.size()));
+  Tensor local = SpmdFullToShardShape(annotated, layout.local_shape());
+  TESSEL_RETURN_IF_ERROR(local.status());
+  return local;
+}
+
+absl::StatusOr<Tensor> disable_manual_sharding(const Tensor& tensor,
+                                               const PartitionSpec& partition_spec,
+                                               const std::vector<int64_t>& full_shape,
+                                               const Mesh& mesh) {
+  if (!tensor.defined()) {
+    return absl::InvalidArgumentError("disable_manual_sharding: undefined tensor");
+  }
+  TESSEL_RETURN_IF_ERROR(tensor.status());
+  const Shape global(tensor.dtype(), full_shape);
+  absl::StatusOr<Sharding> sharding =
+      ShardingFromPartitionSpec(mesh, global.rank(), partition_spec);
+  if (!sharding.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("disable_manual_sharding to ", global.ToString(),
+                                                   ": ", std::string(sharding.status().message())));
+  }
+  TESSEL_ASSIGN_OR_RETURN(ShardedTensor layout,
+                          ShardedTensor::Create(global, *sharding, mesh.size()));
+  if (layout.local_shape() != tensor.shape()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("disable_manual_sharding: ", tensor.shape().ToString(), " is not a shard of ",
+                     global.ToString(), " under ", sharding->ToString(), " (shards are ",
+                     layout.local_shape().ToString(), ")"));
+  }
+  Tensor full =
+      SpmdShardToFullShape(tensor, global, sharding->ToString(Sharding::DeviceListFormat::kIota));
+  TESSEL_RETURN_IF_ERROR(full.status());
+  return full;
 }
 
 }  // namespace tessel::spmd

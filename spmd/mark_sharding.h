@@ -17,7 +17,9 @@
 #ifndef TESSEL_SPMD_MARK_SHARDING_H_
 #define TESSEL_SPMD_MARK_SHARDING_H_
 
+#include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -50,6 +52,33 @@ void clear_sharding(Tensor& tensor);
 // spec.mesh(), spec.partition_spec()).
 // Errors: kInvalidArgument when !spec.CanApply(tensor.shape()); otherwise as mark_sharding.
 [[nodiscard]] absl::Status ApplyShardingSpec(const ShardingSpec& spec, Tensor& tensor);
+
+// Enters a manual region (torch_xla.distributed.spmd.enable_manual_sharding): `tensor` (global
+// shape) is annotated with ShardingFromPartitionSpec(mesh, rank, partition_spec) (on a copy, so
+// the caller's tensor keeps its own annotation) and becomes custom-call "SPMDFullToShardShape":
+// a per-device value of the local shape (ceil(dim / tiles) per tiled dim, padding included),
+// annotated {manual}. What the caller computes on it runs once per device, unpartitioned, with
+// its own collectives (AllReduce in core/tensor.h). Example (mesh ["x"=2, "y"=4], f32[16,32],
+// {"x", "y"}) -> f32[8,8] {manual}.
+// Shapes: `tensor` global, the result local. Source: torch_xla xs.enable_manual_sharding
+// (mark_sharding, then _spmd_full_to_shard_shape); XLA SPMDFullToShardShape.
+// Errors: as mark_sharding; kInvalidArgument when `mesh` has more devices than ids it lays out.
+[[nodiscard]] absl::StatusOr<Tensor> enable_manual_sharding(const Tensor& tensor,
+                                                            const PartitionSpec& partition_spec,
+                                                            const Mesh& mesh);
+
+// Leaves a manual region (torch_xla.distributed.spmd.disable_manual_sharding): `tensor` is each
+// device's shard of a value of `full_shape` (its dtype is tensor's) laid out by
+// ShardingFromPartitionSpec(mesh, full_shape rank, partition_spec); the result is that global
+// value (custom-call "SPMDShardToFullShape", annotated with the sharding). Replicated dims take
+// every device's value as the whole dim: the caller keeps them equal (as shard_map's out_specs).
+// Shapes: `tensor` local, the result global. Source: torch_xla xs.disable_manual_sharding.
+// Errors: as mark_sharding; kInvalidArgument when tensor's shape is not the local shape of
+// full_shape under that sharding (naming both).
+[[nodiscard]] absl::StatusOr<Tensor> disable_manual_sharding(const Tensor& tensor,
+                                                             const PartitionSpec& partition_spec,
+                                                             const std::vector<int64_t>& full_shape,
+                                                             const Mesh& mesh);
 
 }  // namespace tessel::spmd
 

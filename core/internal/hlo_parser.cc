@@ -20,6 +20,7 @@
 #include "core/collective_device_list.h"
 #include "core/graph.h"
 #include "core/hlo_text.h"
+#include "core/internal/sdy_sharding.h"
 #include "core/literal.h"
 #include "core/shape.h"
 #include "core/shape_inference.h"
@@ -293,10 +294,15 @@ class Parser {
                          Cat("expected a module name after \"HloModule\", got ", Quote(Peek())));
     }
     module_name_ = std::string(StripPercent(Next().text));
-    // Header attributes (entry_computation_layout=..., is_scheduled=...): ignored.
+    // Header attributes (entry_computation_layout=..., is_scheduled=...): ignored, except the
+    // Shardy meshes in frontend_attributes, which a shard_map's custom-calls refer to.
     while (ConsumePunct(",")) {
       AttrAst attr;
       TESSEL_RETURN_IF_ERROR(ParseAttribute(&attr));
+      if (attr.name->text == "frontend_attributes") {
+        module_frontend_attributes_ = AttrValueText(attr);
+        module_frontend_attributes_line_ = attr.name->line;
+      }
     }
     while (Peek().kind != TokenKind::kEnd) {
       CompAst comp;
@@ -857,6 +863,40 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // sort: dimensions, is_stable, to_apply (resolved by the caller); topk: k, largest.
+  template <typename Find, typename Require>
+  absl::Status SortAttributes(Opcode opcode, const Find& find, const Require& require,
+                              OpAttributes* attrs, const AttrAst** to_apply) const {
+    if (opcode == Opcode::kTopK) {
+      TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("k"));
+      TESSEL_ASSIGN_OR_RETURN(attrs->topk_k, AttrInt(*attr));
+      if (const AttrAst* largest = find("largest")) {
+        TESSEL_ASSIGN_OR_RETURN(attrs->topk_largest, AttrBool(*largest));
+      }
+      return absl::OkStatus();
+    }
+    TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("dimensions"));
+    TESSEL_ASSIGN_OR_RETURN(attrs->dimensions, AttrIntList(*attr));
+    if (const AttrAst* stable = find("is_stable")) {
+      TESSEL_ASSIGN_OR_RETURN(attrs->is_stable, AttrBool(*stable));
+    }
+    TESSEL_ASSIGN_OR_RETURN(*to_apply, require("to_apply"));
+    return absl::OkStatus();
+  }
+
+  // Collectives: channel_id (>= 0) and use_global_device_ids, kept for the printer.
+  template <typename Find>
+  absl::Status ChannelAttributes(const Find& find, OpAttributes* attrs) const {
+    if (const AttrAst* attr = find("channel_id")) {
+      TESSEL_ASSIGN_OR_RETURN(attrs->channel_id, AttrInt(*attr));
+      if (attrs->channel_id < 0) return MalformedAttr(*attr, "expected a channel id >= 0");
+    }
+    if (const AttrAst* attr = find("use_global_device_ids")) {
+      TESSEL_ASSIGN_OR_RETURN(attrs->use_global_device_ids, AttrBool(*attr));
+    }
+    return absl::OkStatus();
+  }
+
   // Fills `attrs` (and the sharding, to_apply) from the attribute list of `instr`.
   absl::Status ApplyAttributes(const InstrAst& instr, OpAttributes* attrs, std::string* sharding,
                                const AttrAst** to_apply) const {
@@ -974,6 +1014,9 @@ class Parser {
       case Opcode::kReduceWindow:
       case Opcode::kSelectAndScatter:
         TESSEL_RETURN_IF_ERROR(WindowedAttributes(instr.opcode, find, require, attrs, to_apply));
+      case Opcode::kSort:
+      case Opcode::kTopK:
+        TESSEL_RETURN_IF_ERROR(SortAttributes(instr.opcode, find, require, attrs, to_apply));
         break;
       case Opcode::kGetTupleElement: {
         TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("index"));
@@ -1004,6 +1047,9 @@ class Parser {
         break;
       default:
         break;
+    }
+    if (IsCollective(instr.opcode)) {
+      TESSEL_RETURN_IF_ERROR(ChannelAttributes(find, attrs));
     }
     return absl::OkStatus();
   }
@@ -1189,6 +1235,61 @@ class Parser {
     return unimplemented(Cat("direction=", d, "; expected GE, GT, LE or LT"));
   }
 
+  // sort's to_apply: recognised when its root is `compare` LT or GT of a value computed from
+  // parameter(0) alone and one computed from parameter(1) alone (the canonicalizing selects of
+  // JAX's total-order comparators may stand between), i.e. an order on operand 0. Returns
+  // whether it sorts descending. Anything else (several keys, a custom order) is kUnimplemented,
+  // naming the computation.
+  absl::StatusOr<bool> ResolveComparator(const InstrAst& instr, const AttrAst& attr) const {
+    TESSEL_ASSIGN_OR_RETURN(std::string_view word, AttrWord(attr));
+    auto it = comp_by_name_.find(std::string(StripPercent(word)));
+    if (it == comp_by_name_.end() || comps_[it->second].is_entry) {
+      return SyntaxError(attr.name->line, Cat("unknown computation ", Quote(word),
+                                              " in to_apply of %", StripPercent(instr.name->text)));
+    }
+    const CompAst& comp = comps_[it->second];
+    auto unsupported = [&](std::string_view why) {
+      return LineError(absl::StatusCode::kUnimplemented, comp.name->line,
+                       Cat("sort comparator ", Quote(comp.name->text), " is not supported: ", why,
+                           " (supported: compare LT or GT of parameter(0) with parameter(1), "
+                           "directly or through canonicalizing ops)"));
+    };
+    // Bit k: depends on parameter(k).
+    absl::flat_hash_map<std::string, uint64_t> depends;
+    const InstrAst* root = &comp.instrs.back();
+    for (const InstrAst& i : comp.instrs) {
+      uint64_t mask = 0;
+      if (i.is_call || i.is_custom_call) return unsupported("it calls another computation");
+      if (i.opcode == Opcode::kParameter) {
+        int64_t number = 0;
+        if (!ToInt(Strip(i.raw_operands), &number) || number < 0 || number >= 64) {
+          return unsupported("a parameter number outside 0..63");
+        }
+        mask = uint64_t{1} << number;
+      }
+      for (const OperandAst& operand : i.operands) {
+        auto found = depends.find(std::string(StripPercent(operand.name->text)));
+        if (found != depends.end()) mask |= found->second;
+      }
+      depends[std::string(StripPercent(i.name->text))] = mask;
+      if (i.is_root) root = &i;
+    }
+    if (root->opcode != Opcode::kCompare || root->operands.size() != 2) {
+      return unsupported(Cat("its root is ", Quote(root->opcode_token->text), ", not compare"));
+    }
+    const AttrAst* direction = FindAttr(*root, "direction");
+    std::string_view dir = "";
+    if (direction != nullptr) {
+      TESSEL_ASSIGN_OR_RETURN(dir, AttrWord(*direction));
+    }
+    if (dir != "LT" && dir != "GT") return unsupported(Cat("direction ", Quote(dir)));
+    const uint64_t a = depends[std::string(StripPercent(root->operands[0].name->text))];
+    const uint64_t b = depends[std::string(StripPercent(root->operands[1].name->text))];
+    if (a == 1 && b == 2) return dir == "GT";
+    if (a == 2 && b == 1) return dir == "LT";
+    return unsupported("the compared values do not come from parameter(0) and parameter(1) alone");
+  }
+
   absl::StatusOr<Reduction> ResolveToApply(const InstrAst& instr, const AttrAst& attr) {
     TESSEL_ASSIGN_OR_RETURN(std::string_view word, AttrWord(attr));
     std::string name(StripPercent(word));
@@ -1359,7 +1460,9 @@ class Parser {
     if (instr.opcode == Opcode::kWhile || instr.opcode == Opcode::kConditional) {
       TESSEL_RETURN_IF_ERROR(ResolveCalledComputations(instr, &attrs, call_stack));
     }
-    if (to_apply != nullptr) {
+    if (to_apply != nullptr && instr.opcode == Opcode::kSort) {
+      TESSEL_ASSIGN_OR_RETURN(attrs.sort_descending, ResolveComparator(instr, *to_apply));
+    } else if (to_apply != nullptr) {
       TESSEL_ASSIGN_OR_RETURN(Reduction r, ResolveToApply(instr, *to_apply));
       attrs.reduce_kind = r.kind;
       if (r.overwrite && instr.opcode != Opcode::kScatter) {
@@ -1521,14 +1624,17 @@ class Parser {
     return nullptr;
   }
 
-  // `custom-call`: the targets that only annotate shardings are lowered; any other target is
-  // kUnimplemented, naming it.
+  // `custom-call`: the targets that annotate shardings or bound a manual region are lowered; any
+  // other target is kUnimplemented, naming it.
   // - "Sharding" (jax.lax.with_sharding_constraint, torch_xla's mark_sharding on an
   //   intermediate): a copy of the operand carrying the instruction's `sharding`, which is how
   //   XLA's ShardingPropagation reads it.
   // - "xla.sdy.FuncResultSharding" (Shardy's marker of a function result's sharding): the operand
   //   itself. JAX also writes the same sharding in HLO form on the entry's root, which is what
   //   Tessel reads; the Shardy attribute is ignored like every other `xla.sdy.*` attribute.
+  // - "SPMDFullToShardShape" / "SPMDShardToFullShape" (a GSPMD shard_map): a kCustomCall node.
+  // - "xla.sdy.GlobalToLocalShape" / "xla.sdy.LocalToGlobalShape" (a Shardy shard_map): lowered to
+  //   the GSPMD form, LowerSdyManualBoundary.
   absl::StatusOr<Node*> LowerCustomCall(const InstrAst& instr, Graph* graph,
                                         const std::vector<Node*>& operands) const {
     const AttrAst* target = FindAttr(instr, "custom_call_target");
@@ -1542,12 +1648,29 @@ class Parser {
     }
     const std::string_view quoted = tokens_[target->begin].text;
     const std::string_view name = quoted.substr(1, quoted.size() - 2);
+    if (name == "xla.sdy.GlobalToLocalShape" || name == "xla.sdy.LocalToGlobalShape") {
+      return LowerSdyManualBoundary(instr, graph, operands, name == "xla.sdy.GlobalToLocalShape");
+    }
+    const bool boundary = name == kFullToShardShapeTarget || name == kShardToFullShapeTarget;
     const bool annotation = name == "Sharding" || name == "xla.sdy.FuncResultSharding";
-    if (!annotation) {
+    if (!annotation && !boundary) {
       return InstrError(absl::StatusCode::kUnimplemented, instr,
                         Cat("custom-call target ", quoted,
-                            " is not supported (supported: "
-                            "\"Sharding\", \"xla.sdy.FuncResultSharding\")"));
+                            " is not supported (supported: \"Sharding\", "
+                            "\"xla.sdy.FuncResultSharding\", \"SPMDFullToShardShape\", "
+                            "\"SPMDShardToFullShape\", \"xla.sdy.GlobalToLocalShape\", "
+                            "\"xla.sdy.LocalToGlobalShape\")"));
+    }
+    if (boundary) {
+      std::string text = sharding != nullptr ? std::string(AttrValueText(*sharding)) : "";
+      if (name == kFullToShardShapeTarget && text.empty()) text = "{manual}";
+      if (text.empty()) {
+        return InstrError(absl::StatusCode::kInvalidArgument, instr,
+                          "custom-call \"SPMDShardToFullShape\" needs a sharding={...} (the "
+                          "layout of the global result)");
+      }
+      return AddManualBoundary(instr, graph, operands, std::string(name), instr.shape,
+                               std::string(StripPercent(instr.name->text)), std::move(text));
     }
     if (operands.size() != 1 || operands[0]->shape() != instr.shape) {
       return InstrError(absl::StatusCode::kInvalidArgument, instr,
@@ -1563,6 +1686,126 @@ class Parser {
                                          std::string(StripPercent(instr.name->text)));
     copy->set_sharding(std::string(AttrValueText(*sharding)));
     return copy;
+  }
+
+  // One SPMDFullToShardShape / SPMDShardToFullShape node of `shape` on `operands` (exactly one).
+  absl::StatusOr<Node*> AddManualBoundary(const InstrAst& instr, Graph* graph,
+                                          const std::vector<Node*>& operands, std::string target,
+                                          const Shape& shape, std::string name,
+                                          std::string sharding) const {
+    if (operands.size() != 1) {
+      return InstrError(
+          absl::StatusCode::kInvalidArgument, instr,
+          Cat("custom-call \"", target, "\" takes one operand, got ", operands.size()));
+    }
+    OpAttributes attrs;
+    attrs.custom_call_target = std::move(target);
+    const Shape* operand_shape = &operands[0]->shape();
+    absl::StatusOr<Shape> inferred =
+        InferShape(Opcode::kCustomCall, {&operand_shape, 1}, attrs, shape);
+    if (!inferred.ok()) {
+      return InstrError(absl::StatusCode::kInvalidArgument, instr, Sv(inferred.status().message()));
+    }
+    Node* node = graph->AddNodeUnchecked(Opcode::kCustomCall, shape, {operands[0]},
+                                         std::move(attrs), std::move(name));
+    node->set_sharding(std::move(sharding));
+    return node;
+  }
+
+  // Shardy's shard_map boundary: "xla.sdy.GlobalToLocalShape" (global operands -> a tuple of
+  // local values; xla.sdy.in_shardings) or "xla.sdy.LocalToGlobalShape" (local operands -> a
+  // tuple of global values; xla.sdy.out_shardings), over the mesh axes of xla.sdy.manual_axes.
+  // Lowered as XLA's Shardy export does (shard_map_export.cc): each global operand becomes a copy
+  // carrying its sharding (the "Sharding" custom-call) and an SPMDFullToShardShape; each local
+  // operand an SPMDShardToFullShape carrying its sharding; several values make a tuple.
+  absl::StatusOr<Node*> LowerSdyManualBoundary(const InstrAst& instr, Graph* graph,
+                                               const std::vector<Node*>& operands,
+                                               bool to_local) const {
+    const std::string_view target =
+        to_local ? "xla.sdy.GlobalToLocalShape" : "xla.sdy.LocalToGlobalShape";
+    auto fail = [&](absl::StatusCode code, std::string_view why) {
+      return InstrError(code, instr, Cat("custom-call \"", target, "\": ", why));
+    };
+    const AttrAst* frontend = FindAttr(instr, "frontend_attributes");
+    if (frontend == nullptr) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  "needs frontend_attributes with its shardings");
+    }
+    const std::string_view attributes = AttrValueText(*frontend);
+    absl::StatusOr<std::string> meshes_text =
+        internal::FindFrontendAttribute(module_frontend_attributes_, "xla.sdy.meshes");
+    if (!meshes_text.ok()) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  "the module header has no frontend_attributes={xla.sdy.meshes=...}");
+    }
+    absl::StatusOr<internal::SdyMeshes> meshes = internal::ParseSdyMeshes(*meshes_text);
+    if (!meshes.ok()) return fail(meshes.status().code(), Sv(meshes.status().message()));
+    const std::string key = to_local ? "xla.sdy.in_shardings" : "xla.sdy.out_shardings";
+    absl::StatusOr<std::string> per_value = internal::FindFrontendAttribute(attributes, key);
+    if (!per_value.ok()) {
+      return fail(absl::StatusCode::kInvalidArgument, Cat("needs frontend attribute ", key));
+    }
+    absl::StatusOr<std::vector<std::string>> shardings =
+        internal::SdyShardingsToHlo(*per_value, *meshes);
+    if (!shardings.ok()) return fail(shardings.status().code(), Sv(shardings.status().message()));
+    TESSEL_RETURN_IF_ERROR(CheckAllAxesManual(instr, attributes, *meshes, fail));
+    const std::vector<Shape> results =
+        instr.shape.is_tuple() ? instr.shape.tuple_shapes() : std::vector<Shape>{instr.shape};
+    if (shardings->size() != operands.size() || results.size() != operands.size()) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  Cat(operands.size(), " operand(s), ", results.size(), " result(s) and ",
+                      shardings->size(), " sharding(s) in ", key, " must agree"));
+    }
+    const std::string base(StripPercent(instr.name->text));
+    std::vector<Node*> values;
+    for (size_t i = 0; i < operands.size(); ++i) {
+      const std::string suffix = operands.size() == 1 ? "" : Cat(".", i);
+      std::string boundary_target(to_local ? kFullToShardShapeTarget : kShardToFullShapeTarget);
+      if (to_local) {
+        Node* annotated =
+            graph->AddNodeUnchecked(Opcode::kCopy, operands[i]->shape(), {operands[i]},
+                                    OpAttributes(), Cat(base, ".sharding", suffix));
+        annotated->set_sharding((*shardings)[i]);
+        TESSEL_ASSIGN_OR_RETURN(
+            Node * local, AddManualBoundary(instr, graph, {annotated}, boundary_target, results[i],
+                                            Cat(base, suffix), "{manual}"));
+        values.push_back(local);
+      } else {
+        TESSEL_ASSIGN_OR_RETURN(Node * global,
+                                AddManualBoundary(instr, graph, {operands[i]}, boundary_target,
+                                                  results[i], Cat(base, suffix), (*shardings)[i]));
+        values.push_back(global);
+      }
+    }
+    if (!instr.shape.is_tuple()) return values[0];
+    return graph->AddNodeUnchecked(Opcode::kTuple, instr.shape, std::move(values), OpAttributes(),
+                                   Cat(base, ".tuple"));
+  }
+
+  // Tessel supports full manual regions only: every axis of the mesh in xla.sdy.manual_axes
+  // (XLA's subgroup-manual shardings, `last_tile_dims={manual}`, have no partitioning rule here).
+  template <typename Fail>
+  absl::Status CheckAllAxesManual(const InstrAst& instr, std::string_view attributes,
+                                  const internal::SdyMeshes& meshes, const Fail& fail) const {
+    absl::StatusOr<std::string> text =
+        internal::FindFrontendAttribute(attributes, "xla.sdy.manual_axes");
+    if (!text.ok()) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  "needs frontend attribute xla.sdy.manual_axes");
+    }
+    absl::StatusOr<std::vector<std::string>> manual = internal::ParseSdyManualAxes(*text);
+    if (!manual.ok()) return fail(manual.status().code(), Sv(manual.status().message()));
+    for (const auto& [mesh_name, mesh] : meshes) {
+      for (const auto& [axis, size] : mesh) {
+        if (size > 1 && std::find(manual->begin(), manual->end(), axis) == manual->end()) {
+          return fail(absl::StatusCode::kUnimplemented,
+                      Cat("mesh axis \"", axis, "\" of @", mesh_name,
+                          " is not manual; a shard_map over some of the mesh axes (subgroup "
+                          "manual sharding) is not supported"));
+        }
+      }
+    }
+    return absl::OkStatus();
   }
 
   // `call(operands), to_apply=%comp`: the callee's instructions are added in place of the call
@@ -1623,6 +1866,8 @@ class Parser {
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   std::string module_name_;
+  std::string_view module_frontend_attributes_;
+  int module_frontend_attributes_line_ = 0;
   std::vector<CompAst> comps_;
   absl::flat_hash_map<std::string, size_t> comp_by_name_;
   absl::flat_hash_map<std::string, Reduction> reductions_;

@@ -76,6 +76,16 @@ int64_t TotalBytes(const Literal& literal);
                                              ComparisonDirection direction, const Literal& a,
                                              const Literal& b, const Shape& shape);
 
+// ---- Sorting (kernels_sort.cc) ------------------------------------------------------------------
+
+// sort: each row of operands[0] along `dim` ordered ascending (or `descending`) in the total
+// order NaN-last (-0 == +0), stably; every operand permuted the same way. Returns the operand's
+// literal, or a tuple of all when there are several. Preconditions: InferShape(kSort) holds.
+[[nodiscard]] Literal Sort(absl::Span<const Literal* const> operands, int64_t dim, bool descending);
+// topk: the `k` largest (or smallest) of each row along the last dim, in that order, ties by
+// lower index, and their s32 indices: tuple (values, indices). Preconditions: InferShape(kTopK).
+[[nodiscard]] Literal TopK(const Literal& x, int64_t k, bool largest);
+
 // select(pred, on_true, on_false); `pred` has the result's dims or is a scalar.
 [[nodiscard]] Literal Select(const KernelContext& ctx, const Literal& pred, const Literal& on_true,
                              const Literal& on_false, const Shape& shape);

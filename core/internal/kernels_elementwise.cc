@@ -1,4 +1,5 @@
 // Elementwise kernels: unary ops, convert, binary ops, compare, select, clamp.
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -102,6 +103,9 @@ absl::Status UnaryFloat(const KernelContext& ctx, Opcode opcode, const T* x, T* 
     case Opcode::kCosine:
       MapUnary(ctx, x, out, n, [](C v) { return std::cos(v); });
       break;
+    case Opcode::kErf:
+      MapUnary(ctx, x, out, n, [](C v) { return std::erf(v); });
+      break;
     default:
       return TypeError(opcode, DTypeOf<T>());
   }
@@ -117,6 +121,14 @@ absl::Status UnaryInteger(const KernelContext& ctx, Opcode opcode, const T* x, T
     }
     if (opcode == Opcode::kNegate) {
       MapUnary(ctx, x, out, n, [](T v) { return WrapNeg(v); });
+      return absl::OkStatus();
+    }
+  }
+  if constexpr (!std::is_same_v<T, bool>) {
+    if (opcode == Opcode::kPopcnt) {
+      MapUnary(ctx, x, out, n, [](T v) {
+        return static_cast<T>(std::popcount(static_cast<std::make_unsigned_t<T>>(v)));
+      });
       return absl::OkStatus();
     }
   }
@@ -205,6 +217,42 @@ T IntegerDivide(T a, T b) {
   return static_cast<T>(a / b);
 }
 
+// XLA's integer remainder: the sign of the dividend (C++ %), x % 0 == x, INT_MIN % -1 == 0.
+template <typename T>
+T IntegerRemainder(T a, T b) {
+  if (b == 0) return a;
+  if constexpr (std::is_signed_v<T>) {
+    if (b == T(-1)) return T(0);
+  }
+  return static_cast<T>(a % b);
+}
+
+// XLA's shifts take the amount as unsigned: an amount >= the bit width (a negative one too)
+// shifts everything out: 0, or for an arithmetic right shift the sign (0 or -1).
+template <typename T>
+T ShiftLeft(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  const U amount = static_cast<U>(b);
+  if (amount >= sizeof(T) * 8) return T(0);
+  return static_cast<T>(static_cast<U>(static_cast<U>(a) << amount));
+}
+template <typename T>
+T ShiftRightLogical(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  const U amount = static_cast<U>(b);
+  if (amount >= sizeof(T) * 8) return T(0);
+  return static_cast<T>(static_cast<U>(a) >> amount);
+}
+template <typename T>
+T ShiftRightArithmetic(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  using S = std::make_signed_t<T>;
+  const U amount = static_cast<U>(b);
+  const S value = static_cast<S>(a);
+  if (amount >= sizeof(T) * 8) return static_cast<T>(value < 0 ? S(-1) : S(0));
+  return static_cast<T>(static_cast<S>(value >> amount));
+}
+
 template <typename T, typename R, typename F>
 void MapBinary(const KernelContext& ctx, const T* a, const T* b, R* out, int64_t n, F f) {
   ParallelFor(ctx, n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
@@ -239,6 +287,12 @@ absl::Status BinaryArithmetic(const KernelContext& ctx, Opcode opcode, const T* 
       case Opcode::kPower:
         MapBinary(ctx, a, b, out, n, [](C x, C y) { return std::pow(x, y); });
         return absl::OkStatus();
+      case Opcode::kRemainder:
+        MapBinary(ctx, a, b, out, n, [](C x, C y) { return std::fmod(x, y); });
+        return absl::OkStatus();
+      case Opcode::kAtan2:
+        MapBinary(ctx, a, b, out, n, [](C x, C y) { return std::atan2(x, y); });
+        return absl::OkStatus();
       default:
         return TypeError(opcode, DTypeOf<T>());
     }
@@ -249,6 +303,9 @@ absl::Status BinaryArithmetic(const KernelContext& ctx, Opcode opcode, const T* 
         return absl::OkStatus();
       case Opcode::kOr:
         MapBinary(ctx, a, b, out, n, [](bool x, bool y) { return x || y; });
+        return absl::OkStatus();
+      case Opcode::kXor:
+        MapBinary(ctx, a, b, out, n, [](bool x, bool y) { return x != y; });
         return absl::OkStatus();
       default:
         return TypeError(opcode, DTypeOf<T>());
@@ -281,6 +338,21 @@ absl::Status BinaryArithmetic(const KernelContext& ctx, Opcode opcode, const T* 
         return absl::OkStatus();
       case Opcode::kOr:
         MapBinary(ctx, a, b, out, n, [](T x, T y) { return static_cast<T>(x | y); });
+        return absl::OkStatus();
+      case Opcode::kXor:
+        MapBinary(ctx, a, b, out, n, [](T x, T y) { return static_cast<T>(x ^ y); });
+        return absl::OkStatus();
+      case Opcode::kRemainder:
+        MapBinary(ctx, a, b, out, n, [](T x, T y) { return IntegerRemainder(x, y); });
+        return absl::OkStatus();
+      case Opcode::kShiftLeft:
+        MapBinary(ctx, a, b, out, n, [](T x, T y) { return ShiftLeft(x, y); });
+        return absl::OkStatus();
+      case Opcode::kShiftRightLogical:
+        MapBinary(ctx, a, b, out, n, [](T x, T y) { return ShiftRightLogical(x, y); });
+        return absl::OkStatus();
+      case Opcode::kShiftRightArithmetic:
+        MapBinary(ctx, a, b, out, n, [](T x, T y) { return ShiftRightArithmetic(x, y); });
         return absl::OkStatus();
       default:
         return TypeError(opcode, DTypeOf<T>());
@@ -320,6 +392,19 @@ absl::StatusOr<Literal> Unary(const KernelContext& ctx, Opcode opcode, const Lit
                               const Shape& shape) {
   if (opcode == Opcode::kConvert) return Convert(ctx, x, shape);
   if (opcode == Opcode::kCopy) return Literal(x);
+  if (opcode == Opcode::kIsFinite) {
+    Literal out = Literal::Uninitialized(shape);
+    bool* dst = out.data<bool>().data();
+    VisitDType(x.shape().dtype(), [&]<typename T>() {
+      if constexpr (kIsFloating<T>) {
+        const T* src = x.data<T>().data();
+        ParallelFor(ctx, x.num_elements(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) dst[i] = std::isfinite(Load(src[i]));
+        });
+      }
+    });
+    return out;
+  }
   Literal out = Literal::Uninitialized(shape);
   int64_t n = x.num_elements();
   absl::Status status = VisitDType(x.shape().dtype(), [&]<typename T>() -> absl::Status {

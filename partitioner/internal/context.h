@@ -149,6 +149,10 @@ absl::StatusOr<PValue> HandleScatter(Context&, const Node&, const std::vector<PV
                                      const Sharding&);
 absl::StatusOr<PValue> HandleReduce(Context&, const Node&, const std::vector<PValue>&,
                                     const Sharding&);
+// sort, topk: the sorted dim all-gathered, the other dims keep operand 0's tiling
+// (handlers/sort.cc).
+absl::StatusOr<PValue> HandleSort(Context&, const Node&, const std::vector<PValue>&,
+                                  const Sharding&);
 absl::StatusOr<PValue> HandleDot(Context&, const Node&, const std::vector<PValue>&,
                                  const Sharding&);
 // convolution (batch, output feature, input feature, grouped), reduce-window,
