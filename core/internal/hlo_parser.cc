@@ -897,6 +897,30 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // Collectives: replica_groups (a missing one reads as {}: XLA's all devices; shape inference
+  // decides), dimensions, to_apply, source_target_pairs, channel_id, use_global_device_ids.
+  template <typename Find, typename Require>
+  absl::Status CollectiveAttributes(Opcode opcode, const Find& find, const Require& require,
+                                    OpAttributes* attrs, const AttrAst** to_apply) const {
+    if (opcode == Opcode::kCollectivePermute) {
+      if (const AttrAst* attr = find("source_target_pairs")) {
+        TESSEL_ASSIGN_OR_RETURN(attrs->source_target_pairs, AttrPairs(*attr));
+      }
+      return ChannelAttributes(find, attrs);
+    }
+    if (const AttrAst* attr = find("replica_groups")) {
+      TESSEL_ASSIGN_OR_RETURN(attrs->replica_groups, AttrReplicaGroups(*attr));
+    }
+    if (opcode != Opcode::kAllReduce) {
+      TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("dimensions"));
+      TESSEL_ASSIGN_OR_RETURN(attrs->dimensions, AttrIntList(*attr));
+    }
+    if (opcode == Opcode::kAllReduce || opcode == Opcode::kReduceScatter) {
+      TESSEL_ASSIGN_OR_RETURN(*to_apply, require("to_apply"));
+    }
+    return ChannelAttributes(find, attrs);
+  }
+
   // Fills `attrs` (and the sharding, to_apply) from the attribute list of `instr`.
   absl::Status ApplyAttributes(const InstrAst& instr, OpAttributes* attrs, std::string* sharding,
                                const AttrAst** to_apply) const {
@@ -1014,6 +1038,7 @@ class Parser {
       case Opcode::kReduceWindow:
       case Opcode::kSelectAndScatter:
         TESSEL_RETURN_IF_ERROR(WindowedAttributes(instr.opcode, find, require, attrs, to_apply));
+        break;
       case Opcode::kSort:
       case Opcode::kTopK:
         TESSEL_RETURN_IF_ERROR(SortAttributes(instr.opcode, find, require, attrs, to_apply));
@@ -1026,30 +1051,12 @@ class Parser {
       case Opcode::kAllReduce:
       case Opcode::kAllGather:
       case Opcode::kReduceScatter:
-      case Opcode::kAllToAll: {
-        // A missing replica_groups reads as {} (XLA: all devices); shape inference decides.
-        if (const AttrAst* attr = find("replica_groups")) {
-          TESSEL_ASSIGN_OR_RETURN(attrs->replica_groups, AttrReplicaGroups(*attr));
-        }
-        if (instr.opcode != Opcode::kAllReduce) {
-          TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("dimensions"));
-          TESSEL_ASSIGN_OR_RETURN(attrs->dimensions, AttrIntList(*attr));
-        }
-        if (instr.opcode == Opcode::kAllReduce || instr.opcode == Opcode::kReduceScatter) {
-          TESSEL_ASSIGN_OR_RETURN(*to_apply, require("to_apply"));
-        }
-        break;
-      }
+      case Opcode::kAllToAll:
       case Opcode::kCollectivePermute:
-        if (const AttrAst* attr = find("source_target_pairs")) {
-          TESSEL_ASSIGN_OR_RETURN(attrs->source_target_pairs, AttrPairs(*attr));
-        }
+        TESSEL_RETURN_IF_ERROR(CollectiveAttributes(instr.opcode, find, require, attrs, to_apply));
         break;
       default:
         break;
-    }
-    if (IsCollective(instr.opcode)) {
-      TESSEL_RETURN_IF_ERROR(ChannelAttributes(find, attrs));
     }
     return absl::OkStatus();
   }
