@@ -62,8 +62,7 @@ CLI::Validator NumberAtLeast(double low, bool strict, const std::string& name) {
 // (Loshchilov & Hutter 2017, SGDR, without restarts; torch CosineAnnealingLR stepped per batch).
 double LearningRate(const FashionMnistFlags& flags, int64_t step, int64_t total) {
   if (flags.lr_schedule == "constant" || total <= 0) return flags.lr;
-  const double progress = static_cast<double>(step) / static_cast<double>(total);
-  return flags.lr * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  return nn::WarmupCosineLr(step, /*warmup_steps=*/0, total, flags.lr);
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
