@@ -162,10 +162,10 @@ Tensor ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   if (x.rank() != 4 || x.dim(3) % 2 != 0 ||
       cos.shape().dims() != std::vector<int64_t>{x.dim(2), x.dim(3)} ||
       sin.shape().dims() != cos.shape().dims()) {
-    return InvalidArgument(absl::StrCat("rotary: expected x [B, H, S, Dh] with an even Dh and "
-                                        "tables [S, Dh], got x ",
-                                        x.shape().ToString(), ", cos ", cos.shape().ToString(),
-                                        ", sin ", sin.shape().ToString()));
+    return InvalidArgument(absl::StrCat(
+        "rotary: expected x [B, H, S, Dh] with an even Dh and "
+        "tables [S, Dh], got x ",
+        x.shape().ToString(), ", cos ", cos.shape().ToString(), ", sin ", sin.shape().ToString()));
   }
   const std::vector<int64_t>& dims = x.shape().dims();
   const int64_t dh = dims[3], half = dh / 2;

@@ -72,8 +72,8 @@ RotaryTables MakeRotaryTables(int64_t seq_len, int64_t head_dim, DType dtype, do
 // Causal (grouped-query) self-attention: q [B, H, S, Dh], k and v [B, KV, S, Dh] with KV
 // dividing H; result [B, S, H*Dh] in q's dtype. softmax(q k^T / sqrt(Dh) + causal mask) v, with
 // query position i attending to keys 0..i. Key/value heads are repeated H/KV times (Llama's
-// repeat_kv); in bf16/f16 the softmax runs in f32 (Megatron's attention_softmax_in_fp32). Batch and heads
-// are the dots' batch dims, so heads split over a tensor axis stay split with no collective.
+// repeat_kv); in bf16/f16 the softmax runs in f32 (Megatron's attention_softmax_in_fp32). Batch and
+// heads are the dots' batch dims, so heads split over a tensor axis stay split with no collective.
 // Errors: kInvalidArgument on ranks or mismatched dims.
 // Source: Vaswani et al. 2017; Ainslie et al. 2023 (GQA).
 Tensor CausalSelfAttention(const Tensor& q, const Tensor& k, const Tensor& v);

@@ -37,11 +37,11 @@ TEST(GptTest, ParametersNamesAndCount) {
   EXPECT_EQ(gpt->num_parameters(),
             v * d + s * d + l * (4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d) + 2 * d);
   std::vector<bool> decay = gpt->DecayMask();
-  EXPECT_TRUE(decay[0]);    // wte
-  EXPECT_FALSE(decay[1]);   // wpe
-  EXPECT_FALSE(decay[2]);   // a gain
-  EXPECT_TRUE(decay[4]);    // h0.attn.wq
-  EXPECT_FALSE(decay[5]);   // h0.attn.bq
+  EXPECT_TRUE(decay[0]);   // wte
+  EXPECT_FALSE(decay[1]);  // wpe
+  EXPECT_FALSE(decay[2]);  // a gain
+  EXPECT_TRUE(decay[4]);   // h0.attn.wq
+  EXPECT_FALSE(decay[5]);  // h0.attn.bq
   // Untied head and SwiGLU add lm_head and a gate per block; rotary drops wpe.
   GptConfig other = Tiny();
   other.tied_head = false;

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numbers>
 #include <map>
+#include <numbers>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -130,8 +130,8 @@ absl::Status Adam::Step(absl::Span<Tensor* const> params, absl::Span<const Tenso
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor& p = *params[i];
     Tensor g = grads[i];
-    const bool decay = options_.weight_decay != 0 &&
-                       (options_.decay_mask.empty() || options_.decay_mask[i]);
+    const bool decay =
+        options_.weight_decay != 0 && (options_.decay_mask.empty() || options_.decay_mask[i]);
     if (decay && options_.decoupled_weight_decay) {
       p = p * shrink.Like(p.shape());
     } else if (decay) {
@@ -162,14 +162,14 @@ ClippedGradients ClipGradNorm(absl::Span<const Tensor> grads, double max_norm) {
   }
   absl::Status bad;
   if (grads.empty() || max_norm <= 0) {
-    bad = absl::InvalidArgumentError(absl::StrCat("clip_grad_norm: need max_norm > 0 (got ",
-                                                  max_norm, ") and gradients (got ",
-                                                  grads.size(), ")"));
+    bad =
+        absl::InvalidArgumentError(absl::StrCat("clip_grad_norm: need max_norm > 0 (got ", max_norm,
+                                                ") and gradients (got ", grads.size(), ")"));
   } else {
     for (const Tensor& g : grads) {
       if (!IsFloating(g.dtype())) {
-        bad = absl::InvalidArgumentError(absl::StrCat(
-            "clip_grad_norm: gradients must be floating, got ", g.shape().ToString()));
+        bad = absl::InvalidArgumentError(
+            absl::StrCat("clip_grad_norm: gradients must be floating, got ", g.shape().ToString()));
       }
     }
   }

@@ -134,7 +134,9 @@ TEST(AdamWTest, DecoupledDecayShrinksBeforeTheAdamUpdate) {
   // Parameter 1 is masked out of the decay.
   Tensor p = F64({2}, {2, -4});
   Tensor q = F64({1}, {3});
-  Adam adamw({.lr = 0.1, .weight_decay = 0.5, .decoupled_weight_decay = true,
+  Adam adamw({.lr = 0.1,
+              .weight_decay = 0.5,
+              .decoupled_weight_decay = true,
               .decay_mask = {true, false}});
   ASSERT_TRUE(adamw.Step({&p, &q}, {F64({2}, {1, -1}), F64({1}, {2})}).ok());
   ASSERT_TRUE(Sync().ok());
@@ -176,7 +178,7 @@ TEST(ClipGradNormTest, BadArgumentsAreErrors) {
 TEST(WarmupCosineLrTest, WarmsUpLinearlyThenAnneals) {
   EXPECT_DOUBLE_EQ(WarmupCosineLr(0, 4, 14, 1.0, 0.1), 0.25);
   EXPECT_DOUBLE_EQ(WarmupCosineLr(3, 4, 14, 1.0, 0.1), 1.0);
-  EXPECT_DOUBLE_EQ(WarmupCosineLr(4, 4, 14, 1.0, 0.1), 1.0);   // cosine starts at the peak
+  EXPECT_DOUBLE_EQ(WarmupCosineLr(4, 4, 14, 1.0, 0.1), 1.0);     // cosine starts at the peak
   EXPECT_NEAR(WarmupCosineLr(9, 4, 14, 1.0, 0.1), 0.55, 1e-12);  // halfway: the midpoint
   EXPECT_NEAR(WarmupCosineLr(14, 4, 14, 1.0, 0.1), 0.1, 1e-12);
   EXPECT_NEAR(WarmupCosineLr(20, 4, 14, 1.0, 0.1), 0.1, 1e-12);  // past the end: min_lr

@@ -72,14 +72,13 @@ absl::StatusOr<TextCorpus> LoadTextCorpus(const std::string& dir, int64_t valida
   TextCorpus corpus;
   corpus.dir = dir;
   for (size_t i = 0; i < names.size(); ++i) {
-    const bool validation =
-        static_cast<int64_t>(i) % validation_every == validation_every - 1;
+    const bool validation = static_cast<int64_t>(i) % validation_every == validation_every - 1;
     (validation ? corpus.validation_files : corpus.train_files).push_back(names[i]);
     TESSEL_RETURN_IF_ERROR(AppendFile(std::filesystem::path(dir) / names[i],
                                       validation ? corpus.validation : corpus.train));
   }
-  for (const auto& [what, bytes] : {std::pair("training", &corpus.train),
-                                    std::pair("validation", &corpus.validation)}) {
+  for (const auto& [what, bytes] :
+       {std::pair("training", &corpus.train), std::pair("validation", &corpus.validation)}) {
     if (bytes->size() < 2) {
       return absl::InvalidArgumentError(absl::StrCat(
           dir, ": the ", what, " split has ", bytes->size(), " bytes (", names.size(),
@@ -125,8 +124,8 @@ absl::Status TextBatcher::Check(const std::vector<uint8_t>& data, const TextBatc
                                                    ") must be positive"));
   }
   if (static_cast<int64_t>(data.size()) <= options.seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("text batches: the ", what, " has ",
-                                                   data.size(), " bytes, not more than seq_len ",
+    return absl::InvalidArgumentError(absl::StrCat("text batches: the ", what, " has ", data.size(),
+                                                   " bytes, not more than seq_len ",
                                                    options.seq_len));
   }
   return absl::OkStatus();

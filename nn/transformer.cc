@@ -150,9 +150,7 @@ class Builder {
 
   // Dim 0 over the recipe's batch axes (a tuple when there are several: the batch split over
   // their product), every other dim whole.
-  PartitionSpec BatchSpec(int64_t rank) const {
-    return BatchPartitionSpec(layout_, rank);
-  }
+  PartitionSpec BatchSpec(int64_t rank) const { return BatchPartitionSpec(layout_, rank); }
 
   // [B, S, in] x [in, out] (+ bias [out]).
   Tensor Linear(const Tensor& x, const Tensor& w) { return MatMul(x, w); }
