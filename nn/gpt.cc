@@ -145,7 +145,17 @@ absl::Status Gpt::Shard(const spmd::Mesh& mesh, const RecipeLayout& layout) {
     absl::Status s = spmd::mark_sharding(p.value, mesh, WeightPartitionSpec(p.kind, layout));
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(p.name, ": ", s.message()));
   }
+  mesh_ = mesh;
+  activation_spec_ = BatchPartitionSpec(layout, 3);
   return absl::OkStatus();
+}
+
+Tensor Gpt::Constrain(Tensor x) const {
+  if (!mesh_.has_value() || !x.status().ok()) return x;
+  // Only a batch as large as the full one has the layout's split; a smaller batch (a sample
+  // batch of another size) would still shard, so the constraint applies to any batch.
+  absl::Status s = spmd::mark_sharding(x, *mesh_, activation_spec_);
+  return s.ok() ? x : Tensor::Error(s);
 }
 
 Tensor Gpt::BlockForward(const Block& blk, const Tensor& x, const Tensor& cos,
@@ -159,7 +169,7 @@ Tensor Gpt::BlockForward(const Block& blk, const Tensor& x, const Tensor& cos,
     q = ApplyRotary(q, cos, sin);
     k = ApplyRotary(k, cos, sin);
   }
-  Tensor out = x + Affine(CausalSelfAttention(q, k, v), P(blk.wo), P(blk.bo));
+  Tensor out = Constrain(x + Affine(CausalSelfAttention(q, k, v), P(blk.wo), P(blk.bo)));
   Tensor m = LayerNormalize(out, P(blk.ln2_gain), P(blk.ln2_bias));
   Tensor hidden = Affine(m, P(blk.w_in), P(blk.b_in));
   if (config_.mlp == MlpActivation::kGelu) {
@@ -169,7 +179,7 @@ Tensor Gpt::BlockForward(const Block& blk, const Tensor& x, const Tensor& cos,
     Tensor gate = Affine(m, P(blk.w_gate), P(blk.b_gate));
     hidden = gate * Logistic(gate) * hidden;
   }
-  return out + Affine(hidden, P(blk.w_out), P(blk.b_out));
+  return Constrain(out + Affine(hidden, P(blk.w_out), P(blk.b_out)));
 }
 
 Tensor Gpt::Logits(const Tensor& tokens) const {
@@ -204,6 +214,7 @@ Tensor Gpt::Logits(const Tensor& tokens) const {
       sin = Slice(sin, {0, 0}, {s, config_.head_dim()});
     }
   }
+  x = Constrain(x);
   for (const Block& blk : blocks_) x = BlockForward(blk, x, cos, sin);
   x = LayerNormalize(x, P(lnf_gain_), P(lnf_bias_));
   if (config_.tied_head) {

@@ -28,6 +28,7 @@
 #define TESSEL_NN_GPT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +38,7 @@
 #include "core/tensor.h"
 #include "nn/transformer.h"
 #include "spmd/mesh.h"
+#include "spmd/partition_spec.h"
 
 namespace tessel::nn {
 
@@ -74,9 +76,13 @@ class Gpt {
   // Errors: ValidateGptConfig's.
   [[nodiscard]] static absl::StatusOr<Gpt> Create(const GptConfig& config, uint64_t seed);
 
-  // Annotates every parameter with mark_sharding (see the file comment). A 1-device mesh gets
-  // no annotation. Errors: mark_sharding's (an axis of `layout` not in `mesh`, a dim that does
-  // not divide... uneven dims are allowed, so in practice only unknown axes).
+  // Annotates every parameter with mark_sharding (see the file comment), and makes Logits mark
+  // the residual stream [B, S, d_model] (after the embedding and after each residual add) with
+  // the batch over the layout's batch axes: sharding constraints on activations, as MaxText's
+  // logical activation constraints. Without them the partitioner's propagation lets the
+  // FSDP-sharded weights win, replicating the batch and repeating the whole forward pass on
+  // every data-parallel device. A 1-device mesh gets no annotation.
+  // Errors: mark_sharding's (an axis of `layout` not in `mesh`), naming the parameter.
   [[nodiscard]] absl::Status Shard(const spmd::Mesh& mesh, const RecipeLayout& layout);
 
   // Logits f32[B, S, vocab] for tokens s32[B, S] with S <= seq_len (position s of a row sees
@@ -113,12 +119,16 @@ class Gpt {
   const Tensor& P(int64_t index) const { return params_[index].value; }
   Tensor BlockForward(const Block& blk, const Tensor& x, const Tensor& cos,
                       const Tensor& sin) const;
+  // `x` with the activation constraint of Shard (unchanged when not sharded).
+  Tensor Constrain(Tensor x) const;
 
   GptConfig config_;
   std::vector<Param> params_;
   int64_t wte_ = -1, wpe_ = -1, lnf_gain_ = -1, lnf_bias_ = -1, head_ = -1;
   std::vector<Block> blocks_;
   Literal rotary_cos_, rotary_sin_;  // [seq_len, head_dim] when position == kRotary
+  std::optional<spmd::Mesh> mesh_;   // set by Shard on a mesh of several devices
+  spmd::PartitionSpec activation_spec_;
 };
 
 }  // namespace tessel::nn

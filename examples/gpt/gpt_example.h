@@ -36,11 +36,11 @@ namespace tessel::examples {
 struct GptFlags {
   std::string data_dir;  // default nn::kDefaultFortunesDir
   // Model.
-  int64_t layers = 4;
+  int64_t layers = 2;
   int64_t d_model = 128;
   int64_t heads = 4;
   int64_t ffn = 0;  // 0: 4 * d_model
-  int64_t seq_len = 128;
+  int64_t seq_len = 64;
   std::string position = "learned";
   std::string mlp = "gelu";
   std::string head = "tied";
@@ -49,15 +49,15 @@ struct GptFlags {
   int64_t steps = 1000;
   double lr = 3e-3;
   double min_lr = 3e-4;
-  int64_t warmup = 50;
+  int64_t warmup = 30;
   double weight_decay = 0.1;
   double clip = 1.0;
   uint64_t seed = 0;
   int threads = 0;
   // Output.
-  int64_t log_every = 25;
+  int64_t log_every = 50;
   int64_t eval_every = 200;
-  int64_t eval_batches = 8;
+  int64_t eval_batches = 4;
   std::string prompt = "The meaning of life is";
   int64_t generate = 200;  // bytes generated per sample
   double temperature = 0.8;
