@@ -223,18 +223,18 @@ TEST(RotaryTest, TablesAndIdentityAtPositionZero) {
   RotaryTables t = MakeRotaryTables(2, 4, DType::kF64);
   EXPECT_EQ(t.cos.shape().ToString(), "f64[2,4]");
   // Row 0: angle 0. Row 1: angles 1, 0.01 (base^(-2*1/4) = 1/100), repeated in both halves.
-  EXPECT_THAT(t.cos.ToDoubles(), Pointwise(DoubleNear(1e-15), {1.0, 1.0, 1.0, 1.0, std::cos(1.0),
-                                                                std::cos(0.01), std::cos(1.0),
-                                                                std::cos(0.01)}));
-  EXPECT_THAT(t.sin.ToDoubles(), Pointwise(DoubleNear(1e-15), {0.0, 0.0, 0.0, 0.0, std::sin(1.0),
-                                                                std::sin(0.01), std::sin(1.0),
-                                                                std::sin(0.01)}));
+  EXPECT_THAT(t.cos.ToDoubles(),
+              Pointwise(DoubleNear(1e-15), {1.0, 1.0, 1.0, 1.0, std::cos(1.0), std::cos(0.01),
+                                            std::cos(1.0), std::cos(0.01)}));
+  EXPECT_THAT(t.sin.ToDoubles(),
+              Pointwise(DoubleNear(1e-15), {0.0, 0.0, 0.0, 0.0, std::sin(1.0), std::sin(0.01),
+                                            std::sin(1.0), std::sin(0.01)}));
   // x [1, 1, 2, 4]: position 0 unchanged; position 1 rotates the pairs (x_i, x_{i+2}).
   Tensor x = F64({1, 1, 2, 4}, {1, 2, 3, 4, 1, 0, 0, 0});
   std::vector<double> y =
       Values(ApplyRotary(x, Tensor::FromLiteral(t.cos), Tensor::FromLiteral(t.sin)));
-  EXPECT_THAT(y, Pointwise(DoubleNear(1e-12), {1.0, 2.0, 3.0, 4.0, std::cos(1.0), 0.0,
-                                                std::sin(1.0), 0.0}));
+  EXPECT_THAT(y, Pointwise(DoubleNear(1e-12),
+                           {1.0, 2.0, 3.0, 4.0, std::cos(1.0), 0.0, std::sin(1.0), 0.0}));
   EXPECT_THAT(ApplyRotary(F64({1, 1, 2, 3}, std::vector<double>(6, 0)), Tensor::FromLiteral(t.cos),
                           Tensor::FromLiteral(t.sin))
                   .status()
