@@ -21,12 +21,11 @@ bool IsTextFileName(const std::string& name) {
          !absl::EndsWith(name, ".u8");
 }
 
-std::string MissingCorpusHint(const std::string& dir) {
-  if (dir == kDefaultFortunesDir) {
-    return "; install the Debian package fortunes (scripts/setup.sh does) or pass --data-dir";
-  }
-  return "";
-}
+// Said for every missing corpus, not only the default directory: a wrong --data-dir is most
+// often a machine without the package.
+constexpr char kMissingCorpusHint[] =
+    "; the default corpus is the Debian package fortunes (scripts/setup.sh installs it), or pass "
+    "--data-dir";
 
 absl::Status AppendFile(const std::filesystem::path& path, std::vector<uint8_t>& out) {
   std::ifstream in(path, std::ios::binary);
@@ -53,7 +52,7 @@ absl::StatusOr<TextCorpus> LoadTextCorpus(const std::string& dir, int64_t valida
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
     return absl::NotFoundError(
-        absl::StrCat(dir, ": no such directory (the text corpus)", MissingCorpusHint(dir)));
+        absl::StrCat(dir, ": no such directory (the text corpus)", kMissingCorpusHint));
   }
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -66,7 +65,7 @@ absl::StatusOr<TextCorpus> LoadTextCorpus(const std::string& dir, int64_t valida
   if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot list: ", ec.message()));
   if (names.empty()) {
     return absl::NotFoundError(
-        absl::StrCat(dir, ": no text files (the text corpus)", MissingCorpusHint(dir)));
+        absl::StrCat(dir, ": no text files (the text corpus)", kMissingCorpusHint));
   }
   std::sort(names.begin(), names.end());
   TextCorpus corpus;

@@ -45,7 +45,7 @@ struct TextCorpus {
 
 // Reads and splits the corpus in `dir` (see the file comment for the rule).
 // Errors: kNotFound if `dir` does not exist or holds no text file (the message names the
-// directory and, for the default directory, the Debian package `fortunes` that provides it);
+// directory and the Debian package `fortunes` that provides the default corpus);
 // kInvalidArgument if validation_every < 2 or a split would be empty or shorter than 2 bytes;
 // kInternal (naming the file) if a file cannot be read.
 [[nodiscard]] absl::StatusOr<TextCorpus> LoadTextCorpus(const std::string& dir,
