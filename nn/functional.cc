@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace tessel::nn {
 
@@ -142,6 +143,115 @@ Tensor LayerNormalize(const Tensor& x, const Tensor& gain, const Tensor& bias, d
   Tensor normalized = centered * ExpandAlong(Rsqrt(variance + eps), x, last);
   const std::vector<int64_t>& dims = x.shape().dims();
   return normalized * Broadcast(gain, dims, {last}) + Broadcast(bias, dims, {last});
+}
+
+Tensor SplitHeads(const Tensor& x, int64_t heads) {
+  if (!x.status().ok()) return x;
+  if (x.rank() != 3 || heads <= 0 || x.dim(2) % heads != 0) {
+    return InvalidArgument(absl::StrCat("split_heads: expected x [B, S, heads*Dh] with ", heads,
+                                        " heads, got ", x.shape().ToString()));
+  }
+  const int64_t b = x.dim(0), s = x.dim(1), dh = x.dim(2) / heads;
+  return Transpose(Reshape(x, {b, s, heads, dh}), {0, 2, 1, 3});
+}
+
+Tensor ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  for (const Tensor* t : {&x, &cos, &sin}) {
+    if (!t->status().ok()) return *t;
+  }
+  if (x.rank() != 4 || x.dim(3) % 2 != 0 ||
+      cos.shape().dims() != std::vector<int64_t>{x.dim(2), x.dim(3)} ||
+      sin.shape().dims() != cos.shape().dims()) {
+    return InvalidArgument(absl::StrCat(
+        "rotary: expected x [B, H, S, Dh] with an even Dh and "
+        "tables [S, Dh], got x ",
+        x.shape().ToString(), ", cos ", cos.shape().ToString(), ", sin ", sin.shape().ToString()));
+  }
+  const std::vector<int64_t>& dims = x.shape().dims();
+  const int64_t dh = dims[3], half = dh / 2;
+  Tensor lo = Slice(x, {0, 0, 0, 0}, {dims[0], dims[1], dims[2], half});
+  Tensor hi = Slice(x, {0, 0, 0, half}, {dims[0], dims[1], dims[2], dh});
+  Tensor rotated = Concatenate({-hi, lo}, 3);
+  return x * Broadcast(cos, dims, {2, 3}) + rotated * Broadcast(sin, dims, {2, 3});
+}
+
+RotaryTables MakeRotaryTables(int64_t seq_len, int64_t head_dim, DType dtype, double base) {
+  TESSEL_CHECK(seq_len > 0 && head_dim > 0 && head_dim % 2 == 0);
+  TESSEL_CHECK(dtype == DType::kF32 || dtype == DType::kF64);
+  const int64_t half = head_dim / 2;
+  std::vector<double> cos(seq_len * head_dim), sin(seq_len * head_dim);
+  for (int64_t s = 0; s < seq_len; ++s) {
+    for (int64_t i = 0; i < head_dim; ++i) {
+      const double inv_freq =
+          std::pow(base, -2.0 * static_cast<double>(i % half) / static_cast<double>(head_dim));
+      const double angle = static_cast<double>(s) * inv_freq;
+      cos[s * head_dim + i] = std::cos(angle);
+      sin[s * head_dim + i] = std::sin(angle);
+    }
+  }
+  auto as = [&](const std::vector<double>& v) {
+    if (dtype == DType::kF64) return Literal::FromVector<double>({seq_len, head_dim}, v);
+    std::vector<float> f(v.begin(), v.end());
+    return Literal::FromVector<float>({seq_len, head_dim}, f);
+  };
+  return {as(cos), as(sin)};
+}
+
+Tensor CausalSelfAttention(const Tensor& q, const Tensor& k_in, const Tensor& v_in,
+                           int64_t sliding_window) {
+  for (const Tensor* t : {&q, &k_in, &v_in}) {
+    if (!t->status().ok()) return *t;
+  }
+  if (q.rank() != 4 || k_in.rank() != 4 || k_in.shape().dims() != v_in.shape().dims() ||
+      k_in.dim(0) != q.dim(0) || k_in.dim(2) != q.dim(2) || k_in.dim(3) != q.dim(3) ||
+      k_in.dim(1) <= 0 || q.dim(1) % k_in.dim(1) != 0) {
+    return InvalidArgument(absl::StrCat(
+        "causal_self_attention: expected q [B, H, S, Dh] and k, v [B, KV, S, Dh] with KV "
+        "dividing H, got q ",
+        q.shape().ToString(), ", k ", k_in.shape().ToString(), ", v ", v_in.shape().ToString()));
+  }
+  if (sliding_window < 0) {
+    return InvalidArgument(
+        absl::StrCat("causal_self_attention: sliding_window must be >= 0, got ", sliding_window));
+  }
+  const int64_t b = q.dim(0), h = q.dim(1), s = q.dim(2), dh = q.dim(3), kv = k_in.dim(1);
+  Tensor k = k_in, v = v_in;
+  if (kv != h) {
+    // The group dim goes right after the kv dim, so merging them makes query head j read kv
+    // head j / group (Llama's repeat_kv).
+    const int64_t group = h / kv;
+    k = Reshape(Broadcast(k, {b, kv, group, s, dh}, {0, 1, 3, 4}), {b, h, s, dh});
+    v = Reshape(Broadcast(v, {b, kv, group, s, dh}, {0, 1, 3, 4}), {b, h, s, dh});
+  }
+  DotDimensionNumbers qk;
+  qk.lhs_batch_dims = qk.rhs_batch_dims = {0, 1};
+  qk.lhs_contracting_dims = {3};
+  qk.rhs_contracting_dims = {3};
+  Tensor scores = Dot(q, k, qk) * (1.0 / std::sqrt(static_cast<double>(dh)));  // [B,H,S,S]
+  // Causal mask from two iotas (query index >= key index): elementwise, so it shards like the
+  // scores with no collective, and no [S, S] constant is stored. Masked scores get -1e9: after
+  // the max shift their exp underflows to 0. Every row keeps its diagonal key, so no row is
+  // fully masked and the softmax never divides by zero.
+  Shape mask_shape(DType::kS32, {b, h, s, s});
+  Tensor causal = Compare(Iota(mask_shape, 2), Iota(mask_shape, 3), ComparisonDirection::kGe);
+  if (sliding_window > 0) {
+    Tensor distance = Iota(mask_shape, 2) - Iota(mask_shape, 3);
+    Tensor near = Compare(distance, Full(mask_shape, static_cast<double>(sliding_window)),
+                          ComparisonDirection::kLt);
+    causal = And(causal, near);
+  }
+  Tensor neg = Full(scores.shape(), -1e9);
+  Tensor masked = Select(causal, scores, neg);
+  // Narrow dtypes (bf16, f16) take the softmax in f32; f32 and f64 keep their own precision.
+  if (ByteWidth(masked.dtype()) < 4) masked = Convert(masked, DType::kF32);
+  Tensor probs = Softmax(masked, -1);
+  if (probs.dtype() != q.dtype()) probs = Convert(probs, q.dtype());
+  DotDimensionNumbers pv;
+  pv.lhs_batch_dims = pv.rhs_batch_dims = {0, 1};
+  pv.lhs_contracting_dims = {3};
+  pv.rhs_contracting_dims = {2};
+  Tensor context = Dot(probs, v, pv);  // [B, H, S, Dh]
+  return Reshape(Transpose(context, {0, 2, 1, 3}), {b, s, h * dh});
 }
 
 Tensor OneHot(const Tensor& labels, int64_t num_classes, DType dtype) {

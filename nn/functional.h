@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "core/literal.h"
 #include "core/tensor.h"
 
 namespace tessel::nn {
@@ -45,6 +46,40 @@ Tensor LogSoftmax(const Tensor& x, int64_t dim = -1);
 // Errors: kInvalidArgument if x is a scalar or gain/bias are not [D].
 // Source: Ba, Kiros & Hinton 2016, "Layer Normalization".
 Tensor LayerNormalize(const Tensor& x, const Tensor& gain, const Tensor& bias, double eps = 1e-5);
+
+// Splits the last dim of x [B, S, n*Dh] into n heads: result [B, n, S, Dh] (reshape to
+// [B, S, n, Dh], then transpose). The head index is the major part of the split dim, so a
+// Megatron (column) split of the projection over t devices gives each device whole heads when t
+// divides n. Errors: kInvalidArgument if x is not rank 3 or n does not divide its last dim.
+Tensor SplitHeads(const Tensor& x, int64_t heads);
+
+// Rotary position embedding (Su et al. 2021, RoFormer) on x [B, H, S, Dh] with tables
+// cos, sin [S, Dh]: x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[..., Dh/2:],
+// x[..., :Dh/2]): the rotate-half convention of GPT-NeoX and Hugging Face Llama (halves, not
+// interleaved pairs), so each frequency appears in both halves of a table row.
+// Errors: kInvalidArgument if x is not rank 4 with an even Dh or the tables are not [S, Dh].
+Tensor ApplyRotary(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+// The tables ApplyRotary takes, as literals of `dtype` (f32 or f64), [seq_len, head_dim]:
+// angle(s, i) = s * base^(-2 (i mod Dh/2) / Dh), cos and sin of it (computed in double).
+// Precondition: seq_len > 0, head_dim > 0 and even (TESSEL_CHECK).
+struct RotaryTables {
+  Literal cos;
+  Literal sin;
+};
+RotaryTables MakeRotaryTables(int64_t seq_len, int64_t head_dim, DType dtype, double base = 10000);
+
+// Causal (grouped-query) self-attention: q [B, H, S, Dh], k and v [B, KV, S, Dh] with KV
+// dividing H; result [B, S, H*Dh] in q's dtype. softmax(q k^T / sqrt(Dh) + causal mask) v, with
+// query position i attending to keys 0..i. Key/value heads are repeated H/KV times (Llama's
+// repeat_kv); in bf16/f16 the softmax runs in f32 (Megatron's attention_softmax_in_fp32). Batch and
+// heads are the dots' batch dims, so heads split over a tensor axis stay split with no collective.
+// `sliding_window` W > 0 also masks keys W or more positions back (query i sees keys i-W+1..i,
+// Mistral's sliding-window attention); 0 is full causal attention.
+// Errors: kInvalidArgument on ranks or mismatched dims, or a negative window.
+// Source: Vaswani et al. 2017; Ainslie et al. 2023 (GQA); Jiang et al. 2023 (Mistral 7B).
+Tensor CausalSelfAttention(const Tensor& q, const Tensor& k, const Tensor& v,
+                           int64_t sliding_window = 0);
 
 // One-hot encoding: result[b, c] = (labels[b] == c) as `dtype`. labels: integer [B]; result
 // [B, num_classes]. Out-of-range labels give an all-zero row. Built from compare(broadcast(labels),

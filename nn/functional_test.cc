@@ -219,5 +219,51 @@ TEST(NumCorrectTest, CountsArgmaxHits) {
   EXPECT_THAT(Values(NumCorrect(logits, S32({4}, {0, 0, 0, 2}))), ElementsAre(1));
 }
 
+TEST(RotaryTest, TablesAndIdentityAtPositionZero) {
+  RotaryTables t = MakeRotaryTables(2, 4, DType::kF64);
+  EXPECT_EQ(t.cos.shape().ToString(), "f64[2,4]");
+  // Row 0: angle 0. Row 1: angles 1, 0.01 (base^(-2*1/4) = 1/100), repeated in both halves.
+  EXPECT_THAT(t.cos.ToDoubles(),
+              Pointwise(DoubleNear(1e-15), {1.0, 1.0, 1.0, 1.0, std::cos(1.0), std::cos(0.01),
+                                            std::cos(1.0), std::cos(0.01)}));
+  EXPECT_THAT(t.sin.ToDoubles(),
+              Pointwise(DoubleNear(1e-15), {0.0, 0.0, 0.0, 0.0, std::sin(1.0), std::sin(0.01),
+                                            std::sin(1.0), std::sin(0.01)}));
+  // x [1, 1, 2, 4]: position 0 unchanged; position 1 rotates the pairs (x_i, x_{i+2}).
+  Tensor x = F64({1, 1, 2, 4}, {1, 2, 3, 4, 1, 0, 0, 0});
+  std::vector<double> y =
+      Values(ApplyRotary(x, Tensor::FromLiteral(t.cos), Tensor::FromLiteral(t.sin)));
+  EXPECT_THAT(y, Pointwise(DoubleNear(1e-12),
+                           {1.0, 2.0, 3.0, 4.0, std::cos(1.0), 0.0, std::sin(1.0), 0.0}));
+  EXPECT_THAT(ApplyRotary(F64({1, 1, 2, 3}, std::vector<double>(6, 0)), Tensor::FromLiteral(t.cos),
+                          Tensor::FromLiteral(t.sin))
+                  .status()
+                  .message(),
+              HasSubstr("even Dh"));
+}
+
+TEST(SplitHeadsTest, HeadIndexIsTheMajorPartOfTheFeatureDim) {
+  // x [1, 2, 4] with 2 heads: head h of position s holds features [2h, 2h + 2).
+  Tensor x = F64({1, 2, 4}, {0, 1, 2, 3, 10, 11, 12, 13});
+  Tensor heads = SplitHeads(x, 2);
+  EXPECT_EQ(heads.shape().ToString(), "f64[1,2,2,2]");
+  EXPECT_THAT(Values(heads), ElementsAre(0, 1, 10, 11, 2, 3, 12, 13));
+  EXPECT_THAT(SplitHeads(x, 3).status().message(), HasSubstr("3 heads"));
+}
+
+TEST(CausalSelfAttentionTest, FirstPositionAttendsToItselfOnly) {
+  // One head, Dh 1: position 0 returns v[0]; position 1 a softmax-weighted mix of v[0], v[1].
+  Tensor q = F64({1, 1, 2, 1}, {1, 2});
+  Tensor k = F64({1, 1, 2, 1}, {3, 4});
+  Tensor v = F64({1, 1, 2, 1}, {5, 7});
+  std::vector<double> out = Values(CausalSelfAttention(q, k, v));
+  ASSERT_EQ(out.size(), 2u);
+  const double w0 = std::exp(2 * 3.0), w1 = std::exp(2 * 4.0);
+  EXPECT_NEAR(out[0], 5, 1e-12);
+  EXPECT_NEAR(out[1], (5 * w0 + 7 * w1) / (w0 + w1), 1e-12);
+  EXPECT_THAT(CausalSelfAttention(q, F64({1, 1, 3, 1}, {1, 2, 3}), v).status().message(),
+              HasSubstr("causal_self_attention"));
+}
+
 }  // namespace
 }  // namespace tessel::nn

@@ -1,7 +1,9 @@
 #include "nn/optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <numbers>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -105,6 +107,11 @@ absl::Status Sgd::Step(absl::Span<Tensor* const> params, absl::Span<const Tensor
 
 absl::Status Adam::Step(absl::Span<Tensor* const> params, absl::Span<const Tensor> grads) {
   TESSEL_RETURN_IF_ERROR(CheckArguments("adam", params, grads));
+  if (!options_.decay_mask.empty() && options_.decay_mask.size() != params.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("adam: decay_mask has ",
+                                                   options_.decay_mask.size(), " entries for ",
+                                                   params.size(), " parameters"));
+  }
   if (m_.empty()) {
     for (Tensor* p : params) {
       m_.push_back(Tensor::FromLiteral(Literal(p->shape())));
@@ -118,10 +125,18 @@ absl::Status Adam::Step(absl::Span<Tensor* const> params, absl::Span<const Tenso
   const double bias_correction2 = 1.0 - std::pow(options_.beta2, t);
   StepScalar step_size(lr_ / bias_correction1);
   StepScalar inv_sqrt_bias_correction2(1.0 / std::sqrt(bias_correction2));
+  // AdamW's shrink factor depends on this step's learning rate, so it is step data too.
+  StepScalar shrink(1.0 - lr_ * options_.weight_decay);
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor& p = *params[i];
     Tensor g = grads[i];
-    if (options_.weight_decay != 0) g = g + p * options_.weight_decay;
+    const bool decay =
+        options_.weight_decay != 0 && (options_.decay_mask.empty() || options_.decay_mask[i]);
+    if (decay && options_.decoupled_weight_decay) {
+      p = p * shrink.Like(p.shape());
+    } else if (decay) {
+      g = g + p * options_.weight_decay;
+    }
     m_[i] = m_[i] * options_.beta1 + g * (1.0 - options_.beta1);
     v_[i] = v_[i] * options_.beta2 + g * g * (1.0 - options_.beta2);
     // sqrt(v) / sqrt(1 - beta2^t) + eps, with eps after the correction as PyTorch (not
@@ -131,6 +146,65 @@ absl::Status Adam::Step(absl::Span<Tensor* const> params, absl::Span<const Tenso
   }
   ++step_count_;
   return absl::OkStatus();
+}
+
+ClippedGradients ClipGradNorm(absl::Span<const Tensor> grads, double max_norm) {
+  ClippedGradients out;
+  for (const Tensor& g : grads) {
+    if (!g.status().ok()) {
+      out.total_norm = g;
+      break;
+    }
+  }
+  if (out.total_norm.defined()) {
+    out.grads.assign(grads.size(), out.total_norm);
+    return out;
+  }
+  absl::Status bad;
+  if (grads.empty() || max_norm <= 0) {
+    bad =
+        absl::InvalidArgumentError(absl::StrCat("clip_grad_norm: need max_norm > 0 (got ", max_norm,
+                                                ") and gradients (got ", grads.size(), ")"));
+  } else {
+    for (const Tensor& g : grads) {
+      if (!IsFloating(g.dtype())) {
+        bad = absl::InvalidArgumentError(
+            absl::StrCat("clip_grad_norm: gradients must be floating, got ", g.shape().ToString()));
+      }
+    }
+  }
+  if (!bad.ok()) {
+    out.total_norm = Tensor::Error(bad);
+    out.grads.assign(grads.size(), out.total_norm);
+    return out;
+  }
+  const DType dtype = grads[0].dtype();
+  Tensor sum_sq = Scalar(dtype, 0);
+  for (const Tensor& g : grads) {
+    Tensor gd = g.dtype() == dtype ? g : Convert(g, dtype);
+    std::vector<int64_t> all(gd.rank());
+    for (int64_t d = 0; d < gd.rank(); ++d) all[d] = d;
+    sum_sq = sum_sq + ReduceSum(gd * gd, all);
+  }
+  out.total_norm = Sqrt(sum_sq);
+  // max_norm never changes during a run, so it is a graph constant; the coefficient is data
+  // computed in the graph, so clipping costs no host round trip.
+  Tensor coef = Min(Scalar(dtype, max_norm) / (out.total_norm + 1e-6), Scalar(dtype, 1));
+  for (const Tensor& g : grads) {
+    Tensor c = coef.dtype() == g.dtype() ? coef : Convert(coef, g.dtype());
+    out.grads.push_back(g * Broadcast(c, g.shape().dims(), {}));
+  }
+  return out;
+}
+
+double WarmupCosineLr(int64_t step, int64_t warmup_steps, int64_t total_steps, double peak_lr,
+                      double min_lr) {
+  if (warmup_steps > 0 && step < warmup_steps) {
+    return peak_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  }
+  const double span = static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
+  const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) / span);
+  return min_lr + 0.5 * (peak_lr - min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
 }  // namespace tessel::nn

@@ -91,7 +91,13 @@ struct AdamOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  double weight_decay = 0;  // L2 penalty added to the gradient (torch.optim.Adam, not AdamW)
+  // torch.optim.Adam: an L2 penalty added to the gradient. With decoupled_weight_decay
+  // (torch.optim.AdamW): the parameter shrinks by lr * weight_decay * p before the Adam update.
+  double weight_decay = 0;
+  bool decoupled_weight_decay = false;
+  // Which parameters (by position) weight decay applies to; empty: all. GPT training decays the
+  // matrices only, not biases, norm gains or position tables (Radford et al.; nanoGPT).
+  std::vector<bool> decay_mask = {};
 };
 
 // Adam with bias correction, in PyTorch's torch.optim.Adam formulation. At step t (1, 2, ...):
@@ -101,8 +107,13 @@ struct AdamOptions {
 //   p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 // m and v start at 0. t is a host-side counter; lr / (1 - beta1^t) and 1 / sqrt(1 - beta2^t)
 // are computed in double on the host and fed as scalar data of the parameter's dtype.
+// With decoupled_weight_decay (AdamW) the first line is instead
+//   p = p * (1 - lr * weight_decay)       (lr of this step, fed as scalar data)
+// and g = grad. decay_mask, when given, must have one entry per parameter (else
+// kInvalidArgument from Step).
 // Source: Kingma & Ba 2015, "Adam: A Method for Stochastic Optimization"; PyTorch
-// torch.optim.Adam (eps added after the bias-corrected square root).
+// torch.optim.Adam (eps added after the bias-corrected square root); Loshchilov & Hutter 2019,
+// "Decoupled Weight Decay Regularization" (torch.optim.AdamW).
 class Adam : public Optimizer {
  public:
   explicit Adam(AdamOptions options) : Optimizer(options.lr), options_(options) {}
@@ -120,6 +131,30 @@ class Adam : public Optimizer {
   std::vector<Tensor> m_;
   std::vector<Tensor> v_;
 };
+
+// Gradient clipping by global norm (torch.nn.utils.clip_grad_norm_ with norm_type 2):
+//   total_norm = sqrt(sum_i sum(g_i^2)),  coef = min(1, max_norm / (total_norm + 1e-6)),
+//   g_i = g_i * coef.
+// Recorded lazily: the norm and the scaling join the step graph (no extra execution, no host
+// round trip). Shapes: each gradient keeps its shape; total_norm is a scalar of the first
+// gradient's dtype (every gradient is converted to it for the sum).
+// Errors: a gradient's own error; kInvalidArgument (in total_norm and every returned gradient)
+// if max_norm <= 0 or `grads` is empty or not floating.
+struct ClippedGradients {
+  std::vector<Tensor> grads;
+  Tensor total_norm;  // before clipping
+};
+[[nodiscard]] ClippedGradients ClipGradNorm(absl::Span<const Tensor> grads, double max_norm);
+
+// Learning rate of `step` (0-based) of `total_steps`: linear warmup from peak_lr / warmup_steps
+// to peak_lr over the first warmup_steps steps, then cosine annealing from peak_lr to min_lr over
+// the rest (Loshchilov & Hutter 2017, SGDR without restarts; the GPT-2/3 and nanoGPT schedule):
+//   step < warmup: peak_lr * (step + 1) / warmup_steps
+//   else:          min_lr + 0.5 * (peak_lr - min_lr) * (1 + cos(pi * p)),
+//                  p = (step - warmup_steps) / max(1, total_steps - warmup_steps), clamped to 1.
+// warmup_steps = 0 and min_lr = 0 give torch's CosineAnnealingLR stepped per batch.
+[[nodiscard]] double WarmupCosineLr(int64_t step, int64_t warmup_steps, int64_t total_steps,
+                                    double peak_lr, double min_lr = 0);
 
 }  // namespace tessel::nn
 

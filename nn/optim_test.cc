@@ -129,5 +129,62 @@ TEST(OptimizerTest, RejectsMismatchedArguments) {
   EXPECT_EQ(sgd.Step({&p}, {error}).message(), "boom");
 }
 
+TEST(AdamWTest, DecoupledDecayShrinksBeforeTheAdamUpdate) {
+  // AdamW: p = p * (1 - lr * wd), then the Adam step (about lr * sign(g) on step 1).
+  // Parameter 1 is masked out of the decay.
+  Tensor p = F64({2}, {2, -4});
+  Tensor q = F64({1}, {3});
+  Adam adamw({.lr = 0.1,
+              .weight_decay = 0.5,
+              .decoupled_weight_decay = true,
+              .decay_mask = {true, false}});
+  ASSERT_TRUE(adamw.Step({&p, &q}, {F64({2}, {1, -1}), F64({1}, {2})}).ok());
+  ASSERT_TRUE(Sync().ok());
+  const double shrink = 1 - 0.1 * 0.5;
+  const double step = 0.1 / (1 + 1e-8);  // lr * |g| / (|g| + eps) with bias correction
+  EXPECT_THAT(Values(p), Pointwise(DoubleNear(1e-9), {2 * shrink - step, -4 * shrink + step}));
+  EXPECT_THAT(Values(q), Pointwise(DoubleNear(1e-9), {3 - 0.1 * 2 / (2 + 1e-8)}));
+  // The first moments see the raw gradient (no L2 term).
+  EXPECT_THAT(Values(adamw.first_moments()[0]), Pointwise(DoubleNear(1e-12), {0.1, -0.1}));
+}
+
+TEST(AdamWTest, DecayMaskOfTheWrongLengthIsAnError) {
+  Tensor p = F64({1}, {1});
+  Adam adamw({.weight_decay = 0.1, .decoupled_weight_decay = true, .decay_mask = {true, true}});
+  absl::Status s = adamw.Step({&p}, {F64({1}, {1})});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("decay_mask has 2 entries for 1 parameters"));
+}
+
+TEST(ClipGradNormTest, ScalesOnlyWhenTheGlobalNormExceedsTheLimit) {
+  // Global norm of {[3], [4]} is 5.
+  ClippedGradients big = ClipGradNorm({F64({1}, {3}), F64({1}, {4})}, 1.0);
+  ASSERT_EQ(big.grads.size(), 2u);
+  EXPECT_THAT(Values(big.total_norm), Pointwise(DoubleNear(1e-12), {5.0}));
+  const double coef = 1.0 / (5.0 + 1e-6);
+  EXPECT_THAT(Values(big.grads[0]), Pointwise(DoubleNear(1e-12), {3 * coef}));
+  EXPECT_THAT(Values(big.grads[1]), Pointwise(DoubleNear(1e-12), {4 * coef}));
+  ClippedGradients small = ClipGradNorm({F64({2}, {0.3, 0.4})}, 1.0);
+  EXPECT_THAT(Values(small.grads[0]), Pointwise(DoubleNear(1e-12), {0.3, 0.4}));
+}
+
+TEST(ClipGradNormTest, BadArgumentsAreErrors) {
+  ClippedGradients none = ClipGradNorm({}, 1.0);
+  EXPECT_EQ(none.total_norm.status().code(), absl::StatusCode::kInvalidArgument);
+  ClippedGradients zero = ClipGradNorm({F64({1}, {1})}, 0.0);
+  EXPECT_THAT(zero.grads[0].status().message(), HasSubstr("max_norm > 0"));
+}
+
+TEST(WarmupCosineLrTest, WarmsUpLinearlyThenAnneals) {
+  EXPECT_DOUBLE_EQ(WarmupCosineLr(0, 4, 14, 1.0, 0.1), 0.25);
+  EXPECT_DOUBLE_EQ(WarmupCosineLr(3, 4, 14, 1.0, 0.1), 1.0);
+  EXPECT_DOUBLE_EQ(WarmupCosineLr(4, 4, 14, 1.0, 0.1), 1.0);     // cosine starts at the peak
+  EXPECT_NEAR(WarmupCosineLr(9, 4, 14, 1.0, 0.1), 0.55, 1e-12);  // halfway: the midpoint
+  EXPECT_NEAR(WarmupCosineLr(14, 4, 14, 1.0, 0.1), 0.1, 1e-12);
+  EXPECT_NEAR(WarmupCosineLr(20, 4, 14, 1.0, 0.1), 0.1, 1e-12);  // past the end: min_lr
+  // No warmup and min 0: torch CosineAnnealingLR.
+  EXPECT_NEAR(WarmupCosineLr(5, 0, 10, 2.0), 1.0, 1e-12);
+}
+
 }  // namespace
 }  // namespace tessel::nn

@@ -19,27 +19,6 @@ namespace {
 
 using spmd::PartitionSpec;
 
-// How a weight is laid out for the recipes: which of its dims is Megatron-split (tensor) and
-// which is FSDP-split. Column then row (Megatron-LM, Shoeybi et al. 2019): the column layer's
-// output stays split over the tensor axis into the row layer, whose partial sums need one
-// all-reduce per block; FSDP takes the other dim, so the two never compete for one dim.
-enum class WeightKind {
-  kColumn,      // [in, out]: out over tensor, in over fsdp (QKV, MLP in)
-  kRow,         // [in, out]: in over tensor, out over fsdp (attention out, MLP out)
-  kEmbedding,   // [vocab, d_model]: vocab over tensor, d_model over fsdp
-  kHead,        // [d_model, vocab]: vocab over tensor, d_model over fsdp
-  kPosition,    // [seq, d_model]: d_model over fsdp
-  kColumnBias,  // [out] of a column layer: over tensor
-  kVector,      // norm scales and other biases: replicated
-};
-
-// Mesh axes per role for one recipe.
-struct RecipeLayout {
-  std::vector<std::string> batch;  // the batch dim of tokens/labels
-  std::vector<std::string> fsdp;   // the FSDP dim of weights
-  std::string tensor;              // the Megatron dim of weights ("" = none)
-};
-
 PartitionSpec::Entry AxesEntry(const std::vector<std::string>& names) {
   if (names.empty()) return spmd::kNone;
   if (names.size() == 1) return names[0];
@@ -54,8 +33,10 @@ bool HasAxis(const spmd::Mesh& mesh, const std::string& name) {
   return false;
 }
 
-absl::StatusOr<RecipeLayout> LayoutFor(const spmd::Mesh& mesh, ShardingRecipe recipe,
-                                       const RecipeAxes& axes) {
+}  // namespace
+
+absl::StatusOr<RecipeLayout> RecipeLayoutFor(const spmd::Mesh& mesh, ShardingRecipe recipe,
+                                             const RecipeAxes& axes) {
   RecipeLayout layout;
   // Recipes name axes, so an unnamed mesh only works when it has one device (nothing to split).
   const std::vector<std::string>& all = mesh.axis_names();
@@ -104,7 +85,7 @@ absl::StatusOr<RecipeLayout> LayoutFor(const spmd::Mesh& mesh, ShardingRecipe re
   return layout;
 }
 
-PartitionSpec WeightSpec(WeightKind kind, const RecipeLayout& layout) {
+PartitionSpec WeightPartitionSpec(WeightKind kind, const RecipeLayout& layout) {
   PartitionSpec::Entry fsdp = AxesEntry(layout.fsdp);
   PartitionSpec::Entry tensor = layout.tensor.empty() ? PartitionSpec::Entry(spmd::kNone)
                                                       : PartitionSpec::Entry(layout.tensor);
@@ -133,6 +114,14 @@ PartitionSpec WeightSpec(WeightKind kind, const RecipeLayout& layout) {
   return PartitionSpec{spmd::kNone};
 }
 
+PartitionSpec BatchPartitionSpec(const RecipeLayout& layout, int64_t rank) {
+  std::vector<PartitionSpec::Entry> entries(rank, spmd::kNone);
+  entries[0] = AxesEntry(layout.batch);
+  return PartitionSpec(std::move(entries));
+}
+
+namespace {
+
 // Records the parameters (placeholders, sharded by the recipe) and the forward pass.
 class Builder {
  public:
@@ -147,7 +136,7 @@ class Builder {
   // Adam update and moments use (mixed precision as MaxText: f32 master weights, bf16 compute).
   Tensor Weight(std::vector<int64_t> dims, WeightKind kind) {
     Tensor p = Tensor::Placeholder(Shape(config_.param_dtype, std::move(dims)));
-    Mark(p, WeightSpec(kind, layout_));
+    Mark(p, WeightPartitionSpec(kind, layout_));
     params_.push_back(p);
     return config_.param_dtype == config_.dtype ? p : Convert(p, config_.dtype);
   }
@@ -162,11 +151,7 @@ class Builder {
 
   // Dim 0 over the recipe's batch axes (a tuple when there are several: the batch split over
   // their product), every other dim whole.
-  PartitionSpec BatchSpec(int64_t rank) const {
-    std::vector<PartitionSpec::Entry> entries(rank, spmd::kNone);
-    entries[0] = AxesEntry(layout_.batch);
-    return PartitionSpec(std::move(entries));
-  }
+  PartitionSpec BatchSpec(int64_t rank) const { return BatchPartitionSpec(layout_, rank); }
 
   // [B, S, in] x [in, out] (+ bias [out]).
   Tensor Linear(const Tensor& x, const Tensor& w) { return MatMul(x, w); }
@@ -200,72 +185,19 @@ class Builder {
                    config_.dtype);
   }
 
-  // [B, S, n*Dh] -> [B, n, S, Dh].
-  // The heads dim comes from splitting the tensor-parallel output dim with the head index
-  // major, so a Megatron split of the projection over t devices gives each device whole
-  // heads (reshape keeps a tiling on the major dim of a group; heads divisible by t).
-  Tensor SplitHeads(const Tensor& x, int64_t n) {
-    const int64_t b = config_.batch, s = config_.seq_len, dh = config_.head_dim();
-    return Transpose(Reshape(x, {b, s, n, dh}), {0, 2, 1, 3});
-  }
+  // [B, S, n*Dh] -> [B, n, S, Dh] (nn/functional.h).
+  Tensor SplitHeads(const Tensor& x, int64_t n) { return nn::SplitHeads(x, n); }
 
-  // Rotary embedding on [B, H, S, Dh] with cos/sin tables [S, Dh]:
-  // x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[..., Dh/2:], x[..., :Dh/2]).
-  // The rotate-half convention of GPT-NeoX and Hugging Face Llama (halves, not interleaved
-  // pairs), so the cos/sin tables are [S, Dh] with each frequency in both halves.
+  // Rotary embedding on [B, H, S, Dh] with cos/sin tables [S, Dh] (nn/functional.h).
   Tensor Rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-    const std::vector<int64_t>& dims = x.shape().dims();
-    const int64_t dh = dims[3], half = dh / 2;
-    Tensor lo = Slice(x, {0, 0, 0, 0}, {dims[0], dims[1], dims[2], half});
-    Tensor hi = Slice(x, {0, 0, 0, half}, {dims[0], dims[1], dims[2], dh});
-    Tensor rotated = Concatenate({-hi, lo}, 3);
-    return x * Broadcast(cos, dims, {2, 3}) + rotated * Broadcast(sin, dims, {2, 3});
+    return ApplyRotary(x, cos, sin);
   }
 
-  // Causal grouped-query attention: q [B, H, S, Dh], k/v [B, KV, S, Dh] -> [B, S, H*Dh].
-  Tensor Attention(const Tensor& q, Tensor k, Tensor v) {
-    const int64_t b = config_.batch, s = config_.seq_len, h = config_.heads,
-                  kv = config_.num_kv_heads(), dh = config_.head_dim();
-    // [B, S, H*Dh] below; H*Dh may differ from d_model (explicit head_size).
-    if (kv != h) {
-      // Repeat each key/value head h/kv times (GQA), as Llama's repeat_kv: the group dim is
-      // inserted right after the kv dim, so merging them makes query head j read kv head
-      // j / group.
-      const int64_t group = h / kv;
-      k = Reshape(Broadcast(k, {b, kv, group, s, dh}, {0, 1, 3, 4}), {b, h, s, dh});
-      v = Reshape(Broadcast(v, {b, kv, group, s, dh}, {0, 1, 3, 4}), {b, h, s, dh});
-    }
-    // Batch and heads are the dot's batch dims, so with heads split over the tensor axis the
-    // scores, softmax and context can stay head-sharded, with no collective inside attention.
-    DotDimensionNumbers qk;
-    qk.lhs_batch_dims = qk.rhs_batch_dims = {0, 1};
-    qk.lhs_contracting_dims = {3};
-    qk.rhs_contracting_dims = {3};
-    Tensor scores = Dot(q, k, qk) * (1.0 / std::sqrt(static_cast<double>(dh)));  // [B,H,S,S]
-    // Causal mask from two iotas (query index >= key index): elementwise, so it shards like the
-    // scores with no collective, and no [S, S] constant is stored. Masked scores get -1e9: after
-    // the max shift their exp underflows to 0. Every row keeps its diagonal key, so no row is
-    // fully masked and the softmax never divides by zero.
-    Shape mask_shape(DType::kS32, {b, h, s, s});
-    Tensor causal = Compare(Iota(mask_shape, 2), Iota(mask_shape, 3), ComparisonDirection::kGe);
-    if (config_.sliding_window > 0) {
-      // The band of a sliding window: query i also needs i - key < W (Mistral's mask).
-      Tensor distance = Iota(mask_shape, 2) - Iota(mask_shape, 3);
-      Tensor near = Compare(distance, Full(mask_shape, static_cast<double>(config_.sliding_window)),
-                            ComparisonDirection::kLt);
-      causal = And(causal, near);
-    }
-    Tensor neg = Full(scores.shape(), -1e9);
-    // Softmax in f32 (Megatron's attention_softmax_in_fp32), back to `dtype` for the second
-    // matmul.
-    Tensor probs =
-        Convert(Softmax(Convert(Select(causal, scores, neg), DType::kF32), -1), config_.dtype);
-    DotDimensionNumbers pv;
-    pv.lhs_batch_dims = pv.rhs_batch_dims = {0, 1};
-    pv.lhs_contracting_dims = {3};
-    pv.rhs_contracting_dims = {2};
-    Tensor context = Dot(probs, v, pv);  // [B, H, S, Dh]
-    return Reshape(Transpose(context, {0, 2, 1, 3}), {b, s, h * dh});
+  // Causal grouped-query attention: q [B, H, S, Dh], k/v [B, KV, S, Dh] -> [B, S, H*Dh]
+  // (nn/functional.h; H*Dh may differ from d_model), with the config's sliding window; the
+  // softmax in f32 for narrow compute dtypes.
+  Tensor Attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+    return CausalSelfAttention(q, k, v, config_.sliding_window);
   }
 
   // Mean next-token cross-entropy of logits [B, S, V] against labels s32[B, S], in f32.
@@ -584,7 +516,7 @@ absl::StatusOr<TransformerStep> BuildTransformerStep(const TransformerConfig& c,
                                                      const spmd::Mesh& mesh, ShardingRecipe recipe,
                                                      const RecipeAxes& axes) {
   TESSEL_RETURN_IF_ERROR(ValidateTransformerConfig(c));
-  TESSEL_ASSIGN_OR_RETURN(RecipeLayout layout, LayoutFor(mesh, recipe, axes));
+  TESSEL_ASSIGN_OR_RETURN(RecipeLayout layout, RecipeLayoutFor(mesh, recipe, axes));
   Builder b(c, mesh, layout);
   const int64_t d = c.d_model, v = c.vocab, s = c.seq_len, dh = c.head_dim();
   const bool gpt = c.arch == TransformerArch::kGpt;

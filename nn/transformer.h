@@ -53,6 +53,7 @@
 #include "core/graph.h"
 #include "core/tensor.h"
 #include "spmd/mesh.h"
+#include "spmd/partition_spec.h"
 
 namespace tessel::nn {
 
@@ -193,6 +194,40 @@ struct RecipeShards {
 // Errors: those of BuildTransformerStep's recipe check (a missing tensor axis).
 [[nodiscard]] absl::StatusOr<RecipeShards> ShardsOf(const spmd::Mesh& mesh, ShardingRecipe recipe,
                                                     const RecipeAxes& axes = {});
+// How a weight is laid out by the recipes: which of its dims is Megatron-split (tensor) and
+// which is FSDP-split. Column then row (Megatron-LM, Shoeybi et al. 2019): the column layer's
+// output stays split over the tensor axis into the row layer, whose partial sums need one
+// all-reduce per block; FSDP takes the other dim, so the two never compete for one dim.
+enum class WeightKind {
+  kColumn,      // [in, out]: out over tensor, in over fsdp (QKV, MLP in)
+  kRow,         // [in, out]: in over tensor, out over fsdp (attention out, MLP out)
+  kEmbedding,   // [vocab, d_model]: vocab over tensor, d_model over fsdp
+  kHead,        // [d_model, vocab]: vocab over tensor, d_model over fsdp
+  kPosition,    // [seq, d_model]: d_model over fsdp
+  kColumnBias,  // [out] of a column layer: over tensor
+  kVector,      // norm scales and other biases: replicated
+};
+
+// Mesh axes per role for one recipe on one mesh.
+struct RecipeLayout {
+  std::vector<std::string> batch;  // the batch dim of tokens/labels
+  std::vector<std::string> fsdp;   // the FSDP dim of weights
+  std::string tensor;              // the Megatron dim of weights ("" = none)
+};
+
+// The layout of `recipe` on `mesh` (roles whose axis the mesh lacks are dropped).
+// Errors: kInvalidArgument if the mesh has several devices and no axis names, or tp / fsdp_tp
+// is asked for on a mesh without `axes.tensor` (naming the mesh's axes).
+[[nodiscard]] absl::StatusOr<RecipeLayout> RecipeLayoutFor(const spmd::Mesh& mesh,
+                                                           ShardingRecipe recipe,
+                                                           const RecipeAxes& axes = {});
+
+// The partition_spec of a weight of `kind` under `layout` (rank 2 for matrices, 1 for vectors).
+[[nodiscard]] spmd::PartitionSpec WeightPartitionSpec(WeightKind kind, const RecipeLayout& layout);
+
+// The partition_spec of a rank-`rank` data input: dim 0 (the batch) over the layout's batch axes
+// (a tuple when several: the batch split over their product), every other dim whole.
+[[nodiscard]] spmd::PartitionSpec BatchPartitionSpec(const RecipeLayout& layout, int64_t rank);
 
 // One traced training step.
 struct TransformerStep {

@@ -16,6 +16,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   # Data: the real Fashion-MNIST IDX files under /usr/share/datasets/fashion-mnist.
   dataset-fashion-mnist
+  # Data: the fortune-cookie text corpus under /usr/share/games/fortunes (the GPT example).
+  fortunes
   # Process tools the end-to-end tests use (pgrep, pkill).
   procps
 )

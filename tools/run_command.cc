@@ -1,16 +1,23 @@
-// `tessel run CONFIG --example fashion-mnist-mlp [flags]`: the main job. Launches one process per
-// host of CONFIG on this machine (each re-runs this same command line as a host, told its place
-// by TESSEL_HOST_INDEX and friends), waits for them and fails as soon as one host fails.
+// `tessel run CONFIG --example fashion-mnist-mlp|gpt [flags]`: the main job. Launches one process
+// per host of CONFIG on this machine (each re-runs this same command line as a host, told its
+// place by TESSEL_HOST_INDEX and friends), waits for them and fails as soon as one host fails.
 //
 // Before anything starts, the config, the mesh flags and the dataset are checked here, so a bad
 // value gives one error line instead of one per host. Started by mpirun or srun (the
 // environment names a rank), the command runs as that host directly.
+//
+// Each example has its own flags (`tessel run CONFIG --example gpt --help` lists the GPT's). The
+// subcommand is built before CLI11 parses, so the example is read from the command line first
+// (ExampleOnCommandLine) and only that example's flags are added: a flag of the other example
+// is then an unknown option (exit 2), as it should be.
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "examples/fashion_mnist_mlp/fashion_mnist.h"
+#include "examples/gpt/gpt_example.h"
 #include "mesh/launch/host_env.h"
 #include "mesh/launch/launcher.h"
 #include "mesh/topology/topology.h"
@@ -34,6 +41,65 @@ absl::StatusOr<std::vector<std::string>> OwnCommandLine() {
   return argv;
 }
 
+// The value of `--example` (or `--example=...`) after the `run` word of this process's command
+// line; the default example when there is none. Any other value is kept for CLI11's IsMember
+// check to reject.
+std::string ExampleOnCommandLine() {
+  absl::StatusOr<std::vector<std::string>> argv = OwnCommandLine();
+  std::string example = "fashion-mnist-mlp";
+  if (!argv.ok()) return example;
+  bool after_run = false;
+  for (size_t i = 1; i < argv->size(); ++i) {
+    const std::string& arg = (*argv)[i];
+    if (!after_run) {
+      after_run = arg == "run";
+      continue;
+    }
+    if (arg == "--example" && i + 1 < argv->size()) example = (*argv)[i + 1];
+    if (arg.rfind("--example=", 0) == 0) example = arg.substr(10);
+  }
+  return example;
+}
+
+// Checks and launches the hosts; `check` is the example's pre-launch check.
+int LaunchRun(const std::string& config,
+              const std::function<absl::Status(const mesh::Topology&)>& check) {
+  absl::StatusOr<mesh::Topology> topology = mesh::LoadTopology(config);
+  if (!topology.ok()) {
+    std::fprintf(stderr, "tessel run: %s\n", std::string(topology.status().message()).c_str());
+    return 1;
+  }
+  if (absl::Status s = check(*topology); !s.ok()) {
+    std::fprintf(stderr, "tessel run: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  absl::StatusOr<std::vector<std::string>> argv = OwnCommandLine();
+  if (!argv.ok()) {
+    std::fprintf(stderr, "tessel run: %s\n", std::string(argv.status().message()).c_str());
+    return 1;
+  }
+  mesh::LaunchOptions options;
+  options.argv = *std::move(argv);
+  options.num_hosts = topology->num_hosts();
+  options.config_path = config;
+  options.program_name = "tessel run";
+  absl::StatusOr<mesh::LaunchResult> result = mesh::LaunchHosts(options);
+  if (!result.ok()) {
+    std::fprintf(stderr, "tessel run: %s\n", std::string(result.status().message()).c_str());
+    return 1;
+  }
+  // LaunchHosts has already said which host failed (one line on stderr).
+  return result->exit_code;
+}
+
+// --config and CONFIG name the same file, or --config is absent.
+bool SameConfig(const std::string& flag, const std::string& config) {
+  if (flag.empty() || flag == config) return true;
+  std::fprintf(stderr, "tessel run: --config %s differs from CONFIG %s; give one\n", flag.c_str(),
+               config.c_str());
+  return false;
+}
+
 }  // namespace
 
 CommandFn AddRunCommand(CLI::App& app) {
@@ -42,50 +108,37 @@ CommandFn AddRunCommand(CLI::App& app) {
       "launch the hosts of a topology config on this machine and run an example on the mesh "
       "(the main job)");
   static std::string config;
-  static std::string example = "fashion-mnist-mlp";
-  static examples::FashionMnistFlags flags;
+  static std::string example = ExampleOnCommandLine();
+  static examples::FashionMnistFlags mlp_flags;
+  static examples::GptFlags gpt_flags;
   cmd->add_option("CONFIG", config, "topology JSON (e.g. configs/two_slices_2x2hosts.json)")
       ->required();
-  cmd->add_option("--example", example, "the program every host runs")
-      ->check(CLI::IsMember({"fashion-mnist-mlp"}))
+  cmd->add_option("--example", example,
+                  "the program every host runs (each has its own flags: add --help after it)")
+      ->check(CLI::IsMember({"fashion-mnist-mlp", "gpt"}))
       ->capture_default_str();
-  examples::AddFashionMnistFlags(*cmd, &flags);
+  if (example == "gpt") {
+    examples::AddGptFlags(*cmd, &gpt_flags);
+  } else {
+    examples::AddFashionMnistFlags(*cmd, &mlp_flags);
+  }
   return [] {
-    if (!flags.config.empty() && flags.config != config) {
-      std::fprintf(stderr, "tessel run: --config %s differs from CONFIG %s; give one\n",
-                   flags.config.c_str(), config.c_str());
-      return kExitUsage;
+    if (example == "gpt") {
+      if (!SameConfig(gpt_flags.mesh.config, config)) return kExitUsage;
+      gpt_flags.mesh.config = config;
+      if (gpt_flags.single_device || mesh::LaunchedAsHost()) return examples::RunGpt(gpt_flags);
+      return LaunchRun(config, [](const mesh::Topology& topology) {
+        return examples::CheckGptRun(gpt_flags, topology, config);
+      });
     }
-    flags.config = config;
-    if (flags.single_device || mesh::LaunchedAsHost()) {
-      return examples::RunFashionMnist(flags);
+    if (!SameConfig(mlp_flags.mesh.config, config)) return kExitUsage;
+    mlp_flags.mesh.config = config;
+    if (mlp_flags.single_device || mesh::LaunchedAsHost()) {
+      return examples::RunFashionMnist(mlp_flags);
     }
-    absl::StatusOr<mesh::Topology> topology = mesh::LoadTopology(config);
-    if (!topology.ok()) {
-      std::fprintf(stderr, "tessel run: %s\n", std::string(topology.status().message()).c_str());
-      return 1;
-    }
-    if (absl::Status s = examples::CheckFashionMnistRun(flags, *topology, config); !s.ok()) {
-      std::fprintf(stderr, "tessel run: %s\n", std::string(s.message()).c_str());
-      return 1;
-    }
-    absl::StatusOr<std::vector<std::string>> argv = OwnCommandLine();
-    if (!argv.ok()) {
-      std::fprintf(stderr, "tessel run: %s\n", std::string(argv.status().message()).c_str());
-      return 1;
-    }
-    mesh::LaunchOptions options;
-    options.argv = *std::move(argv);
-    options.num_hosts = topology->num_hosts();
-    options.config_path = config;
-    options.program_name = "tessel run";
-    absl::StatusOr<mesh::LaunchResult> result = mesh::LaunchHosts(options);
-    if (!result.ok()) {
-      std::fprintf(stderr, "tessel run: %s\n", std::string(result.status().message()).c_str());
-      return 1;
-    }
-    // LaunchHosts has already said which host failed (one line on stderr).
-    return result->exit_code;
+    return LaunchRun(config, [](const mesh::Topology& topology) {
+      return examples::CheckFashionMnistRun(mlp_flags, topology, config);
+    });
   };
 }
 

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
+#include "examples/common/host_setup.h"
 #include "mesh/launch/host_env.h"
 #include "mesh/runtime/host_runtime.h"
 #include "mesh/topology/topology.h"
@@ -44,39 +45,12 @@ using spmd::kNone;
 
 constexpr char kProgram[] = "fashion_mnist_mlp";
 
-// Flag checks with one-line messages ("must be positive, got 0").
-CLI::Validator NumberAtLeast(double low, bool strict, const std::string& name) {
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        double value = 0;
-        if (!CLI::detail::lexical_cast(text, value)) {
-          return "expected a number, got \"" + text + "\"";
-        }
-        if (strict ? value > low : value >= low) return "";
-        return std::string(strict ? "must be positive" : "must not be negative") + ", got " + text;
-      },
-      name);
-}
-
 // Learning rate of step `step` (0-based) of `total`: constant, or cosine annealing from --lr to 0
 // (Loshchilov & Hutter 2017, SGDR, without restarts; torch CosineAnnealingLR stepped per batch).
 double LearningRate(const FashionMnistFlags& flags, int64_t step, int64_t total) {
   if (flags.lr_schedule == "constant" || total <= 0) return flags.lr;
-  const double progress = static_cast<double>(step) / static_cast<double>(total);
-  return flags.lr * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  return nn::WarmupCosineLr(step, /*warmup_steps=*/0, total, flags.lr);
 }
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// Where the training runs: one device, or this host's devices of a mesh.
-struct Placement {
-  std::unique_ptr<mesh::HostRuntime> runtime;  // null: single device
-  std::optional<spmd::HybridMesh> mesh;
-  std::string config_path;
-  bool printer = true;  // host 0 (or single device) writes the log
-};
 
 // Megatron-style annotations over "model" (when the mesh has that axis): hidden layers
 // alternate column-parallel (weight [in, out] split on out, bias split) and row-parallel
@@ -105,7 +79,7 @@ absl::Status ShardModel(Mlp& model, const spmd::Mesh& mesh, const std::string& m
 }
 
 bool HasAxis(const FashionMnistFlags& flags, const std::string& axis) {
-  for (const std::string& a : flags.axis_names) {
+  for (const std::string& a : flags.mesh.axis_names) {
     if (a == axis) return true;
   }
   return false;
@@ -114,60 +88,22 @@ bool HasAxis(const FashionMnistFlags& flags, const std::string& axis) {
 absl::StatusOr<spmd::HybridMesh> MakeMesh(const FashionMnistFlags& flags,
                                           const mesh::Topology& topology,
                                           const std::string& config_path) {
-  absl::StatusOr<spmd::HybridMesh> hybrid = spmd::HybridMesh::Create(
-      flags.ici_mesh_shape, flags.dcn_mesh_shape, flags.axis_names, topology);
-  if (!hybrid.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ici-mesh-shape ", absl::StrJoin(flags.ici_mesh_shape, ","),
-                     " --dcn-mesh-shape ", absl::StrJoin(flags.dcn_mesh_shape, ","),
-                     " does not fit ", config_path, ": ", hybrid.status().message()));
-  }
+  TESSEL_ASSIGN_OR_RETURN(spmd::HybridMesh hybrid,
+                          MakeHybridMesh(flags.mesh, topology, config_path));
   if (!HasAxis(flags, "data")) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--axis-names ", absl::StrJoin(flags.axis_names, ","),
+        absl::StrCat("--axis-names ", absl::StrJoin(flags.mesh.axis_names, ","),
                      " has no \"data\" axis to shard the batch over"));
   }
   return hybrid;
 }
 
-// Connects this host process to its job and builds the mesh. Errors name the config, the
-// environment variable or the flag at fault.
-absl::StatusOr<Placement> ConnectHost(const FashionMnistFlags& flags) {
-  Placement placement;
-  mesh::HostEnvironment env;
-  if (mesh::LaunchedAsHost()) {
-    TESSEL_ASSIGN_OR_RETURN(env, mesh::ReadHostEnvironment());
-  }
-  placement.config_path = !flags.config.empty() ? flags.config : env.config_path;
-  if (placement.config_path.empty()) {
-    return absl::InvalidArgumentError(
-        "no topology config: pass --config FILE or start the hosts with `tessel run CONFIG "
-        "--example fashion-mnist-mlp` (or --single-device)");
-  }
-  TESSEL_ASSIGN_OR_RETURN(mesh::Topology topology, mesh::LoadTopology(placement.config_path));
-  if (!mesh::LaunchedAsHost() && topology.num_hosts() > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(placement.config_path, " has ", topology.num_hosts(),
-                     " hosts: start them with `tessel run ", placement.config_path,
-                     " --example fashion-mnist-mlp` (or `tessel launch`, mpirun, srun)"));
-  }
-  if (env.num_hosts != topology.num_hosts()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the job has ", env.num_hosts, " hosts (", env.source.empty() ? "default" : env.source,
-        ") but ", placement.config_path, " has ", topology.num_hosts()));
-  }
-  placement.printer = env.host_index == 0;
-  TESSEL_ASSIGN_OR_RETURN(placement.mesh, MakeMesh(flags, topology, placement.config_path));
-  transport::ZmqOptions options;
-  options.device_map = mesh::DeviceMapOf(topology);
-  options.rank = env.host_index;
-  options.num_hosts = env.num_hosts;
-  TESSEL_RETURN_IF_ERROR(mesh::ApplyHostEnvironment(env, &options));
-  TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<transport::ZmqTransport> transport,
-                          transport::ZmqTransport::Create(std::move(options)));
-  TESSEL_ASSIGN_OR_RETURN(placement.runtime,
-                          mesh::HostRuntime::Create(topology, std::move(transport)));
-  return placement;
+// Connects this host process to its job and builds the mesh (examples/common/host_setup.h).
+absl::StatusOr<Placement> ConnectFashionMnistHost(const FashionMnistFlags& flags) {
+  return ConnectHost(flags.mesh, "fashion-mnist-mlp",
+                     [&](const mesh::Topology& topology, const std::string& config_path) {
+                       return MakeMesh(flags, topology, config_path);
+                     });
 }
 
 // Batch `index` of `loader` as tensors: whole (single device) or this host's rows only.
@@ -242,17 +178,6 @@ struct EpochResult {
   double train_seconds = 0;           // wall time of the training steps (no evaluation)
   double simulated_step_seconds = 0;  // the simulator's step time on the topology; 0 alone
 };
-
-// Adds the traffic between two snapshots of the communicator's counters to `total`.
-void AddTraffic(const transport::CollectiveStats& before, const transport::CollectiveStats& after,
-                transport::CollectiveStats& total) {
-  for (auto [sum, a, b] : {std::tuple(&total.local, after.local, before.local),
-                           std::tuple(&total.ici, after.ici, before.ici),
-                           std::tuple(&total.dcn, after.dcn, before.dcn)}) {
-    sum->bytes += a.bytes - b.bytes;
-    sum->messages += a.messages - b.messages;
-  }
-}
 
 // Runs `steps` training steps of epoch `epoch` from global step `first_step`, printing a loss
 // line every --log-every steps, and adds this host's collective traffic to `train_traffic`.
@@ -547,38 +472,16 @@ void AddFashionMnistFlags(CLI::App& app, FashionMnistFlags* flags) {
       ->excludes(app.add_option("--trace", flags->trace,
                                 "write a Chrome-trace JSON timeline of every device's steps and "
                                 "collectives (sharded runs; open in Perfetto)"));
-  app.add_option("--config", flags->config,
-                 "topology JSON of the mesh (default: TESSEL_CONFIG, set by tessel run)");
-  app.add_option("--ici-mesh-shape", flags->ici_mesh_shape,
-                 "logical mesh inside each slice, comma separated (torch_xla HybridMesh)")
-      ->delimiter(',')
-      ->check(NumberAtLeast(0, true, "POSITIVE"))
-      ->default_str("2,2");
-  app.add_option("--dcn-mesh-shape", flags->dcn_mesh_shape,
-                 "mesh of slices, comma separated (torch_xla HybridMesh)")
-      ->delimiter(',')
-      ->check(NumberAtLeast(0, true, "POSITIVE"))
-      ->default_str("2,1");
-  app.add_option("--axis-names", flags->axis_names,
-                 "mesh axis names: the batch is sharded over \"data\", hidden layers over "
-                 "\"model\"")
-      ->delimiter(',')
-      ->default_str("data,model");
+  AddMeshFlags(app, &flags->mesh,
+               "the batch is sharded over \"data\", hidden layers over \"model\"");
 }
 
 int RunFashionMnist(const FashionMnistFlags& flags) {
   Placement placement;
   if (!flags.single_device) {
-    absl::StatusOr<Placement> connected = ConnectHost(flags);
+    absl::StatusOr<Placement> connected = ConnectFashionMnistHost(flags);
     if (!connected.ok()) {
-      // Every host reaches the same verdict on config and flag errors: host 0 says it once.
-      const bool quiet =
-          mesh::LaunchedAsHost() && connected.status().code() == absl::StatusCode::kInvalidArgument;
-      absl::StatusOr<mesh::HostEnvironment> env = mesh::ReadHostEnvironment();
-      if (!quiet || !env.ok() || env->host_index == 0) {
-        std::fprintf(stderr, "%s: %s\n", kProgram,
-                     std::string(connected.status().message()).c_str());
-      }
+      ReportConnectError(connected.status(), kProgram);
       return 1;
     }
     placement = std::move(*connected);

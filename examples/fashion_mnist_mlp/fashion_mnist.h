@@ -21,6 +21,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "examples/common/host_setup.h"
 #include "mesh/topology/topology.h"
 
 namespace tessel::examples {
@@ -42,10 +43,8 @@ struct FashionMnistFlags {
   std::string
       trace;  // Chrome-trace JSON of the run's device timeline (sharded runs), written by host 0
   // Sharded runs: the topology (else TESSEL_CONFIG) and the logical mesh.
-  std::string config;
-  std::vector<int64_t> ici_mesh_shape = {2, 2};
-  std::vector<int64_t> dcn_mesh_shape = {2, 1};
-  std::vector<std::string> axis_names = {"data", "model"};
+  MeshFlags mesh{
+      .ici_mesh_shape = {2, 2}, .dcn_mesh_shape = {2, 1}, .axis_names = {"data", "model"}};
 };
 
 // Adds the example's options to `app` (the standalone program and `tessel run` share them).

@@ -1,0 +1,87 @@
+// What every `tessel run` example shares: the mesh flags (torch_xla HybridMesh's
+// ici_mesh_shape, dcn_mesh_shape and axis names), connecting this host process to its job
+// (launcher environment, topology, ZeroMQ transport, HostRuntime), flag validators and small
+// run-time helpers. The Fashion-MNIST MLP and the GPT examples both use it.
+//
+//   MeshFlags mesh_flags{.ici_mesh_shape = {1, 2, 2}, .dcn_mesh_shape = {2, 1, 1},
+//                        .axis_names = {"data", "fsdp", "tensor"}};
+//   AddMeshFlags(app, &mesh_flags, "the batch over data and fsdp, ...");
+//   TESSEL_ASSIGN_OR_RETURN(Placement p, ConnectHost(mesh_flags, "gpt", make_mesh));
+#ifndef TESSEL_EXAMPLES_COMMON_HOST_SETUP_H_
+#define TESSEL_EXAMPLES_COMMON_HOST_SETUP_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "mesh/runtime/host_runtime.h"
+#include "mesh/topology/topology.h"
+#include "spmd/mesh.h"
+#include "transport/collective_stats.h"
+
+namespace tessel::examples {
+
+// The topology and logical mesh of a sharded run.
+struct MeshFlags {
+  std::string config = "";  // topology JSON (else TESSEL_CONFIG, set by tessel run)
+  std::vector<int64_t> ici_mesh_shape = {};
+  std::vector<int64_t> dcn_mesh_shape = {};
+  std::vector<std::string> axis_names = {};
+};
+
+// Adds --config, --ici-mesh-shape, --dcn-mesh-shape and --axis-names (defaults: the values in
+// `flags`); `axis_help` says what the example does with each axis.
+void AddMeshFlags(CLI::App& app, MeshFlags* flags, const std::string& axis_help);
+
+// A CLI11 check: a number > low (strict) or >= low, with one-line messages
+// ("must be positive, got 0" / "must not be negative, got -1").
+CLI::Validator NumberAtLeast(double low, bool strict, const std::string& name);
+
+// The HybridMesh of `flags` on `topology`. Errors: kInvalidArgument naming the mesh flags and
+// `config_path` with HybridMesh::Create's reason.
+[[nodiscard]] absl::StatusOr<spmd::HybridMesh> MakeHybridMesh(const MeshFlags& flags,
+                                                              const mesh::Topology& topology,
+                                                              const std::string& config_path);
+
+// Where an example runs: one device, or this host's devices of a mesh.
+struct Placement {
+  std::unique_ptr<mesh::HostRuntime> runtime;  // null: single device
+  std::optional<spmd::HybridMesh> mesh;
+  std::string config_path;
+  bool printer = true;  // host 0 (or single device) writes the log
+};
+
+// Builds the example's mesh from the flags on a topology (MakeHybridMesh plus the example's
+// own axis checks).
+using MeshMaker = std::function<absl::StatusOr<spmd::HybridMesh>(const mesh::Topology& topology,
+                                                                 const std::string& config_path)>;
+
+// Connects this host process to its job (launcher environment, topology, transport, runtime)
+// and builds the mesh with `make_mesh`. `example` names the `tessel run --example` value in
+// messages. Errors name the config, the environment variable or the flag at fault
+// (kInvalidArgument), or the transport's error (kUnavailable, kDeadlineExceeded).
+[[nodiscard]] absl::StatusOr<Placement> ConnectHost(const MeshFlags& flags,
+                                                    const std::string& example,
+                                                    const MeshMaker& make_mesh);
+
+// Prints ConnectHost's error once per job: configuration errors (kInvalidArgument, which every
+// host reaches alike) only on host 0, anything else on every host. Prefix: `program`.
+void ReportConnectError(const absl::Status& status, const char* program);
+
+// Seconds since `start` (steady clock).
+double SecondsSince(std::chrono::steady_clock::time_point start);
+
+// Adds the traffic between two snapshots of the communicator's counters to `total`.
+void AddTraffic(const transport::CollectiveStats& before, const transport::CollectiveStats& after,
+                transport::CollectiveStats& total);
+
+}  // namespace tessel::examples
+
+#endif  // TESSEL_EXAMPLES_COMMON_HOST_SETUP_H_

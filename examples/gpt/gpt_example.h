@@ -1,0 +1,90 @@
+// A byte-level GPT (nn/gpt.h) trained with AdamW on the fortune-cookie corpus (Debian package
+// `fortunes`, nn/text_data.h), on one device or sharded FSDP x tensor x data parallel over a
+// multi-slice mesh of host processes (the `tessel run` example `gpt`).
+//
+// Sharded (default, when started as a host by `tessel run`, `tessel launch`, mpirun or srun):
+// the config's devices form a HybridMesh with `--ici-mesh-shape 1,2,2 --dcn-mesh-shape 2,1,1
+// --axis-names data,fsdp,tensor` on the two-slice preset (slices over `data`, each slice's 4
+// devices over `fsdp` x `tensor`); `--recipe` (default fsdp_tp, nn/transformer.h) shards the
+// parameters with mark_sharding: Megatron column/row splits over `tensor`, the other dim of each
+// matrix over `fsdp`; the batch over (data, fsdp), each host loading only its devices' rows.
+// With `--single-device` the same model trains on one device; with the same seed every step's
+// loss equals the sharded run's up to reduction order (tests/e2e/gpt_e2e.sh checks 1e-4).
+//
+// Per step: lr from the warmup + cosine schedule, forward, Grad, clipping by global norm, AdamW
+// (decay on matrices and the embedding), all in one graph. Every --log-every steps a progress
+// line (step, loss, lr, gradient norm, tokens/s, the simulated step time on the config's
+// hardware); every --eval-every steps the validation loss over --eval-batches fixed batches, in
+// nats and bits per byte; at the end a sample generated from --prompt, greedy and at
+// --temperature, through the same sharded model (the generation batch is split like training).
+//
+//   tessel run configs/two_slices_2x2hosts.json --example gpt
+//   gpt_train --single-device --steps 200
+#ifndef TESSEL_EXAMPLES_GPT_GPT_EXAMPLE_H_
+#define TESSEL_EXAMPLES_GPT_GPT_EXAMPLE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "examples/common/host_setup.h"
+#include "mesh/topology/topology.h"
+
+namespace tessel::examples {
+
+struct GptFlags {
+  std::string data_dir;  // default nn::kDefaultFortunesDir
+  // Model.
+  int64_t layers = 2;
+  int64_t d_model = 128;
+  int64_t heads = 4;
+  int64_t ffn = 0;  // 0: 4 * d_model
+  int64_t seq_len = 64;
+  std::string position = "learned";
+  std::string mlp = "gelu";
+  std::string head = "tied";
+  // Training.
+  int64_t batch = 32;
+  int64_t steps = 1000;
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  int64_t warmup = 30;
+  double weight_decay = 0.1;
+  double clip = 1.0;
+  uint64_t seed = 0;
+  int threads = 0;
+  // Output.
+  int64_t log_every = 50;
+  int64_t eval_every = 200;
+  int64_t eval_batches = 4;
+  std::string prompt = "The meaning of life is";
+  int64_t generate = 200;  // bytes generated per sample
+  double temperature = 0.8;
+  std::string plot;  // SVG of the training and validation loss curves (host 0)
+  bool json = false;
+  bool single_device = false;
+  // Sharded runs.
+  std::string recipe = "fsdp_tp";
+  MeshFlags mesh{.ici_mesh_shape = {1, 2, 2},
+                 .dcn_mesh_shape = {2, 1, 1},
+                 .axis_names = {"data", "fsdp", "tensor"}};
+};
+
+// Adds the example's options to `app` (the standalone program and `tessel run` share them).
+void AddGptFlags(CLI::App& app, GptFlags* flags);
+
+// Checks, before any host starts, what every host would otherwise reject on its own: the model
+// sizes, the mesh flags and recipe against `topology` (the config at `config_path`), and the
+// corpus. Errors: kInvalidArgument naming the flags and the config; kNotFound naming the corpus
+// directory and the Debian package `fortunes`.
+[[nodiscard]] absl::Status CheckGptRun(const GptFlags& flags, const mesh::Topology& topology,
+                                       const std::string& config_path);
+
+// Runs the example; returns the exit code: 0 success, 1 a run-time failure (one line on stderr
+// naming the value and where it came from).
+int RunGpt(const GptFlags& flags);
+
+}  // namespace tessel::examples
+
+#endif  // TESSEL_EXAMPLES_GPT_GPT_EXAMPLE_H_
