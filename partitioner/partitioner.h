@@ -53,6 +53,12 @@ struct SpmdProgram {
 // rule (e.g. tuple-shaped parameters); kInvalidArgument for num_devices < 1.
 [[nodiscard]] absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices);
 
+// The device count a module's shardings imply: the largest device id named by any node's
+// sharding (tiled device list or maximal device) + 1, at least 1. Shardings that do not parse
+// are skipped (Partition reports them). Used when the caller gives no --num-partitions
+// (`tessel propagate` / `partition`, the Python package's propagate / partition / verify).
+[[nodiscard]] int64_t InferNumPartitions(const Graph& graph);
+
 // Number of collectives of each kind ("all-reduce", ...) in a program and the bytes of their
 // local results (each device's output buffer), for `tessel partition --stats` and tests.
 struct CollectiveCount {
