@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-VENV="${1:-build/python-venv}"
+VENV="$(realpath -m "${1:-build/python-venv}")"
 PYTHON="${PYTHON:-python3}"
 # The CMake build inside `pip install` uses as many jobs as build.sh does.
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-${TESSEL_JOBS:-$(nproc)}}"

@@ -87,7 +87,7 @@ def test_simulate_overlap_is_not_slower(dot_hlo):
 
 
 def test_errors_are_python_exceptions(dot_hlo):
-    with pytest.raises(ValueError, match="line"):
+    with pytest.raises(NotImplementedError, match="bogus-op"):  # unknown op: kUnimplemented
         tessel.partition("HloModule m\n\nENTRY e {\n  ROOT x = f32[2] bogus-op()\n}\n")
     with pytest.raises(ValueError, match="num_partitions"):
         tessel.partition(dot_hlo, num_partitions=0)
