@@ -30,7 +30,9 @@ def _args(mesh):
 def mesh():
     if len(jax.devices()) < 8:
         pytest.fail("needs 8 devices: run with XLA_FLAGS=--xla_force_host_platform_device_count=8")
-    return jax.make_mesh((2, 4), ("data", "model"))
+    # Auto axes: GSPMD-style propagation decides the intermediate shardings, as in the fixtures.
+    auto = jax.sharding.AxisType.Auto
+    return jax.make_mesh((2, 4), ("data", "model"), axis_types=(auto, auto))
 
 
 def test_jax_round_trip(mesh):
