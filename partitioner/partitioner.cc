@@ -1,5 +1,6 @@
 #include "partitioner/partitioner.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -407,6 +408,18 @@ int64_t TotalBytes(const std::map<std::string, CollectiveCount>& counts) {
 }  // namespace
 
 // A std::map, so `tessel partition --stats` lists the kinds in a stable (sorted) order.
+int64_t InferNumPartitions(const Graph& graph) {
+  int64_t n = 1;
+  for (const Node* node : graph.nodes()) {
+    if (node->sharding().empty()) continue;
+    absl::StatusOr<spmd::Sharding> s = spmd::ParseSharding(node->sharding());
+    if (!s.ok()) continue;
+    for (int64_t id : s->device_list()) n = std::max(n, id + 1);
+    if (s->unique_device()) n = std::max(n, *s->unique_device() + 1);
+  }
+  return n;
+}
+
 std::map<std::string, CollectiveCount> CountCollectives(const Graph& program) {
   std::map<std::string, CollectiveCount> counts;
   for (const Node* node : program.nodes()) {

@@ -76,6 +76,12 @@ struct PartitionOptions {
 [[nodiscard]] absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices,
                                                     const PartitionOptions& options = {});
 
+// The device count a module's shardings imply: the largest device id named by any node's
+// sharding (tiled device list or maximal device) + 1, at least 1. Shardings that do not parse
+// are skipped (Partition reports them). Used when the caller gives no --num-partitions
+// (`tessel propagate` / `partition`, the Python package's propagate / partition / verify).
+[[nodiscard]] int64_t InferNumPartitions(const Graph& graph);
+
 // Number of collectives of each kind ("all-reduce", ...) in a program and the bytes of their
 // local results (each device's output buffer), for `tessel partition --stats` and tests. Counts
 // the program text: a collective in a loop body or a branch counts once, however often it runs

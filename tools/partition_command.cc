@@ -41,19 +41,6 @@ struct PartitionOptions {
   bool stats = false;
 };
 
-// Largest device id named by any sharding + 1 (at least 1).
-int64_t InferNumPartitions(const Graph& graph) {
-  int64_t n = 1;
-  for (const Node* node : graph.nodes()) {
-    if (node->sharding().empty()) continue;
-    absl::StatusOr<spmd::Sharding> s = spmd::ParseSharding(node->sharding());
-    if (!s.ok()) continue;
-    for (int64_t id : s->device_list()) n = std::max(n, id + 1);
-    if (s->unique_device()) n = std::max(n, *s->unique_device() + 1);
-  }
-  return n;
-}
-
 int Fail(const std::string& command, const absl::Status& status) {
   std::cerr << "tessel " << command << ": " << status.message() << "\n";
   return 1;
@@ -70,7 +57,8 @@ CommandFn AddPropagateCommand(CLI::App& app) {
   return [options]() {
     absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloFile(options->path);
     if (!graph.ok()) return Fail("propagate", graph.status());
-    int64_t n = options->num_partitions > 0 ? options->num_partitions : InferNumPartitions(**graph);
+    int64_t n = options->num_partitions > 0 ? options->num_partitions
+                                            : partitioner::InferNumPartitions(**graph);
     absl::Status status = partitioner::PropagateShardings(**graph, n);
     if (!status.ok()) return Fail("propagate", status);
     std::cout << PrintHloModule(**graph);
@@ -112,7 +100,7 @@ CommandFn AddPartitionCommand(CLI::App& app) {
     }
     int64_t n = options->num_partitions > 0 ? options->num_partitions
                 : cost.has_value()          ? cost->topology().num_devices()
-                                            : InferNumPartitions(**graph);
+                                            : partitioner::InferNumPartitions(**graph);
     partitioner::PartitionOptions partition_options;
     if (cost.has_value()) partition_options.cost_model = &*cost;
     absl::StatusOr<partitioner::SpmdProgram> program =

@@ -1,0 +1,507 @@
+// tessel._tessel: the pybind11 bindings behind `import tessel` (python/tessel/__init__.py).
+// Every function here is a thin layer over the C++ libraries the CLI uses (tools/*.cc), so the
+// Python package and `tessel ...` share one implementation: mesh/topology (Topology), spmd (Mesh,
+// HybridMesh, PartitionSpec, ShardedTensor), partitioner (propagation, Partition, verify) and
+// mesh/sim (Simulator). absl::Status errors become Python exceptions carrying the C++ message
+// (ThrowIfError). Work that can take seconds (partitioning, verification on N threads,
+// simulation) runs with the GIL released.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "core/hlo_text.h"
+#include "mesh/sim/simulator.h"
+#include "mesh/topology/topology.h"
+#include "partitioner/partitioner.h"
+#include "partitioner/propagation.h"
+#include "partitioner/verify.h"
+#include "spmd/mesh.h"
+#include "spmd/partition_spec.h"
+#include "spmd/sharded_tensor.h"
+#include "spmd/sharding.h"
+
+namespace py = pybind11;
+
+namespace tessel::python {
+namespace {
+
+// Bad input (text that does not parse, an out-of-range id, a mesh that does not match) is a
+// ValueError as the package documents; a missing file keeps its own Python type; everything
+// else (internal errors, timeouts) is a RuntimeError.
+[[noreturn]] void ThrowStatus(const absl::Status& status) {
+  const std::string message(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists:
+      throw py::value_error(message);
+    case absl::StatusCode::kNotFound:
+      PyErr_SetString(PyExc_FileNotFoundError, message.c_str());
+      throw py::error_already_set();
+    case absl::StatusCode::kUnimplemented:
+      PyErr_SetString(PyExc_NotImplementedError, message.c_str());
+      throw py::error_already_set();
+    default:
+      throw std::runtime_error(message);
+  }
+}
+
+void ThrowIfError(const absl::Status& status) {
+  if (!status.ok()) ThrowStatus(status);
+}
+
+template <typename T>
+T ValueOrThrow(absl::StatusOr<T> value) {
+  if (!value.ok()) ThrowStatus(value.status());
+  return *std::move(value);
+}
+
+std::unique_ptr<Graph> ParseModule(const std::string& hlo_text) {
+  return ValueOrThrow(ParseHloModule(hlo_text));
+}
+
+int64_t NumPartitionsOf(const Graph& graph, std::optional<int64_t> num_partitions) {
+  if (!num_partitions) return partitioner::InferNumPartitions(graph);
+  if (*num_partitions < 1) {
+    throw py::value_error(absl::StrCat("num_partitions must be >= 1, got ", *num_partitions));
+  }
+  return *num_partitions;
+}
+
+// A partition spec from Python: a string in PartitionSpec::Parse syntax ("x,None",
+// "(x,y),None") or a sequence whose entries are None, an axis index, an axis name, or a tuple /
+// list of indices and names (major to minor), as torch_xla's mark_sharding takes it.
+spmd::PartitionSpec PartitionSpecOf(const py::handle& spec) {
+  if (py::isinstance<py::str>(spec)) {
+    return ValueOrThrow(spmd::PartitionSpec::Parse(spec.cast<std::string>()));
+  }
+  if (!py::isinstance<py::sequence>(spec)) {
+    throw py::value_error(
+        "partition_spec must be a string or a sequence of None, int, str or "
+        "tuples of them");
+  }
+  auto axis_of = [](const py::handle& item) -> spmd::AxisRef {
+    if (py::isinstance<py::str>(item)) return spmd::AxisRef(item.cast<std::string>());
+    if (py::isinstance<py::int_>(item) && !py::isinstance<py::bool_>(item)) {
+      return spmd::AxisRef(item.cast<int64_t>());
+    }
+    throw py::value_error(absl::StrCat("partition_spec: expected an axis index or name, got ",
+                                       py::repr(item).cast<std::string>()));
+  };
+  std::vector<spmd::PartitionSpec::Entry> entries;
+  for (const py::handle& item : spec.cast<py::sequence>()) {
+    if (item.is_none()) {
+      entries.emplace_back(spmd::kNone);
+    } else if (py::isinstance<py::tuple>(item) || py::isinstance<py::list>(item)) {
+      std::vector<spmd::AxisRef> axes;
+      for (const py::handle& axis : item.cast<py::sequence>()) axes.push_back(axis_of(axis));
+      entries.emplace_back(spmd::Axes(std::move(axes)));
+    } else {
+      entries.emplace_back(axis_of(item));
+    }
+  }
+  return spmd::PartitionSpec(std::move(entries));
+}
+
+// The result of shard(): the XLA sharding string and each device's piece of the global array.
+struct ShardResult {
+  std::string sharding;
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> local_shape;
+  std::vector<spmd::Shard> shards;
+};
+
+ShardResult Shard(const std::vector<int64_t>& shape, const spmd::Mesh& mesh,
+                  const py::object& partition_spec) {
+  for (int64_t d : shape) {
+    if (d < 0) throw py::value_error(absl::StrCat("shape: negative dim ", d));
+  }
+  const spmd::PartitionSpec spec = PartitionSpecOf(partition_spec);
+  // The element type does not change index ranges; f32 is what `tessel shard` uses too.
+  const Shape global(DType::kF32, shape);
+  spmd::Sharding sharding =
+      ValueOrThrow(spmd::ShardingFromPartitionSpec(mesh, global.rank(), spec));
+  spmd::ShardedTensor tensor =
+      ValueOrThrow(spmd::ShardedTensor::Create(global, sharding, mesh.size()));
+  return ShardResult{sharding.ToString(), shape, tensor.local_shape().dims(), tensor.shards()};
+}
+
+// The result of partition(): the per-device program as HLO text and its collective counts.
+struct PartitionResult {
+  std::string hlo_text;
+  int64_t num_partitions = 1;
+  std::map<std::string, partitioner::CollectiveCount> collectives;
+  std::vector<std::string> parameter_shardings;
+  std::vector<std::string> output_shardings;
+};
+
+PartitionResult PartitionHlo(const std::string& hlo_text, std::optional<int64_t> num_partitions) {
+  std::unique_ptr<Graph> graph = ParseModule(hlo_text);
+  const int64_t n = NumPartitionsOf(*graph, num_partitions);
+  absl::StatusOr<partitioner::SpmdProgram> program;
+  PartitionResult result;
+  {
+    py::gil_scoped_release release;
+    program = partitioner::Partition(*graph, n);
+    if (program.ok()) {
+      result.hlo_text = PrintHloModule(*program->program);
+      result.collectives = partitioner::CountCollectives(*program->program);
+    }
+  }
+  if (!program.ok()) ThrowStatus(program.status());
+  result.num_partitions = n;
+  for (const auto& p : program->parameters)
+    result.parameter_shardings.push_back(p.sharding.ToString());
+  for (const auto& o : program->outputs) result.output_shardings.push_back(o.sharding.ToString());
+  return result;
+}
+
+std::string Propagate(const std::string& hlo_text, std::optional<int64_t> num_partitions) {
+  std::unique_ptr<Graph> graph = ParseModule(hlo_text);
+  const int64_t n = NumPartitionsOf(*graph, num_partitions);
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    status = partitioner::PropagateShardings(*graph, n);
+  }
+  ThrowIfError(status);
+  return PrintHloModule(*graph);
+}
+
+partitioner::VerifyReport Verify(const std::string& hlo_text, std::optional<int64_t> num_partitions,
+                                 uint64_t seed, std::optional<double> rtol,
+                                 std::optional<double> atol, double timeout_seconds) {
+  std::unique_ptr<Graph> graph = ParseModule(hlo_text);
+  const int64_t n = NumPartitionsOf(*graph, num_partitions);
+  partitioner::VerifyOptions options;
+  options.seed = seed;
+  options.rtol = rtol;
+  options.atol = atol;
+  options.collective_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
+  absl::StatusOr<partitioner::VerifyReport> report;
+  {
+    py::gil_scoped_release release;
+    report = partitioner::VerifyPartitioning(*graph, n, options);
+  }
+  return ValueOrThrow(std::move(report));
+}
+
+// One entry parameter's random input as verify() makes it (MakeVerifyInputs), as a NumPy array
+// of the parameter's global shape. Element types without a NumPy equivalent are refused.
+py::array LiteralToNumpy(const Literal& literal) {
+  const Shape& shape = literal.shape();
+  if (shape.is_tuple()) {
+    throw py::value_error(absl::StrCat("verify_inputs: tuple parameter ", shape.ToString(),
+                                       " has no single NumPy array"));
+  }
+  std::vector<py::ssize_t> dims(shape.dims().begin(), shape.dims().end());
+  auto copy = [&](auto tag) {
+    using T = decltype(tag);
+    py::array_t<T> out(dims);
+    const auto values = literal.template data<T>();
+    std::copy(values.begin(), values.end(), out.mutable_data());
+    return py::array(out);
+  };
+  switch (shape.dtype()) {
+    case DType::kF32:
+      return copy(float{});
+    case DType::kF64:
+      return copy(double{});
+    case DType::kS32:
+      return copy(int32_t{});
+    case DType::kS64:
+      return copy(int64_t{});
+    case DType::kU8:
+      return copy(uint8_t{});
+    case DType::kPred:
+      return copy(bool{});
+    default:
+      PyErr_SetString(
+          PyExc_NotImplementedError,
+          absl::StrCat("verify_inputs: no NumPy conversion for ", shape.ToString()).c_str());
+      throw py::error_already_set();
+  }
+}
+
+std::vector<py::array> VerifyInputs(const std::string& hlo_text, uint64_t seed) {
+  std::unique_ptr<Graph> graph = ParseModule(hlo_text);
+  std::vector<Literal> inputs = ValueOrThrow(partitioner::MakeVerifyInputs(*graph, seed));
+  std::vector<py::array> arrays;
+  for (const Literal& literal : inputs) arrays.push_back(LiteralToNumpy(literal));
+  return arrays;
+}
+
+// simulate(): the same steps as `tessel simulate CONFIG --hlo FILE` (tools/simulate_command.cc):
+// partition on the topology's device count, simulate, optionally write the Chrome trace.
+struct SimulateResult {
+  mesh::SimulationReport report;
+  int64_t global_nodes = 0;
+  int64_t local_nodes = 0;
+  std::optional<std::string> trace_path;
+};
+
+SimulateResult SimulateHlo(const std::string& hlo_text, const mesh::Topology& topology,
+                           bool overlap, std::optional<std::string> trace_path, int64_t top_k,
+                           std::optional<std::string> matmul_dtype) {
+  std::unique_ptr<Graph> graph = ParseModule(hlo_text);
+  mesh::SimulatorOptions options;
+  options.overlap = overlap;
+  options.record_trace = trace_path.has_value();
+  options.top_k = top_k;
+  if (matmul_dtype) {
+    if (!topology.device_spec().PeakTflops(*matmul_dtype)) {
+      throw py::value_error(absl::StrCat("matmul_dtype: the device spec of ",
+                                         topology.device_spec().name, " gives no peak for \"",
+                                         *matmul_dtype, "\""));
+    }
+    options.cost.matmul_dtype = *matmul_dtype;
+  }
+  SimulateResult result;
+  result.global_nodes = graph->num_nodes();
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    status = [&]() -> absl::Status {
+      absl::StatusOr<mesh::Simulator> simulator = mesh::Simulator::Create(topology, options);
+      if (!simulator.ok()) return simulator.status();
+      absl::StatusOr<partitioner::SpmdProgram> program =
+          partitioner::Partition(*graph, topology.num_devices());
+      if (!program.ok()) return program.status();
+      result.local_nodes = program->program->num_nodes();
+      absl::StatusOr<mesh::SimulationReport> report = simulator->Run(*program);
+      if (!report.ok()) return report.status();
+      result.report = *std::move(report);
+      if (trace_path) return mesh::WriteChromeTrace(result.report, *trace_path);
+      return absl::OkStatus();
+    }();
+  }
+  ThrowIfError(status);
+  result.trace_path = std::move(trace_path);
+  return result;
+}
+
+void BindTopologyAndMesh(py::module_& m) {
+  py::class_<mesh::Topology>(m, "Topology")
+      .def_static(
+          "load", [](const std::string& path) { return ValueOrThrow(mesh::LoadTopology(path)); },
+          py::arg("path"))
+      .def_static(
+          "from_json",
+          [](const std::string& text) {
+            return ValueOrThrow(mesh::ParseTopology(text, "<python>"));
+          },
+          py::arg("json_text"))
+      .def_property_readonly("name", &mesh::Topology::name)
+      .def_property_readonly("description", &mesh::Topology::description)
+      .def_property_readonly("num_devices", &mesh::Topology::num_devices)
+      .def_property_readonly("num_slices", &mesh::Topology::num_slices)
+      .def_property_readonly("num_hosts", &mesh::Topology::num_hosts)
+      .def_property_readonly("device_name",
+                             [](const mesh::Topology& t) { return t.device_spec().name; })
+      .def_property_readonly("hbm_bytes",
+                             [](const mesh::Topology& t) { return t.device_spec().hbm_bytes; })
+      .def_property_readonly(
+          "hbm_bandwidth_bytes_per_s",
+          [](const mesh::Topology& t) { return t.device_spec().hbm_bandwidth_gbytes_per_s * 1e9; })
+      .def_property_readonly("peak_tflops",
+                             [](const mesh::Topology& t) { return t.device_spec().peak_tflops; })
+      .def("__repr__", [](const mesh::Topology& t) {
+        return absl::StrCat("Topology(name='", t.name(), "', devices=", t.num_devices(),
+                            ", slices=", t.num_slices(), ", device='", t.device_spec().name, "')");
+      });
+
+  py::class_<spmd::Mesh>(m, "Mesh")
+      .def(py::init([](std::vector<int64_t> device_ids, std::vector<int64_t> mesh_shape,
+                       std::optional<std::vector<std::string>> axis_names) {
+             return ValueOrThrow(
+                 spmd::Mesh::Create(std::move(device_ids), std::move(mesh_shape),
+                                    axis_names.value_or(std::vector<std::string>{})));
+           }),
+           py::arg("device_ids"), py::arg("mesh_shape"), py::arg("axis_names") = py::none())
+      .def_property_readonly("device_ids", &spmd::Mesh::device_ids)
+      .def_property_readonly("mesh_shape", &spmd::Mesh::mesh_shape)
+      .def_property_readonly("axis_names", &spmd::Mesh::axis_names)
+      .def("size", &spmd::Mesh::size)
+      .def("rank", &spmd::Mesh::rank)
+      .def("shape", &spmd::Mesh::shape)
+      .def("get_axis_name_idx",
+           [](const spmd::Mesh& mesh, const std::string& name) {
+             return ValueOrThrow(mesh.AxisIndex(name));
+           })
+      .def("get_logical_mesh",
+           [](const spmd::Mesh& mesh) {
+             std::vector<py::ssize_t> dims(mesh.mesh_shape().begin(), mesh.mesh_shape().end());
+             py::array_t<int64_t> out(dims);
+             std::copy(mesh.device_ids().begin(), mesh.device_ids().end(), out.mutable_data());
+             return out;
+           })
+      .def("coordinate_of", &spmd::Mesh::CoordinateOf, py::arg("device_id"))
+      .def("__eq__", [](const spmd::Mesh& a, const spmd::Mesh& b) { return a == b; })
+      .def("__repr__", &spmd::Mesh::ToString);
+
+  py::class_<spmd::HybridMesh, spmd::Mesh>(m, "HybridMesh")
+      .def(py::init([](std::vector<int64_t> ici, std::vector<int64_t> dcn,
+                       std::vector<std::string> axis_names, const mesh::Topology& topology) {
+             return ValueOrThrow(spmd::HybridMesh::Create(std::move(ici), std::move(dcn),
+                                                          std::move(axis_names), topology));
+           }),
+           py::arg("ici_mesh_shape"), py::arg("dcn_mesh_shape"), py::arg("axis_names"),
+           py::arg("topology"))
+      .def_property_readonly("ici_mesh_shape", &spmd::HybridMesh::ici_mesh_shape)
+      .def_property_readonly("dcn_mesh_shape", &spmd::HybridMesh::dcn_mesh_shape);
+}
+
+void BindShardAndPartition(py::module_& m) {
+  py::class_<spmd::Shard>(m, "Shard")
+      .def_readonly("device_id", &spmd::Shard::device_id)
+      .def_readonly("index", &spmd::Shard::index)
+      .def_readonly("tile_index", &spmd::Shard::tile_index)
+      .def_readonly("replica_id", &spmd::Shard::replica_id)
+      .def("__repr__", [](const spmd::Shard& s) {
+        std::string index;
+        for (const auto& [start, limit] : s.index) {
+          absl::StrAppend(&index, index.empty() ? "" : ", ", start, ":", limit);
+        }
+        return absl::StrCat("Shard(device_id=", s.device_id, ", index=[", index,
+                            "], replica_id=", s.replica_id, ")");
+      });
+  py::class_<ShardResult>(m, "ShardResult")
+      .def_readonly("sharding", &ShardResult::sharding)
+      .def_readonly("global_shape", &ShardResult::global_shape)
+      .def_readonly("local_shape", &ShardResult::local_shape)
+      .def_readonly("shards", &ShardResult::shards)
+      .def("__repr__", [](const ShardResult& r) {
+        return absl::StrCat("ShardResult(sharding='", r.sharding, "', shards=", r.shards.size(),
+                            ")");
+      });
+  m.def("shard", &Shard, py::arg("shape"), py::arg("mesh"), py::arg("partition_spec"));
+
+  py::class_<partitioner::CollectiveCount>(m, "CollectiveCount")
+      .def_readonly("count", &partitioner::CollectiveCount::count)
+      .def_readonly("result_bytes", &partitioner::CollectiveCount::result_bytes)
+      .def("__repr__", [](const partitioner::CollectiveCount& c) {
+        return absl::StrCat("CollectiveCount(count=", c.count, ", result_bytes=", c.result_bytes,
+                            ")");
+      });
+  py::class_<PartitionResult>(m, "PartitionResult")
+      .def_readonly("hlo_text", &PartitionResult::hlo_text)
+      .def_readonly("num_partitions", &PartitionResult::num_partitions)
+      .def_readonly("collectives", &PartitionResult::collectives)
+      .def_readonly("parameter_shardings", &PartitionResult::parameter_shardings)
+      .def_readonly("output_shardings", &PartitionResult::output_shardings);
+  m.def("partition", &PartitionHlo, py::arg("hlo_text"), py::arg("num_partitions") = py::none());
+  m.def("propagate", &Propagate, py::arg("hlo_text"), py::arg("num_partitions") = py::none());
+}
+
+void BindVerify(py::module_& m) {
+  using partitioner::OutputCheck;
+  py::class_<OutputCheck>(m, "OutputCheck")
+      .def_readonly("index", &OutputCheck::index)
+      .def_property_readonly("global_shape",
+                             [](const OutputCheck& c) { return c.global_shape.ToString(); })
+      .def_property_readonly("local_shape",
+                             [](const OutputCheck& c) { return c.local_shape.ToString(); })
+      .def_property_readonly("sharding", [](const OutputCheck& c) { return c.sharding.ToString(); })
+      .def_property_readonly("rtol", [](const OutputCheck& c) { return c.tolerance.rtol; })
+      .def_property_readonly("atol", [](const OutputCheck& c) { return c.tolerance.atol; })
+      .def_readonly("scale", &OutputCheck::scale)
+      .def_readonly("max_abs_error", &OutputCheck::max_abs_error)
+      .def_readonly("max_rel_error", &OutputCheck::max_rel_error)
+      .def_readonly("mismatched_elements", &OutputCheck::mismatched_elements)
+      .def_readonly("first_mismatch_element", &OutputCheck::first_mismatch_element)
+      .def_readonly("ok", &OutputCheck::ok);
+  py::class_<partitioner::VerifyReport>(m, "VerifyReport")
+      .def_readonly("num_devices", &partitioner::VerifyReport::num_devices)
+      .def_readonly("outputs", &partitioner::VerifyReport::outputs)
+      .def_readonly("collectives", &partitioner::VerifyReport::collectives)
+      .def_property_readonly("ok", &partitioner::VerifyReport::ok)
+      .def_property_readonly("first_mismatch", &partitioner::VerifyReport::first_mismatch);
+  m.def("verify", &Verify, py::arg("hlo_text"), py::arg("num_partitions") = py::none(),
+        py::arg("seed") = 0, py::arg("rtol") = py::none(), py::arg("atol") = py::none(),
+        py::arg("timeout_seconds") = 60.0);
+  m.def("verify_inputs", &VerifyInputs, py::arg("hlo_text"), py::arg("seed") = 0);
+}
+
+void BindSimulate(py::module_& m) {
+  py::class_<mesh::OpEntry>(m, "OpEntry")
+      .def_readonly("name", &mesh::OpEntry::name)
+      .def_readonly("opcode", &mesh::OpEntry::opcode)
+      .def_readonly("shape", &mesh::OpEntry::shape)
+      .def_readonly("seconds", &mesh::OpEntry::seconds)
+      .def_readonly("flops", &mesh::OpEntry::flops)
+      .def_readonly("bytes", &mesh::OpEntry::bytes)
+      .def("__repr__", [](const mesh::OpEntry& e) {
+        return absl::StrCat("OpEntry(", e.opcode, " ", e.name, " ", e.shape, ", ", e.seconds,
+                            " s)");
+      });
+  py::class_<mesh::DeviceClass>(m, "DeviceClass")
+      .def_readonly("representative_device", &mesh::DeviceClass::representative_device)
+      .def_readonly("num_devices", &mesh::DeviceClass::num_devices)
+      .def_readonly("in_order_seconds", &mesh::DeviceClass::in_order_seconds)
+      .def_readonly("overlapped_seconds", &mesh::DeviceClass::overlapped_seconds)
+      .def_readonly("compute_seconds", &mesh::DeviceClass::compute_seconds)
+      .def_readonly("ici_seconds", &mesh::DeviceClass::ici_seconds)
+      .def_readonly("dcn_seconds", &mesh::DeviceClass::dcn_seconds)
+      .def_readonly("ici_bytes", &mesh::DeviceClass::ici_bytes)
+      .def_readonly("dcn_bytes", &mesh::DeviceClass::dcn_bytes);
+  using R = SimulateResult;
+  auto field = [](auto member) { return [member](const R& r) { return r.report.*member; }; };
+  py::class_<R>(m, "SimulationReport")
+      .def_property_readonly("device_name", field(&mesh::SimulationReport::device_name))
+      .def_property_readonly("num_devices", field(&mesh::SimulationReport::num_devices))
+      .def_property_readonly("overlap", field(&mesh::SimulationReport::overlap))
+      .def_property_readonly("step_seconds", field(&mesh::SimulationReport::step_seconds))
+      .def_property_readonly("in_order_seconds", field(&mesh::SimulationReport::in_order_seconds))
+      .def_property_readonly("overlapped_seconds",
+                             field(&mesh::SimulationReport::overlapped_seconds))
+      .def_property_readonly("compute_seconds", field(&mesh::SimulationReport::compute_seconds))
+      .def_property_readonly("ici_seconds", field(&mesh::SimulationReport::ici_seconds))
+      .def_property_readonly("dcn_seconds", field(&mesh::SimulationReport::dcn_seconds))
+      .def_property_readonly("exposed_comm_seconds",
+                             field(&mesh::SimulationReport::exposed_comm_seconds))
+      .def_property_readonly("flops_per_device", field(&mesh::SimulationReport::flops_per_device))
+      .def_property_readonly("ici_bytes_per_device",
+                             field(&mesh::SimulationReport::ici_bytes_per_device))
+      .def_property_readonly("dcn_bytes_per_device",
+                             field(&mesh::SimulationReport::dcn_bytes_per_device))
+      .def_property_readonly("ici_bytes_total", field(&mesh::SimulationReport::ici_bytes_total))
+      .def_property_readonly("dcn_bytes_total", field(&mesh::SimulationReport::dcn_bytes_total))
+      .def_property_readonly("peak_memory_bytes", field(&mesh::SimulationReport::peak_memory_bytes))
+      .def_property_readonly("parameter_bytes", field(&mesh::SimulationReport::parameter_bytes))
+      .def_property_readonly("hbm_bytes", field(&mesh::SimulationReport::hbm_bytes))
+      .def_property_readonly("exceeds_hbm", field(&mesh::SimulationReport::exceeds_hbm))
+      .def_property_readonly("classes", field(&mesh::SimulationReport::classes))
+      .def_property_readonly("top_ops", field(&mesh::SimulationReport::top_ops))
+      .def_property_readonly("top_collectives", field(&mesh::SimulationReport::top_collectives))
+      .def_property_readonly("warnings", field(&mesh::SimulationReport::warnings))
+      .def_readonly("global_nodes", &R::global_nodes)
+      .def_readonly("local_nodes", &R::local_nodes)
+      .def_readonly("trace_path", &R::trace_path);
+  m.def("simulate_hlo", &SimulateHlo, py::arg("hlo_text"), py::arg("topology"),
+        py::arg("overlap") = false, py::arg("trace_path") = py::none(), py::arg("top_k") = 10,
+        py::arg("matmul_dtype") = py::none());
+}
+
+}  // namespace
+}  // namespace tessel::python
+
+PYBIND11_MODULE(_tessel, m) {
+  m.doc() = "Tessel C++ bindings; use the `tessel` package (python/tessel/__init__.py).";
+  tessel::python::BindTopologyAndMesh(m);
+  tessel::python::BindShardAndPartition(m);
+  tessel::python::BindVerify(m);
+  tessel::python::BindSimulate(m);
+}

@@ -1,0 +1,99 @@
+"""propagate / partition / verify / simulate on the committed JAX-lowered fixtures
+(tests/fixtures/jax, 8 devices), and their errors."""
+import json
+
+import numpy as np
+import pytest
+
+import tessel
+
+from conftest import JAX_FIXTURES
+
+
+def test_propagate_annotates_every_instruction(dot_hlo):
+    text = tessel.propagate(dot_hlo)
+    assert text.startswith("HloModule")
+    for line in text.splitlines():
+        if " = " in line and "parameter(" not in line:
+            assert "sharding={" in line, line
+
+
+def test_partition_dot_contracting(dot_hlo):
+    result = tessel.partition(dot_hlo)
+    assert result.num_partitions == 8  # inferred from the shardings
+    # Each device holds a [16,8] x [8,32] piece and all-reduces the partial [16,32] sums.
+    assert "f32[16,8]" in result.hlo_text and "f32[8,32]" in result.hlo_text
+    assert result.collectives["all-reduce"].count == 1
+    assert result.collectives["all-reduce"].result_bytes == 16 * 32 * 4
+    assert result.parameter_shardings == ["{devices=[1,8]0,1,2,3,4,5,6,7}",
+                                          "{devices=[8,1]0,1,2,3,4,5,6,7}"]
+    assert result.output_shardings == ["{replicated}"]
+
+
+def test_partition_accepts_a_path():
+    result = tessel.partition(JAX_FIXTURES / "layernorm_seq_sharded.hlo", num_partitions=8)
+    assert result.num_partitions == 8
+    assert result.hlo_text.startswith("HloModule")
+
+
+def test_verify_layernorm(layernorm_hlo):
+    report = tessel.verify(layernorm_hlo, seed=3)
+    assert report.ok
+    assert report.first_mismatch is None
+    assert report.num_devices == 8
+    assert len(report.outputs) >= 1
+    for out in report.outputs:
+        assert out.ok
+        assert out.max_abs_error <= out.atol * out.scale + 1e-12
+        assert out.mismatched_elements == 0
+        assert out.global_shape.startswith("f32[")
+
+
+def test_verify_inputs_are_numpy_and_deterministic(dot_hlo):
+    a, b = tessel.verify_inputs(dot_hlo, seed=5)
+    assert a.shape == (16, 64) and a.dtype == np.float32
+    assert b.shape == (64, 32) and b.dtype == np.float32
+    a2, _ = tessel.verify_inputs(dot_hlo, seed=5)
+    np.testing.assert_array_equal(a, a2)
+    a3, _ = tessel.verify_inputs(dot_hlo, seed=6)
+    assert not np.array_equal(a, a3)
+
+
+def test_simulate_dgx_h100(dot_hlo, tmp_path):
+    trace = tmp_path / "trace.json"
+    report = tessel.simulate(dot_hlo, "dgx_h100", trace_path=trace)
+    assert isinstance(report.step_seconds, float)
+    assert report.step_seconds > 0
+    assert report.num_devices == 8
+    assert report.device_name.startswith("H100")
+    assert report.compute_seconds > 0 and report.ici_seconds > 0
+    assert report.step_seconds == pytest.approx(report.in_order_seconds)
+    assert set(report.breakdown) == {"step", "compute", "ici", "dcn", "exposed_comm"}
+    assert report.memory["fits"] and report.memory["hbm_bytes"] == report.hbm_bytes
+    table = report.collective_table
+    assert [row["opcode"] for row in table] == ["all-reduce"]
+    assert table[0]["bytes"] > 0 and table[0]["seconds"] > 0
+    assert report.trace_path == str(trace)
+    events = json.loads(trace.read_text())
+    assert events  # Chrome trace JSON
+
+
+def test_simulate_overlap_is_not_slower(dot_hlo):
+    topo = tessel.Topology.preset("v4-16")
+    in_order = tessel.simulate(dot_hlo, topo)
+    overlapped = tessel.simulate(dot_hlo, topo, overlap=True)
+    assert overlapped.overlap and not in_order.overlap
+    assert overlapped.step_seconds <= in_order.step_seconds
+
+
+def test_errors_are_python_exceptions(dot_hlo):
+    with pytest.raises(NotImplementedError, match="bogus-op"):  # unknown op: kUnimplemented
+        tessel.partition("HloModule m\n\nENTRY e {\n  ROOT x = f32[2] bogus-op()\n}\n")
+    with pytest.raises(ValueError, match="num_partitions"):
+        tessel.partition(dot_hlo, num_partitions=0)
+    with pytest.raises(ValueError):
+        tessel.simulate(dot_hlo, "dgx_h100", matmul_dtype="f99")
+    with pytest.raises(ValueError):  # 4 devices cannot hold an 8-way sharding
+        tessel.simulate(dot_hlo, "v4-8")
+    with pytest.raises(TypeError):
+        tessel.partition(42)
