@@ -494,7 +494,7 @@ int64_t TransformerActiveParameterCount(const TransformerConfig& c) {
 
 absl::StatusOr<RecipeShards> ShardsOf(const spmd::Mesh& mesh, ShardingRecipe recipe,
                                       const RecipeAxes& axes) {
-  TESSEL_ASSIGN_OR_RETURN(RecipeLayout layout, LayoutFor(mesh, recipe, axes));
+  TESSEL_ASSIGN_OR_RETURN(RecipeLayout layout, RecipeLayoutFor(mesh, recipe, axes));
   auto size_of = [&](const std::string& name) -> int64_t {
     for (int64_t a = 0; a < mesh.rank(); ++a) {
       if (mesh.axis_names()[a] == name) return mesh.axis_size(a);

@@ -2,7 +2,9 @@
 # Builds Tessel (installing what is missing) and runs the whole test suite with CTest, then
 # builds the default CMake configuration (no options: TESSEL_ISA=portable, what
 # `cmake -S . -B b && cmake --build b` gives a CMake user) and runs its unit tests, so both the
-# SIMD paths scripts/build.sh picks and the baseline x86-64 paths are tested.
+# SIMD paths scripts/build.sh picks and the baseline x86-64 paths are tested; last, the Python
+# package is installed into a fresh virtual environment and its pytest suite run
+# (scripts/test_python.sh; needs PyPI).
 #
 #   bash scripts/test.sh [ctest options for the first build, e.g. -L unit or -R core_]
 #
@@ -21,3 +23,6 @@ echo "test: the default configuration in $DEFAULT_DIR (unit tests)"
 cmake -S . -B "$DEFAULT_DIR" >/dev/null
 cmake --build "$DEFAULT_DIR" -j "$JOBS" --target unit_tests
 ctest --test-dir "$DEFAULT_DIR" --output-on-failure -j 2 -L unit
+
+echo "test: the Python package (scripts/test_python.sh)"
+bash scripts/test_python.sh
