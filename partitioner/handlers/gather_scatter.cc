@@ -229,6 +229,15 @@ absl::StatusOr<std::optional<PValue>> ScatterOperandParallel(
   const DType index_type = ids->shape().dtype();
   const int64_t rows = operand.dim(plan.dim);
   const int64_t tile_rows = table->shape().dim(plan.dim);
+  if (ids_tiled) {
+    // An uneven ids tile is padded, and the padding's ids and updates are garbage: give those
+    // positions the id `rows`, which no device owns, so every device skips them (a gather's
+    // padding only reaches output padding; a scatter's would land in real rows).
+    std::vector<int64_t> all_dims(ids->shape().rank());
+    for (int64_t d = 0; d < ids->shape().rank(); ++d) all_dims[d] = d;
+    TESSEL_ASSIGN_OR_RETURN(ids, ctx.MaskPadding(ids, plan.indices, node.operand(1)->shape(),
+                                                 all_dims, static_cast<double>(rows)));
+  }
   std::vector<int64_t> first(ctx.num_devices(), 0), end(ctx.num_devices(), 0);
   for (int64_t d = 0; d < ctx.num_devices(); ++d) {
     first[d] = (*plan.operand.TileIndexOf(d))[plan.dim] * tile_rows;
