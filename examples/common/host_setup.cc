@@ -6,7 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/computation_client.h"
 #include "core/status_macros.h"
+#include "core/tensor.h"
 #include "mesh/launch/host_env.h"
 #include "transport/zmq_transport.h"
 
@@ -104,6 +106,24 @@ void ReportConnectError(const absl::Status& status, const char* program) {
   if (!quiet || !env.ok() || env->host_index == 0) {
     std::fprintf(stderr, "%s: %s\n", program, std::string(status.message()).c_str());
   }
+}
+
+int RunOnPlacement(const char* program, Placement& placement, int single_device_threads,
+                   const std::function<absl::Status(Placement&)>& train) {
+  if (placement.runtime == nullptr) {
+    SetExecutorOptions({.num_threads = single_device_threads});
+  } else {
+    SetComputationClient(placement.runtime->client());
+  }
+  absl::Status status = train(placement);
+  SetComputationClient(nullptr);
+  if (status.ok()) return 0;
+  std::string where;
+  if (placement.runtime != nullptr) {
+    where = absl::StrCat("host ", placement.runtime->host_index(), ": ");
+  }
+  std::fprintf(stderr, "%s: %s%s\n", program, where.c_str(), std::string(status.message()).c_str());
+  return 1;
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {

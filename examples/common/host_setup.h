@@ -75,6 +75,13 @@ using MeshMaker = std::function<absl::StatusOr<spmd::HybridMesh>(const mesh::Top
 // host reaches alike) only on host 0, anything else on every host. Prefix: `program`.
 void ReportConnectError(const absl::Status& status, const char* program);
 
+// Runs `train` on `placement` (an example's main loop) with the runtime's computation client
+// installed (none for a single device, which gets `single_device_threads` executor threads
+// instead); returns the process exit code: 0, or 1 after printing the error prefixed with
+// `program` and, on a mesh, the host index.
+int RunOnPlacement(const char* program, Placement& placement, int single_device_threads,
+                   const std::function<absl::Status(Placement&)>& train);
+
 // Seconds since `start` (steady clock).
 double SecondsSince(std::chrono::steady_clock::time_point start);
 

@@ -652,22 +652,9 @@ int RunGpt(const GptFlags& flags) {
       return 1;
     }
     placement = std::move(*connected);
-  } else {
-    SetExecutorOptions({.num_threads = flags.threads});
   }
-  if (placement.runtime != nullptr) SetComputationClient(placement.runtime->client());
-  absl::Status status = Train(flags, placement);
-  SetComputationClient(nullptr);
-  if (!status.ok()) {
-    std::string where;
-    if (placement.runtime != nullptr) {
-      where = absl::StrCat("host ", placement.runtime->host_index(), ": ");
-    }
-    std::fprintf(stderr, "%s: %s%s\n", kProgram, where.c_str(),
-                 std::string(status.message()).c_str());
-    return 1;
-  }
-  return 0;
+  return RunOnPlacement(kProgram, placement, flags.threads,
+                        [&](Placement& p) { return Train(flags, p); });
 }
 
 }  // namespace tessel::examples
