@@ -47,7 +47,7 @@ namespace tessel {
 // Errors (all name the 1-based line number and quote the offending token):
 //   kInvalidArgument: syntax errors, unknown operand names, missing operands, shapes that do
 //     not match the op's rule, duplicate names;
-//   kUnimplemented: an op Tessel does not support ("line 7: unsupported op \"convolution\""),
+//   kUnimplemented: an op Tessel does not support ("line 7: unsupported op \"cholesky\""),
 //     or a to_apply computation that is not one of the recognised reductions.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<Graph>> ParseHloModule(std::string_view text);
 

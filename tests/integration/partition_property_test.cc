@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -680,6 +681,34 @@ absl::StatusOr<std::vector<Literal>> RunPartitioned(const partitioner::SpmdProgr
   return partitioner::RunPartitioned(program, inputs, std::chrono::seconds(20));
 }
 
+// Runs one random case: the unpartitioned graph on one device and the partitioned program on
+// the mesh's devices; every output must agree within `tolerance` (absolute and relative). The
+// partitioned program is left in `*program` for the caller's own checks. On failure the case
+// number, the mesh and both modules are printed.
+void ExpectPartitionedEqualsUnpartitioned(int c, CaseBuilder& builder, const Mesh& mesh,
+                                          const Graph& graph, double tolerance,
+                                          std::optional<partitioner::SpmdProgram>* program) {
+  SCOPED_TRACE(::testing::Message() << "case " << c << " on " << mesh.size() << " devices, mesh "
+                                    << mesh.logical_mesh().ToString() << "\n"
+                                    << PrintHloModule(graph));
+  std::vector<Literal> inputs;
+  for (Node* p : graph.parameters()) inputs.push_back(builder.RandomInput(p->shape()));
+  absl::StatusOr<std::vector<Literal>> expected = Executor().Run(graph, inputs);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  absl::StatusOr<partitioner::SpmdProgram> partitioned = partitioner::Partition(graph, mesh.size());
+  ASSERT_TRUE(partitioned.ok()) << partitioned.status();
+  absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*partitioned, inputs);
+  ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*partitioned->program);
+  ASSERT_EQ(got->size(), expected->size());
+  for (size_t o = 0; o < got->size(); ++o) {
+    ASSERT_TRUE(AllClose((*got)[o], (*expected)[o], tolerance, tolerance))
+        << "output " << o << "\nexpected " << (*expected)[o].ToString() << "\ngot "
+        << (*got)[o].ToString() << "\n"
+        << PrintHloModule(*partitioned->program);
+  }
+  *program = *std::move(partitioned);
+}
+
 TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
   constexpr int kCases = 300;
   int checked = 0, multi_device = 0;
@@ -689,25 +718,9 @@ TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
     CaseBuilder builder(1000 + c);
     Mesh mesh = builder.RandomMesh();
     std::unique_ptr<Graph> graph = builder.RandomGraph(mesh);
-    std::string text = PrintHloModule(*graph);
-    SCOPED_TRACE(::testing::Message() << "case " << c << " on " << mesh.size() << " devices, mesh "
-                                      << mesh.logical_mesh().ToString() << "\n"
-                                      << text);
-    std::vector<Literal> inputs;
-    for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
-    absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
-    ASSERT_TRUE(expected.ok()) << expected.status();
-    absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(*graph, mesh.size());
-    ASSERT_TRUE(program.ok()) << program.status();
-    absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
-    ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*program->program);
-    ASSERT_EQ(got->size(), expected->size());
-    for (size_t o = 0; o < got->size(); ++o) {
-      ASSERT_TRUE(AllClose((*got)[o], (*expected)[o], 1e-4, 1e-4))
-          << "output " << o << "\nexpected " << (*expected)[o].ToString() << "\ngot "
-          << (*got)[o].ToString() << "\n"
-          << PrintHloModule(*program->program);
-    }
+    std::optional<partitioner::SpmdProgram> program;
+    ExpectPartitionedEqualsUnpartitioned(c, builder, mesh, *graph, 1e-4, &program);
+    if (::testing::Test::HasFatalFailure()) return;
     ++checked;
     if (mesh.size() > 1) ++multi_device;
     for (const auto& [kind, count] : partitioner::CountCollectives(*program->program)) {
@@ -747,21 +760,9 @@ TEST(PartitionPropertyTest, HaloExchangeSlicePadConcatenate) {
     while (mesh.size() == 1) mesh = builder.RandomMesh();
     std::unique_ptr<Graph> graph = builder.RandomHaloGraph(mesh);
     if (graph == nullptr) continue;
-    std::string text = PrintHloModule(*graph);
-    SCOPED_TRACE(::testing::Message() << "case " << c << " on " << mesh.size() << " devices, mesh "
-                                      << mesh.logical_mesh().ToString() << "\n"
-                                      << text);
-    std::vector<Literal> inputs;
-    for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
-    absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
-    ASSERT_TRUE(expected.ok()) << expected.status();
-    absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(*graph, mesh.size());
-    ASSERT_TRUE(program.ok()) << program.status();
-    absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
-    ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*program->program);
-    ASSERT_TRUE(AllClose((*got)[0], (*expected)[0], 1e-5, 1e-5))
-        << "expected " << (*expected)[0].ToString() << "\ngot " << (*got)[0].ToString() << "\n"
-        << PrintHloModule(*program->program);
+    std::optional<partitioner::SpmdProgram> program;
+    ExpectPartitionedEqualsUnpartitioned(c, builder, mesh, *graph, 1e-5, &program);
+    if (::testing::Test::HasFatalFailure()) return;
     // XLA's rule for collective-permute: each device sends at most once and receives at most
     // once. Replicated copies exchanging within their own copy is what keeps it.
     for (const Node* node : program->program->nodes()) {
@@ -794,25 +795,9 @@ TEST(PartitionPropertyTest, WhileLoopsPartitionedEqualUnpartitioned) {
     CaseBuilder builder(5000 + c);
     Mesh mesh = builder.RandomMesh();
     std::unique_ptr<Graph> graph = builder.RandomLoop(mesh);
-    std::string text = PrintHloModule(*graph);
-    SCOPED_TRACE(::testing::Message() << "case " << c << " on " << mesh.size() << " devices, mesh "
-                                      << mesh.logical_mesh().ToString() << "\n"
-                                      << text);
-    std::vector<Literal> inputs;
-    for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
-    absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
-    ASSERT_TRUE(expected.ok()) << expected.status();
-    absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(*graph, mesh.size());
-    ASSERT_TRUE(program.ok()) << program.status();
-    absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
-    ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*program->program);
-    ASSERT_EQ(got->size(), expected->size());
-    for (size_t o = 0; o < got->size(); ++o) {
-      ASSERT_TRUE(AllClose((*got)[o], (*expected)[o], 1e-4, 1e-4))
-          << "output " << o << "\nexpected " << (*expected)[o].ToString() << "\ngot "
-          << (*got)[o].ToString() << "\n"
-          << PrintHloModule(*program->program);
-    }
+    std::optional<partitioner::SpmdProgram> program;
+    ExpectPartitionedEqualsUnpartitioned(c, builder, mesh, *graph, 1e-4, &program);
+    if (::testing::Test::HasFatalFailure()) return;
     if (mesh.size() > 1) ++multi_device;
     for (const partitioner::LoopCollectives& loop :
          partitioner::ListLoopCollectives(*program->program)) {
@@ -842,24 +827,9 @@ TEST(PartitionPropertyTest, WindowedOpsPartitionedEqualsUnpartitioned) {
     CaseBuilder builder(5000 + c);
     Mesh mesh = builder.RandomMesh();
     std::unique_ptr<Graph> graph = builder.RandomWindowedGraph(mesh);
-    SCOPED_TRACE(::testing::Message() << "case " << c << " on " << mesh.size() << " devices, mesh "
-                                      << mesh.logical_mesh().ToString() << "\n"
-                                      << PrintHloModule(*graph));
-    std::vector<Literal> inputs;
-    for (Node* p : graph->parameters()) inputs.push_back(builder.RandomInput(p->shape()));
-    absl::StatusOr<std::vector<Literal>> expected = Executor().Run(*graph, inputs);
-    ASSERT_TRUE(expected.ok()) << expected.status();
-    absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(*graph, mesh.size());
-    ASSERT_TRUE(program.ok()) << program.status();
-    absl::StatusOr<std::vector<Literal>> got = RunPartitioned(*program, inputs);
-    ASSERT_TRUE(got.ok()) << got.status() << "\n" << PrintHloModule(*program->program);
-    ASSERT_EQ(got->size(), expected->size());
-    for (size_t o = 0; o < got->size(); ++o) {
-      ASSERT_TRUE(AllClose((*got)[o], (*expected)[o], 1e-4, 1e-4))
-          << "output " << o << "\nexpected " << (*expected)[o].ToString() << "\ngot "
-          << (*got)[o].ToString() << "\n"
-          << PrintHloModule(*program->program);
-    }
+    std::optional<partitioner::SpmdProgram> program;
+    ExpectPartitionedEqualsUnpartitioned(c, builder, mesh, *graph, 1e-4, &program);
+    if (::testing::Test::HasFatalFailure()) return;
     if (mesh.size() > 1) ++multi_device;
     for (const auto& [kind, count] : partitioner::CountCollectives(*program->program)) {
       collectives[kind] += count.count;
