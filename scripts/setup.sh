@@ -20,6 +20,9 @@ PACKAGES=(
   fortunes
   # Process tools the end-to-end tests use (pgrep, pkill).
   procps
+  # Headless rendering of the `--html` pages in tests/cli/html.test (24 packages, 414 MB
+  # installed, about 46 s to download and install here).
+  chromium
   # The Python package (scripts/test_python.sh): headers for the extension and venv for the
   # test environment; scikit-build-core, pybind11, numpy and pytest come from PyPI into the venv.
   python3-dev python3-venv

@@ -2,8 +2,12 @@
 // `tessel mesh`, `tessel shard`, ...). Each subcommand lives in its own file and registers itself
 // with CLI11 through a function declared here.
 //
-// Exit codes: 0 success; 1 the command ran and failed (e.g. a config that does not validate);
-// 2 bad command-line arguments (one clear line on stderr).
+// Every subcommand follows the same conventions (docs/cli.md):
+// - positionals are named for what they are: CONFIG (topology JSON), HLO (HLO text file),
+//   PROGRAM (a program and its arguments);
+// - `--json` prints ONE JSON object on stdout (schemas in docs/cli.md); messages go to stderr;
+// - summaries are one line, capital first letter, no trailing period;
+// - the exit codes are kExitCodesHelp's, printed as the footer of every --help.
 #ifndef TESSEL_TOOLS_COMMAND_H_
 #define TESSEL_TOOLS_COMMAND_H_
 
@@ -28,8 +32,21 @@ CommandFn AddRunCommand(CLI::App& app);        // tools/run_command.cc
 CommandFn AddSimulateCommand(CLI::App& app);   // tools/simulate_command.cc
 CommandFn AddVerifyCommand(CLI::App& app);     // tools/verify_command.cc
 
-// Exit code for bad arguments.
-inline constexpr int kExitUsage = 2;
+// Exit codes, the same for every subcommand.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;      // the command ran and failed (one line on stderr)
+inline constexpr int kExitUsage = 2;       // bad command-line arguments (one line on stderr)
+inline constexpr int kExitDoesNotFit = 3;  // simulate --require-fit: the step exceeds HBM
+
+// The footer of `tessel --help` and of every subcommand's --help (tests/cli/conventions.test
+// checks that they all print it).
+inline constexpr char kExitCodesHelp[] =
+    "Exit codes:\n"
+    "  0  ok\n"
+    "  1  failed: the command ran and failed (one line on stderr)\n"
+    "  2  usage: bad command-line arguments (one line on stderr)\n"
+    "  3  does not fit: simulate --require-fit and the step exceeds HBM\n"
+    "  launch and run: a failed host's own exit status (128 + signal when killed)";
 
 }  // namespace tessel::tools
 

@@ -1,11 +1,16 @@
-// `tessel propagate FILE.hlo [--num-partitions N]`: prints the module with every instruction's
-// propagated sharding.
-// `tessel partition FILE.hlo [--num-partitions N] [--topology CONFIG] [--stats]`: prints the
+// `tessel propagate HLO [--num-partitions N] [--json]`: prints the module with every
+// instruction's propagated sharding. --json prints one object: {"module", "num_partitions",
+// "values": [{"name", "opcode", "shape", "sharding"}, ...] (the entry computation's
+// instructions in order; "sharding" null when none), "hlo": the module text}.
+// `tessel partition HLO [--num-partitions N] [--topology CONFIG] [--stats] [--json]`: prints the
 // per-device (SPMD) program as HLO text: local shapes, all-reduce / all-gather /
 // collective-permute with replica groups in global device ids. `--stats` prints the number and
 // bytes of collectives per kind. `--topology` costs the partitioner's choices on that machine's
 // links (mesh/cost); without it, on partitioner::DefaultCostModel. With a topology and no
-// --num-partitions, the device count is the topology's.
+// --num-partitions, the device count is the topology's. --json prints one object: {"module",
+// "num_partitions", "hlo", "collectives": {KIND: {"count", "bytes_per_device"}}, "loops":
+// [{"loop", "trip_count" (null when unknown), "per_iteration": {KIND: ...}}], "executed":
+// {"collectives": {KIND: ...}, "unknown_trip_count"}} (docs/cli.md).
 //
 //   $ tessel partition tests/golden/partitioner/mlp_megatron.hlo --num-partitions 4 --stats
 //
@@ -26,6 +31,7 @@
 #include "core/hlo_text.h"
 #include "mesh/cost/cost_model.h"
 #include "mesh/topology/topology.h"
+#include "nlohmann/json.hpp"
 #include "partitioner/partitioner.h"
 #include "partitioner/propagation.h"
 #include "spmd/sharding.h"
@@ -39,7 +45,10 @@ struct PartitionOptions {
   int64_t num_partitions = 0;
   std::string topology;
   bool stats = false;
+  bool json = false;
 };
+
+using json = nlohmann::ordered_json;
 
 int Fail(const std::string& command, const absl::Status& status) {
   std::cerr << "tessel " << command << ": " << status.message() << "\n";
@@ -48,12 +57,34 @@ int Fail(const std::string& command, const absl::Status& status) {
 
 }  // namespace
 
+namespace {
+
+// The entry computation's instructions with their shardings: one entry per value, so that
+// per-value fields (an explanation of the choice, say) have a place to go.
+json PropagateJson(const Graph& graph, int64_t num_partitions) {
+  json values = json::array();
+  for (const Node* node : graph.nodes()) {
+    values.push_back(
+        {{"name", node->name()},
+         {"opcode", OpcodeName(node->opcode())},
+         {"shape", node->shape().ToString()},
+         {"sharding", node->sharding().empty() ? json(nullptr) : json(node->sharding())}});
+  }
+  return {{"module", graph.name()},
+          {"num_partitions", num_partitions},
+          {"values", values},
+          {"hlo", PrintHloModule(graph)}};
+}
+
+}  // namespace
+
 CommandFn AddPropagateCommand(CLI::App& app) {
   auto options = std::make_shared<PartitionOptions>();
-  CLI::App* cmd = app.add_subcommand("propagate", "print the module with propagated shardings");
-  cmd->add_option("file", options->path, "HLO text file with sharding annotations")->required();
+  CLI::App* cmd = app.add_subcommand("propagate", "Print the module with propagated shardings");
+  cmd->add_option("HLO", options->path, "HLO text file with sharding annotations")->required();
   cmd->add_option("--num-partitions", options->num_partitions, "number of devices")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", options->json, "print one JSON object (docs/cli.md)");
   return [options]() {
     absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloFile(options->path);
     if (!graph.ok()) return Fail("propagate", graph.status());
@@ -61,6 +92,10 @@ CommandFn AddPropagateCommand(CLI::App& app) {
                                             : partitioner::InferNumPartitions(**graph);
     absl::Status status = partitioner::PropagateShardings(**graph, n);
     if (!status.ok()) return Fail("propagate", status);
+    if (options->json) {
+      std::cout << PropagateJson(**graph, n).dump(2) << "\n";
+      return 0;
+    }
     std::cout << PrintHloModule(**graph);
     return 0;
   };
@@ -76,17 +111,46 @@ void PrintCounts(const std::map<std::string, partitioner::CollectiveCount>& coun
   }
 }
 
+json CountsJson(const std::map<std::string, partitioner::CollectiveCount>& counts) {
+  json out = json::object();
+  for (const auto& [kind, c] : counts) {
+    out[kind] = {{"count", c.count}, {"bytes_per_device", c.result_bytes}};
+  }
+  return out;
+}
+
+json PartitionJson(const Graph& global, const Graph& program, int64_t num_partitions) {
+  json loops = json::array();
+  for (const partitioner::LoopCollectives& loop : partitioner::ListLoopCollectives(program)) {
+    loops.push_back(
+        {{"loop", loop.loop},
+         {"trip_count", loop.trip_count.has_value() ? json(*loop.trip_count) : json(nullptr)},
+         {"per_iteration", CountsJson(loop.per_iteration)}});
+  }
+  const partitioner::ExecutedCollectives executed = partitioner::CountExecutedCollectives(program);
+  return {{"module", global.name()},
+          {"num_partitions", num_partitions},
+          {"hlo", PrintHloModule(program)},
+          {"collectives", CountsJson(partitioner::CountCollectives(program))},
+          {"loops", loops},
+          {"executed",
+           {{"collectives", CountsJson(executed.counts)},
+            {"unknown_trip_count", executed.unknown_trip_count}}}};
+}
+
 }  // namespace
 
 CommandFn AddPartitionCommand(CLI::App& app) {
   auto options = std::make_shared<PartitionOptions>();
-  CLI::App* cmd = app.add_subcommand("partition", "print the per-device SPMD program");
-  cmd->add_option("file", options->path, "HLO text file with sharding annotations")->required();
+  CLI::App* cmd = app.add_subcommand("partition", "Print the per-device SPMD program");
+  cmd->add_option("HLO", options->path, "HLO text file with sharding annotations")->required();
   cmd->add_option("--num-partitions", options->num_partitions, "number of devices")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--topology", options->topology,
                   "topology JSON (configs/) whose links cost the partitioner's choices");
   cmd->add_flag("--stats", options->stats, "print collective counts and bytes per kind");
+  cmd->add_flag("--json", options->json,
+                "print one JSON object: the program and its collectives (docs/cli.md)");
   return [options]() {
     absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloFile(options->path);
     if (!graph.ok()) return Fail("partition", graph.status());
@@ -106,6 +170,10 @@ CommandFn AddPartitionCommand(CLI::App& app) {
     absl::StatusOr<partitioner::SpmdProgram> program =
         partitioner::Partition(**graph, n, partition_options);
     if (!program.ok()) return Fail("partition", program.status());
+    if (options->json) {
+      std::cout << PartitionJson(**graph, *program->program, n).dump(2) << "\n";
+      return 0;
+    }
     std::cout << PrintHloModule(*program->program);
     if (options->stats) {
       std::cout << "\n// collectives on " << n << " devices (bytes of each device's result):\n";

@@ -6,16 +6,26 @@
 // value gives one error line instead of one per host. Started by mpirun or srun (the
 // environment names a rank), the command runs as that host directly.
 //
+// Progress: a line every 50 training steps by default (--log-every 0 for none), so a run is
+// never silent for long. --json is the example's: JSON Lines, one object per progress or epoch
+// record and a last one with "summary": true (docs/cli.md).
+// TESSEL_DUMP_TO, when set, names a folder for the partitioned HLO (mesh/runtime/host_runtime.h);
+// it is created here, and a value that cannot be a folder fails before any host starts.
+//
 // Each example has its own flags (`tessel run CONFIG --example gpt --help` lists the GPT's). The
 // subcommand is built before CLI11 parses, so the example is read from the command line first
 // (ExampleOnCommandLine) and only that example's flags are added: a flag of the other example
 // is then an unknown option (exit 2), as it should be.
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "examples/fashion_mnist_mlp/fashion_mnist.h"
 #include "examples/gpt/gpt_example.h"
 #include "mesh/launch/host_env.h"
@@ -61,12 +71,30 @@ std::string ExampleOnCommandLine() {
   return example;
 }
 
+// The folder TESSEL_DUMP_TO names exists (made here when missing), or the variable is unset.
+absl::Status CheckDumpFolder() {
+  const char* dump = std::getenv("TESSEL_DUMP_TO");
+  if (dump == nullptr || *dump == '\0') return absl::OkStatus();
+  std::error_code error;
+  std::filesystem::create_directories(dump, error);
+  if (error || !std::filesystem::is_directory(dump)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TESSEL_DUMP_TO=", dump, ": cannot create the dump folder",
+                     error ? absl::StrCat(": ", error.message()) : std::string(": not a folder")));
+  }
+  return absl::OkStatus();
+}
+
 // Checks and launches the hosts; `check` is the example's pre-launch check.
 int LaunchRun(const std::string& config,
               const std::function<absl::Status(const mesh::Topology&)>& check) {
   absl::StatusOr<mesh::Topology> topology = mesh::LoadTopology(config);
   if (!topology.ok()) {
     std::fprintf(stderr, "tessel run: %s\n", std::string(topology.status().message()).c_str());
+    return 1;
+  }
+  if (absl::Status s = CheckDumpFolder(); !s.ok()) {
+    std::fprintf(stderr, "tessel run: %s\n", std::string(s.message()).c_str());
     return 1;
   }
   if (absl::Status s = check(*topology); !s.ok()) {
@@ -105,11 +133,15 @@ bool SameConfig(const std::string& flag, const std::string& config) {
 CommandFn AddRunCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "run",
-      "launch the hosts of a topology config on this machine and run an example on the mesh "
+      "Launch the hosts of the topology CONFIG on this machine and run an example on the mesh "
       "(the main job)");
   static std::string config;
   static std::string example = ExampleOnCommandLine();
-  static examples::FashionMnistFlags mlp_flags;
+  static examples::FashionMnistFlags mlp_flags = [] {
+    examples::FashionMnistFlags flags;
+    flags.log_every = 50;  // a progress line by default (the standalone example's default: 0)
+    return flags;
+  }();
   static examples::GptFlags gpt_flags;
   cmd->add_option("CONFIG", config, "topology JSON (e.g. configs/two_slices_2x2hosts.json)")
       ->required();

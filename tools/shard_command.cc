@@ -6,6 +6,10 @@
 //   $ tessel shard --mesh-shape 2,4 --axis-names x,y --shape 8,10 --spec "x,None"
 //   $ tessel shard --mesh-shape 1,2,4 --axis-names r,b,m --shape 8,8 --spec "None,(r,m)" --json
 //
+//   $ tessel shard --mesh-shape 2,4 --axis-names x,y --shape 8,10 --spec "x,y" --html out.html
+//
+// --html FILE also writes one self-contained page (tools/html_view.h): the mesh and the tensor's
+// tiles coloured by device, as jax.debug.visualize_array_sharding draws them.
 // JSON: {"sharding": "...", "shards": [{"device": 0, "index": [[0,4],[0,10]],
 // "local_shape": [4,10], "replica_id": 0}, ...]} with one entry per device, ascending.
 // Exit codes (tools/command.h): 0 printed; 2 bad arguments (one line on stderr:
@@ -30,6 +34,7 @@
 #include "spmd/visualize.h"
 #include "tools/command.h"
 #include "tools/flag_parsing.h"
+#include "tools/html_view.h"
 
 namespace tessel::tools {
 namespace {
@@ -44,6 +49,7 @@ struct ShardOptions {
   std::string spec;
   bool spec_given = false;
   bool json_output = false;
+  std::string html;
 };
 
 int Usage(const std::string& message) {
@@ -90,6 +96,20 @@ int RunShard(const ShardOptions& options) {
   absl::StatusOr<spmd::ShardedTensor> tensor =
       spmd::ShardedTensor::Create(shape, *sharding, mesh->size());
   if (!tensor.ok()) return Usage(std::string(tensor.status().message()));
+  if (!options.html.empty()) {
+    HtmlPage page;
+    page.title = "tessel shard";
+    page.subtitle =
+        absl::StrCat("partition_spec (", spec->ToString(), ") on mesh ", mesh->ToString());
+    page.mesh = {mesh->axis_names(), mesh->mesh_shape(), mesh->device_ids()};
+    page.num_devices = mesh->size();
+    page.tensors.push_back({"tensor", shape, *sharding, ""});
+    absl::Status written = WriteHtmlPage(page, options.html);
+    if (!written.ok()) {
+      std::cerr << "tessel shard: " << written.message() << "\n";
+      return kExitFailed;
+    }
+  }
 
   if (options.json_output) {
     json shards = json::array();
@@ -156,6 +176,8 @@ CommandFn AddShardCommand(CLI::App& app) {
           "e.g. \"x,None\" or \"None,(r,m)\"")
       ->required();
   command->add_flag("--json", options->json_output, "print one JSON object instead of text");
+  command->add_option("--html", options->html,
+                      "also write a self-contained HTML page: the mesh and the tiles by device");
   return [options]() { return RunShard(*options); };
 }
 

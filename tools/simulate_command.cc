@@ -1,6 +1,7 @@
 // `tessel simulate CONFIG --model gpt|llama [model flags] [mesh flags] --recipe R [--overlap]
 //     [--remat POLICY] [--attention flash|dot_product] [--matmul-dtype bf16|int8|fp8]
-//     [--require-fit] [--trace out.json] [--json]`: builds one training step of a decoder
+//     [--require-fit] [--trace out.json] [--html out.html] [--json]`: builds one training step of a
+//     decoder
 // transformer (nn/transformer.h), shards it with a named recipe on a HybridMesh of the topology
 // CONFIG, partitions it and simulates the step (mesh/sim/simulator.h), then adds what the graph
 // does not hold: remat recompute and the flash-attention kernel (mesh/sim/training_step.h).
@@ -15,7 +16,10 @@
 // Output: step time (in order and overlapped), compute / ICI / DCN / exposed communication,
 // MFU (6 * params * tokens / (step time * peak bf16 of all devices); for --hlo the program's own
 // flops), tokens per second, per-device peak memory, bytes per link class, the top 10 ops and
-// collectives. --json prints one object instead (keys in docs/simulator.md).
+// collectives. --json prints one object instead (keys in docs/simulator.md). --html FILE also
+// writes one self-contained page (tools/html_view.h): the mesh, the parameters' and the largest
+// activations' tiles coloured by device, and the step's breakdown.
+// A progress line goes to stderr after each phase that took over 2 s (building, partitioning).
 // Memory (--model): parameters, gradients, optimizer state, activations under the remat policy
 // and temporaries per device; a step that does not fit is a warning in the report and
 // `"fits": false` in --json, not a failure.
@@ -48,15 +52,14 @@
 #include "nn/model_config.h"
 #include "nn/transformer.h"
 #include "partitioner/partitioner.h"
+#include "partitioner/propagation.h"
 #include "spmd/mesh.h"
 #include "tools/command.h"
 #include "tools/flag_parsing.h"
+#include "tools/html_view.h"
 
 namespace tessel::tools {
 namespace {
-
-// Exit code when --require-fit is given and the step does not fit in HBM.
-constexpr int kExitDoesNotFit = 3;
 
 struct SimulateFlags {
   CLI::App* command = nullptr;  // to tell flags given explicitly from defaults
@@ -95,6 +98,7 @@ struct SimulateFlags {
   std::string recipe = "fsdp_tp";
   bool overlap = false;
   std::string trace;
+  std::string html;
   bool json = false;
 };
 
@@ -113,6 +117,12 @@ int Fail(const std::string& message) {
 
 double Since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A progress line on stderr for a phase that took long enough for a user to wonder.
+void Progress(double seconds, const char* what) {
+  if (seconds >= 2.0)
+    std::cerr << absl::StrFormat("tessel simulate: %s in %.1f s\n", what, seconds);
 }
 
 std::string Seconds(double s) {
@@ -153,10 +163,11 @@ void PrintOps(const std::string& title, const std::vector<mesh::OpEntry>& ops) {
 // The global graph to simulate, built from --model flags or read from --hlo.
 struct GlobalStep {
   std::unique_ptr<Graph> graph;
-  nn::TransformerConfig config;  // --model only
-  std::string model_name;        // --model only: the arch, or the model file's name
-  std::string mesh_text;         // --model only: the HybridMesh's axes
-  nn::RecipeShards shards;       // --model only
+  nn::TransformerConfig config;    // --model only
+  std::string model_name;          // --model only: the arch, or the model file's name
+  std::string mesh_text;           // --model only: the HybridMesh's axes
+  std::optional<spmd::Mesh> mesh;  // --model only
+  nn::RecipeShards shards;         // --model only
   std::vector<int64_t> weight_parameters;
   std::vector<int64_t> moment_parameters;
   mesh::TrainingStepOptions training;  // --model only
@@ -262,6 +273,7 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
   TESSEL_ASSIGN_OR_RETURN(spmd::HybridMesh mesh,
                           spmd::HybridMesh::Create(ici, dcn, names, topology));
   step.mesh_text = mesh.AxesToString();
+  step.mesh = mesh;
   TESSEL_ASSIGN_OR_RETURN(step.shards, nn::ShardsOf(mesh, recipe));
   step.training.expert_group = ExpertGroupOfDevice0(mesh);
   if (step.config.experts > 0 && step.config.experts % step.shards.expert != 0) {
@@ -508,6 +520,77 @@ void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const G
   }
 }
 
+// The tensors the --html page draws: the entry's parameters (largest first, at most 16) and its
+// 6 largest other values, with the shardings propagation gives them.
+absl::StatusOr<std::vector<HtmlTensor>> HtmlTensorsOf(const Graph& graph, int64_t num_devices) {
+  TESSEL_ASSIGN_OR_RETURN(std::vector<spmd::Sharding> shardings,
+                          partitioner::ComputeShardings(graph, num_devices));
+  std::vector<std::pair<const Node*, size_t>> params, values;
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    const Node* node = graph.nodes()[i];
+    if (node->shape().is_tuple() || node->opcode() == Opcode::kConstant) continue;
+    (node->opcode() == Opcode::kParameter ? params : values).emplace_back(node, i);
+  }
+  auto larger = [](const auto& a, const auto& b) {
+    return a.first->shape().num_elements() > b.first->shape().num_elements();
+  };
+  std::stable_sort(params.begin(), params.end(), larger);
+  std::stable_sort(values.begin(), values.end(), larger);
+  std::vector<HtmlTensor> tensors;
+  auto add = [&](const std::vector<std::pair<const Node*, size_t>>& list, size_t limit,
+                 const char* kind) {
+    for (size_t k = 0; k < list.size() && k < limit; ++k) {
+      const auto& [node, i] = list[k];
+      tensors.push_back({absl::StrCat("%", node->name()), node->shape(), shardings[i],
+                         absl::StrCat(kind, " (", OpcodeName(node->opcode()), ")")});
+    }
+    if (list.size() > limit) {
+      tensors.back().note +=
+          absl::StrCat("; ", list.size() - limit, " smaller ", kind, "s not drawn");
+    }
+  };
+  add(params, 16, "parameter");
+  add(values, 6, "activation");
+  return tensors;
+}
+
+// The --html page's mesh: the HybridMesh (--model), else the topology's devices as slices x
+// devices per slice (an HLO module names device ids, not a mesh).
+HtmlMesh HtmlMeshOf(const GlobalStep& step, const mesh::Topology& topology) {
+  if (step.mesh) return {step.mesh->axis_names(), step.mesh->mesh_shape(), step.mesh->device_ids()};
+  HtmlMesh m;
+  m.axis_names = {"slice", "device"};
+  m.shape = {topology.num_slices(), topology.num_devices() / topology.num_slices()};
+  for (int64_t d = 0; d < topology.num_devices(); ++d) m.device_ids.push_back(d);
+  return m;
+}
+
+HtmlStep HtmlStepOf(const mesh::SimulationReport& r, const Throughput& t, const RunInfo& info) {
+  HtmlStep step;
+  step.step_seconds = r.step_seconds;
+  step.bars = {{"step", r.step_seconds},
+               {"compute", r.compute_seconds},
+               {"ICI", r.ici_seconds},
+               {"DCN", r.dcn_seconds},
+               {"exposed comm", r.exposed_comm_seconds}};
+  step.memory_bytes = info.training ? info.training->memory.total_bytes() : r.peak_memory_bytes;
+  step.hbm_bytes = r.hbm_bytes;
+  step.facts = {{"device", absl::StrCat(r.num_devices, " x ", r.device_name)},
+                {"in order / overlapped",
+                 absl::StrCat(Seconds(r.in_order_seconds), " / ", Seconds(r.overlapped_seconds))},
+                {"MFU", absl::StrFormat("%.1f %%", 100 * t.mfu)},
+                {"ICI bytes per device", FormatBytes(static_cast<double>(r.ici_bytes_per_device))},
+                {"DCN bytes per device", FormatBytes(static_cast<double>(r.dcn_bytes_per_device))},
+                {"fits in HBM", r.exceeds_hbm ? "no" : "yes"}};
+  step.table.push_back({"time", "opcode", "shape", "name"});
+  for (const std::vector<mesh::OpEntry>* ops : {&r.top_ops, &r.top_collectives}) {
+    for (const mesh::OpEntry& e : *ops) {
+      step.table.push_back({Seconds(e.seconds), e.opcode, e.shape, e.name});
+    }
+  }
+  return step;
+}
+
 // Checks the flags that only --model takes and the matmul dtype against the device; fills the
 // simulator's options. Returns the usage message, or "" when the flags are fine.
 std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
@@ -569,7 +652,7 @@ int Run(const SimulateFlags& f) {
     if (!graph.ok()) return Fail(std::string(graph.status().message()));
     step.graph = *std::move(graph);
   }
-  info.build_s = Since(t_build);
+  Progress(info.build_s = Since(t_build), "built the step");
   info.global_nodes = step.graph->num_nodes();
   absl::StatusOr<mesh::Simulator> simulator = mesh::Simulator::Create(*topology, sim_options);
   if (!simulator.ok()) return Fail(std::string(simulator.status().message()));
@@ -581,8 +664,15 @@ int Run(const SimulateFlags& f) {
   absl::StatusOr<partitioner::SpmdProgram> program =
       partitioner::Partition(*step.graph, topology->num_devices(), partition_options);
   if (!program.ok()) return Fail(std::string(program.status().message()));
+  Progress(info.partition_s = Since(t_partition), "partitioned");
+  std::vector<HtmlTensor> html_tensors;
+  if (!f.html.empty()) {
+    absl::StatusOr<std::vector<HtmlTensor>> tensors =
+        HtmlTensorsOf(*step.graph, topology->num_devices());
+    if (!tensors.ok()) return Fail(std::string(tensors.status().message()));
+    html_tensors = *std::move(tensors);
+  }
   step.graph.reset();  // the global graph is not needed past partitioning; free it early
-  info.partition_s = Since(t_partition);
   info.local_nodes = program->program->num_nodes();
 
   auto t_simulate = std::chrono::steady_clock::now();
@@ -605,6 +695,18 @@ int Run(const SimulateFlags& f) {
     absl::Status written = mesh::WriteChromeTrace(r, f.trace);
     if (!written.ok()) return Fail(std::string(written.message()));
   }
+  if (!f.html.empty()) {
+    HtmlPage page;
+    page.title = "tessel simulate";
+    page.subtitle = absl::StrCat(IsModel(f) ? step.model_name : f.hlo, " on ", topology->name(),
+                                 IsModel(f) ? absl::StrCat(", recipe ", f.recipe) : "");
+    page.mesh = HtmlMeshOf(step, *topology);
+    page.num_devices = topology->num_devices();
+    page.tensors = std::move(html_tensors);
+    page.step = HtmlStepOf(r, throughput, info);
+    absl::Status written = WriteHtmlPage(page, f.html);
+    if (!written.ok()) return Fail(std::string(written.message()));
+  }
   if (f.json) {
     std::cout << ReportJson(f, *topology, step, r, throughput, info).dump(2) << "\n";
   } else {
@@ -625,9 +727,10 @@ int Run(const SimulateFlags& f) {
 
 CommandFn AddSimulateCommand(CLI::App& app) {
   auto f = std::make_shared<SimulateFlags>();
-  CLI::App* cmd = app.add_subcommand("simulate", "predict the step time and memory of a model");
+  CLI::App* cmd = app.add_subcommand(
+      "simulate", "Predict the step time and memory of a model or an HLO module on a topology");
   f->command = cmd;
-  cmd->add_option("config", f->config, "topology JSON (configs/)")->required();
+  cmd->add_option("CONFIG", f->config, "topology JSON (configs/)")->required();
   cmd->add_option("--model", f->model, "gpt or llama (a generated training step)");
   cmd->add_option("--model-config", f->model_config,
                   "model JSON file (configs/models/*.json); flags given override it");
@@ -681,7 +784,10 @@ CommandFn AddSimulateCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--overlap", f->overlap, "report the overlapped (latency-hiding) schedule");
   cmd->add_option("--trace", f->trace, "write a Chrome trace (Perfetto) to this file");
-  cmd->add_flag("--json", f->json, "print one JSON object");
+  cmd->add_option(
+      "--html", f->html,
+      "write a self-contained HTML page: mesh, tensors' tiles by device, step breakdown");
+  cmd->add_flag("--json", f->json, "print one JSON object (docs/simulator.md)");
   return [f]() { return Run(*f); };
 }
 

@@ -9,6 +9,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"tessel: SPMD sharding engine and mesh simulator"};
   app.require_subcommand(1);
+  app.footer(tessel::tools::kExitCodesHelp);
   std::vector<std::pair<CLI::App*, tessel::tools::CommandFn>> commands;
   auto add = [&](tessel::tools::CommandFn (*adder)(CLI::App&)) {
     size_t before = app.get_subcommands({}).size();
@@ -25,6 +26,8 @@ int main(int argc, char** argv) {
   add(&tessel::tools::AddLaunchCommand);
   add(&tessel::tools::AddRunCommand);
   add(&tessel::tools::AddSimulateCommand);
+  // One footer for all: scripts read the exit codes from any --help (docs/cli.md).
+  for (auto& [sub, fn] : commands) sub->footer(tessel::tools::kExitCodesHelp);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

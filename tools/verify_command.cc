@@ -1,4 +1,4 @@
-// `tessel verify FILE.hlo --num-partitions N [--seed S] [--rtol R] [--atol A] [--json]`: checks
+// `tessel verify HLO --num-partitions N [--seed S] [--rtol R] [--atol A] [--json]`: checks
 // numerically that the partitioned module computes what the module computes, like XLA's
 // `run_hlo_module` compares a test backend with a reference. Random inputs of the entry's
 // parameter shapes (deterministic in --seed), one run of the module on one device, one run of
@@ -185,8 +185,8 @@ int Run(const VerifyFlags& flags) {
 CommandFn AddVerifyCommand(CLI::App& app) {
   auto flags = std::make_shared<VerifyFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "verify", "compare the partitioned module with the unpartitioned one on random inputs");
-  cmd->add_option("file", flags->path, "HLO text file with sharding annotations")->required();
+      "verify", "Compare the partitioned module with the unpartitioned one on random inputs");
+  cmd->add_option("HLO", flags->path, "HLO text file with sharding annotations")->required();
   cmd->add_option("--num-partitions", flags->num_partitions, "number of devices")
       ->required()
       ->check(CLI::PositiveNumber);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -454,8 +455,23 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
   s.topology = topology;
   s.communicator = communicator;
   s.options = options;
+  std::string dump_source = "HostRuntimeOptions::dump_to";
   if (s.options.dump_to.empty()) {
-    if (const char* dump = std::getenv("TESSEL_DUMP_TO"); dump != nullptr) s.options.dump_to = dump;
+    if (const char* dump = std::getenv("TESSEL_DUMP_TO"); dump != nullptr) {
+      s.options.dump_to = dump;
+      dump_source = "TESSEL_DUMP_TO";
+    }
+  }
+  if (!s.options.dump_to.empty()) {
+    // A missing folder is made (as XLA's --xla_dump_to does); one that cannot be made is an
+    // error now, not HLO silently lost at the first compile.
+    std::error_code error;
+    std::filesystem::create_directories(s.options.dump_to, error);
+    if (error || !std::filesystem::is_directory(s.options.dump_to)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dump_source, "=", s.options.dump_to, ": cannot create the dump folder",
+          error ? absl::StrCat(": ", error.message()) : std::string(": not a folder")));
+    }
   }
   s.collectives = std::make_unique<CommunicatorCollectives>(communicator);
   if (absl::StatusOr<Simulator> simulator = Simulator::Create(topology); simulator.ok()) {

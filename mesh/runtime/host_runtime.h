@@ -110,7 +110,9 @@ struct HostRuntimeOptions {
   int threads_per_device = 1;
   // When not empty, every graph partitioned is written there as HLO text, before
   // (`<fingerprint>.before.hlo`) and after (`<fingerprint>.spmd.hlo`) partitioning, by host 0
-  // only (like XLA's --xla_dump_to). Default: the environment variable TESSEL_DUMP_TO.
+  // only (like XLA's --xla_dump_to). Default: the environment variable TESSEL_DUMP_TO. A
+  // missing folder is created by HostRuntime::Create; one that cannot be created (a file there,
+  // no permission) makes Create fail with kInvalidArgument naming the folder.
   std::string dump_to;
 };
 
