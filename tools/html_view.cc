@@ -52,7 +52,8 @@ body{font-family:sans-serif;margin:24px;color:#222;background:#fff}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 8px}
 .sub{color:#555;margin-bottom:16px} .note{color:#555;font-size:12px}
 .tensors{display:flex;flex-wrap:wrap;gap:16px}
-.tensor{border:1px solid #ddd;padding:8px}
+.tensor{border:1px solid #ddd;padding:8px;max-width:370px}
+.tensor .note{overflow-wrap:anywhere}
 .tensor .name{font-family:monospace;font-size:12px;margin-bottom:4px;max-width:360px;
   overflow-wrap:anywhere}
 table{border-collapse:collapse;font-size:12px} td,th{border:1px solid #ddd;padding:2px 6px;

@@ -21,8 +21,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "core/hlo_text.h"
+#include "core/status_macros.h"
 #include "mesh/sim/simulator.h"
+#include "mesh/sim/training_step.h"
 #include "mesh/topology/topology.h"
+#include "nn/model_config.h"
+#include "nn/transformer.h"
 #include "partitioner/partitioner.h"
 #include "partitioner/propagation.h"
 #include "partitioner/verify.h"
@@ -293,6 +297,98 @@ SimulateResult SimulateHlo(const std::string& hlo_text, const mesh::Topology& to
   return result;
 }
 
+// What a simulated training step of a model description needs besides the topology: the
+// HybridMesh (torch_xla's ici/dcn mesh shapes and axis names), the sharding recipe, the batch.
+struct ModelRun {
+  std::vector<int64_t> ici_mesh_shape;  // empty: one "data" axis over each slice's devices
+  std::vector<int64_t> dcn_mesh_shape;  // empty: the slices on the first axis
+  std::vector<std::string> axis_names;
+  std::string recipe = "fsdp_tp";
+  std::optional<int64_t> batch;  // default: the file's, else one sequence per device
+  bool overlap = false;
+  int64_t top_k = 10;
+};
+
+// The mesh of `run` on `topology`, with `tessel simulate`'s defaults for missing shapes.
+spmd::HybridMesh ModelMesh(const ModelRun& run, const mesh::Topology& topology) {
+  std::vector<int64_t> ici = run.ici_mesh_shape, dcn = run.dcn_mesh_shape;
+  std::vector<std::string> names = run.axis_names;
+  if (ici.empty()) {
+    ici = {topology.num_devices() / topology.num_slices()};
+    if (names.size() != 1) names = {"data"};
+  }
+  if (dcn.empty()) {
+    dcn.assign(ici.size(), 1);
+    if (topology.num_slices() > 1) dcn[0] = topology.num_slices();
+  }
+  return ValueOrThrow(spmd::HybridMesh::Create(ici, dcn, names, topology));
+}
+
+// One training step of the model file's transformer, as `tessel simulate CONFIG --model-config
+// FILE` runs it: built, sharded with the recipe, partitioned, simulated, and completed with the
+// remat recompute, flash-attention and MoE estimates and the memory of mesh/sim/training_step.h.
+SimulateResult SimulateModel(const std::string& model_json, const std::string& source,
+                             const mesh::Topology& topology, const ModelRun& run) {
+  nn::ModelFile file = ValueOrThrow(nn::ParseModelConfig(model_json, source));
+  nn::TransformerConfig config = file.config;
+  if (run.batch) {
+    config.batch = *run.batch;
+  } else if (!file.has_batch) {
+    config.batch = topology.num_devices();
+  }
+  ThrowIfError(nn::ValidateTransformerConfig(config));
+  const nn::ShardingRecipe recipe = ValueOrThrow(nn::ParseShardingRecipe(run.recipe));
+  const spmd::HybridMesh mesh = ModelMesh(run, topology);
+  mesh::TrainingStepOptions training;
+  training.remat = ValueOrThrow(mesh::ParseRematPolicy(file.remat.empty() ? "none" : file.remat));
+  training.attention = ValueOrThrow(
+      mesh::ParseAttentionKernel(file.attention.empty() ? "dot_product" : file.attention));
+  for (int64_t a = 0; a < mesh.rank(); ++a) {  // the "expert" axis through device 0
+    if (mesh.axis_names()[a] != "expert") continue;
+    int64_t stride = 1;
+    for (int64_t b = a + 1; b < mesh.rank(); ++b) stride *= mesh.axis_size(b);
+    for (int64_t k = 0; k < mesh.axis_size(a); ++k) {
+      training.expert_group.push_back(mesh.device_ids()[k * stride]);
+    }
+  }
+  mesh::SimulatorOptions options;
+  options.overlap = run.overlap;
+  options.top_k = run.top_k;
+  if (file.matmul_dtype == "int8") options.cost.matmul_dtype = "s8";
+  if (file.matmul_dtype == "fp8") options.cost.matmul_dtype = "f8e4m3fn";
+  if (training.attention == mesh::AttentionKernel::kFlash) {
+    options.costed_elsewhere = mesh::DenseAttentionFilter(config);
+  }
+  SimulateResult result;
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    status = [&]() -> absl::Status {
+      TESSEL_ASSIGN_OR_RETURN(nn::RecipeShards shards, nn::ShardsOf(mesh, recipe));
+      TESSEL_ASSIGN_OR_RETURN(nn::TransformerStep step,
+                              nn::BuildTransformerStep(config, mesh, recipe));
+      result.global_nodes = step.graph->num_nodes();
+      TESSEL_ASSIGN_OR_RETURN(mesh::Simulator simulator,
+                              mesh::Simulator::Create(topology, options));
+      partitioner::PartitionOptions partition_options;
+      partition_options.cost_model = &simulator.cost_model();
+      TESSEL_ASSIGN_OR_RETURN(
+          partitioner::SpmdProgram program,
+          partitioner::Partition(*step.graph, topology.num_devices(), partition_options));
+      result.local_nodes = program.program->num_nodes();
+      TESSEL_ASSIGN_OR_RETURN(result.report, simulator.Run(program));
+      TESSEL_ASSIGN_OR_RETURN(
+          mesh::TrainingStepEstimate estimate,
+          mesh::EstimateTrainingStep(config, shards, training, simulator.cost_model(), program,
+                                     step.weight_parameters, step.moment_parameters));
+      mesh::ApplyTrainingStep(estimate, result.report);
+      return absl::OkStatus();
+    }();
+  }
+  ThrowIfError(status);
+  return result;
+}
+
 void BindTopologyAndMesh(py::module_& m) {
   py::class_<mesh::Topology>(m, "Topology")
       .def_static(
@@ -493,6 +589,24 @@ void BindSimulate(py::module_& m) {
   m.def("simulate_hlo", &SimulateHlo, py::arg("hlo_text"), py::arg("topology"),
         py::arg("overlap") = false, py::arg("trace_path") = py::none(), py::arg("top_k") = 10,
         py::arg("matmul_dtype") = py::none());
+  m.def(
+      "simulate_model",
+      [](const std::string& model_json, const std::string& source, const mesh::Topology& topology,
+         std::vector<int64_t> ici_mesh_shape, std::vector<int64_t> dcn_mesh_shape,
+         std::vector<std::string> axis_names, std::string recipe, std::optional<int64_t> batch,
+         bool overlap, int64_t top_k) {
+        ModelRun run{std::move(ici_mesh_shape),
+                     std::move(dcn_mesh_shape),
+                     std::move(axis_names),
+                     std::move(recipe),
+                     batch,
+                     overlap,
+                     top_k};
+        return SimulateModel(model_json, source, topology, run);
+      },
+      py::arg("model_json"), py::arg("source"), py::arg("topology"), py::arg("ici_mesh_shape"),
+      py::arg("dcn_mesh_shape"), py::arg("axis_names"), py::arg("recipe"), py::arg("batch"),
+      py::arg("overlap") = false, py::arg("top_k") = 10);
 }
 
 }  // namespace

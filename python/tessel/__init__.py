@@ -18,6 +18,7 @@ Example (the fixture is an 8-device module lowered by JAX)::
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Optional, Sequence, Union
@@ -43,7 +44,8 @@ __version__ = "0.1.0"
 __all__ = [
     "CollectiveCount", "DeviceClass", "HybridMesh", "Mesh", "OpEntry", "OutputCheck",
     "PartitionResult", "Shard", "ShardResult", "SimulationReport", "Topology", "VerifyReport",
-    "partition", "preset_names", "propagate", "shard", "simulate", "verify", "verify_inputs",
+    "partition", "preset_names", "propagate", "shard", "simulate", "simulate_model", "verify",
+    "verify_inputs",
 ]
 
 _CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -149,6 +151,41 @@ def simulate(hlo: HloLike, topology: Union[Topology, str, os.PathLike], *, overl
     trace = os.fspath(trace_path) if trace_path is not None else None
     return _tessel.simulate_hlo(_hlo_text(hlo), _topology(topology), overlap, trace, top_k,
                                 matmul_dtype)
+
+
+def simulate_model(model: Union[str, os.PathLike, dict], topology: Union[Topology, str, os.PathLike],
+                   *, ici_mesh_shape: Optional[Sequence[int]] = None,
+                   dcn_mesh_shape: Optional[Sequence[int]] = None,
+                   axis_names: Sequence[str] = ("data", "fsdp", "tensor"),
+                   recipe: str = "fsdp_tp", batch: Optional[int] = None, overlap: bool = False,
+                   top_k: int = 10) -> SimulationReport:
+    """Simulates one training step of a decoder transformer described as a model config
+    (``tessel simulate CONFIG --model-config FILE``; keys in nn/model_config.h, presets in
+    configs/models/).
+
+    model: a dict of the config's keys, a path to a model JSON, or a preset name
+        (``configs/models/NAME.json``, e.g. "llama3-8b").
+    ici_mesh_shape / dcn_mesh_shape / axis_names: the HybridMesh (torch_xla semantics); without
+        ``ici_mesh_shape`` one "data" axis spans each slice's devices and slices go over DCN.
+    recipe: dp, fsdp, tp, fsdp_tp or multislice_dp (how weights and activations are sharded).
+    batch: global batch in sequences; default the file's, else one sequence per device.
+    Returns ``SimulationReport``: ``step_seconds`` (float, seconds) includes remat recompute and
+    flash attention; ``peak_memory_bytes`` is the per-device training memory (parameters,
+    gradients, optimizer state, activations) and ``exceeds_hbm`` says whether it fits.
+    Raises ValueError for a config, mesh or recipe that does not fit.
+    """
+    if isinstance(model, dict):
+        text, source = json.dumps(model), "model"
+    else:
+        path = Path(model)
+        if not path.is_file() and isinstance(model, str) and os.sep not in model:
+            path = _CONFIGS / "models" / f"{model}.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"model config {os.fspath(model)!r} not found")
+        text, source = path.read_text(), os.fspath(path)
+    return _tessel.simulate_model(text, source, _topology(topology),
+                                  list(ici_mesh_shape or []), list(dcn_mesh_shape or []),
+                                  list(axis_names), recipe, batch, overlap, top_k)
 
 
 def _breakdown(self: SimulationReport) -> dict:

@@ -180,3 +180,10 @@ def verify_inputs(hlo_text: str, seed: int = 0) -> List[npt.NDArray[Any]]: ...
 def simulate_hlo(hlo_text: str, topology: Topology, overlap: bool = False,
                  trace_path: Optional[str] = None, top_k: int = 10,
                  matmul_dtype: Optional[str] = None) -> SimulationReport: ...
+def simulate_model(model_json: str, source: str, topology: Topology,
+                   ici_mesh_shape: Sequence[int], dcn_mesh_shape: Sequence[int],
+                   axis_names: Sequence[str], recipe: str, batch: Optional[int],
+                   overlap: bool = False, top_k: int = 10) -> SimulationReport:
+    """One training step of a model config (nn/model_config.h) on ``topology``; see
+    ``tessel.simulate_model``."""
+    ...
