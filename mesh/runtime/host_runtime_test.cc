@@ -4,6 +4,8 @@
 #include "mesh/runtime/host_runtime.h"
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <thread>
@@ -216,6 +218,34 @@ TEST(HostRuntimeTest, TopologyAndJobMustAgree) {
   ASSERT_FALSE(runtime.ok());
   EXPECT_EQ(runtime.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(runtime.status().message().find("4 hosts"), std::string::npos) << runtime.status();
+}
+
+// The dump folder (TESSEL_DUMP_TO or HostRuntimeOptions::dump_to) is made when missing, and one
+// that cannot be made fails Create instead of losing every dump silently.
+TEST(HostRuntimeTest, DumpFolderIsCreatedOrRefused) {
+  const Topology topology = MainTopology();
+  auto job =
+      transport::InProcTransport::Create(topology.num_hosts(), DeviceMapOf(topology)).value();
+  const std::filesystem::path root =
+      std::filesystem::path(::testing::TempDir()) / "host_runtime_dump_test";
+  std::filesystem::remove_all(root);
+  HostRuntimeOptions options;
+  options.dump_to = (root / "new" / "dump").string();
+  absl::StatusOr<std::unique_ptr<HostRuntime>> made =
+      HostRuntime::Create(topology, &job->host(0), options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_TRUE(std::filesystem::is_directory(options.dump_to));
+
+  std::ofstream(root / "a_file") << "not a folder";
+  options.dump_to = (root / "a_file").string();
+  absl::StatusOr<std::unique_ptr<HostRuntime>> refused =
+      HostRuntime::Create(topology, &job->host(1), options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("a_file: cannot create the dump folder"),
+            std::string::npos)
+      << refused.status();
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace
