@@ -7,8 +7,11 @@
 // environment names a rank), the command runs as that host directly.
 //
 // Progress: a line every 50 training steps by default (--log-every 0 for none), so a run is
-// never silent for long. --json is the example's: JSON Lines, one object per progress or epoch
-// record and a last one with "summary": true (docs/cli.md).
+// never silent for long. --json: the example prints JSON Lines (one record per progress line,
+// epoch or evaluation, and a last one with "summary": true); this command collects host 0's
+// lines, passes each record to stderr as it comes (progress), and prints ONE object on stdout
+// when the run ends: {"ok", "exit_code", "records": [...], "summary": {...} | null}
+// (docs/cli.md). The hosts themselves (TESSEL_HOST_INDEX set) print the lines unchanged.
 // TESSEL_DUMP_TO, when set, names a folder for the partitioned HLO (mesh/runtime/host_runtime.h);
 // it is created here, and a value that cannot be a folder fails before any host starts.
 //
@@ -16,12 +19,15 @@
 // subcommand is built before CLI11 parses, so the example is read from the command line first
 // (ExampleOnCommandLine) and only that example's flags are added: a flag of the other example
 // is then an unknown option (exit 2), as it should be.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +37,7 @@
 #include "mesh/launch/host_env.h"
 #include "mesh/launch/launcher.h"
 #include "mesh/topology/topology.h"
+#include "nlohmann/json.hpp"
 #include "tools/command.h"
 
 namespace tessel::tools {
@@ -69,6 +76,87 @@ std::string ExampleOnCommandLine() {
     if (arg.rfind("--example=", 0) == 0) example = arg.substr(10);
   }
   return example;
+}
+
+// While started, file descriptor 1 (this process's and every host's stdout) is a pipe that a
+// thread reads line by line: JSON objects become records (and go on to stderr as progress), the
+// one with "summary": true is kept apart, anything else goes to stderr as it is.
+class JsonLinesCapture {
+ public:
+  JsonLinesCapture() = default;
+  JsonLinesCapture(const JsonLinesCapture&) = delete;
+  JsonLinesCapture& operator=(const JsonLinesCapture&) = delete;
+  ~JsonLinesCapture() { Stop(); }
+
+  absl::Status Start() {
+    int fds[2];
+    std::fflush(stdout);
+    if (pipe(fds) != 0) return absl::InternalError("--json: cannot make a pipe for stdout");
+    saved_stdout_ = dup(STDOUT_FILENO);
+    if (saved_stdout_ < 0 || dup2(fds[1], STDOUT_FILENO) < 0) {
+      close(fds[0]);
+      close(fds[1]);
+      return absl::InternalError("--json: cannot redirect stdout");
+    }
+    close(fds[1]);
+    FILE* in = fdopen(fds[0], "r");
+    reader_ = std::thread([this, in] { Read(in); });
+    return absl::OkStatus();
+  }
+
+  // Restores stdout and waits for the reader to see the end of every writer's output.
+  void Stop() {
+    if (saved_stdout_ < 0) return;
+    std::fflush(stdout);
+    dup2(saved_stdout_, STDOUT_FILENO);
+    close(saved_stdout_);
+    saved_stdout_ = -1;
+    if (reader_.joinable()) reader_.join();
+  }
+
+  nlohmann::json Result(int exit_code) const {
+    return {{"ok", exit_code == 0},
+            {"exit_code", exit_code},
+            {"records", records_},
+            {"summary", summary_}};
+  }
+
+ private:
+  void Read(FILE* in) {
+    char* line = nullptr;
+    size_t capacity = 0;
+    while (getline(&line, &capacity, in) >= 0) {
+      nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (record.is_object() && record.value("summary", false)) {
+        summary_ = std::move(record);
+        continue;
+      }
+      if (record.is_object()) records_.push_back(std::move(record));
+      std::fputs(line, stderr);
+      std::fflush(stderr);
+    }
+    std::free(line);
+    std::fclose(in);
+  }
+
+  int saved_stdout_ = -1;
+  std::thread reader_;
+  nlohmann::json records_ = nlohmann::json::array();
+  nlohmann::json summary_ = nullptr;
+};
+
+// Runs `run` with --json's single object: records collected as described above.
+int RunCollectingJson(const std::function<int()>& run) {
+  JsonLinesCapture capture;
+  if (absl::Status started = capture.Start(); !started.ok()) {
+    std::fprintf(stderr, "tessel run: %s\n", std::string(started.message()).c_str());
+    return kExitFailed;
+  }
+  const int exit_code = run();
+  capture.Stop();
+  std::printf("%s\n", capture.Result(exit_code).dump().c_str());
+  std::fflush(stdout);
+  return exit_code;
 }
 
 // The folder TESSEL_DUMP_TO names exists (made here when missing), or the variable is unset.
@@ -154,7 +242,7 @@ CommandFn AddRunCommand(CLI::App& app) {
   } else {
     examples::AddFashionMnistFlags(*cmd, &mlp_flags);
   }
-  return [] {
+  std::function<int()> run = [] {
     if (example == "gpt") {
       if (!SameConfig(gpt_flags.mesh.config, config)) return kExitUsage;
       gpt_flags.mesh.config = config;
@@ -171,6 +259,12 @@ CommandFn AddRunCommand(CLI::App& app) {
     return LaunchRun(config, [](const mesh::Topology& topology) {
       return examples::CheckFashionMnistRun(mlp_flags, topology, config);
     });
+  };
+  return [run] {
+    const bool json = example == "gpt" ? gpt_flags.json : mlp_flags.json;
+    // A host prints its lines for the launching process to collect.
+    if (!json || mesh::LaunchedAsHost()) return run();
+    return RunCollectingJson(run);
   };
 }
 

@@ -16,7 +16,8 @@ COMMON=(--epochs 1 --steps 4 --log-every 1 --json --seed 7 --eval-batch-size 200
 
 # {"loss":2.30707,"step":1} -> "1 2.30707"
 losses() { sed -n 's/^{"loss":\([^,]*\),"step":\([0-9]*\)}$/\2 \1/p' "$1"; }
-losses "$WORK/sharded" >"$WORK/sharded.losses"
+# `tessel run --json` passes host 0's records to stderr as they come and prints one object.
+losses "$WORK/sharded.err" >"$WORK/sharded.losses"
 losses "$WORK/single" >"$WORK/single.losses"
 echo "step sharded single"
 join "$WORK/sharded.losses" "$WORK/single.losses" | tee "$WORK/joined"

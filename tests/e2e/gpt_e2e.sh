@@ -23,7 +23,8 @@ values() {
   sed -n -e 's/^{"grad_norm":[^,]*,"loss":\([^,]*\),.*"step":\([0-9]*\),.*$/loss \2 \1/p' \
          -e 's/^{"step":\([0-9]*\),"val_bits_per_byte":[^,]*,"val_loss":\([^,}]*\)}$/val_loss \1 \2/p' "$1"
 }
-values "$WORK/sharded" | sed 's/ /_/' | sort >"$WORK/sharded.values"
+# `tessel run --json` passes host 0's records to stderr as they come and prints one object.
+values "$WORK/sharded.err" | sed 's/ /_/' | sort >"$WORK/sharded.values"
 values "$WORK/single" | sed 's/ /_/' | sort >"$WORK/single.values"
 echo "record sharded single"
 join "$WORK/sharded.values" "$WORK/single.values" | tee "$WORK/joined"

@@ -13,13 +13,14 @@ trap cleanup EXIT
   --lr "$MARKER" >"$WORK/out" 2>"$WORK/err" &
 launcher=$!
 
-# Wait for training to be under way (two logged steps).
+# Wait for training to be under way (two logged steps; `tessel run --json` passes the records
+# to stderr as they come).
 for _ in $(seq 1 600); do
-  [ "$(grep -c '"step"' "$WORK/out" 2>/dev/null)" -ge 2 ] && break
+  [ "$(grep -c '"step"' "$WORK/err" 2>/dev/null)" -ge 2 ] && break
   kill -0 "$launcher" 2>/dev/null || { echo "FAIL: tessel run ended early"; cat "$WORK/err"; exit 1; }
   sleep 0.1
 done
-[ "$(grep -c '"step"' "$WORK/out")" -ge 2 ] || { echo "FAIL: no training steps after 60 s"; cat "$WORK/err"; exit 1; }
+[ "$(grep -c '"step"' "$WORK/err")" -ge 2 ] || { echo "FAIL: no training steps after 60 s"; cat "$WORK/err"; exit 1; }
 
 victim=""
 for pid in $(pgrep -P "$launcher"); do

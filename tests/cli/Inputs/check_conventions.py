@@ -7,8 +7,7 @@
 - Each summary is one line, starts with a capital letter and has no trailing period.
 - `tessel --help` and every `tessel SUB --help` end with the same exit-code block.
 - Positionals are named in capitals (CONFIG, HLO, PROGRAM).
-- `tessel SUB ... --json` on a small valid input exits 0 and prints ONE JSON object on stdout
-  (`run` streams JSON Lines: every line one object, the last the summary, docs/cli.md).
+- `tessel SUB ... --json` on a small valid input exits 0 and prints ONE JSON object on stdout.
 Prints one line per subcommand checked; exits 1 with every problem listed.
 """
 import json
@@ -39,7 +38,6 @@ JSON_RUNS = {
             "--json"],
     "simulate": ["simulate", v4_8, "--hlo", mlp, "--json"],
 }
-JSON_LINES = {"run"}
 
 problems = []
 
@@ -96,15 +94,8 @@ for name, summary in summaries.items():
         problems.append(f"{name} --json exited {result.returncode}: {result.stderr.strip()}")
         continue
     try:
-        if name in JSON_LINES:
-            records = [json.loads(line) for line in result.stdout.splitlines()]
-            if not records or not all(isinstance(r, dict) for r in records):
-                raise ValueError("expected JSON Lines of objects")
-            if records[-1].get("summary") is not True:
-                raise ValueError("the last line is not the summary object")
-        else:
-            if not isinstance(json.loads(result.stdout), dict):
-                raise ValueError("not a JSON object")
+        if not isinstance(json.loads(result.stdout), dict):
+            raise ValueError("not a JSON object")
     except ValueError as error:
         problems.append(f"{name} --json: {error}: {result.stdout[:300]!r}")
         continue
