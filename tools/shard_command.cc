@@ -12,8 +12,9 @@
 // tiles coloured by device, as jax.debug.visualize_array_sharding draws them.
 // JSON: {"sharding": "...", "shards": [{"device": 0, "index": [[0,4],[0,10]],
 // "local_shape": [4,10], "replica_id": 0}, ...]} with one entry per device, ascending.
-// Exit codes (tools/command.h): 0 printed; 2 bad arguments (one line on stderr:
-// `tessel shard: ...`), including specs that do not fit the mesh or the shape.
+// Exit codes (tools/command.h): 0 printed; 1 the --html file cannot be written; 2 bad arguments
+// (one line on stderr: `tessel shard: ...`), including specs that do not fit the mesh or the
+// shape.
 #include <cstdint>
 #include <iostream>
 #include <memory>
