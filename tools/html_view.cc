@@ -67,8 +67,7 @@ std::string MeshSvg(const HtmlMesh& mesh) {
   const int64_t rows = cols > 0 ? (n + cols - 1) / cols : 0;
   const int cell = n > 256 ? 14 : 44;
   std::string svg =
-      absl::StrFormat("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\">",
-                      cols * cell + 2, rows * cell + 2);
+      absl::StrFormat("<svg width=\"%d\" height=\"%d\">", cols * cell + 2, rows * cell + 2);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t d = mesh.device_ids[i];
     const int64_t x = (i % cols) * cell + 1, y = (i / cols) * cell + 1;
@@ -142,7 +141,7 @@ std::string TensorHtml(const HtmlTensor& t, int64_t num_devices) {
   aspect = std::clamp(aspect, 0.25, 1.0);
   const double width = 360, height = std::max(40.0, std::min(180.0, width * aspect));
   absl::StrAppendFormat(&html,
-                        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
+                        "<svg width=\"%d\" "
                         "height=\"%d\">",
                         static_cast<int>(width) + 2, static_cast<int>(height) + 2);
   for (const auto& [key, devices] : tiles) {
@@ -186,7 +185,7 @@ std::string Seconds(double s) {
 }
 
 std::string StepHtml(const HtmlStep& step) {
-  std::string html = "<h2>Simulated step</h2><svg xmlns=\"http://www.w3.org/2000/svg\" ";
+  std::string html = "<h2>Simulated step</h2><svg ";
   const int bar_width = 420, row = 22;
   const int rows = static_cast<int>(step.bars.size()) + (step.hbm_bytes > 0 ? 1 : 0);
   absl::StrAppendFormat(&html, "width=\"%d\" height=\"%d\">", 140 + bar_width + 220, rows * row);
