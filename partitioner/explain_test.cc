@@ -172,5 +172,70 @@ TEST(ExplainTest, LoopStateAndEveryCollective) {
   EXPECT_NE(text.find("in %body: %d: chose "), std::string::npos) << text;
 }
 
+// A backward-scan shape: the body adds a weight-gradient-like dot (contracting the row-sharded
+// dim, so the body alone leaves it {replicated}) into an accumulator that the loop's user wants
+// column-sharded. The accumulator must wait for that user (first phase: only tiled shardings fix
+// an element) rather than be fixed {replicated} by the body, so the body's partial sums are
+// reduce-scattered and no operand is gathered.
+constexpr char kGradientLoop[] = R"(
+HloModule gradient_loop
+
+%cond (s: (s32[], f32[8,8], f32[8,8])) -> pred[] {
+  %s = (s32[], f32[8,8], f32[8,8]) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %n = s32[] constant(2)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (s: (s32[], f32[8,8], f32[8,8])) -> (s32[], f32[8,8], f32[8,8]) {
+  %s = (s32[], f32[8,8], f32[8,8]) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %x = f32[8,8] get-tuple-element(%s), index=1
+  %acc = f32[8,8] get-tuple-element(%s), index=2
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %g = f32[8,8] dot(%x, %x), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  %sum = f32[8,8] add(%acc, %g)
+  ROOT %state = (s32[], f32[8,8], f32[8,8]) tuple(%next, %x, %sum)
+}
+
+ENTRY %main (x: f32[8,8], w: f32[8,8]) -> f32[8,8] {
+  %x = f32[8,8] parameter(0), sharding={devices=[4,1]0,1,2,3}
+  %w = f32[8,8] parameter(1), sharding={devices=[1,4]0,1,2,3}
+  %zero = s32[] constant(0)
+  %z = f32[] constant(0)
+  %zeros = f32[8,8] broadcast(%z), dimensions={}
+  %init = (s32[], f32[8,8], f32[8,8]) tuple(%zero, %x, %zeros)
+  %loop = (s32[], f32[8,8], f32[8,8]) while(%init), condition=%cond, body=%body
+  %r = f32[8,8] get-tuple-element(%loop), index=2
+  ROOT %y = f32[8,8] add(%r, %w)
+}
+)";
+
+TEST(ExplainTest, AccumulatorWaitsForTheLoopsUsers) {
+  auto graph = ParseHloModule(kGradientLoop);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ShardingExplanation explanation;
+  auto shardings = ComputeShardings(**graph, 4, &explanation);
+  ASSERT_TRUE(shardings.ok()) << shardings.status();
+  const Sharding& state = (*shardings)[IndexOf(**graph, "loop")];
+  ASSERT_TRUE(state.IsTuple());
+  EXPECT_EQ(state.tuple_elements()[2], *ParseSharding("{devices=[1,4]0,1,2,3}"));
+  bool from_user = false;
+  for (const ShardingStep& step : explanation.steps[IndexOf(**graph, "loop")]) {
+    if (step.operand_index == std::vector<int64_t>{2}) {
+      ASSERT_EQ(step.from.size(), 1u);
+      from_user = step.from[0] == Find(**graph, "r");
+    }
+  }
+  EXPECT_TRUE(from_user);
+  auto program = Partition(**graph, 4);
+  ASSERT_TRUE(program.ok()) << program.status();
+  std::vector<LoopCollectives> loops = ListLoopCollectives(*program->program);
+  ASSERT_EQ(loops.size(), 1u);
+  EXPECT_EQ(loops[0].per_iteration.count("all-gather"), 0u);
+  EXPECT_EQ(loops[0].per_iteration.count("reduce-scatter"), 1u);
+}
+
 }  // namespace
 }  // namespace tessel::partitioner

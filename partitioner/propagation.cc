@@ -567,9 +567,13 @@ class Propagator {
   // tuple's element; what the body (propagated with the elements known so far on its parameter
   // and root) gives its root element or its parameter's get-tuple-element users; the loop's own
   // get-tuple-element users. The producers come first: a stack that a scan fills with sharded
-  // activations stays sharded even where a later consumer would read it whole. Known elements
-  // are never revised (the body's root is resharded to them), so the iteration stops. Returns
-  // whether any element changed.
+  // activations stays sharded even where a later consumer would read it whole. A known element
+  // is refined, like any inferred sharding (Assign), when a later candidate merges with it into
+  // more tiles: a scan's weights that learn their FSDP x TP tiling in a later round make the
+  // body's activations head-sharded, and the stacks that save them follow instead of being
+  // gathered at the end of every iteration. Tile counts only grow, so the iteration stops; the
+  // body is propagated again only when the state changed since its last run. Returns whether
+  // any element changed.
   absl::StatusOr<bool> UpdateLoopStates() {
     bool changed = false;
     for (const Node* node : graph_.nodes()) {
@@ -582,7 +586,21 @@ class Propagator {
       if (state.empty()) state.assign(n, std::nullopt);
       // `source`: where the element came from, for the explanation (nullptr: the body).
       auto fill = [&](int64_t i, std::optional<Sharding> s, const Node* source) {
-        if (state[i].has_value() || shapes[i].is_tuple() || !s.has_value()) return;
+        if (shapes[i].is_tuple() || !s.has_value() || s->IsManual()) return;
+        std::optional<Sharding> previous;
+        if (state[i].has_value()) {
+          std::optional<Sharding> merged =
+              MergeShardings(*state[i], *s, shapes[i].rank(), num_devices_);
+          if (!merged.has_value() || merged->NumTiles() <= state[i]->NumTiles()) return;
+          previous = std::move(state[i]);
+          s = std::move(merged);
+        } else if (sharded_only_ && s->NumTiles() <= 1) {
+          // As in Assign: in the first phase only a sharding that tiles a dim fixes an element,
+          // so a gradient accumulator that the body alone would leave {replicated} (its dot
+          // contracts the sharded batch) waits for the loop's users (the optimizer update,
+          // sharded like the weight) instead of being fixed whole.
+          return;
+        }
         state[i] = std::move(s);
         changed = true;
         if (explain_ != nullptr) {
@@ -590,6 +608,7 @@ class Propagator {
           step.rule = ShardingStep::Rule::kLoopState;
           if (source != nullptr) step.from.push_back(source);
           step.operand_index.push_back(i);
+          step.previous = std::move(previous);
           step.sharding = *state[i];
           step.phase = phase_;
           step.round = round_;
@@ -599,18 +618,14 @@ class Propagator {
       if (init->opcode() == Opcode::kTuple) {
         for (int64_t i = 0; i < n; ++i) fill(i, Of(init->operand(i)), init->operand(i));
       }
-      auto unknown = [&] {
-        return std::any_of(state.begin(), state.end(), [](const auto& e) { return !e; });
-      };
-      if (unknown()) {
+      auto& body_ran_with = body_state_[node];
+      if (!body_ran_with.has_value() || *body_ran_with != state) {
+        body_ran_with = state;
         Propagator inner(*node->attrs().called_computations[1], num_devices_);
         inner.SetBoundary(state, state);
         TESSEL_RETURN_IF_ERROR(inner.RunPasses());
-        for (int64_t i = 0; i < n; ++i) {
-          if (!state[i].has_value()) fill(i, inner.KnownElement(i), nullptr);
-        }
+        for (int64_t i = 0; i < n; ++i) fill(i, inner.KnownElement(i), nullptr);
       }
-      if (!unknown()) continue;
       for (const Node* user : node->users()) {
         if (user->opcode() != Opcode::kGetTupleElement) continue;
         fill(user->attrs().tuple_index, Of(user), user);
@@ -658,6 +673,8 @@ class Propagator {
   ShardingExplanation* explain_ = nullptr;
   // Per while node: its loop state's element shardings (UpdateLoopStates).
   absl::flat_hash_map<const Node*, std::vector<std::optional<Sharding>>> loop_state_;
+  // Per while node: the state its body was last propagated with (UpdateLoopStates).
+  absl::flat_hash_map<const Node*, std::optional<std::vector<std::optional<Sharding>>>> body_state_;
   // SetBoundary: parameter 0's and the root's shardings, fixed by the caller.
   std::vector<std::optional<Sharding>> parameter_;
   std::vector<std::optional<Sharding>> root_;
@@ -742,7 +759,12 @@ std::string DescribeStep(const Node& node, const ShardingStep& step,
         what = absl::StrCat("loop state element ", element, " from the init tuple's %",
                             step.from[0]->name());
       }
-      return absl::StrCat(what, ": ", step.sharding.ToString(), " [phase ", step.phase, ", round ",
+      if (step.previous.has_value()) {
+        absl::StrAppend(&what, "; merged with ", step.previous->ToString(), " into");
+      } else {
+        absl::StrAppend(&what, ":");
+      }
+      return absl::StrCat(what, " ", step.sharding.ToString(), " [phase ", step.phase, ", round ",
                           step.round, "]");
     }
     case Rule::kDefault:

@@ -20,7 +20,9 @@
 //   5. A while's loop state (one sharding per tuple element) is a fixed point of its body: each
 //      round, unknown elements take the init element's sharding, the loop's get-tuple-element
 //      users', or what the body (propagated with the state known so far on its parameter and
-//      root) gives its root element or its parameter's element users. get-tuple-element(while)
+//      root) gives its root element or its parameter's element users; a known element is
+//      refined when one of those merges with it into more tiles, and in the first phase only a
+//      sharding that tiles a dim fills an element (as in step 4). get-tuple-element(while)
 //      reads the state forward; the init tuple's elements learn it backward.
 // Merging (MergeShardings) combines tilings of different dims when every device keeps a
 // consistent position; when candidates disagree, the first one with the most tiles wins. An
