@@ -228,6 +228,7 @@ absl::StatusOr<PValue> PartitionNodes(Context& ctx, const Graph& graph,
   for (int64_t i = 0; i < graph.num_nodes(); ++i) {
     const Node* node = graph.nodes()[i];
     const Sharding& target = shardings[i];
+    ctx.set_current(node);
     std::vector<PValue> operands;
     for (const Node* operand : node->operands()) operands.push_back(values.at(operand));
     if (target.IsManual()) {
@@ -255,6 +256,7 @@ absl::StatusOr<PValue> PartitionNodes(Context& ctx, const Graph& graph,
       return absl::Status(result.status().code(),
                           absl::StrCat("%", node->name(), ": ", result.status().message()));
     }
+    ctx.set_origin(result->local, node);
     if (node->shape().is_tuple() || KeepUnreduced(*node, *result, shardings, index)) {
       values[node] = *std::move(result);
       continue;
@@ -267,6 +269,7 @@ absl::StatusOr<PValue> PartitionNodes(Context& ctx, const Graph& graph,
       return absl::Status(moved.status().code(),
                           absl::StrCat("%", node->name(), ": ", moved.status().message()));
     }
+    ctx.set_origin(moved->local, node);
     values[node] = *std::move(moved);
   }
   const Node* root = graph.root();
@@ -278,11 +281,9 @@ absl::StatusOr<PValue> PartitionNodes(Context& ctx, const Graph& graph,
 
 namespace internal {
 
-absl::StatusOr<std::shared_ptr<const Graph>> PartitionCalled(const Graph& computation,
-                                                             int64_t num_devices,
-                                                             const Sharding& parameter,
-                                                             const Sharding& root,
-                                                             const mesh::CostModel* cost) {
+absl::StatusOr<std::shared_ptr<const Graph>> PartitionCalled(
+    const Graph& computation, int64_t num_devices, const Sharding& parameter, const Sharding& root,
+    const mesh::CostModel* cost, PartitionExplanation* explain) {
   auto where = [&](const absl::Status& status) {
     return absl::Status(status.code(), absl::StrCat("in computation %", computation.name(), ": ",
                                                     status.message()));
@@ -293,9 +294,11 @@ absl::StatusOr<std::shared_ptr<const Graph>> PartitionCalled(const Graph& comput
   auto local = std::make_shared<Graph>(computation.name() + ".spmd");
   Context ctx(*local, num_devices);
   ctx.set_cost_model(cost);
+  ctx.set_explain(explain, computation.name());
   SpmdProgram unused;  // a called computation's parameters are not the program's
   absl::StatusOr<PValue> out = PartitionNodes(ctx, computation, *shardings, unused, false);
   if (!out.ok()) return where(out.status());
+  ctx.set_current(computation.root());
   // The root leaves in the sharding the caller fixed: the loop state's, or the conditional's.
   Node* result = nullptr;
   if (computation.root()->shape().is_tuple()) {
@@ -343,7 +346,11 @@ absl::StatusOr<mesh::CostModel> DefaultCostModel(int64_t num_devices) {
 
 absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices,
                                       const PartitionOptions& options) {
-  TESSEL_ASSIGN_OR_RETURN(std::vector<Sharding> shardings, ComputeShardings(graph, num_devices));
+  TESSEL_ASSIGN_OR_RETURN(
+      std::vector<Sharding> shardings,
+      ComputeShardings(graph, num_devices,
+                       options.explain != nullptr ? &options.explain->propagation : nullptr));
+  if (options.shardings != nullptr) *options.shardings = shardings;
   std::optional<mesh::CostModel> default_cost;
   const mesh::CostModel* cost = options.cost_model;
   if (cost == nullptr) {
@@ -359,6 +366,7 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices,
   program.program = std::make_unique<Graph>(graph.name() + ".spmd");
   Context ctx(*program.program, num_devices);
   ctx.set_cost_model(cost);
+  ctx.set_explain(options.explain, graph.name());
   TESSEL_ASSIGN_OR_RETURN(PValue out, PartitionNodes(ctx, graph, shardings, program, true));
   const Node* root = graph.root();
   if (root->shape().is_tuple()) {

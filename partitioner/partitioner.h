@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "core/graph.h"
 #include "mesh/cost/cost_model.h"
+#include "partitioner/propagation.h"
 #include "spmd/sharding.h"
 
 namespace tessel::partitioner {
@@ -55,9 +56,56 @@ struct SpmdProgram {
 // model of mesh/cost that the simulator also uses: each candidate's collectives on the links
 // their replica groups cross, plus the local dot's compute (so a strategy that repeats the
 // compute on devices holding the same data pays for it).
+// Why the partitioner emitted what it did (`tessel partition --explain`).
+struct PartitionExplanation {
+  // The entry computation's propagation (ComputeShardings with an explanation).
+  ShardingExplanation propagation;
+  // One per collective of the program (the entry's and every called computation's), in the order
+  // they were emitted.
+  struct Collective {
+    std::string computation;  // where it is: the entry's or a called computation's name
+    std::string instruction;  // the global instruction whose partitioning emitted it
+    std::string opcode;       // the global instruction's op ("dot", ...)
+    std::string name;         // the collective's name in the per-device program
+    std::string kind;         // "all-gather", "all-reduce", ...
+    // Why: "operand 1 %w2 {from} -> {to}" (an operand resharded for the op's rule), "result
+    // {from} -> {to}" (the op's result moved to its propagated sharding), or "inside the rule"
+    // (a collective the op's own rule needs: a reduce's partial results, a halo exchange, ...).
+    std::string reason;
+    int64_t bytes = 0;   // each device's result buffer
+    double seconds = 0;  // the cost model's estimate (mesh::CostModel::CollectiveCost)
+  };
+  std::vector<Collective> collectives;
+  // One per dot: the iteration-space shardings the dot rule weighed and their costs in seconds
+  // (resharding both operands, the local dot, moving the result to its target); `chosen`
+  // indexes the winner (the first of the cheapest).
+  struct DotChoice {
+    std::string computation;
+    std::string instruction;
+    std::vector<std::string> candidates;  // "target", "lhs", "rhs", "merge"
+    std::vector<spmd::Sharding> spaces;
+    std::vector<double> seconds;
+    int64_t chosen = 0;
+  };
+  std::vector<DotChoice> dots;
+};
+
+// The explanation as text: the propagation (FormatShardingExplanation, with `line_of`), then the
+// dot strategies with their candidates' costs, then every collective with its reason, bytes and
+// seconds.
+std::string FormatPartitionExplanation(const Graph& graph,
+                                       const std::vector<spmd::Sharding>& shardings,
+                                       const PartitionExplanation& explanation,
+                                       const absl::flat_hash_map<std::string, int>& line_of = {});
+
 struct PartitionOptions {
   // The topology's model (its devices must be 0..num_devices-1). nullptr: DefaultCostModel.
   const mesh::CostModel* cost_model = nullptr;
+  // When set, Partition records why (PartitionExplanation); nothing is recorded otherwise.
+  PartitionExplanation* explain = nullptr;
+  // When set with `explain`, receives the entry's propagated shardings (for
+  // FormatPartitionExplanation).
+  std::vector<spmd::Sharding>* shardings = nullptr;
 };
 
 // The link model used when no topology is given (`tessel partition` without --topology): one

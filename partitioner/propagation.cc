@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "partitioner/internal/op_dims.h"
 #include "partitioner/internal/reshape_dims.h"
@@ -45,6 +46,9 @@ class Propagator {
  public:
   Propagator(const Graph& graph, int64_t num_devices) : graph_(graph), num_devices_(num_devices) {}
 
+  // Records why each node gets its sharding into `explain` (steps indexed like graph.nodes()).
+  void set_explain(ShardingExplanation* explain) { explain_ = explain; }
+
   // For a called computation: what its caller fixes. Parameter 0 (a tuple: per element, unknown
   // where nullopt) and the root (likewise). An array parameter or root has one element.
   void SetBoundary(std::vector<std::optional<Sharding>> parameter,
@@ -65,6 +69,7 @@ class Propagator {
     }
     result_.assign(graph_.num_nodes(), std::nullopt);
     annotated_.assign(graph_.num_nodes(), false);
+    if (explain_ != nullptr) explain_->steps.assign(graph_.num_nodes(), {});
     // Annotations fill their slots before any pass runs, so no inferred sharding can take the
     // place of a user's mark_sharding (XLA's ShardingPropagation also treats them as fixed).
     for (const Node* node : graph_.nodes()) {
@@ -72,17 +77,20 @@ class Propagator {
       TESSEL_ASSIGN_OR_RETURN(Sharding s, ParseAnnotation(*node));
       result_[index_[node]] = std::move(s);
       annotated_[index_[node]] = true;
+      Note(index_[node], ShardingStep::Rule::kAnnotation);
     }
     // A caller's fixed shardings act like annotations on an array parameter or root.
     for (const Node* node : graph_.nodes()) {
       if (node->opcode() == Opcode::kParameter && node->attrs().parameter_number == 0 &&
           !node->shape().is_tuple() && parameter_.size() == 1 && parameter_[0].has_value()) {
         result_[index_[node]] = parameter_[0];
+        Note(index_[node], ShardingStep::Rule::kCaller);
       }
     }
     if (graph_.root() != nullptr && !graph_.root()->shape().is_tuple() && root_.size() == 1 &&
         root_[0].has_value() && !result_[index_[graph_.root()]].has_value()) {
       result_[index_[graph_.root()]] = root_[0];
+      Note(index_[graph_.root()], ShardingStep::Rule::kCaller);
     }
     MarkManualRegions();
     // graph_.nodes() is a topological order and Assign writes result_ in place, so one forward
@@ -103,6 +111,7 @@ class Propagator {
     // and becomes a reduce-scatter instead of an all-reduce; the second phase assigns the rest.
     for (bool sharded_only : {true, false}) {
       sharded_only_ = sharded_only;
+      phase_ = sharded_only ? 1 : 2;
       TESSEL_RETURN_IF_ERROR(RunRounds());
     }
     return absl::OkStatus();
@@ -136,6 +145,12 @@ class Propagator {
         }
       } else {
         out.push_back(Sharding::Replicate());
+        if (explain_ != nullptr) {
+          ShardingStep step;
+          step.rule = ShardingStep::Rule::kDefault;
+          step.sharding = Sharding::Replicate();
+          explain_->steps[index_[node]].push_back(std::move(step));
+        }
       }
     }
     return out;
@@ -195,7 +210,10 @@ class Propagator {
           manual |= s.has_value() && s->IsManual();
         }
       }
-      if (manual) slot = Sharding::Manual();
+      if (manual && !(slot.has_value() && slot->IsManual())) {
+        slot = Sharding::Manual();
+        Note(index_[node], ShardingStep::Rule::kManual);
+      }
     }
   }
 
@@ -212,12 +230,13 @@ class Propagator {
   // Forward and backward legs until nothing changes (at most 8 rounds; see Run).
   absl::Status RunRounds() {
     for (int round = 0; round < 8; ++round) {
+      round_ = round + 1;
       bool changed = false;
       TESSEL_ASSIGN_OR_RETURN(bool loops_changed, UpdateLoopStates());
       changed |= loops_changed;
-      for (const Node* node : graph_.nodes()) changed |= Assign(node, Forward(*node));
+      for (const Node* node : graph_.nodes()) changed |= Assign(node, Forward(*node), true);
       for (auto it = graph_.nodes().rbegin(); it != graph_.nodes().rend(); ++it) {
-        changed |= Assign(*it, Backward(**it));
+        changed |= Assign(*it, Backward(**it), false);
       }
       if (!changed) break;
     }
@@ -227,8 +246,9 @@ class Propagator {
   // Fills an empty slot, or refines an inferred one: a candidate that merges with the current
   // sharding into one with more tiles replaces it (XLA's propagation likewise only ever makes a
   // sharding more specific: a dot first tiled from its operands takes the weight's FSDP tiling
-  // from its users). Tile counts only grow, so the rounds still end.
-  bool Assign(const Node* node, std::optional<Sharding> s) {
+  // from its users). Tile counts only grow, so the rounds still end. `forward`: the candidate
+  // came from Forward (else Backward), for the explanation.
+  bool Assign(const Node* node, std::optional<Sharding> s, bool forward) {
     const int64_t i = index_[node];
     auto& slot = result_[i];
     if (annotated_[i] || !s.has_value() || node->shape().is_tuple()) return false;
@@ -236,12 +256,63 @@ class Propagator {
       std::optional<Sharding> merged =
           MergeShardings(*slot, *s, node->shape().rank(), num_devices_);
       if (!merged.has_value() || merged->NumTiles() <= slot->NumTiles()) return false;
+      std::optional<Sharding> previous = std::move(slot);
       slot = std::move(merged);
+      if (explain_ != nullptr) NoteInferred(*node, forward, std::move(previous));
       return true;
     }
     if (sharded_only_ && s->NumTiles() <= 1) return false;
     slot = std::move(s);
+    if (explain_ != nullptr) NoteInferred(*node, forward, std::nullopt);
     return true;
+  }
+
+  // Appends a step of `rule` with the node's current sharding (explaining only).
+  void Note(int64_t i, ShardingStep::Rule rule) {
+    if (explain_ == nullptr) return;
+    ShardingStep step;
+    step.rule = rule;
+    step.sharding = result_[i].value_or(Sharding::Replicate());
+    step.phase = phase_;
+    step.round = round_;
+    explain_->steps[i].push_back(std::move(step));
+  }
+
+  // The step Assign just took for `node`: which operands (forward) or users (backward) offered
+  // a candidate. Called right after Forward / Backward, so their inputs are still what they read;
+  // only runs when explaining, and at most a few times per node (tile counts only grow).
+  void NoteInferred(const Node& node, bool forward, std::optional<Sharding> previous) {
+    ShardingStep step;
+    step.rule = forward ? ShardingStep::Rule::kForward : ShardingStep::Rule::kBackward;
+    step.previous = std::move(previous);
+    step.sharding = *Of(&node);
+    step.phase = phase_;
+    step.round = round_;
+    auto known = [&](const Node* n) { return Of(n).has_value() && !Of(n)->IsManual(); };
+    if (forward) {
+      for (int64_t i = 0; i < node.operand_count(); ++i) {
+        const Node* operand = node.operand(i);
+        if (IsElementwise(node.opcode()) && operand->shape().rank() != node.shape().rank()) {
+          continue;  // the scalar predicate of select, the bounds of clamp
+        }
+        // get-tuple-element reads its tuple's element (a loop state has no slot of its own).
+        if (known(operand) || node.opcode() == Opcode::kGetTupleElement) {
+          step.from.push_back(operand);
+          step.operand_index.push_back(i);
+        }
+      }
+    } else {
+      for (const Node* user : node.users()) {
+        for (int64_t i = 0; i < user->operand_count(); ++i) {
+          if (user->operand(i) != &node) continue;
+          if (user->opcode() == Opcode::kTuple || FromUser(*user, i).has_value()) {
+            step.from.push_back(user);
+            step.operand_index.push_back(i);
+          }
+        }
+      }
+    }
+    explain_->steps[index_[&node]].push_back(std::move(step));
   }
 
   const std::optional<Sharding>& Of(const Node* node) { return result_[index_[node]]; }
@@ -496,9 +567,13 @@ class Propagator {
   // tuple's element; what the body (propagated with the elements known so far on its parameter
   // and root) gives its root element or its parameter's get-tuple-element users; the loop's own
   // get-tuple-element users. The producers come first: a stack that a scan fills with sharded
-  // activations stays sharded even where a later consumer would read it whole. Known elements
-  // are never revised (the body's root is resharded to them), so the iteration stops. Returns
-  // whether any element changed.
+  // activations stays sharded even where a later consumer would read it whole. A known element
+  // is refined, like any inferred sharding (Assign), when a later candidate merges with it into
+  // more tiles: a scan's weights that learn their FSDP x TP tiling in a later round make the
+  // body's activations head-sharded, and the stacks that save them follow instead of being
+  // gathered at the end of every iteration. Tile counts only grow, so the iteration stops; the
+  // body is propagated again only when the state changed since its last run. Returns whether
+  // any element changed.
   absl::StatusOr<bool> UpdateLoopStates() {
     bool changed = false;
     for (const Node* node : graph_.nodes()) {
@@ -509,29 +584,51 @@ class Propagator {
       const int64_t n = static_cast<int64_t>(shapes.size());
       auto& state = loop_state_[node];
       if (state.empty()) state.assign(n, std::nullopt);
-      auto fill = [&](int64_t i, std::optional<Sharding> s) {
-        if (state[i].has_value() || shapes[i].is_tuple() || !s.has_value()) return;
+      // `source`: where the element came from, for the explanation (nullptr: the body).
+      auto fill = [&](int64_t i, std::optional<Sharding> s, const Node* source) {
+        if (shapes[i].is_tuple() || !s.has_value() || s->IsManual()) return;
+        std::optional<Sharding> previous;
+        if (state[i].has_value()) {
+          std::optional<Sharding> merged =
+              MergeShardings(*state[i], *s, shapes[i].rank(), num_devices_);
+          if (!merged.has_value() || merged->NumTiles() <= state[i]->NumTiles()) return;
+          previous = std::move(state[i]);
+          s = std::move(merged);
+        } else if (sharded_only_ && s->NumTiles() <= 1) {
+          // As in Assign: in the first phase only a sharding that tiles a dim fixes an element,
+          // so a gradient accumulator that the body alone would leave {replicated} (its dot
+          // contracts the sharded batch) waits for the loop's users (the optimizer update,
+          // sharded like the weight) instead of being fixed whole.
+          return;
+        }
         state[i] = std::move(s);
         changed = true;
+        if (explain_ != nullptr) {
+          ShardingStep step;
+          step.rule = ShardingStep::Rule::kLoopState;
+          if (source != nullptr) step.from.push_back(source);
+          step.operand_index.push_back(i);
+          step.previous = std::move(previous);
+          step.sharding = *state[i];
+          step.phase = phase_;
+          step.round = round_;
+          explain_->steps[index_[node]].push_back(std::move(step));
+        }
       };
       if (init->opcode() == Opcode::kTuple) {
-        for (int64_t i = 0; i < n; ++i) fill(i, Of(init->operand(i)));
+        for (int64_t i = 0; i < n; ++i) fill(i, Of(init->operand(i)), init->operand(i));
       }
-      auto unknown = [&] {
-        return std::any_of(state.begin(), state.end(), [](const auto& e) { return !e; });
-      };
-      if (unknown()) {
+      auto& body_ran_with = body_state_[node];
+      if (!body_ran_with.has_value() || *body_ran_with != state) {
+        body_ran_with = state;
         Propagator inner(*node->attrs().called_computations[1], num_devices_);
         inner.SetBoundary(state, state);
         TESSEL_RETURN_IF_ERROR(inner.RunPasses());
-        for (int64_t i = 0; i < n; ++i) {
-          if (!state[i].has_value()) fill(i, inner.KnownElement(i));
-        }
+        for (int64_t i = 0; i < n; ++i) fill(i, inner.KnownElement(i), nullptr);
       }
-      if (!unknown()) continue;
       for (const Node* user : node->users()) {
         if (user->opcode() != Opcode::kGetTupleElement) continue;
-        fill(user->attrs().tuple_index, Of(user));
+        fill(user->attrs().tuple_index, Of(user), user);
       }
     }
     return changed;
@@ -569,8 +666,15 @@ class Propagator {
   std::vector<bool> annotated_;
   // Phase one of Run: only shardings that tile a dim are assigned.
   bool sharded_only_ = false;
+  // Where the passes are (for the explanation): phase 1 or 2, round from 1; 0 before them.
+  int phase_ = 0;
+  int round_ = 0;
+  // Not owned; nullptr unless explaining.
+  ShardingExplanation* explain_ = nullptr;
   // Per while node: its loop state's element shardings (UpdateLoopStates).
   absl::flat_hash_map<const Node*, std::vector<std::optional<Sharding>>> loop_state_;
+  // Per while node: the state its body was last propagated with (UpdateLoopStates).
+  absl::flat_hash_map<const Node*, std::optional<std::vector<std::optional<Sharding>>>> body_state_;
   // SetBoundary: parameter 0's and the root's shardings, fixed by the caller.
   std::vector<std::optional<Sharding>> parameter_;
   std::vector<std::optional<Sharding>> root_;
@@ -578,11 +682,14 @@ class Propagator {
 
 }  // namespace
 
-absl::StatusOr<std::vector<Sharding>> ComputeShardings(const Graph& graph, int64_t num_devices) {
+absl::StatusOr<std::vector<Sharding>> ComputeShardings(const Graph& graph, int64_t num_devices,
+                                                       ShardingExplanation* explain) {
   if (num_devices < 1) {
     return absl::InvalidArgumentError(absl::StrCat("num_devices must be >= 1, got ", num_devices));
   }
-  return Propagator(graph, num_devices).Run();
+  Propagator propagator(graph, num_devices);
+  propagator.set_explain(explain);
+  return propagator.Run();
 }
 
 absl::StatusOr<std::vector<Sharding>> ComputeCalledShardings(const Graph& computation,
@@ -600,8 +707,190 @@ absl::StatusOr<std::vector<Sharding>> ComputeCalledShardings(const Graph& comput
   return propagator.Run();
 }
 
-absl::Status PropagateShardings(Graph& graph, int64_t num_devices) {
-  TESSEL_ASSIGN_OR_RETURN(std::vector<Sharding> shardings, ComputeShardings(graph, num_devices));
+namespace {
+
+std::string LineSuffix(const Node& node, const absl::flat_hash_map<std::string, int>& line_of) {
+  auto it = line_of.find(node.name());
+  return it == line_of.end() ? std::string() : absl::StrCat(", line ", it->second);
+}
+
+// "%a (operand 0), %b (operand 1)": what a forward or backward step read.
+std::string Sources(const ShardingStep& step, bool users) {
+  std::vector<std::string> parts;
+  for (size_t k = 0; k < step.from.size(); ++k) {
+    const Node* n = step.from[k];
+    parts.push_back(users ? absl::StrCat("%", n->name(), " (", OpcodeName(n->opcode()),
+                                         ", operand ", step.operand_index[k], ")")
+                          : absl::StrCat("%", n->name(), " (operand ", step.operand_index[k], ")"));
+  }
+  return parts.empty() ? std::string("nothing") : absl::StrJoin(parts, ", ");
+}
+
+std::string DescribeStep(const Node& node, const ShardingStep& step,
+                         const absl::flat_hash_map<std::string, int>& line_of) {
+  using Rule = ShardingStep::Rule;
+  std::string what;
+  switch (step.rule) {
+    case Rule::kAnnotation:
+      what = absl::StrCat("annotation sharding=", node.sharding(), LineSuffix(node, line_of));
+      break;
+    case Rule::kCaller:
+      what = "fixed by the caller (parameter or root of a called computation)";
+      break;
+    case Rule::kManual:
+      what = "manual region (shard_map): no propagation";
+      break;
+    case Rule::kForward:
+      what = absl::StrCat("forward through ", OpcodeName(node.opcode()), " from ",
+                          Sources(step, false));
+      break;
+    case Rule::kBackward:
+      what = absl::StrCat("backward from ", Sources(step, true));
+      break;
+    case Rule::kLoopState: {
+      const int64_t element = step.operand_index.empty() ? -1 : step.operand_index[0];
+      if (step.from.empty()) {
+        what = absl::StrCat("loop state element ", element, " from the body's fixed point");
+      } else if (step.from[0]->opcode() == Opcode::kGetTupleElement &&
+                 step.from[0]->operand(0) == &node) {
+        what =
+            absl::StrCat("loop state element ", element, " from its user %", step.from[0]->name());
+      } else {
+        what = absl::StrCat("loop state element ", element, " from the init tuple's %",
+                            step.from[0]->name());
+      }
+      if (step.previous.has_value()) {
+        absl::StrAppend(&what, "; merged with ", step.previous->ToString(), " into");
+      } else {
+        absl::StrAppend(&what, ":");
+      }
+      return absl::StrCat(what, " ", step.sharding.ToString(), " [phase ", step.phase, ", round ",
+                          step.round, "]");
+    }
+    case Rule::kDefault:
+      return "nothing reached it: {replicated}";
+  }
+  if (step.rule == Rule::kForward || step.rule == Rule::kBackward) {
+    if (step.previous.has_value()) {
+      absl::StrAppend(&what, "; merged with ", step.previous->ToString(), " into ",
+                      step.sharding.ToString());
+    } else {
+      absl::StrAppend(&what, ": ", step.sharding.ToString());
+    }
+    absl::StrAppend(&what, " [phase ", step.phase, ", round ", step.round, "]");
+  }
+  return what;
+}
+
+// "%h <- %x (annotation, line 7)": each node's first step's first source, back to where the
+// sharding entered (an annotation, a caller, a manual region, the loop state) or a node already
+// on the chain.
+std::string Chain(const Node* node, const ShardingExplanation& explanation,
+                  const absl::flat_hash_map<const Node*, int64_t>& index,
+                  const absl::flat_hash_map<std::string, int>& line_of) {
+  std::string out = absl::StrCat("%", node->name());
+  absl::flat_hash_map<const Node*, bool> seen;
+  while (true) {
+    seen[node] = true;
+    const std::vector<ShardingStep>& steps = explanation.steps[index.at(node)];
+    if (steps.empty()) return out;
+    const ShardingStep& first = steps.front();
+    switch (first.rule) {
+      case ShardingStep::Rule::kAnnotation:
+        return absl::StrCat(out, " (annotation", LineSuffix(*node, line_of), ")");
+      case ShardingStep::Rule::kCaller:
+        return absl::StrCat(out, " (caller)");
+      case ShardingStep::Rule::kManual:
+        return absl::StrCat(out, " (manual)");
+      case ShardingStep::Rule::kDefault:
+        return absl::StrCat(out, " (default)");
+      default:
+        break;
+    }
+    if (first.from.empty()) return absl::StrCat(out, " (loop body)");
+    const Node* next = first.from[0];
+    if (!index.contains(next) || seen.contains(next)) return out;
+    absl::StrAppend(&out, " <- %", next->name());
+    node = next;
+  }
+}
+
+// "%x (annotation, line 7), %w1 (annotation, line 8)": every place the node's sharding came
+// from, following every step's sources (not only the first) until an annotation, a caller's
+// sharding, a manual region or a loop state, in program order.
+std::string Origins(const Graph& graph, const Node* node, const ShardingExplanation& explanation,
+                    const absl::flat_hash_map<const Node*, int64_t>& index,
+                    const absl::flat_hash_map<std::string, int>& line_of) {
+  std::vector<bool> seen(graph.num_nodes(), false);
+  std::vector<bool> origin(graph.num_nodes(), false);
+  std::vector<const Node*> stack = {node};
+  seen[index.at(node)] = true;
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    for (const ShardingStep& step : explanation.steps[index.at(n)]) {
+      if (step.rule != ShardingStep::Rule::kForward && step.rule != ShardingStep::Rule::kBackward) {
+        if (step.rule != ShardingStep::Rule::kDefault) origin[index.at(n)] = true;
+        continue;
+      }
+      for (const Node* from : step.from) {
+        auto it = index.find(from);
+        if (it == index.end() || seen[it->second]) continue;
+        seen[it->second] = true;
+        stack.push_back(from);
+      }
+    }
+  }
+  std::vector<std::string> parts;
+  for (int64_t i = 0; i < graph.num_nodes(); ++i) {
+    if (!origin[i]) continue;
+    const Node* n = graph.nodes()[i];
+    const auto rule = explanation.steps[i].front().rule;
+    const char* what = rule == ShardingStep::Rule::kAnnotation ? "annotation"
+                       : rule == ShardingStep::Rule::kCaller   ? "caller"
+                       : rule == ShardingStep::Rule::kManual   ? "manual"
+                                                               : "loop state";
+    parts.push_back(absl::StrCat("%", n->name(), " (", what, LineSuffix(*n, line_of), ")"));
+  }
+  return parts.empty() ? std::string("none") : absl::StrJoin(parts, ", ");
+}
+
+}  // namespace
+
+std::string FormatShardingExplanation(const Graph& graph, const std::vector<Sharding>& shardings,
+                                      const ShardingExplanation& explanation,
+                                      const absl::flat_hash_map<std::string, int>& line_of) {
+  absl::flat_hash_map<const Node*, int64_t> index;
+  for (int64_t i = 0; i < graph.num_nodes(); ++i) index[graph.nodes()[i]] = i;
+  std::string out;
+  for (int64_t i = 0; i < graph.num_nodes(); ++i) {
+    const Node* node = graph.nodes()[i];
+    absl::StrAppend(&out, "%", node->name(), " = ", node->shape().ToString(), " ",
+                    i < static_cast<int64_t>(shardings.size()) ? shardings[i].ToString() : "?",
+                    "\n");
+    const std::vector<ShardingStep>* steps =
+        i < static_cast<int64_t>(explanation.steps.size()) ? &explanation.steps[i] : nullptr;
+    if (steps == nullptr || steps->empty()) {
+      absl::StrAppend(
+          &out, "  ",
+          node->shape().is_tuple() ? "a tuple: its elements' shardings" : "no step recorded", "\n");
+      continue;
+    }
+    for (size_t k = 0; k < steps->size(); ++k) {
+      absl::StrAppend(&out, "  ", k + 1, ". ", DescribeStep(*node, (*steps)[k], line_of), "\n");
+    }
+    const ShardingStep::Rule first = steps->front().rule;
+    if (first == ShardingStep::Rule::kForward || first == ShardingStep::Rule::kBackward) {
+      absl::StrAppend(&out, "  chain: ", Chain(node, explanation, index, line_of), "\n");
+      absl::StrAppend(&out, "  from: ", Origins(graph, node, explanation, index, line_of), "\n");
+    }
+  }
+  return out;
+}
+
+absl::Status PropagateShardings(Graph& graph, int64_t num_devices, ShardingExplanation* explain) {
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Sharding> shardings,
+                          ComputeShardings(graph, num_devices, explain));
   for (int64_t i = 0; i < graph.num_nodes(); ++i) {
     graph.nodes()[i]->set_sharding(shardings[i].ToString());
   }

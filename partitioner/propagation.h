@@ -20,7 +20,9 @@
 //   5. A while's loop state (one sharding per tuple element) is a fixed point of its body: each
 //      round, unknown elements take the init element's sharding, the loop's get-tuple-element
 //      users', or what the body (propagated with the state known so far on its parameter and
-//      root) gives its root element or its parameter's element users. get-tuple-element(while)
+//      root) gives its root element or its parameter's element users; a known element is
+//      refined when one of those merges with it into more tiles, and in the first phase only a
+//      sharding that tiles a dim fills an element (as in step 4). get-tuple-element(while)
 //      reads the state forward; the init tuple's elements learn it backward.
 // Merging (MergeShardings) combines tilings of different dims when every device keeps a
 // consistent position; when candidates disagree, the first one with the most tiles wins. An
@@ -31,21 +33,61 @@
 #define TESSEL_PARTITIONER_PROPAGATION_H_
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "core/graph.h"
 #include "spmd/sharding.h"
 
 namespace tessel::partitioner {
 
+// One step of the rule chain that gave a node its sharding (`tessel propagate --explain`).
+struct ShardingStep {
+  enum class Rule {
+    kAnnotation,  // the user's sharding={...} on the node (never overridden)
+    kCaller,      // a called computation's parameter or root, fixed by its caller
+    kManual,      // inside a manual region (shard_map): {manual}, no propagation
+    kForward,     // the node's own rule applied to its operands' shardings
+    kBackward,    // its users' rules asked for it
+    kLoopState,   // a while's loop state element (its fixed point over the body)
+    kDefault,     // nothing reached the node: {replicated}
+  };
+  Rule rule = Rule::kDefault;
+  // kForward: the operands whose sharding was known (in operand order); kBackward: the users
+  // whose rule gave a candidate; kLoopState: the node the element came from (the init tuple's
+  // operand or a get-tuple-element user; empty for the body's fixed point).
+  std::vector<const Node*> from;
+  // kForward / kBackward: operand numbers matching `from` (the operand's index in the node, or
+  // the node's index in the user). kLoopState: the state element.
+  std::vector<int64_t> operand_index;
+  // The sharding the node had before this step (a refinement: the merge of it and the new
+  // candidate has more tiles), nullopt when the step filled an empty slot.
+  std::optional<spmd::Sharding> previous;
+  // The node's sharding after the step.
+  spmd::Sharding sharding;
+  // 1: the first phase (only shardings that tile a dim), 2: the second; round within it (from 1).
+  int phase = 0;
+  int round = 0;
+};
+
+// Per node (indexed like graph.nodes()), its steps in the order they happened: one for an
+// annotation or a default, one or more (a fill, then refinements) for inferred shardings, one per
+// state element for a while.
+struct ShardingExplanation {
+  std::vector<std::vector<ShardingStep>> steps;
+};
+
 // The sharding of every node of `graph`, indexed like graph.nodes(). Tuple-shaped nodes get a
-// tuple sharding.
+// tuple sharding. With `explain`, also records why (ShardingExplanation); without it nothing is
+// recorded and the propagation costs what it did before.
 // Errors: kInvalidArgument naming the instruction when an annotation does not parse, does not
 // fit the node's shape, or names a device outside 0..num_devices-1 or misses one (a sharding on
 // the wrong mesh); kUnimplemented for manual shardings.
-[[nodiscard]] absl::StatusOr<std::vector<spmd::Sharding>> ComputeShardings(const Graph& graph,
-                                                                           int64_t num_devices);
+[[nodiscard]] absl::StatusOr<std::vector<spmd::Sharding>> ComputeShardings(
+    const Graph& graph, int64_t num_devices, ShardingExplanation* explain = nullptr);
 
 // ComputeShardings for a called computation (a while's condition or body, a conditional's
 // branch) whose caller fixes the sharding of its parameter 0 (a tuple sharding for a tuple
@@ -57,8 +99,30 @@ namespace tessel::partitioner {
     const Graph& computation, int64_t num_devices, const spmd::Sharding& parameter,
     const spmd::Sharding& root);
 
-// Runs ComputeShardings and writes each result into the node's sharding() text.
-[[nodiscard]] absl::Status PropagateShardings(Graph& graph, int64_t num_devices);
+// Runs ComputeShardings and writes each result into the node's sharding() text. With `explain`,
+// also records why (see ComputeShardings).
+[[nodiscard]] absl::Status PropagateShardings(Graph& graph, int64_t num_devices,
+                                              ShardingExplanation* explain = nullptr);
+
+// The explanation as text, one block per node of `graph` in program order:
+//
+//   %h = f32[8,32] {devices=[2,2]0,1,2,3}
+//     1. forward through dot from %x (operand 0), %w1 (operand 1): {devices=[2,2]0,1,2,3}
+//        [phase 1, round 1]
+//     chain: %h <- %x (annotation, line 7)
+//     from: %x (annotation, line 7), %w1 (annotation, line 8)
+//
+// Each step names its rule (annotation, caller, manual, forward through the node's op from its
+// operands, backward from its users through their op, loop state, default), what it read and,
+// for a refinement, the sharding it refined; the chain follows each node's first step's first
+// source back to where the sharding came from, and `from` lists every annotation (caller
+// sharding, manual region, loop state) reached through all steps' sources. `line_of` maps
+// instruction names to their line in the input text (empty: no line numbers). `shardings` and
+// `explanation` are ComputeShardings' results.
+std::string FormatShardingExplanation(const Graph& graph,
+                                      const std::vector<spmd::Sharding>& shardings,
+                                      const ShardingExplanation& explanation,
+                                      const absl::flat_hash_map<std::string, int>& line_of = {});
 
 }  // namespace tessel::partitioner
 

@@ -1,11 +1,16 @@
-// `tessel propagate HLO [--num-partitions N] [--json]`: prints the module with every
+// `tessel propagate HLO [--num-partitions N] [--json] [--explain]`: prints the module with every
 // instruction's propagated sharding. --json prints one object: {"module", "num_partitions",
 // "values": [{"name", "opcode", "shape", "sharding"}, ...] (the entry computation's
-// instructions in order; "sharding" null when none), "hlo": the module text}.
-// `tessel partition HLO [--num-partitions N] [--topology CONFIG] [--stats] [--json]`: prints the
-// per-device (SPMD) program as HLO text: local shapes, all-reduce / all-gather /
+// instructions in order; "sharding" null when none), "hlo": the module text}. `--explain` prints
+// instead, per instruction of the entry computation, its sharding and the rule chain that
+// produced it (partitioner::FormatShardingExplanation), with the input's line numbers.
+// `tessel partition HLO [--num-partitions N] [--topology CONFIG] [--stats] [--json] [--explain]`:
+// prints the per-device (SPMD) program as HLO text: local shapes, all-reduce / all-gather /
 // collective-permute with replica groups in global device ids. `--stats` prints the number and
-// bytes of collectives per kind. `--topology` costs the partitioner's choices on that machine's
+// bytes of collectives per kind. `--explain` prints instead why: each value's sharding and its rule
+// chain, each dot's strategy against the candidates it beat (seconds), and each collective with
+// the value it moves, the reason and its cost (partitioner::FormatPartitionExplanation).
+// `--topology` costs the partitioner's choices on that machine's
 // links (mesh/cost); without it, on partitioner::DefaultCostModel. With a topology and no
 // --num-partitions, the device count is the topology's. --json prints one object: {"module",
 // "num_partitions", "hlo", "collectives": {KIND: {"count", "bytes_per_device"}}, "loops":
@@ -27,6 +32,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/hlo_text.h"
 #include "mesh/cost/cost_model.h"
@@ -46,6 +52,7 @@ struct PartitionOptions {
   std::string topology;
   bool stats = false;
   bool json = false;
+  bool explain = false;
 };
 
 using json = nlohmann::ordered_json;
@@ -53,6 +60,32 @@ using json = nlohmann::ordered_json;
 int Fail(const std::string& command, const absl::Status& status) {
   std::cerr << "tessel " << command << ": " << status.message() << "\n";
   return 1;
+}
+
+// The line (from 1) of each instruction of the ENTRY computation in the HLO text at `path`, by
+// name; empty when the file cannot be read (the explanation then has no line numbers).
+absl::flat_hash_map<std::string, int> EntryLines(const std::string& path) {
+  absl::flat_hash_map<std::string, int> lines;
+  std::ifstream in(path);
+  std::string line;
+  bool entry = false;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.rfind("ENTRY", 0) == 0) {
+      entry = true;
+      continue;
+    }
+    if (!entry) continue;
+    if (line.rfind("}", 0) == 0) break;
+    size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos) continue;
+    if (line.compare(start, 5, "ROOT ") == 0) start = line.find_first_not_of(' ', start + 5);
+    if (start == std::string::npos) continue;
+    if (line[start] == '%') ++start;
+    const size_t end = line.find_first_of(" =", start);
+    if (end == std::string::npos || end == start) continue;
+    lines.emplace(line.substr(start, end - start), number);
+  }
+  return lines;
 }
 
 }  // namespace
@@ -85,11 +118,23 @@ CommandFn AddPropagateCommand(CLI::App& app) {
   cmd->add_option("--num-partitions", options->num_partitions, "number of devices")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", options->json, "print one JSON object (docs/cli.md)");
+  cmd->add_flag("--explain", options->explain,
+                "print each value's sharding and the rules that produced it");
   return [options]() {
     absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloFile(options->path);
     if (!graph.ok()) return Fail("propagate", graph.status());
     int64_t n = options->num_partitions > 0 ? options->num_partitions
                                             : partitioner::InferNumPartitions(**graph);
+    if (options->explain) {
+      partitioner::ShardingExplanation explanation;
+      absl::StatusOr<std::vector<spmd::Sharding>> shardings =
+          partitioner::ComputeShardings(**graph, n, &explanation);
+      if (!shardings.ok()) return Fail("propagate", shardings.status());
+      std::cout << "// why each sharding (" << n << " devices):\n"
+                << partitioner::FormatShardingExplanation(**graph, *shardings, explanation,
+                                                          EntryLines(options->path));
+      return 0;
+    }
     absl::Status status = partitioner::PropagateShardings(**graph, n);
     if (!status.ok()) return Fail("propagate", status);
     if (options->json) {
@@ -151,6 +196,9 @@ CommandFn AddPartitionCommand(CLI::App& app) {
   cmd->add_flag("--stats", options->stats, "print collective counts and bytes per kind");
   cmd->add_flag("--json", options->json,
                 "print one JSON object: the program and its collectives (docs/cli.md)");
+  cmd->add_flag(
+      "--explain", options->explain,
+      "print why: each sharding's rules, each dot's strategy and each collective's reason");
   return [options]() {
     absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloFile(options->path);
     if (!graph.ok()) return Fail("partition", graph.status());
@@ -167,9 +215,20 @@ CommandFn AddPartitionCommand(CLI::App& app) {
                                             : partitioner::InferNumPartitions(**graph);
     partitioner::PartitionOptions partition_options;
     if (cost.has_value()) partition_options.cost_model = &*cost;
+    partitioner::PartitionExplanation explanation;
+    std::vector<spmd::Sharding> shardings;
+    if (options->explain) {
+      partition_options.explain = &explanation;
+      partition_options.shardings = &shardings;
+    }
     absl::StatusOr<partitioner::SpmdProgram> program =
         partitioner::Partition(**graph, n, partition_options);
     if (!program.ok()) return Fail("partition", program.status());
+    if (options->explain) {
+      std::cout << partitioner::FormatPartitionExplanation(**graph, shardings, explanation,
+                                                           EntryLines(options->path));
+      return 0;
+    }
     if (options->json) {
       std::cout << PartitionJson(**graph, *program->program, n).dump(2) << "\n";
       return 0;

@@ -96,10 +96,10 @@ absl::StatusOr<PValue> HandleWhile(Context& ctx, const Node& node,
   }
   TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<const Graph> condition,
                           PartitionCalled(*called[0], ctx.num_devices(), state,
-                                          Sharding::Replicate(), ctx.cost_model()));
-  TESSEL_ASSIGN_OR_RETURN(
-      std::shared_ptr<const Graph> body,
-      PartitionCalled(*called[1], ctx.num_devices(), state, state, ctx.cost_model()));
+                                          Sharding::Replicate(), ctx.cost_model(), ctx.explain()));
+  TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<const Graph> body,
+                          PartitionCalled(*called[1], ctx.num_devices(), state, state,
+                                          ctx.cost_model(), ctx.explain()));
   OpAttributes attrs = node.attrs();
   attrs.called_computations = {std::move(condition), std::move(body)};
   TESSEL_ASSIGN_OR_RETURN(Node * loop, ctx.Add(Opcode::kWhile, {init}, std::move(attrs)));
@@ -134,7 +134,7 @@ absl::StatusOr<PValue> HandleConditional(Context& ctx, const Node& node,
     locals.push_back(local);
     TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<const Graph> branch,
                             PartitionCalled(*node.attrs().called_computations[k], ctx.num_devices(),
-                                            sharding, result, ctx.cost_model()));
+                                            sharding, result, ctx.cost_model(), ctx.explain()));
     attrs.called_computations.push_back(std::move(branch));
   }
   TESSEL_ASSIGN_OR_RETURN(Node * local,

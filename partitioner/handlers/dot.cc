@@ -17,6 +17,7 @@
 #include "core/status_macros.h"
 #include "partitioner/internal/context.h"
 #include "partitioner/internal/op_dims.h"
+#include "partitioner/partitioner.h"
 #include "partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
@@ -62,6 +63,22 @@ absl::StatusOr<double> CandidateSeconds(Context& ctx, const Node& node, const Do
   return lhs_s + rhs_s + out_s + ctx.DotSeconds(flops, node.shape().dtype());
 }
 
+// `tessel partition --explain`: the candidates in the order HandleDot builds them.
+void NoteDotChoice(Context& ctx, const Node& node, const std::vector<Sharding>& candidates,
+                   const std::vector<double>& costs) {
+  PartitionExplanation::DotChoice choice;
+  choice.computation = ctx.computation();
+  choice.instruction = node.name();
+  static constexpr const char* kNames[] = {"target", "lhs", "rhs", "merge"};
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    choice.candidates.push_back(kNames[std::min<size_t>(i, 3)]);
+    choice.spaces.push_back(candidates[i]);
+    choice.seconds.push_back(costs[i]);
+    if (costs[i] < costs[choice.chosen]) choice.chosen = static_cast<int64_t>(i);
+  }
+  ctx.explain()->dots.push_back(std::move(choice));
+}
+
 }  // namespace
 
 absl::StatusOr<PValue> HandleDot(Context& ctx, const Node& node,
@@ -88,13 +105,16 @@ absl::StatusOr<PValue> HandleDot(Context& ctx, const Node& node,
   // needs no move of the result).
   double best_cost = -1;
   Sharding best;
+  std::vector<double> costs;
   for (const Sharding& space : candidates) {
     TESSEL_ASSIGN_OR_RETURN(double cost, CandidateSeconds(ctx, node, s, lhs, rhs, space, target));
+    costs.push_back(cost);
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       best = space;
     }
   }
+  if (ctx.explain() != nullptr) NoteDotChoice(ctx, node, candidates, costs);
   TESSEL_ASSIGN_OR_RETURN(Node * lhs_local, ctx.Reshard(lhs, Project(best, s.lhs_to_space)));
   TESSEL_ASSIGN_OR_RETURN(Node * rhs_local, ctx.Reshard(rhs, Project(best, s.rhs_to_space)));
   const DotDimensionNumbers& dn = node.attrs().dot;

@@ -2,17 +2,58 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "partitioner/partitioner.h"
 #include "partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 
 absl::StatusOr<Node*> Context::Add(Opcode opcode, std::vector<Node*> operands, OpAttributes attrs) {
-  return local_.AddNode(opcode, std::move(operands), std::move(attrs));
+  TESSEL_ASSIGN_OR_RETURN(Node * node,
+                          local_.AddNode(opcode, std::move(operands), std::move(attrs)));
+  if (explain_ != nullptr && IsCollective(opcode)) NoteCollective(*node);
+  return node;
 }
 
 absl::StatusOr<Node*> Context::Add(Opcode opcode, const Shape& shape, std::vector<Node*> operands,
                                    OpAttributes attrs) {
-  return local_.AddNode(opcode, shape, std::move(operands), std::move(attrs));
+  TESSEL_ASSIGN_OR_RETURN(Node * node,
+                          local_.AddNode(opcode, shape, std::move(operands), std::move(attrs)));
+  if (explain_ != nullptr && IsCollective(opcode)) NoteCollective(*node);
+  return node;
+}
+
+// Every collective goes through Add, so this sees them all, whichever rule emits them. Costed
+// like ReshardSeconds: V is the full buffer (an all-gather's result, any other's operand), on
+// the links the first replica group (or source-target pair) crosses.
+void Context::NoteCollective(const Node& collective) {
+  PartitionExplanation::Collective note;
+  note.computation = computation_;
+  if (current_ != nullptr) {
+    note.instruction = current_->name();
+    note.opcode = std::string(OpcodeName(current_->opcode()));
+  }
+  note.name = collective.name();
+  note.kind = std::string(OpcodeName(collective.opcode()));
+  note.reason = resharding_.empty() ? std::string("inside the rule") : resharding_;
+  note.bytes = collective.shape().byte_size();
+  const int64_t v = collective.opcode() == Opcode::kAllGather || collective.operand_count() == 0
+                        ? collective.shape().byte_size()
+                        : collective.operand(0)->shape().byte_size();
+  std::vector<int64_t> group;
+  const OpAttributes& attrs = collective.attrs();
+  if (collective.opcode() == Opcode::kCollectivePermute) {
+    if (!attrs.source_target_pairs.empty()) {
+      group = {attrs.source_target_pairs[0].first, attrs.source_target_pairs[0].second};
+    }
+  } else if (!attrs.replica_groups.empty()) {
+    group = attrs.replica_groups[0];
+  } else {
+    for (int64_t d = 0; d < num_devices_; ++d) group.push_back(d);
+  }
+  if (cost_ != nullptr && !group.empty()) {
+    note.seconds = cost_->CollectiveCost(collective.opcode(), group, v, group[0]).seconds;
+  }
+  explain_->collectives.push_back(std::move(note));
 }
 
 Node* Context::ScalarConstant(DType dtype, double value) {
@@ -277,7 +318,11 @@ absl::StatusOr<PValue> Context::ReshardValue(const PValue& value, const Sharding
   Node* local = value.local;
   Sharding current = value.sharding;
   for (const ReshardStep& step : plan->steps) {
-    TESSEL_ASSIGN_OR_RETURN(local, EmitStep(local, current, step, value.global_shape));
+    if (explain_ != nullptr) resharding_ = ReshardReason(value, current, step.after);
+    absl::StatusOr<Node*> emitted = EmitStep(local, current, step, value.global_shape);
+    resharding_.clear();
+    if (!emitted.ok()) return emitted.status();
+    local = *emitted;
     current = step.after;
   }
   // An empty plan (equal shardings, or maximal vs replicated) keeps the value's own sharding.
@@ -286,6 +331,25 @@ absl::StatusOr<PValue> Context::ReshardValue(const PValue& value, const Sharding
   out.sharding = plan->steps.empty() ? value.sharding : current;
   out.global_shape = value.global_shape;
   return out;
+}
+
+// "operand 1 %w2 {from} -> {to}", "result {from} -> {to}", or "%x {from} -> {to}" for a value
+// that is neither (a loop state element, a value the rule derived).
+std::string Context::ReshardReason(const PValue& value, const Sharding& from,
+                                   const Sharding& to) const {
+  const std::string move = absl::StrCat(from.ToString(), " -> ", to.ToString());
+  auto it = origin_.find(value.local);
+  const Node* global = it == origin_.end() ? nullptr : it->second;
+  if (global == nullptr) return absl::StrCat("a value the rule derived ", move);
+  if (global == current_) return absl::StrCat("result ", move);
+  if (current_ != nullptr) {
+    for (int64_t i = 0; i < current_->operand_count(); ++i) {
+      if (current_->operand(i) == global) {
+        return absl::StrCat("operand ", i, " %", global->name(), " ", move);
+      }
+    }
+  }
+  return absl::StrCat("%", global->name(), " ", move);
 }
 
 absl::StatusOr<Node*> Context::Reshard(const PValue& value, const Sharding& to) {

@@ -16,6 +16,10 @@
 #include "partitioner/reshard.h"
 #include "spmd/sharding.h"
 
+namespace tessel::partitioner {
+struct PartitionExplanation;  // partitioner.h
+}  // namespace tessel::partitioner
+
 namespace tessel::partitioner::internal {
 
 using spmd::Sharding;
@@ -62,6 +66,23 @@ class Context {
   void set_cost_model(const mesh::CostModel* cost) { cost_ = cost; }
   const mesh::CostModel* cost_model() const { return cost_; }
 
+  // Explaining (`tessel partition --explain`): collectives added from now on are recorded into
+  // `explain` under `computation`'s name; nullptr (the default) records nothing.
+  void set_explain(PartitionExplanation* explain, std::string computation) {
+    explain_ = explain;
+    computation_ = std::move(computation);
+  }
+  PartitionExplanation* explain() const { return explain_; }
+  const std::string& computation() const { return computation_; }
+  // The global instruction being partitioned (the driver sets it before each one).
+  void set_current(const Node* global) { current_ = global; }
+  const Node* current() const { return current_; }
+  // Explaining: `local` holds the value of global node `global` (so a reshard of it can say whose
+  // value moves).
+  void set_origin(const Node* local, const Node* global) {
+    if (explain_ != nullptr) origin_[local] = global;
+  }
+
   // Replaces the padding of `local` (a value of `global` under `s`) along `dims` by `fill`, so
   // reductions and dots over those dims ignore it. Dims that divide evenly are left alone.
   absl::StatusOr<Node*> MaskPadding(Node* local, const Sharding& s, const Shape& global,
@@ -99,6 +120,15 @@ class Context {
   int64_t num_devices_;
   const mesh::CostModel* cost_ = nullptr;
   Node* partition_id_ = nullptr;
+  // Explaining only (set_explain): where collectives are recorded, the instruction being
+  // partitioned, the reshard in progress ("" outside ReshardValue) and local -> global values.
+  void NoteCollective(const Node& collective);
+  std::string ReshardReason(const PValue& value, const Sharding& from, const Sharding& to) const;
+  PartitionExplanation* explain_ = nullptr;
+  std::string computation_;
+  const Node* current_ = nullptr;
+  std::string resharding_;
+  absl::flat_hash_map<const Node*, const Node*> origin_;
   // Node-stable storage: pointers into it stay valid as it grows.
   absl::flat_hash_map<PlanKey, std::unique_ptr<const ReshardPlan>> plans_;
   std::vector<std::unique_ptr<const ReshardPlan>> uncached_plans_;
@@ -186,11 +216,10 @@ absl::StatusOr<PValue> HandleConditional(Context&, const Node&, const std::vecto
 // root is resharded to `root`; choices are costed with `cost` (the caller's cost model). Defined
 // by the driver (partitioner.cc), which runs the same rules over the computation's nodes.
 // Errors: those of Partition, naming the computation.
-absl::StatusOr<std::shared_ptr<const Graph>> PartitionCalled(const Graph& computation,
-                                                             int64_t num_devices,
-                                                             const Sharding& parameter,
-                                                             const Sharding& root,
-                                                             const mesh::CostModel* cost);
+// With `explain`, its collectives and dot choices are recorded there (PartitionExplanation).
+absl::StatusOr<std::shared_ptr<const Graph>> PartitionCalled(
+    const Graph& computation, int64_t num_devices, const Sharding& parameter, const Sharding& root,
+    const mesh::CostModel* cost, PartitionExplanation* explain = nullptr);
 
 // The local node of `value`: its own, or (a tuple whose elements travel as PValues) a local
 // tuple of its elements' nodes. Errors: kUnimplemented for an element without a local node.
