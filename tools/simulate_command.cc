@@ -99,6 +99,7 @@ struct SimulateFlags {
   // MaxText's axes (kMaxTextAxes order); 1 = unused, -1 = the rest of the devices.
   std::vector<int64_t> ici_axes = std::vector<int64_t>(7, 1);
   std::vector<int64_t> dcn_axes = std::vector<int64_t>(7, 1);
+  int64_t num_slices = 1;    // copies of CONFIG's one slice, joined by its DCN
   int64_t microbatches = 0;  // 0: as many as stages
   std::string pipeline_schedule = "1f1b";
   std::string ici_mesh_shape;
@@ -122,6 +123,30 @@ std::string AxisFlag(const std::string& prefix, const std::string& axis) {
   std::string flag = absl::StrCat("--", prefix, "-", axis);
   std::replace(flag.begin(), flag.end(), '_', '-');
   return flag;
+}
+
+// CONFIG, or with --num-slices N > 1 N copies of its one slice joined by its DCN (MaxText's
+// num_slices: identical slices), named "Nx NAME". Errors: those of LoadTopology and
+// ParseTopology; kInvalidArgument when CONFIG has several slices.
+absl::StatusOr<mesh::Topology> LoadSlices(const std::string& path, int64_t num_slices) {
+  TESSEL_ASSIGN_OR_RETURN(mesh::Topology one, mesh::LoadTopology(path));
+  if (num_slices <= 1) return one;
+  if (one.num_slices() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--num-slices ", num_slices, ": ", path, " has ",
+                                                   one.num_slices(), " slices; it must have one"));
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.contains("slices") || !json["slices"].is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read its slices"));
+  }
+  nlohmann::json slices = nlohmann::json::array();
+  for (int64_t i = 0; i < num_slices; ++i) slices.push_back(json["slices"][0]);
+  json["slices"] = slices;
+  json["name"] = absl::StrCat(num_slices, "x ", one.name());
+  return mesh::ParseTopology(json.dump(), path);
 }
 
 int Usage(const std::string& message) {
@@ -725,7 +750,7 @@ int Run(const SimulateFlags& f) {
   if (IsModel(f) == !f.hlo.empty()) {
     return Usage("give exactly one of --model gpt|llama (or --model-config FILE) and --hlo FILE");
   }
-  absl::StatusOr<mesh::Topology> topology = mesh::LoadTopology(f.config);
+  absl::StatusOr<mesh::Topology> topology = LoadSlices(f.config, f.num_slices);
   if (!topology.ok()) return Fail(std::string(topology.status().message()));
   std::optional<nn::ModelFile> file;
   if (!f.model_config.empty()) {
@@ -869,6 +894,9 @@ CommandFn AddSimulateCommand(CLI::App& app) {
                     absl::StrCat("MaxText dcn_", axis, "_parallelism: \"", axis,
                                  "\" axis size across slices (-1: the rest)"));
   }
+  cmd->add_option("--num-slices", f->num_slices,
+                  "copies of CONFIG's one slice joined by DCN (MaxText num_slices; default 1)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--microbatches", f->microbatches,
                   "pipeline microbatches per step (default: the \"stage\" axis size)")
       ->check(CLI::NonNegativeNumber);
