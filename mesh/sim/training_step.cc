@@ -521,6 +521,7 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
   }
   const int64_t working = no_remat_layer * (options.remat == RematPolicy::kNone ? 1 : 2);
   const int64_t loss = layer.tokens * Ceil(config.vocab, shards.tensor) * (layer.dtype_bytes + 8);
+  e.gathered_weight_bytes = gathered;
   m.temporary_bytes = gathered + std::max(working, loss);
 
   // Recompute: the plan's ops once more per layer.
@@ -604,8 +605,8 @@ std::string_view PipelineScheduleName(PipelineSchedule schedule) {
 absl::StatusOr<PipelineSchedule> ParsePipelineSchedule(std::string_view name) {
   if (name == "gpipe") return PipelineSchedule::kGpipe;
   if (name == "1f1b") return PipelineSchedule::kOneForwardOneBackward;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown pipeline schedule \"", std::string(name), "\"; expected gpipe or 1f1b"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown pipeline schedule \"", std::string(name),
+                                                 "\"; expected gpipe or 1f1b"));
 }
 
 double PipelineBubbleFraction(int64_t stages, int64_t microbatches) {
@@ -654,6 +655,9 @@ absl::StatusOr<PipelineEstimate> EstimatePipeline(const nn::TransformerConfig& s
   if (p.schedule == PipelineSchedule::kOneForwardOneBackward && p.stages < p.microbatches) {
     e.memory.activation_bytes = e.memory.activation_bytes / p.microbatches * p.stages;
   }
+  // A layer's backward working set and the loss's logits are one microbatch's.
+  const int64_t per_batch = e.memory.temporary_bytes - e.gathered_weight_bytes;
+  e.memory.temporary_bytes = e.gathered_weight_bytes + per_batch / p.microbatches;
   e.fits = e.memory.total_bytes() <= e.hbm_bytes;
   return p;
 }

@@ -92,7 +92,9 @@
 //     gradient backward (collective-permute to the next stage device over ICI or DCN, as the
 //     stage axis lies); the 2(p-1) on the fill and drain path are exposed, the rest overlap,
 //   memory: GPipe keeps the activations of all m microbatches, 1F1B of min(p, m) (the first
-//     stage's in-flight microbatches; Narayanan et al. 2021 sec. 2.2.1).
+//     stage's in-flight microbatches; Narayanan et al. 2021 sec. 2.2.1); the temporaries but
+//     the gathered weights (a layer's backward working set, the loss's logits) are one
+//     microbatch's: 1/m of the whole batch's.
 // Not modelled: interleaved (virtual-stage) schedules; the embedding and the LM head are
 // costed on every stage (the graph of a stage holds both), which the last stage, the slowest
 // (it has the head and the loss), does.
@@ -277,6 +279,7 @@ struct TrainingStepEstimate {
   int64_t cp_ici_bytes = 0;
   int64_t cp_dcn_bytes = 0;
   TrainingMemory memory;
+  int64_t gathered_weight_bytes = 0;  // the FSDP-gathered weights in memory.temporary_bytes
   int64_t hbm_bytes = 0;
   bool fits = true;
 };
@@ -343,9 +346,9 @@ struct PipelineEstimate {
 // The pipeline terms for one stage of `stage_config` (layers = the stage's layers, batch and
 // seq_len the global ones) whose training-step estimate is `estimate`: sets the transfers and
 // the bubble fraction, and scales estimate.memory.activation_bytes to the schedule's in-flight
-// microbatches (and estimate.fits with it). No stage group: returns stages = 1 and changes
-// nothing. Errors: kInvalidArgument when microbatches does not divide the sequences of a stage's
-// data-parallel rank.
+// microbatches and the per-batch temporaries to one microbatch's (and estimate.fits with them). No
+// stage group: returns stages = 1 and changes nothing. Errors: kInvalidArgument when microbatches
+// does not divide the sequences of a stage's data-parallel rank.
 [[nodiscard]] absl::StatusOr<PipelineEstimate> EstimatePipeline(
     const nn::TransformerConfig& stage_config, const nn::RecipeShards& shards,
     const PipelineOptions& options, const CostModel& cost_model, TrainingStepEstimate& estimate);

@@ -350,6 +350,8 @@ TEST(PipelineTest, TransfersMemoryAndStepTimeByHand) {
   const nn::RecipeShards shards = Shards(1, 1, 1);
   TrainingStepEstimate e;
   e.memory.activation_bytes = 800;
+  e.memory.temporary_bytes = 100 + 64;  // gathered weights 100, one layer's working set 64
+  e.gathered_weight_bytes = 100;
   e.hbm_bytes = 1000;
   PipelineOptions options;
   options.microbatches = 4;
@@ -364,7 +366,8 @@ TEST(PipelineTest, TransfersMemoryAndStepTimeByHand) {
   EXPECT_DOUBLE_EQ(gpipe->transfer_seconds, send.seconds);
   EXPECT_DOUBLE_EQ(gpipe->exposed_ici_seconds, 6 * send.ici_seconds);  // 2 (p - 1)
   EXPECT_EQ(gpipe->ici_bytes, 8 * send.ici_bytes);                     // 2 m
-  EXPECT_EQ(e.memory.activation_bytes, 800);  // GPipe keeps all m microbatches
+  EXPECT_EQ(e.memory.activation_bytes, 800);          // GPipe keeps all m microbatches
+  EXPECT_EQ(e.memory.temporary_bytes, 100 + 64 / 4);  // one microbatch's working set
   // 1F1B with m = 4 = p keeps as many; with 2 stages, 2 of the 4.
   options.schedule = PipelineSchedule::kOneForwardOneBackward;
   options.stage_group = {0, 4};
