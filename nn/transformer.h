@@ -158,7 +158,8 @@ enum class ShardingRecipe {
   // embedding and LM head; the batch over every other axis (data parallel).
   kTp,
   // FSDP x TP (MaxText's fsdp + tensor): Megatron over the tensor axis and the other dim of each
-  // weight over the fsdp axis; the batch over the data and fsdp axes.
+  // weight over the fsdp axis (and fsdp_transpose and sequence, when the mesh has them); the
+  // batch over the data and fsdp axes.
   kFsdpTp,
   // Multi-slice data parallel (MaxText dcn_data_parallelism): pure data parallel over the data
   // axis (the DCN axis of a HybridMesh: gradients all-reduced across slices), FSDP over the

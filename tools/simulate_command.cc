@@ -25,6 +25,7 @@
 // build the mesh instead of --ici-mesh-shape / --dcn-mesh-shape / --axis-names: a "sequence"
 // axis is context parallelism (needs --attention flash), a "stage" axis pipeline parallelism
 // over --microbatches with --pipeline-schedule gpipe|1f1b (mesh/sim/training_step.h).
+// `--num-slices N` simulates N copies of CONFIG's one slice joined by its DCN.
 // Exit codes (tools/command.h): 0 success, fitting or not; 2 bad arguments (unknown model,
 // recipe, remat policy, attention or matmul dtype, sizes, a mesh whose product is not the
 // device count, unknown axis names, a matmul dtype the device has no peak for); 1 failures
@@ -359,6 +360,14 @@ absl::Status StageAndGraphConfigs(const SimulateFlags& f, GlobalStep& step) {
                                                      shards.stage, ")"));
     }
     step.stage_config.layers = step.config.layers / shards.stage;
+  }
+  if (shards.stage == 1) {
+    for (const char* flag : {"--microbatches", "--pipeline-schedule"}) {
+      if (f.given(flag)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, " needs a \"stage\" axis (--ici-stage or --dcn-stage > 1)"));
+      }
+    }
   }
   step.pipeline.microbatches = f.microbatches > 0 ? f.microbatches : shards.stage;
   TESSEL_ASSIGN_OR_RETURN(step.pipeline.schedule, mesh::ParsePipelineSchedule(f.pipeline_schedule));
