@@ -70,6 +70,9 @@ def command(run, dims, chips):
     for prefix in ("ici", "dcn"):
         for axis, size in run.get(prefix, {}).items():
             cmd += [f"--{prefix}-{axis.replace('_', '-')}", str(size)]
+    # MaxText's base.yml maps activation_embed to the tensor axis (logical_axis_rules): the
+    # residual stream is split over it, as Megatron's sequence parallelism (memory only).
+    cmd += ["--sequence-parallel"]
     # MaxText's recipes turn on XLA's async collectives (LIBTPU_INIT_ARGS): the overlapped schedule.
     cmd += ["--overlap"]
     return cmd

@@ -95,6 +95,7 @@ struct SimulateFlags {
   std::string attention;     // "" : the model file's, else dot_product
   std::string matmul_dtype;  // "" : the model file's, else bf16
   bool require_fit = false;
+  bool sequence_parallel = false;
 
   bool given(const std::string& flag) const { return command && command->count(flag) > 0; }
   // MaxText's axes (kMaxTextAxes order); 1 = unused, -1 = the rest of the devices.
@@ -414,6 +415,7 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
                           spmd::HybridMesh::Create(shape.ici, shape.dcn, shape.names, topology));
   step.mesh_text = mesh.AxesToString();
   TESSEL_ASSIGN_OR_RETURN(step.shards, nn::ShardsOf(mesh, recipe));
+  step.training.sequence_parallel = f.sequence_parallel;
   step.training.expert_group = AxisGroupOfDevice0(mesh, "expert");
   step.training.sequence_group = AxisGroupOfDevice0(mesh, "sequence");
   step.pipeline.stage_group = AxisGroupOfDevice0(mesh, "stage");
@@ -508,6 +510,7 @@ nlohmann::json TrainingJson(const GlobalStep& step, const mesh::TrainingStepEsti
         {"all_to_all_ici_s", e.moe_ici_seconds},
         {"all_to_all_dcn_s", e.moe_dcn_seconds},
         {"expert_group_size", step.training.expert_group.size()}}},
+      {"sequence_parallel", step.training.sequence_parallel},
       {"remat",
        {{"policy", std::string(mesh::RematPolicyName(step.training.remat))},
         {"kept", kept},
@@ -657,7 +660,8 @@ void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const G
         "batch %d: %.4g parameters\n",
         step.model_name, config.layers, config.d_model, config.heads, config.num_kv_heads(),
         config.head_dim(), config.ffn, config.vocab, config.seq_len, config.batch, t.params);
-    std::cout << "mesh           " << step.mesh_text << ", recipe " << f.recipe << "\n";
+    std::cout << "mesh           " << step.mesh_text << ", recipe " << f.recipe
+              << (step.training.sequence_parallel ? ", sequence parallel" : "") << "\n";
     if (config.experts > 0 && info.training) {
       const mesh::TrainingStepEstimate& e = *info.training;
       std::cout << absl::StrFormat(
@@ -718,7 +722,7 @@ std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
     for (const char* flag :
          {"--remat", "--attention", "--head-dim", "--positions", "--tie-embeddings",
           "--parallel-block", "--sliding-window", "--experts", "--top-k", "--capacity-factor",
-          "--microbatches", "--pipeline-schedule"}) {
+          "--microbatches", "--pipeline-schedule", "--sequence-parallel"}) {
       if (f.given(flag)) return absl::StrCat(flag, " applies to --model / --model-config only");
     }
   }
@@ -886,6 +890,9 @@ CommandFn AddSimulateCommand(CLI::App& app) {
                   "dot_product (default) or flash (fused: no S x S scores in HBM)");
   cmd->add_option("--matmul-dtype", f->matmul_dtype,
                   "bf16 (default), int8 or fp8: the peak the matmuls run at");
+  cmd->add_flag("--sequence-parallel", f->sequence_parallel,
+                "residual-stream activations split over the tensor axis (Megatron "
+                "--sequence-parallel, MaxText activation_embed -> tensor): memory only");
   cmd->add_flag("--require-fit", f->require_fit,
                 "exit 3 when the step does not fit in HBM (default: a warning, exit 0)");
   cmd->add_option("--vocab", f->vocab, "vocabulary size")->check(CLI::PositiveNumber);

@@ -412,7 +412,7 @@ int64_t LocalValueBytes(LayerValue value, const LocalLayer& l, AttentionKernel a
     case LayerValue::kResidual:
     case LayerValue::kMlpNormOut:
     case LayerValue::kMlpOut:
-      return t * l.d_model * db;
+      return Ceil(t, l.residual_shards) * l.d_model * db;
     case LayerValue::kQuery:
     case LayerValue::kContext:
       return t * l.heads * l.head_dim * db;
@@ -501,7 +501,8 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
   m.gradient_bytes = m.parameter_bytes;
   TESSEL_ASSIGN_OR_RETURN(m.optimizer_bytes, local_bytes(moment_parameters));
 
-  const LocalLayer layer = LocalLayerOf(config, shards, options.attention);
+  LocalLayer layer = LocalLayerOf(config, shards, options.attention);
+  if (options.sequence_parallel) layer.residual_shards = shards.tensor;
   const double layers = static_cast<double>(config.layers);
   e.remat = PlanRemat(options.remat, config.parallel_block);
   int64_t kept_bytes = 0;

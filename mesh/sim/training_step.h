@@ -104,7 +104,11 @@
 //   optimizer state (the two Adam moments, sharded like their parameter): from the local shapes
 //   of the partitioned program's parameters;
 //   activations = layers x (bytes of the values the remat plan keeps), with local shapes: the
-//     residual-stream values [t, D] are whole on every tensor rank (no sequence parallelism),
+//     residual-stream values [t, D] are whole on every tensor rank, or split over it with
+//     TrainingStepOptions::sequence_parallel (Megatron-LM's sequence parallelism, Korthikanti
+//     et al. 2022 sec. 4.2.2; MaxText's logical axis rule activation_embed -> tensor in
+//     base.yml): memory only, since its reduce-scatter + all-gather move what the graph's
+//     all-reduce moves,
 //     q / context [t, H*Dh], k / v [t, KVh*Dh], wi [t, ffn/tensor] (x2 for SwiGLU), h, and the
 //     attention residual: dot_product t*H*S*(4 + dtype) (f32 softmax and dtype probabilities),
 //     flash t*H*4 (the log-sum-exp);
@@ -212,6 +216,7 @@ struct LocalLayer {
   int64_t dtype_bytes = 2;
   double keys_per_query = 0;    // attended keys per query (flash); S for dot_product
   double mlp_token_factor = 1;  // MoE: capacity_factor * top_k token slots per token; dense 1
+  int64_t residual_shards = 1;  // sequence parallelism: the [t, D] values split this many ways
 };
 
 // Local sizes of `config` under `shards` (batch split over shards.batch, the sequence over
@@ -241,6 +246,9 @@ struct TrainingStepOptions {
   // Context parallelism: the global ids of the "sequence"-axis group of the device costed
   // (empty or one id: none).
   std::vector<int64_t> sequence_group;
+  // Sequence parallelism (file comment, memory): the residual-stream values split over the
+  // tensor shards.
+  bool sequence_parallel = false;
 };
 
 // Memory of one device (file comment), bytes.

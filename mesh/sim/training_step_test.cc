@@ -192,6 +192,14 @@ TEST(TrainingStepTest, EstimateOnEightDevicesMatchesTheClosedForms) {
   EXPECT_EQ(full->memory.optimizer_bytes, 2 * weights);
   EXPECT_EQ(full->memory.activation_bytes, 2 * 256);
   EXPECT_TRUE(full->fits);
+  // Sequence parallelism splits the kept layer input over the 2 tensor ranks: 2 x 128 bytes.
+  TrainingStepOptions sp = Options(RematPolicy::kFull);
+  sp.sequence_parallel = true;
+  absl::StatusOr<TrainingStepEstimate> split = EstimateTrainingStep(
+      c, shards, sp, model, b.program, b.step.weight_parameters, b.step.moment_parameters);
+  ASSERT_TRUE(split.ok());
+  EXPECT_EQ(split->memory.activation_bytes, 2 * 128);
+  EXPECT_EQ(split->recompute_flops, full->recompute_flops);  // memory only
   EXPECT_EQ(full->attention_seconds, 0);  // dot_product: the graph costs attention
 }
 
