@@ -26,6 +26,8 @@
 // axis is context parallelism (needs --attention flash), a "stage" axis pipeline parallelism
 // over --microbatches with --pipeline-schedule gpipe|1f1b (mesh/sim/training_step.h).
 // `--num-slices N` simulates N copies of CONFIG's one slice joined by its DCN.
+// `--sequence-parallel` splits the residual-stream activations over the tensor axis in the
+// memory report (Megatron sequence parallelism; MaxText's activation_embed -> tensor).
 // Exit codes (tools/command.h): 0 success, fitting or not; 2 bad arguments (unknown model,
 // recipe, remat policy, attention or matmul dtype, sizes, a mesh whose product is not the
 // device count, unknown axis names, a matmul dtype the device has no peak for); 1 failures
