@@ -2,6 +2,8 @@
 # Wall time and peak RSS of `tessel simulate` for a 96-layer GPT training step (fsdp_tp) on
 # 256, 2048 and 8192 TPU v5p chips (the last as 4 slices over DCN), with the split between
 # building the graph, partitioning it and simulating it (the --json "wall_s" field).
+# 8192-stage and 8192-sequence: the same 8192 chips with MaxText's axes, 4 pipeline stages over
+# DCN (8 microbatches), or a sequence axis of 4 (context parallelism, flash attention).
 #
 # Usage: benchmarks/simulate_bench.sh [TESSEL_BINARY] [CHIPS...]
 #   e.g. benchmarks/simulate_bench.sh build/tools/tessel 256 2048 8192
@@ -18,7 +20,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 model=(--model gpt --layers 96 --d-model 1024 --heads 16 --vocab 32000 --seq-len 1024
        --recipe fsdp_tp --json)
-printf "%6s %8s %9s %8s %10s %9s %8s %8s %10s\n" chips wall_s rss_MiB build_s partition_s \
+printf "%14s %8s %9s %8s %10s %9s %8s %8s %10s\n" chips wall_s rss_MiB build_s partition_s \
   simulate_s classes nodes step_s
 for chips in "${sizes[@]}"; do
   case "$chips" in
@@ -26,7 +28,11 @@ for chips in "${sizes[@]}"; do
     2048) args=("$root/configs/v5p-4096.json" --ici-mesh-shape 1,512,4 --batch 2048) ;;
     8192) args=("$root/configs/4x_v5p-4096.json" --ici-mesh-shape 1,512,4 --dcn-mesh-shape 4,1,1
                 --batch 8192) ;;
-    *) echo "unsupported size $chips (256, 2048 or 8192)" >&2; exit 2 ;;
+    8192-stage) args=("$root/configs/4x_v5p-4096.json" --ici-fsdp 512 --ici-tensor 4
+                      --dcn-stage 4 --microbatches 8 --batch 4096) ;;
+    8192-sequence) args=("$root/configs/4x_v5p-4096.json" --ici-fsdp 128 --ici-sequence 4
+                         --ici-tensor 4 --dcn-data 4 --batch 2048 --attention flash) ;;
+    *) echo "unsupported size $chips (256, 2048, 8192, 8192-stage, 8192-sequence)" >&2; exit 2 ;;
   esac
   /usr/bin/time -v "$tessel" simulate "${args[@]}" "${model[@]}" >"$tmp/out.json" 2>"$tmp/time" ||
     { cat "$tmp/time" >&2; exit 1; }
@@ -37,7 +43,7 @@ for chips in "${sizes[@]}"; do
 import json, sys
 r = json.load(open(sys.argv[1]))
 w = r["wall_s"]
-print("%6s %8.1f %9.0f %8.2f %10.2f %9.2f %8d %8d %10.4f" % (
+print("%14s %8.1f %9.0f %8.2f %10.2f %9.2f %8d %8d %10.4f" % (
     sys.argv[2], float(sys.argv[3]), int(sys.argv[4]) / 1024, w["build"], w["partition"],
     w["simulate"], r["device_classes"], r["local_nodes"], r["step_time_s"]))
 PY

@@ -43,22 +43,24 @@ absl::StatusOr<RecipeLayout> RecipeLayoutFor(const spmd::Mesh& mesh, ShardingRec
   if (all.empty() && mesh.size() > 1) {
     return absl::InvalidArgumentError("sharding recipes need a mesh with axis names");
   }
+  // The stage axis takes no role (RecipeAxes): every recipe acts as if the mesh lacked it.
   auto all_but = [&](const std::string& skip) {
     std::vector<std::string> out;
-    for (const std::string& a : all) {
-      if (a != skip) out.push_back(a);
+    for (const std::string& a : mesh.axis_names()) {
+      if (a != skip && a != axes.stage) out.push_back(a);
     }
     return out;
   };
+  const std::vector<std::string> all_axes = all_but(axes.stage);
   switch (recipe) {
     // Every device gets different examples; weights stay whole.
     case ShardingRecipe::kDp:
-      layout.batch = all;
+      layout.batch = all_axes;
       break;
     // ZeRO-3: the same batch split, and each weight split over all axes along its FSDP dim.
     case ShardingRecipe::kFsdp:
-      layout.batch = all;
-      layout.fsdp = all;
+      layout.batch = all_axes;
+      layout.fsdp = all_axes;
       break;
     // The batch goes over every axis but the tensor one: devices of one tensor group must see
     // the same tokens, since they compute parts of the same activations.
@@ -71,14 +73,17 @@ absl::StatusOr<RecipeLayout> RecipeLayoutFor(const spmd::Mesh& mesh, ShardingRec
       }
       layout.tensor = axes.tensor;
       layout.batch = all_but(axes.tensor);
-      if (recipe == ShardingRecipe::kFsdpTp && HasAxis(mesh, axes.fsdp)) {
-        layout.fsdp = {axes.fsdp};
+      // MaxText shards the weights' embed dim over fsdp, fsdp_transpose and sequence.
+      if (recipe == ShardingRecipe::kFsdpTp) {
+        for (const std::string& name : {axes.fsdp, axes.fsdp_transpose, axes.sequence}) {
+          if (HasAxis(mesh, name)) layout.fsdp.push_back(name);
+        }
       }
       break;
     // Weights are sharded only inside a slice (FSDP over the ICI axes): their all-gathers stay
     // on ICI, and only the gradient all-reduce over the data axis crosses DCN.
     case ShardingRecipe::kMultisliceDp:
-      layout.batch = all;
+      layout.batch = all_axes;
       layout.fsdp = all_but(axes.data);
       break;
   }
@@ -502,7 +507,14 @@ absl::StatusOr<RecipeShards> ShardsOf(const spmd::Mesh& mesh, ShardingRecipe rec
     return 1;
   };
   RecipeShards shards;
-  for (const std::string& name : layout.batch) shards.batch *= size_of(name);
+  for (const std::string& name : layout.batch) {
+    if (name == axes.sequence) {
+      shards.sequence = size_of(name);
+    } else {
+      shards.batch *= size_of(name);
+    }
+  }
+  shards.stage = size_of(axes.stage);
   for (const std::string& name : layout.fsdp) {
     shards.fsdp *= size_of(name);
     if (name != axes.expert) shards.fsdp_without_expert *= size_of(name);

@@ -158,7 +158,8 @@ enum class ShardingRecipe {
   // embedding and LM head; the batch over every other axis (data parallel).
   kTp,
   // FSDP x TP (MaxText's fsdp + tensor): Megatron over the tensor axis and the other dim of each
-  // weight over the fsdp axis; the batch over the data and fsdp axes.
+  // weight over the fsdp axis (and fsdp_transpose and sequence, when the mesh has them); the
+  // batch over the data and fsdp axes.
   kFsdpTp,
   // Multi-slice data parallel (MaxText dcn_data_parallelism): pure data parallel over the data
   // axis (the DCN axis of a HybridMesh: gradients all-reduced across slices), FSDP over the
@@ -177,6 +178,14 @@ struct RecipeAxes {
   std::string fsdp = "fsdp";
   std::string tensor = "tensor";
   std::string expert = "expert";  // expert parallelism (mixture of experts); a batch axis too
+  // MaxText's other axes: "fsdp_transpose" is one more FSDP axis for fsdp_tp; "sequence" (context
+  // parallelism) is a batch axis of the graph (a device's tokens are the same count whether the
+  // batch or the sequence is split; the simulator costs the attention's K/V all-gather on top)
+  // and an FSDP axis for fsdp_tp, as MaxText shards weights over it; "stage" (pipeline
+  // parallelism) takes no role: the graph is one stage, replicated over the stage axis.
+  std::string fsdp_transpose = "fsdp_transpose";
+  std::string sequence = "sequence";
+  std::string stage = "stage";
 };
 
 // How many ways a recipe splits the batch, the Megatron (tensor) dims and the FSDP dims of the
@@ -190,6 +199,10 @@ struct RecipeShards {
   // none, and the FSDP product without it (how an expert's own matrices are split).
   int64_t expert = 1;
   int64_t fsdp_without_expert = 1;
+  // The "sequence" axis (context parallelism: the sequence split over it; not in `batch`) and
+  // the "stage" axis (pipeline stages), 1 when the mesh has none.
+  int64_t sequence = 1;
+  int64_t stage = 1;
 };
 // Errors: those of BuildTransformerStep's recipe check (a missing tensor axis).
 [[nodiscard]] absl::StatusOr<RecipeShards> ShardsOf(const spmd::Mesh& mesh, ShardingRecipe recipe,

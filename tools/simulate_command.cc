@@ -23,11 +23,21 @@
 // Memory (--model): parameters, gradients, optimizer state, activations under the remat policy
 // and temporaries per device; a step that does not fit is a warning in the report and
 // `"fits": false` in --json, not a failure.
+// MaxText mesh axes (`--ici-data`, `--ici-stage`, `--ici-fsdp`, `--ici-fsdp-transpose`,
+// `--ici-sequence`, `--ici-tensor`, `--ici-expert` and their `--dcn-*` counterparts, as
+// MaxText's ici_*_parallelism / dcn_*_parallelism; -1 fills one axis with what the others leave)
+// build the mesh instead of --ici-mesh-shape / --dcn-mesh-shape / --axis-names: a "sequence"
+// axis is context parallelism (needs --attention flash), a "stage" axis pipeline parallelism
+// over --microbatches with --pipeline-schedule gpipe|1f1b (mesh/sim/training_step.h).
+// `--num-slices N` simulates N copies of CONFIG's one slice joined by its DCN.
+// `--sequence-parallel` splits the residual-stream activations over the tensor axis in the
+// memory report (Megatron sequence parallelism; MaxText's activation_embed -> tensor).
 // Exit codes (tools/command.h): 0 success, fitting or not; 2 bad arguments (unknown model,
 // recipe, remat policy, attention or matmul dtype, sizes, a mesh whose product is not the
 // device count, unknown axis names, a matmul dtype the device has no peak for); 1 failures
 // (missing or invalid files, partitioning errors); 3 with --require-fit when the step does not
 // fit in HBM (the report is still printed, and one line goes to stderr).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -90,8 +100,15 @@ struct SimulateFlags {
   std::string attention;     // "" : the model file's, else dot_product
   std::string matmul_dtype;  // "" : the model file's, else bf16
   bool require_fit = false;
+  bool sequence_parallel = false;
 
   bool given(const std::string& flag) const { return command && command->count(flag) > 0; }
+  // MaxText's axes (kMaxTextAxes order); 1 = unused, -1 = the rest of the devices.
+  std::vector<int64_t> ici_axes = std::vector<int64_t>(7, 1);
+  std::vector<int64_t> dcn_axes = std::vector<int64_t>(7, 1);
+  int64_t num_slices = 1;    // copies of CONFIG's one slice, joined by its DCN
+  int64_t microbatches = 0;  // 0: as many as stages
+  std::string pipeline_schedule = "1f1b";
   std::string ici_mesh_shape;
   std::string dcn_mesh_shape;
   std::string axis_names = "data,fsdp,tensor";
@@ -104,6 +121,41 @@ struct SimulateFlags {
 
 // A generated transformer step (--model or --model-config), not an --hlo module.
 bool IsModel(const SimulateFlags& f) { return !f.model.empty() || !f.model_config.empty(); }
+
+// MaxText's mesh axes, in its mesh_axes order (outermost first), and their flag names.
+constexpr const char* kMaxTextAxes[] = {"data",     "stage",  "fsdp",  "fsdp_transpose",
+                                        "sequence", "tensor", "expert"};
+constexpr int kNumMaxTextAxes = 7;
+
+std::string AxisFlag(const std::string& prefix, const std::string& axis) {
+  std::string flag = absl::StrCat("--", prefix, "-", axis);
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+// CONFIG, or with --num-slices N > 1 N copies of its one slice joined by its DCN (MaxText's
+// num_slices: identical slices), named "Nx NAME". Errors: those of LoadTopology and
+// ParseTopology; kInvalidArgument when CONFIG has several slices.
+absl::StatusOr<mesh::Topology> LoadSlices(const std::string& path, int64_t num_slices) {
+  TESSEL_ASSIGN_OR_RETURN(mesh::Topology one, mesh::LoadTopology(path));
+  if (num_slices <= 1) return one;
+  if (one.num_slices() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--num-slices ", num_slices, ": ", path, " has ",
+                                                   one.num_slices(), " slices; it must have one"));
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.contains("slices") || !json["slices"].is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read its slices"));
+  }
+  nlohmann::json slices = nlohmann::json::array();
+  for (int64_t i = 0; i < num_slices; ++i) slices.push_back(json["slices"][0]);
+  json["slices"] = slices;
+  json["name"] = absl::StrCat(num_slices, "x ", one.name());
+  return mesh::ParseTopology(json.dump(), path);
+}
 
 int Usage(const std::string& message) {
   std::cerr << "tessel simulate: " << message << "\n";
@@ -163,7 +215,12 @@ void PrintOps(const std::string& title, const std::vector<mesh::OpEntry>& ops) {
 // The global graph to simulate, built from --model flags or read from --hlo.
 struct GlobalStep {
   std::unique_ptr<Graph> graph;
-  nn::TransformerConfig config;    // --model only
+  nn::TransformerConfig config;  // --model only: the whole model
+  // --model only: one pipeline stage (config with layers / stages) and the graph built for it
+  // (context parallelism: batch x sequence shards sequences of seq_len / sequence shards).
+  nn::TransformerConfig stage_config;
+  nn::TransformerConfig graph_config;
+  mesh::PipelineOptions pipeline;  // --model only
   std::string model_name;          // --model only: the arch, or the model file's name
   std::string mesh_text;           // --model only: the HybridMesh's axes
   std::optional<spmd::Mesh> mesh;  // --model only
@@ -223,17 +280,128 @@ absl::StatusOr<nn::TransformerConfig> ModelConfigOf(const SimulateFlags& f,
   return config;
 }
 
-// The device ids of the "expert" mesh axis through the mesh's first device (row-major ids, as
+// The device ids of the mesh axis `name` through the mesh's first device (row-major ids, as
 // spmd::Mesh orders them); empty when the mesh has no such axis.
-std::vector<int64_t> ExpertGroupOfDevice0(const spmd::Mesh& mesh) {
+std::vector<int64_t> AxisGroupOfDevice0(const spmd::Mesh& mesh, const std::string& name) {
   std::vector<int64_t> group;
   for (int64_t a = 0; a < mesh.rank(); ++a) {
-    if (mesh.axis_names()[a] != "expert") continue;
+    if (mesh.axis_names()[a] != name) continue;
     int64_t stride = 1;
     for (int64_t b = a + 1; b < mesh.rank(); ++b) stride *= mesh.axis_size(b);
     for (int64_t k = 0; k < mesh.axis_size(a); ++k) group.push_back(mesh.device_ids()[k * stride]);
   }
   return group;
+}
+
+// The mesh the flags describe: ICI and DCN shapes and axis names.
+struct MeshShape {
+  std::vector<int64_t> ici, dcn;
+  std::vector<std::string> names;
+};
+
+// One of --ici-* / --dcn-* as MaxText fills it: at most one -1, set to what the others leave of
+// `total` devices (per slice) or slices.
+absl::StatusOr<std::vector<int64_t>> FillAxes(std::vector<int64_t> sizes, int64_t total,
+                                              const std::string& prefix, const char* what) {
+  int64_t product = 1;
+  int fill = -1;
+  for (int i = 0; i < kNumMaxTextAxes; ++i) {
+    if (sizes[i] == -1 && fill < 0) {
+      fill = i;
+    } else if (sizes[i] < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(AxisFlag(prefix, kMaxTextAxes[i]), " ", sizes[i],
+                       ": expected a size >= 1, or -1 (once per --", prefix, "-* set)"));
+    } else {
+      product *= sizes[i];
+    }
+  }
+  if (fill >= 0 && total % product == 0) sizes[fill] = total / product;
+  if (fill >= 0 ? total % product != 0 : product != total) {
+    return absl::InvalidArgumentError(absl::StrCat("the --", prefix, "-* axes multiply to ",
+                                                   product, " but there are ", total, " ", what));
+  }
+  return sizes;
+}
+
+absl::StatusOr<MeshShape> MeshShapeOf(const SimulateFlags& f, const mesh::Topology& topology) {
+  const int64_t num_devices = topology.num_devices();
+  MeshShape shape;
+  bool maxtext = false;
+  for (const char* axis : kMaxTextAxes) {
+    maxtext = maxtext || f.given(AxisFlag("ici", axis)) || f.given(AxisFlag("dcn", axis));
+  }
+  if (maxtext) {
+    for (const char* flag : {"--ici-mesh-shape", "--dcn-mesh-shape", "--axis-names"}) {
+      if (f.given(flag)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            flag, " and the MaxText axis flags (--ici-*, --dcn-*) exclude each other"));
+      }
+    }
+    TESSEL_ASSIGN_OR_RETURN(shape.ici, FillAxes(f.ici_axes, num_devices / topology.num_slices(),
+                                                "ici", "devices per slice"));
+    TESSEL_ASSIGN_OR_RETURN(shape.dcn,
+                            FillAxes(f.dcn_axes, topology.num_slices(), "dcn", "slices"));
+    shape.names.assign(std::begin(kMaxTextAxes), std::end(kMaxTextAxes));
+    return shape;
+  }
+  // Without mesh flags: one "data" axis over each slice's devices, slices over DCN.
+  shape.names = ParseNames(f.axis_names);
+  if (f.ici_mesh_shape.empty()) {
+    shape.ici = {num_devices / topology.num_slices()};
+    if (shape.names.size() != 1) shape.names = {"data"};
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(shape.ici, ParseInts(f.ici_mesh_shape, "--ici-mesh-shape"));
+  }
+  if (f.dcn_mesh_shape.empty()) {
+    shape.dcn.assign(shape.ici.size(), 1);
+    if (topology.num_slices() > 1) shape.dcn[0] = topology.num_slices();
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(shape.dcn, ParseInts(f.dcn_mesh_shape, "--dcn-mesh-shape"));
+  }
+  return shape;
+}
+
+// step.stage_config and step.graph_config from step.config and step.shards (GlobalStep), and
+// the pipeline's microbatches and schedule. Every error is a bad flag.
+absl::Status StageAndGraphConfigs(const SimulateFlags& f, GlobalStep& step) {
+  const nn::RecipeShards& shards = step.shards;
+  step.stage_config = step.config;
+  if (shards.stage > 1) {
+    if (step.config.layers % shards.stage != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--layers ", step.config.layers,
+                                                     " must be a multiple of the \"stage\" axis (",
+                                                     shards.stage, ")"));
+    }
+    step.stage_config.layers = step.config.layers / shards.stage;
+  }
+  if (shards.stage == 1) {
+    for (const char* flag : {"--microbatches", "--pipeline-schedule"}) {
+      if (f.given(flag)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, " needs a \"stage\" axis (--ici-stage or --dcn-stage > 1)"));
+      }
+    }
+  }
+  step.pipeline.microbatches = f.microbatches > 0 ? f.microbatches : shards.stage;
+  TESSEL_ASSIGN_OR_RETURN(step.pipeline.schedule, mesh::ParsePipelineSchedule(f.pipeline_schedule));
+  step.graph_config = step.stage_config;
+  if (shards.sequence > 1) {
+    if (step.training.attention != mesh::AttentionKernel::kFlash) {
+      return absl::InvalidArgumentError(
+          "a \"sequence\" axis (context parallelism) needs --attention flash: the dense "
+          "attention of the graph would see only a device's part of the sequence");
+    }
+    const int64_t local_seq = step.config.seq_len / shards.sequence;
+    if (step.config.seq_len % shards.sequence != 0 || local_seq == step.config.head_dim()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--seq-len ", step.config.seq_len, " must be a multiple of the \"sequence\" axis (",
+          shards.sequence, "), and the local length must differ from head_dim"));
+    }
+    step.graph_config.batch = step.config.batch * shards.sequence;
+    step.graph_config.seq_len = local_seq;
+  }
+  return absl::OkStatus();
 }
 
 // Builds one training step of the model, sharded with --recipe on the HybridMesh of the mesh
@@ -255,34 +423,24 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
       step.training.attention,
       mesh::ParseAttentionKernel(attention.empty() ? "dot_product" : attention));
 
-  // Without mesh flags: one "data" axis over each slice's devices, slices over DCN.
-  std::vector<std::string> names = ParseNames(f.axis_names);
-  std::vector<int64_t> ici, dcn;
-  if (f.ici_mesh_shape.empty()) {
-    ici = {num_devices / topology.num_slices()};
-    if (names.size() != 1) names = {"data"};
-  } else {
-    TESSEL_ASSIGN_OR_RETURN(ici, ParseInts(f.ici_mesh_shape, "--ici-mesh-shape"));
-  }
-  if (f.dcn_mesh_shape.empty()) {
-    dcn.assign(ici.size(), 1);
-    if (topology.num_slices() > 1) dcn[0] = topology.num_slices();
-  } else {
-    TESSEL_ASSIGN_OR_RETURN(dcn, ParseInts(f.dcn_mesh_shape, "--dcn-mesh-shape"));
-  }
+  TESSEL_ASSIGN_OR_RETURN(MeshShape shape, MeshShapeOf(f, topology));
   TESSEL_ASSIGN_OR_RETURN(spmd::HybridMesh mesh,
-                          spmd::HybridMesh::Create(ici, dcn, names, topology));
+                          spmd::HybridMesh::Create(shape.ici, shape.dcn, shape.names, topology));
   step.mesh_text = mesh.AxesToString();
   step.mesh = mesh;
   TESSEL_ASSIGN_OR_RETURN(step.shards, nn::ShardsOf(mesh, recipe));
-  step.training.expert_group = ExpertGroupOfDevice0(mesh);
+  step.training.sequence_parallel = f.sequence_parallel;
+  step.training.expert_group = AxisGroupOfDevice0(mesh, "expert");
+  step.training.sequence_group = AxisGroupOfDevice0(mesh, "sequence");
+  step.pipeline.stage_group = AxisGroupOfDevice0(mesh, "stage");
+  TESSEL_RETURN_IF_ERROR(StageAndGraphConfigs(f, step));
   if (step.config.experts > 0 && step.config.experts % step.shards.expert != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--experts ", step.config.experts,
                                                    " must be a multiple of the \"expert\" ",
                                                    "axis (", step.shards.expert, ")"));
   }
   TESSEL_ASSIGN_OR_RETURN(nn::TransformerStep built,
-                          nn::BuildTransformerStep(step.config, mesh, recipe));
+                          nn::BuildTransformerStep(step.graph_config, mesh, recipe));
   step.graph = std::move(built.graph);
   step.weight_parameters = std::move(built.weight_parameters);
   step.moment_parameters = std::move(built.moment_parameters);
@@ -329,6 +487,7 @@ struct RunInfo {
   double simulate_s = 0;
   int64_t live_buffer_peak_bytes = 0;  // the program's live-buffer peak (no remat, dense)
   std::optional<mesh::TrainingStepEstimate> training;  // --model only
+  mesh::PipelineEstimate pipeline;                     // --model only
 };
 
 // The --model parts of the JSON report: the model description, remat and attention, and the
@@ -365,6 +524,7 @@ nlohmann::json TrainingJson(const GlobalStep& step, const mesh::TrainingStepEsti
         {"all_to_all_ici_s", e.moe_ici_seconds},
         {"all_to_all_dcn_s", e.moe_dcn_seconds},
         {"expert_group_size", step.training.expert_group.size()}}},
+      {"sequence_parallel", step.training.sequence_parallel},
       {"remat",
        {{"policy", std::string(mesh::RematPolicyName(step.training.remat))},
         {"kept", kept},
@@ -383,6 +543,29 @@ nlohmann::json TrainingJson(const GlobalStep& step, const mesh::TrainingStepEsti
         {"activation_bytes", e.memory.activation_bytes},
         {"temporary_bytes", e.memory.temporary_bytes},
         {"total_bytes", e.memory.total_bytes()}}},
+  };
+}
+
+// The --model context- and pipeline-parallel terms of the JSON report.
+nlohmann::json ParallelJson(const GlobalStep& step, const mesh::TrainingStepEstimate& e,
+                            const mesh::PipelineEstimate& p, double compute_s) {
+  return {
+      {"context_parallel",
+       {{"sequence_shards", step.shards.sequence},
+        {"kv_collectives_ici_s", e.cp_ici_seconds},
+        {"kv_collectives_dcn_s", e.cp_dcn_seconds}}},
+      {"pipeline",
+       {{"stages", p.stages},
+        {"layers_per_stage", step.stage_config.layers},
+        {"microbatches", p.microbatches},
+        {"schedule", std::string(mesh::PipelineScheduleName(p.schedule))},
+        {"bubble_fraction", p.bubble_fraction},
+        {"bubble_s", p.stages > 1 ? compute_s * static_cast<double>(p.stages - 1) /
+                                        static_cast<double>(p.microbatches)
+                                  : 0.0},
+        {"transfer_bytes", p.transfer_bytes},
+        {"transfer_s", p.transfer_seconds},
+        {"exposed_transfer_s", p.exposed_ici_seconds + p.exposed_dcn_seconds}}},
   };
 }
 
@@ -432,7 +615,10 @@ nlohmann::json ReportJson(const SimulateFlags& f, const mesh::Topology& topology
       {"wall_s",
        {{"build", info.build_s}, {"partition", info.partition_s}, {"simulate", info.simulate_s}}},
   };
-  if (info.training) out.update(TrainingJson(step, *info.training));
+  if (info.training) {
+    out.update(TrainingJson(step, *info.training));
+    out.update(ParallelJson(step, *info.training, info.pipeline, r.compute_seconds));
+  }
   return out;
 }
 
@@ -457,6 +643,26 @@ void PrintMemory(const mesh::SimulationReport& r, const RunInfo& info) {
                                bytes(info.live_buffer_peak_bytes));
 }
 
+// The context- and pipeline-parallel lines of the text report (none without those axes).
+void PrintParallel(const GlobalStep& step, const mesh::TrainingStepEstimate& e,
+                   const mesh::PipelineEstimate& p) {
+  if (step.shards.sequence > 1) {
+    std::cout << absl::StrFormat(
+        "context        %d sequence shards of %d tokens: K/V all-gathers and dK/dV "
+        "reduce-scatters %s\n",
+        step.shards.sequence, step.graph_config.seq_len,
+        Seconds(e.cp_ici_seconds + e.cp_dcn_seconds));
+  }
+  if (p.stages > 1) {
+    std::cout << absl::StrFormat(
+        "pipeline       %d stages of %d layers, %d microbatches, %s: bubble %.1f %%, transfers "
+        "%s each, %s exposed\n",
+        p.stages, step.stage_config.layers, p.microbatches, mesh::PipelineScheduleName(p.schedule),
+        100 * p.bubble_fraction, Seconds(p.transfer_seconds),
+        Seconds(p.exposed_ici_seconds + p.exposed_dcn_seconds));
+  }
+}
+
 void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const GlobalStep& step,
                  const mesh::SimulationReport& r, const Throughput& t, const RunInfo& info) {
   std::cout << absl::StrFormat("topology       %s: %d devices (%s), %d slices\n", topology.name(),
@@ -468,7 +674,8 @@ void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const G
         "batch %d: %.4g parameters\n",
         step.model_name, config.layers, config.d_model, config.heads, config.num_kv_heads(),
         config.head_dim(), config.ffn, config.vocab, config.seq_len, config.batch, t.params);
-    std::cout << "mesh           " << step.mesh_text << ", recipe " << f.recipe << "\n";
+    std::cout << "mesh           " << step.mesh_text << ", recipe " << f.recipe
+              << (step.training.sequence_parallel ? ", sequence parallel" : "") << "\n";
     if (config.experts > 0 && info.training) {
       const mesh::TrainingStepEstimate& e = *info.training;
       std::cout << absl::StrFormat(
@@ -489,6 +696,7 @@ void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const G
               : std::string());
     }
   }
+  if (IsModel(f) && info.training) PrintParallel(step, *info.training, info.pipeline);
   std::cout << absl::StrFormat("step time      %s (%s; in order %s, overlapped %s)\n",
                                Seconds(r.step_seconds), f.overlap ? "overlapped" : "in order",
                                Seconds(r.in_order_seconds), Seconds(r.overlapped_seconds));
@@ -598,7 +806,8 @@ std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
   if (!IsModel(f)) {
     for (const char* flag :
          {"--remat", "--attention", "--head-dim", "--positions", "--tie-embeddings",
-          "--parallel-block", "--sliding-window", "--experts", "--top-k", "--capacity-factor"}) {
+          "--parallel-block", "--sliding-window", "--experts", "--top-k", "--capacity-factor",
+          "--microbatches", "--pipeline-schedule", "--sequence-parallel"}) {
       if (f.given(flag)) return absl::StrCat(flag, " applies to --model / --model-config only");
     }
   }
@@ -616,11 +825,30 @@ std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
   return "";
 }
 
+// The terms the graph does not hold (remat, flash, MoE, context and pipeline parallelism,
+// mesh/sim/training_step.h), added to `report`; the estimates go to `info`.
+absl::Status AddTrainingStep(const GlobalStep& step, const mesh::Simulator& simulator,
+                             const partitioner::SpmdProgram& program,
+                             mesh::SimulationReport& report, RunInfo& info) {
+  TESSEL_ASSIGN_OR_RETURN(mesh::TrainingStepEstimate estimate,
+                          mesh::EstimateTrainingStep(
+                              step.stage_config, step.shards, step.training, simulator.cost_model(),
+                              program, step.weight_parameters, step.moment_parameters));
+  TESSEL_ASSIGN_OR_RETURN(mesh::PipelineEstimate pipeline,
+                          mesh::EstimatePipeline(step.stage_config, step.shards, step.pipeline,
+                                                 simulator.cost_model(), estimate));
+  mesh::ApplyTrainingStep(estimate, report);
+  mesh::ApplyPipeline(pipeline, report);
+  info.training = std::move(estimate);
+  info.pipeline = pipeline;
+  return absl::OkStatus();
+}
+
 int Run(const SimulateFlags& f) {
   if (IsModel(f) == !f.hlo.empty()) {
     return Usage("give exactly one of --model gpt|llama (or --model-config FILE) and --hlo FILE");
   }
-  absl::StatusOr<mesh::Topology> topology = mesh::LoadTopology(f.config);
+  absl::StatusOr<mesh::Topology> topology = LoadSlices(f.config, f.num_slices);
   if (!topology.ok()) return Fail(std::string(topology.status().message()));
   std::optional<nn::ModelFile> file;
   if (!f.model_config.empty()) {
@@ -645,7 +873,7 @@ int Run(const SimulateFlags& f) {
     // With flash attention the program's dense S x S attention is costed by the kernel model
     // instead (mesh/sim/training_step.h).
     if (step.training.attention == mesh::AttentionKernel::kFlash) {
-      sim_options.costed_elsewhere = mesh::DenseAttentionFilter(step.config);
+      sim_options.costed_elsewhere = mesh::DenseAttentionFilter(step.graph_config);
     }
   } else {
     absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloFile(f.hlo);
@@ -680,12 +908,12 @@ int Run(const SimulateFlags& f) {
   if (!report.ok()) return Fail(std::string(report.status().message()));
   info.live_buffer_peak_bytes = report->peak_memory_bytes;
   if (IsModel(f)) {
-    absl::StatusOr<mesh::TrainingStepEstimate> estimate =
-        mesh::EstimateTrainingStep(step.config, step.shards, step.training, simulator->cost_model(),
-                                   *program, step.weight_parameters, step.moment_parameters);
-    if (!estimate.ok()) return Fail(std::string(estimate.status().message()));
-    mesh::ApplyTrainingStep(*estimate, *report);
-    info.training = *std::move(estimate);
+    if (absl::Status added = AddTrainingStep(step, *simulator, *program, *report, info);
+        !added.ok()) {
+      return added.code() == absl::StatusCode::kInvalidArgument
+                 ? Usage(std::string(added.message()))
+                 : Fail(std::string(added.message()));
+    }
   }
   info.simulate_s = Since(t_simulate);
   const mesh::SimulationReport& r = *report;
@@ -767,6 +995,9 @@ CommandFn AddSimulateCommand(CLI::App& app) {
                   "dot_product (default) or flash (fused: no S x S scores in HBM)");
   cmd->add_option("--matmul-dtype", f->matmul_dtype,
                   "bf16 (default), int8 or fp8: the peak the matmuls run at");
+  cmd->add_flag("--sequence-parallel", f->sequence_parallel,
+                "residual-stream activations split over the tensor axis (Megatron "
+                "--sequence-parallel, MaxText activation_embed -> tensor): memory only");
   cmd->add_flag("--require-fit", f->require_fit,
                 "exit 3 when the step does not fit in HBM (default: a warning, exit 0)");
   cmd->add_option("--vocab", f->vocab, "vocabulary size")->check(CLI::PositiveNumber);
@@ -775,6 +1006,23 @@ CommandFn AddSimulateCommand(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--dtype", f->dtype, "activation dtype: bf16 (default), f16, f32");
   cmd->add_option("--param-dtype", f->param_dtype, "parameter / optimizer dtype (default f32)");
+  for (int i = 0; i < kNumMaxTextAxes; ++i) {
+    const std::string axis = kMaxTextAxes[i];
+    cmd->add_option(AxisFlag("ici", axis), f->ici_axes[i],
+                    absl::StrCat("MaxText ici_", axis, "_parallelism: \"", axis,
+                                 "\" axis size in a slice (-1: the rest)"));
+    cmd->add_option(AxisFlag("dcn", axis), f->dcn_axes[i],
+                    absl::StrCat("MaxText dcn_", axis, "_parallelism: \"", axis,
+                                 "\" axis size across slices (-1: the rest)"));
+  }
+  cmd->add_option("--num-slices", f->num_slices,
+                  "copies of CONFIG's one slice joined by DCN (MaxText num_slices; default 1)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--microbatches", f->microbatches,
+                  "pipeline microbatches per step (default: the \"stage\" axis size)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--pipeline-schedule", f->pipeline_schedule,
+                  "gpipe or 1f1b (default): the pipeline's activation memory");
   cmd->add_option("--ici-mesh-shape", f->ici_mesh_shape, "per-slice mesh, e.g. 1,64,4");
   cmd->add_option("--dcn-mesh-shape", f->dcn_mesh_shape, "across slices, e.g. 2,1,1");
   cmd->add_option("--axis-names", f->axis_names, "mesh axis names (default data,fsdp,tensor)");

@@ -215,6 +215,31 @@ void EstimateMoe(const nn::TransformerConfig& config, const nn::RecipeShards& sh
   e.memory.optimizer_bytes += 2 * extra;
 }
 
+// Context parallelism (header comment): K and V all-gathered over the sequence group in the
+// forward (and again when the remat plan recomputes the attention), dK and dV reduce-scattered
+// in the backward.
+void EstimateContextParallel(const nn::TransformerConfig& config,
+                             const TrainingStepOptions& options, const CostModel& cost_model,
+                             const LocalLayer& layer, TrainingStepEstimate& e) {
+  const std::vector<int64_t>& group = options.sequence_group;
+  if (group.size() <= 1) return;
+  const int64_t local = LocalValueBytes(LayerValue::kKey, layer, options.attention) +
+                        LocalValueBytes(LayerValue::kValue, layer, options.attention);
+  const int64_t full = local * static_cast<int64_t>(group.size());
+  const NodeCost gather = cost_model.CollectiveCost(Opcode::kAllGather, group, full, group[0]);
+  const NodeCost scatter = cost_model.CollectiveCost(Opcode::kReduceScatter, group, full, group[0]);
+  const bool regathered = std::find(e.remat.recomputed.begin(), e.remat.recomputed.end(),
+                                    LayerOp::kAttention) != e.remat.recomputed.end();
+  const double gathers = regathered ? 2 : 1;
+  const double layers = static_cast<double>(config.layers);
+  e.cp_ici_seconds = layers * (gathers * gather.ici_seconds + scatter.ici_seconds);
+  e.cp_dcn_seconds = layers * (gathers * gather.dcn_seconds + scatter.dcn_seconds);
+  e.cp_ici_bytes = static_cast<int64_t>(layers * (gathers * static_cast<double>(gather.ici_bytes) +
+                                                  static_cast<double>(scatter.ici_bytes)));
+  e.cp_dcn_bytes = static_cast<int64_t>(layers * (gathers * static_cast<double>(gather.dcn_bytes) +
+                                                  static_cast<double>(scatter.dcn_bytes)));
+}
+
 }  // namespace
 
 std::string_view RematPolicyName(RematPolicy policy) {
@@ -360,7 +385,7 @@ double CausalKeysPerQuery(int64_t seq_len, int64_t window) {
 LocalLayer LocalLayerOf(const nn::TransformerConfig& config, const nn::RecipeShards& shards,
                         AttentionKernel attention) {
   LocalLayer layer;
-  layer.tokens = Ceil(config.batch, shards.batch) * config.seq_len;
+  layer.tokens = Ceil(config.batch, shards.batch) * Ceil(config.seq_len, shards.sequence);
   layer.seq_len = config.seq_len;
   layer.d_model = config.d_model;
   layer.heads = Ceil(config.heads, shards.tensor);
@@ -387,7 +412,7 @@ int64_t LocalValueBytes(LayerValue value, const LocalLayer& l, AttentionKernel a
     case LayerValue::kResidual:
     case LayerValue::kMlpNormOut:
     case LayerValue::kMlpOut:
-      return t * l.d_model * db;
+      return Ceil(t, l.residual_shards) * l.d_model * db;
     case LayerValue::kQuery:
     case LayerValue::kContext:
       return t * l.heads * l.head_dim * db;
@@ -476,7 +501,8 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
   m.gradient_bytes = m.parameter_bytes;
   TESSEL_ASSIGN_OR_RETURN(m.optimizer_bytes, local_bytes(moment_parameters));
 
-  const LocalLayer layer = LocalLayerOf(config, shards, options.attention);
+  LocalLayer layer = LocalLayerOf(config, shards, options.attention);
+  if (options.sequence_parallel) layer.residual_shards = shards.tensor;
   const double layers = static_cast<double>(config.layers);
   e.remat = PlanRemat(options.remat, config.parallel_block);
   int64_t kept_bytes = 0;
@@ -496,6 +522,7 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
   }
   const int64_t working = no_remat_layer * (options.remat == RematPolicy::kNone ? 1 : 2);
   const int64_t loss = layer.tokens * Ceil(config.vocab, shards.tensor) * (layer.dtype_bytes + 8);
+  e.gathered_weight_bytes = gathered;
   m.temporary_bytes = gathered + std::max(working, loss);
 
   // Recompute: the plan's ops once more per layer.
@@ -528,6 +555,7 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
                                                                     backward_bytes, config.dtype));
   }
   if (config.experts > 0) EstimateMoe(config, shards, options, cost_model, layer, e);
+  EstimateContextParallel(config, options, cost_model, layer, e);
   e.hbm_bytes = cost_model.topology().device_spec().hbm_bytes;
   e.fits = m.total_bytes() <= e.hbm_bytes;
   return e;
@@ -535,18 +563,22 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
 
 void ApplyTrainingStep(const TrainingStepEstimate& e, SimulationReport& r) {
   const double compute = e.recompute_seconds + e.attention_seconds + e.moe_seconds;
-  const double extra = compute + e.moe_ici_seconds + e.moe_dcn_seconds;
+  const double ici = e.moe_ici_seconds + e.cp_ici_seconds;
+  const double dcn = e.moe_dcn_seconds + e.cp_dcn_seconds;
+  const int64_t ici_bytes = e.moe_ici_bytes + e.cp_ici_bytes;
+  const int64_t dcn_bytes = e.moe_dcn_bytes + e.cp_dcn_bytes;
+  const double extra = compute + ici + dcn;
   r.step_seconds += extra;
   r.in_order_seconds += extra;
   r.overlapped_seconds += extra;
   r.compute_seconds += compute;
-  r.ici_seconds += e.moe_ici_seconds;
-  r.dcn_seconds += e.moe_dcn_seconds;
-  r.exposed_comm_seconds += e.moe_ici_seconds + e.moe_dcn_seconds;
-  r.ici_bytes_per_device += e.moe_ici_bytes;
-  r.dcn_bytes_per_device += e.moe_dcn_bytes;
-  r.ici_bytes_total += e.moe_ici_bytes * r.num_devices;
-  r.dcn_bytes_total += e.moe_dcn_bytes * r.num_devices;
+  r.ici_seconds += ici;
+  r.dcn_seconds += dcn;
+  r.exposed_comm_seconds += ici + dcn;
+  r.ici_bytes_per_device += ici_bytes;
+  r.dcn_bytes_per_device += dcn_bytes;
+  r.ici_bytes_total += ici_bytes * r.num_devices;
+  r.dcn_bytes_total += dcn_bytes * r.num_devices;
   r.flops_per_device += e.recompute_flops + e.attention_flops + e.moe_flops;
   r.peak_memory_bytes = e.memory.total_bytes();
   r.exceeds_hbm = !e.fits;
@@ -565,6 +597,90 @@ void ApplyTrainingStep(const TrainingStepEstimate& e, SimulationReport& r) {
         r.device_name.empty() ? "the device" : r.device_name,
         FormatBytes(static_cast<double>(e.hbm_bytes))));
   }
+}
+
+std::string_view PipelineScheduleName(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::kGpipe ? "gpipe" : "1f1b";
+}
+
+absl::StatusOr<PipelineSchedule> ParsePipelineSchedule(std::string_view name) {
+  if (name == "gpipe") return PipelineSchedule::kGpipe;
+  if (name == "1f1b") return PipelineSchedule::kOneForwardOneBackward;
+  return absl::InvalidArgumentError(absl::StrCat("unknown pipeline schedule \"", std::string(name),
+                                                 "\"; expected gpipe or 1f1b"));
+}
+
+double PipelineBubbleFraction(int64_t stages, int64_t microbatches) {
+  if (stages <= 1 || microbatches <= 0) return 0;
+  return static_cast<double>(stages - 1) / static_cast<double>(microbatches + stages - 1);
+}
+
+absl::StatusOr<PipelineEstimate> EstimatePipeline(const nn::TransformerConfig& stage_config,
+                                                  const nn::RecipeShards& shards,
+                                                  const PipelineOptions& options,
+                                                  const CostModel& cost_model,
+                                                  TrainingStepEstimate& e) {
+  PipelineEstimate p;
+  p.stages = static_cast<int64_t>(options.stage_group.size());
+  p.microbatches = options.microbatches;
+  p.schedule = options.schedule;
+  if (p.stages <= 1) return p;
+  const int64_t local_sequences = Ceil(stage_config.batch, shards.batch);
+  if (p.microbatches <= 0 || local_sequences % p.microbatches != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("microbatches ", p.microbatches, " must divide the ", local_sequences,
+                     " sequences each data-parallel rank of a stage runs (batch ",
+                     stage_config.batch, " over ", shards.batch, " batch shards)"));
+  }
+  p.bubble_fraction = PipelineBubbleFraction(p.stages, p.microbatches);
+  // One microbatch's activation [b/m, S/sequence, D] crosses each stage boundary forward, and
+  // its gradient backward; each device sends its own copy (the residual stream is whole on every
+  // tensor rank).
+  const int64_t tokens =
+      local_sequences / p.microbatches * Ceil(stage_config.seq_len, shards.sequence);
+  p.transfer_bytes = tokens * stage_config.d_model * ByteWidth(stage_config.dtype);
+  const NodeCost send = cost_model.CollectiveCost(Opcode::kCollectivePermute,
+                                                  {options.stage_group[0], options.stage_group[1]},
+                                                  p.transfer_bytes, options.stage_group[0]);
+  p.transfer_seconds = send.seconds;
+  // Only the transfers on the fill and drain path wait: 2 (p - 1) of them; the others overlap
+  // the next microbatch's compute.
+  const double exposed = 2.0 * static_cast<double>(p.stages - 1);
+  p.exposed_ici_seconds = exposed * send.ici_seconds;
+  p.exposed_dcn_seconds = exposed * send.dcn_seconds;
+  const int64_t sends = 2 * p.microbatches;
+  p.ici_bytes = sends * send.ici_bytes;
+  p.dcn_bytes = sends * send.dcn_bytes;
+  // The first stage holds the activations of every microbatch it has run forward and not yet
+  // backward: all m with GPipe, at most p with 1F1B.
+  if (p.schedule == PipelineSchedule::kOneForwardOneBackward && p.stages < p.microbatches) {
+    e.memory.activation_bytes = e.memory.activation_bytes / p.microbatches * p.stages;
+  }
+  // A layer's backward working set and the loss's logits are one microbatch's.
+  const int64_t per_batch = e.memory.temporary_bytes - e.gathered_weight_bytes;
+  e.memory.temporary_bytes = e.gathered_weight_bytes + per_batch / p.microbatches;
+  e.fits = e.memory.total_bytes() <= e.hbm_bytes;
+  return p;
+}
+
+void ApplyPipeline(const PipelineEstimate& p, SimulationReport& r) {
+  if (p.stages <= 1) return;
+  // The stage's forward and backward compute for all m microbatches is r.compute_seconds; the
+  // pipeline adds (p - 1) idle microbatch slots: (p - 1) / m of it.
+  const double bubble =
+      r.compute_seconds * static_cast<double>(p.stages - 1) / static_cast<double>(p.microbatches);
+  const double comm = p.exposed_ici_seconds + p.exposed_dcn_seconds;
+  const double extra = bubble + comm;
+  r.step_seconds += extra;
+  r.in_order_seconds += extra;
+  r.overlapped_seconds += extra;
+  r.ici_seconds += p.exposed_ici_seconds;
+  r.dcn_seconds += p.exposed_dcn_seconds;
+  r.exposed_comm_seconds += comm;
+  r.ici_bytes_per_device += p.ici_bytes;
+  r.dcn_bytes_per_device += p.dcn_bytes;
+  r.ici_bytes_total += p.ici_bytes * r.num_devices;
+  r.dcn_bytes_total += p.dcn_bytes * r.num_devices;
 }
 
 }  // namespace tessel::mesh

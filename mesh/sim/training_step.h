@@ -70,12 +70,45 @@
 // Source: Lepikhin et al. 2020 (GShard: capacity, dispatch / combine all-to-alls); Fedus et al.
 // 2021 (Switch: capacity factor); MaxText moe.py (expert axis, dropping path).
 //
+// Context parallelism (MaxText's "sequence" axis, size cp > 1; flash attention only): each
+// device holds S/cp positions of its sequences (LocalLayer.tokens = batch/batch_shards x
+// S/cp); every op but the attention core is per token and unchanged. Per layer, K and V
+// (2 x t x KVh x Dh x dtype bytes per device) are all-gathered over the sequence group before
+// the attention (forward; once more when the remat plan recomputes the attention) and dK, dV
+// reduce-scattered after it (backward), with the cost model's all-gather / reduce-scatter on
+// the links the group spans; added unhidden. A causal query attends (S+1)/2 keys on average
+// whichever device holds it (MaxText's load-balanced reordering of the sequence).
+// Source: MaxText attentions.py (context parallelism: all-gather of K/V over "sequence");
+// Liu et al. 2023 (Ring Attention) for the per-device attention flops.
+//
+// Pipeline parallelism (the "stage" axis, p stages, m microbatches; EstimatePipeline), modelled
+// analytically on top of the simulated step of one stage (layers/p layers, the whole batch of
+// its data-parallel rank; the graph is built so, replicated over the stage axis):
+//   step = stage step + bubble + exposed transfers,
+//   bubble = (p - 1) / m x stage compute (GPipe and 1F1B alike: the idle slots are
+//     (p-1)/(m+p-1) of the pipeline's time; Huang et al. 2019, GPipe; Narayanan et al. 2021,
+//     "Efficient Large-Scale Language Model Training on GPU Clusters", sec. 2.2),
+//   transfers: one microbatch activation [b/m, S/cp, D] per stage boundary forward and its
+//     gradient backward (collective-permute to the next stage device over ICI or DCN, as the
+//     stage axis lies); the 2(p-1) on the fill and drain path are exposed, the rest overlap,
+//   memory: GPipe keeps the activations of all m microbatches, 1F1B of min(p, m) (the first
+//     stage's in-flight microbatches; Narayanan et al. 2021 sec. 2.2.1); the temporaries but
+//     the gathered weights (a layer's backward working set, the loss's logits) are one
+//     microbatch's: 1/m of the whole batch's.
+// Not modelled: interleaved (virtual-stage) schedules; the embedding and the LM head are
+// costed on every stage (the graph of a stage holds both), which the last stage, the slowest
+// (it has the head and the loss), does.
+//
 // Memory per device (bytes):
 //   parameters, gradients (param_dtype, sharded like their parameter: FSDP reduce-scatters them),
 //   optimizer state (the two Adam moments, sharded like their parameter): from the local shapes
 //   of the partitioned program's parameters;
 //   activations = layers x (bytes of the values the remat plan keeps), with local shapes: the
-//     residual-stream values [t, D] are whole on every tensor rank (no sequence parallelism),
+//     residual-stream values [t, D] are whole on every tensor rank, or split over it with
+//     TrainingStepOptions::sequence_parallel (Megatron-LM's sequence parallelism, Korthikanti
+//     et al. 2022 sec. 4.2.2; MaxText's logical axis rule activation_embed -> tensor in
+//     base.yml): memory only, since its reduce-scatter + all-gather move what the graph's
+//     all-reduce moves,
 //     q / context [t, H*Dh], k / v [t, KVh*Dh], wi [t, ffn/tensor] (x2 for SwiGLU), h, and the
 //     attention residual: dot_product t*H*S*(4 + dtype) (f32 softmax and dtype probabilities),
 //     flash t*H*4 (the log-sum-exp);
@@ -183,10 +216,11 @@ struct LocalLayer {
   int64_t dtype_bytes = 2;
   double keys_per_query = 0;    // attended keys per query (flash); S for dot_product
   double mlp_token_factor = 1;  // MoE: capacity_factor * top_k token slots per token; dense 1
+  int64_t residual_shards = 1;  // sequence parallelism: the [t, D] values split this many ways
 };
 
-// Local sizes of `config` under `shards` (batch split over shards.batch, heads and ffn over
-// shards.tensor, ceilings as the partitioner pads).
+// Local sizes of `config` under `shards` (batch split over shards.batch, the sequence over
+// shards.sequence, heads and ffn over shards.tensor, ceilings as the partitioner pads).
 [[nodiscard]] LocalLayer LocalLayerOf(const nn::TransformerConfig& config,
                                       const nn::RecipeShards& shards, AttentionKernel attention);
 
@@ -209,6 +243,12 @@ struct TrainingStepOptions {
   // MoE: the global ids of the expert-axis group of the device costed (empty or one id: no
   // expert parallelism, no all-to-all).
   std::vector<int64_t> expert_group;
+  // Context parallelism: the global ids of the "sequence"-axis group of the device costed
+  // (empty or one id: none).
+  std::vector<int64_t> sequence_group;
+  // Sequence parallelism (file comment, memory): the residual-stream values split over the
+  // tensor shards.
+  bool sequence_parallel = false;
 };
 
 // Memory of one device (file comment), bytes.
@@ -240,7 +280,14 @@ struct TrainingStepEstimate {
   double moe_dcn_seconds = 0;
   int64_t moe_ici_bytes = 0;
   int64_t moe_dcn_bytes = 0;
+  // Context parallelism, all layers (0 without a sequence group): the K/V all-gathers and the
+  // dK/dV reduce-scatters (seconds on ICI and DCN, bytes this device sends).
+  double cp_ici_seconds = 0;
+  double cp_dcn_seconds = 0;
+  int64_t cp_ici_bytes = 0;
+  int64_t cp_dcn_bytes = 0;
   TrainingMemory memory;
+  int64_t gathered_weight_bytes = 0;  // the FSDP-gathered weights in memory.temporary_bytes
   int64_t hbm_bytes = 0;
   bool fits = true;
 };
@@ -270,6 +317,53 @@ struct TrainingStepEstimate {
 // !fits, and the live-buffer "error: peak memory" warning (which assumes no remat and dense
 // attention) gives way to a "warning: ... does not fit" one when it does not fit.
 void ApplyTrainingStep(const TrainingStepEstimate& estimate, SimulationReport& report);
+
+// Pipeline schedules (file comment): "gpipe" (all forwards, then all backwards) and "1f1b"
+// (PipeDream-Flush: one forward, one backward in the steady state).
+enum class PipelineSchedule { kGpipe, kOneForwardOneBackward };
+[[nodiscard]] std::string_view PipelineScheduleName(PipelineSchedule schedule);
+// Errors: kInvalidArgument naming `name` and the accepted names.
+[[nodiscard]] absl::StatusOr<PipelineSchedule> ParsePipelineSchedule(std::string_view name);
+
+// (p - 1) / (m + p - 1): the idle fraction of a p-stage pipeline over m microbatches (0 for
+// p <= 1).
+[[nodiscard]] double PipelineBubbleFraction(int64_t stages, int64_t microbatches);
+
+struct PipelineOptions {
+  // The global ids of the "stage"-axis group of the device costed, stage 0 first (fewer than 2:
+  // no pipeline).
+  std::vector<int64_t> stage_group;
+  int64_t microbatches = 1;
+  PipelineSchedule schedule = PipelineSchedule::kOneForwardOneBackward;
+};
+
+// Per device and step (file comment).
+struct PipelineEstimate {
+  int64_t stages = 1;
+  int64_t microbatches = 1;
+  PipelineSchedule schedule = PipelineSchedule::kOneForwardOneBackward;
+  double bubble_fraction = 0;      // (p-1)/(m+p-1)
+  int64_t transfer_bytes = 0;      // one microbatch activation, per device
+  double transfer_seconds = 0;     // one stage-to-stage transfer
+  double exposed_ici_seconds = 0;  // the 2(p-1) transfers on the fill and drain path
+  double exposed_dcn_seconds = 0;
+  int64_t ici_bytes = 0;  // all 2m sends of the step, per device
+  int64_t dcn_bytes = 0;
+};
+
+// The pipeline terms for one stage of `stage_config` (layers = the stage's layers, batch and
+// seq_len the global ones) whose training-step estimate is `estimate`: sets the transfers and
+// the bubble fraction, and scales estimate.memory.activation_bytes to the schedule's in-flight
+// microbatches and the per-batch temporaries to one microbatch's (and estimate.fits with them). No
+// stage group: returns stages = 1 and changes nothing. Errors: kInvalidArgument when microbatches
+// does not divide the sequences of a stage's data-parallel rank.
+[[nodiscard]] absl::StatusOr<PipelineEstimate> EstimatePipeline(
+    const nn::TransformerConfig& stage_config, const nn::RecipeShards& shards,
+    const PipelineOptions& options, const CostModel& cost_model, TrainingStepEstimate& estimate);
+
+// Adds the bubble ((p-1)/m x report.compute_seconds: call after ApplyTrainingStep) and the
+// exposed transfers to the step time (all schedules) and the transfer bytes to `report`.
+void ApplyPipeline(const PipelineEstimate& pipeline, SimulationReport& report);
 
 }  // namespace tessel::mesh
 

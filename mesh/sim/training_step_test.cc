@@ -192,6 +192,14 @@ TEST(TrainingStepTest, EstimateOnEightDevicesMatchesTheClosedForms) {
   EXPECT_EQ(full->memory.optimizer_bytes, 2 * weights);
   EXPECT_EQ(full->memory.activation_bytes, 2 * 256);
   EXPECT_TRUE(full->fits);
+  // Sequence parallelism splits the kept layer input over the 2 tensor ranks: 2 x 128 bytes.
+  TrainingStepOptions sp = Options(RematPolicy::kFull);
+  sp.sequence_parallel = true;
+  absl::StatusOr<TrainingStepEstimate> split = EstimateTrainingStep(
+      c, shards, sp, model, b.program, b.step.weight_parameters, b.step.moment_parameters);
+  ASSERT_TRUE(split.ok());
+  EXPECT_EQ(split->memory.activation_bytes, 2 * 128);
+  EXPECT_EQ(split->recompute_flops, full->recompute_flops);  // memory only
   EXPECT_EQ(full->attention_seconds, 0);  // dot_product: the graph costs attention
 }
 
@@ -273,6 +281,119 @@ TEST(TrainingStepTest, MixtureOfExpertsByHand) {
   EXPECT_EQ(e->memory.optimizer_bytes - dense->memory.optimizer_bytes, 2 * 2 * 1280 * 4);
   // The kept MLP activations (wi: gate and up; h) hold 2.5x the token slots: 20 x 16 x 2 bytes.
   EXPECT_EQ(e->memory.activation_bytes - dense->memory.activation_bytes, 2 * (20 - 8) * 16 * 2 * 3);
+}
+
+TEST(ContextParallelTest, SequenceShardsSplitTokensAndCostTheKvCollectives) {
+  Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
+  CostModel model = *CostModel::Create(topology);
+  const nn::TransformerConfig c = Small();
+  // The graph of a sequence axis of 2: twice the sequences, half as long (the command's
+  // graph_config); the estimate sees the real config with shards.sequence = 2.
+  nn::TransformerConfig graph = c;
+  graph.batch = 8;
+  graph.seq_len = 4;
+  graph.head_size = 4;
+  Built b = Build(graph);
+  nn::RecipeShards shards = Shards(2, 2, 2);
+  shards.sequence = 2;
+  const LocalLayer l = LocalLayerOf(c, shards, AttentionKernel::kFlash);
+  EXPECT_EQ(l.tokens, 8);                   // 4 sequences / 2 x 8 positions / 2
+  EXPECT_DOUBLE_EQ(l.keys_per_query, 4.5);  // causal over the whole sequence: (8 + 1) / 2
+  TrainingStepOptions options = Options(RematPolicy::kNone, AttentionKernel::kFlash);
+  options.sequence_group = {0, 2};
+  absl::StatusOr<TrainingStepEstimate> e = EstimateTrainingStep(
+      c, shards, options, model, b.program, b.step.weight_parameters, b.step.moment_parameters);
+  ASSERT_TRUE(e.ok()) << e.status();
+  // K and V: 8 tokens x 1 kv head x 4 x 2 bytes = 64 each per device, 256 gathered; one
+  // all-gather forward, one reduce-scatter backward, per layer.
+  const NodeCost gather = model.CollectiveCost(Opcode::kAllGather, {0, 2}, 256, 0);
+  const NodeCost scatter = model.CollectiveCost(Opcode::kReduceScatter, {0, 2}, 256, 0);
+  EXPECT_GT(gather.ici_seconds, 0);
+  EXPECT_DOUBLE_EQ(e->cp_ici_seconds, 2 * (gather.ici_seconds + scatter.ici_seconds));
+  EXPECT_EQ(e->cp_dcn_seconds, 0);
+  // Full remat recomputes the attention: its K/V all-gather runs again.
+  options.remat = RematPolicy::kFull;
+  absl::StatusOr<TrainingStepEstimate> full = EstimateTrainingStep(
+      c, shards, options, model, b.program, b.step.weight_parameters, b.step.moment_parameters);
+  ASSERT_TRUE(full.ok());
+  EXPECT_DOUBLE_EQ(full->cp_ici_seconds, 2 * (2 * gather.ici_seconds + scatter.ici_seconds));
+  SimulationReport r;
+  ApplyTrainingStep(*e, r);
+  EXPECT_DOUBLE_EQ(r.step_seconds, e->attention_seconds + e->cp_ici_seconds);
+  EXPECT_DOUBLE_EQ(r.exposed_comm_seconds, e->cp_ici_seconds);
+}
+
+TEST(ContextParallelTest, MaxTextAxesTakeTheirRecipeRoles) {
+  Topology topology = *MakeUniformTopology(1, {16}, 1, {true});
+  // data 1, stage 2, fsdp 2, fsdp_transpose 1, sequence 2, tensor 2, expert 1.
+  spmd::HybridMesh mesh = *spmd::HybridMesh::Create(
+      {1, 2, 2, 1, 2, 2, 1}, {1, 1, 1, 1, 1, 1, 1},
+      {"data", "stage", "fsdp", "fsdp_transpose", "sequence", "tensor", "expert"}, topology);
+  const nn::RecipeShards s = *nn::ShardsOf(mesh, nn::ShardingRecipe::kFsdpTp);
+  EXPECT_EQ(s.batch, 2);     // data x fsdp x fsdp_transpose x expert
+  EXPECT_EQ(s.sequence, 2);  // not in batch
+  EXPECT_EQ(s.stage, 2);     // no role
+  EXPECT_EQ(s.tensor, 2);
+  EXPECT_EQ(s.fsdp, 4);  // fsdp x fsdp_transpose x sequence, as MaxText shards the weights
+  const nn::RecipeLayout layout = *nn::RecipeLayoutFor(mesh, nn::ShardingRecipe::kFsdp);
+  EXPECT_THAT(layout.fsdp, ::testing::Not(::testing::Contains("stage")));
+  EXPECT_THAT(layout.batch, ::testing::Not(::testing::Contains("stage")));
+}
+
+TEST(PipelineTest, BubbleIsTheClosedForm) {
+  EXPECT_DOUBLE_EQ(PipelineBubbleFraction(4, 8), 3.0 / 11);  // (p-1)/(m+p-1)
+  EXPECT_DOUBLE_EQ(PipelineBubbleFraction(1, 8), 0);
+  EXPECT_DOUBLE_EQ(PipelineBubbleFraction(8, 1), 7.0 / 8);
+  EXPECT_EQ(*ParsePipelineSchedule("gpipe"), PipelineSchedule::kGpipe);
+  EXPECT_EQ(PipelineScheduleName(*ParsePipelineSchedule("1f1b")), "1f1b");
+  absl::StatusOr<PipelineSchedule> bad = ParsePipelineSchedule("interleaved");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("\"interleaved\""));
+}
+
+TEST(PipelineTest, TransfersMemoryAndStepTimeByHand) {
+  Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
+  CostModel model = *CostModel::Create(topology);
+  nn::TransformerConfig stage = Small();  // one stage's layers; batch 4 over 1 batch shard
+  const nn::RecipeShards shards = Shards(1, 1, 1);
+  TrainingStepEstimate e;
+  e.memory.activation_bytes = 800;
+  e.memory.temporary_bytes = 100 + 64;  // gathered weights 100, one layer's working set 64
+  e.gathered_weight_bytes = 100;
+  e.hbm_bytes = 1000;
+  PipelineOptions options;
+  options.microbatches = 4;
+  options.schedule = PipelineSchedule::kGpipe;
+  options.stage_group = {0, 2, 4, 6};
+  absl::StatusOr<PipelineEstimate> gpipe = EstimatePipeline(stage, shards, options, model, e);
+  ASSERT_TRUE(gpipe.ok()) << gpipe.status();
+  EXPECT_DOUBLE_EQ(gpipe->bubble_fraction, 3.0 / 7);
+  // One microbatch: 1 sequence x 8 tokens x d_model 16 x 2 bytes.
+  EXPECT_EQ(gpipe->transfer_bytes, 256);
+  const NodeCost send = model.CollectiveCost(Opcode::kCollectivePermute, {0, 2}, 256, 0);
+  EXPECT_DOUBLE_EQ(gpipe->transfer_seconds, send.seconds);
+  EXPECT_DOUBLE_EQ(gpipe->exposed_ici_seconds, 6 * send.ici_seconds);  // 2 (p - 1)
+  EXPECT_EQ(gpipe->ici_bytes, 8 * send.ici_bytes);                     // 2 m
+  EXPECT_EQ(e.memory.activation_bytes, 800);          // GPipe keeps all m microbatches
+  EXPECT_EQ(e.memory.temporary_bytes, 100 + 64 / 4);  // one microbatch's working set
+  // 1F1B with m = 4 = p keeps as many; with 2 stages, 2 of the 4.
+  options.schedule = PipelineSchedule::kOneForwardOneBackward;
+  options.stage_group = {0, 4};
+  ASSERT_TRUE(EstimatePipeline(stage, shards, options, model, e).ok());
+  EXPECT_EQ(e.memory.activation_bytes, 400);
+  // 3 sequences per rank cannot be split into 2 microbatches.
+  stage.batch = 3;
+  options.microbatches = 2;
+  absl::StatusOr<PipelineEstimate> bad = EstimatePipeline(stage, shards, options, model, e);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("microbatches 2 must divide the 3 sequences"));
+  // The step: the stage's compute 1 s, p = 4, m = 4: bubble (p-1)/m = 0.75 s.
+  SimulationReport r;
+  r.step_seconds = r.in_order_seconds = r.overlapped_seconds = 1.5;
+  r.compute_seconds = 1;
+  ApplyPipeline(*gpipe, r);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 1.5 + 0.75 + 6 * send.ici_seconds);
+  EXPECT_DOUBLE_EQ(r.overlapped_seconds, r.step_seconds);
 }
 
 TEST(TrainingStepTest, ApplyAddsTimeAndReplacesTheMemoryVerdict) {

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Reruns the simulator validation table: every published run of
+tests/validation/published_runs.json through `tessel simulate`, against its published throughput.
+
+  python3 scripts/validate_simulator.py [--tessel build/tools/tessel] [--write-doc docs/simulator.md]
+
+Prints the table (Markdown) and the median |error| on all runs and on the held-out third (every
+third run in file order: index % 3 == 2, chosen before any run was simulated). With --write-doc
+the table replaces the text between the "validation-table" markers of the doc.
+
+Published step time: MaxText reports model TFLOP/s per chip, from its own flop count
+(MaxText maxtext_utils.calculate_tflops_training_per_device as of the published tables: 3 x the
+forward flops of the weight matmuls and the embedding, plus 3 x 4*b*S^2*heads*head_dim of
+attention, causal not halved). The published step time is that count for one chip's batch
+divided by the published TFLOP/s per chip; error = (Tessel's step time - published) / published.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BEGIN = "<!-- validation-table: begin (scripts/validate_simulator.py --write-doc) -->"
+END = "<!-- validation-table: end -->"
+
+
+def maxtext_dims(base, scale):
+    """MaxText pyconfig.get_individual_scales applied to base.yml's model."""
+    log2 = int(math.log2(scale))
+    if 2**log2 != scale:
+        raise ValueError(f"global_parameter_scale {scale} is not a power of 2")
+    base_scale, rem = divmod(log2, 3)
+    head_scale = base_scale + int(rem > 0)
+    emb_scale = base_scale + int(rem > 1)
+    return {
+        "d_model": 2**emb_scale * base["emb_dim"],
+        "heads": 2**head_scale * base["num_heads"],
+        "ffn": 2**head_scale * base["mlp_dim"],
+        "layers": 2**base_scale * base["layers"],
+        "head_dim": base["head_dim"],
+        "vocab": base["vocab"],
+    }
+
+
+def maxtext_flops_per_chip(dims, run):
+    b, s = run["per_device_batch_size"], run["seq_len"]
+    d, h, hd, f = dims["d_model"], dims["heads"], dims["head_dim"], dims["ffn"]
+    ffn = 2 * b * s * f * d * 2 + 2 * b * s * f * d  # gated: two input matrices
+    qkv = 2 * b * s * d * (h + 2 * h) * hd
+    proj = 2 * b * s * d * h * hd
+    emb = 2 * b * s * d * dims["vocab"]
+    attention = 4 * b * s * s * h * hd
+    return ((ffn + qkv + proj) * dims["layers"] + emb) * 3 + attention * dims["layers"] * 3
+
+
+def command(run, dims, chips):
+    cmd = ["tessel", "simulate", run["topology"]]
+    if run["num_slices"] > 1:
+        cmd += ["--num-slices", str(run["num_slices"])]
+    cmd += ["--model", "llama", "--layers", str(dims["layers"]), "--d-model", str(dims["d_model"]),
+            "--heads", str(dims["heads"]), "--head-dim", str(dims["head_dim"]),
+            "--ffn", str(dims["ffn"]), "--vocab", str(dims["vocab"]),
+            "--seq-len", str(run["seq_len"]),
+            "--batch", str(run["per_device_batch_size"] * chips),
+            "--remat", run["remat"], "--attention", run["attention"]]
+    for prefix in ("ici", "dcn"):
+        for axis, size in run.get(prefix, {}).items():
+            cmd += [f"--{prefix}-{axis.replace('_', '-')}", str(size)]
+    # MaxText's base.yml maps activation_embed to the tensor axis (logical_axis_rules): the
+    # residual stream is split over it, as Megatron's sequence parallelism (memory only).
+    cmd += ["--sequence-parallel"]
+    # MaxText's recipes turn on XLA's async collectives (LIBTPU_INIT_ARGS): the overlapped schedule.
+    cmd += ["--overlap"]
+    return cmd
+
+
+def chips_of(run):
+    topo = json.load(open(os.path.join(ROOT, run["topology"])))
+    per_slice = 1
+    for d in topo["slices"][0]["shape"]:
+        per_slice *= d
+    return per_slice * run["num_slices"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tessel", default=os.path.join(ROOT, "build", "tools", "tessel"))
+    parser.add_argument("--runs", default=os.path.join(ROOT, "tests", "validation",
+                                                       "published_runs.json"))
+    parser.add_argument("--write-doc", help="replace the table in this Markdown file")
+    args = parser.parse_args()
+    data = json.load(open(args.runs))
+    rows, errors, held_errors = [], [], []
+    for index, run in enumerate(data["runs"]):
+        held_out = index % 3 == 2
+        dims = maxtext_dims(data["maxtext_base"], run["global_parameter_scale"])
+        chips = chips_of(run)
+        cmd = command(run, dims, chips)
+        start = time.time()
+        out = subprocess.run([args.tessel] + cmd[1:] + ["--json"], cwd=ROOT, capture_output=True,
+                             text=True)
+        wall = time.time() - start
+        if out.returncode != 0:
+            print(f"{run['id']}: tessel failed ({out.returncode}): {out.stderr.strip()}",
+                  file=sys.stderr)
+            return 1
+        report = json.loads(out.stdout)
+        published_s = maxtext_flops_per_chip(dims, run) / (run["published"]["tflops_per_chip"] * 1e12)
+        predicted_s = report["step_time_s"]
+        error = (predicted_s - published_s) / published_s
+        errors.append(abs(error))
+        if held_out:
+            held_errors.append(abs(error))
+        rows.append((run, held_out, " ".join(cmd), predicted_s, published_s, error,
+                     report["fits"], wall))
+        print(f"{run['id']:34s} {'held-out' if held_out else '        '} "
+              f"tessel {predicted_s:8.3f} s  published {published_s:8.3f} s  "
+              f"error {100 * error:+6.1f} %  ({wall:.1f} s)", file=sys.stderr)
+    lines = [
+        "| # | run (source) | chips | Tessel step | published step (TFLOP/s/chip) | error | fits | held out |",
+        "|---|---|---:|---:|---:|---:|---|---|",
+    ]
+    for i, (run, held, cmd, pred, pub, err, fits, _) in enumerate(rows):
+        lines.append(
+            f"| {i} | [{run['id']}]({run['source']}) | {chips_of(run)} | {pred:.3f} s | "
+            f"{pub:.3f} s ({run['published']['tflops_per_chip']}) | {100 * err:+.1f} % | "
+            f"{'yes' if fits else 'no'} | {'yes' if held else ''} |")
+    lines.append("")
+    lines.append(f"Median |error|: {100 * statistics.median(errors):.1f} % on all {len(errors)} "
+                 f"runs; {100 * statistics.median(held_errors):.1f} % on the "
+                 f"{len(held_errors)} held out. Within 10 %: "
+                 f"{sum(e <= 0.10 for e in errors)} of {len(errors)}.")
+    lines.append("")
+    lines.append("The commands, in table order (run from the repository root):")
+    lines.append("")
+    lines.append("```")
+    for i, (_, _, cmd, *_rest) in enumerate(rows):
+        lines.append(f"# {i}\n{cmd}")
+    lines.append("```")
+    table = "\n".join(lines)
+    print(table)
+    if args.write_doc:
+        doc = open(args.write_doc).read()
+        if BEGIN not in doc or END not in doc:
+            print(f"{args.write_doc}: no validation-table markers", file=sys.stderr)
+            return 1
+        head, rest = doc.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        open(args.write_doc, "w").write(head + BEGIN + "\n" + table + "\n" + END + tail)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
