@@ -187,11 +187,20 @@ absl::StatusOr<nlohmann::json> CollectOwnedShards(absl::Span<const CheckpointArr
                        "; saving unreduced or manual values is not supported"));
     }
     shardings.push_back(sharded->sharding());
+    const std::vector<spmd::Shard>& all = sharded->layout().shards();
+    const int64_t tiles = std::count_if(all.begin(), all.end(),
+                                        [](const spmd::Shard& s) { return s.replica_id == 0; });
+    const int64_t replicas = std::max<int64_t>(1, static_cast<int64_t>(all.size()) / tiles);
     for (int64_t device : sharded->device_ids()) {
       const spmd::Shard* shard = sharded->layout().shard_for(device);
       std::shared_ptr<const Literal> piece = sharded->piece(device);
-      // The replica-0 copy of each tile is its owner, so each tile is written exactly once.
-      if (shard == nullptr || piece == nullptr || shard->replica_id != 0) continue;
+      if (shard == nullptr || piece == nullptr) continue;
+      // One copy of each tile is its owner, so each tile is written exactly once; the owner
+      // rotates over the copies by tile and array, so replicas (the data-parallel slices) share
+      // the writing instead of leaving it all to the first.
+      int64_t tile = static_cast<int64_t>(i);
+      for (int64_t t : shard->tile_index) tile = tile * 31 + t;
+      if (shard->replica_id != tile % replicas) continue;
       add(i, shard->index, UnpaddedBytes(*piece, shard->data_dims()));
     }
   }

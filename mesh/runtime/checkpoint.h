@@ -22,12 +22,13 @@
 //    "arrays": [{"name": "wte", "dtype": "f32", "shape": [256, 128], "sharding": "{...}",
 //                "shards": [{"index": [[0, 128], [0, 64]], "file": "...", "offset": 0,
 //                            "bytes": 32768, "crc32": 123}, ...]}, ...]}
-// A tile is owned by its replica_id-0 device (spmd::Shard), so a replicated value is written
-// once. Each file is written to a temporary name, fsynced and renamed (WriteFileAtomically);
-// the metadata is written by host 0 after every host's file is in place, so a kill -9 at any
-// moment leaves the previous checkpoint loadable and never a torn one; a step folder without
-// metadata.json is ignored by LatestCheckpoint. A save into an existing step folder writes new
-// file names, so the old metadata stays valid until the new one replaces it.
+// Each tile is written once, by one of the devices holding a copy (spmd::Shard::replica_id),
+// chosen by tile and array so that the copies' hosts share the writing (no gather to one host).
+// Each file is written to a temporary name, fsynced and renamed (WriteFileAtomically); the metadata
+// is written by host 0 after every host's file is in place, so a kill -9 at any moment leaves the
+// previous checkpoint loadable and never a torn one; a step folder without metadata.json is ignored
+// by LatestCheckpoint. A save into an existing step folder writes new file names, so the old
+// metadata stays valid until the new one replaces it.
 //
 // Test hook (test only, never set in production): the environment variable
 // TESSEL_TEST_CRASH_AT=<point>:<step> makes every host that reaches <point> of the save of
