@@ -46,6 +46,14 @@ absl::StatusOr<nn::GptConfig> ConfigOf(const GptFlags& flags) {
   return c;
 }
 
+absl::Status CheckCheckpointFlags(const GptFlags& flags) {
+  if (flags.checkpoint_dir.empty() && (flags.checkpoint_every > 0 || flags.resume)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flags.resume ? "--resume" : "--checkpoint-every", " needs --checkpoint-dir"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<spmd::HybridMesh> MakeGptMesh(const GptFlags& flags, const mesh::Topology& topology,
                                              const std::string& config_path) {
   TESSEL_ASSIGN_OR_RETURN(spmd::HybridMesh hybrid,
@@ -288,9 +296,6 @@ absl::StatusOr<std::vector<mesh::CheckpointTarget>> CheckpointTargets(nn::Gpt& m
 // description) and the seed. `model` gives the shapes (and, sharded, the target shardings).
 absl::StatusOr<mesh::CheckpointMetadata> FindResumable(const GptFlags& flags, nn::Gpt& model,
                                                        std::vector<mesh::CheckpointTarget>* out) {
-  if (flags.checkpoint_dir.empty()) {
-    return absl::InvalidArgumentError("--resume needs --checkpoint-dir");
-  }
   TESSEL_ASSIGN_OR_RETURN(std::string step_dir, mesh::LatestCheckpoint(flags.checkpoint_dir));
   TESSEL_ASSIGN_OR_RETURN(mesh::CheckpointMetadata meta, mesh::ReadCheckpointMetadata(step_dir));
   TESSEL_ASSIGN_OR_RETURN(std::vector<mesh::CheckpointTarget> targets, CheckpointTargets(model));
@@ -610,6 +615,7 @@ absl::Status TrainLoop(const GptFlags& flags, const Placement& placement, Job& j
 }
 
 absl::Status Train(const GptFlags& flags, Placement& placement) {
+  TESSEL_RETURN_IF_ERROR(CheckCheckpointFlags(flags));
   TESSEL_ASSIGN_OR_RETURN(Job job, MakeJob(flags, placement));
   std::vector<uint8_t> all = job.corpus->train;
   all.insert(all.end(), job.corpus->validation.begin(), job.corpus->validation.end());
@@ -698,6 +704,7 @@ absl::Status Train(const GptFlags& flags, Placement& placement) {
 absl::Status CheckGptRun(const GptFlags& flags, const mesh::Topology& topology,
                          const std::string& config_path) {
   TESSEL_RETURN_IF_ERROR(ConfigOf(flags).status());
+  TESSEL_RETURN_IF_ERROR(CheckCheckpointFlags(flags));
   TESSEL_RETURN_IF_ERROR(MakeGptMesh(flags, topology, config_path).status());
   const std::string dir = flags.data_dir.empty() ? nn::kDefaultFortunesDir : flags.data_dir;
   TESSEL_ASSIGN_OR_RETURN(nn::TextCorpus corpus, nn::LoadTextCorpus(dir));
