@@ -53,8 +53,8 @@ struct GptFlags {
   std::string mlp = "gelu";
   std::string head = "tied";
   // Training.
-  int64_t batch = 32;
-  int64_t steps = 1000;
+  int64_t batch = 16;
+  int64_t steps = 1200;
   double lr = 3e-3;
   double min_lr = 3e-4;
   int64_t warmup = 30;
