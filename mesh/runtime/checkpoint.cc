@@ -467,6 +467,10 @@ absl::StatusOr<CheckpointMetadata> ParseMetadata(const nlohmann::json& j,
   // Every host checks every file's actual size, so a truncated file fails every host alike.
   std::map<std::string, int64_t> sizes;
   for (const auto& [file, expected] : j.at("files").items()) {
+    // Shard files live in the step folder itself; a path would read outside it.
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
+      return absl::DataLossError(absl::StrCat(where, ": bad shard file name \"", file, "\""));
+    }
     std::error_code ec;
     const auto actual = fs::file_size(fs::path(step_dir) / file, ec);
     if (ec) {

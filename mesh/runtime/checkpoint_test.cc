@@ -162,7 +162,10 @@ TEST(CheckpointTest, MalformedMetadataIsDataLoss) {
   SaveSmall(dir, RandomLiteral({5, 3}, 1), RandomLiteral({4}, 2));
   const std::string step_dir = LatestCheckpoint(dir).value();
   for (const char* text :
-       {"{not json", "{\"format\": \"tessel-checkpoint-1\", \"step\": \"x\"}", "[1, 2]"}) {
+       {"{not json", "{\"format\": \"tessel-checkpoint-1\", \"step\": \"x\"}", "[1, 2]",
+        // A shard file outside the step folder.
+        "{\"format\": \"tessel-checkpoint-1\", \"step\": 3, \"mesh\": \"\", \"num_devices\": 1, "
+        "\"attributes\": {}, \"files\": {\"../x\": 0}, \"arrays\": []}"}) {
     std::ofstream(fs::path(step_dir) / "metadata.json") << text;
     absl::Status status = ReadCheckpointMetadata(step_dir).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << text << ": " << status;
