@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <numbers>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -118,6 +119,10 @@ absl::Status Adam::Step(absl::Span<Tensor* const> params, absl::Span<const Tenso
       v_.push_back(Tensor::FromLiteral(Literal(p->shape())));
     }
   }
+  if (m_.size() != params.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "adam: got ", params.size(), " parameters but the state has ", m_.size(), " moments"));
+  }
   // t counts from 1, as in torch.optim.Adam; the bias corrections are computed on the host in
   // double and enter as StepScalars, so they change per step without changing the graph.
   const double t = static_cast<double>(step_count_ + 1);
@@ -145,6 +150,27 @@ absl::Status Adam::Step(absl::Span<Tensor* const> params, absl::Span<const Tenso
     p = p - step_size.Like(p.shape()) * m_[i] / denom;
   }
   ++step_count_;
+  return absl::OkStatus();
+}
+
+absl::Status Adam::SetState(std::vector<Tensor> m, std::vector<Tensor> v, int64_t step_count) {
+  if (m.size() != v.size() || step_count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("adam: SetState got ", m.size(), " first and ",
+                                                   v.size(), " second moments, step count ",
+                                                   step_count));
+  }
+  for (size_t i = 0; i < m.size(); ++i) {
+    TESSEL_RETURN_IF_ERROR(m[i].status());
+    TESSEL_RETURN_IF_ERROR(v[i].status());
+    if (m[i].shape() != v[i].shape()) {
+      return absl::InvalidArgumentError(absl::StrCat("adam: SetState: moment ", i, " has shapes ",
+                                                     m[i].shape().ToString(), " and ",
+                                                     v[i].shape().ToString()));
+    }
+  }
+  m_ = std::move(m);
+  v_ = std::move(v);
+  step_count_ = step_count;
   return absl::OkStatus();
 }
 

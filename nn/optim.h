@@ -126,6 +126,14 @@ class Adam : public Optimizer {
   const std::vector<Tensor>& first_moments() const { return m_; }
   const std::vector<Tensor>& second_moments() const { return v_; }
 
+  // Restores the state of an earlier run (a checkpoint): the moments, one per parameter in the
+  // order of Step's `params`, and the number of steps taken (t of the bias corrections is
+  // step_count + 1 at the next Step). The next Step continues exactly where that run was.
+  // Errors: kInvalidArgument if m and v differ in length or shape, a moment's status is an
+  // error, or step_count < 0; the state is unchanged then.
+  [[nodiscard]] absl::Status SetState(std::vector<Tensor> m, std::vector<Tensor> v,
+                                      int64_t step_count);
+
  private:
   AdamOptions options_;
   std::vector<Tensor> m_;

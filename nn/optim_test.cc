@@ -83,6 +83,41 @@ TEST(AdamTest, ThreeStepsMatchReference) {
   EXPECT_EQ(adam.step_count(), 3);
 }
 
+TEST(AdamTest, SetStateContinuesAnotherOptimizersRun) {
+  const std::vector<std::vector<double>> grads = {{0.3, -2}, {-0.1, 1}, {0.7, 0.25}};
+  const AdamOptions options{.lr = 0.1, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-3};
+  Tensor straight = F64({2}, {0.5, -1.5});
+  Adam uninterrupted(options);
+  for (const auto& g : grads) ASSERT_TRUE(uninterrupted.Step({&straight}, {F64({2}, g)}).ok());
+  ASSERT_TRUE(Sync().ok());
+  // One step, then the state moves to a fresh optimizer (what a checkpoint resume does).
+  Tensor p = F64({2}, {0.5, -1.5});
+  Adam first(options);
+  ASSERT_TRUE(first.Step({&p}, {F64({2}, grads[0])}).ok());
+  ASSERT_TRUE(Sync().ok());
+  Adam resumed(options);
+  ASSERT_TRUE(resumed.SetState(first.first_moments(), first.second_moments(), 1).ok());
+  EXPECT_EQ(resumed.step_count(), 1);
+  for (size_t i = 1; i < grads.size(); ++i) {
+    ASSERT_TRUE(resumed.Step({&p}, {F64({2}, grads[i])}).ok());
+  }
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_EQ(Values(p), Values(straight));
+  EXPECT_EQ(Values(resumed.second_moments()[0]), Values(uninterrupted.second_moments()[0]));
+  // Bad state: moments of different lengths or shapes, a negative count; nothing changes.
+  EXPECT_EQ(resumed.SetState({F64({2}, {0, 0})}, {}, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(resumed.SetState({F64({2}, {0, 0})}, {F64({3}, {0, 0, 0})}, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(resumed.SetState({}, {}, -1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(resumed.step_count(), 3);
+  // A state for another number of parameters is caught by the next Step.
+  Adam two(options);
+  ASSERT_TRUE(
+      two.SetState({F64({2}, {0, 0}), F64({2}, {0, 0})}, {F64({2}, {0, 0}), F64({2}, {0, 0})}, 0)
+          .ok());
+  EXPECT_EQ(two.Step({&p}, {F64({2}, grads[0])}).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(AdamTest, WeightDecayAddsL2Gradient) {
   Tensor p = F64({1}, {2});
   Adam adam({.lr = 0.1, .weight_decay = 0.5});

@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
+#include "mesh/runtime/checkpoint.h"
 #include "nlohmann/json.hpp"
 #include "nn/gpt.h"
 #include "nn/layers.h"
@@ -43,6 +44,14 @@ absl::StatusOr<nn::GptConfig> ConfigOf(const GptFlags& flags) {
   c.tied_head = flags.head == "tied";
   TESSEL_RETURN_IF_ERROR(nn::ValidateGptConfig(c));
   return c;
+}
+
+absl::Status CheckCheckpointFlags(const GptFlags& flags) {
+  if (flags.checkpoint_dir.empty() && (flags.checkpoint_every > 0 || flags.resume)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flags.resume ? "--resume" : "--checkpoint-every", " needs --checkpoint-dir"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<spmd::HybridMesh> MakeGptMesh(const GptFlags& flags, const mesh::Topology& topology,
@@ -245,6 +254,72 @@ absl::StatusOr<Samples> Generate(const GptFlags& flags, const Placement& placeme
   return Samples{Printable(text[0]), Printable(text[1])};
 }
 
+// What a checkpoint must match besides its arrays' shapes: the model's description.
+nlohmann::json ModelDescription(const GptFlags& flags) {
+  return {{"layers", flags.layers}, {"d_model", flags.d_model}, {"heads", flags.heads},
+          {"ffn", flags.ffn},       {"seq_len", flags.seq_len}, {"position", flags.position},
+          {"mlp", flags.mlp},       {"head", flags.head}};
+}
+
+std::string MeshText(const Placement& placement) {
+  return placement.runtime != nullptr ? placement.mesh->ToString() : "";
+}
+
+// The checkpoint's arrays, in this order per parameter: "param/NAME", "adam_m/NAME",
+// "adam_v/NAME" (GPT-2 parameter names).
+std::vector<std::string> CheckpointNames(const nn::Gpt& model) {
+  std::vector<std::string> names;
+  for (const std::string& name : model.parameter_names()) {
+    for (const char* kind : {"param/", "adam_m/", "adam_v/"}) names.push_back(kind + name);
+  }
+  return names;
+}
+
+// What a resume loads: every parameter and its two moments in the parameter's sharding.
+absl::StatusOr<std::vector<mesh::CheckpointTarget>> CheckpointTargets(nn::Gpt& model) {
+  std::vector<mesh::CheckpointTarget> targets;
+  const std::vector<std::string> names = CheckpointNames(model);
+  std::vector<Tensor*> params = model.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::optional<spmd::Sharding> sharding;
+    if (!params[i]->sharding().empty()) {
+      TESSEL_ASSIGN_OR_RETURN(sharding, spmd::ParseSharding(params[i]->sharding()));
+    }
+    for (int k = 0; k < 3; ++k) {
+      targets.push_back({names[3 * i + k], params[i]->shape(), sharding});
+    }
+  }
+  return targets;
+}
+
+// The newest checkpoint in --checkpoint-dir, checked against the model (arrays, shapes and
+// description) and the seed. `model` gives the shapes (and, sharded, the target shardings).
+absl::StatusOr<mesh::CheckpointMetadata> FindResumable(const GptFlags& flags, nn::Gpt& model,
+                                                       std::vector<mesh::CheckpointTarget>* out) {
+  TESSEL_ASSIGN_OR_RETURN(std::string step_dir, mesh::LatestCheckpoint(flags.checkpoint_dir));
+  TESSEL_ASSIGN_OR_RETURN(mesh::CheckpointMetadata meta, mesh::ReadCheckpointMetadata(step_dir));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<mesh::CheckpointTarget> targets, CheckpointTargets(model));
+  TESSEL_RETURN_IF_ERROR(mesh::CheckCheckpointFits(meta, targets));
+  const nlohmann::json here = ModelDescription(flags);
+  if (meta.attributes.value("model", nlohmann::json()) != here) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", step_dir, " was saved from another model (",
+        meta.attributes.value("model", nlohmann::json()).dump(), "); this run has ", here.dump()));
+  }
+  const nlohmann::json seed = meta.attributes.value("seed", nlohmann::json());
+  if (seed != nlohmann::json(flags.seed)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", step_dir, " was saved with --seed ", seed.dump(),
+                     "; this run has --seed ", flags.seed, " (the batches depend on it)"));
+  }
+  if (meta.step > flags.steps) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", step_dir, " is at step ",
+                                                   meta.step, ", past --steps ", flags.steps));
+  }
+  if (out != nullptr) *out = std::move(targets);
+  return meta;
+}
+
 // Everything the run measured, for the progress lines, the summary and the plot.
 struct History {
   std::vector<std::pair<int64_t, double>> train;       // (step, loss) at each progress line
@@ -413,18 +488,89 @@ void PrintHeader(const GptFlags& flags, const Placement& placement, const Job& j
   std::fflush(stdout);
 }
 
-// The training loop: steps, progress lines, evaluations.
+// Saves the parameters, AdamW's moments and the run's position after `step` steps.
+absl::Status SaveGpt(const GptFlags& flags, const Placement& placement, Job& job, int64_t step) {
+  const std::vector<std::string> names = CheckpointNames(*job.model);
+  std::vector<Tensor*> params = job.model->parameters();
+  std::vector<mesh::CheckpointArray> arrays;
+  for (size_t i = 0; i < params.size(); ++i) {
+    arrays.push_back({names[3 * i], *params[i]});
+    arrays.push_back({names[3 * i + 1], job.adamw->first_moments()[i]});
+    arrays.push_back({names[3 * i + 2], job.adamw->second_moments()[i]});
+  }
+  // The batches, the initialization and sampling are functions of the seed and the step, so the
+  // seed is the whole rng state and the step the data loader's position.
+  const nlohmann::json attributes = {
+      {"step", step},
+      {"seed", flags.seed},
+      {"model", ModelDescription(flags)},
+      {"adam_step_count", job.adamw->step_count()},
+      {"rng", {{"seed", flags.seed}}},
+      {"data", {{"next_train_batch", step}, {"batch", flags.batch}, {"seed", flags.seed}}}};
+  TESSEL_ASSIGN_OR_RETURN(mesh::CheckpointIoStats stats,
+                          mesh::SaveCheckpoint(flags.checkpoint_dir, step, arrays, attributes,
+                                               placement.runtime.get(), MeshText(placement)));
+  if (!placement.printer) return absl::OkStatus();
+  if (flags.json) {
+    PrintJson(
+        {{"checkpoint_saved", step}, {"host0_bytes", stats.bytes}, {"seconds", stats.seconds}});
+  } else {
+    std::printf("step %5lld  checkpoint saved in %s (host 0 wrote %lld bytes, %.3f s)\n",
+                static_cast<long long>(step), flags.checkpoint_dir.c_str(),
+                static_cast<long long>(stats.bytes), stats.seconds);
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+// Loads the newest checkpoint into the model and the optimizer; returns its step.
+absl::StatusOr<int64_t> ResumeGpt(const GptFlags& flags, const Placement& placement, Job& job) {
+  std::vector<mesh::CheckpointTarget> targets;
+  TESSEL_ASSIGN_OR_RETURN(mesh::CheckpointMetadata meta,
+                          FindResumable(flags, *job.model, &targets));
+  mesh::CheckpointIoStats stats;
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> values,
+                          mesh::LoadCheckpointArrays(meta, targets, placement.runtime.get(),
+                                                     MeshText(placement), &stats));
+  std::vector<Tensor*> params = job.model->parameters();
+  std::vector<Tensor> m, v;
+  for (size_t i = 0; i < params.size(); ++i) {
+    *params[i] = values[3 * i];
+    m.push_back(values[3 * i + 1]);
+    v.push_back(values[3 * i + 2]);
+  }
+  TESSEL_RETURN_IF_ERROR(job.adamw->SetState(std::move(m), std::move(v),
+                                             meta.attributes.value("adam_step_count", meta.step)));
+  if (placement.printer) {
+    if (flags.json) {
+      PrintJson({{"resumed_from", meta.step_dir},
+                 {"step", meta.step},
+                 {"host0_bytes_read", stats.bytes},
+                 {"seconds", stats.seconds}});
+    } else {
+      std::printf("resumed from %s at step %lld (host 0 read %lld bytes in %lld reads, %.3f s)\n",
+                  meta.step_dir.c_str(), static_cast<long long>(meta.step),
+                  static_cast<long long>(stats.bytes), static_cast<long long>(stats.reads),
+                  stats.seconds);
+      std::fflush(stdout);
+    }
+  }
+  return meta.step;
+}
+
+// The training loop from `first_step` (0, or a resumed checkpoint's step): steps, progress
+// lines, evaluations, checkpoints.
 absl::Status TrainLoop(const GptFlags& flags, const Placement& placement, Job& job,
-                       History& history) {
+                       int64_t first_step, History& history) {
   const double tokens_per_step = static_cast<double>(flags.batch * flags.seq_len);
   double interval_seconds = 0, interval_simulated = 0;
   int64_t interval_steps = 0;
   if (flags.eval_every > 0) {
     TESSEL_ASSIGN_OR_RETURN(double val, Evaluate(flags, placement, job));
-    history.validation.emplace_back(0, val);
-    if (placement.printer) PrintEval(flags, 0, val);
+    history.validation.emplace_back(first_step, val);
+    if (placement.printer) PrintEval(flags, first_step, val);
   }
-  for (int64_t step = 0; step < flags.steps; ++step) {
+  for (int64_t step = first_step; step < flags.steps; ++step) {
     const double lr = nn::WarmupCosineLr(step, flags.warmup, flags.steps, flags.lr, flags.min_lr);
     job.adamw->set_lr(lr);
     const auto start = std::chrono::steady_clock::now();
@@ -460,11 +606,16 @@ absl::Status TrainLoop(const GptFlags& flags, const Placement& placement, Job& j
       history.validation.emplace_back(step + 1, val);
       if (placement.printer) PrintEval(flags, step + 1, val);
     }
+    if (!flags.checkpoint_dir.empty() && flags.checkpoint_every > 0 &&
+        ((step + 1) % flags.checkpoint_every == 0 || last)) {
+      TESSEL_RETURN_IF_ERROR(SaveGpt(flags, placement, job, step + 1));
+    }
   }
   return absl::OkStatus();
 }
 
 absl::Status Train(const GptFlags& flags, Placement& placement) {
+  TESSEL_RETURN_IF_ERROR(CheckCheckpointFlags(flags));
   TESSEL_ASSIGN_OR_RETURN(Job job, MakeJob(flags, placement));
   std::vector<uint8_t> all = job.corpus->train;
   all.insert(all.end(), job.corpus->validation.begin(), job.corpus->validation.end());
@@ -472,8 +623,12 @@ absl::Status Train(const GptFlags& flags, Placement& placement) {
   if (placement.printer && !flags.json) PrintHeader(flags, placement, job, unigram_bits);
   ResetLazyMetrics();
   const auto run_start = std::chrono::steady_clock::now();
+  int64_t first_step = 0;
+  if (flags.resume) {
+    TESSEL_ASSIGN_OR_RETURN(first_step, ResumeGpt(flags, placement, job));
+  }
   History history;
-  TESSEL_RETURN_IF_ERROR(TrainLoop(flags, placement, job, history));
+  TESSEL_RETURN_IF_ERROR(TrainLoop(flags, placement, job, first_step, history));
   const auto sample_start = std::chrono::steady_clock::now();
   Samples samples;
   if (flags.generate > 0) {
@@ -549,11 +704,19 @@ absl::Status Train(const GptFlags& flags, Placement& placement) {
 absl::Status CheckGptRun(const GptFlags& flags, const mesh::Topology& topology,
                          const std::string& config_path) {
   TESSEL_RETURN_IF_ERROR(ConfigOf(flags).status());
+  TESSEL_RETURN_IF_ERROR(CheckCheckpointFlags(flags));
   TESSEL_RETURN_IF_ERROR(MakeGptMesh(flags, topology, config_path).status());
   const std::string dir = flags.data_dir.empty() ? nn::kDefaultFortunesDir : flags.data_dir;
   TESSEL_ASSIGN_OR_RETURN(nn::TextCorpus corpus, nn::LoadTextCorpus(dir));
-  return nn::TextBatcher::Check(corpus.validation, {flags.batch, flags.seq_len, 0},
-                                "validation split");
+  TESSEL_RETURN_IF_ERROR(nn::TextBatcher::Check(corpus.validation, {flags.batch, flags.seq_len, 0},
+                                                "validation split"));
+  if (flags.resume) {
+    // Checked here, before any host starts, so a bad checkpoint is one error line.
+    TESSEL_ASSIGN_OR_RETURN(nn::GptConfig config, ConfigOf(flags));
+    TESSEL_ASSIGN_OR_RETURN(nn::Gpt model, nn::Gpt::Create(config, flags.seed));
+    TESSEL_RETURN_IF_ERROR(FindResumable(flags, model, nullptr).status());
+  }
+  return absl::OkStatus();
 }
 
 void AddGptFlags(CLI::App& app, GptFlags* flags) {
@@ -633,6 +796,14 @@ void AddGptFlags(CLI::App& app, GptFlags* flags) {
   app.add_flag("--json", flags->json,
                "print JSON records: one per progress line and evaluation, and a summary");
   app.add_flag("--single-device", flags->single_device, "train on one device, no mesh");
+  app.add_option("--checkpoint-dir", flags->checkpoint_dir,
+                 "folder of the distributed checkpoints (each host writes its own shards)");
+  app.add_option("--checkpoint-every", flags->checkpoint_every,
+                 "save a checkpoint every N steps and after the last (0: never)")
+      ->check(nonnegative)
+      ->capture_default_str();
+  app.add_flag("--resume", flags->resume,
+               "continue from the newest complete checkpoint in --checkpoint-dir (any mesh)");
   app.add_option("--recipe", flags->recipe, "sharding recipe (nn/transformer.h)")
       ->check(CLI::IsMember({"dp", "fsdp", "tp", "fsdp_tp", "multislice_dp"}))
       ->capture_default_str();

@@ -18,6 +18,14 @@
 // nats and bits per byte; at the end a sample generated from --prompt, greedy and at
 // --temperature, through the same sharded model (the generation batch is split like training).
 //
+// Checkpoints: with --checkpoint-dir DIR --checkpoint-every N every host writes its shards of
+// the parameters and AdamW's moments after every N-th step (and the last), and host 0 the
+// metadata with the step, the seed (all of the run's randomness is a function of the seed and
+// the step: initialization, batch windows, sampling), the data-loader position (the next
+// training batch index) and the model's description. --resume continues from the newest
+// complete checkpoint in DIR, on this mesh or another (reshard on load) or on one device; on the
+// same mesh the losses after the resume equal the uninterrupted run's bit for bit.
+//
 //   tessel run configs/two_slices_2x2hosts.json --example gpt
 //   gpt_train --single-device --steps 200
 #ifndef TESSEL_EXAMPLES_GPT_GPT_EXAMPLE_H_
@@ -45,8 +53,8 @@ struct GptFlags {
   std::string mlp = "gelu";
   std::string head = "tied";
   // Training.
-  int64_t batch = 32;
-  int64_t steps = 1000;
+  int64_t batch = 16;
+  int64_t steps = 1200;
   double lr = 3e-3;
   double min_lr = 3e-4;
   int64_t warmup = 30;
@@ -64,6 +72,10 @@ struct GptFlags {
   std::string plot;  // SVG of the training and validation loss curves (host 0)
   bool json = false;
   bool single_device = false;
+  // Distributed checkpoints (mesh/runtime/checkpoint.h).
+  std::string checkpoint_dir;    // where checkpoints go / come from
+  int64_t checkpoint_every = 0;  // save every N steps and after the last (0: never)
+  bool resume = false;           // continue from the newest complete checkpoint
   // Sharded runs.
   std::string recipe = "fsdp_tp";
   MeshFlags mesh{.ici_mesh_shape = {1, 2, 2},
@@ -75,9 +87,11 @@ struct GptFlags {
 void AddGptFlags(CLI::App& app, GptFlags* flags);
 
 // Checks, before any host starts, what every host would otherwise reject on its own: the model
-// sizes, the mesh flags and recipe against `topology` (the config at `config_path`), and the
-// corpus. Errors: kInvalidArgument naming the flags and the config; kNotFound naming the corpus
-// directory and the Debian package `fortunes`.
+// sizes, the mesh flags and recipe against `topology` (the config at `config_path`), the
+// corpus, and with --resume the checkpoint (present, complete, files whole, fits the model).
+// Errors: kInvalidArgument naming the flags and the config, or the checkpoint and the array at
+// fault; kNotFound naming the corpus directory and the Debian package `fortunes`, or the
+// missing checkpoint; kDataLoss for a damaged checkpoint.
 [[nodiscard]] absl::Status CheckGptRun(const GptFlags& flags, const mesh::Topology& topology,
                                        const std::string& config_path);
 

@@ -1,0 +1,229 @@
+// Distributed checkpoints: a save on the two-slice preset (4 hosts x 2 devices, each host a
+// thread with an InProcTransport) loads on another sharding of the same devices and on one
+// device with the same values; damaged checkpoints give one clear error.
+#include "mesh/runtime/checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "core/status_macros.h"
+#include "gtest/gtest.h"
+#include "mesh/launch/host_env.h"
+#include "spmd/mark_sharding.h"
+#include "spmd/mesh.h"
+#include "spmd/partition_spec.h"
+#include "transport/inproc_transport.h"
+
+namespace tessel::mesh {
+namespace {
+
+namespace fs = std::filesystem;
+using spmd::kNone;
+
+Topology MainTopology() {
+  return LoadTopology(std::string(TESSEL_CONFIGS_DIR) + "/two_slices_2x2hosts.json").value();
+}
+
+std::vector<absl::Status> RunHosts(const Topology& topology,
+                                   const std::function<absl::Status(HostRuntime&)>& body) {
+  auto job =
+      transport::InProcTransport::Create(topology.num_hosts(), DeviceMapOf(topology)).value();
+  std::vector<absl::Status> statuses(topology.num_hosts());
+  std::vector<std::thread> threads;
+  for (int64_t h = 0; h < topology.num_hosts(); ++h) {
+    threads.emplace_back([&, h] {
+      absl::StatusOr<std::unique_ptr<HostRuntime>> runtime =
+          HostRuntime::Create(topology, &job->host(h));
+      if (!runtime.ok()) {
+        statuses[h] = runtime.status();
+        return;
+      }
+      SetComputationClient((*runtime)->client());
+      statuses[h] = body(**runtime);
+      SetComputationClient(nullptr);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return statuses;
+}
+
+Literal RandomLiteral(std::vector<int64_t> dims, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  Literal value(Shape(DType::kF32, std::move(dims)));
+  for (float& x : value.data<float>()) x = uniform(rng);
+  return value;
+}
+
+std::string FreshDir(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / name;
+  fs::remove_all(dir);
+  return dir.string();
+}
+
+// A single-device checkpoint of two arrays at step 3 under `dir`.
+void SaveSmall(const std::string& dir, const Literal& a, const Literal& b) {
+  std::vector<CheckpointArray> arrays = {{"a", Tensor::FromLiteral(a)},
+                                         {"b", Tensor::FromLiteral(b)}};
+  absl::StatusOr<CheckpointIoStats> stats =
+      SaveCheckpoint(dir, 3, arrays, {{"step", 3}}, nullptr, "");
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->bytes, a.byte_size() + b.byte_size());
+}
+
+std::vector<CheckpointTarget> SmallTargets() {
+  return {{"a", Shape(DType::kF32, {5, 3}), std::nullopt},
+          {"b", Shape(DType::kF32, {4}), std::nullopt}};
+}
+
+TEST(CheckpointTest, SingleDeviceRoundTrip) {
+  const std::string dir = FreshDir("ckpt_round_trip");
+  const Literal a = RandomLiteral({5, 3}, 1), b = RandomLiteral({4}, 2);
+  SaveSmall(dir, a, b);
+  // An unfinished later save (no metadata) is not a checkpoint.
+  fs::create_directories(fs::path(dir) / "step_00000009");
+  absl::StatusOr<std::string> latest = LatestCheckpoint(dir);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(fs::path(*latest).filename(), "step_00000003");
+  absl::StatusOr<CheckpointMetadata> meta = ReadCheckpointMetadata(*latest);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->step, 3);
+  EXPECT_EQ(meta->attributes["step"], 3);
+  CheckpointIoStats stats;
+  absl::StatusOr<std::vector<Tensor>> values =
+      LoadCheckpointArrays(*meta, SmallTargets(), nullptr, "", &stats);
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_EQ((*values)[0].ToLiteral().value(), a);
+  EXPECT_EQ((*values)[1].ToLiteral().value(), b);
+  EXPECT_EQ(stats.bytes, a.byte_size() + b.byte_size());
+}
+
+TEST(CheckpointTest, MissingDirAndNoCheckpoint) {
+  const std::string dir = FreshDir("ckpt_missing");
+  EXPECT_EQ(LatestCheckpoint(dir).status().code(), absl::StatusCode::kNotFound);
+  fs::create_directories(fs::path(dir) / "step_00000001");
+  absl::Status status = LatestCheckpoint(dir).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(status.message().find("no complete checkpoint"), std::string::npos) << status;
+}
+
+TEST(CheckpointTest, TruncatedShardFileIsDataLoss) {
+  const std::string dir = FreshDir("ckpt_truncated");
+  SaveSmall(dir, RandomLiteral({5, 3}, 1), RandomLiteral({4}, 2));
+  const std::string step_dir = LatestCheckpoint(dir).value();
+  for (const auto& entry : fs::directory_iterator(step_dir)) {
+    if (entry.path().extension() == ".shards") fs::resize_file(entry.path(), 10);
+  }
+  absl::Status status = ReadCheckpointMetadata(step_dir).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(status.message().find("truncated"), std::string::npos) << status;
+}
+
+TEST(CheckpointTest, CorruptBytesFailTheChecksum) {
+  const std::string dir = FreshDir("ckpt_corrupt");
+  SaveSmall(dir, RandomLiteral({5, 3}, 1), RandomLiteral({4}, 2));
+  const std::string step_dir = LatestCheckpoint(dir).value();
+  for (const auto& entry : fs::directory_iterator(step_dir)) {
+    if (entry.path().extension() != ".shards") continue;
+    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(5);
+    f.put('\x7f');
+  }
+  CheckpointMetadata meta = ReadCheckpointMetadata(step_dir).value();
+  absl::Status status = LoadCheckpointArrays(meta, SmallTargets(), nullptr, "").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(status.message().find("checksum mismatch"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("array a"), std::string::npos) << status;
+}
+
+TEST(CheckpointTest, ModelMismatchIsInvalidArgument) {
+  const std::string dir = FreshDir("ckpt_mismatch");
+  SaveSmall(dir, RandomLiteral({5, 3}, 1), RandomLiteral({4}, 2));
+  CheckpointMetadata meta = ReadCheckpointMetadata(LatestCheckpoint(dir).value()).value();
+  std::vector<CheckpointTarget> wrong_shape = SmallTargets();
+  wrong_shape[0].shape = Shape(DType::kF32, {5, 4});
+  absl::Status status = CheckCheckpointFits(meta, wrong_shape);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("array a is f32[5,3] in the checkpoint but f32[5,4]"),
+            std::string::npos)
+      << status;
+  std::vector<CheckpointTarget> missing = SmallTargets();
+  missing[1].name = "c";
+  EXPECT_NE(CheckCheckpointFits(meta, missing).message().find("it has array b"), std::string::npos);
+  missing.pop_back();
+  EXPECT_EQ(LoadCheckpointArrays(meta, missing, nullptr, "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CheckpointTest, MalformedMetadataIsDataLoss) {
+  const std::string dir = FreshDir("ckpt_malformed");
+  SaveSmall(dir, RandomLiteral({5, 3}, 1), RandomLiteral({4}, 2));
+  const std::string step_dir = LatestCheckpoint(dir).value();
+  for (const char* text :
+       {"{not json", "{\"format\": \"tessel-checkpoint-1\", \"step\": \"x\"}", "[1, 2]",
+        // A shard file outside the step folder.
+        "{\"format\": \"tessel-checkpoint-1\", \"step\": 3, \"mesh\": \"\", \"num_devices\": 1, "
+        "\"attributes\": {}, \"files\": {\"../x\": 0}, \"arrays\": []}"}) {
+    std::ofstream(fs::path(step_dir) / "metadata.json") << text;
+    absl::Status status = ReadCheckpointMetadata(step_dir).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << text << ": " << status;
+  }
+}
+
+// Saved on 8 devices as [data, model] tiles of a [7, 6] array (uneven: padded pieces) and a
+// replicated vector; loaded as [kNone, data] tiles on the same devices (another mesh text, so
+// the target sharding is used and every piece is assembled from parts of several saved
+// shards), and whole on one device.
+TEST(CheckpointTest, ReshardOnLoad) {
+  const Topology topology = MainTopology();
+  const Literal w_value = RandomLiteral({7, 6}, 3), v_value = RandomLiteral({6}, 4);
+  const std::string dir = FreshDir("ckpt_reshard");
+  std::vector<CheckpointIoStats> saved(topology.num_hosts());
+  std::vector<Literal> w_loaded(topology.num_hosts()), v_loaded(topology.num_hosts());
+  std::vector<absl::Status> statuses = RunHosts(topology, [&](HostRuntime& runtime) {
+    spmd::HybridMesh mesh =
+        spmd::HybridMesh::Create({2, 2}, {2, 1}, {"data", "model"}, topology).value();
+    Tensor w = Tensor::FromLiteral(w_value), v = Tensor::FromLiteral(v_value);
+    TESSEL_RETURN_IF_ERROR(spmd::mark_sharding(w, mesh, {"data", "model"}));
+    // Materialized as sharded device data by a trivial program.
+    w = w * 1.0f;
+    v = v * 1.0f;
+    TESSEL_RETURN_IF_ERROR(spmd::mark_sharding(w, mesh, {"data", "model"}));
+    TESSEL_RETURN_IF_ERROR(Sync({w, v}));
+    std::vector<CheckpointArray> arrays = {{"w", w}, {"v", v}};
+    TESSEL_ASSIGN_OR_RETURN(saved[runtime.host_index()],
+                            SaveCheckpoint(dir, 1, arrays, {}, &runtime, mesh.ToString()));
+    TESSEL_ASSIGN_OR_RETURN(std::string step_dir, LatestCheckpoint(dir));
+    TESSEL_ASSIGN_OR_RETURN(CheckpointMetadata meta, ReadCheckpointMetadata(step_dir));
+    TESSEL_ASSIGN_OR_RETURN(spmd::Sharding target,
+                            spmd::ShardingFromPartitionSpec(mesh, 2, {kNone, "data"}));
+    std::vector<CheckpointTarget> targets = {{"w", w_value.shape(), target},
+                                             {"v", v_value.shape(), std::nullopt}};
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> loaded,
+                            LoadCheckpointArrays(meta, targets, &runtime, "another mesh"));
+    TESSEL_ASSIGN_OR_RETURN(w_loaded[runtime.host_index()], loaded[0].ToLiteral());
+    TESSEL_ASSIGN_OR_RETURN(v_loaded[runtime.host_index()], loaded[1].ToLiteral());
+    return absl::OkStatus();
+  });
+  int64_t total = 0;
+  for (int64_t h = 0; h < topology.num_hosts(); ++h) {
+    ASSERT_TRUE(statuses[h].ok()) << "host " << h << ": " << statuses[h];
+    EXPECT_EQ(w_loaded[h], w_value) << "host " << h;
+    EXPECT_EQ(v_loaded[h], v_value) << "host " << h;
+    total += saved[h].bytes;
+  }
+  // Each tile once (no replica written twice), and no gather: every host wrote a part.
+  EXPECT_EQ(total, w_value.byte_size() + v_value.byte_size());
+  CheckpointMetadata meta = ReadCheckpointMetadata(LatestCheckpoint(dir).value()).value();
+  EXPECT_EQ(meta.Find("w")->shards.size(), 8u);
+  absl::StatusOr<std::vector<Tensor>> whole = LoadCheckpointArrays(
+      meta, {{"w", w_value.shape(), std::nullopt}, {"v", v_value.shape(), std::nullopt}}, nullptr,
+      "");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ((*whole)[0].ToLiteral().value(), w_value);
+}
+
+}  // namespace
+}  // namespace tessel::mesh
