@@ -28,8 +28,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 "$TESSEL" run "$CONFIG" --example gpt "${COMMON[@]}" --checkpoint-dir "$WORK/ref" \
   --checkpoint-every 2 >"$WORK/ref.out" 2>"$WORK/ref.err" || { cat "$WORK/ref.err"; fail "reference run exited $?"; }
-losses "$WORK/ref.out" >"$WORK/ref.losses"
-[ "$(wc -l <"$WORK/ref.losses")" -eq 6 ] || { cat "$WORK/ref.out"; fail "expected 6 steps in the reference run"; }
+# `tessel run --json` passes host 0's records to stderr as they come and prints one object.
+losses "$WORK/ref.err" >"$WORK/ref.losses"
+[ "$(wc -l <"$WORK/ref.losses")" -eq 6 ] || { cat "$WORK/ref.err"; fail "expected 6 steps in the reference run"; }
 [ -f "$WORK/ref/step_00000006/metadata.json" ] || fail "no step-6 checkpoint"
 
 # 2. Kill during the save of step 4, at each point; resume; compare.
@@ -44,25 +45,28 @@ for point in before_shards mid_shards after_shards before_metadata after_metadat
   [ -f "$dir/step_00000004/metadata.json" ] && [ "$want" -eq 2 ] && fail "$point: a torn step-4 checkpoint has metadata"
   "$TESSEL" run "$CONFIG" --example gpt "${COMMON[@]}" --checkpoint-dir "$dir" \
     --checkpoint-every 2 --resume >"$dir.resumed" 2>"$dir.resumed.err" || { cat "$dir.resumed.err"; fail "$point: resume exited $?"; }
-  grep -q "\"resumed_from\":\"$dir/step_0000000$want\"" "$dir.resumed" || { cat "$dir.resumed"; fail "$point: did not resume from step $want"; }
-  losses "$dir.resumed" >"$dir.losses"
-  [ "$(wc -l <"$dir.losses")" -eq $((6 - want)) ] || { cat "$dir.resumed"; fail "$point: expected $((6 - want)) steps after the resume"; }
+  grep -q "\"resumed_from\":\"$dir/step_0000000$want\"" "$dir.resumed.err" || { cat "$dir.resumed.err"; fail "$point: did not resume from step $want"; }
+  losses "$dir.resumed.err" >"$dir.losses"
+  [ "$(wc -l <"$dir.losses")" -eq $((6 - want)) ] || { cat "$dir.resumed.err"; fail "$point: expected $((6 - want)) steps after the resume"; }
   # Bit for bit: the resumed steps' losses are the uninterrupted run's, digit for digit.
   grep -vxFf "$WORK/ref.losses" "$dir.losses" && fail "$point: losses after the resume differ from the uninterrupted run"
   echo "$point: resumed at step $want, $(wc -l <"$dir.losses") losses equal bit for bit"
 done
 
 # 3. Reshard on load: the validation loss at step 6 on other meshes.
-ref_val=$(val_loss "$WORK/ref.out" 6)
+ref_val=$(val_loss "$WORK/ref.err" 6)
 RESUME=("${COMMON[@]}" --checkpoint-dir "$WORK/ref" --resume)
 "$TESSEL" run "$CONFIG" --example gpt "${RESUME[@]}" --ici-mesh-shape 1,2,2 --dcn-mesh-shape 1,2,1 \
   >"$WORK/mesh_b" 2>"$WORK/mesh_b.err" || { cat "$WORK/mesh_b.err"; fail "mesh B exited $?"; }
 "$TESSEL" run "$CONFIG4" --example gpt "${RESUME[@]}" --ici-mesh-shape 1,2,2 --dcn-mesh-shape 1,1,1 \
   >"$WORK/four" 2>"$WORK/four.err" || { cat "$WORK/four.err"; fail "4-device run exited $?"; }
 "$SINGLE" --single-device "${RESUME[@]}" >"$WORK/one" 2>"$WORK/one.err" || { cat "$WORK/one.err"; fail "single device exited $?"; }
+# The single-device binary prints its records on stdout; tessel run on stderr.
+cp "$WORK/mesh_b.err" "$WORK/mesh_b.records"; cp "$WORK/four.err" "$WORK/four.records"
+cp "$WORK/one" "$WORK/one.records"
 for run in mesh_b four one; do
-  got=$(val_loss "$WORK/$run" 6)
-  [ -n "$got" ] || { cat "$WORK/$run"; fail "$run: no validation loss at step 6"; }
+  got=$(val_loss "$WORK/$run.records" 6)
+  [ -n "$got" ] || { cat "$WORK/$run.records"; fail "$run: no validation loss at step 6"; }
   awk -v a="$got" -v b="$ref_val" -v r="$run" 'BEGIN { d = a - b; if (d < 0) d = -d;
     if (d / b > 1e-4) { printf "FAIL: %s: validation loss %s vs mesh A %s\n", r, a, b; exit 1 }
     printf "%s: validation loss %s (mesh A %s)\n", r, a, b }'
