@@ -1353,6 +1353,33 @@ TEST(RngTest, UniformStaysBelowHighAfterRounding) {
 
 // ---- Executor: graphs, liveness, errors, threads -----------------------------------------------
 
+TEST(ExecutorTest, FusedOutputIsWrittenIntoADeadIntermediate) {
+  // d = dot(x, x) is an intermediate whose only user is the fusion of exp(d) + d * 2: the
+  // fusion writes its output into d's buffer, so the run holds x, d and nothing else.
+  Graph g("in_place");
+  const Shape shape(DType::kF32, {64, 64});
+  Node* x = g.AddParameter(0, shape, "x").value();
+  OpAttributes dot;
+  dot.dot.lhs_contracting_dims = {1};
+  dot.dot.rhs_contracting_dims = {0};
+  Node* d = g.AddNode(Opcode::kDot, {x, x}, dot).value();
+  Node* two =
+      g.AddNode(Opcode::kBroadcast, shape, {g.AddConstant(Literal::Scalar(2.0f))}, OpAttributes{})
+          .value();
+  Node* e = g.AddNode(Opcode::kExp, {d}).value();
+  g.set_root(g.AddNode(Opcode::kAdd, {e, g.AddNode(Opcode::kMultiply, {d, two}).value()}).value());
+  Literal xv = Random(shape, 3, -0.1, 0.1);
+  ExecutionStats fused_stats, unfused_stats;
+  Literal fused = Executor({.fusion = true}).Run(g, {xv}, &fused_stats).value()[0];
+  Literal unfused = Executor({.fusion = false}).Run(g, {xv}, &unfused_stats).value()[0];
+  EXPECT_EQ(fused_stats.in_place, 1);
+  EXPECT_EQ(fused_stats.fusions, 1);
+  EXPECT_EQ(fused_stats.kernels, 2);                            // the dot and the fusion
+  EXPECT_EQ(fused_stats.peak_live_bytes, 2 * 64 * 64 * 4 + 4);  // x, d (then the result), 2.0
+  EXPECT_EQ(unfused_stats.in_place, 0);
+  ExpectWithinOneUlp(fused, unfused, "in-place fusion");
+}
+
 TEST(ExecutorTest, PeakLiveBytesOfSmallChain) {
   // x: f32[256] argument (1024 B, live for the whole run); k: f32[512] constant (2048 B, live
   // until its last use). Nodes run in insertion order; each output is allocated before the
