@@ -13,6 +13,11 @@
 //   BM_ExecutorExp/threads:1         exp of f32[16M] through Executor::Run (Eigen's packet exp,
 //                                    then libm for the inputs below ln(FLT_MIN))
 //   BM_EigenExp                      the same exp on Eigen arrays into a preallocated output
+//   BM_ExecutorAdam/fusion:F         the Adam update of f32[1M] parameters (m, v, p; scalar
+//                                    hyperparameters broadcast as the lazy API traces them)
+//                                    through Executor::Run, threads 1, loop fusion off (0) or on
+//                                    (1); counter kernels = passes over memory per run
+//   BM_EigenAdam                     the same update as one Eigen array expression per output
 //   BM_ExecutorConvolution/threads:T a ResNet 3x3 convolution, f32[8,32,32,64] (NHWC) x
 //                                    [3,3,64,64] (HWIO), pad 1: im2col + Eigen GEMM per block
 //
@@ -22,6 +27,7 @@
 #define EIGEN_USE_THREADS
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -175,6 +181,78 @@ void BM_EigenExp(benchmark::State& state) {
   SetAddCounters(state, 2);
 }
 
+constexpr int64_t kAdamElements = 1 << 20;
+
+// m' = b1 m + (1 - b1) g; v' = b2 v + (1 - b2) g g; p' = p - s m' / (sqrt(v') c + eps), with
+// s and c scalar parameters (step data) and b1, b2, eps constants, every scalar broadcast.
+std::unique_ptr<Graph> AdamGraph() {
+  auto graph = std::make_unique<Graph>("adam");
+  const Shape shape(DType::kF32, {kAdamElements});
+  Node* p = graph->AddParameter(0, shape, "p").value();
+  Node* g = graph->AddParameter(1, shape, "g").value();
+  Node* m = graph->AddParameter(2, shape, "m").value();
+  Node* v = graph->AddParameter(3, shape, "v").value();
+  Node* step_size = graph->AddParameter(4, Shape(DType::kF32, {}), "step_size").value();
+  Node* inv_c = graph->AddParameter(5, Shape(DType::kF32, {}), "inv_sqrt_bc2").value();
+  auto full = [&](Node* scalar) {
+    return graph->AddNode(Opcode::kBroadcast, shape, {scalar}, OpAttributes{}).value();
+  };
+  auto constant = [&](float value) { return full(graph->AddConstant(Literal::Scalar(value))); };
+  auto op = [&](Opcode opcode, Node* a, Node* b) { return graph->AddNode(opcode, {a, b}).value(); };
+  Node* m1 = op(Opcode::kAdd, op(Opcode::kMultiply, m, constant(0.9f)),
+                op(Opcode::kMultiply, g, constant(0.1f)));
+  Node* v1 = op(Opcode::kAdd, op(Opcode::kMultiply, v, constant(0.999f)),
+                op(Opcode::kMultiply, op(Opcode::kMultiply, g, g), constant(0.001f)));
+  Node* sqrt_v = graph->AddNode(Opcode::kSqrt, {v1}).value();
+  Node* denom = op(Opcode::kAdd, op(Opcode::kMultiply, sqrt_v, full(inv_c)), constant(1e-8f));
+  Node* p1 = op(Opcode::kSubtract, p,
+                op(Opcode::kDivide, op(Opcode::kMultiply, full(step_size), m1), denom));
+  graph->set_root(graph->AddNode(Opcode::kTuple, {p1, m1, v1}).value());
+  return graph;
+}
+
+std::vector<Literal> AdamArguments() {
+  return {RandomF32({kAdamElements}, 1), RandomF32({kAdamElements}, 2),
+          RandomF32({kAdamElements}, 3), RandomF32({kAdamElements}, 4),
+          Literal::Scalar(1e-3f),        Literal::Scalar(1.0f)};
+}
+
+void BM_ExecutorAdam(benchmark::State& state) {
+  std::unique_ptr<Graph> graph = AdamGraph();
+  std::vector<Literal> args = AdamArguments();
+  for (float& x : args[3].data<float>()) x = x * x;  // v is non-negative
+  Executor executor(ExecutorOptions{.num_threads = 1, .fusion = state.range(0) != 0});
+  ExecutionStats stats;
+  for (auto _ : state) {
+    absl::StatusOr<std::vector<Literal>> out = executor.Run(*graph, args, &stats);
+    if (!out.ok()) {
+      state.SkipWithError(std::string(out.status().message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(out->front().raw_data());
+  }
+  state.counters["kernels"] = static_cast<double>(stats.kernels);
+}
+
+void BM_EigenAdam(benchmark::State& state) {
+  std::vector<Literal> args = AdamArguments();
+  for (float& x : args[3].data<float>()) x = x * x;
+  using Array = Eigen::Map<const Eigen::ArrayXf>;
+  Array p(args[0].data<float>().data(), kAdamElements),
+      g(args[1].data<float>().data(), kAdamElements),
+      m(args[2].data<float>().data(), kAdamElements),
+      v(args[3].data<float>().data(), kAdamElements);
+  Eigen::ArrayXf p1(kAdamElements), m1(kAdamElements), v1(kAdamElements);
+  const float step_size = 1e-3f, inv_c = 1.0f;
+  for (auto _ : state) {
+    m1 = m * 0.9f + g * 0.1f;
+    v1 = v * 0.999f + g * g * 0.001f;
+    p1 = p - step_size * m1 / (v1.sqrt() * inv_c + 1e-8f);
+    benchmark::DoNotOptimize(p1.data());
+    benchmark::ClobberMemory();
+  }
+}
+
 // One untimed run first (allocator, TBB workers, caches), so that a single timed iteration, as
 void BM_ExecutorConvolution(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
@@ -241,6 +319,17 @@ BENCHMARK(BM_ExecutorExp)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EigenExp)->MinWarmUpTime(kWarmUpSeconds)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExecutorAdam)
+    ->ArgNames({"fusion"})
+    ->Arg(0)
+    ->Arg(1)
+    ->MinWarmUpTime(kWarmUpSeconds)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EigenAdam)
+    ->MinWarmUpTime(kWarmUpSeconds)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace tessel

@@ -1,6 +1,7 @@
 // One training step of the Fashion-MNIST MLP (784-512-256-10, ReLU, Adam) on random data:
 // forward, cross-entropy, Grad, Adam update, traced lazily and run as one cached graph
 // (nn::TrainStep). The argument is the batch size; 128 is the example's default.
+// BM_MlpWide*: the same for the example's 784-1024-1024-10 (benchmarks/jax_compare).
 //
 // Counters: us_per_sample (wall time of the timed steps divided by the samples they processed,
 // microseconds), samples_per_second, and the split of a step into trace_ms (tracing the lazy
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "benchmark/benchmark.h"
 #include "core/tensor.h"
@@ -35,10 +37,11 @@ Batch RandomBatch(int64_t batch_size, uint64_t seed) {
   return batch;
 }
 
-// Times TrainStep of the MLP with `optimizer` at batch size state.range(0).
-void RunSteps(benchmark::State& state, Optimizer& optimizer) {
+// Times TrainStep of the MLP `sizes` with `optimizer` at batch size state.range(0).
+void RunSteps(benchmark::State& state, Optimizer& optimizer,
+              std::vector<int64_t> sizes = {784, 512, 256, 10}) {
   const int64_t batch_size = state.range(0);
-  absl::StatusOr<Mlp> model = Mlp::Create({784, 512, 256, 10}, /*seed=*/0);
+  absl::StatusOr<Mlp> model = Mlp::Create(sizes, /*seed=*/0);
   if (!model.ok()) {
     state.SkipWithError(std::string(model.status().message()).c_str());
     return;
@@ -88,6 +91,29 @@ void BM_MlpSgdStep(benchmark::State& state) {
   RunSteps(state, sgd);
 }
 BENCHMARK(BM_MlpSgdStep)->Arg(128)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The wide MLP of the Fashion-MNIST example and of benchmarks/jax_compare (784-1024-1024-10):
+// the single-device rows of the Tessel vs JAX table.
+void BM_MlpWideAdamStep(benchmark::State& state) {
+  Adam adam({.lr = 1e-3});
+  RunSteps(state, adam, {784, 1024, 1024, 10});
+}
+void BM_MlpWideSgdStep(benchmark::State& state) {
+  Sgd sgd({.lr = 1e-3});
+  RunSteps(state, sgd, {784, 1024, 1024, 10});
+}
+BENCHMARK(BM_MlpWideSgdStep)
+    ->Arg(32)
+    ->Arg(128)
+    ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MlpWideAdamStep)
+    ->Arg(32)
+    ->Arg(128)
+    ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace tessel::nn

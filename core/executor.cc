@@ -7,6 +7,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/environment.h"
+#include "core/internal/fusion.h"
 #include "core/internal/kernels.h"
 #include "core/shape_inference.h"
 #include "core/status_macros.h"
@@ -253,7 +255,17 @@ class Execution {
     for (const Node* node : graph_.nodes()) {
       if (!reachable_[node->id()]) continue;
       TESSEL_RETURN_IF_ERROR(CheckNode(*node, options_));
-      for (const Node* operand : node->operands()) ++slots_[operand->id()].remaining_uses;
+    }
+    if (options_.fusion) plan_ = internal::PlanFusion(graph_, reachable_);
+    // Uses are counted on the program that runs: a fusion uses each of its leaves once, and
+    // nodes computed inside fusions use nothing.
+    for (const Node* node : graph_.nodes()) {
+      if (!reachable_[node->id()] || Absorbed(*node)) continue;
+      if (const internal::Fusion* fusion = FusionOf(*node)) {
+        for (const Node* leaf : fusion->leaves) ++slots_[leaf->id()].remaining_uses;
+      } else {
+        for (const Node* operand : node->operands()) ++slots_[operand->id()].remaining_uses;
+      }
     }
     ++slots_[graph_.root()->id()].remaining_uses;  // the result outlives the run
     for (const Literal* argument : arguments_) live_bytes_ += TotalBytes(*argument);
@@ -265,6 +277,14 @@ class Execution {
     std::vector<const Literal*> operands;
     for (const Node* node : graph_.nodes()) {
       if (!reachable_[node->id()]) continue;
+      if (Absorbed(*node)) {
+        ++nodes_executed_;  // computed inside the fusion of one of its users
+        continue;
+      }
+      if (const internal::Fusion* fusion = FusionOf(*node)) {
+        TESSEL_RETURN_IF_ERROR(ExecuteFusion(ctx, *fusion));
+        continue;
+      }
       Slot& slot = slots_[node->id()];
       operands.clear();
       for (const Node* operand : node->operands()) {
@@ -318,9 +338,11 @@ class Execution {
           TESSEL_ASSIGN_OR_RETURN(Literal value, Evaluate(ctx, *node, operands));
           slot.bytes = new_bytes = TotalBytes(value);
           slot.owned = std::move(value);
+          ++kernels_;
           break;
         }
       }
+      if (IsCollective(node->opcode()) || node->opcode() == Opcode::kPartitionId) ++kernels_;
       live_bytes_ += new_bytes;
       peak_bytes_ = std::max(peak_bytes_, live_bytes_);
       ++nodes_executed_;
@@ -348,8 +370,56 @@ class Execution {
 
   int64_t peak_bytes() const { return peak_bytes_; }
   int64_t nodes_executed() const { return nodes_executed_; }
+  int64_t kernels() const { return kernels_; }
+  int64_t fusions() const { return fusions_; }
+  int64_t in_place() const { return in_place_; }
 
  private:
+  bool Absorbed(const Node& node) const {
+    return !plan_.absorbed.empty() && plan_.absorbed[node.id()];
+  }
+  const internal::Fusion* FusionOf(const Node& node) const {
+    if (plan_.fusion_of_root.empty()) return nullptr;
+    const int f = plan_.fusion_of_root[node.id()];
+    return f < 0 ? nullptr : &plan_.fusions[f];
+  }
+
+  // Runs one loop fusion. The output goes into the buffer of a leaf read only elementwise whose
+  // value dies here (an owned intermediate, never an argument or constant), when one has the
+  // root's shape; otherwise into a new buffer.
+  absl::Status ExecuteFusion(const KernelContext& ctx, const internal::Fusion& fusion) {
+    const Node& root = *fusion.root;
+    std::vector<const Literal*> leaves;
+    Literal* donated = nullptr;
+    Slot* donor = nullptr;
+    for (size_t l = 0; l < fusion.leaves.size(); ++l) {
+      Slot& leaf = slots_[fusion.leaves[l]->id()];
+      leaves.push_back(&leaf.value());
+      if (donor == nullptr && fusion.leaf_elementwise[l] && leaf.owned.has_value() &&
+          leaf.remaining_uses == 1 && leaf.owned->shape() == root.shape()) {
+        donor = &leaf;
+        donated = &*leaf.owned;
+      }
+    }
+    TESSEL_ASSIGN_OR_RETURN(Literal value, internal::RunFusion(ctx, fusion, leaves, donated));
+    if (donor != nullptr) {
+      // The buffer changed owner: its bytes are the output's now, not the leaf's.
+      live_bytes_ -= donor->bytes;
+      donor->bytes = 0;
+      ++in_place_;
+    }
+    Slot& slot = slots_[root.id()];
+    slot.bytes = TotalBytes(value);
+    slot.owned = std::move(value);
+    live_bytes_ += slot.bytes;
+    peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+    ++nodes_executed_;
+    ++kernels_;
+    ++fusions_;
+    for (const Node* leaf : fusion.leaves) Release(slots_[leaf->id()]);
+    return absl::OkStatus();
+  }
+
   // Called once per operand use after the user ran; frees the value after its last use.
   void Release(Slot& slot) {
     if (--slot.remaining_uses > 0) return;
@@ -406,6 +476,9 @@ class Execution {
     }
     peak_bytes_ = std::max(peak_bytes_, live_bytes_ + run.peak_bytes());
     nodes_executed_ += run.nodes_executed();
+    kernels_ += run.kernels();
+    fusions_ += run.fusions();
+    in_place_ += run.in_place();
     return run.TakeResult();
   }
 
@@ -459,14 +532,25 @@ class Execution {
   const ExecutorOptions& options_;
   std::vector<Slot> slots_;
   std::vector<bool> reachable_;
+  internal::FusionPlan plan_;  // empty without ExecutorOptions::fusion
   int64_t live_bytes_ = 0;
   int64_t peak_bytes_ = 0;
   int64_t nodes_executed_ = 0;
+  int64_t kernels_ = 0;
+  int64_t fusions_ = 0;
+  int64_t in_place_ = 0;
 };
 
 }  // namespace
 
-Executor::Executor(ExecutorOptions options) : options_(options) {}
+Executor::Executor(ExecutorOptions options) : options_(options) {
+  absl::StatusOr<std::optional<bool>> fusion = GetBoolEnv("TESSEL_EXECUTOR_FUSION");
+  if (!fusion.ok()) {
+    env_status_ = fusion.status();
+  } else if (fusion->has_value() && !**fusion) {
+    options_.fusion = false;
+  }
+}
 
 absl::StatusOr<std::vector<Literal>> Executor::Run(const Graph& graph,
                                                    absl::Span<const Literal> arguments,
@@ -482,6 +566,7 @@ absl::StatusOr<std::vector<Literal>> Executor::RunBorrowed(
   if (graph.root() == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("graph \"", graph.name(), "\" has no nodes"));
   }
+  TESSEL_RETURN_IF_ERROR(env_status_);
   TESSEL_RETURN_IF_ERROR(CheckArguments(graph, arguments));
   Execution run(graph, arguments, options_);
   TESSEL_RETURN_IF_ERROR(run.Prepare());
@@ -507,6 +592,9 @@ absl::StatusOr<std::vector<Literal>> Executor::RunBorrowed(
   if (stats != nullptr) {
     stats->peak_live_bytes = run.peak_bytes();
     stats->nodes_executed = run.nodes_executed();
+    stats->kernels = run.kernels();
+    stats->fusions = run.fusions();
+    stats->in_place = run.in_place();
   }
   return run.TakeOutputs();
 }

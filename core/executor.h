@@ -15,6 +15,13 @@
 // (rng_seed, element index). `while` runs its condition and body graphs until the condition is
 // false; `conditional` runs the branch its pred / index selects (an index outside 0..N-1: the
 // last), both with this executor's options, so collectives inside them go to the same backend.
+// Loop fusion (core/internal/fusion.h, XLA's kLoop fusion): before running, chains of
+// elementwise ops with the broadcasts and reshapes feeding them become one loop per output
+// (one pass over memory), and a fused output whose operand is an intermediate that dies there
+// is written into that operand's buffer. Fusion is internal: the graph does not change, and
+// results equal the unfused run's bitwise except Eigen's packet transcendental ops, which may
+// differ by one ulp. ExecutorOptions::fusion = false (or TESSEL_EXECUTOR_FUSION=0 for the
+// executors the runtime builds) runs every node as its own kernel.
 // `Run` is const and may be called from several threads at once.
 #ifndef TESSEL_CORE_EXECUTOR_H_
 #define TESSEL_CORE_EXECUTOR_H_
@@ -22,6 +29,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/collectives.h"
@@ -39,13 +47,24 @@ struct ExecutorOptions {
   // Carries the program's collectives (all-reduce, all-gather, ...) to the other devices; not
   // owned. Without one, a program containing a collective fails with kFailedPrecondition.
   CollectiveBackend* collectives = nullptr;
+  // Loop fusion of elementwise ops (see above). Executor(options) turns it off when the
+  // environment variable TESSEL_EXECUTOR_FUSION is set to a false value (0, false, no, off).
+  bool fusion = true;
 };
 
 struct ExecutionStats {
   // Highest sum of live buffer bytes during the run: arguments plus intermediates still needed.
   int64_t peak_live_bytes = 0;
-  // Nodes executed (parameters and constants included).
+  // Nodes executed (parameters and constants included; a node computed inside a fusion counts).
   int64_t nodes_executed = 0;
+  // Passes over memory: kernels that wrote a buffer. A fusion counts once however many ops it
+  // holds; parameter, constant, tuple, get-tuple-element, while and conditional count none
+  // (the kernels of a while body or a branch count each time they run).
+  int64_t kernels = 0;
+  // Of `kernels`: the loop fusions run, and the fused outputs written into a dead operand's
+  // buffer instead of a new one.
+  int64_t fusions = 0;
+  int64_t in_place = 0;
 };
 
 class Executor {
@@ -53,7 +72,8 @@ class Executor {
   explicit Executor(ExecutorOptions options = {});
 
   // Executes `graph` with `arguments[i]` bound to parameter i.
-  // Errors: kInvalidArgument if the argument count or any argument's shape differs from the
+  // Errors: kInvalidArgument if TESSEL_EXECUTOR_FUSION has a value that is not a boolean, if
+  // the argument count or any argument's shape differs from the
   // parameter's (naming the parameter), or a dynamic index is not a scalar integer.
   [[nodiscard]] absl::StatusOr<std::vector<Literal>> Run(const Graph& graph,
                                                          absl::Span<const Literal> arguments,
@@ -68,6 +88,7 @@ class Executor {
 
  private:
   ExecutorOptions options_;
+  absl::Status env_status_;  // a malformed TESSEL_EXECUTOR_FUSION, reported by every run
 };
 
 }  // namespace tessel

@@ -111,23 +111,102 @@ void ExpectEqual(const Literal& got, const Literal& want, const std::string& wha
   ExpectClose(got, want, 0, 0, what);
 }
 
-// Builds a graph with one parameter per input and a single `opcode` node over them, runs it.
+// Every element of `got` equals `want`'s, or (floating types) differs by at most one ulp of
+// the element type: what loop fusion may change (Eigen's packet exp etc. at block boundaries).
+void ExpectWithinOneUlp(const Literal& got, const Literal& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const DType dtype = want.shape().dtype();
+  for (int64_t i = 0; i < got.num_elements(); ++i) {
+    const double g = got.GetAsDouble(i), w = want.GetAsDouble(i);
+    if ((std::isnan(w) && std::isnan(g)) || g == w) continue;
+    double ulp = 0;
+    if (dtype == DType::kF32) {
+      const float wf = static_cast<float>(w);
+      ulp = std::abs(std::nextafter(wf, std::numeric_limits<float>::infinity()) - wf);
+    } else if (dtype == DType::kF64) {
+      ulp = std::abs(std::nextafter(w, std::numeric_limits<double>::infinity()) - w);
+    } else if (dtype == DType::kBF16 || dtype == DType::kF16) {
+      ulp = std::abs(w) * (dtype == DType::kBF16 ? 0x1p-7 : 0x1p-10);
+    }
+    ASSERT_LE(std::abs(g - w), ulp)
+        << what << " at linear index " << i << " of " << got.shape().ToString() << ": fused " << g
+        << ", unfused " << w;
+  }
+}
+
+// `node` passed through select(broadcast(true), node, node): the identity for every element
+// type, and an elementwise op, so the executor fuses it with `node` (when that is elementwise)
+// and with the broadcast.
+absl::StatusOr<Node*> SelectIdentity(Graph& g, Node* node) {
+  Node* yes = g.AddConstant(Literal::Scalar<bool>(true));
+  OpAttributes attrs;
+  TESSEL_ASSIGN_OR_RETURN(
+      Node * all_true,
+      g.AddNode(Opcode::kBroadcast, Shape(DType::kPred, node->shape().dims()), {yes}, attrs));
+  return g.AddNode(Opcode::kSelect, {all_true, node, node});
+}
+
+// Runs `opcode` over one parameter per input once more inside loop fusions: each input and the
+// output wrapped in SelectIdentity, fusion on. Must give what the single node gave unfused
+// (`plain`, or its error code).
+void ExpectFusedAgrees(Opcode opcode, const std::vector<Literal>& inputs, const OpAttributes& attrs,
+                       const std::optional<Shape>& shape, ExecutorOptions options,
+                       const absl::StatusOr<Literal>& plain) {
+  Graph g("fused_op");
+  std::vector<Node*> operands;
+  int wrapped = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Node* p = g.AddParameter(i, inputs[i].shape()).value();
+    wrapped += !p->shape().is_tuple();
+    operands.push_back(p->shape().is_tuple() ? p : SelectIdentity(g, p).value());
+  }
+  absl::StatusOr<Node*> node = shape.has_value() ? g.AddNode(opcode, *shape, operands, attrs)
+                                                 : g.AddNode(opcode, operands, attrs);
+  if (!node.ok()) {  // the shape rules reject the op: so must the unfused graph have
+    EXPECT_FALSE(plain.ok()) << node.status();
+    return;
+  }
+  if (!(*node)->shape().is_tuple()) {
+    g.set_root(SelectIdentity(g, *node).value());
+    ++wrapped;
+  }
+  options.fusion = true;
+  ExecutionStats stats;
+  absl::StatusOr<std::vector<Literal>> fused = Executor(options).Run(g, inputs, &stats);
+  const std::string what = absl::StrCat(OpcodeName(opcode), " fused");
+  if (!plain.ok()) {
+    ASSERT_FALSE(fused.ok()) << what;
+    EXPECT_EQ(fused.status().code(), plain.status().code()) << what << ": " << fused.status();
+    return;
+  }
+  ASSERT_TRUE(fused.ok()) << what << ": " << fused.status();
+  if (wrapped > 0) EXPECT_GT(stats.fusions, 0) << what;
+  if ((*node)->shape().is_tuple()) return;
+  ExpectWithinOneUlp((*fused)[0], *plain, what);
+}
+
+// Builds a graph with one parameter per input and a single `opcode` node over them, runs it
+// (alone the node is never fused), and checks that the same op inside loop fusions agrees.
 absl::StatusOr<Literal> RunOp(Opcode opcode, const std::vector<Literal>& inputs,
                               OpAttributes attrs = {}, std::optional<Shape> shape = std::nullopt,
                               ExecutorOptions options = {}) {
-  Graph g("op");
-  std::vector<Node*> params;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    TESSEL_ASSIGN_OR_RETURN(Node * p, g.AddParameter(i, inputs[i].shape()));
-    params.push_back(p);
-  }
-  absl::StatusOr<Node*> node = shape.has_value() ? g.AddNode(opcode, *shape, params, attrs)
-                                                 : g.AddNode(opcode, params, attrs);
-  if (!node.ok()) return node.status();
-  Executor executor(options);
-  TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> out, executor.Run(g, inputs));
-  if (out.size() != 1) return absl::InternalError("expected one output");
-  return std::move(out[0]);
+  absl::StatusOr<Literal> plain = [&]() -> absl::StatusOr<Literal> {
+    Graph g("op");
+    std::vector<Node*> params;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      TESSEL_ASSIGN_OR_RETURN(Node * p, g.AddParameter(i, inputs[i].shape()));
+      params.push_back(p);
+    }
+    absl::StatusOr<Node*> node = shape.has_value() ? g.AddNode(opcode, *shape, params, attrs)
+                                                   : g.AddNode(opcode, params, attrs);
+    if (!node.ok()) return node.status();
+    Executor executor(options);
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> out, executor.Run(g, inputs));
+    if (out.size() != 1) return absl::InternalError("expected one output");
+    return std::move(out[0]);
+  }();
+  ExpectFusedAgrees(opcode, inputs, attrs, shape, options, plain);
+  return plain;
 }
 
 Literal MustRun(Opcode opcode, const std::vector<Literal>& inputs, OpAttributes attrs = {},
@@ -1274,6 +1353,33 @@ TEST(RngTest, UniformStaysBelowHighAfterRounding) {
 
 // ---- Executor: graphs, liveness, errors, threads -----------------------------------------------
 
+TEST(ExecutorTest, FusedOutputIsWrittenIntoADeadIntermediate) {
+  // d = dot(x, x) is an intermediate whose only user is the fusion of exp(d) + d * 2: the
+  // fusion writes its output into d's buffer, so the run holds x, d and nothing else.
+  Graph g("in_place");
+  const Shape shape(DType::kF32, {64, 64});
+  Node* x = g.AddParameter(0, shape, "x").value();
+  OpAttributes dot;
+  dot.dot.lhs_contracting_dims = {1};
+  dot.dot.rhs_contracting_dims = {0};
+  Node* d = g.AddNode(Opcode::kDot, {x, x}, dot).value();
+  Node* two =
+      g.AddNode(Opcode::kBroadcast, shape, {g.AddConstant(Literal::Scalar(2.0f))}, OpAttributes{})
+          .value();
+  Node* e = g.AddNode(Opcode::kExp, {d}).value();
+  g.set_root(g.AddNode(Opcode::kAdd, {e, g.AddNode(Opcode::kMultiply, {d, two}).value()}).value());
+  Literal xv = Random(shape, 3, -0.1, 0.1);
+  ExecutionStats fused_stats, unfused_stats;
+  Literal fused = Executor({.fusion = true}).Run(g, {xv}, &fused_stats).value()[0];
+  Literal unfused = Executor({.fusion = false}).Run(g, {xv}, &unfused_stats).value()[0];
+  EXPECT_EQ(fused_stats.in_place, 1);
+  EXPECT_EQ(fused_stats.fusions, 1);
+  EXPECT_EQ(fused_stats.kernels, 2);                            // the dot and the fusion
+  EXPECT_EQ(fused_stats.peak_live_bytes, 2 * 64 * 64 * 4 + 4);  // x, d (then the result), 2.0
+  EXPECT_EQ(unfused_stats.in_place, 0);
+  ExpectWithinOneUlp(fused, unfused, "in-place fusion");
+}
+
 TEST(ExecutorTest, PeakLiveBytesOfSmallChain) {
   // x: f32[256] argument (1024 B, live for the whole run); k: f32[512] constant (2048 B, live
   // until its last use). Nodes run in insertion order; each output is allocated before the
@@ -1303,18 +1409,26 @@ TEST(ExecutorTest, PeakLiveBytesOfSmallChain) {
   g.set_root(t);
 
   Literal xv = Random(Shape(DType::kF32, {256}), 2);
-  for (int threads : {1, 0}) {
-    ExecutionStats stats;
-    std::vector<Literal> out = Executor(ExecutorOptions{threads}).Run(g, {xv}, &stats).value();
-    EXPECT_EQ(stats.peak_live_bytes, 5120);
-    EXPECT_EQ(stats.nodes_executed, 7);
-    ASSERT_EQ(out.size(), 2u);
-    EXPECT_EQ(out[1], xv);
-    Literal want(Shape(DType::kF32, {256}));
-    for (int64_t i = 0; i < 256; ++i) {
-      want.data<float>()[i] = -std::exp(xv.data<float>()[i]) + k->literal().data<float>()[i];
+  // With loop fusion, exp, negate and add are one loop (a and b never exist): x + k, then s
+  // (4096, the peak), free k, c (3072), free s, t copies x.
+  for (bool fusion : {false, true}) {
+    for (int threads : {1, 0}) {
+      ExecutionStats stats;
+      std::vector<Literal> out = Executor(ExecutorOptions{.num_threads = threads, .fusion = fusion})
+                                     .Run(g, {xv}, &stats)
+                                     .value();
+      EXPECT_EQ(stats.peak_live_bytes, fusion ? 4096 : 5120);
+      EXPECT_EQ(stats.nodes_executed, 7);
+      EXPECT_EQ(stats.kernels, fusion ? 2 : 4);  // slice and the fusion; or exp, negate, slice, add
+      EXPECT_EQ(stats.fusions, fusion ? 1 : 0);
+      ASSERT_EQ(out.size(), 2u);
+      EXPECT_EQ(out[1], xv);
+      Literal want(Shape(DType::kF32, {256}));
+      for (int64_t i = 0; i < 256; ++i) {
+        want.data<float>()[i] = -std::exp(xv.data<float>()[i]) + k->literal().data<float>()[i];
+      }
+      ExpectClose(out[0], want, 1e-6, 1e-6);
     }
-    ExpectClose(out[0], want, 1e-6, 1e-6);
   }
 }
 

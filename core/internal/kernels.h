@@ -76,6 +76,20 @@ int64_t TotalBytes(const Literal& literal);
                                              ComparisonDirection direction, const Literal& a,
                                              const Literal& b, const Shape& shape);
 
+// One elementwise op on `n` contiguous elements of raw buffers, on the calling thread: the
+// building block of fused loops (core/internal/fusion.h). Same arithmetic as Unary, Binary,
+// Select and Clamp (bitwise, except Eigen's packet exp/log/tanh/logistic/sin/cos, which may
+// differ by one ulp at a different chunk boundary). `operands` point at n elements each, in
+// the op's operand order; `operand_dtype` is the element type of operand 0 (operand 1 for
+// select, whose operand 0 is pred) and `result_dtype` that of `out`. Covers the unary ops of
+// Unary (convert, copy and is-finite included), the binary ops of Binary (compare with
+// `direction`), select and clamp (all operands full length). n == 0 only validates.
+// Errors: kInvalidArgument as Unary / Binary for an element type the op has no meaning for.
+[[nodiscard]] absl::Status ElementwiseOnBuffers(Opcode opcode, ComparisonDirection direction,
+                                                DType operand_dtype, DType result_dtype,
+                                                absl::Span<const void* const> operands, void* out,
+                                                int64_t n);
+
 // ---- Sorting (kernels_sort.cc) ------------------------------------------------------------------
 
 // sort: each row of operands[0] along `dim` ordered ascending (or `descending`) in the total

@@ -1,6 +1,7 @@
 // Elementwise kernels: unary ops, convert, binary ops, compare, select, clamp.
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -172,6 +173,20 @@ To ConvertValue(From v) {
     // To is floating: int -> float, or float -> float. bf16/f16 round from f32.
     return StoreAs<To>(static_cast<ComputeT<To>>(Load(v)));
   }
+}
+
+// dst[i] = convert(src[i]) for i in [0, n).
+void ConvertBuffer(const KernelContext& ctx, DType from, DType to, const void* src, void* dst,
+                   int64_t n) {
+  VisitDType(from, [&]<typename From>() {
+    VisitDType(to, [&]<typename To>() {
+      const From* in = static_cast<const From*>(src);
+      To* out = static_cast<To*>(dst);
+      ParallelFor(ctx, n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) out[i] = ConvertValue<To, From>(in[i]);
+      });
+    });
+  });
 }
 
 Literal Convert(const KernelContext& ctx, const Literal& x, const Shape& shape) {
@@ -488,6 +503,83 @@ Literal Clamp(const KernelContext& ctx, const Literal& min, const Literal& x, co
     });
   });
   return out;
+}
+
+absl::Status ElementwiseOnBuffers(Opcode opcode, ComparisonDirection direction, DType operand_dtype,
+                                  DType result_dtype, absl::Span<const void* const> operands,
+                                  void* out, int64_t n) {
+  // One thread: the fused loop that calls this already runs inside a parallel chunk.
+  const KernelContext ctx{1};
+  switch (opcode) {
+    case Opcode::kConvert:
+      ConvertBuffer(ctx, operand_dtype, result_dtype, operands[0], out, n);
+      return absl::OkStatus();
+    case Opcode::kCopy:
+      if (n > 0) std::memcpy(out, operands[0], static_cast<size_t>(n) * ByteWidth(result_dtype));
+      return absl::OkStatus();
+    case Opcode::kIsFinite:
+      return VisitDType(operand_dtype, [&]<typename T>() -> absl::Status {
+        if constexpr (kIsFloating<T>) {
+          const T* src = static_cast<const T*>(operands[0]);
+          bool* dst = static_cast<bool*>(out);
+          for (int64_t i = 0; i < n; ++i) dst[i] = std::isfinite(Load(src[i]));
+          return absl::OkStatus();
+        } else {
+          return TypeError(opcode, operand_dtype);
+        }
+      });
+    case Opcode::kSelect:
+      return VisitDType(result_dtype, [&]<typename T>() -> absl::Status {
+        const bool* p = static_cast<const bool*>(operands[0]);
+        const T* t = static_cast<const T*>(operands[1]);
+        const T* f = static_cast<const T*>(operands[2]);
+        T* dst = static_cast<T*>(out);
+        for (int64_t i = 0; i < n; ++i) dst[i] = p[i] ? t[i] : f[i];
+        return absl::OkStatus();
+      });
+    case Opcode::kClamp:
+      return VisitDType(result_dtype, [&]<typename T>() -> absl::Status {
+        using C = ComputeT<T>;
+        const T* lo = static_cast<const T*>(operands[0]);
+        const T* src = static_cast<const T*>(operands[1]);
+        const T* hi = static_cast<const T*>(operands[2]);
+        T* dst = static_cast<T*>(out);
+        for (int64_t i = 0; i < n; ++i) {
+          C v = Load(src[i]);
+          C l = Load(lo[i]);
+          C h = Load(hi[i]);
+          if constexpr (kIsFloating<T>) {
+            dst[i] = StoreAs<T>(FloatMin(FloatMax(v, l), h));
+          } else {
+            v = v < l ? l : v;
+            dst[i] = v > h ? h : v;
+          }
+        }
+        return absl::OkStatus();
+      });
+    default:
+      break;
+  }
+  if (operands.size() == 1) {
+    return VisitDType(operand_dtype, [&]<typename T>() -> absl::Status {
+      const T* src = static_cast<const T*>(operands[0]);
+      T* dst = static_cast<T*>(out);
+      if constexpr (kIsFloating<T>) {
+        return UnaryFloat<T>(ctx, opcode, src, dst, n);
+      } else {
+        return UnaryInteger<T>(ctx, opcode, src, dst, n);
+      }
+    });
+  }
+  return VisitDType(operand_dtype, [&]<typename T>() -> absl::Status {
+    const T* pa = static_cast<const T*>(operands[0]);
+    const T* pb = static_cast<const T*>(operands[1]);
+    if (opcode == Opcode::kCompare) {
+      CompareKernel<T>(ctx, direction, pa, pb, static_cast<bool*>(out), n);
+      return absl::OkStatus();
+    }
+    return BinaryArithmetic<T>(ctx, opcode, pa, pb, static_cast<T*>(out), n);
+  });
 }
 
 }  // namespace tessel::internal

@@ -182,8 +182,9 @@ struct EpochResult {
 // Runs `steps` training steps of epoch `epoch` from global step `first_step`, printing a loss
 // line every --log-every steps, and adds this host's collective traffic to `train_traffic`.
 absl::StatusOr<EpochResult> TrainEpoch(const FashionMnistFlags& flags, Placement& placement,
-                                       Mlp& model, Adam& adam, DataLoader& loader, int64_t epoch,
-                                       int64_t first_step, int64_t steps, int64_t planned_steps,
+                                       Mlp& model, nn::Optimizer& adam, DataLoader& loader,
+                                       int64_t epoch, int64_t first_step, int64_t steps,
+                                       int64_t planned_steps,
                                        transport::CollectiveStats& train_traffic) {
   const auto start = std::chrono::steady_clock::now();
   loader.StartEpoch(epoch);
@@ -357,7 +358,12 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
   if (placement.runtime != nullptr && HasAxis(flags, "model")) {
     TESSEL_RETURN_IF_ERROR(ShardModel(model, *placement.mesh, "model"));
   }
-  Adam adam({.lr = flags.lr});
+  // SGD (--optimizer sgd) serves the executor benchmarks (benchmarks/jax_compare): one update op
+  // per parameter against Adam's chain.
+  Adam adam_optimizer({.lr = flags.lr});
+  nn::Sgd sgd_optimizer({.lr = flags.lr});
+  nn::Optimizer& adam = flags.optimizer == "sgd" ? static_cast<nn::Optimizer&>(sgd_optimizer)
+                                                 : static_cast<nn::Optimizer&>(adam_optimizer);
   if (placement.printer && !flags.json) {
     std::string where = "single device";
     if (placement.runtime != nullptr) {
@@ -366,12 +372,12 @@ absl::Status Train(const FashionMnistFlags& flags, Placement& placement) {
                            ", mesh ", placement.mesh->ToString());
     }
     std::printf(
-        "Fashion-MNIST MLP %s (%lld parameters), Adam lr %g (%s schedule), batch %lld, %lld "
+        "Fashion-MNIST MLP %s (%lld parameters), %s lr %g (%s schedule), batch %lld, %lld "
         "train / %lld test examples, %s\n",
-        absl::StrJoin(sizes, "-").c_str(), static_cast<long long>(model.num_parameters()), flags.lr,
-        flags.lr_schedule.c_str(), static_cast<long long>(flags.batch_size),
-        static_cast<long long>(train.num_examples), static_cast<long long>(test.num_examples),
-        where.c_str());
+        absl::StrJoin(sizes, "-").c_str(), static_cast<long long>(model.num_parameters()),
+        flags.optimizer == "sgd" ? "SGD" : "Adam", flags.lr, flags.lr_schedule.c_str(),
+        static_cast<long long>(flags.batch_size), static_cast<long long>(train.num_examples),
+        static_cast<long long>(test.num_examples), where.c_str());
     std::fflush(stdout);
   }
 
@@ -439,7 +445,10 @@ void AddFashionMnistFlags(CLI::App& app, FashionMnistFlags* flags) {
   app.add_option("--eval-batch-size", flags->eval_batch_size, "test-set batch size")
       ->check(NumberAtLeast(0, true, "POSITIVE"))
       ->capture_default_str();
-  app.add_option("--lr", flags->lr, "Adam learning rate")
+  app.add_option("--optimizer", flags->optimizer, "adam, or plain sgd (for benchmarks)")
+      ->check(CLI::IsMember({"adam", "sgd"}))
+      ->capture_default_str();
+  app.add_option("--lr", flags->lr, "learning rate")
       ->check(NumberAtLeast(0, true, "POSITIVE"))
       ->capture_default_str();
   app.add_option("--lr-schedule", flags->lr_schedule,

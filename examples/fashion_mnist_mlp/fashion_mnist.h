@@ -32,6 +32,7 @@ struct FashionMnistFlags {
   int64_t batch_size = 128;
   int64_t eval_batch_size = 1000;
   double lr = 1e-3;
+  std::string optimizer = "adam";  // or "sgd"
   std::string lr_schedule = "cosine";
   uint64_t seed = 0;
   std::vector<int64_t> hidden = {1024, 1024};

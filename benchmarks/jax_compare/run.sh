@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Tessel vs JAX (XLA CPU) on the same MLP training step (784-1024-1024-10, SGD and Adam, batch
+# 32/128/512), on 1 device and on 8 devices (data=4 x model=2), back to back in one session.
+# Prints one JSON line per row and a markdown table of ms per step and Tessel/JAX throughput.
+# Development only, never part of CI: needs a built tree (scripts/build.sh) and a Python with jax
+# (`pip install jax`; PYTHON=/path/to/python to choose it).
+#
+#   bash benchmarks/jax_compare/run.sh [STEPS]          # default 30 timed steps per row
+#
+# Tessel, 1 device: mlp_step_bench's BM_MlpWide*Step (random batch already on the host, the
+# first step untimed), with its split of a step into trace_ms (tracing, fingerprint, cache
+# lookup) and execute_ms (the executor); the rest of the step is host overhead (argument
+# passing, reading back the loss). 8 devices: `tessel run configs/two_slices_2x2hosts.json
+# --example fashion-mnist-mlp` (4 host processes, real Fashion-MNIST batches), the step time
+# taken as the difference of a run of 3 + STEPS steps and one of 3 steps, so start-up, the
+# first (compiling) step and the evaluation cancel.
+#
+# Environment: PYTHON (default python3), BUILD (default build), TESSEL_EXECUTOR_FUSION=0 to time
+# the executor without loop fusion, ROWS to pick rows ("1:adam:128 8:sgd:32 ...").
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+STEPS="${1:-30}"
+PYTHON="${PYTHON:-python3}"
+BUILD="${BUILD:-build}"
+ROWS="${ROWS:-$(for d in 1 8; do for o in sgd adam; do for b in 32 128 512; do
+  printf '%s:%s:%s ' "$d" "$o" "$b"; done; done; done)}"
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+
+# Training seconds of a sharded run of `steps` steps (the epoch line's train_seconds).
+sharded_train_seconds() {
+  local optimizer="$1" batch="$2" steps="$3"
+  "$BUILD/tools/tessel" run configs/two_slices_2x2hosts.json --example fashion-mnist-mlp \
+    --json --epochs 1 --steps "$steps" --batch-size "$batch" --optimizer "$optimizer" \
+    --lr-schedule constant --ici-mesh-shape 2,2 --dcn-mesh-shape 2,1 --axis-names data,model |
+    "$PYTHON" -c 'import json,sys
+for l in sys.stdin:
+    if l.startswith("{") and "epoch" in json.loads(l): print(json.loads(l)["train_seconds"])'
+}
+
+echo "# $(uname -n), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for row in $ROWS; do
+  IFS=: read -r devices optimizer batch <<<"$row"
+  if [ "$devices" = 1 ]; then
+    name="BM_MlpWide$([ "$optimizer" = sgd ] && echo Sgd || echo Adam)Step/$batch/"
+    "$BUILD/benchmarks/mlp_step_bench" --benchmark_filter="$name" --benchmark_format=json \
+      --benchmark_min_time=1 >"$OUT/tessel.json" 2>/dev/null
+    tessel="$("$PYTHON" -c 'import json,sys
+b=json.load(open(sys.argv[1]))["benchmarks"][0]
+print(json.dumps({"ms": b["real_time"], "trace_ms": b["trace_ms"], "execute_ms": b["execute_ms"]}))' \
+      "$OUT/tessel.json")"
+  else
+    short="$(sharded_train_seconds "$optimizer" "$batch" 3)"
+    long="$(sharded_train_seconds "$optimizer" "$batch" "$((STEPS + 3))")"
+    tessel="$("$PYTHON" -c 'import json,sys
+print(json.dumps({"ms": 1e3 * (float(sys.argv[2]) - float(sys.argv[1])) / int(sys.argv[3])}))' \
+      "$short" "$long" "$STEPS")"
+  fi
+  jax="$(XLA_FLAGS=--xla_force_host_platform_device_count=8 "$PYTHON" \
+    benchmarks/jax_compare/mlp_step.py --devices "$devices" --optimizer "$optimizer" \
+    --batch "$batch" --steps "$STEPS" | tail -1)"
+  "$PYTHON" -c 'import json,sys
+t, j = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+row = {"devices": j["devices"], "optimizer": j["optimizer"], "batch": j["batch"],
+       "jax_ms": j["ms_per_step"], "tessel_ms": t["ms"]}
+if "execute_ms" in t:
+    row.update(tessel_execute_ms=t["execute_ms"], tessel_trace_ms=t["trace_ms"],
+               tessel_other_host_ms=t["ms"] - t["execute_ms"] - t["trace_ms"])
+row["tessel_over_jax_throughput"] = j["ms_per_step"] / t["ms"]
+print(json.dumps(row))' "$tessel" "$jax"
+done | tee "$OUT/rows.json"
+"$PYTHON" - "$OUT/rows.json" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print("| devices | optimizer | batch | JAX ms/step | Tessel ms/step | Tessel executor / trace / other host ms | Tessel/JAX throughput |")
+print("|---|---|---|---|---|---|---|")
+for r in rows:
+    split = "-"
+    if "tessel_execute_ms" in r:
+        split = f"{r['tessel_execute_ms']:.1f} / {r['tessel_trace_ms']:.1f} / {r['tessel_other_host_ms']:.1f}"
+    print(f"| {r['devices']} | {r['optimizer']} | {r['batch']} | {r['jax_ms']:.1f} | {r['tessel_ms']:.1f} | "
+          f"{split} | {r['tessel_over_jax_throughput']:.2f}x |")
+PY
+echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

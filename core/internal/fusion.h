@@ -1,0 +1,92 @@
+// Loop fusion for the single-device executor (core/executor.h). Internal to tessel::core.
+//
+//   FusionPlan plan = PlanFusion(graph, reachable);
+//   if (plan.absorbed[n->id()]) { /* computed inside a fusion, never materialised */ }
+//   if (int f = plan.fusion_of_root[n->id()]; f >= 0) {
+//     Literal out = RunFusion(ctx, plan.fusions[f], leaf_values, /*donated=*/nullptr).value();
+//   }
+//
+// The idea of XLA's loop fusion (xla/service/instruction_fusion.cc, gpu/cpu "kLoop" fusions):
+// a chain or DAG of elementwise ops (unary, binary, compare, select, clamp, convert), the
+// broadcasts feeding them and reshapes between them becomes one loop over the output, so the
+// intermediates never reach memory. The plan is an executor-internal view of the local program:
+// the Graph and its HLO text do not change.
+//
+// Planning (consumer first, as XLA's InstructionFusion): nodes are visited in reverse
+// topological order; a fusible node not yet absorbed starts a fusion and pulls in operands, a
+// producer joining when it is fusible, has the fusion's element count, is not the graph root and
+// all of its users are in the fusion. Broadcasts are duplicated into every fusion that uses them
+// (XLA does the same for cheap producers), so a scalar hyperparameter broadcast to several
+// shapes is never materialised; a broadcast is materialised only when some user is not fused.
+// Broadcast operands are always leaves (materialised values read through the broadcast's index
+// map). A fusion needs at least two instructions; anything else runs as before.
+//
+// Running: the output is split into chunks (kElementwiseGrain, TBB for large outputs) and each
+// chunk into blocks of kFusionBlock elements; per block every instruction runs its op over the
+// block into a small per-thread scratch buffer (ElementwiseOnBuffers, so the same arithmetic
+// as the unfused kernels, vectorised per op over contiguous elements) and the root writes the
+// output directly. One pass over memory per fusion. Results equal the unfused executor's
+// bitwise, except Eigen's packet transcendental ops at block boundaries (within one ulp).
+#ifndef TESSEL_CORE_INTERNAL_FUSION_H_
+#define TESSEL_CORE_INTERNAL_FUSION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/graph.h"
+#include "core/internal/kernels.h"
+#include "core/literal.h"
+
+namespace tessel::internal {
+
+// Elements per block of a fused loop: the scratch of one instruction is at most 2 KiB, so the
+// blocks of a fusion of a dozen ops stay in the L1 cache.
+inline constexpr int64_t kFusionBlock = 256;
+
+// One op of a fused loop.
+struct FusedInstruction {
+  const Node* node = nullptr;
+  // Per operand of `node`: an instruction index (>= 0, earlier in the list) or a leaf, encoded
+  // as -(leaf index + 1).
+  std::vector<int> operands;
+};
+
+// One loop fusion (XLA kLoop): `instructions` in topological order, the last one the root.
+struct Fusion {
+  const Node* root = nullptr;
+  std::vector<FusedInstruction> instructions;
+  // Materialised operands of the fusion, each once.
+  std::vector<const Node*> leaves;
+  // Per leaf: read only at the output's own linear index (never through a broadcast, never a
+  // scalar read for every element), so the output may be written into its buffer.
+  std::vector<bool> leaf_elementwise;
+};
+
+struct FusionPlan {
+  // Per node id: the index of the fusion it is the root of, or -1.
+  std::vector<int> fusion_of_root;
+  // Per node id: computed inside fusions only; the executor never materialises it.
+  std::vector<bool> absorbed;
+  std::vector<Fusion> fusions;
+};
+
+// Plans loop fusions over the nodes of `graph` marked in `reachable` (indexed by node id).
+// Never fails: a node the fused loop cannot compute (an op an element type has no meaning for)
+// stays unfused, so the executor reports its error as before.
+[[nodiscard]] FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable);
+
+// Computes `fusion` with `leaves[i]` the value of fusion.leaves[i]; the result has the root's
+// shape. `donated`, if not null, has the root's shape and the output is written into its buffer
+// (it is moved into the result): the value of a leaf marked leaf_elementwise that is dead after
+// this fusion, and then it is also that leaf's entry in `leaves` (each element is read before
+// the same element is written). Errors: kInvalidArgument as ElementwiseOnBuffers (PlanFusion
+// keeps such nodes out of fusions).
+[[nodiscard]] absl::StatusOr<Literal> RunFusion(const KernelContext& ctx, const Fusion& fusion,
+                                                absl::Span<const Literal* const> leaves,
+                                                Literal* donated);
+
+}  // namespace tessel::internal
+
+#endif  // TESSEL_CORE_INTERNAL_FUSION_H_
