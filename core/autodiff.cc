@@ -252,6 +252,20 @@ bool VjpElementwise(const LazyNode& node, const Tensor& y, const Tensor& g, VjpO
     case Opcode::kConvert:
       r.emit(0, [&] { return Convert(g, node.operands[0]->shape.dtype()); });
       break;
+    case Opcode::kReducePrecision:
+      // Linear, as JAX defines it (ad.deflinear): the cotangent is rounded the same way.
+      r.emit(0, [&] {
+        return ReducePrecision(g, node.attrs.exponent_bits, node.attrs.mantissa_bits);
+      });
+      break;
+    case Opcode::kBitcastConvert: {
+      // A floating operand reread as another floating type (f16 <-> bf16): no derivative, as
+      // in JAX (bitcast_convert_type has no JVP rule).
+      const Tensor unsupported =
+          Tensor::Error(absl::UnimplementedError("grad: bitcast-convert is not differentiable"));
+      r.emit(0, [&] { return unsupported; });
+      break;
+    }
     case Opcode::kSelect:
       r.emit(1, [&] { return Select(r.x(0), g, ZerosLike(g)); });
       r.emit(2, [&] { return Select(r.x(0), ZerosLike(g), g); });

@@ -18,25 +18,27 @@
 
 namespace tessel {
 
-// The element type of a tensor. Enumerators follow XLA's PrimitiveType names.
-enum class DType : uint8_t { kPred, kU8, kS32, kS64, kBF16, kF16, kF32, kF64 };
+// The element type of a tensor. Enumerators follow XLA's PrimitiveType names. kU32 and kU64
+// (JAX's threefry PRNG state and counters) come last so the earlier values, which the transport's
+// wire header carries, keep their numbers.
+enum class DType : uint8_t { kPred, kU8, kS32, kS64, kBF16, kF16, kF32, kF64, kU32, kU64 };
 
 using bf16 = Eigen::bfloat16;
 using f16 = Eigen::half;
 
-// XLA's text name: "pred", "u8", "s32", "s64", "bf16", "f16", "f32", "f64".
+// XLA's text name: "pred", "u8", "s32", "s64", "bf16", "f16", "f32", "f64", "u32", "u64".
 [[nodiscard]] const std::string& DTypeName(DType dtype);
 
 // Parses an XLA type name. Errors: kInvalidArgument naming the text if it is not one of the
 // names above.
 [[nodiscard]] absl::StatusOr<DType> ParseDType(std::string_view name);
 
-// Bytes per element: 1 for pred and u8, 2 for bf16 and f16, 4 for s32 and f32, 8 otherwise.
+// Bytes per element: 1 for pred and u8, 2 for bf16 and f16, 4 for s32, u32 and f32, 8 otherwise.
 [[nodiscard]] int64_t ByteWidth(DType dtype);
 
 // True for bf16, f16, f32, f64.
 [[nodiscard]] bool IsFloating(DType dtype);
-// True for s32, s64, u8.
+// True for s32, s64, u8, u32, u64.
 [[nodiscard]] bool IsInteger(DType dtype);
 
 // Maps a C++ element type to its DType: DTypeOf<float>() == DType::kF32. pred is `bool`.
@@ -49,6 +51,14 @@ constexpr DType DTypeOf<bool>() {
 template <>
 constexpr DType DTypeOf<uint8_t>() {
   return DType::kU8;
+}
+template <>
+constexpr DType DTypeOf<uint32_t>() {
+  return DType::kU32;
+}
+template <>
+constexpr DType DTypeOf<uint64_t>() {
+  return DType::kU64;
 }
 template <>
 constexpr DType DTypeOf<int32_t>() {
@@ -97,6 +107,10 @@ decltype(auto) VisitDType(DType dtype, Fn&& fn) {
       return fn.template operator()<float>();
     case DType::kF64:
       return fn.template operator()<double>();
+    case DType::kU32:
+      return fn.template operator()<uint32_t>();
+    case DType::kU64:
+      return fn.template operator()<uint64_t>();
   }
   return fn.template operator()<float>();  // unreachable: every enumerator is handled
 }

@@ -159,7 +159,10 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
     case Opcode::kNot:
     case Opcode::kCopy:
     case Opcode::kConvert:
+    case Opcode::kBitcastConvert:
       return internal::Unary(ctx, node.opcode(), *operands[0], shape);
+    case Opcode::kReducePrecision:
+      return internal::ReducePrecision(ctx, *operands[0], attrs.exponent_bits, attrs.mantissa_bits);
     case Opcode::kCustomCall:
       // CheckNode let only the identity case through (the shard is the whole value).
       return internal::Unary(ctx, Opcode::kCopy, *operands[0], shape);

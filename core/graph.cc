@@ -36,6 +36,8 @@ constexpr OpcodeInfo kOpcodes[] = {
     {Opcode::kNot, "not"},
     {Opcode::kCopy, "copy"},
     {Opcode::kConvert, "convert"},
+    {Opcode::kBitcastConvert, "bitcast-convert"},
+    {Opcode::kReducePrecision, "reduce-precision"},
     {Opcode::kAdd, "add"},
     {Opcode::kSubtract, "subtract"},
     {Opcode::kMultiply, "multiply"},

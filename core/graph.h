@@ -63,6 +63,13 @@ enum class Opcode : uint8_t {
   kNot,
   kCopy,
   kConvert,  // element type from the node's shape; XLA convert semantics
+  // bitcast-convert(x): the bits of each element reread as the node's element type, which must
+  // have the operand's bit width (XLA's width-changing form, which adds or drops a minor dim,
+  // is rejected by shape inference). Not differentiable.
+  kBitcastConvert,
+  // reduce-precision(x), exponent_bits=E, mantissa_bits=M: each floating value rounded (to
+  // nearest even) to a float with E exponent and M mantissa bits, kept in x's type.
+  kReducePrecision,
   // Elementwise binary (operands of identical shape).
   kAdd,
   kSubtract,
@@ -291,6 +298,8 @@ struct OpAttributes {
   uint64_t rng_seed = 0;
   int64_t parameter_number = 0;            // parameter
   int64_t iota_dimension = 0;              // iota
+  int64_t exponent_bits = 0;               // reduce-precision
+  int64_t mantissa_bits = 0;               // reduce-precision
   int64_t tuple_index = 0;                 // get-tuple-element
   std::shared_ptr<const Literal> literal;  // constant
   // Collectives: groups of global device ids; the reduction of all-reduce and reduce-scatter is

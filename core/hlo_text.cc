@@ -334,6 +334,10 @@ std::string AttributesToString(const Node& node, const ComputationNames& names) 
       if (a.is_stable) attrs.push_back("is_stable=true");
       attrs.push_back(absl::StrCat("to_apply=%", ToApplyName(node)));
       break;
+    case Opcode::kReducePrecision:
+      attrs.push_back(absl::StrCat("exponent_bits=", a.exponent_bits));
+      attrs.push_back(absl::StrCat("mantissa_bits=", a.mantissa_bits));
+      break;
     case Opcode::kTopK:
       attrs.push_back(absl::StrCat("k=", a.topk_k));
       attrs.push_back(absl::StrCat("largest=", a.topk_largest ? "true" : "false"));

@@ -52,6 +52,8 @@ std::unique_ptr<Graph> BuildAllOpsGraph() {
   // Constants of every dtype.
   keep(g->AddConstant(Literal::FromVector<bool>({2}, {true, false}), "c_pred"));
   keep(g->AddConstant(Literal::FromVector<uint8_t>({3}, {0, 7, 255}), "c_u8"));
+  keep(g->AddConstant(Literal::FromVector<uint32_t>({2}, {0, 4294967295u}), "c_u32"));
+  keep(g->AddConstant(Literal::FromVector<uint64_t>({2}, {0, 18446744073709551615ull}), "c_u64"));
   keep(g->AddConstant(Literal::FromVector<int32_t>({2, 2}, {-1, 2, -2147483647 - 1, 2147483647}),
                       "c_s32"));
   keep(g->AddConstant(
@@ -94,6 +96,13 @@ std::unique_ptr<Graph> BuildAllOpsGraph() {
   keep(Must(g->AddNode(Opcode::kNot, {p})));
   keep(Must(g->AddNode(Opcode::kConvert, Shape(DType::kS32, {4, 6}), {x}, {}, "to_s32")));
   keep(Must(g->AddNode(Opcode::kConvert, Shape(DType::kBF16, {4, 6}), {x}, {}, "to_bf16")));
+  Node* bits = keep(
+      Must(g->AddNode(Opcode::kBitcastConvert, Shape(DType::kU32, {4, 6}), {x}, {}, "bits_u32")));
+  keep(Must(g->AddNode(Opcode::kConvert, Shape(DType::kU64, {4, 6}), {bits}, {}, "to_u64")));
+  OpAttributes rp;
+  rp.exponent_bits = 5;
+  rp.mantissa_bits = 10;
+  keep(Must(g->AddNode(Opcode::kReducePrecision, {x}, rp, "to_f16_precision")));
   for (Opcode op : {Opcode::kAdd, Opcode::kSubtract, Opcode::kMultiply, Opcode::kDivide,
                     Opcode::kMaximum, Opcode::kMinimum, Opcode::kPower}) {
     keep(Must(g->AddNode(op, {x, y})));

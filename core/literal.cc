@@ -51,6 +51,8 @@ template <typename T>
 std::string FormatValue(T v) {
   if constexpr (std::is_same_v<T, bool>) {
     return v ? "true" : "false";
+  } else if constexpr (std::is_same_v<T, uint64_t>) {
+    return absl::StrCat(v);
   } else if constexpr (std::is_integral_v<T>) {
     return absl::StrCat(static_cast<int64_t>(v));
   } else {
@@ -277,6 +279,13 @@ class ValueParser {
       int64_t iv;  // keep full 64-bit precision
       if (absl::SimpleAtoi(token, &iv)) {
         lit.data<int64_t>()[index] = iv;
+        return absl::OkStatus();
+      }
+    }
+    if (shape_.dtype() == DType::kU64) {
+      uint64_t uv;
+      if (absl::SimpleAtoi(token, &uv)) {
+        lit.data<uint64_t>()[index] = uv;
         return absl::OkStatus();
       }
     }

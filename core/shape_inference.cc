@@ -126,6 +126,26 @@ absl::StatusOr<Shape> InferElementwise(Opcode opcode, absl::Span<const Shape* co
       }
       return *declared;
     }
+    case Opcode::kBitcastConvert: {
+      TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+      TESSEL_RETURN_IF_ERROR(NeedDeclared(opcode, declared));
+      const Shape& x = *shapes[0];
+      if (x.dtype() == DType::kPred || declared->dtype() == DType::kPred) {
+        return Error(opcode, absl::StrCat("pred has no bit pattern to reinterpret: ", x.ToString(),
+                                          " -> ", declared->ToString()));
+      }
+      if (ByteWidth(x.dtype()) != ByteWidth(declared->dtype())) {
+        // XLA's form for unequal widths adds or removes a minor dim of width ratio elements.
+        return absl::UnimplementedError(
+            absl::StrCat("bitcast-convert between element types of different bit widths (",
+                         x.ToString(), " -> ", declared->ToString(), ") is not supported"));
+      }
+      if (declared->dims() != x.dims()) {
+        return Error(opcode, absl::StrCat("result ", declared->ToString(),
+                                          " has other dims than the operand ", x.ToString()));
+      }
+      return *declared;
+    }
     case Opcode::kAbs:
     case Opcode::kNegate:
     case Opcode::kCopy:
@@ -964,8 +984,25 @@ absl::StatusOr<Shape> InferTopK(Opcode opcode, absl::Span<const Shape* const> sh
   return Shape::Tuple({Shape(x.dtype(), dims), Shape(DType::kS32, dims)});
 }
 
+// XLA ShapeInference::InferReducePrecisionShape: a floating operand, exponent_bits >= 1,
+// mantissa_bits >= 0.
+absl::StatusOr<Shape> InferReducePrecision(Opcode opcode, absl::Span<const Shape* const> shapes,
+                                           const OpAttributes& attrs) {
+  TESSEL_RETURN_IF_ERROR(CheckOperandCount(opcode, shapes, 1));
+  if (!IsFloating(shapes[0]->dtype())) {
+    return Error(opcode,
+                 absl::StrCat("operand must be floating point, got ", shapes[0]->ToString()));
+  }
+  if (attrs.exponent_bits < 1 || attrs.mantissa_bits < 0) {
+    return Error(opcode, absl::StrCat("needs exponent_bits >= 1 and mantissa_bits >= 0, got ",
+                                      attrs.exponent_bits, " and ", attrs.mantissa_bits));
+  }
+  return *shapes[0];
+}
+
 absl::StatusOr<Shape> InferRule(Opcode opcode, absl::Span<const Shape* const> shapes,
                                 const OpAttributes& attrs, const std::optional<Shape>& declared) {
+  if (opcode == Opcode::kReducePrecision) return InferReducePrecision(opcode, shapes, attrs);
   if (IsElementwise(opcode)) return InferElementwise(opcode, shapes, declared);
   switch (opcode) {
     case Opcode::kParameter:

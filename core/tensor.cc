@@ -509,6 +509,13 @@ Tensor Convert(const Tensor& a, DType dtype) {
   if (!a.status().ok()) return a;
   return MakeOp(Opcode::kConvert, {a}, {}, a.shape().WithDType(dtype));
 }
+Tensor ReducePrecision(const Tensor& a, int64_t exponent_bits, int64_t mantissa_bits) {
+  if (!a.status().ok()) return a;
+  OpAttributes attrs;
+  attrs.exponent_bits = exponent_bits;
+  attrs.mantissa_bits = mantissa_bits;
+  return MakeOp(Opcode::kReducePrecision, {a}, std::move(attrs));
+}
 Tensor Select(const Tensor& pred, const Tensor& on_true, const Tensor& on_false) {
   return MakeOp(Opcode::kSelect, {pred, on_true, on_false});
 }

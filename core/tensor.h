@@ -186,6 +186,10 @@ Tensor Remainder(const Tensor& a, const Tensor& b);  // fmod: the sign of a
 Tensor Atan2(const Tensor& a, const Tensor& b);      // atan2(a, b), radians
 Tensor Erf(const Tensor& a);
 Tensor Convert(const Tensor& a, DType dtype);
+// XLA reduce-precision: a (floating) rounded to `exponent_bits` exponent and `mantissa_bits`
+// mantissa bits, kept in a's type. Needs exponent_bits >= 1, mantissa_bits >= 0 (an error
+// Tensor otherwise).
+Tensor ReducePrecision(const Tensor& a, int64_t exponent_bits, int64_t mantissa_bits);
 // pred ? on_true : on_false; `pred` is pred with a's shape (or a scalar).
 Tensor Select(const Tensor& pred, const Tensor& on_true, const Tensor& on_false);
 // min(max(x, low), high); bounds are scalars or x's shape.

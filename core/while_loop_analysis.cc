@@ -12,7 +12,7 @@ std::optional<int64_t> IntConstant(const Node* node) {
     return std::nullopt;
   }
   const DType dtype = node->shape().dtype();
-  if (dtype != DType::kS32 && dtype != DType::kS64 && dtype != DType::kU8) return std::nullopt;
+  if (!IsInteger(dtype)) return std::nullopt;
   return static_cast<int64_t>(node->literal().GetAsDouble(0));
 }
 

@@ -206,6 +206,51 @@ TEST(ReshardTest, UnreducedToPartiallyReplicatedIsReduceScatterThenAllReduce) {
   EXPECT_EQ(plan->bytes_per_device, 8192 + 8192);
 }
 
+// Nested tilings of one dim (GSPMD's all-to-all and partial gathers, the MoE dispatch): rows
+// over 8 -> rows over 2 x columns over 4 is an all-to-all inside the groups of 4 that share a row
+// block; rows over 8 -> rows over 2 replicated is a gather inside those groups; the reverse, a
+// finer tiling nested in the current one, is local. An indivisible dim keeps the general path.
+TEST(ReshardTest, NestedTilingsMoveInsideGroups) {
+  const Shape shape(DType::kF32, {8, 8});
+  const Sharding rows8 = S("{devices=[8,1]<=[8]}");
+  absl::StatusOr<ReshardPlan> a2a = PlanReshard(rows8, S("{devices=[2,4]<=[8]}"), shape, 8);
+  ASSERT_TRUE(a2a.ok()) << a2a.status();
+  ASSERT_EQ(a2a->steps.size(), 1u);
+  EXPECT_EQ(a2a->steps[0].kind, ReshardStep::Kind::kAllToAll);
+  EXPECT_EQ(a2a->steps[0].dim, 0);
+  EXPECT_EQ(a2a->steps[0].to_dim, 1);
+  EXPECT_EQ(a2a->steps[0].groups.groups(),
+            (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(a2a->bytes_per_device, 32 * 3 / 4);  // f32[1,8] local, 3/4 of it received
+
+  const Sharding rows2 = S("{devices=[2,1,4]<=[8] last_tile_dim_replicate}");
+  absl::StatusOr<ReshardPlan> gather = PlanReshard(rows8, rows2, shape, 8);
+  ASSERT_TRUE(gather.ok()) << gather.status();
+  ASSERT_EQ(gather->steps.size(), 1u);
+  EXPECT_EQ(gather->steps[0].kind, ReshardStep::Kind::kAllGather);
+  EXPECT_EQ(gather->steps[0].groups.groups(),
+            (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(gather->bytes_per_device, 4 * 8 * 4 * 3 / 4);
+
+  absl::StatusOr<ReshardPlan> refine = PlanReshard(rows2, rows8, shape, 8);
+  ASSERT_TRUE(refine.ok()) << refine.status();
+  ASSERT_EQ(refine->steps.size(), 1u);
+  EXPECT_EQ(refine->steps[0].kind, ReshardStep::Kind::kLocalSlice);
+  EXPECT_EQ(refine->bytes_per_device, 0);
+
+  // Rows do not nest when the devices of a row block are not the holders of its sub-blocks.
+  absl::StatusOr<ReshardPlan> scattered =
+      PlanReshard(S("{devices=[8,1]0,4,1,5,2,6,3,7}"), rows2, shape, 8);
+  ASSERT_TRUE(scattered.ok());
+  EXPECT_EQ(scattered->steps[0].groups.groups(),
+            (std::vector<std::vector<int64_t>>{{0, 4, 1, 5, 2, 6, 3, 7}}));
+  // 6 rows over 8 is uneven: the general gather-then-slice path.
+  absl::StatusOr<ReshardPlan> uneven =
+      PlanReshard(rows8, S("{devices=[2,4]<=[8]}"), Shape(DType::kF32, {6, 8}), 8);
+  ASSERT_TRUE(uneven.ok());
+  EXPECT_EQ(uneven->steps[0].kind, ReshardStep::Kind::kAllGather);
+}
+
 // A GQA-style split of a feature dim tiled 4 ways into [2 heads, 8]: the feature group cannot
 // keep its tiling, the batch group keeps its own.
 TEST(ReshapeTest, PartialReshapeShardingKeepsTheGroupsThatSurvive) {

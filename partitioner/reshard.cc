@@ -1,7 +1,10 @@
 #include "partitioner/reshard.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -194,6 +197,132 @@ std::optional<ReshardStep> TryAllToAll(const Sharding& current, const Sharding& 
   return step;
 }
 
+// The one data dim whose mapping differs between `current` and `target` when the target's
+// tiles of it are a whole-number coarsening (`coarsen`) or refinement (!coarsen) of the current
+// ones with every device keeping its place: target tile = current tile / k (coarsen) or
+// current tile = target tile / k (refine), k > 1, the dim divisible by the finer tile count.
+// Returns (dim, k), or nullopt. Devices without a tile index (not covered) give nullopt.
+std::optional<std::pair<int64_t, int64_t>> NestedTilingDim(const Sharding& current,
+                                                           const Sharding& target,
+                                                           const Shape& global, int64_t num_devices,
+                                                           bool coarsen) {
+  int64_t a = -1;
+  for (int64_t d = 0; d < global.rank(); ++d) {
+    if (SameDimMapping(current, target, d, num_devices)) continue;
+    if (a >= 0) return std::nullopt;
+    a = d;
+  }
+  if (a < 0) return std::nullopt;
+  const int64_t fine = coarsen ? current.num_tiles(a) : target.num_tiles(a);
+  const int64_t coarse = coarsen ? target.num_tiles(a) : current.num_tiles(a);
+  if (coarse >= fine || fine % coarse != 0 || global.dim(a) % fine != 0) return std::nullopt;
+  const int64_t k = fine / coarse;
+  for (int64_t device = 0; device < num_devices; ++device) {
+    auto ic = current.TileIndexOf(device), it = target.TileIndexOf(device);
+    if (!ic || !it) return std::nullopt;
+    const int64_t fine_index = coarsen ? (*ic)[a] : (*it)[a];
+    const int64_t coarse_index = coarsen ? (*it)[a] : (*ic)[a];
+    if (fine_index / k != coarse_index) return std::nullopt;
+  }
+  return std::make_pair(a, k);
+}
+
+// Tiled k times finer on dim a -> coarser on a, every other dim alike (GSPMD's partial
+// all-gather: an MoE's tokens sharded over data x expert regathered over expert only). One
+// all-gather inside the groups of devices that share a target tile, ordered by their current
+// tile along a, instead of gathering the whole dim and slicing it again. The source must hold
+// each tile once (no replication), so each group is exactly the k holders of one target tile.
+std::optional<ReshardStep> TryPartialAllGather(const Sharding& current, const Sharding& target,
+                                               const Shape& global, int64_t num_devices) {
+  if (!current.IsTiled() || !target.IsTiled() || !IsPlainTiling(current) ||
+      !IsPlainTiling(target) || current.NumSubgroupDims() != 0 ||
+      !CoversAllDevices(current, num_devices) || !CoversAllDevices(target, num_devices)) {
+    return std::nullopt;
+  }
+  auto nested = NestedTilingDim(current, target, global, num_devices, /*coarsen=*/true);
+  if (!nested) return std::nullopt;
+  const auto [a, k] = *nested;
+  // Group key: the device's target tile index and replica position; members by current tile.
+  std::map<std::pair<std::vector<int64_t>, int64_t>, std::vector<int64_t>> groups;
+  std::map<std::vector<int64_t>, int64_t> seen;  // holders of each target tile so far
+  for (int64_t device = 0; device < num_devices; ++device) {
+    std::vector<int64_t> tile = *target.TileIndexOf(device);
+    const int64_t position = (*current.TileIndexOf(device))[a] % k;
+    // The j-th holder of (tile, position) joins replica group j of that tile.
+    const int64_t replica = seen[tile]++ / k;
+    std::vector<int64_t>& group = groups[{tile, replica}];
+    if (group.empty()) group.assign(k, -1);
+    group[position] = device;
+  }
+  ReshardStep step;
+  step.kind = ReshardStep::Kind::kAllGather;
+  step.dim = a;
+  std::vector<std::vector<int64_t>> list;
+  for (auto& [key, group] : groups) {
+    if (std::find(group.begin(), group.end(), -1) != group.end()) return std::nullopt;
+    list.push_back(std::move(group));
+  }
+  step.groups = std::move(list);
+  step.after = target;
+  return step;
+}
+
+// Tiled on dim a -> k times coarser on a and k times finer on dim b, other dims alike: one
+// all-to-all inside groups of k devices (XLA's all-to-all resharding between two tilings that
+// share a mesh axis: an MoE's dispatched tokens moving from groups x experts sharding to experts
+// sharded over the expert axis, groups over data). Position q of a group holds current tile
+// c_a = t_a * k + q along a (t_a its target tile) and gets target tile c_b * k + q along b.
+// Both dims divisible by their finer tile counts, no replication on either side.
+std::optional<ReshardStep> TryPartialAllToAll(const Sharding& current, const Sharding& target,
+                                              const Shape& global, int64_t num_devices) {
+  if (!current.IsTiled() || !target.IsTiled() || current.NumSubgroupDims() != 0 ||
+      target.NumSubgroupDims() != 0 || !CoversAllDevices(current, num_devices) ||
+      !CoversAllDevices(target, num_devices)) {
+    return std::nullopt;
+  }
+  int64_t a = -1, b = -1;
+  for (int64_t d = 0; d < global.rank(); ++d) {
+    if (SameDimMapping(current, target, d, num_devices)) continue;
+    if (target.num_tiles(d) < current.num_tiles(d) && a < 0) {
+      a = d;
+    } else if (target.num_tiles(d) > current.num_tiles(d) && b < 0) {
+      b = d;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (a < 0 || b < 0 || current.num_tiles(a) % target.num_tiles(a) != 0) return std::nullopt;
+  const int64_t k = current.num_tiles(a) / target.num_tiles(a);
+  if (target.num_tiles(b) != current.num_tiles(b) * k || global.dim(a) % current.num_tiles(a) ||
+      global.dim(b) % target.num_tiles(b)) {
+    return std::nullopt;
+  }
+  std::map<std::vector<int64_t>, std::vector<int64_t>> groups;
+  for (int64_t device = 0; device < num_devices; ++device) {
+    std::vector<int64_t> from = *current.TileIndexOf(device);
+    std::vector<int64_t> to = *target.TileIndexOf(device);
+    const int64_t q = from[a] % k;
+    if (to[a] != from[a] / k || to[b] != from[b] * k + q) return std::nullopt;
+    std::vector<int64_t> key = to;
+    key[b] = from[b];
+    std::vector<int64_t>& group = groups[key];
+    if (group.empty()) group.assign(k, -1);
+    group[q] = device;
+  }
+  ReshardStep step;
+  step.kind = ReshardStep::Kind::kAllToAll;
+  step.dim = a;
+  step.to_dim = b;
+  std::vector<std::vector<int64_t>> list;
+  for (auto& [key, group] : groups) {
+    if (std::find(group.begin(), group.end(), -1) != group.end()) return std::nullopt;
+    list.push_back(std::move(group));
+  }
+  step.groups = std::move(list);
+  step.after = target;
+  return step;
+}
+
 }  // namespace
 
 absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to,
@@ -270,6 +399,31 @@ absl::StatusOr<ReshardPlan> PlanReshard(const Sharding& from, const Sharding& to
     plan.bytes_per_device += LocalBytes(global_shape, current) *
                              (current.num_tiles(step->dim) - 1) / current.num_tiles(step->dim);
     plan.steps.push_back(*std::move(step));
+    return plan;
+  }
+  if (std::optional<ReshardStep> step =
+          TryPartialAllToAll(current, target, global_shape, num_devices)) {
+    const int64_t k = static_cast<int64_t>(step->groups[0].size());
+    plan.bytes_per_device += LocalBytes(global_shape, current) * (k - 1) / k;
+    plan.steps.push_back(*std::move(step));
+    return plan;
+  }
+  if (std::optional<ReshardStep> step =
+          TryPartialAllGather(current, target, global_shape, num_devices)) {
+    const int64_t k = static_cast<int64_t>(step->groups[0].size());
+    plan.bytes_per_device += LocalBytes(global_shape, target) * (k - 1) / k;
+    plan.steps.push_back(*std::move(step));
+    return plan;
+  }
+  // A finer tiling of one dim that nests in the current one: each device already holds its
+  // target tile inside its current one and cuts it out locally (no bytes).
+  if (current.IsTiled() && target.IsTiled() &&
+      NestedTilingDim(current, target, global_shape, num_devices, /*coarsen=*/false)) {
+    ReshardStep step;
+    step.kind = ReshardStep::Kind::kLocalSlice;
+    step.target = target;
+    step.after = target;
+    plan.steps.push_back(std::move(step));
     return plan;
   }
   // Gather every dim whose mapping differs from the target's; dims that already agree stay

@@ -14,7 +14,10 @@
 //   2. equal shardings need nothing;
 //   3. the same tiling with devices in another order is a collective-permute; a tiling that
 //      moves from dim a to dim b over the same device groups (both dims divisible) is one
-//      all-to-all;
+//      all-to-all; nested tilings of divisible dims move inside the groups sharing the coarse
+//      tile: k times finer on a and coarser on b is an all-to-all over groups of k, k times
+//      coarser on one dim an all-gather over groups of k, k times finer (each new tile inside
+//      the device's old one) a local dynamic-slice;
 //   4. otherwise every data dim whose tile mapping differs is all-gathered (padding sliced off
 //      when the dim is uneven), and the dims the target tiles but the value no longer does are
 //      cut locally with dynamic-slice at the device's offset (partition-id lookup), after padding

@@ -359,6 +359,8 @@ Tolerance DefaultTolerance(DType dtype) {
       return {4e-2, 4e-2};
     case DType::kPred:
     case DType::kU8:
+    case DType::kU32:
+    case DType::kU64:
     case DType::kS32:
     case DType::kS64:
       return {0, 0};
@@ -390,7 +392,7 @@ absl::StatusOr<std::vector<Literal>> MakeVerifyInputs(const Graph& graph, uint64
         value = 2 * u - 1;
       } else if (dtype == DType::kPred) {
         value = u < 0.5 ? 1 : 0;
-      } else if (dtype == DType::kU8) {
+      } else if (dtype == DType::kU8 || dtype == DType::kU32 || dtype == DType::kU64) {
         value = std::floor(u * 9);
       } else {
         value = std::floor(u * 17) - 8;

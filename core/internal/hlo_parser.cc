@@ -954,6 +954,13 @@ class Parser {
         TESSEL_ASSIGN_OR_RETURN(attrs->iota_dimension, AttrInt(*attr));
         break;
       }
+      case Opcode::kReducePrecision: {
+        TESSEL_ASSIGN_OR_RETURN(const AttrAst* exponent, require("exponent_bits"));
+        TESSEL_ASSIGN_OR_RETURN(attrs->exponent_bits, AttrInt(*exponent));
+        TESSEL_ASSIGN_OR_RETURN(const AttrAst* mantissa, require("mantissa_bits"));
+        TESSEL_ASSIGN_OR_RETURN(attrs->mantissa_bits, AttrInt(*mantissa));
+        break;
+      }
       case Opcode::kRng: {
         TESSEL_ASSIGN_OR_RETURN(const AttrAst* attr, require("distribution"));
         TESSEL_ASSIGN_OR_RETURN(std::string_view d, AttrWord(*attr));

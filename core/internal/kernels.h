@@ -62,10 +62,19 @@ int64_t TotalBytes(const Literal& literal);
 
 // ---- Elementwise (kernels_elementwise.cc) ------------------------------------------------------
 
-// abs, negate, exp, log, tanh, logistic, sqrt, rsqrt, not, copy, convert (to `shape`'s dtype).
+// abs, negate, exp, log, tanh, logistic, sqrt, rsqrt, not, copy, convert (to `shape`'s dtype),
+// bitcast-convert (the bytes of x reread as `shape`'s dtype of the same width).
 // Errors: kInvalidArgument for a transcendental op on a non-floating type, or `not` on floats.
 [[nodiscard]] absl::StatusOr<Literal> Unary(const KernelContext& ctx, Opcode opcode,
                                             const Literal& x, const Shape& shape);
+
+// reduce-precision: each element of the floating literal `x` rounded to nearest even at
+// `mantissa_bits` explicit mantissa bits, then flushed to a signed zero below and to a signed
+// infinity above the range of an `exponent_bits` exponent; NaN stays NaN. Works on x's own bit
+// pattern, as XLA's elemental emitter (EmitReducePrecisionIR) does, so bf16/f16 subnormals round
+// as in XLA. Requires exponent_bits >= 1, mantissa_bits >= 0 (shape inference checks).
+[[nodiscard]] Literal ReducePrecision(const KernelContext& ctx, const Literal& x,
+                                      int64_t exponent_bits, int64_t mantissa_bits);
 
 // add, subtract, multiply, divide, maximum, minimum, power, and, or, compare (with
 // `direction`). `a` and `b` have the same shape. Integer division follows XLA: x / 0 == -1 for

@@ -118,7 +118,7 @@ void Fill(const KernelContext& ctx, const Literal& value, Literal& out) {
   });
 }
 
-// Reads a dynamic start index. Errors: kInvalidArgument if it is not a scalar s32/s64/u8.
+// Reads a dynamic start index. Errors: kInvalidArgument if it is not an integer scalar.
 absl::StatusOr<int64_t> ReadIndex(const Literal& index, Opcode opcode, int64_t dim) {
   const Shape& s = index.shape();
   if (s.is_tuple() || s.rank() != 0) {
@@ -132,6 +132,11 @@ absl::StatusOr<int64_t> ReadIndex(const Literal& index, Opcode opcode, int64_t d
       return index.data<int64_t>()[0];
     case DType::kU8:
       return index.data<uint8_t>()[0];
+    case DType::kU32:
+      return index.data<uint32_t>()[0];
+    case DType::kU64:
+      // Clamped by the caller like any start index; the cast keeps huge values large.
+      return static_cast<int64_t>(std::min<uint64_t>(index.data<uint64_t>()[0], INT64_MAX));
     default:
       break;
   }

@@ -401,11 +401,90 @@ void CompareKernel(const KernelContext& ctx, ComparisonDirection direction, cons
   }
 }
 
+// The bit layout of a floating type: the unsigned integer of its width and its field sizes.
+template <typename T>
+struct FloatBits;
+template <>
+struct FloatBits<float> {
+  using U = uint32_t;
+  static constexpr int kMantissa = 23, kExponent = 8;
+};
+template <>
+struct FloatBits<double> {
+  using U = uint64_t;
+  static constexpr int kMantissa = 52, kExponent = 11;
+};
+template <>
+struct FloatBits<bf16> {
+  using U = uint16_t;
+  static constexpr int kMantissa = 7, kExponent = 8;
+};
+template <>
+struct FloatBits<f16> {
+  using U = uint16_t;
+  static constexpr int kMantissa = 10, kExponent = 5;
+};
+
+// XLA's EmitReducePrecisionIR on the raw bits of one value.
+template <typename T>
+T ReducePrecisionValue(T value, int64_t exponent_bits, int64_t mantissa_bits) {
+  using U = typename FloatBits<T>::U;
+  constexpr int kMantissa = FloatBits<T>::kMantissa, kExponent = FloatBits<T>::kExponent;
+  U x = std::bit_cast<U>(value);
+  if (mantissa_bits < kMantissa) {
+    // Round to nearest even at the last kept bit: add half an ulp minus one, plus the kept LSB.
+    const int shift = kMantissa - static_cast<int>(mantissa_bits);
+    const U last_kept = U(1) << shift;
+    const U bias = static_cast<U>((last_kept >> 1) - 1 + ((x & last_kept) >> shift));
+    x = static_cast<U>((x + bias) & ~static_cast<U>(last_kept - 1));
+  }
+  if (exponent_bits < kExponent) {
+    const U sign = U(1) << (kMantissa + kExponent);
+    const U exponent_mask = static_cast<U>(((U(1) << kExponent) - 1) << kMantissa);
+    const U bias = (U(1) << (kExponent - 1)) - 1;
+    const U reduced_bias = (U(1) << (exponent_bits - 1)) - 1;
+    const U x_exponent = x & exponent_mask;
+    if (x_exponent > static_cast<U>((bias + reduced_bias) << kMantissa)) {
+      x = static_cast<U>((x & sign) | exponent_mask);
+    } else if (x_exponent <= static_cast<U>((bias - reduced_bias) << kMantissa)) {
+      x = x & sign;
+    }
+  }
+  // The rounding may have carried a NaN's payload into the exponent or cleared it; XLA keeps
+  // NaN inputs as they are.
+  if (std::isnan(Load(value))) return value;
+  return std::bit_cast<T>(x);
+}
+
+Literal BitcastConvert(const Literal& x, const Shape& shape) {
+  Literal out = Literal::Uninitialized(shape);
+  std::memcpy(out.raw_data(), x.raw_data(), x.num_elements() * ByteWidth(x.shape().dtype()));
+  return out;
+}
+
 }  // namespace
+
+Literal ReducePrecision(const KernelContext& ctx, const Literal& x, int64_t exponent_bits,
+                        int64_t mantissa_bits) {
+  Literal out = Literal::Uninitialized(x.shape());
+  VisitDType(x.shape().dtype(), [&]<typename T>() {
+    if constexpr (kIsFloating<T>) {
+      const T* src = x.data<T>().data();
+      T* dst = out.data<T>().data();
+      ParallelFor(ctx, x.num_elements(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          dst[i] = ReducePrecisionValue(src[i], exponent_bits, mantissa_bits);
+        }
+      });
+    }
+  });
+  return out;
+}
 
 absl::StatusOr<Literal> Unary(const KernelContext& ctx, Opcode opcode, const Literal& x,
                               const Shape& shape) {
   if (opcode == Opcode::kConvert) return Convert(ctx, x, shape);
+  if (opcode == Opcode::kBitcastConvert) return BitcastConvert(x, shape);
   if (opcode == Opcode::kCopy) return Literal(x);
   if (opcode == Opcode::kIsFinite) {
     Literal out = Literal::Uninitialized(shape);

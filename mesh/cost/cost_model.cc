@@ -125,7 +125,7 @@ absl::StatusOr<CostModel> CostModel::Create(const Topology& topology, CostModelO
   // noted (the case the header documents: TPU presets list no f32 peak); integer and pred ops
   // fall back silently.
   for (DType dtype : {DType::kPred, DType::kU8, DType::kS32, DType::kS64, DType::kBF16, DType::kF16,
-                      DType::kF32, DType::kF64}) {
+                      DType::kF32, DType::kF64, DType::kU32, DType::kU64}) {
     std::optional<double> peak = spec.PeakTflops(DTypeName(dtype));
     if (peak) {
       model.peak_flops_[dtype] = *peak * 1e12;

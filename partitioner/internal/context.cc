@@ -189,11 +189,13 @@ absl::StatusOr<Node*> EmitAllToAll(Context& ctx, Node* local, const ReshardStep&
   TESSEL_ASSIGN_OR_RETURN(Node * merged,
                           ctx.Add(Opcode::kReshape, Shape(global.dtype(), merged_dims), {placed}));
   // An uneven dim a arrives as n padded tiles, the padding all after its first dim(a)
-  // elements (only trailing tiles are short): slice it off.
-  if (merged_dims[a] == global.dim(a)) return merged;
+  // elements (only trailing tiles are short): slice it off. (A partial all-to-all, which
+  // leaves dim a tiled, is planned only for divisible dims and needs no slice.)
+  const int64_t want = LocalShape(global, step.after).dim(a);
+  if (merged_dims[a] == want) return merged;
   OpAttributes slice;
   for (int64_t d = 0; d < global.rank(); ++d) {
-    slice.slice.push_back({0, d == a ? global.dim(a) : merged_dims[d], 1});
+    slice.slice.push_back({0, d == a ? want : merged_dims[d], 1});
   }
   return ctx.Add(Opcode::kSlice, {merged}, slice);
 }
@@ -214,11 +216,12 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
       attrs.dimensions = {step.dim};
       TESSEL_ASSIGN_OR_RETURN(Node * gathered, Add(Opcode::kAllGather, {local}, attrs));
       // n * ceil(dim / n) elements, the padding all at the end (only trailing tiles are short):
-      // slicing to the global size leaves exactly the value.
-      if (gathered->shape().dim(step.dim) == global.dim(step.dim)) return gathered;
-      std::vector<int64_t> starts(global.rank(), 0);
+      // slicing to the global size leaves exactly the value. A partial gather (the dim stays
+      // tiled, planned only when divisible) is already the target's local size.
+      const int64_t want = LocalShape(global, step.after).dim(step.dim);
+      if (gathered->shape().dim(step.dim) == want) return gathered;
       std::vector<int64_t> limits = gathered->shape().dims();
-      limits[step.dim] = global.dim(step.dim);
+      limits[step.dim] = want;
       OpAttributes slice;
       for (int64_t d = 0; d < global.rank(); ++d) slice.slice.push_back({0, limits[d], 1});
       return Add(Opcode::kSlice, {gathered}, slice);
@@ -263,7 +266,12 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
         cut[d] = local->shape().dim(d) != local_target.dim(d);
         int64_t high = 0;
         if (cut[d]) {
-          high = target.num_tiles(d) * local_target.dim(d) - local->shape().dim(d);
+          // A dim tiled before holds only the tiles nested in its own (the planner's refinement
+          // case); a whole dim holds all of them.
+          const int64_t tiles = before.IsTiled() && before.num_tiles(d) > 1
+                                    ? target.num_tiles(d) / before.num_tiles(d)
+                                    : target.num_tiles(d);
+          high = tiles * local_target.dim(d) - local->shape().dim(d);
           needs_pad = needs_pad || high > 0;
         }
         pad.padding.push_back(PadDim{0, high, 0});
@@ -276,7 +284,18 @@ absl::StatusOr<Node*> Context::EmitStep(Node* local, const Sharding& before,
       std::vector<Node*> operands = {local};
       Node* zero_index = nullptr;
       for (int64_t d = 0; d < global.rank(); ++d) {
-        if (cut[d]) {
+        if (cut[d] && before.IsTiled() && before.num_tiles(d) > 1) {
+          // Refinement: the offset inside the device's current tile.
+          std::vector<int64_t> offsets(num_devices_, 0);
+          const int64_t size = local_target.dim(d);
+          const int64_t before_size = LocalShape(global, before).dim(d);
+          for (int64_t device = 0; device < num_devices_; ++device) {
+            auto t = target.TileIndexOf(device), b = before.TileIndexOf(device);
+            if (t && b) offsets[device] = (*t)[d] * size - (*b)[d] * before_size;
+          }
+          TESSEL_ASSIGN_OR_RETURN(Node * offset, PerDeviceScalar(offsets));
+          operands.push_back(offset);
+        } else if (cut[d]) {
           TESSEL_ASSIGN_OR_RETURN(Node * offset, TileOffset(target, global, d));
           operands.push_back(offset);
         } else {

@@ -230,6 +230,10 @@ py::array LiteralToNumpy(const Literal& literal) {
       return copy(int64_t{});
     case DType::kU8:
       return copy(uint8_t{});
+    case DType::kU32:
+      return copy(uint32_t{});
+    case DType::kU64:
+      return copy(uint64_t{});
     case DType::kPred:
       return copy(bool{});
     default:

@@ -122,7 +122,7 @@ absl::StatusOr<WireHeader> DecodeHeader(const std::byte* data, size_t size) {
   }
   h.signature.kind = static_cast<CollectiveKind>(kind);
   const uint8_t dtype = Get<uint8_t>(data, 49);
-  if (dtype > static_cast<uint8_t>(DType::kF64)) {
+  if (dtype > static_cast<uint8_t>(DType::kU64)) {
     return absl::InvalidArgumentError(absl::StrCat("malformed message: unknown dtype ", dtype));
   }
   h.signature.dtype = static_cast<DType>(dtype);

@@ -107,7 +107,7 @@ std::vector<ReduceKind> ReductionsFor(DType dtype) {
 }  // namespace
 
 int64_t InputValue(int reduce_kind, DType dtype, int64_t device, int64_t index, int64_t salt) {
-  const bool is_unsigned = dtype == DType::kU8;
+  const bool is_unsigned = dtype == DType::kU8 || dtype == DType::kU32 || dtype == DType::kU64;
   if (dtype == DType::kPred) {
     const bool mostly_true = reduce_kind == static_cast<int>(ReduceKind::kMultiply) ||
                              reduce_kind == static_cast<int>(ReduceKind::kMinimum) ||
