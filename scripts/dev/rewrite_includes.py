@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Rewrites Tessel's own includes to the installed layout: `#include "core/shape.h"` becomes
+`#include "tessel/core/shape.h"`, for every public folder (core, spmd, partitioner, nn, mesh,
+transport; cmake/TesselHelpers.cmake TESSEL_PUBLIC_FOLDERS). Only `#include "..."` lines change
+(in C++ sources and headers, and in code shown in Markdown); tools/, examples/, benchmarks/ and
+tests/ paths are programs, not installed, and stay as they are.
+
+Idempotent: a second run changes nothing. Files are those git tracks, so build outputs and
+untracked files are left alone.
+
+    python3 scripts/dev/rewrite_includes.py [--check] [REPO_ROOT]
+
+--check rewrites nothing and exits 1, listing file:line, when a line would change (the lint
+tests/lint/include_style.py runs this). Exit 0 otherwise.
+"""
+import argparse
+import pathlib
+import re
+import subprocess
+import sys
+
+PUBLIC_FOLDERS = ("core", "spmd", "partitioner", "nn", "mesh", "transport")
+SUFFIXES = (".h", ".cc", ".hpp", ".cpp", ".in", ".md", ".pyi")
+# `#include "core/...` (any spacing after # and include); the quote keeps <...> includes of
+# other libraries out, and "tessel/core/..." does not match, which makes the rewrite idempotent.
+INCLUDE = re.compile(r'^(\s*(?://\s*)?#\s*include\s*")((?:%s)/)' % "|".join(PUBLIC_FOLDERS))
+
+
+def tracked_files(root):
+    out = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], check=True,
+                         capture_output=True).stdout.decode()
+    return [root / p for p in out.split("\0") if p.endswith(SUFFIXES)]
+
+
+def rewrite(text):
+    """Returns (new text, 1-based numbers of the changed lines)."""
+    lines = text.split("\n")
+    changed = []
+    for i, line in enumerate(lines):
+        new = INCLUDE.sub(r"\1tessel/\2", line)
+        if new != line:
+            lines[i] = new
+            changed.append(i + 1)
+    return "\n".join(lines), changed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="report, do not rewrite")
+    parser.add_argument("root", nargs="?", default=pathlib.Path(__file__).resolve().parents[2])
+    args = parser.parse_args()
+    root = pathlib.Path(args.root).resolve()
+    total = 0
+    for path in tracked_files(root):
+        if not path.is_file() or path.is_symlink():
+            continue
+        text = path.read_text(encoding="utf-8")
+        new, changed = rewrite(text)
+        if not changed:
+            continue
+        total += len(changed)
+        rel = path.relative_to(root)
+        if args.check:
+            for n in changed:
+                print(f"{rel}:{n}: old include style, write \"tessel/...\" "
+                      f"(python3 scripts/dev/rewrite_includes.py)")
+        else:
+            path.write_text(new, encoding="utf-8")
+    if args.check:
+        return 1 if total else 0
+    print(f"rewrite_includes: {total} lines rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
