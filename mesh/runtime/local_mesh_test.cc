@@ -112,6 +112,22 @@ TEST(LocalMeshTest, ShardedTrainingMatchesSingleDevice) {
   EXPECT_EQ(local->runtime().metrics().cache_hits, 1);
 }
 
+// On a one-host preset the simulated clock prices the steps on that hardware.
+TEST(LocalMeshTest, OneHostTopologyGivesItsDevicesAndClock) {
+  Topology dgx = LoadTopology(std::string(TESSEL_CONFIGS_DIR) + "/dgx_h100.json").value();
+  auto local = LocalMesh::Create(dgx).value();
+  EXPECT_EQ(local->num_devices(), 8);
+  spmd::Mesh mesh = local->MakeMesh({8}, {"data"}).value();
+  Tensor x = Tensor::FromLiteral(RandomLiteral({16, 32}, 7));
+  ASSERT_TRUE(spmd::mark_sharding(x, mesh, {"data", kNone}).ok());
+  absl::StatusOr<Literal> sum = ReduceSum(x, {0, 1}).ToLiteral();
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  const RuntimeMetrics metrics = local->runtime().metrics();
+  EXPECT_GT(metrics.last_simulated_step_seconds, 0) << metrics.simulation_note;
+  EXPECT_NE(local->runtime().MetricsReport().find("H100"), std::string::npos)
+      << local->runtime().MetricsReport();
+}
+
 constexpr char kMegatronHlo[] = R"(HloModule megatron, num_partitions=4
 
 ENTRY %main (x: f32[8,16], w1: f32[16,32], w2: f32[32,16]) -> (f32[8,16], f32[8,32]) {
