@@ -6,7 +6,7 @@ transport; cmake/TesselHelpers.cmake TESSEL_PUBLIC_FOLDERS). Only `#include "...
 tests/ paths are programs, not installed, and stay as they are.
 
 Idempotent: a second run changes nothing. Files are those git tracks, so build outputs and
-untracked files are left alone.
+untracked files are left alone (outside a git checkout: all but hidden and build* folders).
 
     python3 scripts/dev/rewrite_includes.py [--check] [REPO_ROOT]
 
@@ -27,9 +27,21 @@ INCLUDE = re.compile(r'^(\s*(?://\s*)?#\s*include\s*")((?:%s)/)' % "|".join(PUBL
 
 
 def tracked_files(root):
-    out = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], check=True,
-                         capture_output=True).stdout.decode()
-    return [root / p for p in out.split("\0") if p.endswith(SUFFIXES)]
+    """The files git tracks under `root`; outside a git checkout (a source tarball), every file
+    but those under hidden folders and build*/ folders."""
+    try:
+        out = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], check=True,
+                             capture_output=True).stdout.decode()
+        return [root / p for p in out.split("\0") if p.endswith(SUFFIXES)]
+    except (OSError, subprocess.CalledProcessError):
+        files = []
+        for path in sorted(root.rglob("*")):
+            parts = path.relative_to(root).parts
+            if any(p.startswith(".") or p.startswith("build") for p in parts[:-1]):
+                continue
+            if path.name.endswith(SUFFIXES):
+                files.append(path)
+        return files
 
 
 def rewrite(text):
