@@ -5,10 +5,15 @@ transport; cmake/TesselHelpers.cmake TESSEL_PUBLIC_FOLDERS). Only `#include "...
 (in C++ sources and headers, and in code shown in Markdown); tools/, examples/, benchmarks/ and
 tests/ paths are programs, not installed, and stay as they are.
 
+Then each rewritten C++ file goes through `clang-format -i --lines=N:N` for its changed lines
+only (the repository's .clang-format; Debian clang-format 14), which sorts just the include
+blocks those lines are in, so "tessel/..." takes its place among the other includes and no other
+line of the file moves. --no-format skips that step.
+
 Idempotent: a second run changes nothing. Files are those git tracks, so build outputs and
 untracked files are left alone (outside a git checkout: all but hidden and build* folders).
 
-    python3 scripts/dev/rewrite_includes.py [--check] [REPO_ROOT]
+    python3 scripts/dev/rewrite_includes.py [--check | --no-format] [REPO_ROOT]
 
 --check rewrites nothing and exits 1, listing file:line, when a line would change (the lint
 tests/lint/include_style.py runs this). Exit 0 otherwise.
@@ -16,6 +21,7 @@ tests/lint/include_style.py runs this). Exit 0 otherwise.
 import argparse
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -56,9 +62,20 @@ def rewrite(text):
     return "\n".join(lines), changed
 
 
+def format_lines(path, changed):
+    """Sorts the include blocks of `changed` lines with clang-format, touching nothing else."""
+    clang_format = shutil.which("clang-format")
+    if clang_format is None:
+        print("rewrite_includes: clang-format not found, includes left unsorted", file=sys.stderr)
+        return
+    lines = [f"--lines={n}:{n}" for n in changed]
+    subprocess.run([clang_format, "-i", *lines, str(path)], check=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="report, do not rewrite")
+    parser.add_argument("--no-format", action="store_true", help="do not sort the includes")
     parser.add_argument("root", nargs="?", default=pathlib.Path(__file__).resolve().parents[2])
     args = parser.parse_args()
     root = pathlib.Path(args.root).resolve()
@@ -78,6 +95,8 @@ def main():
                       f"(python3 scripts/dev/rewrite_includes.py)")
         else:
             path.write_text(new, encoding="utf-8")
+            if not args.no_format and path.suffix in (".h", ".cc", ".hpp", ".cpp"):
+                format_lines(path, changed)
     if args.check:
         return 1 if total else 0
     print(f"rewrite_includes: {total} lines rewritten")
