@@ -2,7 +2,9 @@
 # Builds Tessel (installing what is missing) and runs the whole test suite with CTest, then
 # builds the default CMake configuration (no options: TESSEL_ISA=portable, what
 # `cmake -S . -B b && cmake --build b` gives a CMake user) and runs its unit tests, so both the
-# SIMD paths scripts/build.sh picks and the baseline x86-64 paths are tested; last, the Python
+# SIMD paths scripts/build.sh picks and the baseline x86-64 paths are tested; then the first build
+# is installed to a prefix under it and examples/consumer is built against that prefix with
+# find_package(tessel) and pkg-config, and run (scripts/test_install.sh); last, the Python
 # package is installed into a fresh virtual environment and its pytest suite run
 # (scripts/test_python.sh; needs PyPI).
 #
@@ -16,6 +18,9 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh
 BUILD_DIR="${TESSEL_BUILD_DIR:-build}"
 (cd "$BUILD_DIR" && ctest --output-on-failure -j 2 "$@")
+
+echo "test: install and build the consumer example against it (scripts/test_install.sh)"
+bash scripts/test_install.sh "$BUILD_DIR"
 
 DEFAULT_DIR="${TESSEL_DEFAULT_BUILD_DIR:-build-default}"
 JOBS="${TESSEL_JOBS:-$(nproc)}"

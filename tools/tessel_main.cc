@@ -4,10 +4,13 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "tessel/version.h"
 #include "tools/command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"tessel: SPMD sharding engine and mesh simulator"};
+  app.set_version_flag("--version", "tessel " TESSEL_VERSION_STRING,
+                       "Print the version (tessel MAJOR.MINOR.PATCH) and exit");
   app.require_subcommand(1);
   app.footer(tessel::tools::kExitCodesHelp);
   std::vector<std::pair<CLI::App*, tessel::tools::CommandFn>> commands;
@@ -33,6 +36,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "tessel: " << e.what() << "\n";

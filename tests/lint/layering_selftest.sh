@@ -30,6 +30,8 @@ expect_violation core/a.cc '#include "spmd/b.h"' 'core/a.cc includes "spmd/b.h"'
 expect_violation mesh/topology/t.cc '#include "mesh/sim/s.h"' \
   'mesh/topology/t.cc includes "mesh/sim/s.h"'
 expect_violation spmd/b.cc '#include "tools/x.h"' 'spmd/b.cc includes "tools/x.h"'
+# The installed layout ("tessel/<folder>/...") is held to the same rules.
+expect_violation core/a.cc '#include "tessel/spmd/b.h"' 'core/a.cc includes "spmd/b.h"'
 printf '#include "core/a.h"\n' > "$tmp/mesh/loose.cc"
 out=$(bash "$checker" "$tmp") && { echo "FAIL: file without a rule not detected"; exit 1; }
 echo "$out" | grep -qF 'mesh/loose.cc is in a folder with no layering rule' ||

@@ -1,0 +1,204 @@
+// LocalMesh: N in-process devices must compute what the single-device executor computes, for
+// lazily traced programs (a sharded dot, an MLP trained for a few steps) and for HLO text; its
+// errors name the value at fault.
+#include "mesh/runtime/local_mesh.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/computation_client.h"
+#include "core/hlo_text.h"
+#include "core/tensor.h"
+#include "gtest/gtest.h"
+#include "nn/layers.h"
+#include "nn/optim.h"
+#include "nn/train.h"
+#include "spmd/mark_sharding.h"
+
+namespace tessel::mesh {
+namespace {
+
+using spmd::kNone;
+
+Literal RandomLiteral(std::vector<int64_t> dims, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  Literal value(Shape(DType::kF32, std::move(dims)));
+  for (float& x : value.data<float>()) x = uniform(rng);
+  return value;
+}
+
+bool UsesLocalClient() {
+  return dynamic_cast<LocalComputationClient*>(&GetComputationClient()) != nullptr;
+}
+
+TEST(LocalMeshTest, ShardedDotMatchesSingleDeviceAndCountsCollectives) {
+  const Literal x_value = RandomLiteral({8, 6}, 1);
+  const Literal w_value = RandomLiteral({6, 4}, 2);
+  Literal want;
+  {
+    Tensor y =
+        ReduceSum(Tanh(MatMul(Tensor::FromLiteral(x_value), Tensor::FromLiteral(w_value))), {1});
+    want = y.ToLiteral().value();
+  }
+  ASSERT_TRUE(UsesLocalClient());
+  {
+    auto local = LocalMesh::Create(8).value();
+    EXPECT_FALSE(UsesLocalClient());
+    EXPECT_EQ(local->num_devices(), 8);
+    EXPECT_EQ(local->topology().num_hosts(), 1);
+    spmd::Mesh mesh = local->MakeMesh({4, 2}, {"data", "model"}).value();
+    for (int step = 0; step < 2; ++step) {
+      Tensor x = Tensor::FromLiteral(x_value);
+      Tensor w = Tensor::FromLiteral(w_value);
+      ASSERT_TRUE(spmd::mark_sharding(x, mesh, {"data", kNone}).ok());
+      ASSERT_TRUE(spmd::mark_sharding(w, mesh, {kNone, "model"}).ok());
+      Tensor y = ReduceSum(Tanh(MatMul(x, w)), {1});
+      absl::StatusOr<Literal> got = y.ToLiteral();
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_TRUE(AllClose(*got, want, 1e-5, 1e-6)) << "step " << step;
+    }
+    const RuntimeMetrics metrics = local->runtime().metrics();
+    EXPECT_EQ(metrics.compiles, 1);
+    EXPECT_EQ(metrics.cache_hits, 1);
+    // The sum over the model-sharded dim is an all-reduce between the device threads, all of
+    // them on the one host.
+    EXPECT_GT(metrics.collectives.Kind(transport::CollectiveKind::kAllReduce).calls, 0);
+    EXPECT_GT(metrics.collectives.local.bytes, 0);
+    EXPECT_EQ(metrics.collectives.ici.bytes + metrics.collectives.dcn.bytes, 0);
+  }
+  EXPECT_TRUE(UsesLocalClient());
+}
+
+// Three SGD steps on one batch of a data x model sharded MLP: the same losses as on one device.
+std::vector<double> TrainLosses(const spmd::Mesh* mesh) {
+  nn::Mlp model = nn::Mlp::Create({12, 16, 4}, /*seed=*/3).value();
+  if (mesh != nullptr) {
+    auto& layers = model.layers();
+    EXPECT_TRUE(spmd::mark_sharding(layers[0].weight(), *mesh, {kNone, "model"}).ok());
+    EXPECT_TRUE(spmd::mark_sharding(layers[0].bias(), *mesh, {"model"}).ok());
+    EXPECT_TRUE(spmd::mark_sharding(layers[1].weight(), *mesh, {"model", kNone}).ok());
+  }
+  nn::Sgd sgd({.lr = 0.1});
+  Literal labels(Shape(DType::kS32, {8}));
+  for (int64_t i = 0; i < 8; ++i) labels.data<int32_t>()[i] = static_cast<int32_t>(i % 4);
+  std::vector<double> losses;
+  for (int step = 0; step < 3; ++step) {
+    Tensor images = Tensor::FromLiteral(RandomLiteral({8, 12}, 10));
+    Tensor label_tensor = Tensor::FromLiteral(labels);
+    if (mesh != nullptr) {
+      EXPECT_TRUE(spmd::mark_sharding(images, *mesh, {"data", kNone}).ok());
+      EXPECT_TRUE(spmd::mark_sharding(label_tensor, *mesh, {"data"}).ok());
+    }
+    absl::StatusOr<nn::StepResult> result = nn::TrainStep(model, sgd, images, label_tensor);
+    EXPECT_TRUE(result.ok()) << result.status();
+    losses.push_back(result.ok() ? result->loss : -1);
+  }
+  return losses;
+}
+
+TEST(LocalMeshTest, ShardedTrainingMatchesSingleDevice) {
+  const std::vector<double> want = TrainLosses(nullptr);
+  auto local = LocalMesh::Create(4).value();
+  spmd::Mesh mesh = local->MakeMesh({2, 2}, {"data", "model"}).value();
+  const std::vector<double> got = TrainLosses(&mesh);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << "step " << i;
+  EXPECT_LT(got.back(), got.front());
+  // The first step takes host data, the later ones the device data the step before left: two
+  // programs, then cache hits.
+  EXPECT_EQ(local->runtime().metrics().compiles, 2);
+  EXPECT_EQ(local->runtime().metrics().cache_hits, 1);
+}
+
+// On a one-host preset the simulated clock prices the steps on that hardware.
+TEST(LocalMeshTest, OneHostTopologyGivesItsDevicesAndClock) {
+  Topology dgx = LoadTopology(std::string(TESSEL_CONFIGS_DIR) + "/dgx_h100.json").value();
+  auto local = LocalMesh::Create(dgx).value();
+  EXPECT_EQ(local->num_devices(), 8);
+  spmd::Mesh mesh = local->MakeMesh({8}, {"data"}).value();
+  Tensor x = Tensor::FromLiteral(RandomLiteral({16, 32}, 7));
+  ASSERT_TRUE(spmd::mark_sharding(x, mesh, {"data", kNone}).ok());
+  absl::StatusOr<Literal> sum = ReduceSum(x, {0, 1}).ToLiteral();
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  const RuntimeMetrics metrics = local->runtime().metrics();
+  EXPECT_GT(metrics.last_simulated_step_seconds, 0) << metrics.simulation_note;
+  EXPECT_NE(local->runtime().MetricsReport().find("H100"), std::string::npos)
+      << local->runtime().MetricsReport();
+}
+
+constexpr char kMegatronHlo[] = R"(HloModule megatron, num_partitions=4
+
+ENTRY %main (x: f32[8,16], w1: f32[16,32], w2: f32[32,16]) -> (f32[8,16], f32[8,32]) {
+  %x = f32[8,16] parameter(0), sharding={devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}
+  %w1 = f32[16,32] parameter(1), sharding={devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}
+  %w2 = f32[32,16] parameter(2), sharding={devices=[2,1,2]0,2,1,3 last_tile_dim_replicate}
+  %h = f32[8,32] dot(%x, %w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %zero = f32[] constant(0)
+  %zeros = f32[8,32] broadcast(%zero), dimensions={}
+  %relu = f32[8,32] maximum(%h, %zeros)
+  %y = f32[8,16] dot(%relu, %w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %out = (f32[8,16], f32[8,32]) tuple(%y, %relu)
+}
+)";
+
+TEST(LocalMeshTest, RunHloMatchesSingleDevice) {
+  const std::vector<Literal> inputs = {RandomLiteral({8, 16}, 4), RandomLiteral({16, 32}, 5),
+                                       RandomLiteral({32, 16}, 6)};
+  std::shared_ptr<const Graph> graph(ParseHloModule(kMegatronHlo).value());
+  LocalComputationClient single;
+  std::vector<std::shared_ptr<const DeviceData>> arguments;
+  for (const Literal& input : inputs) arguments.push_back(std::make_shared<LiteralData>(input));
+  auto want = single.Execute(graph, GraphFingerprint(*graph), arguments, nullptr).value();
+  ASSERT_EQ(want.size(), 2u);
+
+  auto local = LocalMesh::Create(4).value();
+  absl::StatusOr<std::vector<Literal>> got = local->RunHlo(kMegatronHlo, inputs);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const Literal& expected = static_cast<const LiteralData&>(*want[i]).literal();
+    EXPECT_EQ((*got)[i].shape(), expected.shape()) << "output " << i;
+    EXPECT_TRUE(AllClose((*got)[i], expected, 1e-5, 1e-6)) << "output " << i;
+  }
+  // The same module again is a cache hit.
+  ASSERT_TRUE(local->RunHlo(kMegatronHlo, inputs).ok());
+  EXPECT_EQ(local->runtime().metrics().compiles, 1);
+  EXPECT_EQ(local->runtime().metrics().cache_hits, 1);
+}
+
+TEST(LocalMeshTest, ErrorsNameTheValue) {
+  EXPECT_EQ(LocalMesh::Create(0).status().message(),
+            "LocalMesh: num_devices must be in [1, 1024], got 0");
+  LocalMeshOptions no_threads;
+  no_threads.threads_per_device = 0;
+  EXPECT_EQ(LocalMesh::Create(2, no_threads).status().message(),
+            "LocalMesh: threads_per_device must be at least 1, got 0");
+  Topology two_hosts = MakeUniformTopology(1, {4}, 2).value();
+  absl::Status multi_host = LocalMesh::Create(two_hosts).status();
+  EXPECT_EQ(multi_host.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(multi_host.message().find("has 2 hosts and 4 devices"), std::string::npos)
+      << multi_host;
+  // A failed Create leaves the thread on the single-device client.
+  EXPECT_TRUE(UsesLocalClient());
+
+  auto local = LocalMesh::Create(4).value();
+  EXPECT_EQ(local->MakeMesh({2, 3}, {"a", "b"}).status().message(),
+            "LocalMesh::MakeMesh: mesh shape [2, 3] has 6 devices, the local mesh has 4");
+  EXPECT_EQ(local->MakeMesh({2, 2}, {"a", "a"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::vector<Literal> two = {RandomLiteral({8, 16}, 4), RandomLiteral({16, 32}, 5)};
+  EXPECT_EQ(local->RunHlo(kMegatronHlo, two).status().message(),
+            "LocalMesh::RunHlo: the module has 3 parameters, got 2 inputs");
+  const std::vector<Literal> wrong = {RandomLiteral({8, 16}, 4), RandomLiteral({16, 32}, 5),
+                                      RandomLiteral({16, 32}, 6)};
+  EXPECT_EQ(local->RunHlo(kMegatronHlo, wrong).status().message(),
+            "LocalMesh::RunHlo: parameter 2 (w2) is f32[32,16], input 2 is f32[16,32]");
+  absl::Status bad_text =
+      local->RunHlo("HloModule m\nENTRY e {\n  ROOT r = f32[2] nope()\n}\n", {}).status();
+  EXPECT_NE(bad_text.message().find("line 3"), std::string::npos) << bad_text;
+}
+
+}  // namespace
+}  // namespace tessel::mesh
