@@ -682,6 +682,8 @@ TEST(ZmqTransportStrangerTest, ScribbledSharedMemoryQueueIsReportedAsCorrupt) {
               HasSubstr(absl::StrCat("shared memory segment ", (*segment)->name(), " is corrupt")))
       << job.Report();
   EXPECT_THAT(job.err(1), HasSubstr("(written by a process outside the job?)")) << job.Report();
+  // Host 0 learns why from host 1's abort.
+  EXPECT_THAT(job.err(0), HasSubstr("is corrupt")) << job.Report();
   for (int r = 0; r < kHosts; ++r) {
     EXPECT_THAT(job.err(r), ::testing::Not(HasSubstr("protocol error: host 0"))) << job.Report();
   }
