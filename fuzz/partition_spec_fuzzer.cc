@@ -7,6 +7,7 @@
 //
 // Mesh::Create, PartitionSpec::Parse and ShardingFromPartitionSpec must return an error status
 // for bad input, never crash; a spec that parses must read back from its ToString().
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -56,7 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!absl::SimpleAtoi(field, &d)) return 0;
     shape.push_back(d);
     // Mesh::Create checks the shape itself; only the id list built here needs a bound.
-    if (d > 0 && devices <= kMaxDevices) devices *= d;
+    // Both factors are at most kMaxDevices + 1 here, so the product cannot overflow.
+    if (d > 0 && devices <= kMaxDevices) devices *= std::min(d, kMaxDevices + 1);
   }
   if (devices > kMaxDevices) devices = kMaxDevices;
   std::vector<int64_t> ids(static_cast<size_t>(devices));
