@@ -1165,6 +1165,18 @@ TEST(HloTextTest, BadTextGivesStatusWithLineAndToken) {
 
 // Mutates valid text at random (fixed seed) and checks the parser always returns; whatever
 // parses must also survive a print/parse round trip.
+// Issue 22: slice's shape inference computed (limit - start + stride - 1) / stride, a signed
+// overflow for a huge stride (UBSan), and a wrong size. One element is taken, from `start`.
+TEST(HloTextTest, SliceWithAHugeStrideTakesOneElement) {
+  const std::string slice = "slice(%x), slice={[1:8:9223372036854775807]}\n";
+  absl::StatusOr<std::unique_ptr<Graph>> one =
+      ParseHloModule(Module("  %x = f32[8] parameter(0)\n  ROOT %s = f32[1] " + slice));
+  ASSERT_TRUE(one.ok()) << one.status();
+  absl::StatusOr<std::unique_ptr<Graph>> two =
+      ParseHloModule(Module("  %x = f32[8] parameter(0)\n  ROOT %s = f32[2] " + slice));
+  EXPECT_EQ(two.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(HloTextTest, FuzzedTextNeverCrashes) {
   std::unique_ptr<Graph> all = BuildAllOpsGraph();
   const std::vector<std::string> seeds = {kXlaModule, kXlaCollectives, PrintHloModule(*all)};

@@ -11,6 +11,9 @@ PACKAGES=(
   zlib1g-dev
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev llvm-14-tools clang-format
+  # The sanitizer and fuzzing build (scripts/sanitize.sh): clang 14 and its runtime libraries
+  # (ASan, UBSan, libFuzzer).
+  clang-14 libclang-rt-14-dev
   # Optional benchmark baseline: OpenMPI (benchmarks/mpi_collectives_bench, found by CMake's
   # FindMPI; without it that benchmark is skipped).
   libopenmpi-dev openmpi-bin

@@ -6,7 +6,8 @@
 # is installed to a prefix under it and examples/consumer is built against that prefix with
 # find_package(tessel) and pkg-config, and run (scripts/test_install.sh); last, the Python
 # package is installed into a fresh virtual environment and its pytest suite run
-# (scripts/test_python.sh; needs PyPI).
+# (scripts/test_python.sh; needs PyPI). Then the unit tests under ASan+UBSan and the fuzz
+# targets (scripts/sanitize.sh, a clang build in build-asan/).
 #
 #   bash scripts/test.sh [ctest options for the first build, e.g. -L unit or -R core_]
 #
@@ -31,3 +32,11 @@ ctest --test-dir "$DEFAULT_DIR" --output-on-failure -j 2 -L unit
 
 echo "test: the Python package (scripts/test_python.sh)"
 bash scripts/test_python.sh
+
+# --- Sanitizers and fuzzing --------------------------------------------------------------------
+# The unit tests under ASan+UBSan (halting on the first report) and every libFuzzer target on its
+# corpus plus TESSEL_FUZZ_SECONDS (default 20) of fuzzing, in a clang build of just those targets
+# (scripts/sanitize.sh; tests/README.md, "Sanitizers and fuzzing").
+echo "test: ASan+UBSan unit tests and fuzz targets (scripts/sanitize.sh)"
+bash scripts/sanitize.sh
+# --- end of sanitizers and fuzzing -------------------------------------------------------------

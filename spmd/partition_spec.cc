@@ -11,7 +11,22 @@
 
 namespace tessel::spmd {
 
-std::string AxisRef::ToString() const { return is_index() ? absl::StrCat(index()) : name(); }
+// A name prints bare only when Parse reads it back as that name (no leading digit or '-', which
+// begin an index, and only [A-Za-z0-9_.-]); any other is quoted, with the quote it does not hold
+// (Parse cannot produce a name holding both). The fuzzer found "\x85" printed bare.
+std::string AxisRef::ToString() const {
+  if (is_index()) return absl::StrCat(index());
+  const std::string& n = name();
+  auto name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  };
+  if (!n.empty() && !std::isdigit(static_cast<unsigned char>(n[0])) && n[0] != '-' &&
+      std::all_of(n.begin(), n.end(), name_char)) {
+    return n;
+  }
+  const char* quote = n.find('\'') == std::string::npos ? "'" : "\"";
+  return absl::StrCat(quote, n, quote);
+}
 
 // The same syntax Parse reads (no spaces, Python's None), so a printed spec can be pasted back
 // on a command line.

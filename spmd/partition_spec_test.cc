@@ -172,6 +172,21 @@ TEST(PartitionSpecTest, ParseAndPrint) {
   }
 }
 
+// Names Parse reads only in quotes print in quotes, so ToString always reads back (the
+// partition_spec fuzzer found a quoted '\x85' printed bare, which then did not parse).
+TEST(PartitionSpecTest, NamesThatNeedQuotesPrintQuoted) {
+  const PartitionSpec odd{"\x85", "0", "-x", "a b", "it's", Axes{"dcn-data", "x.y", "_z"}};
+  EXPECT_EQ(odd.ToString(), "'\x85','0','-x','a b',\"it's\",(dcn-data,x.y,_z)");
+  absl::StatusOr<PartitionSpec> back = PartitionSpec::Parse(odd.ToString());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, odd);
+  absl::StatusOr<PartitionSpec> fuzzed = PartitionSpec::Parse("('\x85',\"b\"),None,c");
+  ASSERT_TRUE(fuzzed.ok()) << fuzzed.status();
+  absl::StatusOr<PartitionSpec> again = PartitionSpec::Parse(fuzzed->ToString());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *fuzzed);
+}
+
 TEST(PartitionSpecTest, ParseErrors) {
   auto error = [](const std::string& text) {
     absl::StatusOr<PartitionSpec> spec = PartitionSpec::Parse(text);

@@ -627,5 +627,98 @@ TEST(ShmSegmentTest, BadLayoutsAndDescriptorsAreRefused) {
   EXPECT_THAT(std::string(no_fd.status().message()), HasSubstr("/fd/999999"));
 }
 
+// Header queue entries pushed by a sender come out in order, checked, and an empty queue says
+// so; more than kShmQueueEntries waiting makes PushHeader refuse.
+TEST(ShmSegmentTest, HeaderQueuePassesEntriesInOrder) {
+  absl::StatusOr<std::shared_ptr<ShmSegment>> receiver = ShmSegment::Create({2, 1, 4096});
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  absl::StatusOr<std::shared_ptr<ShmSegment>> sender = ShmSegment::Open((*receiver)->descriptor());
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  std::array<std::byte, kShmQueueEntryBytes> entry{};
+  for (uint64_t round = 0; round < 3; ++round) {
+    for (uint64_t i = 0; i < kShmQueueEntries; ++i) {
+      entry.fill(static_cast<std::byte>(i + round));
+      ASSERT_TRUE((*sender)->PushHeader(1, entry.data()));
+    }
+    EXPECT_FALSE((*sender)->PushHeader(1, entry.data()));  // full
+    for (uint64_t i = 0; i < kShmQueueEntries; ++i) {
+      absl::StatusOr<bool> popped = (*receiver)->PopHeader(1, entry.data());
+      ASSERT_TRUE(popped.ok()) << popped.status();
+      ASSERT_TRUE(*popped);
+      EXPECT_EQ(entry[0], static_cast<std::byte>(i + round));
+      EXPECT_EQ(entry[kShmQueueEntryPayloadBytes - 1], static_cast<std::byte>(i + round));
+    }
+    absl::StatusOr<bool> empty = (*receiver)->PopHeader(1, entry.data());
+    ASSERT_TRUE(empty.ok()) << empty.status();
+    EXPECT_FALSE(*empty);
+  }
+}
+
+// Issue 22, item 6: a same-user process that scribbles a header queue (its counters or its
+// entries) is reported as a corrupt segment, naming it, not as a protocol error of the host that
+// owns the queue.
+TEST(ShmSegmentTest, ScribbledHeaderQueueIsReportedAsCorruptSegment) {
+  struct Case {
+    const char* what;
+    size_t offset;      // into the queue's bytes: 0 head, 64 tail, 128 the first entry
+    uint64_t value;     // written there
+    const char* error;  // expected in the message
+  };
+  const Case cases[] = {
+      {"head moved", 0, 5, "says 5 entries were taken, this host took 1"},
+      {"tail far ahead", 64, 1000000, "claims 999999 waiting entries"},
+      {"tail behind the head", 64, 0, "claims 18446744073709551615 waiting entries"},
+      {"entry bytes", 128 + kShmQueueEntryBytes + 8, 0x0123456789abcdef,
+       "entry 1 of the header queue of host 1 fails its checksum"},
+      {"entry checksum", 128 + kShmQueueEntryBytes + kShmQueueEntryPayloadBytes, 7,
+       "entry 1 of the header queue of host 1 fails its checksum"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    absl::StatusOr<std::shared_ptr<ShmSegment>> receiver = ShmSegment::Create({2, 1, 4096});
+    ASSERT_TRUE(receiver.ok()) << receiver.status();
+    absl::StatusOr<std::shared_ptr<ShmSegment>> sender =
+        ShmSegment::Open((*receiver)->descriptor());
+    ASSERT_TRUE(sender.ok()) << sender.status();
+    std::array<std::byte, kShmQueueEntryBytes> entry{};
+    ASSERT_TRUE((*sender)->PushHeader(1, entry.data()));
+    ASSERT_TRUE((*sender)->PushHeader(1, entry.data()));
+    absl::StatusOr<bool> first = (*receiver)->PopHeader(1, entry.data());
+    ASSERT_TRUE(first.ok() && *first) << first.status();
+
+    // The scribbler writes through its own mapping of the memory, as another process would.
+    absl::Span<std::byte> queue = (*sender)->queue_bytes_for_testing(1);
+    std::memcpy(queue.data() + c.offset, &c.value, sizeof(c.value));
+    absl::StatusOr<bool> popped = (*receiver)->PopHeader(1, entry.data());
+    EXPECT_EQ(popped.status().code(), absl::StatusCode::kDataLoss);
+    const std::string message(popped.status().message());
+    EXPECT_THAT(message, HasSubstr(absl::StrCat("shared memory segment ", (*receiver)->name(),
+                                                " is corrupt")));
+    EXPECT_THAT(message, HasSubstr(c.error));
+    EXPECT_THAT(message, HasSubstr("(written by a process outside the job?)"));
+    EXPECT_THAT((*receiver)->name(), ::testing::StartsWith("/proc/"));
+  }
+}
+
+// An entry left over from an earlier lap of the ring (a scribbled tail claims it is new) fails
+// its checksum too: the checksum covers the entry's position, not only its bytes.
+TEST(ShmSegmentTest, StaleHeaderQueueEntryFailsItsChecksum) {
+  absl::StatusOr<std::shared_ptr<ShmSegment>> receiver = ShmSegment::Create({2, 1, 4096});
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  std::array<std::byte, kShmQueueEntryBytes> entry{};
+  for (uint64_t i = 0; i < kShmQueueEntries; ++i) {
+    ASSERT_TRUE((*receiver)->PushHeader(0, entry.data()));
+    absl::StatusOr<bool> popped = (*receiver)->PopHeader(0, entry.data());
+    ASSERT_TRUE(popped.ok() && *popped) << popped.status();
+  }
+  // Position 64 lives where position 0 did, whose valid entry is still there.
+  const uint64_t tail = kShmQueueEntries + 1;
+  std::memcpy((*receiver)->queue_bytes_for_testing(0).data() + 64, &tail, sizeof(tail));
+  absl::StatusOr<bool> popped = (*receiver)->PopHeader(0, entry.data());
+  EXPECT_EQ(popped.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(popped.status().message()),
+              HasSubstr("entry 64 of the header queue of host 0 fails its checksum"));
+}
+
 }  // namespace
 }  // namespace tessel::transport::internal

@@ -486,7 +486,11 @@ void ZmqTransport::Impl::DeliverShm(int64_t peer, const WireHeader& header, uint
                                "protocol error: host ", peer, " named shared-memory slot ", slot,
                                " with ", header.payload_bytes, " bytes, which this host ",
                                shm_ == nullptr ? "does not have (shared memory is off here)"
-                                               : "has not seen claimed, or which is out of range")),
+                                               : "has not seen claimed, or which is out of range "
+                                                 "(or the slot states of shared memory segment " +
+                                                     shm_->name() +
+                                                     " were written by a process outside the "
+                                                     "job)")),
                            /*broadcast=*/true);
     return;
   }
@@ -505,7 +509,17 @@ void ZmqTransport::Impl::DrainShmQueues() {
   for (int64_t p = 0; p < options_.num_hosts; ++p) {
     if (p == rank_) continue;
     bool any = false;
-    while (shm_->PopHeader(p, entry)) {
+    while (true) {
+      absl::StatusOr<bool> popped = shm_->PopHeader(p, entry);
+      if (!popped.ok()) {
+        // Not host p's fault as far as anyone can tell: the queue was written by something
+        // that does not know the segment's checksums (ShmSegment::PopHeader).
+        state_->mailbox().Fail(
+            absl::DataLossError(absl::StrCat("host ", rank_, ": ", popped.status().message())),
+            /*broadcast=*/true);
+        return;
+      }
+      if (!*popped) break;
       any = true;
       absl::StatusOr<WireHeader> header = DecodeHeader(entry, internal::kWireHeaderBytes);
       if (!header.ok() || header->type != MessageType::kDataShm) {

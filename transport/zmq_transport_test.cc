@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -28,11 +29,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "transport/internal/shared_memory.h"
 #include "transport/internal/wire.h"
 #include "transport/internal/zmq_util.h"
 
@@ -628,6 +631,61 @@ TEST(ZmqTransportStrangerTest, IpcJobDropsUnhelloedPeersAndHugeFrames) {
     EXPECT_EQ(job.exit_code(r), 0) << job.Report();
     EXPECT_THAT(job.out(r), HasSubstr("ok iterations=120")) << job.Report();
     EXPECT_THAT(job.err(r), HasSubstr("unauthenticated peer from localhost:")) << job.Report();
+  }
+}
+
+// Maps the shared-memory segment of process `pid` as any process of the same user can: finds
+// its memfd in /proc/<pid>/fd, reads the layout from the segment's first page and opens it
+// through the descriptor built from that.
+absl::StatusOr<std::shared_ptr<internal::ShmSegment>> MapSegmentOf(pid_t pid) {
+  const std::string fds = absl::StrCat("/proc/", pid, "/fd");
+  for (const std::filesystem::directory_entry& e : std::filesystem::directory_iterator(fds)) {
+    std::error_code error;
+    const std::string target = std::filesystem::read_symlink(e.path(), error).string();
+    if (error || !absl::StrContains(target, "memfd:tessel-slots")) continue;
+    const int fd = open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    void* page = mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (page == MAP_FAILED) continue;
+    uint64_t header[5];  // magic, nonce, num_hosts, slots, slot_bytes
+    std::memcpy(header, page, sizeof(header));
+    munmap(page, 4096);
+    return internal::ShmSegment::Open(
+        absl::StrFormat("shm2 %d %s %016x %d %d %d", pid, e.path().filename().string(), header[1],
+                        static_cast<int64_t>(header[2]), static_cast<int64_t>(header[3]),
+                        static_cast<int64_t>(header[4])));
+  }
+  return absl::NotFoundError(absl::StrCat("no tessel-slots memfd in ", fds));
+}
+
+// Issue 22, item 6: another process of the same user scribbles the header queue in which host
+// 0 leaves headers for host 1. The job fails (the segment cannot be trusted any more), and the
+// error names the segment as corrupt instead of blaming host 0 for a protocol error.
+TEST(ZmqTransportStrangerTest, ScribbledSharedMemoryQueueIsReportedAsCorrupt) {
+  constexpr int kHosts = 2;
+  Job job;
+  for (int r = 0; r < kHosts; ++r) {
+    job.Spawn(r, {"--scenario=loop", "--iterations=400", "--sleep_ms=20",
+                  absl::StrCat("--num_hosts=", kHosts),
+                  absl::StrCat("--coordinator=", job.ipc_coordinator())});
+  }
+  AwaitReady(job, kHosts);
+  absl::StatusOr<std::shared_ptr<internal::ShmSegment>> segment = MapSegmentOf(job.pid(1));
+  ASSERT_TRUE(segment.ok()) << segment.status() << "\n" << job.Report();
+  // Host 0's tail counter jumps far ahead of anything host 0 pushed.
+  const uint64_t tail = uint64_t{1} << 40;
+  std::memcpy((*segment)->queue_bytes_for_testing(0).data() + 64, &tail, sizeof(tail));
+  ASSERT_TRUE(job.WaitAll(absl::Seconds(60))) << job.Report();
+  EXPECT_NE(job.exit_code(1), 0) << job.Report();
+  EXPECT_THAT(job.err(1),
+              HasSubstr(absl::StrCat("shared memory segment ", (*segment)->name(), " is corrupt")))
+      << job.Report();
+  EXPECT_THAT(job.err(1), HasSubstr("(written by a process outside the job?)")) << job.Report();
+  // Host 0 learns why from host 1's abort.
+  EXPECT_THAT(job.err(0), HasSubstr("is corrupt")) << job.Report();
+  for (int r = 0; r < kHosts; ++r) {
+    EXPECT_THAT(job.err(r), ::testing::Not(HasSubstr("protocol error: host 0"))) << job.Report();
   }
 }
 

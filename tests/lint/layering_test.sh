@@ -4,7 +4,8 @@
 #
 #   core -> mesh/topology -> spmd -> mesh/cost -> partitioner -> nn -> mesh/sim
 #   core -> transport -> mesh/launch;  mesh/sim + mesh/launch -> mesh/runtime
-#   everything -> examples -> tools;  python (the bindings), benchmarks and tests use any library.
+#   everything -> examples -> tools;  python (the bindings), benchmarks, tests and fuzz (the
+#   libFuzzer targets) use any library.
 #
 # A folder listed below may include its own headers and those of the folders after it. A source
 # file in a folder with no rule is itself a violation, so a new folder must be given its place.
@@ -31,6 +32,7 @@ declare -A rule=(
   [python/]="$libs python/"
   [benchmarks/]="$libs benchmarks/"
   [tests/]="$libs tests/"
+  [fuzz/]="$libs fuzz/"
 )
 
 # The rule of the longest folder that holds FILE, or nothing.

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "core/fingerprint.h"
 
 namespace tessel::transport::internal {
 namespace {
@@ -106,6 +107,11 @@ ShmSegment::~ShmSegment() {
   if (fd_ >= 0) close(fd_);
 }
 
+absl::Status ShmSegment::Corrupt(const std::string& what) const {
+  return absl::DataLossError(absl::StrCat("shared memory segment ", name_, " is corrupt: ", what,
+                                          " (written by a process outside the job?)"));
+}
+
 absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Create(const ShmLayout& layout) {
   if (absl::Status s = CheckLayout(layout); !s.ok()) return s;
   const size_t bytes = TotalBytes(layout);
@@ -136,6 +142,9 @@ absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Create(const ShmLayout& 
       new ShmSegment(fd, static_cast<std::byte*>(base), bytes, layout));
   segment->descriptor_ = absl::StrFormat("shm2 %d %d %016x %d %d %d", getpid(), fd, nonce,
                                          layout.num_hosts, layout.slots, layout.slot_bytes);
+  segment->name_ = absl::StrFormat("/proc/%d/fd/%d", getpid(), fd);
+  segment->nonce_ = nonce;
+  segment->popped_.assign(static_cast<size_t>(layout.num_hosts), 0);
   return segment;
 }
 
@@ -188,6 +197,9 @@ absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Open(const std::string& 
   std::shared_ptr<ShmSegment> segment(
       new ShmSegment(-1, static_cast<std::byte*>(base), bytes, layout));
   segment->descriptor_ = descriptor;
+  segment->name_ = path;
+  segment->nonce_ = nonce;
+  segment->popped_.assign(static_cast<size_t>(layout.num_hosts), 0);
   return segment;
 }
 
@@ -248,21 +260,62 @@ std::byte* ShmSegment::queue_entry(int64_t src, uint64_t index) const {
          static_cast<size_t>(index % kShmQueueEntries) * kShmQueueEntryBytes;
 }
 
+namespace {
+
+// The checksum binds an entry to this segment (nonce), its source and its position, so a stale
+// entry or one copied from another queue fails too, not only scribbled bytes.
+uint64_t EntryChecksum(uint64_t nonce, int64_t src, uint64_t position, const std::byte* entry) {
+  return Fingerprint()
+      .U64(nonce)
+      .Int(src)
+      .U64(position)
+      .Bytes(entry, kShmQueueEntryPayloadBytes)
+      .value();
+}
+
+}  // namespace
+
 bool ShmSegment::PushHeader(int64_t src, const std::byte* entry) {
   const uint64_t tail = queue_tail(src).load(std::memory_order_relaxed);
   // Acquire: the receiver's read of the entry we would overwrite is done.
   if (tail - queue_head(src).load(std::memory_order_acquire) >= kShmQueueEntries) return false;
-  std::memcpy(queue_entry(src, tail), entry, kShmQueueEntryBytes);
+  std::byte* slot = queue_entry(src, tail);
+  std::memcpy(slot, entry, kShmQueueEntryPayloadBytes);
+  const uint64_t checksum = EntryChecksum(nonce_, src, tail, entry);
+  std::memcpy(slot + kShmQueueEntryPayloadBytes, &checksum, sizeof(checksum));
   queue_tail(src).store(tail + 1, std::memory_order_release);
   return true;
 }
 
-bool ShmSegment::PopHeader(int64_t src, std::byte* entry) {
-  const uint64_t head = queue_head(src).load(std::memory_order_relaxed);
-  if (head == queue_tail(src).load(std::memory_order_acquire)) return false;
+absl::StatusOr<bool> ShmSegment::PopHeader(int64_t src, std::byte* entry) {
+  // The receiver's own count, not the counter in the segment, says where the next entry is:
+  // whatever another process writes there cannot send this read outside the queue.
+  const uint64_t head = popped_[static_cast<size_t>(src)];
+  const uint64_t shared_head = queue_head(src).load(std::memory_order_relaxed);
+  if (shared_head != head) {
+    return Corrupt(absl::StrCat("the header queue of host ", src, " says ", shared_head,
+                                " entries were taken, this host took ", head));
+  }
+  const uint64_t tail = queue_tail(src).load(std::memory_order_acquire);
+  if (tail == head) return false;
+  if (tail - head > kShmQueueEntries) {
+    return Corrupt(absl::StrCat("the header queue of host ", src, " claims ", tail - head,
+                                " waiting entries, it holds at most ", kShmQueueEntries));
+  }
   std::memcpy(entry, queue_entry(src, head), kShmQueueEntryBytes);
+  uint64_t checksum = 0;
+  std::memcpy(&checksum, entry + kShmQueueEntryPayloadBytes, sizeof(checksum));
+  if (checksum != EntryChecksum(nonce_, src, head, entry)) {
+    return Corrupt(
+        absl::StrCat("entry ", head, " of the header queue of host ", src, " fails its checksum"));
+  }
+  popped_[static_cast<size_t>(src)] = head + 1;
   queue_head(src).store(head + 1, std::memory_order_release);
   return true;
+}
+
+absl::Span<std::byte> ShmSegment::queue_bytes_for_testing(int64_t src) const {
+  return absl::Span<std::byte>(reinterpret_cast<std::byte*>(&queue_head(src)), kQueueBytes);
 }
 
 void ShmSegment::Free(int64_t src, int32_t slot) {

@@ -33,15 +33,20 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "transport/internal/buffer_pool.h"
 #include "transport/internal/doorbell.h"
 
 namespace tessel::transport::internal {
 
-// Bytes of one header-queue entry (an encoded WireHeader, 88 bytes, then the slot index).
+// Bytes of one header-queue entry: an encoded WireHeader (88 bytes), the slot index (4 bytes),
+// zeros up to byte 120, then an 8-byte checksum that PushHeader writes and PopHeader checks.
 inline constexpr size_t kShmQueueEntryBytes = 128;
+// The bytes of an entry that the caller fills (the rest is the checksum).
+inline constexpr size_t kShmQueueEntryPayloadBytes = 120;
 // Entries of the header queue of each source host.
 inline constexpr uint64_t kShmQueueEntries = 64;
 
@@ -90,13 +95,27 @@ class ShmSegment {
   // Receiver (or a sender whose header never left): the slot is free again (release).
   void Free(int64_t src, int32_t slot);
 
-  // Sender: appends one entry (kShmQueueEntryBytes) to the header queue of source host `src`;
-  // false when it is full. The caller serializes pushes of one `src` (they come from threads of
-  // one process).
+  // Sender: appends one entry to the header queue of source host `src`: the first
+  // kShmQueueEntryPayloadBytes of `entry`, then their checksum (FNV-1a of the segment's nonce,
+  // `src`, the entry's position in the queue and those bytes); false when the queue is full. The
+  // caller serializes pushes of one `src` (they come from threads of one process).
   bool PushHeader(int64_t src, const std::byte* entry);
-  // Receiver (one thread at a time): takes the oldest entry of `src`'s queue into `entry`; false
-  // if empty.
-  bool PopHeader(int64_t src, std::byte* entry);
+  // Receiver (one thread at a time, always through the same ShmSegment): takes the oldest entry
+  // of `src`'s queue into `entry` (kShmQueueEntryBytes); false if empty.
+  // Errors: kDataLoss, "shared memory segment NAME is corrupt: WHAT (written by a process
+  // outside the job?)", when what the segment holds cannot have come from the sender: the head
+  // counter is not where this receiver left it, the tail is more than kShmQueueEntries ahead
+  // of it, or the entry fails its checksum. Another process of the same user can write the
+  // segment (docs/transport.md, "Threat model"); this keeps such a scribble from being read as
+  // a protocol error of host `src`. After an error the queue of `src` is not usable.
+  [[nodiscard]] absl::StatusOr<bool> PopHeader(int64_t src, std::byte* entry);
+
+  // "/proc/<pid>/fd/<fd>", the path senders open: names the segment in errors.
+  const std::string& name() const { return name_; }
+
+  // Tests and the fuzzer: the raw bytes of `src`'s header queue in the segment (head counter,
+  // tail counter, entries), to write into as a misbehaving process would.
+  absl::Span<std::byte> queue_bytes_for_testing(int64_t src) const;
 
   // The receiver's kDoorbells bells (in the segment, so senders in other processes ring them):
   // a sender rings doorbells()[DoorbellIndex(dst)] after it published a payload for device (or
@@ -111,6 +130,8 @@ class ShmSegment {
   std::atomic<uint64_t>& queue_tail(int64_t src) const;
   std::byte* queue_entry(int64_t src, uint64_t index) const;
 
+  absl::Status Corrupt(const std::string& what) const;
+
   int fd_;  // the memfd (creator only; -1 in a process that opened it)
   std::byte* base_;
   size_t mapped_bytes_;
@@ -118,6 +139,10 @@ class ShmSegment {
   size_t queue_offset_;
   size_t data_offset_;
   std::string descriptor_;
+  std::string name_;
+  uint64_t nonce_ = 0;
+  // Receiver: entries popped from each source's queue (what its head counter must read).
+  std::vector<uint64_t> popped_;
   std::atomic<uint32_t> cursor_{0};
 };
 
