@@ -51,8 +51,8 @@
 #include "absl/strings/str_format.h"
 #include "benchmarks/fork_hosts.h"
 #include "benchmarks/sweep_flags.h"
-#include "core/command_line.h"
-#include "transport/zmq_transport.h"
+#include "tessel/core/command_line.h"
+#include "tessel/transport/zmq_transport.h"
 
 namespace tessel::transport {
 namespace {

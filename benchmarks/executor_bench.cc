@@ -33,11 +33,11 @@
 
 #include "Eigen/Core"
 #include "benchmark/benchmark.h"
-#include "core/executor.h"
-#include "core/graph.h"
-#include "core/literal.h"
-#include "core/window.h"
 #include "tbb/info.h"
+#include "tessel/core/executor.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/window.h"
 #include "unsupported/Eigen/CXX11/Tensor"
 
 namespace tessel {

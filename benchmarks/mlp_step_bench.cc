@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "core/tensor.h"
-#include "nn/data_loader.h"
-#include "nn/layers.h"
-#include "nn/optim.h"
-#include "nn/train.h"
+#include "tessel/core/tensor.h"
+#include "tessel/nn/data_loader.h"
+#include "tessel/nn/layers.h"
+#include "tessel/nn/optim.h"
+#include "tessel/nn/train.h"
 
 namespace tessel::nn {
 namespace {

@@ -29,7 +29,7 @@
 
 #include "CLI/CLI.hpp"
 #include "benchmarks/sweep_flags.h"
-#include "core/command_line.h"
+#include "tessel/core/command_line.h"
 
 namespace {
 

@@ -15,10 +15,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "benchmark/benchmark.h"
-#include "core/hlo_text.h"
-#include "nn/transformer.h"
-#include "partitioner/partitioner.h"
-#include "spmd/mesh.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/nn/transformer.h"
+#include "tessel/partitioner/partitioner.h"
+#include "tessel/spmd/mesh.h"
 
 namespace tessel {
 namespace {

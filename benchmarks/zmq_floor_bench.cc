@@ -41,7 +41,7 @@
 #include "absl/strings/str_cat.h"
 #include "benchmarks/fork_hosts.h"
 #include "benchmarks/sweep_flags.h"
-#include "core/command_line.h"
+#include "tessel/core/command_line.h"
 #include "zmq.hpp"
 
 namespace {

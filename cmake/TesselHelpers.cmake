@@ -27,18 +27,19 @@ endfunction()
 #
 # Declares the static library `tessel_<name>` with the alias `tessel::<name>`, in the style of
 # abseil's absl_cc_library. Code includes "tessel/core/shape.h" (the include tree above; under an
-# install prefix: <prefix>/include). Until every include of the repository is written that way
-# (scripts/dev/rewrite_includes.py), the repository root is on the include path too, so
-# "core/shape.h" still resolves. A library with no sources becomes an INTERFACE library.
+# install prefix: <prefix>/include); the repository root is not on a library's public include
+# path, so a project that adds Tessel with add_subdirectory sees no "core/..." of Tessel's either.
+# The lint include_style (tests/CMakeLists.txt) rejects "core/..." includes, and
+# scripts/dev/rewrite_includes.py rewrites them. A library with no sources becomes an INTERFACE
+# library.
 # Unless INTERNAL is given, the library is exported as tessel::<name> (tesselTargets.cmake) and
 # its HDRS are installed to <prefix>/include/tessel/<path in the repository>; every exported
 # library is part of tessel::tessel (tessel_add_umbrella_library).
 function(tessel_cc_library)
   cmake_parse_arguments(T "INTERNAL" "NAME" "SRCS;HDRS;DEPS" ${ARGN})
   set(target tessel_${T_NAME})
-  set(includes $<BUILD_INTERFACE:${TESSEL_INCLUDE_ROOT}> $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
-               $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
-               $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/tessel>)
+  set(includes $<BUILD_INTERFACE:${TESSEL_INCLUDE_ROOT}>
+               $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   if(T_SRCS)
     add_library(${target} STATIC ${T_SRCS} ${T_HDRS})
     target_include_directories(${target} PUBLIC ${includes})
@@ -143,6 +144,8 @@ function(tessel_cc_test)
   endif()
   add_executable(${T_NAME} ${T_SRCS})
   target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  # Tests may include test-only files by their repository path ("tests/...").
+  target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_options(${T_NAME} PRIVATE ${TESSEL_WARNING_FLAGS})
   add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${T_ARGS})
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT})

@@ -11,9 +11,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "core/internal/lazy.h"
-#include "core/shape_inference.h"
-#include "core/tensor.h"
+#include "tessel/core/internal/lazy.h"
+#include "tessel/core/shape_inference.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel {
 

@@ -3,11 +3,11 @@
 #include <functional>
 #include <random>
 
-#include "core/shape_inference.h"
-#include "core/tensor.h"
-#include "core/testing/graphs.h"
-#include "core/window.h"
 #include "gtest/gtest.h"
+#include "tessel/core/shape_inference.h"
+#include "tessel/core/tensor.h"
+#include "tessel/core/testing/graphs.h"
+#include "tessel/core/window.h"
 
 namespace tessel {
 namespace {

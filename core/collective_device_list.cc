@@ -1,4 +1,4 @@
-#include "core/collective_device_list.h"
+#include "tessel/core/collective_device_list.h"
 
 #include <algorithm>
 #include <numeric>

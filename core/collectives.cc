@@ -1,11 +1,11 @@
-#include "core/collectives.h"
+#include "tessel/core/collectives.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel {
 

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/graph.h"
-#include "core/literal.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/literal.h"
 
 namespace tessel {
 

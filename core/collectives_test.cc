@@ -1,11 +1,11 @@
 // The reference in-process collectives, run by the executor on device threads.
-#include "core/collectives.h"
+#include "tessel/core/collectives.h"
 
 #include <thread>
 
-#include "core/executor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tessel/core/executor.h"
 
 namespace tessel {
 namespace {

@@ -1,7 +1,7 @@
-#include "core/computation_client.h"
+#include "tessel/core/computation_client.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel {
 

@@ -5,14 +5,14 @@
 #include <string>
 #include <vector>
 
-#include "core/executor.h"
-#include "core/graph.h"
-#include "core/hlo_text.h"
-#include "core/internal/lazy.h"
-#include "core/literal.h"
-#include "core/tensor.h"
-#include "core/while_loop_analysis.h"
 #include "gtest/gtest.h"
+#include "tessel/core/executor.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/core/internal/lazy.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/tensor.h"
+#include "tessel/core/while_loop_analysis.h"
 
 namespace tessel {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/dtype.h"
+#include "tessel/core/dtype.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "core/environment.h"
+#include "tessel/core/environment.h"
 
 #include <cstdlib>
 #include <string>

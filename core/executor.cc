@@ -1,4 +1,4 @@
-#include "core/executor.h"
+#include "tessel/core/executor.h"
 
 #include <algorithm>
 #include <exception>
@@ -7,13 +7,13 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/environment.h"
-#include "core/internal/fusion.h"
-#include "core/internal/kernels.h"
-#include "core/shape_inference.h"
-#include "core/status_macros.h"
 #include "tbb/info.h"
 #include "tbb/task_arena.h"
+#include "tessel/core/environment.h"
+#include "tessel/core/internal/fusion.h"
+#include "tessel/core/internal/kernels.h"
+#include "tessel/core/shape_inference.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel {
 

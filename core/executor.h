@@ -32,9 +32,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/collectives.h"
-#include "core/graph.h"
-#include "core/literal.h"
+#include "tessel/core/collectives.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/literal.h"
 
 namespace tessel {
 

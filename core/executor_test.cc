@@ -1,7 +1,7 @@
 // Tests of the single-device executor: every op against a plain reference loop written here
 // (never the executor's kernels), on random inputs with fixed seeds, odd sizes, 0-size dims and
 // ranks 0..4; plus rng properties, liveness accounting, argument errors and threading.
-#include "core/executor.h"
+#include "tessel/core/executor.h"
 
 #include <cmath>
 #include <cstdint>
@@ -14,13 +14,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/graph.h"
-#include "core/internal/kernels.h"
-#include "core/literal.h"
-#include "core/rng.h"
-#include "core/testing/graphs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/internal/kernels.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/rng.h"
+#include "tessel/core/testing/graphs.h"
 
 namespace tessel {
 namespace {

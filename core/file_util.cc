@@ -1,4 +1,4 @@
-#include "core/file_util.h"
+#include "tessel/core/file_util.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "core/file_util.h"
+#include "tessel/core/file_util.h"
 
 #include <signal.h>
 #include <sys/stat.h>

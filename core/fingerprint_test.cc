@@ -1,4 +1,4 @@
-#include "core/fingerprint.h"
+#include "tessel/core/fingerprint.h"
 
 #include <cstdint>
 #include <string>

@@ -1,4 +1,4 @@
-#include "core/format.h"
+#include "tessel/core/format.h"
 
 #include <cstdint>
 

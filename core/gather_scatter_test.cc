@@ -2,18 +2,18 @@
 // index_vector_dim in the middle and implicit at the end, clamping, skipped out-of-bounds
 // windows, overwrite in index order), and random dimension numbers against the naive reference
 // of core/testing/gather_scatter.h.
-#include "core/testing/gather_scatter.h"
+#include "tessel/core/testing/gather_scatter.h"
 
 #include <cstdint>
 #include <random>
 #include <vector>
 
-#include "core/executor.h"
-#include "core/graph.h"
-#include "core/literal.h"
-#include "core/shape_inference.h"
-#include "core/testing/graphs.h"
 #include "gtest/gtest.h"
+#include "tessel/core/executor.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/shape_inference.h"
+#include "tessel/core/testing/graphs.h"
 
 namespace tessel {
 namespace {

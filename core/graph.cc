@@ -1,10 +1,10 @@
-#include "core/graph.h"
+#include "tessel/core/graph.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "core/shape_inference.h"
-#include "core/status_macros.h"
+#include "tessel/core/shape_inference.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel {
 

@@ -33,9 +33,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/collective_device_list.h"
-#include "core/literal.h"
-#include "core/shape.h"
+#include "tessel/core/collective_device_list.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/shape.h"
 
 namespace tessel {
 

@@ -1,8 +1,8 @@
-#include "core/graph.h"
+#include "tessel/core/graph.h"
 
-#include "core/shape_inference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tessel/core/shape_inference.h"
 
 namespace tessel {
 namespace {

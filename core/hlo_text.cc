@@ -1,6 +1,6 @@
 // The HLO text printer. The parser is in core/internal/hlo_parser.cc; the syntax both follow is
 // specified in docs/hlo.md.
-#include "core/hlo_text.h"
+#include "tessel/core/hlo_text.h"
 
 #include <algorithm>
 #include <fstream>
@@ -14,8 +14,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/collective_device_list.h"
-#include "core/window.h"
+#include "tessel/core/collective_device_list.h"
+#include "tessel/core/window.h"
 
 namespace tessel {
 namespace {

@@ -36,7 +36,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "core/graph.h"
+#include "tessel/core/graph.h"
 
 namespace tessel {
 

@@ -1,4 +1,4 @@
-#include "core/hlo_text.h"
+#include "tessel/core/hlo_text.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -11,16 +11,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/collective_device_list.h"
-#include "core/executor.h"
-#include "core/graph.h"
-#include "core/literal.h"
-#include "core/shape.h"
-#include "core/shape_inference.h"
-#include "core/status_macros.h"
-#include "core/testing/graphs.h"
-#include "core/window.h"
 #include "gtest/gtest.h"
+#include "tessel/core/collective_device_list.h"
+#include "tessel/core/executor.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/shape.h"
+#include "tessel/core/shape_inference.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/core/testing/graphs.h"
+#include "tessel/core/window.h"
 
 namespace tessel {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/literal.h"
+#include "tessel/core/literal.h"
 
 #include <charconv>
 #include <cmath>

@@ -22,8 +22,8 @@
 #include "Eigen/Core"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/shape.h"
-#include "core/status_macros.h"
+#include "tessel/core/shape.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel {
 

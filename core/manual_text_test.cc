@@ -3,11 +3,11 @@
 // use_global_device_ids through parse and print, and the errors.
 #include <string>
 
-#include "core/graph.h"
-#include "core/hlo_text.h"
-#include "core/internal/sdy_sharding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/core/internal/sdy_sharding.h"
 
 namespace tessel {
 namespace {

@@ -1,12 +1,12 @@
 // Philox-4x32-10: J. K. Salmon, M. A. Moraes, R. O. Dror, D. E. Shaw, "Parallel random numbers:
 // as easy as 1, 2, 3", SC 2011 (Random123). Round function and constants as in the paper and
 // Random123's philox.h: ten rounds, the key bumped by the Weyl constants between rounds.
-#include "core/rng.h"
+#include "tessel/core/rng.h"
 
 #include <cmath>
 #include <numbers>
 
-#include "core/internal/kernels.h"
+#include "tessel/core/internal/kernels.h"
 
 namespace tessel {
 namespace internal {

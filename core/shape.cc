@@ -1,4 +1,4 @@
-#include "core/shape.h"
+#include "tessel/core/shape.h"
 
 #include <cctype>
 
@@ -7,7 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel {
 

@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/dtype.h"
+#include "tessel/core/dtype.h"
 
 namespace tessel {
 

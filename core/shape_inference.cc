@@ -1,4 +1,4 @@
-#include "core/shape_inference.h"
+#include "tessel/core/shape_inference.h"
 
 #include <algorithm>
 #include <string>
@@ -6,8 +6,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
-#include "core/window.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/core/window.h"
 
 namespace tessel {
 

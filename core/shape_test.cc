@@ -1,4 +1,4 @@
-#include "core/shape.h"
+#include "tessel/core/shape.h"
 
 #include "gtest/gtest.h"
 

@@ -8,15 +8,15 @@
 #include <string>
 #include <vector>
 
-#include "core/executor.h"
-#include "core/graph.h"
-#include "core/hlo_text.h"
-#include "core/literal.h"
-#include "core/shape_inference.h"
-#include "core/tensor.h"
-#include "core/testing/graphs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tessel/core/executor.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/shape_inference.h"
+#include "tessel/core/tensor.h"
+#include "tessel/core/testing/graphs.h"
 
 namespace tessel {
 namespace {

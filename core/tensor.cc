@@ -1,4 +1,4 @@
-#include "core/tensor.h"
+#include "tessel/core/tensor.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,11 +8,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "core/fingerprint.h"
-#include "core/internal/lazy.h"
-#include "core/shape_inference.h"
-#include "core/status_macros.h"
-#include "core/verifier.h"
+#include "tessel/core/fingerprint.h"
+#include "tessel/core/internal/lazy.h"
+#include "tessel/core/shape_inference.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/core/verifier.h"
 
 namespace tessel {
 

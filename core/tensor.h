@@ -29,11 +29,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/computation_client.h"
-#include "core/executor.h"
-#include "core/graph.h"
-#include "core/literal.h"
-#include "core/shape.h"
+#include "tessel/core/computation_client.h"
+#include "tessel/core/executor.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/shape.h"
 
 namespace tessel {
 

@@ -1,8 +1,8 @@
-#include "core/tensor.h"
+#include "tessel/core/tensor.h"
 
-#include "core/hlo_text.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tessel/core/hlo_text.h"
 
 namespace tessel {
 namespace {

@@ -1,7 +1,7 @@
-#include "core/trace_events.h"
+#include "tessel/core/trace_events.h"
 
-#include "core/file_util.h"
 #include "nlohmann/json.hpp"
+#include "tessel/core/file_util.h"
 
 namespace tessel {
 

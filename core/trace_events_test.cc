@@ -1,4 +1,4 @@
-#include "core/trace_events.h"
+#include "tessel/core/trace_events.h"
 
 #include <cstdio>
 #include <filesystem>

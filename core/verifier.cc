@@ -1,4 +1,4 @@
-#include "core/verifier.h"
+#include "tessel/core/verifier.h"
 
 #include <string>
 #include <vector>
@@ -6,7 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/shape_inference.h"
+#include "tessel/core/shape_inference.h"
 
 namespace tessel {
 namespace {

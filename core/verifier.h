@@ -12,7 +12,7 @@
 #define TESSEL_CORE_VERIFIER_H_
 
 #include "absl/status/status.h"
-#include "core/graph.h"
+#include "tessel/core/graph.h"
 
 namespace tessel {
 

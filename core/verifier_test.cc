@@ -1,14 +1,14 @@
-#include "core/verifier.h"
+#include "tessel/core/verifier.h"
 
 #include <memory>
 #include <string>
 
-#include "core/graph.h"
-#include "core/literal.h"
-#include "core/shape.h"
-#include "core/status_macros.h"
-#include "core/testing/graphs.h"
 #include "gtest/gtest.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/shape.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/core/testing/graphs.h"
 
 namespace tessel {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/while_loop_analysis.h"
+#include "tessel/core/while_loop_analysis.h"
 
 #include <cmath>
 

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "core/graph.h"
+#include "tessel/core/graph.h"
 
 namespace tessel {
 

@@ -1,4 +1,4 @@
-#include "core/window.h"
+#include "tessel/core/window.h"
 
 #include <algorithm>
 #include <string>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel {
 

@@ -22,8 +22,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/graph.h"
-#include "core/shape.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/shape.h"
 
 namespace tessel {
 

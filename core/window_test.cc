@@ -2,7 +2,7 @@
 // round trip, and the executor's convolution, reduce-window, select-and-scatter and reverse
 // against hand-computed values (one taken from JAX / XLA:CPU) and against a naive loop written
 // straight from the operation semantics, over random windows, layouts and group counts.
-#include "core/window.h"
+#include "tessel/core/window.h"
 
 #include <cmath>
 #include <cstdint>
@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "core/executor.h"
-#include "core/graph.h"
-#include "core/hlo_text.h"
-#include "core/literal.h"
-#include "core/shape_inference.h"
-#include "core/testing/graphs.h"
 #include "gtest/gtest.h"
+#include "tessel/core/executor.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/shape_inference.h"
+#include "tessel/core/testing/graphs.h"
 
 namespace tessel {
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/hlo_text.h"
-#include "core/verifier.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/core/verifier.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

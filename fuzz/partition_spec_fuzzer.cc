@@ -18,8 +18,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "spmd/mesh.h"
-#include "spmd/partition_spec.h"
+#include "tessel/spmd/mesh.h"
+#include "tessel/spmd/partition_spec.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "spmd/sharding.h"
+#include "tessel/spmd/sharding.h"
 
 namespace {
 

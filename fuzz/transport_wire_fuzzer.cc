@@ -16,9 +16,9 @@
 #include <string_view>
 #include <vector>
 
-#include "transport/internal/shared_memory.h"
-#include "transport/internal/wire.h"
-#include "transport/internal/zmq_util.h"
+#include "tessel/transport/internal/shared_memory.h"
+#include "tessel/transport/internal/wire.h"
+#include "tessel/transport/internal/zmq_util.h"
 
 namespace {
 

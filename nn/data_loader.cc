@@ -1,11 +1,11 @@
-#include "nn/data_loader.h"
+#include "tessel/nn/data_loader.h"
 
 #include <algorithm>
 #include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::nn {
 

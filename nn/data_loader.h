@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/literal.h"
-#include "nn/idx.h"
+#include "tessel/core/literal.h"
+#include "tessel/nn/idx.h"
 
 namespace tessel::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/data_loader.h"
+#include "tessel/nn/data_loader.h"
 
 #include <algorithm>
 #include <numeric>

@@ -1,4 +1,4 @@
-#include "nn/functional.h"
+#include "tessel/nn/functional.h"
 
 #include <cmath>
 #include <numbers>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::nn {
 

@@ -17,8 +17,8 @@
 
 #include <cstdint>
 
-#include "core/literal.h"
-#include "core/tensor.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::nn {
 

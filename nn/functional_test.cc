@@ -1,4 +1,4 @@
-#include "nn/functional.h"
+#include "tessel/nn/functional.h"
 
 #include <cmath>
 #include <functional>
@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "nn/testing/tensors.h"
+#include "tessel/nn/testing/tensors.h"
 
 namespace tessel::nn {
 namespace {

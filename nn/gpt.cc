@@ -1,4 +1,4 @@
-#include "nn/gpt.h"
+#include "tessel/nn/gpt.h"
 
 #include <cmath>
 #include <numbers>
@@ -6,10 +6,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
-#include "nn/functional.h"
-#include "nn/layers.h"
-#include "spmd/mark_sharding.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/nn/functional.h"
+#include "tessel/nn/layers.h"
+#include "tessel/spmd/mark_sharding.h"
 
 namespace tessel::nn {
 namespace {

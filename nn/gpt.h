@@ -35,10 +35,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/tensor.h"
-#include "nn/transformer.h"
-#include "spmd/mesh.h"
-#include "spmd/partition_spec.h"
+#include "tessel/core/tensor.h"
+#include "tessel/nn/transformer.h"
+#include "tessel/spmd/mesh.h"
+#include "tessel/spmd/partition_spec.h"
 
 namespace tessel::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/gpt.h"
+#include "tessel/nn/gpt.h"
 
 #include <cmath>
 #include <string>
@@ -6,8 +6,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "nn/optim.h"
-#include "nn/testing/tensors.h"
+#include "tessel/nn/optim.h"
+#include "tessel/nn/testing/tensors.h"
 
 namespace tessel::nn {
 namespace {

@@ -1,4 +1,4 @@
-#include "nn/idx.h"
+#include "tessel/nn/idx.h"
 
 #include <zlib.h>
 
@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::nn {
 

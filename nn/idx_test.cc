@@ -1,4 +1,4 @@
-#include "nn/idx.h"
+#include "tessel/nn/idx.h"
 
 #include <zlib.h>
 

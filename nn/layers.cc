@@ -1,12 +1,12 @@
-#include "nn/layers.h"
+#include "tessel/nn/layers.h"
 
 #include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
-#include "nn/functional.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/nn/functional.h"
 
 namespace tessel::nn {
 

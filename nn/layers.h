@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/tensor.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::nn {
 

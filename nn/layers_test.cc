@@ -1,12 +1,12 @@
-#include "nn/layers.h"
+#include "tessel/nn/layers.h"
 
 #include <cmath>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "nn/functional.h"
-#include "nn/testing/tensors.h"
+#include "tessel/nn/functional.h"
+#include "tessel/nn/testing/tensors.h"
 
 namespace tessel::nn {
 namespace {

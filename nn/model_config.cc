@@ -1,4 +1,4 @@
-#include "nn/model_config.h"
+#include "tessel/nn/model_config.h"
 
 #include <fstream>
 #include <limits>
@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::nn {
 namespace {

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "nn/transformer.h"
+#include "tessel/nn/transformer.h"
 
 namespace tessel::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/model_config.h"
+#include "tessel/nn/model_config.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "nn/optim.h"
+#include "tessel/nn/optim.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::nn {
 

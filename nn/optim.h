@@ -23,7 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "core/tensor.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::nn {
 

@@ -1,12 +1,12 @@
-#include "nn/optim.h"
+#include "tessel/nn/optim.h"
 
 #include <cmath>
 #include <vector>
 
-#include "core/executor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "nn/testing/tensors.h"
+#include "tessel/core/executor.h"
+#include "tessel/nn/testing/tensors.h"
 
 namespace tessel::nn {
 namespace {

@@ -1,4 +1,4 @@
-#include "nn/text_data.h"
+#include "tessel/nn/text_data.h"
 
 #include <algorithm>
 #include <array>
@@ -10,7 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::nn {
 namespace {

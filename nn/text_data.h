@@ -27,7 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/literal.h"
+#include "tessel/core/literal.h"
 
 namespace tessel::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/text_data.h"
+#include "tessel/nn/text_data.h"
 
 #include <filesystem>
 #include <fstream>

@@ -1,11 +1,11 @@
-#include "nn/train.h"
+#include "tessel/nn/train.h"
 
 #include <cmath>
 #include <utility>
 #include <vector>
 
-#include "core/status_macros.h"
-#include "nn/functional.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/nn/functional.h"
 
 namespace tessel::nn {
 

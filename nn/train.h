@@ -18,9 +18,9 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "nn/data_loader.h"
-#include "nn/layers.h"
-#include "nn/optim.h"
+#include "tessel/nn/data_loader.h"
+#include "tessel/nn/layers.h"
+#include "tessel/nn/optim.h"
 
 namespace tessel::nn {
 

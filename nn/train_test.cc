@@ -1,4 +1,4 @@
-#include "nn/train.h"
+#include "tessel/nn/train.h"
 
 #include <random>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "nn/transformer.h"
+#include "tessel/nn/transformer.h"
 
 #include <cmath>
 #include <functional>
@@ -8,11 +8,11 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/internal/lazy.h"
-#include "core/status_macros.h"
-#include "nn/functional.h"
-#include "spmd/mark_sharding.h"
-#include "spmd/partition_spec.h"
+#include "tessel/core/internal/lazy.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/nn/functional.h"
+#include "tessel/spmd/mark_sharding.h"
+#include "tessel/spmd/partition_spec.h"
 
 namespace tessel::nn {
 namespace {

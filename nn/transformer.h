@@ -49,11 +49,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/dtype.h"
-#include "core/graph.h"
-#include "core/tensor.h"
-#include "spmd/mesh.h"
-#include "spmd/partition_spec.h"
+#include "tessel/core/dtype.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/tensor.h"
+#include "tessel/spmd/mesh.h"
+#include "tessel/spmd/partition_spec.h"
 
 namespace tessel::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/transformer.h"
+#include "tessel/nn/transformer.h"
 
 #include <cstdint>
 #include <limits>
@@ -6,7 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "spmd/mesh.h"
+#include "tessel/spmd/mesh.h"
 
 namespace tessel::nn {
 namespace {

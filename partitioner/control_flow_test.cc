@@ -4,11 +4,11 @@
 #include <memory>
 #include <string>
 
-#include "core/graph.h"
-#include "core/hlo_text.h"
 #include "gtest/gtest.h"
-#include "partitioner/partitioner.h"
-#include "partitioner/propagation.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/partitioner/partitioner.h"
+#include "tessel/partitioner/propagation.h"
 
 namespace tessel::partitioner {
 namespace {

@@ -1,7 +1,7 @@
 // FormatPartitionExplanation (partitioner.h): the text of `tessel partition --explain`.
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "partitioner/partitioner.h"
+#include "tessel/partitioner/partitioner.h"
 
 namespace tessel::partitioner {
 

@@ -2,14 +2,14 @@
 // travel, between which devices, and the bytes. The numbers are checked end to end by
 // tests/golden/partitioner/halo_*.hlo (tessel verify) and tests/integration/
 // partition_property_test.cc (HaloExchange*).
-#include "partitioner/internal/halo.h"
+#include "tessel/partitioner/internal/halo.h"
 
 #include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "spmd/sharding.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::partitioner::internal {
 namespace {

@@ -6,15 +6,15 @@
 #include <vector>
 
 #include "absl/strings/str_replace.h"
-#include "core/executor.h"
-#include "core/hlo_text.h"
-#include "core/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "partitioner/partitioner.h"
-#include "partitioner/verify.h"
-#include "spmd/mark_sharding.h"
-#include "spmd/mesh.h"
+#include "tessel/core/executor.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/core/tensor.h"
+#include "tessel/partitioner/partitioner.h"
+#include "tessel/partitioner/verify.h"
+#include "tessel/spmd/mark_sharding.h"
+#include "tessel/spmd/mesh.h"
 
 namespace tessel::partitioner {
 namespace {

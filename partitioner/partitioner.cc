@@ -1,4 +1,4 @@
-#include "partitioner/partitioner.h"
+#include "tessel/partitioner/partitioner.h"
 
 #include <algorithm>
 #include <optional>
@@ -7,12 +7,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
-#include "core/while_loop_analysis.h"
-#include "mesh/topology/topology.h"
-#include "partitioner/internal/context.h"
-#include "partitioner/propagation.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/core/while_loop_analysis.h"
+#include "tessel/mesh/topology/topology.h"
+#include "tessel/partitioner/internal/context.h"
+#include "tessel/partitioner/propagation.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner {
 

@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/graph.h"
-#include "mesh/cost/cost_model.h"
-#include "partitioner/propagation.h"
-#include "spmd/sharding.h"
+#include "tessel/core/graph.h"
+#include "tessel/mesh/cost/cost_model.h"
+#include "tessel/partitioner/propagation.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::partitioner {
 

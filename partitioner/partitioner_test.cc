@@ -1,6 +1,6 @@
 // Unit tests of the sharding algebra, reshard plans, propagation and the partitioner's output
 // structure. Numerical correctness is tests/integration/partition_property_test.cc.
-#include "partitioner/partitioner.h"
+#include "tessel/partitioner/partitioner.h"
 
 #include <algorithm>
 #include <map>
@@ -9,13 +9,13 @@
 #include <random>
 #include <set>
 
-#include "core/graph.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "partitioner/internal/reshape_dims.h"
-#include "partitioner/propagation.h"
-#include "partitioner/reshard.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/graph.h"
+#include "tessel/partitioner/internal/reshape_dims.h"
+#include "tessel/partitioner/propagation.h"
+#include "tessel/partitioner/reshard.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner {
 namespace {

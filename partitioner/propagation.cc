@@ -1,14 +1,14 @@
-#include "partitioner/propagation.h"
+#include "tessel/partitioner/propagation.h"
 
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
-#include "partitioner/internal/op_dims.h"
-#include "partitioner/internal/reshape_dims.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/partitioner/internal/op_dims.h"
+#include "tessel/partitioner/internal/reshape_dims.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner {
 

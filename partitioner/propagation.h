@@ -39,8 +39,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "core/graph.h"
-#include "spmd/sharding.h"
+#include "tessel/core/graph.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::partitioner {
 

@@ -1,4 +1,4 @@
-#include "partitioner/reshard.h"
+#include "tessel/partitioner/reshard.h"
 
 #include <algorithm>
 #include <map>
@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner {
 

@@ -34,9 +34,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/graph.h"
-#include "core/shape.h"
-#include "spmd/sharding.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/shape.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::partitioner {
 

@@ -1,9 +1,9 @@
-#include "partitioner/sharding_util.h"
+#include "tessel/partitioner/sharding_util.h"
 
 #include <algorithm>
 #include <map>
 
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::partitioner {
 

@@ -20,8 +20,8 @@
 #include <optional>
 #include <vector>
 
-#include "core/shape.h"
-#include "spmd/sharding.h"
+#include "tessel/core/shape.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::partitioner {
 

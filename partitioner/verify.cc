@@ -1,4 +1,4 @@
-#include "partitioner/verify.h"
+#include "tessel/partitioner/verify.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,12 +11,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "core/collectives.h"
-#include "core/executor.h"
-#include "core/rng.h"
-#include "core/status_macros.h"
-#include "partitioner/propagation.h"
-#include "spmd/sharded_tensor.h"
+#include "tessel/core/collectives.h"
+#include "tessel/core/executor.h"
+#include "tessel/core/rng.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/partitioner/propagation.h"
+#include "tessel/spmd/sharded_tensor.h"
 
 namespace tessel::partitioner {
 

@@ -63,10 +63,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/graph.h"
-#include "core/literal.h"
-#include "partitioner/partitioner.h"
-#include "spmd/sharding.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/literal.h"
+#include "tessel/partitioner/partitioner.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::partitioner {
 

@@ -1,6 +1,6 @@
 // Tests of partitioner/verify.h: inputs, the comparison rule, and whole verifications, including a
 // hand-broken SPMD program that must be reported as a mismatch of the right output.
-#include "partitioner/verify.h"
+#include "tessel/partitioner/verify.h"
 
 #include <cmath>
 #include <limits>
@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "core/hlo_text.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tessel/core/hlo_text.h"
 
 namespace tessel::partitioner {
 namespace {

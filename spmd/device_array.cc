@@ -1,4 +1,4 @@
-#include "spmd/device_array.h"
+#include "tessel/spmd/device_array.h"
 
 #include <algorithm>
 #include <limits>
@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::spmd {
 

@@ -1,4 +1,4 @@
-#include "spmd/device_array.h"
+#include "tessel/spmd/device_array.h"
 
 #include <algorithm>
 #include <numeric>

@@ -1,8 +1,8 @@
-#include "spmd/mark_sharding.h"
+#include "tessel/spmd/mark_sharding.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
-#include "spmd/sharded_tensor.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/spmd/sharded_tensor.h"
 
 namespace tessel::spmd {
 

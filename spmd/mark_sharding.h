@@ -23,10 +23,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/tensor.h"
-#include "spmd/mesh.h"
-#include "spmd/partition_spec.h"
-#include "spmd/sharding.h"
+#include "tessel/core/tensor.h"
+#include "tessel/spmd/mesh.h"
+#include "tessel/spmd/partition_spec.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::spmd {
 

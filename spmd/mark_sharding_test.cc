@@ -1,4 +1,4 @@
-#include "spmd/mark_sharding.h"
+#include "tessel/spmd/mark_sharding.h"
 
 #include <numeric>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "spmd/mesh.h"
+#include "tessel/spmd/mesh.h"
 
 #include <algorithm>
 #include <mutex>
@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::spmd {
 namespace {

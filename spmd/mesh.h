@@ -31,8 +31,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "mesh/topology/topology.h"
-#include "spmd/device_array.h"
+#include "tessel/mesh/topology/topology.h"
+#include "tessel/spmd/device_array.h"
 
 namespace tessel::spmd {
 

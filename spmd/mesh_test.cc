@@ -1,4 +1,4 @@
-#include "spmd/mesh.h"
+#include "tessel/spmd/mesh.h"
 
 #include <numeric>
 #include <string>
@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "mesh/topology/topology.h"
+#include "tessel/mesh/topology/topology.h"
 
 namespace tessel::spmd {
 namespace {

@@ -1,4 +1,4 @@
-#include "spmd/partition_spec.h"
+#include "tessel/spmd/partition_spec.h"
 
 #include <algorithm>
 #include <cctype>
@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::spmd {
 

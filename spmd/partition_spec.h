@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/shape.h"
-#include "spmd/mesh.h"
-#include "spmd/sharding.h"
+#include "tessel/core/shape.h"
+#include "tessel/spmd/mesh.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::spmd {
 

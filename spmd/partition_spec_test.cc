@@ -1,4 +1,4 @@
-#include "spmd/partition_spec.h"
+#include "tessel/spmd/partition_spec.h"
 
 #include <numeric>
 #include <string>

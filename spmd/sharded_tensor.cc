@@ -1,4 +1,4 @@
-#include "spmd/sharded_tensor.h"
+#include "tessel/spmd/sharded_tensor.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::spmd {
 

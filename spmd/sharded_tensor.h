@@ -24,9 +24,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/literal.h"
-#include "core/shape.h"
-#include "spmd/sharding.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/shape.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::spmd {
 

@@ -1,4 +1,4 @@
-#include "spmd/sharded_tensor.h"
+#include "tessel/spmd/sharded_tensor.h"
 
 #include <numeric>
 #include <random>
@@ -8,7 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "spmd/partition_spec.h"
+#include "tessel/spmd/partition_spec.h"
 
 namespace tessel::spmd {
 namespace {

@@ -1,4 +1,4 @@
-#include "spmd/sharding.h"
+#include "tessel/spmd/sharding.h"
 
 #include <algorithm>
 #include <array>
@@ -9,7 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::spmd {
 

@@ -51,8 +51,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/shape.h"
-#include "spmd/device_array.h"
+#include "tessel/core/shape.h"
+#include "tessel/spmd/device_array.h"
 
 namespace tessel::spmd {
 

@@ -1,4 +1,4 @@
-#include "spmd/sharding.h"
+#include "tessel/spmd/sharding.h"
 
 #include <algorithm>
 #include <numeric>

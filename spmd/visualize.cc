@@ -1,4 +1,4 @@
-#include "spmd/visualize.h"
+#include "tessel/spmd/visualize.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,8 +6,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
-#include "spmd/sharded_tensor.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/spmd/sharded_tensor.h"
 
 namespace tessel::spmd {
 

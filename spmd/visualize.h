@@ -27,8 +27,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/shape.h"
-#include "spmd/sharding.h"
+#include "tessel/core/shape.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::spmd {
 

@@ -1,4 +1,4 @@
-#include "spmd/visualize.h"
+#include "tessel/spmd/visualize.h"
 
 #include <string>
 

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/format.h"
-#include "spmd/sharded_tensor.h"
+#include "tessel/core/format.h"
+#include "tessel/spmd/sharded_tensor.h"
 
 namespace tessel::tools {
 namespace {

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/shape.h"
-#include "spmd/sharding.h"
+#include "tessel/core/shape.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::tools {
 

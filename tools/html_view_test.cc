@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "spmd/sharding.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::tools {
 namespace {

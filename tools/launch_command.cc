@@ -31,9 +31,9 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "mesh/launch/launcher.h"
-#include "mesh/topology/topology.h"
 #include "nlohmann/json.hpp"
+#include "tessel/mesh/launch/launcher.h"
+#include "tessel/mesh/topology/topology.h"
 #include "tools/command.h"
 
 namespace tessel::tools {

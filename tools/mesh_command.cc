@@ -20,9 +20,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "mesh/topology/topology.h"
 #include "nlohmann/json.hpp"
-#include "spmd/mesh.h"
+#include "tessel/mesh/topology/topology.h"
+#include "tessel/spmd/mesh.h"
 #include "tools/command.h"
 #include "tools/flag_parsing.h"
 

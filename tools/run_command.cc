@@ -34,10 +34,10 @@
 #include "absl/strings/str_cat.h"
 #include "examples/fashion_mnist_mlp/fashion_mnist.h"
 #include "examples/gpt/gpt_example.h"
-#include "mesh/launch/host_env.h"
-#include "mesh/launch/launcher.h"
-#include "mesh/topology/topology.h"
 #include "nlohmann/json.hpp"
+#include "tessel/mesh/launch/host_env.h"
+#include "tessel/mesh/launch/launcher.h"
+#include "tessel/mesh/topology/topology.h"
 #include "tools/command.h"
 
 namespace tessel::tools {

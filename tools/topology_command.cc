@@ -19,9 +19,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/format.h"
-#include "mesh/topology/topology.h"
 #include "nlohmann/json.hpp"
+#include "tessel/core/format.h"
+#include "tessel/mesh/topology/topology.h"
 #include "tools/command.h"
 
 namespace tessel::tools {

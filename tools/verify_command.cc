@@ -39,9 +39,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/hlo_text.h"
 #include "nlohmann/json.hpp"
-#include "partitioner/verify.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/partitioner/verify.h"
 #include "tools/command.h"
 
 namespace tessel::tools {

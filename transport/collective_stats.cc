@@ -1,4 +1,4 @@
-#include "transport/collective_stats.h"
+#include "tessel/transport/collective_stats.h"
 
 #include <array>
 

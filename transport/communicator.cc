@@ -1,4 +1,4 @@
-#include "transport/communicator.h"
+#include "tessel/transport/communicator.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,13 +8,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/fingerprint.h"
-#include "core/status_macros.h"
-#include "transport/internal/algorithms.h"
-#include "transport/internal/call_context.h"
-#include "transport/internal/groups.h"
-#include "transport/internal/host_state.h"
-#include "transport/internal/reduce.h"
+#include "tessel/core/fingerprint.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/transport/internal/algorithms.h"
+#include "tessel/transport/internal/call_context.h"
+#include "tessel/transport/internal/groups.h"
+#include "tessel/transport/internal/host_state.h"
+#include "tessel/transport/internal/reduce.h"
 
 namespace tessel::transport {
 

@@ -60,9 +60,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/dtype.h"
-#include "core/graph.h"
-#include "transport/collective_stats.h"
+#include "tessel/core/dtype.h"
+#include "tessel/core/graph.h"
+#include "tessel/transport/collective_stats.h"
 
 namespace tessel::transport {
 

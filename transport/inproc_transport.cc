@@ -1,12 +1,12 @@
-#include "transport/inproc_transport.h"
+#include "tessel/transport/inproc_transport.h"
 
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
-#include "transport/internal/host_link.h"
-#include "transport/internal/host_state.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/transport/internal/host_link.h"
+#include "tessel/transport/internal/host_state.h"
 
 namespace tessel::transport {
 

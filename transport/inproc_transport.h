@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "transport/collective_stats.h"
-#include "transport/communicator.h"
+#include "tessel/transport/collective_stats.h"
+#include "tessel/transport/communicator.h"
 
 namespace tessel::transport {
 

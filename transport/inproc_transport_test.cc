@@ -1,4 +1,4 @@
-#include "transport/inproc_transport.h"
+#include "tessel/transport/inproc_transport.h"
 
 #include <cmath>
 #include <cstring>
@@ -11,10 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "core/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "transport/testing/collective_checks.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/transport/testing/collective_checks.h"
 
 namespace tessel::transport {
 namespace {

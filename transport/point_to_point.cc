@@ -5,10 +5,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/status_macros.h"
-#include "transport/communicator.h"
-#include "transport/internal/host_state.h"
-#include "transport/internal/wire.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/transport/communicator.h"
+#include "tessel/transport/internal/host_state.h"
+#include "tessel/transport/internal/wire.h"
 
 namespace tessel::transport {
 

@@ -37,11 +37,11 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "core/command_line.h"
-#include "core/fingerprint.h"
-#include "core/status_macros.h"
-#include "transport/testing/collective_checks.h"
-#include "transport/zmq_transport.h"
+#include "tessel/core/command_line.h"
+#include "tessel/core/fingerprint.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/transport/testing/collective_checks.h"
+#include "tessel/transport/zmq_transport.h"
 
 namespace tessel::transport {
 namespace {

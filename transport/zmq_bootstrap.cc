@@ -1,5 +1,5 @@
 // BootstrapCoordinator and the host's registration with it.
-#include "transport/internal/zmq_bootstrap.h"
+#include "tessel/transport/internal/zmq_bootstrap.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,11 +17,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "core/status_macros.h"
-#include "transport/internal/wire.h"
-#include "transport/internal/zmq_auth.h"
-#include "transport/internal/zmq_util.h"
-#include "transport/zmq_transport.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/transport/internal/wire.h"
+#include "tessel/transport/internal/zmq_auth.h"
+#include "tessel/transport/internal/zmq_util.h"
+#include "tessel/transport/zmq_transport.h"
 
 namespace tessel::transport {
 

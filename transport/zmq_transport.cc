@@ -1,4 +1,4 @@
-#include "transport/zmq_transport.h"
+#include "tessel/transport/zmq_transport.h"
 
 #include <sys/un.h>
 #include <unistd.h>
@@ -21,16 +21,16 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "core/environment.h"
-#include "core/status_macros.h"
-#include "transport/inproc_transport.h"
-#include "transport/internal/host_link.h"
-#include "transport/internal/host_state.h"
-#include "transport/internal/shared_memory.h"
-#include "transport/internal/wire.h"
-#include "transport/internal/zmq_auth.h"
-#include "transport/internal/zmq_bootstrap.h"
-#include "transport/internal/zmq_util.h"
+#include "tessel/core/environment.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/transport/inproc_transport.h"
+#include "tessel/transport/internal/host_link.h"
+#include "tessel/transport/internal/host_state.h"
+#include "tessel/transport/internal/shared_memory.h"
+#include "tessel/transport/internal/wire.h"
+#include "tessel/transport/internal/zmq_auth.h"
+#include "tessel/transport/internal/zmq_bootstrap.h"
+#include "tessel/transport/internal/zmq_util.h"
 
 namespace tessel::transport {
 

@@ -67,7 +67,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "transport/communicator.h"
+#include "tessel/transport/communicator.h"
 
 namespace tessel::transport {
 

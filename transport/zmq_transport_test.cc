@@ -1,7 +1,7 @@
 // Multi-process tests of ZmqTransport: each host is a transport_worker process started with
 // posix_spawn, talking over ipc sockets in a fresh temporary directory or loopback tcp with
 // kernel-chosen ports. The SIGKILL loop is registered separately (ctest label e2e).
-#include "transport/zmq_transport.h"
+#include "tessel/transport/zmq_transport.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -35,9 +35,9 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "transport/internal/shared_memory.h"
-#include "transport/internal/wire.h"
-#include "transport/internal/zmq_util.h"
+#include "tessel/transport/internal/shared_memory.h"
+#include "tessel/transport/internal/wire.h"
+#include "tessel/transport/internal/zmq_util.h"
 
 extern char** environ;
 

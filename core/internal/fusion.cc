@@ -1,4 +1,4 @@
-#include "core/internal/fusion.h"
+#include "tessel/core/internal/fusion.h"
 
 #include <algorithm>
 #include <atomic>

@@ -35,9 +35,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/graph.h"
-#include "core/internal/kernels.h"
-#include "core/literal.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/internal/kernels.h"
+#include "tessel/core/literal.h"
 
 namespace tessel::internal {
 

@@ -24,11 +24,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/graph.h"
-#include "core/literal.h"
-#include "core/shape.h"
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/shape.h"
 
 namespace tessel::internal {
 

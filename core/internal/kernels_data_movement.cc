@@ -5,8 +5,8 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "core/internal/kernels.h"
-#include "core/internal/kernels_util.h"
+#include "tessel/core/internal/kernels.h"
+#include "tessel/core/internal/kernels_util.h"
 
 namespace tessel::internal {
 namespace {

@@ -19,8 +19,8 @@
 #include <type_traits>
 
 #include "Eigen/Core"
-#include "core/internal/kernels.h"
-#include "core/internal/kernels_util.h"
+#include "tessel/core/internal/kernels.h"
+#include "tessel/core/internal/kernels_util.h"
 
 namespace tessel::internal {
 namespace {

@@ -6,8 +6,8 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
-#include "core/internal/kernels.h"
-#include "core/internal/kernels_util.h"
+#include "tessel/core/internal/kernels.h"
+#include "tessel/core/internal/kernels_util.h"
 
 namespace tessel::internal {
 namespace {

@@ -12,9 +12,9 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "core/internal/kernels.h"
-#include "core/internal/kernels_util.h"
-#include "core/shape_inference.h"
+#include "tessel/core/internal/kernels.h"
+#include "tessel/core/internal/kernels_util.h"
+#include "tessel/core/shape_inference.h"
 
 namespace tessel::internal {
 namespace {

@@ -5,9 +5,9 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "core/internal/kernels.h"
-#include "core/internal/kernels_util.h"
-#include "core/rng.h"
+#include "tessel/core/internal/kernels.h"
+#include "tessel/core/internal/kernels_util.h"
+#include "tessel/core/rng.h"
 
 namespace tessel::internal {
 namespace {

@@ -5,8 +5,8 @@
 #include <numeric>
 #include <type_traits>
 
-#include "core/internal/kernels.h"
-#include "core/internal/kernels_util.h"
+#include "tessel/core/internal/kernels.h"
+#include "tessel/core/internal/kernels_util.h"
 
 namespace tessel::internal {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/dtype.h"
+#include "tessel/core/dtype.h"
 
 namespace tessel::internal {
 

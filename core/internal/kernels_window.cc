@@ -18,10 +18,10 @@
 
 #include "Eigen/Core"
 #include "absl/strings/str_cat.h"
-#include "core/internal/kernels.h"
-#include "core/internal/kernels_util.h"
-#include "core/status_macros.h"
-#include "core/window.h"
+#include "tessel/core/internal/kernels.h"
+#include "tessel/core/internal/kernels_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/core/window.h"
 
 namespace tessel::internal {
 namespace {

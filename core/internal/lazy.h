@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/computation_client.h"
-#include "core/graph.h"
-#include "core/literal.h"
-#include "core/shape.h"
+#include "tessel/core/computation_client.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/shape.h"
 
 namespace tessel::internal_lazy {
 

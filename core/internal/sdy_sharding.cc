@@ -1,4 +1,4 @@
-#include "core/internal/sdy_sharding.h"
+#include "tessel/core/internal/sdy_sharding.h"
 
 #include <algorithm>
 

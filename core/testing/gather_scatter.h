@@ -12,10 +12,10 @@
 #include <random>
 #include <vector>
 
-#include "core/graph.h"
-#include "core/literal.h"
-#include "core/shape.h"
-#include "core/shape_inference.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/shape.h"
+#include "tessel/core/shape_inference.h"
 
 namespace tessel::testing {
 

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/graph.h"
-#include "core/status_macros.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel {
 

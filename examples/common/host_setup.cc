@@ -6,11 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/computation_client.h"
-#include "core/status_macros.h"
-#include "core/tensor.h"
-#include "mesh/launch/host_env.h"
-#include "transport/zmq_transport.h"
+#include "tessel/core/computation_client.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/core/tensor.h"
+#include "tessel/mesh/launch/host_env.h"
+#include "tessel/transport/zmq_transport.h"
 
 namespace tessel::examples {
 

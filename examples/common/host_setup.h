@@ -21,10 +21,10 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "mesh/runtime/host_runtime.h"
-#include "mesh/topology/topology.h"
-#include "spmd/mesh.h"
-#include "transport/collective_stats.h"
+#include "tessel/mesh/runtime/host_runtime.h"
+#include "tessel/mesh/topology/topology.h"
+#include "tessel/spmd/mesh.h"
+#include "tessel/transport/collective_stats.h"
 
 namespace tessel::examples {
 

@@ -22,7 +22,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "examples/common/host_setup.h"
-#include "mesh/topology/topology.h"
+#include "tessel/mesh/topology/topology.h"
 
 namespace tessel::examples {
 

@@ -1,4 +1,4 @@
-#include "mesh/cost/cost_model.h"
+#include "tessel/mesh/cost/cost_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::mesh {
 

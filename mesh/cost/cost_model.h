@@ -56,8 +56,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/graph.h"
-#include "mesh/topology/topology.h"
+#include "tessel/core/graph.h"
+#include "tessel/mesh/topology/topology.h"
 
 namespace tessel::mesh {
 

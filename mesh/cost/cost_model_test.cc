@@ -1,4 +1,4 @@
-#include "mesh/cost/cost_model.h"
+#include "tessel/mesh/cost/cost_model.h"
 
 #include <string>
 #include <vector>

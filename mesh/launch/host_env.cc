@@ -1,4 +1,4 @@
-#include "mesh/launch/host_env.h"
+#include "tessel/mesh/launch/host_env.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,8 +16,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/fingerprint.h"
-#include "core/status_macros.h"
+#include "tessel/core/fingerprint.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::mesh {
 namespace {

@@ -49,9 +49,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "mesh/topology/topology.h"
-#include "transport/communicator.h"
-#include "transport/zmq_transport.h"
+#include "tessel/mesh/topology/topology.h"
+#include "tessel/transport/communicator.h"
+#include "tessel/transport/zmq_transport.h"
 
 namespace tessel::mesh {
 

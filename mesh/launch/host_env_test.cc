@@ -1,4 +1,4 @@
-#include "mesh/launch/host_env.h"
+#include "tessel/mesh/launch/host_env.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "transport/zmq_transport.h"
+#include "tessel/transport/zmq_transport.h"
 
 namespace tessel::mesh {
 namespace {

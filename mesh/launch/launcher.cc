@@ -1,4 +1,4 @@
-#include "mesh/launch/launcher.h"
+#include "tessel/mesh/launch/launcher.h"
 
 #include <fcntl.h>
 #include <sys/prctl.h>
@@ -26,7 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 extern char** environ;
 

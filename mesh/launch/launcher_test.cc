@@ -1,4 +1,4 @@
-#include "mesh/launch/launcher.h"
+#include "tessel/mesh/launch/launcher.h"
 
 #include <fcntl.h>
 #include <signal.h>

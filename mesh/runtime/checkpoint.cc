@@ -1,4 +1,4 @@
-#include "mesh/runtime/checkpoint.h"
+#include "tessel/mesh/runtime/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -21,10 +21,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "core/dtype.h"
-#include "core/file_util.h"
-#include "core/status_macros.h"
-#include "spmd/sharded_tensor.h"
+#include "tessel/core/dtype.h"
+#include "tessel/core/file_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/spmd/sharded_tensor.h"
 
 namespace tessel::mesh {
 namespace {

@@ -47,11 +47,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/shape.h"
-#include "core/tensor.h"
-#include "mesh/runtime/host_runtime.h"
 #include "nlohmann/json.hpp"
-#include "spmd/sharding.h"
+#include "tessel/core/shape.h"
+#include "tessel/core/tensor.h"
+#include "tessel/mesh/runtime/host_runtime.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::mesh {
 

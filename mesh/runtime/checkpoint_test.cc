@@ -1,20 +1,20 @@
 // Distributed checkpoints: a save on the two-slice preset (4 hosts x 2 devices, each host a
 // thread with an InProcTransport) loads on another sharding of the same devices and on one
 // device with the same values; damaged checkpoints give one clear error.
-#include "mesh/runtime/checkpoint.h"
+#include "tessel/mesh/runtime/checkpoint.h"
 
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
 
-#include "core/status_macros.h"
 #include "gtest/gtest.h"
-#include "mesh/launch/host_env.h"
-#include "spmd/mark_sharding.h"
-#include "spmd/mesh.h"
-#include "spmd/partition_spec.h"
-#include "transport/inproc_transport.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/mesh/launch/host_env.h"
+#include "tessel/spmd/mark_sharding.h"
+#include "tessel/spmd/mesh.h"
+#include "tessel/spmd/partition_spec.h"
+#include "tessel/transport/inproc_transport.h"
 
 namespace tessel::mesh {
 namespace {

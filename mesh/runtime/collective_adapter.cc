@@ -1,9 +1,9 @@
-#include "mesh/runtime/collective_adapter.h"
+#include "tessel/mesh/runtime/collective_adapter.h"
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::mesh {
 namespace {

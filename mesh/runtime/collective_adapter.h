@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/collectives.h"
-#include "core/literal.h"
-#include "transport/communicator.h"
+#include "tessel/core/collectives.h"
+#include "tessel/core/literal.h"
+#include "tessel/transport/communicator.h"
 
 namespace tessel::mesh {
 

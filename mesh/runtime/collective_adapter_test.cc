@@ -1,14 +1,14 @@
 // CommunicatorCollectives against core's reference InProcessCollectives: every collective over
 // dims 0, 1 and 2 of an s32[4,6,8] operand on 4 devices of 2 hosts (in-process transport), with
 // rows and columns of a 2x2 mesh as replica groups. Integer data, so results must be equal.
-#include "mesh/runtime/collective_adapter.h"
+#include "tessel/mesh/runtime/collective_adapter.h"
 
 #include <functional>
 #include <thread>
 
-#include "core/collectives.h"
 #include "gtest/gtest.h"
-#include "transport/inproc_transport.h"
+#include "tessel/core/collectives.h"
+#include "tessel/transport/inproc_transport.h"
 
 namespace tessel::mesh {
 namespace {

@@ -1,4 +1,4 @@
-#include "mesh/runtime/host_runtime.h"
+#include "tessel/mesh/runtime/host_runtime.h"
 
 #include <algorithm>
 #include <atomic>
@@ -14,15 +14,15 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/executor.h"
-#include "core/file_util.h"
-#include "core/hlo_text.h"
-#include "core/status_macros.h"
-#include "mesh/cost/cost_model.h"
-#include "mesh/runtime/collective_adapter.h"
-#include "mesh/sim/simulator.h"
 #include "nlohmann/json.hpp"
-#include "partitioner/partitioner.h"
+#include "tessel/core/executor.h"
+#include "tessel/core/file_util.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/mesh/cost/cost_model.h"
+#include "tessel/mesh/runtime/collective_adapter.h"
+#include "tessel/mesh/sim/simulator.h"
+#include "tessel/partitioner/partitioner.h"
 
 namespace tessel::mesh {
 namespace {

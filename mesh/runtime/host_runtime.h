@@ -45,15 +45,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/computation_client.h"
-#include "core/literal.h"
-#include "core/tensor.h"
-#include "core/trace_events.h"
-#include "mesh/topology/topology.h"
-#include "spmd/sharded_tensor.h"
-#include "spmd/sharding.h"
-#include "transport/collective_stats.h"
-#include "transport/communicator.h"
+#include "tessel/core/computation_client.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/tensor.h"
+#include "tessel/core/trace_events.h"
+#include "tessel/mesh/topology/topology.h"
+#include "tessel/spmd/sharded_tensor.h"
+#include "tessel/spmd/sharding.h"
+#include "tessel/transport/collective_stats.h"
+#include "tessel/transport/communicator.h"
 
 namespace tessel::mesh {
 

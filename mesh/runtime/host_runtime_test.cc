@@ -1,7 +1,7 @@
 // HostRuntime on the 8-device two-slice preset (4 hosts x 2 devices), every host a thread of
 // this process over the in-process transport (the same algorithms and accounting as ZeroMQ).
 // Sharded programs must compute what the single-device executor computes.
-#include "mesh/runtime/host_runtime.h"
+#include "tessel/mesh/runtime/host_runtime.h"
 
 #include <cmath>
 #include <filesystem>
@@ -10,18 +10,18 @@
 #include <random>
 #include <thread>
 
-#include "core/tensor.h"
 #include "gtest/gtest.h"
-#include "mesh/launch/host_env.h"
 #include "nlohmann/json.hpp"
-#include "nn/functional.h"
-#include "nn/layers.h"
-#include "nn/optim.h"
-#include "nn/train.h"
-#include "spmd/mark_sharding.h"
-#include "spmd/mesh.h"
-#include "spmd/partition_spec.h"
-#include "transport/inproc_transport.h"
+#include "tessel/core/tensor.h"
+#include "tessel/mesh/launch/host_env.h"
+#include "tessel/nn/functional.h"
+#include "tessel/nn/layers.h"
+#include "tessel/nn/optim.h"
+#include "tessel/nn/train.h"
+#include "tessel/spmd/mark_sharding.h"
+#include "tessel/spmd/mesh.h"
+#include "tessel/spmd/partition_spec.h"
+#include "tessel/transport/inproc_transport.h"
 
 namespace tessel::mesh {
 namespace {

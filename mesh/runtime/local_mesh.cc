@@ -1,4 +1,4 @@
-#include "mesh/runtime/local_mesh.h"
+#include "tessel/mesh/runtime/local_mesh.h"
 
 #include <memory>
 #include <numeric>
@@ -7,11 +7,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/computation_client.h"
-#include "core/hlo_text.h"
-#include "core/status_macros.h"
-#include "core/tensor.h"
-#include "transport/inproc_transport.h"
+#include "tessel/core/computation_client.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/core/tensor.h"
+#include "tessel/transport/inproc_transport.h"
 
 namespace tessel::mesh {
 

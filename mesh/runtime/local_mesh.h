@@ -47,10 +47,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/literal.h"
-#include "mesh/runtime/host_runtime.h"
-#include "mesh/topology/topology.h"
-#include "spmd/mesh.h"
+#include "tessel/core/literal.h"
+#include "tessel/mesh/runtime/host_runtime.h"
+#include "tessel/mesh/topology/topology.h"
+#include "tessel/spmd/mesh.h"
 
 namespace tessel::mesh {
 

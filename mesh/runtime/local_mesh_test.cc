@@ -1,20 +1,20 @@
 // LocalMesh: N in-process devices must compute what the single-device executor computes, for
 // lazily traced programs (a sharded dot, an MLP trained for a few steps) and for HLO text; its
 // errors name the value at fault.
-#include "mesh/runtime/local_mesh.h"
+#include "tessel/mesh/runtime/local_mesh.h"
 
 #include <random>
 #include <string>
 #include <vector>
 
-#include "core/computation_client.h"
-#include "core/hlo_text.h"
-#include "core/tensor.h"
 #include "gtest/gtest.h"
-#include "nn/layers.h"
-#include "nn/optim.h"
-#include "nn/train.h"
-#include "spmd/mark_sharding.h"
+#include "tessel/core/computation_client.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/core/tensor.h"
+#include "tessel/nn/layers.h"
+#include "tessel/nn/optim.h"
+#include "tessel/nn/train.h"
+#include "tessel/spmd/mark_sharding.h"
 
 namespace tessel::mesh {
 namespace {

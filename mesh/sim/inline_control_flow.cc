@@ -1,12 +1,12 @@
-#include "mesh/sim/inline_control_flow.h"
+#include "tessel/mesh/sim/inline_control_flow.h"
 
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
-#include "core/while_loop_analysis.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/core/while_loop_analysis.h"
 
 namespace tessel::mesh {
 namespace {

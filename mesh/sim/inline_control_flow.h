@@ -21,7 +21,7 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
-#include "core/graph.h"
+#include "tessel/core/graph.h"
 
 namespace tessel::mesh {
 

@@ -1,14 +1,14 @@
 // The simulator on programs with control flow: a loop costs trip count x its body (collectives
 // included), an unknown trip count is an error naming the loop unless one is assumed, and a
 // conditional costs its costlier branch.
-#include "mesh/sim/inline_control_flow.h"
+#include "tessel/mesh/sim/inline_control_flow.h"
 
 #include <string>
 
-#include "core/hlo_text.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "mesh/sim/simulator.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/mesh/sim/simulator.h"
 
 namespace tessel::mesh {
 namespace {

@@ -1,4 +1,4 @@
-#include "mesh/sim/simulator.h"
+#include "tessel/mesh/sim/simulator.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,10 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/format.h"
-#include "core/status_macros.h"
-#include "core/trace_events.h"
-#include "mesh/sim/inline_control_flow.h"
+#include "tessel/core/format.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/core/trace_events.h"
+#include "tessel/mesh/sim/inline_control_flow.h"
 
 namespace tessel::mesh {
 namespace {

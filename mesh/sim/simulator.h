@@ -51,9 +51,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "mesh/cost/cost_model.h"
-#include "mesh/topology/topology.h"
-#include "partitioner/partitioner.h"
+#include "tessel/mesh/cost/cost_model.h"
+#include "tessel/mesh/topology/topology.h"
+#include "tessel/partitioner/partitioner.h"
 
 namespace tessel::mesh {
 

@@ -1,4 +1,4 @@
-#include "mesh/sim/simulator.h"
+#include "tessel/mesh/sim/simulator.h"
 
 #include <cstdio>
 #include <fstream>
@@ -12,8 +12,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "nn/transformer.h"
-#include "spmd/mesh.h"
+#include "tessel/nn/transformer.h"
+#include "tessel/spmd/mesh.h"
 
 namespace tessel::mesh {
 namespace {

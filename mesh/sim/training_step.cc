@@ -1,4 +1,4 @@
-#include "mesh/sim/training_step.h"
+#include "tessel/mesh/sim/training_step.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/format.h"
-#include "core/status_macros.h"
+#include "tessel/core/format.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::mesh {
 namespace {

@@ -130,11 +130,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/graph.h"
-#include "mesh/cost/cost_model.h"
-#include "mesh/sim/simulator.h"
-#include "nn/transformer.h"
-#include "partitioner/partitioner.h"
+#include "tessel/core/graph.h"
+#include "tessel/mesh/cost/cost_model.h"
+#include "tessel/mesh/sim/simulator.h"
+#include "tessel/nn/transformer.h"
+#include "tessel/partitioner/partitioner.h"
 
 namespace tessel::mesh {
 

@@ -1,4 +1,4 @@
-#include "mesh/sim/training_step.h"
+#include "tessel/mesh/sim/training_step.h"
 
 #include <algorithm>
 #include <string>
@@ -6,8 +6,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "nn/transformer.h"
-#include "spmd/mesh.h"
+#include "tessel/nn/transformer.h"
+#include "tessel/spmd/mesh.h"
 
 namespace tessel::mesh {
 namespace {

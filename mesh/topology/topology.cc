@@ -1,4 +1,4 @@
-#include "mesh/topology/topology.h"
+#include "tessel/mesh/topology/topology.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,8 +18,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::mesh {
 namespace {

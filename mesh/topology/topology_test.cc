@@ -1,4 +1,4 @@
-#include "mesh/topology/topology.h"
+#include "tessel/mesh/topology/topology.h"
 
 #include <algorithm>
 #include <cctype>

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/literal.h"
-#include "core/tensor.h"
 #include "gtest/gtest.h"
+#include "tessel/core/literal.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel::nn {
 

@@ -8,9 +8,9 @@
 //     branch; branch k is partitioned with operand k+1 as it arrives (no collective before the
 //     branch) and its root resharded to the conditional's sharding.
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
-#include "partitioner/internal/context.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/partitioner/internal/context.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 

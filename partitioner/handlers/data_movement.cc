@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <optional>
 
-#include "core/status_macros.h"
-#include "partitioner/internal/context.h"
-#include "partitioner/internal/op_dims.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/partitioner/internal/context.h"
+#include "tessel/partitioner/internal/op_dims.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 

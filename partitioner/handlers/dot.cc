@@ -14,11 +14,11 @@
 // F:model] with no collective; h . w2 [F:model, D] -> one all-reduce over the model groups.
 #include <algorithm>
 
-#include "core/status_macros.h"
-#include "partitioner/internal/context.h"
-#include "partitioner/internal/op_dims.h"
-#include "partitioner/partitioner.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/partitioner/internal/context.h"
+#include "tessel/partitioner/internal/op_dims.h"
+#include "tessel/partitioner/partitioner.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 

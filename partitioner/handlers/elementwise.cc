@@ -2,9 +2,9 @@
 // (select predicates, clamp bounds) to replicated; the op then runs on the local shards.
 #include <optional>
 
-#include "core/status_macros.h"
-#include "partitioner/internal/context.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/partitioner/internal/context.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 

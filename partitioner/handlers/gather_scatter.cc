@@ -17,10 +17,10 @@
 #include <map>
 #include <optional>
 
-#include "core/shape_inference.h"
-#include "core/status_macros.h"
-#include "partitioner/internal/context.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/shape_inference.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/partitioner/internal/context.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 namespace {

@@ -5,9 +5,9 @@
 //   rng: generated whole on every device and cut locally (documented fallback: the values are
 //     exactly the unsharded ones because the generator is keyed on (seed, global index); it
 //     costs the full tensor's compute on every device).
-#include "core/status_macros.h"
-#include "partitioner/internal/context.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/partitioner/internal/context.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <limits>
 
-#include "core/status_macros.h"
-#include "partitioner/internal/context.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/partitioner/internal/context.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 

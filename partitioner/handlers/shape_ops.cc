@@ -3,10 +3,10 @@
 // whose target tiling cannot survive (partitioner/internal/reshape_dims.h) runs locally in the
 // operand's tiling when that one survives, resharded after; otherwise it goes through the
 // replicated value (documented fallback).
-#include "core/status_macros.h"
-#include "partitioner/internal/context.h"
-#include "partitioner/internal/reshape_dims.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/partitioner/internal/context.h"
+#include "tessel/partitioner/internal/reshape_dims.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 

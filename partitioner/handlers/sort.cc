@@ -4,9 +4,9 @@
 // "sort along another dim, then reshard" rewrite). Every operand is brought to that layout; the
 // result (each tuple element) has it too. Padding of the kept dims forms whole rows of its own,
 // sorted independently and dropped by the layout, so it needs no masking.
-#include "core/status_macros.h"
-#include "partitioner/internal/context.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/partitioner/internal/context.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 

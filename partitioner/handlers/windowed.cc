@@ -17,17 +17,17 @@
 // dilation, select-and-scatter and reverse use the fallback, PartitionSpatialDimsByReplicating
 // (partitioner/internal/windowed.h): every windowed dim whole on each device before the local
 // op, the result cut to the target with a local slice; correct for any window.
-#include "partitioner/internal/windowed.h"
+#include "tessel/partitioner/internal/windowed.h"
 
 #include <algorithm>
 #include <optional>
 
-#include "core/status_macros.h"
-#include "core/window.h"
-#include "partitioner/internal/context.h"
-#include "partitioner/internal/halo.h"
-#include "partitioner/internal/op_dims.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/core/window.h"
+#include "tessel/partitioner/internal/context.h"
+#include "tessel/partitioner/internal/halo.h"
+#include "tessel/partitioner/internal/op_dims.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 

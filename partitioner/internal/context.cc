@@ -1,9 +1,9 @@
-#include "partitioner/internal/context.h"
+#include "tessel/partitioner/internal/context.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
-#include "partitioner/partitioner.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/partitioner/partitioner.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 

@@ -11,10 +11,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "core/graph.h"
-#include "mesh/cost/cost_model.h"
-#include "partitioner/reshard.h"
-#include "spmd/sharding.h"
+#include "tessel/core/graph.h"
+#include "tessel/mesh/cost/cost_model.h"
+#include "tessel/partitioner/reshard.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::partitioner {
 struct PartitionExplanation;  // partitioner.h

@@ -1,12 +1,12 @@
-#include "partitioner/internal/halo.h"
+#include "tessel/partitioner/internal/halo.h"
 
 #include <algorithm>
 #include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
-#include "partitioner/sharding_util.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 

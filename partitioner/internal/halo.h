@@ -42,10 +42,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/graph.h"
-#include "core/shape.h"
-#include "partitioner/internal/context.h"
-#include "spmd/sharding.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/shape.h"
+#include "tessel/partitioner/internal/context.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::partitioner::internal {
 

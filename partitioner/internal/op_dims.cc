@@ -1,8 +1,8 @@
-#include "partitioner/internal/op_dims.h"
+#include "tessel/partitioner/internal/op_dims.h"
 
 #include <algorithm>
 
-#include "core/window.h"
+#include "tessel/core/window.h"
 
 namespace tessel::partitioner::internal {
 

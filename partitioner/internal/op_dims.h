@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/graph.h"
+#include "tessel/core/graph.h"
 
 namespace tessel::partitioner::internal {
 

@@ -1,6 +1,6 @@
-#include "partitioner/internal/reshape_dims.h"
+#include "tessel/partitioner/internal/reshape_dims.h"
 
-#include "partitioner/sharding_util.h"
+#include "tessel/partitioner/sharding_util.h"
 
 namespace tessel::partitioner::internal {
 

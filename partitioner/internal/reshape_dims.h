@@ -5,8 +5,8 @@
 #include <optional>
 #include <utility>
 
-#include "core/shape.h"
-#include "spmd/sharding.h"
+#include "tessel/core/shape.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::partitioner::internal {
 

@@ -33,7 +33,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "spmd/sharding.h"
+#include "tessel/spmd/sharding.h"
 
 namespace tessel::partitioner::internal {
 

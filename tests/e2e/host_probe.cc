@@ -32,11 +32,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "core/command_line.h"
-#include "core/status_macros.h"
-#include "mesh/launch/host_env.h"
-#include "mesh/topology/topology.h"
-#include "transport/zmq_transport.h"
+#include "tessel/core/command_line.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/mesh/launch/host_env.h"
+#include "tessel/mesh/topology/topology.h"
+#include "tessel/transport/zmq_transport.h"
 
 namespace tessel {
 namespace {

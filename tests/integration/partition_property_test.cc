@@ -20,17 +20,17 @@
 #include <random>
 #include <set>
 
-#include "core/executor.h"
-#include "core/graph.h"
-#include "core/hlo_text.h"
-#include "core/shape_inference.h"
-#include "core/testing/gather_scatter.h"
-#include "core/window.h"
 #include "gtest/gtest.h"
-#include "partitioner/partitioner.h"
-#include "partitioner/verify.h"
-#include "spmd/mesh.h"
-#include "spmd/partition_spec.h"
+#include "tessel/core/executor.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/core/shape_inference.h"
+#include "tessel/core/testing/gather_scatter.h"
+#include "tessel/core/window.h"
+#include "tessel/partitioner/partitioner.h"
+#include "tessel/partitioner/verify.h"
+#include "tessel/spmd/mesh.h"
+#include "tessel/spmd/partition_spec.h"
 
 namespace tessel {
 namespace {

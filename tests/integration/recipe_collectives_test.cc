@@ -19,14 +19,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/graph.h"
-#include "core/hlo_text.h"
 #include "gtest/gtest.h"
-#include "mesh/cost/cost_model.h"
-#include "mesh/topology/topology.h"
-#include "nn/transformer.h"
-#include "partitioner/partitioner.h"
-#include "spmd/mesh.h"
+#include "tessel/core/graph.h"
+#include "tessel/core/hlo_text.h"
+#include "tessel/mesh/cost/cost_model.h"
+#include "tessel/mesh/topology/topology.h"
+#include "tessel/nn/transformer.h"
+#include "tessel/partitioner/partitioner.h"
+#include "tessel/spmd/mesh.h"
 
 namespace tessel {
 namespace {

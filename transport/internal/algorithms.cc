@@ -1,11 +1,11 @@
-#include "transport/internal/algorithms.h"
+#include "tessel/transport/internal/algorithms.h"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "core/status_macros.h"
-#include "transport/internal/reduce.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/transport/internal/reduce.h"
 
 namespace tessel::transport::internal {
 namespace {

@@ -27,9 +27,9 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "transport/communicator.h"
-#include "transport/internal/call_context.h"
-#include "transport/internal/groups.h"
+#include "tessel/transport/communicator.h"
+#include "tessel/transport/internal/call_context.h"
+#include "tessel/transport/internal/groups.h"
 
 namespace tessel::transport::internal {
 

@@ -1,4 +1,4 @@
-#include "transport/internal/buffer_pool.h"
+#include "tessel/transport/internal/buffer_pool.h"
 
 #include <bit>
 #include <new>

@@ -1,12 +1,12 @@
-#include "transport/internal/call_context.h"
+#include "tessel/transport/internal/call_context.h"
 
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/status_macros.h"
-#include "transport/internal/groups.h"
+#include "tessel/core/status_macros.h"
+#include "tessel/transport/internal/groups.h"
 
 namespace tessel::transport::internal {
 

@@ -15,11 +15,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "transport/communicator.h"
-#include "transport/internal/host_link.h"
-#include "transport/internal/host_state.h"
-#include "transport/internal/mailbox.h"
-#include "transport/internal/wire.h"
+#include "tessel/transport/communicator.h"
+#include "tessel/transport/internal/host_link.h"
+#include "tessel/transport/internal/host_state.h"
+#include "tessel/transport/internal/mailbox.h"
+#include "tessel/transport/internal/wire.h"
 
 namespace tessel::transport::internal {
 

@@ -1,4 +1,4 @@
-#include "transport/internal/doorbell.h"
+#include "tessel/transport/internal/doorbell.h"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>

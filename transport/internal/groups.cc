@@ -1,11 +1,11 @@
-#include "transport/internal/groups.h"
+#include "tessel/transport/internal/groups.h"
 
 #include <algorithm>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/fingerprint.h"
+#include "tessel/core/fingerprint.h"
 
 namespace tessel::transport::internal {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "transport/communicator.h"
+#include "tessel/transport/communicator.h"
 
 namespace tessel::transport::internal {
 

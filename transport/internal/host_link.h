@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "transport/internal/wire.h"
+#include "tessel/transport/internal/wire.h"
 
 namespace tessel::transport::internal {
 

@@ -1,4 +1,4 @@
-#include "transport/internal/host_state.h"
+#include "tessel/transport/internal/host_state.h"
 
 namespace tessel::transport::internal {
 

@@ -10,11 +10,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "transport/collective_stats.h"
-#include "transport/communicator.h"
-#include "transport/internal/buffer_pool.h"
-#include "transport/internal/host_link.h"
-#include "transport/internal/mailbox.h"
+#include "tessel/transport/collective_stats.h"
+#include "tessel/transport/communicator.h"
+#include "tessel/transport/internal/buffer_pool.h"
+#include "tessel/transport/internal/host_link.h"
+#include "tessel/transport/internal/mailbox.h"
 
 namespace tessel::transport::internal {
 

@@ -1,4 +1,4 @@
-#include "transport/internal/mailbox.h"
+#include "tessel/transport/internal/mailbox.h"
 
 #include <sched.h>
 
@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::transport::internal {
 

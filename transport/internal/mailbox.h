@@ -23,9 +23,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "transport/internal/buffer_pool.h"
-#include "transport/internal/doorbell.h"
-#include "transport/internal/wire.h"
+#include "tessel/transport/internal/buffer_pool.h"
+#include "tessel/transport/internal/doorbell.h"
+#include "tessel/transport/internal/wire.h"
 
 namespace tessel::transport::internal {
 

@@ -1,10 +1,10 @@
-#include "transport/internal/reduce.h"
+#include "tessel/transport/internal/reduce.h"
 
 #include <cstring>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::transport::internal {
 namespace {

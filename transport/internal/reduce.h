@@ -14,8 +14,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "core/dtype.h"
-#include "core/graph.h"
+#include "tessel/core/dtype.h"
+#include "tessel/core/graph.h"
 
 namespace tessel::transport::internal {
 

@@ -1,4 +1,4 @@
-#include "transport/internal/shared_memory.h"
+#include "tessel/transport/internal/shared_memory.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "core/fingerprint.h"
+#include "tessel/core/fingerprint.h"
 
 namespace tessel::transport::internal {
 namespace {

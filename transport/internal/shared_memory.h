@@ -37,8 +37,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "transport/internal/buffer_pool.h"
-#include "transport/internal/doorbell.h"
+#include "tessel/transport/internal/buffer_pool.h"
+#include "tessel/transport/internal/doorbell.h"
 
 namespace tessel::transport::internal {
 

@@ -1,4 +1,4 @@
-#include "transport/internal/wire.h"
+#include "tessel/transport/internal/wire.h"
 
 #include <bit>
 #include <cstring>

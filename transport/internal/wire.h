@@ -18,9 +18,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "core/dtype.h"
-#include "core/graph.h"
-#include "transport/collective_stats.h"
+#include "tessel/core/dtype.h"
+#include "tessel/core/graph.h"
+#include "tessel/transport/collective_stats.h"
 
 namespace tessel::transport::internal {
 

@@ -1,4 +1,4 @@
-#include "transport/internal/zmq_auth.h"
+#include "tessel/transport/internal/zmq_auth.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "transport/internal/zmq_util.h"
+#include "tessel/transport/internal/zmq_util.h"
 
 namespace tessel::transport::internal {
 

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/communicator.h"
+#include "tessel/transport/communicator.h"
 #include "zmq.hpp"
 
 namespace tessel::transport::internal {

@@ -11,8 +11,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "transport/internal/buffer_pool.h"
-#include "transport/internal/wire.h"
+#include "tessel/transport/internal/buffer_pool.h"
+#include "tessel/transport/internal/wire.h"
 #include "zmq.hpp"
 
 namespace tessel::transport::internal {

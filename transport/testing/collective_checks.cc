@@ -1,4 +1,4 @@
-#include "transport/testing/collective_checks.h"
+#include "tessel/transport/testing/collective_checks.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::transport::testing {
 namespace {

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/dtype.h"
-#include "core/graph.h"
-#include "transport/communicator.h"
+#include "tessel/core/dtype.h"
+#include "tessel/core/graph.h"
+#include "tessel/transport/communicator.h"
 
 namespace tessel::transport::testing {
 
