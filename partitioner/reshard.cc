@@ -227,6 +227,20 @@ std::optional<std::pair<int64_t, int64_t>> NestedTilingDim(const Sharding& curre
   return std::make_pair(a, k);
 }
 
+// The replica groups of a partial collective in key order (deterministic on every host), or
+// nullopt when a group has a hole (-1): some position of the group has no device, so the
+// collective cannot be expressed with these groups.
+template <typename Key>
+std::optional<std::vector<std::vector<int64_t>>> CompleteGroups(
+    std::map<Key, std::vector<int64_t>>& groups) {
+  std::vector<std::vector<int64_t>> list;
+  for (auto& [key, group] : groups) {
+    if (std::find(group.begin(), group.end(), -1) != group.end()) return std::nullopt;
+    list.push_back(std::move(group));
+  }
+  return list;
+}
+
 // Tiled k times finer on dim a -> coarser on a, every other dim alike (GSPMD's partial
 // all-gather: an MoE's tokens sharded over data x expert regathered over expert only). One
 // all-gather inside the groups of devices that share a target tile, ordered by their current
@@ -257,12 +271,9 @@ std::optional<ReshardStep> TryPartialAllGather(const Sharding& current, const Sh
   ReshardStep step;
   step.kind = ReshardStep::Kind::kAllGather;
   step.dim = a;
-  std::vector<std::vector<int64_t>> list;
-  for (auto& [key, group] : groups) {
-    if (std::find(group.begin(), group.end(), -1) != group.end()) return std::nullopt;
-    list.push_back(std::move(group));
-  }
-  step.groups = std::move(list);
+  std::optional<std::vector<std::vector<int64_t>>> list = CompleteGroups(groups);
+  if (!list.has_value()) return std::nullopt;
+  step.groups = *std::move(list);
   step.after = target;
   return step;
 }
@@ -313,12 +324,9 @@ std::optional<ReshardStep> TryPartialAllToAll(const Sharding& current, const Sha
   step.kind = ReshardStep::Kind::kAllToAll;
   step.dim = a;
   step.to_dim = b;
-  std::vector<std::vector<int64_t>> list;
-  for (auto& [key, group] : groups) {
-    if (std::find(group.begin(), group.end(), -1) != group.end()) return std::nullopt;
-    list.push_back(std::move(group));
-  }
-  step.groups = std::move(list);
+  std::optional<std::vector<std::vector<int64_t>>> list = CompleteGroups(groups);
+  if (!list.has_value()) return std::nullopt;
+  step.groups = *std::move(list);
   step.after = target;
   return step;
 }

@@ -14,46 +14,11 @@
 namespace tessel::internal {
 namespace {
 
+// The elementwise ops ElementwiseOnBuffers computes: all of core's elementwise opcodes but
+// bitcast-convert and reduce-precision, which have kernels of their own.
 bool IsElementwiseOp(Opcode opcode) {
-  switch (opcode) {
-    case Opcode::kAbs:
-    case Opcode::kNegate:
-    case Opcode::kExp:
-    case Opcode::kLog:
-    case Opcode::kTanh:
-    case Opcode::kLogistic:
-    case Opcode::kSqrt:
-    case Opcode::kRsqrt:
-    case Opcode::kSine:
-    case Opcode::kCosine:
-    case Opcode::kErf:
-    case Opcode::kIsFinite:
-    case Opcode::kPopcnt:
-    case Opcode::kNot:
-    case Opcode::kCopy:
-    case Opcode::kConvert:
-    case Opcode::kAdd:
-    case Opcode::kSubtract:
-    case Opcode::kMultiply:
-    case Opcode::kDivide:
-    case Opcode::kMaximum:
-    case Opcode::kMinimum:
-    case Opcode::kPower:
-    case Opcode::kAnd:
-    case Opcode::kOr:
-    case Opcode::kXor:
-    case Opcode::kShiftLeft:
-    case Opcode::kShiftRightLogical:
-    case Opcode::kShiftRightArithmetic:
-    case Opcode::kRemainder:
-    case Opcode::kAtan2:
-    case Opcode::kCompare:
-    case Opcode::kSelect:
-    case Opcode::kClamp:
-      return true;
-    default:
-      return false;
-  }
+  return IsElementwise(opcode) && opcode != Opcode::kBitcastConvert &&
+         opcode != Opcode::kReducePrecision;
 }
 
 // The element type ElementwiseOnBuffers takes as `operand_dtype`: select's operand 0 is pred.
