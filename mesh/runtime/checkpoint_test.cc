@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "tessel/core/status_macros.h"
 #include "tessel/mesh/launch/host_env.h"
+#include "tessel/mesh/runtime/testing/in_process_hosts.h"
 #include "tessel/spmd/mark_sharding.h"
 #include "tessel/spmd/mesh.h"
 #include "tessel/spmd/partition_spec.h"
@@ -19,42 +20,14 @@
 namespace tessel::mesh {
 namespace {
 
+using testing::RandomLiteral;
+using testing::RunHosts;
+
 namespace fs = std::filesystem;
 using spmd::kNone;
 
 Topology MainTopology() {
   return LoadTopology(std::string(TESSEL_CONFIGS_DIR) + "/two_slices_2x2hosts.json").value();
-}
-
-std::vector<absl::Status> RunHosts(const Topology& topology,
-                                   const std::function<absl::Status(HostRuntime&)>& body) {
-  auto job =
-      transport::InProcTransport::Create(topology.num_hosts(), DeviceMapOf(topology)).value();
-  std::vector<absl::Status> statuses(topology.num_hosts());
-  std::vector<std::thread> threads;
-  for (int64_t h = 0; h < topology.num_hosts(); ++h) {
-    threads.emplace_back([&, h] {
-      absl::StatusOr<std::unique_ptr<HostRuntime>> runtime =
-          HostRuntime::Create(topology, &job->host(h));
-      if (!runtime.ok()) {
-        statuses[h] = runtime.status();
-        return;
-      }
-      SetComputationClient((*runtime)->client());
-      statuses[h] = body(**runtime);
-      SetComputationClient(nullptr);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return statuses;
-}
-
-Literal RandomLiteral(std::vector<int64_t> dims, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1, 1);
-  Literal value(Shape(DType::kF32, std::move(dims)));
-  for (float& x : value.data<float>()) x = uniform(rng);
-  return value;
 }
 
 std::string FreshDir(const std::string& name) {

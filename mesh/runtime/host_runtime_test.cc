@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "tessel/core/tensor.h"
 #include "tessel/mesh/launch/host_env.h"
+#include "tessel/mesh/runtime/testing/in_process_hosts.h"
 #include "tessel/nn/functional.h"
 #include "tessel/nn/layers.h"
 #include "tessel/nn/optim.h"
@@ -26,6 +27,9 @@
 namespace tessel::mesh {
 namespace {
 
+using testing::RandomLiteral;
+using testing::RunHosts;
+
 using spmd::kNone;
 
 Topology MainTopology() {
@@ -34,39 +38,6 @@ Topology MainTopology() {
 
 spmd::HybridMesh DataModelMesh(const Topology& topology) {
   return spmd::HybridMesh::Create({2, 2}, {2, 1}, {"data", "model"}, topology).value();
-}
-
-// Runs `body` once per host, each on its own thread with its own runtime installed as the
-// thread's computation client. Returns each host's status.
-std::vector<absl::Status> RunHosts(const Topology& topology,
-                                   const std::function<absl::Status(HostRuntime&)>& body) {
-  auto job =
-      transport::InProcTransport::Create(topology.num_hosts(), DeviceMapOf(topology)).value();
-  std::vector<absl::Status> statuses(topology.num_hosts());
-  std::vector<std::thread> threads;
-  for (int64_t h = 0; h < topology.num_hosts(); ++h) {
-    threads.emplace_back([&, h] {
-      absl::StatusOr<std::unique_ptr<HostRuntime>> runtime =
-          HostRuntime::Create(topology, &job->host(h));
-      if (!runtime.ok()) {
-        statuses[h] = runtime.status();
-        return;
-      }
-      SetComputationClient((*runtime)->client());
-      statuses[h] = body(**runtime);
-      SetComputationClient(nullptr);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return statuses;
-}
-
-Literal RandomLiteral(std::vector<int64_t> dims, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1, 1);
-  Literal value(Shape(DType::kF32, std::move(dims)));
-  for (float& x : value.data<float>()) x = uniform(rng);
-  return value;
 }
 
 TEST(HostRuntimeTest, ShardedDotMatchesSingleDevice) {

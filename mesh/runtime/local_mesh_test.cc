@@ -11,6 +11,7 @@
 #include "tessel/core/computation_client.h"
 #include "tessel/core/hlo_text.h"
 #include "tessel/core/tensor.h"
+#include "tessel/mesh/runtime/testing/in_process_hosts.h"
 #include "tessel/nn/layers.h"
 #include "tessel/nn/optim.h"
 #include "tessel/nn/train.h"
@@ -19,15 +20,9 @@
 namespace tessel::mesh {
 namespace {
 
-using spmd::kNone;
+using testing::RandomLiteral;
 
-Literal RandomLiteral(std::vector<int64_t> dims, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1, 1);
-  Literal value(Shape(DType::kF32, std::move(dims)));
-  for (float& x : value.data<float>()) x = uniform(rng);
-  return value;
-}
+using spmd::kNone;
 
 bool UsesLocalClient() {
   return dynamic_cast<LocalComputationClient*>(&GetComputationClient()) != nullptr;
