@@ -857,6 +857,11 @@ std::string Origins(const Graph& graph, const Node* node, const ShardingExplanat
 
 }  // namespace
 
+std::string DescribeShardingStep(const Node& node, const ShardingStep& step,
+                                 const absl::flat_hash_map<std::string, int>& line_of) {
+  return DescribeStep(node, step, line_of);
+}
+
 std::string FormatShardingExplanation(const Graph& graph, const std::vector<Sharding>& shardings,
                                       const ShardingExplanation& explanation,
                                       const absl::flat_hash_map<std::string, int>& line_of) {

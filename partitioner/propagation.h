@@ -104,6 +104,12 @@ struct ShardingExplanation {
 [[nodiscard]] absl::Status PropagateShardings(Graph& graph, int64_t num_devices,
                                               ShardingExplanation* explain = nullptr);
 
+// One step of `node`'s chain as `--explain` prints it, e.g. "forward through dot from %x
+// (operand 0), %w1 (operand 1): {devices=[2,2]0,1,2,3} [phase 1, round 1]"; `line_of` as in
+// FormatShardingExplanation. For `tessel propagate --json --explain`.
+std::string DescribeShardingStep(const Node& node, const ShardingStep& step,
+                                 const absl::flat_hash_map<std::string, int>& line_of = {});
+
 // The explanation as text, one block per node of `graph` in program order:
 //
 //   %h = f32[8,32] {devices=[2,2]0,1,2,3}

@@ -93,15 +93,30 @@ absl::flat_hash_map<std::string, int> EntryLines(const std::string& path) {
 namespace {
 
 // The entry computation's instructions with their shardings: one entry per value, so that
-// per-value fields (an explanation of the choice, say) have a place to go.
-json PropagateJson(const Graph& graph, int64_t num_partitions) {
+// per-value fields have a place to go. With `explanation` (--explain), each value also gets
+// "explanation": its steps, each {"step": the text --explain prints, "sharding", "phase",
+// "round"}.
+json PropagateJson(const Graph& graph, int64_t num_partitions,
+                   const partitioner::ShardingExplanation* explanation,
+                   const absl::flat_hash_map<std::string, int>& line_of) {
   json values = json::array();
-  for (const Node* node : graph.nodes()) {
-    values.push_back(
-        {{"name", node->name()},
-         {"opcode", OpcodeName(node->opcode())},
-         {"shape", node->shape().ToString()},
-         {"sharding", node->sharding().empty() ? json(nullptr) : json(node->sharding())}});
+  for (int64_t i = 0; i < graph.num_nodes(); ++i) {
+    const Node* node = graph.nodes()[i];
+    json value = {{"name", node->name()},
+                  {"opcode", OpcodeName(node->opcode())},
+                  {"shape", node->shape().ToString()},
+                  {"sharding", node->sharding().empty() ? json(nullptr) : json(node->sharding())}};
+    if (explanation != nullptr) {
+      json steps = json::array();
+      for (const partitioner::ShardingStep& step : explanation->steps[i]) {
+        steps.push_back({{"step", partitioner::DescribeShardingStep(*node, step, line_of)},
+                         {"sharding", step.sharding.ToString()},
+                         {"phase", step.phase},
+                         {"round", step.round}});
+      }
+      value["explanation"] = std::move(steps);
+    }
+    values.push_back(std::move(value));
   }
   return {{"module", graph.name()},
           {"num_partitions", num_partitions},
@@ -125,7 +140,7 @@ CommandFn AddPropagateCommand(CLI::App& app) {
     if (!graph.ok()) return Fail("propagate", graph.status());
     int64_t n = options->num_partitions > 0 ? options->num_partitions
                                             : partitioner::InferNumPartitions(**graph);
-    if (options->explain) {
+    if (options->explain && !options->json) {
       partitioner::ShardingExplanation explanation;
       absl::StatusOr<std::vector<spmd::Sharding>> shardings =
           partitioner::ComputeShardings(**graph, n, &explanation);
@@ -135,10 +150,16 @@ CommandFn AddPropagateCommand(CLI::App& app) {
                                                           EntryLines(options->path));
       return 0;
     }
-    absl::Status status = partitioner::PropagateShardings(**graph, n);
+    partitioner::ShardingExplanation explanation;
+    absl::Status status =
+        partitioner::PropagateShardings(**graph, n, options->explain ? &explanation : nullptr);
     if (!status.ok()) return Fail("propagate", status);
     if (options->json) {
-      std::cout << PropagateJson(**graph, n).dump(2) << "\n";
+      std::cout << PropagateJson(**graph, n, options->explain ? &explanation : nullptr,
+                                 options->explain ? EntryLines(options->path)
+                                                  : absl::flat_hash_map<std::string, int>())
+                       .dump(2)
+                << "\n";
       return 0;
     }
     std::cout << PrintHloModule(**graph);
