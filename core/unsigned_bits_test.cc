@@ -19,33 +19,12 @@
 #include "tessel/core/shape_inference.h"
 #include "tessel/core/tensor.h"
 #include "tessel/core/testing/graphs.h"
+#include "tessel/core/testing/run_op.h"
 
 namespace tessel {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::vector<Literal> RunOp(Opcode opcode, const std::vector<Literal>& inputs,
-                           const OpAttributes& attrs = {},
-                           const std::optional<Shape>& declared = std::nullopt) {
-  Graph g("op");
-  std::vector<Node*> params;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    params.push_back(Must(g.AddParameter(static_cast<int64_t>(i), inputs[i].shape())));
-  }
-  absl::StatusOr<Node*> node =
-      declared ? g.AddNode(opcode, *declared, params, attrs) : g.AddNode(opcode, params, attrs);
-  EXPECT_TRUE(node.ok()) << node.status();
-  absl::StatusOr<std::vector<Literal>> out = Executor().Run(g, inputs);
-  EXPECT_TRUE(out.ok()) << out.status();
-  return out.ok() ? *std::move(out) : std::vector<Literal>{};
-}
-
-template <typename T>
-std::vector<T> Values(const Literal& l) {
-  absl::Span<const T> d = l.data<T>();
-  return std::vector<T>(d.begin(), d.end());
-}
 
 TEST(UnsignedBitsTest, NamesAndWidths) {
   EXPECT_EQ(DTypeName(DType::kU32), "u32");
