@@ -108,6 +108,21 @@ void ReportConnectError(const absl::Status& status, const char* program) {
   }
 }
 
+int RunExample(const char* program, bool single_device, int single_device_threads,
+               const std::function<absl::StatusOr<Placement>()>& connect,
+               const std::function<absl::Status(Placement&)>& train) {
+  Placement placement;
+  if (!single_device) {
+    absl::StatusOr<Placement> connected = connect();
+    if (!connected.ok()) {
+      ReportConnectError(connected.status(), program);
+      return 1;
+    }
+    placement = std::move(*connected);
+  }
+  return RunOnPlacement(program, placement, single_device_threads, train);
+}
+
 int RunOnPlacement(const char* program, Placement& placement, int single_device_threads,
                    const std::function<absl::Status(Placement&)>& train) {
   if (placement.runtime == nullptr) {

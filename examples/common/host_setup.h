@@ -82,6 +82,13 @@ void ReportConnectError(const absl::Status& status, const char* program);
 int RunOnPlacement(const char* program, Placement& placement, int single_device_threads,
                    const std::function<absl::Status(Placement&)>& train);
 
+// An example's whole run: on a mesh (`single_device` false) connects this host with `connect`
+// (ConnectHost; its error is printed by ReportConnectError and gives exit code 1), then
+// RunOnPlacement; on one device runs `train` on an empty placement. Returns the exit code.
+int RunExample(const char* program, bool single_device, int single_device_threads,
+               const std::function<absl::StatusOr<Placement>()>& connect,
+               const std::function<absl::Status(Placement&)>& train);
+
 // Seconds since `start` (steady clock).
 double SecondsSince(std::chrono::steady_clock::time_point start);
 

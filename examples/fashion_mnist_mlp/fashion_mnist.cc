@@ -486,17 +486,9 @@ void AddFashionMnistFlags(CLI::App& app, FashionMnistFlags* flags) {
 }
 
 int RunFashionMnist(const FashionMnistFlags& flags) {
-  Placement placement;
-  if (!flags.single_device) {
-    absl::StatusOr<Placement> connected = ConnectFashionMnistHost(flags);
-    if (!connected.ok()) {
-      ReportConnectError(connected.status(), kProgram);
-      return 1;
-    }
-    placement = std::move(*connected);
-  }
-  return RunOnPlacement(kProgram, placement, flags.threads,
-                        [&](Placement& p) { return Train(flags, p); });
+  return RunExample(
+      kProgram, flags.single_device, flags.threads, [&] { return ConnectFashionMnistHost(flags); },
+      [&](Placement& p) { return Train(flags, p); });
 }
 
 }  // namespace tessel::examples

@@ -812,20 +812,15 @@ void AddGptFlags(CLI::App& app, GptFlags* flags) {
 }
 
 int RunGpt(const GptFlags& flags) {
-  Placement placement;
-  if (!flags.single_device) {
-    absl::StatusOr<Placement> connected = ConnectHost(
-        flags.mesh, "gpt", [&](const mesh::Topology& topology, const std::string& path) {
-          return MakeGptMesh(flags, topology, path);
-        });
-    if (!connected.ok()) {
-      ReportConnectError(connected.status(), kProgram);
-      return 1;
-    }
-    placement = std::move(*connected);
-  }
-  return RunOnPlacement(kProgram, placement, flags.threads,
-                        [&](Placement& p) { return Train(flags, p); });
+  return RunExample(
+      kProgram, flags.single_device, flags.threads,
+      [&] {
+        return ConnectHost(flags.mesh, "gpt",
+                           [&](const mesh::Topology& topology, const std::string& path) {
+                             return MakeGptMesh(flags, topology, path);
+                           });
+      },
+      [&](Placement& p) { return Train(flags, p); });
 }
 
 }  // namespace tessel::examples
