@@ -4,6 +4,7 @@
 // partition_property_test.cc (HaloExchange*).
 #include "tessel/partitioner/internal/halo.h"
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -152,6 +153,67 @@ TEST(HaloPlanTest, RejectsBadWindows) {
   absl::StatusOr<HaloPlan> replicated =
       PlanHalo(spmd::Sharding::Replicate(), shape, {HaloWindow{0, {0}, 8, 0, 8}}, 4);
   EXPECT_EQ(replicated.status().code(), absl::StatusCode::kUnimplemented);
+}
+
+// The input gradient of a stride-2 conv (lhs_dilate 2, 3-wide window, pad 2_1) on 8 rows over
+// 4 devices, 16 output rows: device k reads dilated positions [4k-2, 4k+4), i.e. rows 2k-1 ..
+// 2k+1, with no local padding before its first row and one position after the last.
+TEST(ConvHaloTest, BaseDilatedWindowIsTheSameOnEveryDevice) {
+  WindowDim w;
+  w.size = 3;
+  w.padding_low = 2;
+  w.padding_high = 1;
+  w.base_dilation = 2;
+  std::optional<ConvLhsHalo> halo = BaseDilatedConvHalo(1, 4, 8, 16, w);
+  ASSERT_TRUE(halo.has_value());
+  EXPECT_THAT(halo->window.start, ElementsAre(-1, 1, 3, 5));
+  EXPECT_EQ(halo->window.size, 3);
+  EXPECT_EQ(halo->window.valid_end, 8);
+  EXPECT_EQ(halo->padding_low, 0);
+  EXPECT_EQ(halo->padding_high, 1);
+  EXPECT_EQ(halo->window_size, 3);
+  // 11 output rows, 3 per device: windows start at dilated -1, 2, 5, 8, alternately on a hole
+  // and on a row, so the local padding would differ: no halo.
+  w.padding_low = 1;
+  EXPECT_FALSE(BaseDilatedConvHalo(1, 4, 6, 11, w).has_value());
+  // Without base dilation it is WindowedOpHalo with no local padding.
+  WindowDim plain;
+  plain.size = 3;
+  plain.stride = 2;
+  plain.padding_low = 1;
+  std::optional<ConvLhsHalo> same = BaseDilatedConvHalo(0, 4, 13, 7, plain);
+  ASSERT_TRUE(same.has_value());
+  const HaloWindow expected = WindowedOpHalo(0, 4, 13, 7, 3, 2, 1, 1);
+  EXPECT_EQ(same->window.start, expected.start);
+  EXPECT_EQ(same->window.size, expected.size);
+  EXPECT_EQ(same->padding_low, 0);
+  EXPECT_EQ(same->padding_high, 0);
+}
+
+// The weight gradient of a 3x3 conv with pad 1 on 13 rows over 4 devices: kernel (output
+// gradient) tiles of 4 rows; device k reads activation rows [4k-1, 4k+5) and runs a 4-wide
+// window with no padding, yielding all 3 output rows.
+TEST(ConvHaloTest, KernelTiledWindowFollowsTheKernelTile) {
+  WindowDim w;
+  w.size = 13;
+  w.padding_low = 1;
+  w.padding_high = 1;
+  ConvLhsHalo halo = KernelTiledConvHalo(1, 4, 13, 13, 3, w);
+  EXPECT_THAT(halo.window.start, ElementsAre(-1, 3, 7, 11));
+  EXPECT_EQ(halo.window.size, 6);
+  EXPECT_EQ(halo.window.valid_end, 13);
+  EXPECT_EQ(halo.window_size, 4);
+  EXPECT_EQ(halo.padding_low, 0);
+  EXPECT_EQ(halo.padding_high, 0);
+  // Window dilation 2 (the weight gradient of a stride-2 conv): kernel tiles of 2 rows span 4
+  // activation rows each.
+  w.size = 8;
+  w.padding_low = 0;
+  w.window_dilation = 2;
+  ConvLhsHalo dilated = KernelTiledConvHalo(1, 4, 16, 8, 3, w);
+  EXPECT_THAT(dilated.window.start, ElementsAre(0, 4, 8, 12));
+  EXPECT_EQ(dilated.window.size, 5);
+  EXPECT_EQ(dilated.window_size, 2);
 }
 
 }  // namespace

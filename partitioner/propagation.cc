@@ -388,21 +388,8 @@ class Propagator {
         }
         return Merge(from_lhs, from_rhs, rank);
       }
-      case Opcode::kConvolution: {
-        // As a dot over MakeConvSpace: batch, feature (and spatial) dims pass between the
-        // operands and the result; the input feature dim is contracted away.
-        ConvSpace space = MakeConvSpace(node);
-        std::optional<Sharding> from_lhs, from_rhs;
-        if (Of(node.operand(0))) {
-          Sharding s = Embed(*Of(node.operand(0)), space.rank, space.lhs_to_space);
-          from_lhs = Project(s, Iota(space.output_rank));
-        }
-        if (Of(node.operand(1))) {
-          Sharding s = Embed(*Of(node.operand(1)), space.rank, space.rhs_to_space);
-          from_rhs = Project(s, Iota(space.output_rank));
-        }
-        return Merge(from_lhs, from_rhs, rank);
-      }
+      case Opcode::kConvolution:
+        return ConvolutionFromOperands(node);
       case Opcode::kReduceWindow:
       case Opcode::kSelectAndScatter:
         // Elementwise-like: dim d of the result is dim d of the operand (windowed or not).
@@ -429,6 +416,43 @@ class Propagator {
       return PartiallyReplicate(*in, rank, internal::ReplicatedChangedDims(node));
     }
     return std::nullopt;
+  }
+
+  // convolution forward, as a dot over MakeConvSpace: batch, feature (and spatial) dims pass
+  // between the operands and the result; the input feature dim is contracted away. A backward
+  // convolution whose kernel is not small (the weight gradient) takes no spatial tiling from
+  // its lhs: its output's spatial dims index kernel positions (XLA replicates them likewise,
+  // InferConvolutionShardingFromOperands).
+  std::optional<Sharding> ConvolutionFromOperands(const Node& node) {
+    const int64_t rank = node.shape().rank();
+    ConvSpace space = MakeConvSpace(node);
+    std::optional<Sharding> from_lhs, from_rhs;
+    if (Of(node.operand(0))) {
+      Sharding s = Embed(*Of(node.operand(0)), space.rank, space.lhs_to_space);
+      from_lhs = Project(s, Iota(space.output_rank));
+      if (!internal::IsConvolutionKernelSmall(node)) {
+        from_lhs = PartiallyReplicate(*from_lhs, rank, space.windowed);
+      }
+    }
+    if (Of(node.operand(1))) {
+      Sharding s = Embed(*Of(node.operand(1)), space.rank, space.rhs_to_space);
+      from_rhs = Project(s, Iota(space.output_rank));
+    }
+    return Merge(from_lhs, from_rhs, rank);
+  }
+
+  // What a convolution's result sharding implies for operand `operand_index`; for a backward
+  // convolution whose kernel is not small, the output's spatial tiling says nothing about the
+  // lhs's (see ConvolutionFromOperands).
+  std::optional<Sharding> ConvolutionOperandFromUser(const Node& user, int64_t operand_index,
+                                                     const Sharding& out) {
+    ConvSpace space = MakeConvSpace(user);
+    Sharding s = out;
+    if (!internal::IsConvolutionKernelSmall(user)) {
+      s = PartiallyReplicate(s, user.shape().rank(), space.windowed);
+    }
+    s = Embed(s, space.rank, Iota(space.output_rank));
+    return Project(s, operand_index == 0 ? space.lhs_to_space : space.rhs_to_space);
   }
 
   // What `user` implies for its operand `operand_index`.
@@ -467,11 +491,8 @@ class Propagator {
         Sharding s = Embed(*out, space.rank, Iota(space.output_rank));
         return Project(s, operand_index == 0 ? space.lhs_to_space : space.rhs_to_space);
       }
-      case Opcode::kConvolution: {
-        ConvSpace space = MakeConvSpace(user);
-        Sharding s = Embed(*out, space.rank, Iota(space.output_rank));
-        return Project(s, operand_index == 0 ? space.lhs_to_space : space.rhs_to_space);
-      }
+      case Opcode::kConvolution:
+        return ConvolutionOperandFromUser(user, operand_index, *out);
       case Opcode::kReduceWindow:
       case Opcode::kSelectAndScatter:
         // The operand and select-and-scatter's source; the init value stays replicated.

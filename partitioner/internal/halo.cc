@@ -243,6 +243,56 @@ HaloWindow WindowedOpHalo(int64_t dim, int64_t tiles, int64_t input_size, int64_
   return w;
 }
 
+namespace {
+
+// Rounding towards minus infinity (window starts go negative at the padded edges).
+int64_t FloorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+int64_t CeilDiv(int64_t a, int64_t b) { return -FloorDiv(-a, b); }
+
+}  // namespace
+
+std::optional<ConvLhsHalo> BaseDilatedConvHalo(int64_t dim, int64_t tiles, int64_t input_size,
+                                               int64_t output_size, const WindowDim& w) {
+  const int64_t bd = w.base_dilation;
+  const int64_t s_out = (output_size + tiles - 1) / tiles;
+  const int64_t span = (s_out - 1) * w.stride + (w.size - 1) * w.window_dilation + 1;
+  ConvLhsHalo halo;
+  halo.window.dim = dim;
+  halo.window.valid_begin = 0;
+  halo.window.valid_end = input_size;
+  halo.window_size = w.size;
+  for (int64_t k = 0; k < tiles; ++k) {
+    const int64_t begin = k * s_out * w.stride - w.padding_low;
+    const int64_t first = CeilDiv(begin, bd);
+    const int64_t last = FloorDiv(begin + span - 1, bd);
+    const int64_t padding_low = first * bd - begin;
+    if (last < first) return std::nullopt;
+    if (k > 0 && (padding_low != halo.padding_low || last - first + 1 != halo.window.size)) {
+      return std::nullopt;
+    }
+    halo.padding_low = padding_low;
+    halo.window.size = last - first + 1;
+    halo.window.start.push_back(first);
+  }
+  halo.padding_high = span - halo.padding_low - ((halo.window.size - 1) * bd + 1);
+  return halo;
+}
+
+ConvLhsHalo KernelTiledConvHalo(int64_t dim, int64_t tiles, int64_t input_size, int64_t kernel_size,
+                                int64_t output_size, const WindowDim& w) {
+  const int64_t s_k = (kernel_size + tiles - 1) / tiles;
+  ConvLhsHalo halo;
+  halo.window.dim = dim;
+  for (int64_t k = 0; k < tiles; ++k) {
+    halo.window.start.push_back(k * s_k * w.window_dilation - w.padding_low);
+  }
+  halo.window.size = (s_k - 1) * w.window_dilation + (output_size - 1) * w.stride + 1;
+  halo.window.valid_begin = 0;
+  halo.window.valid_end = input_size;
+  halo.window_size = s_k;
+  return halo;
+}
+
 absl::StatusOr<HaloResult> ExchangeHalo(Context& ctx, Node* local, const spmd::Sharding& s,
                                         const HaloPlan& plan, bool want_mask) {
   HaloResult result;

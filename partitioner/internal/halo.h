@@ -38,6 +38,7 @@
 #define TESSEL_PARTITIONER_INTERNAL_HALO_H_
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -127,6 +128,49 @@ struct HaloPlan {
 [[nodiscard]] HaloWindow WindowedOpHalo(int64_t dim, int64_t tiles, int64_t input_size,
                                         int64_t output_size, int64_t window_size, int64_t stride,
                                         int64_t padding_low, int64_t window_dilation);
+
+// A convolution's lhs window along one spatial dim together with the local conv's window there:
+// after the exchange each device runs the conv on `window.size` lhs elements with this size and
+// padding (stride, dilations and reversal stay the global ones).
+struct ConvLhsHalo {
+  HaloWindow window;
+  int64_t window_size = 0;
+  int64_t padding_low = 0;
+  int64_t padding_high = 0;
+};
+
+// The output-tiled halo of a base-dilated (lhs_dilate > 1, the input gradient of a strided
+// conv) spatial dim tiled into `tiles`: output tile k (s_out = ceil(output_size / tiles)
+// elements) reads the dilated positions [D_k, D_k + W) with D_k = k * s_out * stride -
+// padding_low and W = (s_out - 1) * stride + (window_size - 1) * window_dilation + 1; lhs
+// element e sits at position e * base_dilation, the holes between elements and the padding are
+// zeros. Each device fetches the lhs elements inside its range (start[k] = ceil(D_k / bd), the
+// same count on every device) and runs the conv with the same base dilation, padding_low the
+// distance from D_k to its first element and padding_high the rest of W, so that it yields its
+// s_out outputs. nullopt when the devices would need different local padding (D_k mod bd
+// differs: s_out * stride is not a multiple of bd) or a window holds no element. With bd 1 it is
+// WindowedOpHalo with zero local padding. Source: XLA convolution_handler.cc (spatial halo
+// exchange on the lhs, whose halo sizes account for lhs dilation), as offsets instead of halo
+// size functions.
+[[nodiscard]] std::optional<ConvLhsHalo> BaseDilatedConvHalo(int64_t dim, int64_t tiles,
+                                                             int64_t input_size,
+                                                             int64_t output_size,
+                                                             const WindowDim& w);
+
+// The kernel-tiled halo of a spatial dim whose kernel (the rhs) is tiled into `tiles` along the
+// matching kernel spatial dim: the weight-gradient convolution, where the "kernel" is the output
+// gradient and the window spans the whole image. Device k holds kernel elements [k * s_k,
+// (k + 1) * s_k) (s_k = ceil(kernel_size / tiles)) and computes every output element's partial
+// sum over them: output o reads lhs element o * stride - padding_low + j * window_dilation for
+// its kernel elements j, so start[k] = k * s_k * window_dilation - padding_low, size = (s_k - 1)
+// * window_dilation + (output_size - 1) * stride + 1, valid range [0, input_size); the local
+// conv has window size s_k and no padding, and yields all output_size outputs (partial sums,
+// all-reduced by the caller). Precondition: base dilation 1, no reversal. Source: XLA
+// convolution_handler.cc PartitionConvolutionWithSpatialDimensionHaloExchangeOnRHS (partial
+// sums of the full output, then an all-reduce), with the halo taken on the lhs.
+[[nodiscard]] ConvLhsHalo KernelTiledConvHalo(int64_t dim, int64_t tiles, int64_t input_size,
+                                              int64_t kernel_size, int64_t output_size,
+                                              const WindowDim& w);
 
 struct HaloResult {
   // Each device's windows: local extent plan.dims[i].window.size along each exchanged dim.

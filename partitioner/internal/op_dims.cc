@@ -80,6 +80,23 @@ ConvSpace MakeConvSpace(const Node& convolution) {
   return s;
 }
 
+bool IsConvolutionKernelSmall(const Node& convolution) {
+  const ConvolutionDimensionNumbers& d = convolution.attrs().convolution;
+  const Shape& rhs = convolution.operand(1)->shape();
+  int64_t kernel_product = 1;
+  int64_t output_product = 1;
+  for (size_t k = 0; k < d.input_spatial_dimensions.size(); ++k) {
+    const int64_t kernel = rhs.dim(d.kernel_spatial_dimensions[k]);
+    const int64_t output = convolution.shape().dim(d.output_spatial_dimensions[k]);
+    kernel_product *= kernel;
+    output_product *= output;
+    if (kernel >= output && (k < 2 || kernel > 3 || kernel_product >= output_product)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool IsDimPreserving(Opcode op) {
   return op == Opcode::kSlice || op == Opcode::kPad || op == Opcode::kConcatenate ||
          op == Opcode::kDynamicSlice || op == Opcode::kDynamicUpdateSlice;

@@ -40,6 +40,14 @@ struct ConvSpace : DotSpace {
 };
 ConvSpace MakeConvSpace(const Node& convolution);
 
+// True when the convolution's kernel is smaller than its output along its spatial dims, as in
+// a forward convolution; false for a backward one whose window spans the image (the weight
+// gradient, kernel = output gradient): there an output spatial dim indexes kernel positions, so
+// it does not follow the lhs's spatial tiling. Per spatial dim k (kernel extent K_k, output
+// extent O_k, products over dims 0..k): not small as soon as K_k >= O_k and (k < 2 or K_k > 3
+// or prod K >= prod O). Source: XLA sharding_propagation.cc IsConvolutionKernelSmall.
+bool IsConvolutionKernelSmall(const Node& convolution);
+
 // Dims of operand 0 whose extent a slice, pad, concatenate, dynamic-slice or
 // dynamic-update-slice changes (the others pass through element for element); empty for other
 // ops.

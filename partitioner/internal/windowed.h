@@ -8,8 +8,9 @@
 // sharded is made whole on each device (all-gather), the op runs locally on whole windowed dims,
 // and the driver slices the result back to its target: correct for any window, more bytes than
 // needed. convolution and reduce-window take halo exchange instead where it moves fewer bytes
-// and the dim has no base dilation (handlers/windowed.cc, internal/halo.h WindowedOpHalo);
-// select-and-scatter and reverse always take this fallback.
+// (handlers/windowed.cc, internal/halo.h WindowedOpHalo; for a convolution also with base
+// dilation, BaseDilatedConvHalo, and the weight gradient's kernel-tiled partial sums,
+// KernelTiledConvHalo); select-and-scatter and reverse always take this fallback.
 //
 // What a halo strategy needs (GSPMD: spmd_partitioner.cc HandleReduceWindow,
 // convolution_handler.cc PartitionConvolutionWithSpatialDimensionHaloExchangeOnLHS,
