@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tessel/core/shape_inference.h"
 #include "tessel/core/status_macros.h"
 #include "tessel/partitioner/internal/op_dims.h"
 #include "tessel/partitioner/internal/reshape_dims.h"
@@ -390,6 +391,10 @@ class Propagator {
       }
       case Opcode::kConvolution:
         return ConvolutionFromOperands(node);
+      case Opcode::kGather:
+        return GatherFromOperands(node);
+      case Opcode::kScatter:
+        return ScatterFromOperands(node);
       case Opcode::kReduceWindow:
       case Opcode::kSelectAndScatter:
         // Elementwise-like: dim d of the result is dim d of the operand (windowed or not).
@@ -455,6 +460,97 @@ class Propagator {
     return Project(s, operand_index == 0 ? space.lhs_to_space : space.rhs_to_space);
   }
 
+  // `s`'s tiling of its dims `from`, placed at dims `to` of a rank-`rank` value; nullopt when `s`
+  // is unknown, manual or no plain tiling, or no dim passes.
+  static std::optional<Sharding> MoveTiles(const std::optional<Sharding>& s,
+                                           const std::vector<int64_t>& from, int64_t rank,
+                                           const std::vector<int64_t>& to) {
+    if (!s.has_value() || s->IsManual() || !IsPlainTiling(*s) || from.empty()) {
+      return std::nullopt;
+    }
+    return Embed(Project(*s, from), rank, to);
+  }
+
+  static std::vector<int64_t> Concat(std::vector<int64_t> a, const std::vector<int64_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  }
+
+  // gather forward: the output's batch dims take the indices' tiling (the index-parallel
+  // strategy), its offset dims the tiling of the operand's passthrough dims, and the dims of
+  // explicit batching dims the operand's tiling there (HandleGather keeps all three with no
+  // collective). The indices come first, as in XLA's InferShardingFromOperands.
+  std::optional<Sharding> GatherFromOperands(const Node& node) {
+    const int64_t rank = node.shape().rank();
+    const internal::GatherPassDims p = internal::MakeGatherPassDims(
+        node.operand(0)->shape(), node.operand(1)->shape(), node.attrs().gather);
+    std::optional<Sharding> from_indices =
+        MoveTiles(Of(node.operand(1)), p.index_batch, rank, p.index_batch_out);
+    std::optional<Sharding> from_operand =
+        MoveTiles(Of(node.operand(0)), Concat(p.operand_pass, p.operand_batching), rank,
+                  Concat(p.operand_pass_out, p.batching_out));
+    return Merge(from_indices, from_operand, rank);
+  }
+
+  // gather backward: the operand's passthrough and batching dims and the indices' batch dims take
+  // the output's tiling there (XLA: GatherOperandShardingFromOutput,
+  // GatherIndexShardingFromOutputIndexPassthroughDimensions).
+  std::optional<Sharding> GatherOperandFromUser(const Node& user, int64_t operand_index,
+                                                const Sharding& out) {
+    const Shape& operand = user.operand(0)->shape();
+    const Shape& indices = user.operand(1)->shape();
+    const internal::GatherPassDims p =
+        internal::MakeGatherPassDims(operand, indices, user.attrs().gather);
+    if (operand_index == 0) {
+      return MoveTiles(out, Concat(p.operand_pass_out, p.batching_out), operand.rank(),
+                       Concat(p.operand_pass, p.operand_batching));
+    }
+    return MoveTiles(out, p.index_batch_out, indices.rank(), p.index_batch);
+  }
+
+  // scatter forward: the result is laid out like the operand; it also takes the updates' tiling
+  // of the window dims that pass through (and of batching dims), and the indices' tiling of
+  // their batching dims (XLA: the operand's sharding, ScatterOutputShardingFromUpdate and the
+  // parallel dims of InferScatterParallelShardingFromOperands).
+  std::optional<Sharding> ScatterFromOperands(const Node& node) {
+    const int64_t rank = node.shape().rank();
+    const Shape& operand = node.operand(0)->shape();
+    const GatherDimensionNumbers g =
+        ScatterAsGather(node.attrs().scatter, operand, node.operand(2)->shape());
+    const internal::GatherPassDims p =
+        internal::MakeGatherPassDims(operand, node.operand(1)->shape(), g);
+    std::optional<Sharding> merged = Merge(Of(node.operand(0)), std::nullopt, rank);
+    merged = Merge(merged,
+                   MoveTiles(Of(node.operand(2)), Concat(p.operand_pass_out, p.batching_out), rank,
+                             Concat(p.operand_pass, p.operand_batching)),
+                   rank);
+    return Merge(
+        merged, MoveTiles(Of(node.operand(1)), p.indices_batching, rank, p.operand_batching), rank);
+  }
+
+  // scatter backward: the operand takes the result's sharding; the updates its tiling of the
+  // passthrough and batching dims, and the indices' batch tiling; the indices the result's
+  // tiling of the batching dims and the updates' batch tiling (XLA: GetShardingFromUser for
+  // scatter: ScatterUpdateShardingFromOutput, ScatterIndexShardingFromUpdateIndexPassthroughDims).
+  std::optional<Sharding> ScatterOperandFromUser(const Node& user, int64_t operand_index,
+                                                 const Sharding& out) {
+    if (operand_index == 0) return out;
+    const Shape& operand = user.operand(0)->shape();
+    const Shape& indices = user.operand(1)->shape();
+    const Shape& updates = user.operand(2)->shape();
+    const GatherDimensionNumbers g = ScatterAsGather(user.attrs().scatter, operand, updates);
+    const internal::GatherPassDims p = internal::MakeGatherPassDims(operand, indices, g);
+    if (operand_index == 1) {
+      return Merge(MoveTiles(out, p.operand_batching, indices.rank(), p.indices_batching),
+                   MoveTiles(Of(user.operand(2)), p.index_batch_out, indices.rank(), p.index_batch),
+                   indices.rank());
+    }
+    return Merge(MoveTiles(out, Concat(p.operand_pass, p.operand_batching), updates.rank(),
+                           Concat(p.operand_pass_out, p.batching_out)),
+                 MoveTiles(Of(user.operand(1)), p.index_batch, updates.rank(), p.index_batch_out),
+                 updates.rank());
+  }
+
   // What `user` implies for its operand `operand_index`.
   std::optional<Sharding> FromUser(const Node& user, int64_t operand_index) {
     const std::optional<Sharding>& out = Of(&user);
@@ -493,6 +589,10 @@ class Propagator {
       }
       case Opcode::kConvolution:
         return ConvolutionOperandFromUser(user, operand_index, *out);
+      case Opcode::kGather:
+        return GatherOperandFromUser(user, operand_index, *out);
+      case Opcode::kScatter:
+        return ScatterOperandFromUser(user, operand_index, *out);
       case Opcode::kReduceWindow:
       case Opcode::kSelectAndScatter:
         // The operand and select-and-scatter's source; the init value stays replicated.

@@ -12,7 +12,11 @@
 //   embeddings) stays tiled; a masked local lookup and an all-reduce replace gathering it.
 // - Operand-parallel (scatter): its transpose, for the embedding gradient; with the ids tiled,
 //   a scatter into zeros, an all-reduce over the devices holding the same rows, one add.
-// Missing: index-parallel scatter and the strategies over batching dims.
+// - Batching dims (take_along_axis and its gradient): kept tiled with the operand-parallel
+//   strategies when the operand's and the indices' tilings agree on them.
+// - Batch-parallel (gather and scatter): the operand and the indices tiled alike along the
+//   explicit batching dims only; local op, no collective.
+// Missing: index-parallel scatter.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -75,13 +79,45 @@ Sharding Move(const Sharding& from, const std::vector<int64_t>& from_dims, int64
 // gathered. Applies when the index vector has one component (`take`, embedding lookups) and the
 // devices with a common indices tile hold every operand tile exactly once; nullopt otherwise.
 // Source: XLA gather_scatter_handler.cc, PartitionGatherTrivialSlicedOperandDimensions.
+//
+// Explicit batching dims (operand_batching_dims with start_indices_batching_dims, as in
+// take_along_axis) may stay tiled on both sides when the two tilings put every device on the
+// same batch tile: each device then looks up within its own batch rows, and the groups only
+// span the row tiles (XLA: the parallel dims of gather_scatter_handler.cc, grouped with the
+// operand-parallel strategy).
 struct OperandParallelPlan {
-  Sharding operand;                          // tiled along `dim` only
-  Sharding indices;                          // tiled along batch dims only, or replicated
+  Sharding operand;                          // tiled along `dim` (and batching dims) only
+  Sharding indices;                          // tiled along batch (and batching) dims, or replicated
   int64_t dim = -1;                          // the operand dim split across devices
   std::vector<std::vector<int64_t>> groups;  // devices whose pieces add up to one lookup
   int64_t replicas = 1;                      // holders of each row tile per indices tile
+  bool batching_tiled = false;               // the batching dims kept their (aligned) tiling
+  bool ids_tiled_beyond_batching = false;    // indices tiled along non-batching batch dims
 };
+
+// Whether every device holds the same tile of operand batching dim i and of indices batching
+// dim i, for all i, and some such dim is tiled.
+bool BatchingAligned(int64_t num_devices, const Sharding& operand, const Sharding& indices,
+                     const GatherDimensionNumbers& g) {
+  if (g.operand_batching_dims.empty() || operand.IsTileMaximal() || indices.IsTileMaximal()) {
+    return false;
+  }
+  bool tiled = false;
+  for (size_t i = 0; i < g.operand_batching_dims.size(); ++i) {
+    const int64_t tiles = operand.num_tiles(g.operand_batching_dims[i]);
+    if (tiles != indices.num_tiles(g.start_indices_batching_dims[i])) return false;
+    tiled |= tiles > 1;
+  }
+  for (int64_t d = 0; d < num_devices && tiled; ++d) {
+    std::optional<std::vector<int64_t>> a = operand.TileIndexOf(d);
+    std::optional<std::vector<int64_t>> b = indices.TileIndexOf(d);
+    if (!a || !b) return false;
+    for (size_t i = 0; i < g.operand_batching_dims.size(); ++i) {
+      if ((*a)[g.operand_batching_dims[i]] != (*b)[g.start_indices_batching_dims[i]]) return false;
+    }
+  }
+  return tiled;
+}
 
 std::optional<OperandParallelPlan> PlanOperandParallel(int64_t num_devices,
                                                        const std::vector<PValue>& operands,
@@ -93,13 +129,35 @@ std::optional<OperandParallelPlan> PlanOperandParallel(int64_t num_devices,
   if (!one_component || g.start_index_map.size() != 1) return std::nullopt;
   const int64_t dim = g.start_index_map[0];
   if (g.slice_sizes[dim] != 1) return std::nullopt;
-  std::optional<Sharding> by_rows = KeepTiles(operands[0].sharding, operand.rank(), {dim});
-  if (!by_rows) return std::nullopt;
+  std::vector<int64_t> row_and_batching = {dim};
+  row_and_batching.insert(row_and_batching.end(), g.operand_batching_dims.begin(),
+                          g.operand_batching_dims.end());
+  std::vector<int64_t> ids_and_batching = batch_dims;
+  ids_and_batching.insert(ids_and_batching.end(), g.start_indices_batching_dims.begin(),
+                          g.start_indices_batching_dims.end());
+  std::optional<Sharding> by_rows;
+  std::optional<Sharding> ids_tiling;
+  std::optional<Sharding> with_batching =
+      KeepTiles(operands[0].sharding, operand.rank(), row_and_batching);
+  std::optional<Sharding> ids_with_batching =
+      KeepTiles(operands[1].sharding, indices.rank(), ids_and_batching);
   OperandParallelPlan plan;
+  if (with_batching && ids_with_batching && with_batching->num_tiles(dim) > 1 &&
+      BatchingAligned(num_devices, *with_batching, *ids_with_batching, g)) {
+    by_rows = with_batching;
+    ids_tiling = ids_with_batching;
+    plan.batching_tiled = true;
+  } else {
+    by_rows = KeepTiles(operands[0].sharding, operand.rank(), {dim});
+    ids_tiling = KeepTiles(operands[1].sharding, indices.rank(), batch_dims);
+  }
+  if (!by_rows) return std::nullopt;
   plan.operand = *by_rows;
   plan.dim = dim;
-  plan.indices =
-      KeepTiles(operands[1].sharding, indices.rank(), batch_dims).value_or(Sharding::Replicate());
+  plan.indices = ids_tiling.value_or(Sharding::Replicate());
+  for (int64_t d : batch_dims) {
+    plan.ids_tiled_beyond_batching |= plan.indices.IsTiled() && plan.indices.num_tiles(d) > 1;
+  }
   // Group the devices by the indices tile they hold, then split each such set into groups that
   // hold every row tile exactly once (the k-th holder of each row tile goes to group k), or the
   // all-reduce would miss rows or count them twice. A partially replicated operand (each row
@@ -211,14 +269,17 @@ absl::StatusOr<std::optional<PValue>> ScatterOperandParallel(
     Context& ctx, const Node& node, const std::vector<PValue>& operands,
     const OperandParallelPlan& plan, const std::vector<int64_t>& batch_dims,
     const std::vector<int64_t>& batch_updates) {
+  // Ids tiled only along batching dims aligned with the operand's touch only the device's own
+  // batch rows: no partial sums (`partial_sums` false).
   const bool ids_tiled = !plan.indices.IsTileMaximal();
+  const bool partial_sums = plan.ids_tiled_beyond_batching;
   const OpAttributes& attrs = node.attrs();
-  if (ids_tiled && (attrs.scatter_overwrite || attrs.reduce_kind != ReduceKind::kAdd)) {
+  if (partial_sums && (attrs.scatter_overwrite || attrs.reduce_kind != ReduceKind::kAdd)) {
     return std::optional<PValue>();
   }
   // With tiled ids the partial scatters are summed over the devices holding the same rows; a
   // replicated operand would count each ids tile once per replica there.
-  if (ids_tiled && plan.replicas > 1) return std::optional<PValue>();
+  if (partial_sums && plan.replicas > 1) return std::optional<PValue>();
   const Shape& operand = node.operand(0)->shape();
   const Shape& updates = node.operand(2)->shape();
   TESSEL_ASSIGN_OR_RETURN(Node * table, ctx.Reshard(operands[0], plan.operand));
@@ -264,7 +325,7 @@ absl::StatusOr<std::optional<PValue>> ScatterOperandParallel(
                           ctx.Add(Opcode::kBroadcast, ids->shape(),
                                   {ctx.ScalarConstant(index_type, tile_rows)}, OpAttributes()));
   TESSEL_ASSIGN_OR_RETURN(Node * local_ids, ctx.Add(Opcode::kSelect, {mine, relative, skip}));
-  if (!ids_tiled) {
+  if (!partial_sums) {
     TESSEL_ASSIGN_OR_RETURN(Node * result,
                             ctx.Add(Opcode::kScatter, {table, local_ids, local_updates}, attrs));
     return std::optional<PValue>(PValue{result, plan.operand, node.shape(), {}});
@@ -276,9 +337,13 @@ absl::StatusOr<std::optional<PValue>> ScatterOperandParallel(
                           ctx.Add(Opcode::kScatter, {zeros, local_ids, local_updates}, attrs));
   // The devices that hold the same rows hold every ids tile once (the plan's check, seen from
   // the other side), so their partial sums add up to every update exactly once.
-  std::map<int64_t, std::vector<int64_t>> same_rows;
+  // Same rows: the same row tile and, when the batching dims stay tiled, the same batch tile.
+  std::map<std::vector<int64_t>, std::vector<int64_t>> same_rows;
   for (int64_t d = 0; d < ctx.num_devices(); ++d) {
-    same_rows[(*plan.operand.TileIndexOf(d))[plan.dim]].push_back(d);
+    const std::vector<int64_t> tile = *plan.operand.TileIndexOf(d);
+    std::vector<int64_t> key = {tile[plan.dim]};
+    for (int64_t b : node.attrs().scatter.input_batching_dims) key.push_back(tile[b]);
+    same_rows[std::move(key)].push_back(d);
   }
   std::vector<std::vector<int64_t>> groups;
   for (auto& [tile, devices] : same_rows) groups.push_back(std::move(devices));
@@ -286,6 +351,41 @@ absl::StatusOr<std::optional<PValue>> ScatterOperandParallel(
                           ctx.AllReduce(partial, CollectiveDeviceList(groups), ReduceKind::kAdd));
   TESSEL_ASSIGN_OR_RETURN(Node * result, ctx.Add(Opcode::kAdd, {table, summed}));
   return std::optional<PValue>(PValue{result, plan.operand, node.shape(), {}});
+}
+
+// The batch-parallel layout of explicit batching dims (take_along_axis, and the one_hot-style
+// scatters of its gradient): the operand tiled along operand_batching_dims only and the indices
+// along start_indices_batching_dims only, every device on the same batch tile of both, so the
+// op runs locally on its batch rows with no collective. Taken from the two tilings when they
+// agree, else from the indices' (the operand follows), else from the operand's. nullopt when
+// there are no batching dims or neither side tiles them. Source: XLA gather_scatter_handler.cc
+// (partitioning over explicit batch / parallel dims).
+struct BatchParallelPlan {
+  Sharding operand;
+  Sharding indices;
+};
+
+std::optional<BatchParallelPlan> PlanBatchParallel(int64_t num_devices,
+                                                   const std::vector<PValue>& operands,
+                                                   const Shape& operand, const Shape& indices,
+                                                   const GatherDimensionNumbers& g) {
+  if (g.operand_batching_dims.empty()) return std::nullopt;
+  std::optional<Sharding> op =
+      KeepTiles(operands[0].sharding, operand.rank(), g.operand_batching_dims);
+  std::optional<Sharding> ids =
+      KeepTiles(operands[1].sharding, indices.rank(), g.start_indices_batching_dims);
+  if (op && ids && BatchingAligned(num_devices, *op, *ids, g)) {
+    return BatchParallelPlan{*op, *ids};
+  }
+  if (ids) {
+    return BatchParallelPlan{
+        Move(*ids, g.start_indices_batching_dims, operand.rank(), g.operand_batching_dims), *ids};
+  }
+  if (op) {
+    return BatchParallelPlan{
+        *op, Move(*op, g.operand_batching_dims, indices.rank(), g.start_indices_batching_dims)};
+  }
+  return std::nullopt;
 }
 
 absl::StatusOr<PValue> Fallback(Context& ctx, const Node& node,
@@ -325,8 +425,24 @@ absl::StatusOr<PValue> HandleGather(Context& ctx, const Node& node,
   // (1/t of it in memory per device) where index-parallel or the fallback would all-gather it.
   if (std::optional<OperandParallelPlan> plan =
           PlanOperandParallel(ctx.num_devices(), operands, operand, indices, g, batch_dims)) {
+    std::vector<int64_t> ids_dims = batch_dims, ids_out = batch_out;
+    for (int64_t d : g.start_indices_batching_dims) {
+      ids_dims.push_back(d);
+      ids_out.push_back(map.indices_to_output[d]);
+    }
     return GatherOperandParallel(ctx, node, operands, *plan,
-                                 Move(plan->indices, batch_dims, rank, batch_out));
+                                 Move(plan->indices, ids_dims, rank, ids_out));
+  }
+  if (std::optional<BatchParallelPlan> plan =
+          PlanBatchParallel(ctx.num_devices(), operands, operand, indices, g)) {
+    TESSEL_ASSIGN_OR_RETURN(Node * local_operand, ctx.Reshard(operands[0], plan->operand));
+    TESSEL_ASSIGN_OR_RETURN(Node * local_indices, ctx.Reshard(operands[1], plan->indices));
+    TESSEL_ASSIGN_OR_RETURN(Node * result,
+                            ctx.Add(Opcode::kGather, {local_operand, local_indices}, node.attrs()));
+    std::vector<int64_t> out;
+    for (int64_t d : g.start_indices_batching_dims) out.push_back(map.indices_to_output[d]);
+    return PValue{
+        result, Move(plan->indices, g.start_indices_batching_dims, rank, out), node.shape(), {}};
   }
   if (by_index && (!by_operand || by_index->NumTiles() >= by_operand->NumTiles())) {
     TESSEL_ASSIGN_OR_RETURN(Node * local_operand, ctx.Reshard(operands[0], Sharding::Replicate()));
@@ -369,10 +485,32 @@ absl::StatusOr<PValue> HandleScatter(Context& ctx, const Node& node,
     std::optional<OperandParallelPlan> plan =
         PlanOperandParallel(ctx.num_devices(), *view, operand, indices, g, batch_dims);
     if (!plan) continue;
+    std::vector<int64_t> ids_dims = batch_dims, ids_updates = batch_updates;
+    for (int64_t d : g.start_indices_batching_dims) {
+      ids_dims.push_back(d);
+      ids_updates.push_back(map.indices_to_output[d]);
+    }
     TESSEL_ASSIGN_OR_RETURN(
         std::optional<PValue> done,
-        ScatterOperandParallel(ctx, node, operands, *plan, batch_dims, batch_updates));
+        ScatterOperandParallel(ctx, node, operands, *plan, ids_dims, ids_updates));
     if (done) return *std::move(done);
+  }
+  if (std::optional<BatchParallelPlan> plan =
+          PlanBatchParallel(ctx.num_devices(), operands, operand, indices, g)) {
+    std::vector<int64_t> on_updates;
+    for (int64_t d : g.start_indices_batching_dims) on_updates.push_back(map.indices_to_output[d]);
+    TESSEL_ASSIGN_OR_RETURN(Node * local_operand, ctx.Reshard(operands[0], plan->operand));
+    TESSEL_ASSIGN_OR_RETURN(Node * local_indices, ctx.Reshard(operands[1], plan->indices));
+    TESSEL_ASSIGN_OR_RETURN(
+        Node * local_updates,
+        ctx.Reshard(operands[2], Move(plan->indices, g.start_indices_batching_dims, updates.rank(),
+                                      on_updates)));
+    // The padding of an uneven batch tile scatters into the operand's own padding rows (the
+    // batch tiles agree), never into real ones.
+    TESSEL_ASSIGN_OR_RETURN(
+        Node * result,
+        ctx.Add(Opcode::kScatter, {local_operand, local_indices, local_updates}, node.attrs()));
+    return PValue{result, plan->operand, node.shape(), {}};
   }
   std::vector<int64_t> pass = PassthroughDims(operand, g, map);
   std::vector<int64_t> pass_updates;

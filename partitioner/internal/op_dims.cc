@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "tessel/core/shape_inference.h"
 #include "tessel/core/window.h"
 
 namespace tessel::partitioner::internal {
@@ -95,6 +96,30 @@ bool IsConvolutionKernelSmall(const Node& convolution) {
     }
   }
   return true;
+}
+
+GatherPassDims MakeGatherPassDims(const Shape& operand, const Shape& indices,
+                                  const GatherDimensionNumbers& g) {
+  const GatherDimMap map = MapGatherDims(operand.rank(), indices.rank(), g);
+  GatherPassDims p;
+  for (int64_t d = 0; d < operand.rank(); ++d) {
+    if (map.operand_to_output[d] >= 0 && g.slice_sizes[d] == operand.dim(d) &&
+        !Contains(g.start_index_map, d)) {
+      p.operand_pass.push_back(d);
+      p.operand_pass_out.push_back(map.operand_to_output[d]);
+    }
+  }
+  for (int64_t d = 0; d < indices.rank(); ++d) {
+    if (map.indices_to_output[d] < 0) continue;
+    p.index_batch.push_back(d);
+    p.index_batch_out.push_back(map.indices_to_output[d]);
+  }
+  for (size_t i = 0; i < g.operand_batching_dims.size(); ++i) {
+    p.operand_batching.push_back(g.operand_batching_dims[i]);
+    p.indices_batching.push_back(g.start_indices_batching_dims[i]);
+    p.batching_out.push_back(map.indices_to_output[g.start_indices_batching_dims[i]]);
+  }
+  return p;
 }
 
 bool IsDimPreserving(Opcode op) {

@@ -48,6 +48,26 @@ ConvSpace MakeConvSpace(const Node& convolution);
 // or prod K >= prod O). Source: XLA sharding_propagation.cc IsConvolutionKernelSmall.
 bool IsConvolutionKernelSmall(const Node& convolution);
 
+// The dims along which a gather passes a tiling between its operand, its indices and its
+// output with no communication (a scatter through ScatterAsGather: its updates are that
+// gather's output, its result the operand). Each list pairs a dim of one side with the dim at
+// the same position of the other list.
+//   operand passthrough: operand dims whose window is the whole dim and that no start index
+//     moves, and the output (offset) dims of their windows;
+//   index batch: the indices dims other than index_vector_dim, and their output (batch) dims;
+//   batching: operand_batching_dims, start_indices_batching_dims (same order) and the output
+//     dims of the latter.
+// Source: XLA hlo_sharding_util GatherOutputShardingFromOperandOperandPassthroughDimensions,
+// GatherOutputShardingFromIndexIndexPassthroughDimensions, GatherOperandShardingFromOutput and
+// the explicit batch (parallel) dims of GetGatherParallelBatchDims.
+struct GatherPassDims {
+  std::vector<int64_t> operand_pass, operand_pass_out;
+  std::vector<int64_t> index_batch, index_batch_out;
+  std::vector<int64_t> operand_batching, indices_batching, batching_out;
+};
+GatherPassDims MakeGatherPassDims(const Shape& operand, const Shape& indices,
+                                  const GatherDimensionNumbers& dnums);
+
 // Dims of operand 0 whose extent a slice, pad, concatenate, dynamic-slice or
 // dynamic-update-slice changes (the others pass through element for element); empty for other
 // ops.
