@@ -4,14 +4,15 @@
 //
 // Each case: a random mesh (1, 2, 4, 6 or 8 devices; 1-3 axes; sometimes permuted device ids),
 // a random graph (chains and DAGs of elementwise, broadcast, transpose, reshape, reduce, dot,
-// slice, pad, concatenate, dynamic-slice, dynamic-update-slice, iota and rng, with odd and
-// uneven sizes; a second test: convolution, reduce-window, select-and-scatter, reverse) and random
-// mark_sharding-style annotations (partition specs over the mesh axes, so partial replication is
-// common). On failure the global HLO text is printed. HaloExchangeSlicePadConcatenate builds
-// chains of slices, pads and concatenates along a tiled dim, the cases the halo exchange
-// (partitioner/internal/halo.h) serves. The partitioned program is run and its outputs
-// assembled by partitioner::RunPartitioned (partitioner/verify.h), the same code as `tessel
-// verify`. WhileLoopsPartitionedEqualUnpartitioned does the same for random while loops.
+// slice, pad, concatenate, dynamic-slice, dynamic-update-slice, iota, rng, gather, scatter, and
+// u32 / u64 bit chains (bitcast-convert, shifts, xor, converts) and reduce-precision, with odd
+// and uneven sizes; a second test: convolution, reduce-window, select-and-scatter, reverse) and
+// random mark_sharding-style annotations (partition specs over the mesh axes, so partial
+// replication is common). On failure the global HLO text is printed.
+// HaloExchangeSlicePadConcatenate builds chains of slices, pads and concatenates along a tiled dim,
+// the cases the halo exchange (partitioner/internal/halo.h) serves. The partitioned program is run
+// and its outputs assembled by partitioner::RunPartitioned (partitioner/verify.h), the same code as
+// `tessel verify`. WhileLoopsPartitionedEqualUnpartitioned does the same for random while loops.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -124,7 +125,7 @@ class CaseBuilder {
   Node* RandomOp(Graph& g, Node* x, const std::vector<Node*>& pool) {
     const Shape& s = x->shape();
     const int64_t rank = s.rank();
-    switch (Rand(0, 16)) {
+    switch (Rand(0, 18)) {
       case 0: {  // binary elementwise with another value of the same shape
         Node* y = nullptr;
         for (Node* p : pool) {
@@ -266,8 +267,47 @@ class CaseBuilder {
       case 15:
       case 16:  // gather from x, or scatter-add / scatter-overwrite into x
         return RandomGatherOrScatter(g, x, Rand(0, 2));
+      case 17:  // + bits of a new parameter through u32 and u64 ops
+        return RandomBits(g, x);
+      case 18: {  // + reduce-precision of a new parameter (to bf16 or f16 precision)
+        OpAttributes a;
+        const bool bf16 = Coin();
+        a.exponent_bits = bf16 ? 8 : 5;
+        a.mantissa_bits = bf16 ? 7 : 10;
+        Node* rounded = OrNull(g.AddNode(Opcode::kReducePrecision, {NewParameter(g, s)}, a));
+        return rounded == nullptr ? nullptr : OrNull(g.AddNode(Opcode::kAdd, {x, rounded}));
+      }
     }
     return nullptr;
+  }
+
+  // x + f(bits of a new parameter p): bitcast-convert p to u32, shift right logically (keeping
+  // the sign, exponent and top mantissa bits), widen to u64, xor with a u64 iota counter along a
+  // random dim, narrow to u32, convert to f32 and scale into [0, 2): the ops of jax.random's
+  // threefry on unsigned values, each partitioned elementwise. The bits come from a parameter,
+  // not from a computed value, so that both runs see the same bits (a computed value may differ
+  // by an ulp between the partitioned and the unpartitioned run).
+  Node* RandomBits(Graph& g, Node* x) {
+    const Shape& s = x->shape();
+    if (s.rank() < 1) return nullptr;
+    const Shape u32(DType::kU32, s.dims()), u64(DType::kU64, s.dims());
+    Node* bits = OrNull(g.AddNode(Opcode::kBitcastConvert, u32, {NewParameter(g, s)}));
+    if (bits == nullptr) return nullptr;
+    Node* shift = g.AddConstant(Literal::Scalar<uint32_t>(static_cast<uint32_t>(Rand(20, 24))));
+    Node* shifts = OrNull(g.AddNode(Opcode::kBroadcast, u32, {shift}, OpAttributes()));
+    Node* high = OrNull(g.AddNode(Opcode::kShiftRightLogical, {bits, shifts}));
+    Node* wide = OrNull(g.AddNode(Opcode::kConvert, u64, {high}));
+    OpAttributes along;
+    along.iota_dimension = Rand(0, s.rank() - 1);
+    Node* counter = OrNull(g.AddNode(Opcode::kIota, u64, {}, along));
+    if (wide == nullptr || counter == nullptr) return nullptr;
+    Node* mixed = OrNull(g.AddNode(Opcode::kXor, {wide, counter}));
+    Node* narrow = OrNull(g.AddNode(Opcode::kConvert, u32, {mixed}));
+    Node* value = OrNull(g.AddNode(Opcode::kConvert, s, {narrow}));
+    if (value == nullptr) return nullptr;
+    Node* scale = OrNull(g.AddNode(Opcode::kBroadcast, s, {Scalar(g, 1.0 / 2048)}, OpAttributes()));
+    Node* scaled = OrNull(g.AddNode(Opcode::kMultiply, {value, scale}));
+    return scaled == nullptr ? nullptr : OrNull(g.AddNode(Opcode::kAdd, {x, scaled}));
   }
 
   WindowDim RandomWindowDim(int64_t size_max, bool dilations) {
@@ -317,6 +357,89 @@ class CaseBuilder {
       rhs = OrNull(g.AddNode(Opcode::kCosine, {rhs}));
     }
     return OrNull(g.AddNode(Opcode::kConvolution, {lhs, rhs}, a));
+  }
+
+  // A weight-gradient convolution: the activation (lhs, f0b or f01b: the real batch is the
+  // contracted feature dim) and the output gradient (the "kernel", i0o / i01o) whose window
+  // spans the image, both tiled along the same spatial dim (often unevenly), so the
+  // kernel-tiled rule exchanges the activation's halo and all-reduces partial sums; a small
+  // output (1-3 positions per spatial dim), sometimes with window dilation 2 (the weight
+  // gradient of a stride-2 conv).
+  Node* RandomWeightGradConvolution(Graph& g) {
+    const bool two = Coin();
+    const ConvolutionDimensionNumbers d =
+        ParseDimLabels(two ? "f01b_i01o->01bf" : "f0b_i0o->0bf").value();
+    const int64_t ns = two ? 2 : 1;
+    const int64_t batch = Rand(1, 3), channels = Rand(1, 3), features = Rand(1, 3);
+    OpAttributes a;
+    a.convolution = d;
+    std::vector<int64_t> ldims(ns + 2), rdims(ns + 2);
+    ldims[d.input_feature_dimension] = batch;
+    rdims[d.kernel_input_feature_dimension] = batch;
+    ldims[d.input_batch_dimension] = channels;
+    rdims[d.kernel_output_feature_dimension] = features;
+    for (int64_t k = 0; k < ns; ++k) {
+      WindowDim w;
+      w.window_dilation = Coin(0.3) ? 2 : 1;
+      w.padding_low = Rand(0, 2);
+      w.padding_high = Rand(0, 2);
+      const int64_t out = Rand(1, 3);
+      const int64_t kernel = Rand(3, 12);
+      // input + padding = (kernel - 1) * dilation + out: the lhs extent that gives `out`.
+      const int64_t input = (kernel - 1) * w.window_dilation + out - w.padding_low - w.padding_high;
+      if (input < 1) return nullptr;
+      w.size = kernel;
+      a.window.push_back(w);
+      ldims[d.input_spatial_dimensions[k]] = input;
+      rdims[d.kernel_spatial_dimensions[k]] = kernel;
+    }
+    Node* lhs = NewParameter(g, Shape(DType::kF32, ldims));
+    Node* rhs = NewParameter(g, Shape(DType::kF32, rdims));
+    const int64_t k = Rand(0, ns - 1);
+    const int axis = static_cast<int>(Rand(0, mesh_->logical_mesh().rank() - 1));
+    lhs->set_sharding(AxisSharding(ns + 2, d.input_spatial_dimensions[k], axis));
+    rhs->set_sharding(AxisSharding(ns + 2, d.kernel_spatial_dimensions[k], axis));
+    // cosine makes the padding of the local shards 1, not 0: the kernel tile's padding must be
+    // zeroed and the activation's halo masked.
+    lhs = OrNull(g.AddNode(Opcode::kCosine, {lhs}));
+    rhs = OrNull(g.AddNode(Opcode::kCosine, {rhs}));
+    return OrNull(g.AddNode(Opcode::kConvolution, {lhs, rhs}, a));
+  }
+
+  // The input gradient of a stride-2 convolution: lhs_dilate 2, the (output-gradient) lhs and
+  // the result tiled along a spatial dim over the same axis, so the lhs-dilated halo exchange
+  // serves it where every device's local padding agrees (else the fallback).
+  Node* RandomInputGradConvolution(Graph& g) {
+    const bool two = Coin();
+    const ConvolutionDimensionNumbers d =
+        ParseDimLabels(two ? "b01f_01io->b01f" : "b0f_0io->b0f").value();
+    const int64_t ns = two ? 2 : 1;
+    OpAttributes a;
+    a.convolution = d;
+    std::vector<int64_t> ldims(ns + 2), rdims(ns + 2);
+    ldims[d.input_batch_dimension] = Rand(1, 2);
+    ldims[d.input_feature_dimension] = rdims[d.kernel_input_feature_dimension] = Rand(1, 3);
+    rdims[d.kernel_output_feature_dimension] = Rand(1, 3);
+    for (int64_t k = 0; k < ns; ++k) {
+      WindowDim w;
+      w.size = Rand(1, 3);
+      w.base_dilation = 2;
+      w.padding_low = Rand(0, 2);
+      w.padding_high = Rand(0, 2);
+      a.window.push_back(w);
+      ldims[d.input_spatial_dimensions[k]] = Rand(2, 13);
+      rdims[d.kernel_spatial_dimensions[k]] = w.size;
+    }
+    Node* lhs = NewParameter(g, Shape(DType::kF32, ldims));
+    Node* rhs = NewParameter(g, Shape(DType::kF32, rdims));
+    rhs->set_sharding("{replicated}");
+    const int64_t k = Rand(0, ns - 1);
+    const int axis = static_cast<int>(Rand(0, mesh_->logical_mesh().rank() - 1));
+    lhs->set_sharding(AxisSharding(ns + 2, d.input_spatial_dimensions[k], axis));
+    lhs = OrNull(g.AddNode(Opcode::kCosine, {lhs}));
+    Node* y = OrNull(g.AddNode(Opcode::kConvolution, {lhs, rhs}, a));
+    if (y != nullptr) y->set_sharding(AxisSharding(ns + 2, d.output_spatial_dimensions[k], axis));
+    return y;
   }
 
   Node* RandomReduceWindow(Graph& g) {
@@ -459,11 +582,14 @@ class CaseBuilder {
     const int64_t ops = Rand(1, 3);
     for (int64_t i = 0; i < ops; ++i) {
       Node* y = nullptr;
-      switch (Rand(0, 5)) {
+      switch (Rand(0, 6)) {
         case 0:
         case 1:
         case 2:
           y = RandomConvolution(*g);
+          break;
+        case 6:
+          y = Coin() ? RandomWeightGradConvolution(*g) : RandomInputGradConvolution(*g);
           break;
         case 3:
           y = RandomReduceWindow(*g);
@@ -712,7 +838,7 @@ void ExpectPartitionedEqualsUnpartitioned(int c, CaseBuilder& builder, const Mes
 TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
   constexpr int kCases = 300;
   int checked = 0, multi_device = 0;
-  int64_t nodes = 0, gathers = 0, scatters = 0;
+  int64_t nodes = 0, gathers = 0, scatters = 0, bitcasts = 0, unsigned64 = 0, rounded = 0;
   std::map<std::string, int64_t> collectives;
   for (int c = 0; c < kCases; ++c) {
     CaseBuilder builder(1000 + c);
@@ -730,6 +856,9 @@ TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
     for (const Node* n : graph->nodes()) {
       gathers += n->opcode() == Opcode::kGather;
       scatters += n->opcode() == Opcode::kScatter;
+      bitcasts += n->opcode() == Opcode::kBitcastConvert;
+      unsigned64 += n->shape().dtype() == DType::kU64;
+      rounded += n->opcode() == Opcode::kReducePrecision;
     }
   }
   EXPECT_EQ(checked, kCases);
@@ -737,15 +866,19 @@ TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
   std::string summary;
   for (const auto& [kind, count] : collectives) summary += kind + "=" + std::to_string(count) + " ";
   std::printf(
-      "%d cases (%d multi-device, %lld nodes, %lld gathers, %lld scatters), "
-      "collectives: %s\n",
+      "%d cases (%d multi-device, %lld nodes, %lld gathers, %lld scatters, %lld bitcast-converts, "
+      "%lld u64 values, %lld reduce-precisions), collectives: %s\n",
       checked, multi_device, static_cast<long long>(nodes), static_cast<long long>(gathers),
-      static_cast<long long>(scatters), summary.c_str());
+      static_cast<long long>(scatters), static_cast<long long>(bitcasts),
+      static_cast<long long>(unsigned64), static_cast<long long>(rounded), summary.c_str());
   EXPECT_GT(multi_device, kCases / 2);
   EXPECT_GT(collectives["all-reduce"], kCases / 10);
   EXPECT_GT(collectives["all-gather"], kCases / 10);
   EXPECT_GT(gathers, kCases / 10);
   EXPECT_GT(scatters, kCases / 10);
+  EXPECT_GT(bitcasts, kCases / 20);
+  EXPECT_GT(unsigned64, kCases / 10);
+  EXPECT_GT(rounded, kCases / 20);
 }
 
 // Loop fusion in the executor (core/internal/fusion.h) on the same random graphs (elementwise
@@ -865,7 +998,7 @@ namespace {
 TEST(PartitionPropertyTest, WindowedOpsPartitionedEqualsUnpartitioned) {
   constexpr int kCases = 400;
   int multi_device = 0;
-  int64_t convolutions = 0, windows = 0;
+  int64_t convolutions = 0, windows = 0, weight_gradients = 0;
   std::map<std::string, int64_t> collectives;
   for (int c = 0; c < kCases; ++c) {
     CaseBuilder builder(5000 + c);
@@ -880,19 +1013,23 @@ TEST(PartitionPropertyTest, WindowedOpsPartitionedEqualsUnpartitioned) {
     }
     for (const Node* n : graph->nodes()) {
       convolutions += n->opcode() == Opcode::kConvolution;
+      weight_gradients += n->opcode() == Opcode::kConvolution &&
+                          n->attrs().convolution.input_feature_dimension == 0 &&
+                          n->attrs().convolution.output_spatial_dimensions[0] == 0;
       windows += n->opcode() == Opcode::kReduceWindow || n->opcode() == Opcode::kSelectAndScatter;
     }
   }
   std::string summary;
   for (const auto& [kind, count] : collectives) summary += kind + "=" + std::to_string(count) + " ";
   std::printf(
-      "%d windowed cases (%d multi-device, %lld convolutions, %lld reduce-window / "
-      "select-and-scatter), collectives: %s\n",
-      kCases, multi_device, static_cast<long long>(convolutions), static_cast<long long>(windows),
-      summary.c_str());
+      "%d windowed cases (%d multi-device, %lld convolutions of which %lld weight gradients, "
+      "%lld reduce-window / select-and-scatter), collectives: %s\n",
+      kCases, multi_device, static_cast<long long>(convolutions),
+      static_cast<long long>(weight_gradients), static_cast<long long>(windows), summary.c_str());
   EXPECT_GT(multi_device, kCases / 2);
   EXPECT_GT(convolutions, kCases / 2);
   EXPECT_GT(windows, kCases / 4);
+  EXPECT_GT(weight_gradients, kCases / 20);
   EXPECT_GT(collectives["all-reduce"], kCases / 20);
   EXPECT_GT(collectives["all-gather"], kCases / 10);
 }
