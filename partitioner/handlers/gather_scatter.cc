@@ -9,7 +9,8 @@
 // - Otherwise (fallback): every operand is replicated (all-gathers) and the op runs whole on
 //   every device; the driver cuts the result to the target.
 // - Operand-parallel (gather): an operand tiled along a single-row indexed dim (vocab-sharded
-//   embeddings) stays tiled; a masked local lookup and an all-reduce replace gathering it.
+//   embeddings) stays tiled; a masked local lookup and an all-reduce replace gathering it. Its
+//   passthrough dims keep their tiling too when it combines with the indices' (WithPassTiles).
 // - Operand-parallel (scatter): its transpose, for the embedding gradient; with the ids tiled,
 //   a scatter into zeros, an all-reduce over the devices holding the same rows, one add.
 // - Batching dims (take_along_axis and its gradient): kept tiled with the operand-parallel
@@ -93,6 +94,7 @@ struct OperandParallelPlan {
   int64_t replicas = 1;                      // holders of each row tile per indices tile
   bool batching_tiled = false;               // the batching dims kept their (aligned) tiling
   bool ids_tiled_beyond_batching = false;    // indices tiled along non-batching batch dims
+  std::vector<int64_t> pass;                 // passthrough dims kept tiled (the groups share them)
 };
 
 // Whether every device holds the same tile of operand batching dim i and of indices batching
@@ -123,13 +125,16 @@ std::optional<OperandParallelPlan> PlanOperandParallel(int64_t num_devices,
                                                        const std::vector<PValue>& operands,
                                                        const Shape& operand, const Shape& indices,
                                                        const GatherDimensionNumbers& g,
-                                                       const std::vector<int64_t>& batch_dims) {
+                                                       const std::vector<int64_t>& batch_dims,
+                                                       const std::vector<int64_t>& pass = {}) {
   const bool one_component =
       g.index_vector_dim == indices.rank() || indices.dim(g.index_vector_dim) == 1;
   if (!one_component || g.start_index_map.size() != 1) return std::nullopt;
   const int64_t dim = g.start_index_map[0];
   if (g.slice_sizes[dim] != 1) return std::nullopt;
-  std::vector<int64_t> row_and_batching = {dim};
+  std::vector<int64_t> row_and_pass = {dim};
+  row_and_pass.insert(row_and_pass.end(), pass.begin(), pass.end());
+  std::vector<int64_t> row_and_batching = row_and_pass;
   row_and_batching.insert(row_and_batching.end(), g.operand_batching_dims.begin(),
                           g.operand_batching_dims.end());
   std::vector<int64_t> ids_and_batching = batch_dims;
@@ -148,12 +153,13 @@ std::optional<OperandParallelPlan> PlanOperandParallel(int64_t num_devices,
     ids_tiling = ids_with_batching;
     plan.batching_tiled = true;
   } else {
-    by_rows = KeepTiles(operands[0].sharding, operand.rank(), {dim});
+    by_rows = KeepTiles(operands[0].sharding, operand.rank(), row_and_pass);
     ids_tiling = KeepTiles(operands[1].sharding, indices.rank(), batch_dims);
   }
-  if (!by_rows) return std::nullopt;
+  if (!by_rows || by_rows->num_tiles(dim) <= 1) return std::nullopt;
   plan.operand = *by_rows;
   plan.dim = dim;
+  plan.pass = pass;
   plan.indices = ids_tiling.value_or(Sharding::Replicate());
   for (int64_t d : batch_dims) {
     plan.ids_tiled_beyond_batching |= plan.indices.IsTiled() && plan.indices.num_tiles(d) > 1;
@@ -175,6 +181,7 @@ std::optional<OperandParallelPlan> PlanOperandParallel(int64_t num_devices,
       if (!tile) return std::nullopt;
       ids = *tile;
     }
+    for (int64_t p : pass) ids.push_back((*rows)[p]);
     const int64_t k = holders[{ids, (*rows)[dim]}]++;
     plan.replicas = std::max(plan.replicas, k + 1);
     by_ids[{std::move(ids), k}].push_back(d);
@@ -184,6 +191,18 @@ std::optional<OperandParallelPlan> PlanOperandParallel(int64_t num_devices,
     plan.groups.push_back(std::move(devices));
   }
   return plan;
+}
+
+// The layout of an operand-parallel gather's output (or a scatter's updates): `by_ids` (the
+// indices' tiling on the output's batch dims) with the plan's passthrough tiles of the operand
+// on their output dims `pass_out`. nullopt when the two do not combine into one tiling.
+std::optional<Sharding> WithPassTiles(const Sharding& by_ids, const OperandParallelPlan& plan,
+                                      int64_t rank, const std::vector<int64_t>& pass_out,
+                                      int64_t num_devices) {
+  bool tiled = false;
+  for (int64_t p : plan.pass) tiled |= plan.operand.num_tiles(p) > 1;
+  if (!tiled) return by_ids;
+  return MergeShardings(by_ids, Move(plan.operand, plan.pass, rank, pass_out), rank, num_devices);
 }
 
 absl::StatusOr<PValue> GatherOperandParallel(Context& ctx, const Node& node,
@@ -227,8 +246,10 @@ absl::StatusOr<PValue> GatherOperandParallel(Context& ctx, const Node& node,
   TESSEL_ASSIGN_OR_RETURN(Node * above, ctx.Add(Opcode::kCompare, {local_ids, zero_ids}, ge));
   TESSEL_ASSIGN_OR_RETURN(Node * below, ctx.Add(Opcode::kCompare, {local_ids, limit}, lt));
   TESSEL_ASSIGN_OR_RETURN(Node * mine, ctx.Add(Opcode::kAnd, {above, below}));
+  OpAttributes local_attrs = node.attrs();
+  for (int64_t p : plan.pass) local_attrs.gather.slice_sizes[p] = table->shape().dim(p);
   TESSEL_ASSIGN_OR_RETURN(Node * looked_up,
-                          ctx.Add(Opcode::kGather, {table, local_ids}, node.attrs()));
+                          ctx.Add(Opcode::kGather, {table, local_ids}, local_attrs));
   // The mask runs over the ids' batch dims; drop a size-1 index vector dim, then broadcast it
   // along the window dims of the output.
   const Shape& id_shape = mine->shape();
@@ -265,10 +286,10 @@ absl::StatusOr<PValue> GatherOperandParallel(Context& ctx, const Node& node,
 // each device sees only its ids' updates: they are scattered into zeros, summed over the devices
 // that hold the same rows, and added to the operand once. Needs an add combiner then; with
 // replicated ids every combiner works. Same plan and preconditions as the gather.
-absl::StatusOr<std::optional<PValue>> ScatterOperandParallel(
-    Context& ctx, const Node& node, const std::vector<PValue>& operands,
-    const OperandParallelPlan& plan, const std::vector<int64_t>& batch_dims,
-    const std::vector<int64_t>& batch_updates) {
+absl::StatusOr<std::optional<PValue>> ScatterOperandParallel(Context& ctx, const Node& node,
+                                                             const std::vector<PValue>& operands,
+                                                             const OperandParallelPlan& plan,
+                                                             const Sharding& updates_layout) {
   // Ids tiled only along batching dims aligned with the operand's touch only the device's own
   // batch rows: no partial sums (`partial_sums` false).
   const bool ids_tiled = !plan.indices.IsTileMaximal();
@@ -281,12 +302,9 @@ absl::StatusOr<std::optional<PValue>> ScatterOperandParallel(
   // replicated operand would count each ids tile once per replica there.
   if (partial_sums && plan.replicas > 1) return std::optional<PValue>();
   const Shape& operand = node.operand(0)->shape();
-  const Shape& updates = node.operand(2)->shape();
   TESSEL_ASSIGN_OR_RETURN(Node * table, ctx.Reshard(operands[0], plan.operand));
   TESSEL_ASSIGN_OR_RETURN(Node * ids, ctx.Reshard(operands[1], plan.indices));
-  TESSEL_ASSIGN_OR_RETURN(
-      Node * local_updates,
-      ctx.Reshard(operands[2], Move(plan.indices, batch_dims, updates.rank(), batch_updates)));
+  TESSEL_ASSIGN_OR_RETURN(Node * local_updates, ctx.Reshard(operands[2], updates_layout));
   const DType index_type = ids->shape().dtype();
   const int64_t rows = operand.dim(plan.dim);
   const int64_t tile_rows = table->shape().dim(plan.dim);
@@ -343,6 +361,7 @@ absl::StatusOr<std::optional<PValue>> ScatterOperandParallel(
     const std::vector<int64_t> tile = *plan.operand.TileIndexOf(d);
     std::vector<int64_t> key = {tile[plan.dim]};
     for (int64_t b : node.attrs().scatter.input_batching_dims) key.push_back(tile[b]);
+    for (int64_t p : plan.pass) key.push_back(tile[p]);
     same_rows[std::move(key)].push_back(d);
   }
   std::vector<std::vector<int64_t>> groups;
@@ -423,15 +442,20 @@ absl::StatusOr<PValue> HandleGather(Context& ctx, const Node& node,
   std::optional<Sharding> by_operand = KeepTiles(operands[0].sharding, operand.rank(), pass);
   // Operand-parallel first, as GSPMD orders it: a table tiled along its indexed dim stays tiled
   // (1/t of it in memory per device) where index-parallel or the fallback would all-gather it.
-  if (std::optional<OperandParallelPlan> plan =
-          PlanOperandParallel(ctx.num_devices(), operands, operand, indices, g, batch_dims)) {
-    std::vector<int64_t> ids_dims = batch_dims, ids_out = batch_out;
-    for (int64_t d : g.start_indices_batching_dims) {
-      ids_dims.push_back(d);
-      ids_out.push_back(map.indices_to_output[d]);
-    }
-    return GatherOperandParallel(ctx, node, operands, *plan,
-                                 Move(plan->indices, ids_dims, rank, ids_out));
+  // With the passthrough dims kept tiled first (the embedding table's model dim), then without.
+  std::vector<int64_t> ids_dims = batch_dims, ids_out = batch_out;
+  for (int64_t d : g.start_indices_batching_dims) {
+    ids_dims.push_back(d);
+    ids_out.push_back(map.indices_to_output[d]);
+  }
+  for (const std::vector<int64_t>& kept : {pass, std::vector<int64_t>{}}) {
+    std::optional<OperandParallelPlan> plan =
+        PlanOperandParallel(ctx.num_devices(), operands, operand, indices, g, batch_dims, kept);
+    if (!plan) continue;
+    std::optional<Sharding> result = WithPassTiles(Move(plan->indices, ids_dims, rank, ids_out),
+                                                   *plan, rank, pass_out, ctx.num_devices());
+    if (!result) continue;
+    return GatherOperandParallel(ctx, node, operands, *plan, *result);
   }
   if (std::optional<BatchParallelPlan> plan =
           PlanBatchParallel(ctx.num_devices(), operands, operand, indices, g)) {
@@ -480,20 +504,28 @@ absl::StatusOr<PValue> HandleScatter(Context& ctx, const Node& node,
   // scatters into zeros that nothing has sharded yet; cutting them is free): try both.
   std::vector<PValue> as_target = operands;
   as_target[0].sharding = target;
+  std::vector<int64_t> ids_dims = batch_dims, ids_updates = batch_updates;
+  for (int64_t d : g.start_indices_batching_dims) {
+    ids_dims.push_back(d);
+    ids_updates.push_back(map.indices_to_output[d]);
+  }
+  const std::vector<int64_t> pass = PassthroughDims(operand, g, map);
+  std::vector<int64_t> pass_updates;
+  for (int64_t d : pass) pass_updates.push_back(map.operand_to_output[d]);
   for (const std::vector<PValue>* view :
        {&operands, static_cast<const std::vector<PValue>*>(&as_target)}) {
-    std::optional<OperandParallelPlan> plan =
-        PlanOperandParallel(ctx.num_devices(), *view, operand, indices, g, batch_dims);
-    if (!plan) continue;
-    std::vector<int64_t> ids_dims = batch_dims, ids_updates = batch_updates;
-    for (int64_t d : g.start_indices_batching_dims) {
-      ids_dims.push_back(d);
-      ids_updates.push_back(map.indices_to_output[d]);
+    for (const std::vector<int64_t>& kept : {pass, std::vector<int64_t>{}}) {
+      std::optional<OperandParallelPlan> plan =
+          PlanOperandParallel(ctx.num_devices(), *view, operand, indices, g, batch_dims, kept);
+      if (!plan) continue;
+      std::optional<Sharding> updates_layout =
+          WithPassTiles(Move(plan->indices, ids_dims, updates.rank(), ids_updates), *plan,
+                        updates.rank(), pass_updates, ctx.num_devices());
+      if (!updates_layout) continue;
+      TESSEL_ASSIGN_OR_RETURN(std::optional<PValue> done,
+                              ScatterOperandParallel(ctx, node, operands, *plan, *updates_layout));
+      if (done) return *std::move(done);
     }
-    TESSEL_ASSIGN_OR_RETURN(
-        std::optional<PValue> done,
-        ScatterOperandParallel(ctx, node, operands, *plan, ids_dims, ids_updates));
-    if (done) return *std::move(done);
   }
   if (std::optional<BatchParallelPlan> plan =
           PlanBatchParallel(ctx.num_devices(), operands, operand, indices, g)) {
@@ -512,9 +544,6 @@ absl::StatusOr<PValue> HandleScatter(Context& ctx, const Node& node,
         ctx.Add(Opcode::kScatter, {local_operand, local_indices, local_updates}, node.attrs()));
     return PValue{result, plan->operand, node.shape(), {}};
   }
-  std::vector<int64_t> pass = PassthroughDims(operand, g, map);
-  std::vector<int64_t> pass_updates;
-  for (int64_t d : pass) pass_updates.push_back(map.operand_to_output[d]);
   std::optional<Sharding> by_operand = KeepTiles(operands[0].sharding, operand.rank(), pass);
   if (!by_operand) return Fallback(ctx, node, operands);
   TESSEL_ASSIGN_OR_RETURN(Node * local_operand, ctx.Reshard(operands[0], *by_operand));
