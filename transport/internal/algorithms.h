@@ -11,7 +11,9 @@
 //                   sends; else recursive doubling when the group size is a power of two
 //                   >= 8, ring otherwise; hierarchical when the group spans slices (each
 //                   member's block across DCN once per other slice, then direct in the slice).
-//   reduce-scatter  < small (input bytes): direct sends, folded in group order; else ring.
+//   reduce-scatter  < small (input bytes): direct sends, folded in group order; else ring;
+//                   hierarchical when the group spans slices (the slice's sums of each
+//                   member's chunks inside the slice, then one chunk per other slice across DCN).
 //   all-to-all      direct, pipelined segments (segment g to every member, then from every
 //                   member).
 //   broadcast       < small: binomial tree; else pipelined chain.
@@ -43,7 +45,8 @@ namespace tessel::transport::internal {
                                         const DeviceMap& map, const void* input, void* output,
                                         int64_t element_count);
 [[nodiscard]] absl::Status RunReduceScatter(CallContext& ctx, const GroupView& view,
-                                            const void* input, void* output, int64_t element_count);
+                                            const DeviceMap& map, const void* input, void* output,
+                                            int64_t element_count);
 [[nodiscard]] absl::Status RunAllToAll(CallContext& ctx, const GroupView& view, const void* input,
                                        void* output, int64_t element_count);
 // `source` / `target`: the device whose input this device receives / that receives this
