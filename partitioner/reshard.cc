@@ -72,23 +72,28 @@ int64_t OnlyNewTiledDim(const Sharding& base, const Sharding& target, int64_t ra
 }
 
 // Unreduced -> tiled in one reduce-scatter: the target tiles one dim d more than the reduced
-// source, and position k of every unreduced group is the device holding tile k along d.
+// source, and every unreduced group holds each tile along d exactly once.
 std::optional<ReshardStep> TryReduceScatter(const Sharding& current, const Sharding& target,
                                             int64_t rank, int64_t num_devices) {
   Sharding reduced = Reduced(current);
   const int64_t d = OnlyNewTiledDim(reduced, target, rank, num_devices);
   if (d < 0) return std::nullopt;
-  // reduce-scatter hands chunk k of `d` to position k of each group; the groups are sorted
-  // (UnreducedGroups), so this holds only when the target numbers the tiles along `d` in
-  // ascending device order within each group. Otherwise PlanReshard all-reduces first: twice
-  // the bytes, always right.
+  // reduce-scatter hands chunk k of `d` to position k of each group (XLA's semantics), so each
+  // group is listed in the target's tile order along `d`, not in device order: a mesh laid on a
+  // torus numbers its tiles in physical order (HybridMesh), and sorted groups would miss the
+  // reduce-scatter there and all-reduce the whole buffer instead (twice the bytes).
   std::vector<std::vector<int64_t>> groups = current.UnreducedGroups(num_devices);
-  if (static_cast<int64_t>(groups[0].size()) != target.num_tiles(d)) return std::nullopt;
-  for (const auto& group : groups) {
-    for (size_t k = 0; k < group.size(); ++k) {
-      auto index = target.TileIndexOf(group[k]);
-      if (!index || (*index)[d] != static_cast<int64_t>(k)) return std::nullopt;
+  const int64_t tiles = target.num_tiles(d);
+  for (std::vector<int64_t>& group : groups) {
+    if (static_cast<int64_t>(group.size()) != tiles) return std::nullopt;
+    std::vector<int64_t> in_tile_order(tiles, -1);
+    for (int64_t id : group) {
+      auto index = target.TileIndexOf(id);
+      if (!index || (*index)[d] < 0 || (*index)[d] >= tiles) return std::nullopt;
+      if (in_tile_order[(*index)[d]] >= 0) return std::nullopt;
+      in_tile_order[(*index)[d]] = id;
     }
+    group = std::move(in_tile_order);
   }
   ReshardStep step;
   step.kind = ReshardStep::Kind::kReduceScatter;

@@ -15,7 +15,9 @@
 // --num-partitions, the device count is the topology's. --json prints one object: {"module",
 // "num_partitions", "hlo", "collectives": {KIND: {"count", "bytes_per_device"}}, "loops":
 // [{"loop", "trip_count" (null when unknown), "per_iteration": {KIND: ...}}], "executed":
-// {"collectives": {KIND: ...}, "unknown_trip_count"}} (docs/cli.md).
+// {"collectives": {KIND: ...}, "unknown_trip_count"}} (docs/cli.md); with --explain too, the object
+// also has "explanation": {"values" (each with its rule chain), "dots" (each dot's candidates and
+// their seconds), "collectives" (each with its instruction, reason, bytes and seconds)}.
 //
 //   $ tessel partition tests/golden/partitioner/mlp_megatron.hlo --num-partitions 4 --stats
 //
@@ -96,27 +98,36 @@ namespace {
 // per-value fields have a place to go. With `explanation` (--explain), each value also gets
 // "explanation": its steps, each {"step": the text --explain prints, "sharding", "phase",
 // "round"}.
+// One value of the entry computation: {"name", "opcode", "shape", "sharding" (null when
+// empty)}, plus "explanation" when `steps` is given.
+json ValueJson(const Node& node, const std::string& sharding,
+               const std::vector<partitioner::ShardingStep>* steps,
+               const absl::flat_hash_map<std::string, int>& line_of) {
+  json value = {{"name", node.name()},
+                {"opcode", OpcodeName(node.opcode())},
+                {"shape", node.shape().ToString()},
+                {"sharding", sharding.empty() ? json(nullptr) : json(sharding)}};
+  if (steps != nullptr) {
+    json out = json::array();
+    for (const partitioner::ShardingStep& step : *steps) {
+      out.push_back({{"step", partitioner::DescribeShardingStep(node, step, line_of)},
+                     {"sharding", step.sharding.ToString()},
+                     {"phase", step.phase},
+                     {"round", step.round}});
+    }
+    value["explanation"] = std::move(out);
+  }
+  return value;
+}
+
 json PropagateJson(const Graph& graph, int64_t num_partitions,
                    const partitioner::ShardingExplanation* explanation,
                    const absl::flat_hash_map<std::string, int>& line_of) {
   json values = json::array();
   for (int64_t i = 0; i < graph.num_nodes(); ++i) {
     const Node* node = graph.nodes()[i];
-    json value = {{"name", node->name()},
-                  {"opcode", OpcodeName(node->opcode())},
-                  {"shape", node->shape().ToString()},
-                  {"sharding", node->sharding().empty() ? json(nullptr) : json(node->sharding())}};
-    if (explanation != nullptr) {
-      json steps = json::array();
-      for (const partitioner::ShardingStep& step : explanation->steps[i]) {
-        steps.push_back({{"step", partitioner::DescribeShardingStep(*node, step, line_of)},
-                         {"sharding", step.sharding.ToString()},
-                         {"phase", step.phase},
-                         {"round", step.round}});
-      }
-      value["explanation"] = std::move(steps);
-    }
-    values.push_back(std::move(value));
+    values.push_back(ValueJson(*node, node->sharding(),
+                               explanation != nullptr ? &explanation->steps[i] : nullptr, line_of));
   }
   return {{"module", graph.name()},
           {"num_partitions", num_partitions},
@@ -204,6 +215,51 @@ json PartitionJson(const Graph& global, const Graph& program, int64_t num_partit
             {"unknown_trip_count", executed.unknown_trip_count}}}};
 }
 
+// `partition --explain --json`: the "explanation" object. "values": the entry's values with their
+// propagated shardings and rule chains (as `propagate --explain --json`); "dots": each dot's
+// strategy, {"computation", "instruction", "chosen", "candidates": [{"name", "space",
+// "seconds"}]} in the order the dot rule weighed them; "collectives": each collective of the
+// program with the instruction that emitted it and why, {"computation", "name", "kind",
+// "instruction", "opcode", "reason", "bytes", "seconds"}.
+json ExplanationJson(const Graph& graph, const std::vector<spmd::Sharding>& shardings,
+                     const partitioner::PartitionExplanation& explanation,
+                     const absl::flat_hash_map<std::string, int>& line_of) {
+  json values = json::array();
+  for (int64_t i = 0; i < graph.num_nodes(); ++i) {
+    const bool known = i < static_cast<int64_t>(shardings.size());
+    const bool explained = i < static_cast<int64_t>(explanation.propagation.steps.size());
+    values.push_back(ValueJson(*graph.nodes()[i], known ? shardings[i].ToString() : std::string(),
+                               explained ? &explanation.propagation.steps[i] : nullptr, line_of));
+  }
+  json dots = json::array();
+  for (const partitioner::PartitionExplanation::DotChoice& dot : explanation.dots) {
+    json candidates = json::array();
+    for (size_t i = 0; i < dot.candidates.size(); ++i) {
+      candidates.push_back({{"name", dot.candidates[i]},
+                            {"space", dot.spaces[i].ToString()},
+                            {"seconds", dot.seconds[i]}});
+    }
+    dots.push_back({{"computation", dot.computation},
+                    {"instruction", dot.instruction},
+                    {"chosen", dot.candidates[dot.chosen]},
+                    {"candidates", std::move(candidates)}});
+  }
+  json collectives = json::array();
+  for (const partitioner::PartitionExplanation::Collective& c : explanation.collectives) {
+    collectives.push_back({{"computation", c.computation},
+                           {"name", c.name},
+                           {"kind", c.kind},
+                           {"instruction", c.instruction},
+                           {"opcode", c.opcode},
+                           {"reason", c.reason},
+                           {"bytes", c.bytes},
+                           {"seconds", c.seconds}});
+  }
+  return {{"values", std::move(values)},
+          {"dots", std::move(dots)},
+          {"collectives", std::move(collectives)}};
+}
+
 }  // namespace
 
 CommandFn AddPartitionCommand(CLI::App& app) {
@@ -245,13 +301,18 @@ CommandFn AddPartitionCommand(CLI::App& app) {
     absl::StatusOr<partitioner::SpmdProgram> program =
         partitioner::Partition(**graph, n, partition_options);
     if (!program.ok()) return Fail("partition", program.status());
+    if (options->json) {
+      json out = PartitionJson(**graph, *program->program, n);
+      if (options->explain) {
+        out["explanation"] =
+            ExplanationJson(**graph, shardings, explanation, EntryLines(options->path));
+      }
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
     if (options->explain) {
       std::cout << partitioner::FormatPartitionExplanation(**graph, shardings, explanation,
                                                            EntryLines(options->path));
-      return 0;
-    }
-    if (options->json) {
-      std::cout << PartitionJson(**graph, *program->program, n).dump(2) << "\n";
       return 0;
     }
     std::cout << PrintHloModule(*program->program);

@@ -213,7 +213,7 @@ absl::Status Communicator::AllGather(int64_t device_id, const ReplicaGroups& gro
       *state_, device_id,
       Signature(CollectiveKind::kAllGather, dtype, 0xff, element_count, view.groups_id), &groups,
       nullptr, [&](CallContext& ctx) {
-        return internal::RunAllGather(ctx, view, input, output, element_count);
+        return internal::RunAllGather(ctx, view, device_map_, input, output, element_count);
       });
 }
 
@@ -228,7 +228,8 @@ absl::Status Communicator::ReduceScatter(int64_t device_id, const ReplicaGroups&
                        Signature(CollectiveKind::kReduceScatter, dtype, static_cast<int>(kind),
                                  element_count, view.groups_id),
                        &groups, nullptr, [&](CallContext& ctx) {
-                         return internal::RunReduceScatter(ctx, view, input, output, element_count);
+                         return internal::RunReduceScatter(ctx, view, device_map_, input, output,
+                                                           element_count);
                        });
 }
 

@@ -142,6 +142,14 @@ struct CommunicatorOptions {
   // intra-slice all-gather) when a group spans several slices with the same number (>= 2) of
   // its members in each. Off: the flat algorithms over the group order.
   bool hierarchical_all_reduce = true;
+  // Use the hierarchical all-gather (each member's block to its counterparts in the other
+  // slices, then the gathered blocks inside the slice) for such groups: DCN carries (S - 1)
+  // blocks per member instead of k (S - 1). Off: the flat algorithms over the group order.
+  bool hierarchical_all_gather = true;
+  // Use the hierarchical reduce-scatter (the slice's sums inside the slice, then each owner's
+  // chunk across the slices) for such groups: DCN carries (S - 1) chunks per member instead of
+  // k (S - 1). Off: the flat algorithms over the group order.
+  bool hierarchical_reduce_scatter = true;
   // A device thread waiting for a message of a collective (or Recv, Rendezvous) or for the link
   // to release its zero-copy sends first polls for up to this long, yielding its core between
   // checks (sched_yield), and only then sleeps. A message that arrives within it costs no

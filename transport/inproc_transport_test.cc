@@ -1,5 +1,6 @@
 #include "tessel/transport/inproc_transport.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -243,6 +244,113 @@ TEST(InProcTransportTest, HierarchicalDcnBytesMatchFormula) {
         EXPECT_EQ(stats.ici.bytes + stats.local.bytes, 2 * 2 * 3 * bytes);
       } else {
         EXPECT_GT(stats.dcn.bytes, 2 * (2 - 1) * bytes);
+      }
+    }
+  }
+}
+
+// 2 slices x 2 hosts x 2 devices; all-gathers over all 8 devices, over the data-parallel pairs
+// of the main job ({0,2,4,6}, {1,3,5,7}) and over a group listed out of slice order. The
+// hierarchical form sends each block across DCN once per other slice: over the job, a block
+// of B bytes per member, (slices - 1) * B * 8 bytes. The result is the flat one, block i from
+// member i of the group, with or without it.
+TEST(InProcTransportTest, HierarchicalAllGatherDcnBytesMatchFormula) {
+  const DeviceMap map = DeviceMap::Uniform(4, 2, 2);
+  const std::vector<ReplicaGroups> group_sets = {
+      {}, {{0, 2, 4, 6}, {1, 3, 5, 7}}, {{6, 1, 4, 3}, {0, 7, 2, 5}}};
+  for (const ReplicaGroups& groups : group_sets) {
+    for (int64_t count : {int64_t{10001}, int64_t{16}}) {
+      for (bool hierarchical : {true, false}) {
+        SCOPED_TRACE(absl::StrCat("groups #", &groups - group_sets.data(), " count ", count,
+                                  " hierarchical ", hierarchical));
+        CommunicatorOptions options;
+        options.hierarchical_all_gather = hierarchical;
+        options.pipeline_chunk_bytes = 1024;
+        auto job = MakeJob(4, map, options);
+        const int64_t members = groups.empty() ? 8 : 4;
+        std::vector<std::vector<float>> in(8, std::vector<float>(count));
+        for (int64_t d = 0; d < 8; ++d) {
+          for (int64_t i = 0; i < count; ++i) in[d][i] = static_cast<float>(d * 100000 + i);
+        }
+        std::vector<std::vector<float>> out(8, std::vector<float>(count * members));
+        ExpectAllOk(RunDevices(*job, [&](int64_t d) {
+          return job->host_of_device(d).AllGather(d, groups, DType::kF32, in[d].data(),
+                                                  out[d].data(), count);
+        }));
+        for (int64_t d = 0; d < 8; ++d) {
+          std::vector<int64_t> group;
+          for (const auto& g : groups) {
+            if (std::find(g.begin(), g.end(), d) != g.end()) group = g;
+          }
+          if (groups.empty()) group = {0, 1, 2, 3, 4, 5, 6, 7};
+          for (int64_t j = 0; j < members; ++j) {
+            ASSERT_EQ(std::memcmp(&out[d][j * count], in[group[j]].data(), count * sizeof(float)),
+                      0)
+                << "device " << d << " block " << j;
+          }
+        }
+        const CollectiveStats stats = job->TotalStats();
+        const int64_t bytes = count * 4;
+        if (hierarchical) {
+          EXPECT_EQ(stats.dcn.bytes, (2 - 1) * bytes * 8);
+          // Inside the slice each member sends its 2 blocks to its k - 1 slice mates.
+          EXPECT_EQ(stats.ici.bytes + stats.local.bytes, 8 * (members / 2 - 1) * 2 * bytes);
+        } else {
+          EXPECT_GT(stats.dcn.bytes, (2 - 1) * bytes * 8);
+        }
+      }
+    }
+  }
+}
+
+// The same job and group sets for the reduce-scatter: the hierarchical form sends each member's
+// chunk across DCN once per other slice, (slices - 1) * B * 8 bytes over the job for a chunk of
+// B bytes, and every member gets the sum of its chunk (exact here: integer-valued floats).
+TEST(InProcTransportTest, HierarchicalReduceScatterDcnBytesMatchFormula) {
+  const DeviceMap map = DeviceMap::Uniform(4, 2, 2);
+  const std::vector<ReplicaGroups> group_sets = {
+      {}, {{0, 2, 4, 6}, {1, 3, 5, 7}}, {{6, 1, 4, 3}, {0, 7, 2, 5}}};
+  for (const ReplicaGroups& groups : group_sets) {
+    for (int64_t count : {int64_t{10001}, int64_t{16}}) {
+      for (bool hierarchical : {true, false}) {
+        SCOPED_TRACE(absl::StrCat("groups #", &groups - group_sets.data(), " count ", count,
+                                  " hierarchical ", hierarchical));
+        CommunicatorOptions options;
+        options.hierarchical_reduce_scatter = hierarchical;
+        options.pipeline_chunk_bytes = 1024;
+        auto job = MakeJob(4, map, options);
+        const int64_t members = groups.empty() ? 8 : 4;
+        std::vector<std::vector<float>> in(8, std::vector<float>(count * members));
+        for (int64_t d = 0; d < 8; ++d) {
+          for (int64_t x = 0; x < count * members; ++x) in[d][x] = static_cast<float>(d * 7 + x);
+        }
+        std::vector<std::vector<float>> out(8, std::vector<float>(count));
+        ExpectAllOk(RunDevices(*job, [&](int64_t d) {
+          return job->host_of_device(d).ReduceScatter(d, groups, ReduceKind::kAdd, DType::kF32,
+                                                      in[d].data(), out[d].data(), count);
+        }));
+        for (int64_t d = 0; d < 8; ++d) {
+          std::vector<int64_t> group = {0, 1, 2, 3, 4, 5, 6, 7};
+          for (const auto& g : groups) {
+            if (std::find(g.begin(), g.end(), d) != g.end()) group = g;
+          }
+          const int64_t j = std::find(group.begin(), group.end(), d) - group.begin();
+          int64_t id_sum = 0;
+          for (int64_t m : group) id_sum += m;
+          for (int64_t i = 0; i < count; ++i) {
+            const float want = static_cast<float>(7 * id_sum + members * (j * count + i));
+            ASSERT_EQ(out[d][i], want) << "device " << d << " element " << i;
+          }
+        }
+        const CollectiveStats stats = job->TotalStats();
+        const int64_t bytes = count * 4;
+        if (hierarchical) {
+          EXPECT_EQ(stats.dcn.bytes, (2 - 1) * bytes * 8);
+          // Inside the slice each member sends 2 chunks (one per slice) to each slice mate.
+          EXPECT_EQ(stats.ici.bytes + stats.local.bytes, 8 * (members / 2 - 1) * 2 * bytes);
+        } else {
+          EXPECT_GT(stats.dcn.bytes, (2 - 1) * bytes * 8);
+        }
       }
     }
   }

@@ -16,6 +16,10 @@ constexpr uint8_t kPhaseAllGather = 1;
 constexpr uint8_t kPhaseCrossReduceScatter = 2;
 constexpr uint8_t kPhaseCrossAllGather = 3;
 constexpr uint8_t kPhaseCrossDoubling = 4;
+constexpr uint8_t kPhaseCrossGather = 5;
+constexpr uint8_t kPhaseSliceGather = 6;
+constexpr uint8_t kPhaseSliceReduce = 7;
+constexpr uint8_t kPhaseCrossReduce = 8;
 
 // Element offsets of n nearly equal chunks of `count`: the first count % n chunks get one more.
 std::vector<int64_t> EvenOffsets(int64_t count, int64_t n) {
@@ -376,6 +380,124 @@ absl::Status FlatAllReduce(CallContext& ctx, const std::vector<int64_t>& members
   return RingAllGather(ctx, members, me, buf, offsets, ag_phase);
 }
 
+// Hierarchical all-gather of a group spanning slices with k >= 2 members in each (`slices` from
+// SplitBySlice): (1) each member sends its block to the members with its local index in the
+// other slices (DCN: S - 1 blocks per member, the least that must cross, and what the cost
+// model's hierarchical all-gather counts); (2) each member sends the S blocks it then holds to
+// its k - 1 slice mates (ICI). The flat direct and ring forms send k times as much over DCN.
+// Every block lands at its group position, so the result is the flat one, bit for bit.
+absl::Status HierarchicalAllGather(CallContext& ctx, const GroupView& view,
+                                   const std::vector<std::vector<int64_t>>& slices,
+                                   int64_t my_slice, int64_t my_local, const std::byte* in,
+                                   std::byte* out, int64_t bytes) {
+  auto block = [&](int64_t device) {
+    const auto it = std::find(view.members.begin(), view.members.end(), device);
+    return out + (it - view.members.begin()) * bytes;
+  };
+  const int64_t num_slices = static_cast<int64_t>(slices.size());
+  const std::vector<int64_t>& slice = slices[my_slice];
+  for (int64_t t = 0; t < num_slices; ++t) {
+    if (t == my_slice) continue;
+    TESSEL_RETURN_IF_ERROR(SendSegments(ctx, slices[t][my_local], kPhaseCrossGather, 0, in, bytes));
+  }
+  std::byte* mine = out + view.index * bytes;
+  if (mine != in) std::memcpy(mine, in, bytes);
+  for (int64_t t = 0; t < num_slices; ++t) {
+    if (t == my_slice) continue;
+    const int64_t peer = slices[t][my_local];
+    TESSEL_RETURN_IF_ERROR(RecvSegments(ctx, peer, kPhaseCrossGather, 0, block(peer), bytes));
+  }
+  const int64_t k = static_cast<int64_t>(slice.size());
+  for (int64_t l = 0; l < k; ++l) {
+    if (l == my_local) continue;
+    for (int64_t t = 0; t < num_slices; ++t) {
+      TESSEL_RETURN_IF_ERROR(SendSegments(ctx, slice[l], kPhaseSliceGather,
+                                          static_cast<uint32_t>(t), block(slices[t][my_local]),
+                                          bytes));
+    }
+  }
+  for (int64_t l = 0; l < k; ++l) {
+    if (l == my_local) continue;
+    for (int64_t t = 0; t < num_slices; ++t) {
+      TESSEL_RETURN_IF_ERROR(RecvSegments(ctx, slice[l], kPhaseSliceGather,
+                                          static_cast<uint32_t>(t), block(slices[t][l]), bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Hierarchical reduce-scatter of a group spanning slices with k >= 2 members in each: (1) inside
+// the slice, member l receives from every slice mate the S chunks owned by the members with local
+// index l (one per slice) and folds them in slice order (ICI); (2) it sends each of those slice
+// sums to its owner in the other slices and folds what it receives for its own chunk in slice
+// order (DCN: S - 1 chunks per member, as the cost model's hierarchical reduce-scatter counts;
+// the flat forms send k times as much across). Every chunk is reduced by its owner alone, in an
+// order fixed by the group and the device map.
+absl::Status HierarchicalReduceScatter(CallContext& ctx, const GroupView& view,
+                                       const std::vector<std::vector<int64_t>>& slices,
+                                       int64_t my_slice, int64_t my_local, const std::byte* in,
+                                       std::byte* out, int64_t element_count) {
+  const int64_t bytes = element_count * ctx.width();
+  auto chunk = [&](int64_t device) {
+    const auto it = std::find(view.members.begin(), view.members.end(), device);
+    return in + (it - view.members.begin()) * bytes;
+  };
+  const int64_t num_slices = static_cast<int64_t>(slices.size());
+  const std::vector<int64_t>& slice = slices[my_slice];
+  const int64_t k = static_cast<int64_t>(slice.size());
+  for (int64_t l = 0; l < k; ++l) {
+    if (l == my_local) continue;
+    for (int64_t t = 0; t < num_slices; ++t) {
+      TESSEL_RETURN_IF_ERROR(SendSegments(ctx, slice[l], kPhaseSliceReduce,
+                                          static_cast<uint32_t>(t), chunk(slices[t][l]), bytes));
+    }
+  }
+  // sums[t]: this slice's sum of the chunk owned by member my_local of slice t.
+  std::unique_ptr<PooledBuffer> sums = ctx.pool().Acquire(bytes * num_slices);
+  std::unique_ptr<PooledBuffer> received = ctx.pool().Acquire(bytes);
+  for (int64_t t = 0; t < num_slices; ++t) {
+    std::byte* acc = sums->mutable_data() + t * bytes;
+    for (int64_t l = 0; l < k; ++l) {
+      const std::byte* block = chunk(slices[t][my_local]);
+      if (l != my_local) {
+        TESSEL_RETURN_IF_ERROR(RecvSegments(ctx, slice[l], kPhaseSliceReduce,
+                                            static_cast<uint32_t>(t), received->mutable_data(),
+                                            bytes));
+        block = received->data();
+      }
+      if (l == 0) {
+        std::memcpy(acc, block, bytes);
+      } else {
+        Combine(ctx.reduce_kind(), ctx.dtype(), acc, block, acc, element_count);
+      }
+    }
+  }
+  for (int64_t t = 0; t < num_slices; ++t) {
+    if (t == my_slice) continue;
+    TESSEL_RETURN_IF_ERROR(SendSegments(ctx, slices[t][my_local], kPhaseCrossReduce, 0,
+                                        sums->data() + t * bytes, bytes));
+  }
+  std::unique_ptr<PooledBuffer> result = ctx.pool().Acquire(bytes);
+  for (int64_t t = 0; t < num_slices; ++t) {
+    const std::byte* block = sums->data() + my_slice * bytes;
+    if (t != my_slice) {
+      TESSEL_RETURN_IF_ERROR(RecvSegments(ctx, slices[t][my_local], kPhaseCrossReduce, 0,
+                                          received->mutable_data(), bytes));
+      block = received->data();
+    }
+    if (t == 0) {
+      std::memcpy(result->mutable_data(), block, bytes);
+    } else {
+      Combine(ctx.reduce_kind(), ctx.dtype(), result->data(), block, result->mutable_data(),
+              element_count);
+    }
+  }
+  // The sends read `in` and `sums` in place, and `out` may alias `in`.
+  TESSEL_RETURN_IF_ERROR(ctx.WaitSendsReleased());
+  std::memcpy(out, result->data(), bytes);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunAllReduce(CallContext& ctx, const GroupView& view, const DeviceMap& map,
@@ -412,8 +534,8 @@ absl::Status RunAllReduce(CallContext& ctx, const GroupView& view, const DeviceM
                        kPhaseAllGather, kPhaseCrossDoubling);
 }
 
-absl::Status RunAllGather(CallContext& ctx, const GroupView& view, const void* input, void* output,
-                          int64_t element_count) {
+absl::Status RunAllGather(CallContext& ctx, const GroupView& view, const DeviceMap& map,
+                          const void* input, void* output, int64_t element_count) {
   const int64_t n = view.size();
   const int64_t me = view.index;
   const int64_t bytes = element_count * ctx.width();
@@ -424,6 +546,13 @@ absl::Status RunAllGather(CallContext& ctx, const GroupView& view, const void* i
   if (n == 1) {
     if (mine != in) std::memcpy(mine, in, bytes);
     return absl::OkStatus();
+  }
+  std::vector<std::vector<int64_t>> slices;
+  int64_t my_slice = 0;
+  int64_t my_local = 0;
+  if (ctx.options().hierarchical_all_gather &&
+      SplitBySlice(view, map, &slices, &my_slice, &my_local)) {
+    return HierarchicalAllGather(ctx, view, slices, my_slice, my_local, in, out, bytes);
   }
   const int64_t total = bytes * n;
   if (total < ctx.options().small_message_bytes ||
@@ -453,8 +582,8 @@ absl::Status RunAllGather(CallContext& ctx, const GroupView& view, const void* i
                        in);
 }
 
-absl::Status RunReduceScatter(CallContext& ctx, const GroupView& view, const void* input,
-                              void* output, int64_t element_count) {
+absl::Status RunReduceScatter(CallContext& ctx, const GroupView& view, const DeviceMap& map,
+                              const void* input, void* output, int64_t element_count) {
   const int64_t n = view.size();
   const int64_t me = view.index;
   const int64_t bytes = element_count * ctx.width();
@@ -464,6 +593,13 @@ absl::Status RunReduceScatter(CallContext& ctx, const GroupView& view, const voi
   if (n == 1) {
     std::memcpy(out, in, bytes);
     return absl::OkStatus();
+  }
+  std::vector<std::vector<int64_t>> slices;
+  int64_t my_slice = 0;
+  int64_t my_local = 0;
+  if (ctx.options().hierarchical_reduce_scatter &&
+      SplitBySlice(view, map, &slices, &my_slice, &my_local)) {
+    return HierarchicalReduceScatter(ctx, view, slices, my_slice, my_local, in, out, element_count);
   }
   if (bytes * n < ctx.options().small_message_bytes) {
     // Direct: block j goes to member j, which folds in group order.

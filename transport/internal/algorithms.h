@@ -9,8 +9,11 @@
 //                   hierarchical when the group spans slices.
 //   all-gather      < small, or < direct_max_bytes with 3+ members (output bytes): direct
 //                   sends; else recursive doubling when the group size is a power of two
-//                   >= 8, ring otherwise.
-//   reduce-scatter  < small (input bytes): direct sends, folded in group order; else ring.
+//                   >= 8, ring otherwise; hierarchical when the group spans slices (each
+//                   member's block across DCN once per other slice, then direct in the slice).
+//   reduce-scatter  < small (input bytes): direct sends, folded in group order; else ring;
+//                   hierarchical when the group spans slices (the slice's sums of each
+//                   member's chunks inside the slice, then one chunk per other slice across DCN).
 //   all-to-all      direct, pipelined segments (segment g to every member, then from every
 //                   member).
 //   broadcast       < small: binomial tree; else pipelined chain.
@@ -38,10 +41,12 @@ namespace tessel::transport::internal {
 [[nodiscard]] absl::Status RunAllReduce(CallContext& ctx, const GroupView& view,
                                         const DeviceMap& map, const void* input, void* output,
                                         int64_t element_count);
-[[nodiscard]] absl::Status RunAllGather(CallContext& ctx, const GroupView& view, const void* input,
-                                        void* output, int64_t element_count);
+[[nodiscard]] absl::Status RunAllGather(CallContext& ctx, const GroupView& view,
+                                        const DeviceMap& map, const void* input, void* output,
+                                        int64_t element_count);
 [[nodiscard]] absl::Status RunReduceScatter(CallContext& ctx, const GroupView& view,
-                                            const void* input, void* output, int64_t element_count);
+                                            const DeviceMap& map, const void* input, void* output,
+                                            int64_t element_count);
 [[nodiscard]] absl::Status RunAllToAll(CallContext& ctx, const GroupView& view, const void* input,
                                        void* output, int64_t element_count);
 // `source` / `target`: the device whose input this device receives / that receives this
