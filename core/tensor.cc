@@ -35,6 +35,8 @@ struct LazyContext {
   // The installed client; nullptr means `local` (options from SetExecutorOptions).
   std::shared_ptr<ComputationClient> client;
   LocalComputationClient local;
+  // AddStepClosure's callbacks, run after the next successful Sync().
+  std::vector<std::function<absl::Status()>> step_closures;
 };
 
 LazyContext& Context() {
@@ -391,7 +393,17 @@ absl::Status Sync() {
   std::vector<Tensor> tensors;
   tensors.reserve(live.size());
   for (auto& impl : live) tensors.emplace_back(std::move(impl));
-  return Sync(tensors);
+  // Taken out first: a closure may add closures (for the next step) or call Sync itself, and a
+  // failed step drops its closures (they may point at the caller's frame, which is unwinding).
+  std::vector<std::function<absl::Status()>> closures = std::move(ctx.step_closures);
+  ctx.step_closures.clear();
+  TESSEL_RETURN_IF_ERROR(Sync(tensors));
+  for (auto& closure : closures) TESSEL_RETURN_IF_ERROR(closure());
+  return absl::OkStatus();
+}
+
+void AddStepClosure(std::function<absl::Status()> closure) {
+  Context().step_closures.push_back(std::move(closure));
 }
 
 const LazyMetrics& GetLazyMetrics() { return Context().metrics; }
@@ -504,6 +516,34 @@ Tensor AllReduce(const Tensor& a, CollectiveDeviceList replica_groups, ReduceKin
   attrs.channel_id = 1;
   attrs.use_global_device_ids = true;
   return MakeOp(Opcode::kAllReduce, {a}, std::move(attrs));
+}
+namespace {
+// XLA's collectives as JAX and torch_xla emit them in per-device code: global device ids.
+OpAttributes CollectiveAttributes(CollectiveDeviceList replica_groups) {
+  OpAttributes attrs;
+  attrs.replica_groups = std::move(replica_groups);
+  attrs.channel_id = 1;
+  attrs.use_global_device_ids = true;
+  return attrs;
+}
+}  // namespace
+
+Tensor AllGather(const Tensor& a, int64_t dim, CollectiveDeviceList replica_groups) {
+  OpAttributes attrs = CollectiveAttributes(std::move(replica_groups));
+  attrs.dimensions = {dim};
+  return MakeOp(Opcode::kAllGather, {a}, std::move(attrs));
+}
+Tensor ReduceScatter(const Tensor& a, int64_t dim, CollectiveDeviceList replica_groups,
+                     ReduceKind kind) {
+  OpAttributes attrs = CollectiveAttributes(std::move(replica_groups));
+  attrs.dimensions = {dim};
+  attrs.reduce_kind = kind;
+  return MakeOp(Opcode::kReduceScatter, {a}, std::move(attrs));
+}
+Tensor AllToAll(const Tensor& a, int64_t dim, CollectiveDeviceList replica_groups) {
+  OpAttributes attrs = CollectiveAttributes(std::move(replica_groups));
+  attrs.dimensions = {dim};
+  return MakeOp(Opcode::kAllToAll, {a}, std::move(attrs));
 }
 Tensor Convert(const Tensor& a, DType dtype) {
   if (!a.status().ok()) return a;

@@ -22,6 +22,7 @@
 #define TESSEL_CORE_TENSOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -132,6 +133,15 @@ const LazyMetrics& GetLazyMetrics();
 void ResetLazyMetrics();
 // Sets the executor options (threads) used by Sync on this thread's default local client.
 void SetExecutorOptions(const ExecutorOptions& options);
+
+// Registers `closure` to run after the next successful Sync() (the no-argument form, torch_xla's
+// mark_step) on this thread, once the step's values are device data: tensors it captured and
+// reads with ToLiteral are then read back without another execution (torch_xla
+// xm.add_step_closure, run_async=False). Closures run in the order they were added; the first
+// one that fails stops the rest and its status is Sync()'s result. A failed Sync() drops the
+// closures (its step did not happen). Closures added while closures run wait for the next
+// Sync().
+void AddStepClosure(std::function<absl::Status()> closure);
 
 // Seeds the counter used by Rng ops created on this thread: each Rng op takes the next seed.
 void ManualSeed(uint64_t seed);
@@ -287,6 +297,23 @@ Tensor SpmdShardToFullShape(const Tensor& a, const Shape& global_shape, std::str
 // ids), as XLA emits it for a psum (channel_id=1, use_global_device_ids=true). Errors (in the
 // result's status): kInvalidArgument for bad groups (InferShape).
 Tensor AllReduce(const Tensor& a, CollectiveDeviceList replica_groups, ReduceKind kind);
+// all-gather of a per-device value inside a manual region: the values of the devices of each
+// group concatenated along `dim` in group order (XLA AllGather, dimensions={dim}, channel_id=1,
+// use_global_device_ids=true). Shapes: local a f32[4,8], groups of 2, dim 0 -> f32[8,8].
+// Errors (in the result's status): kInvalidArgument for bad groups or dim (InferShape).
+Tensor AllGather(const Tensor& a, int64_t dim, CollectiveDeviceList replica_groups);
+// reduce-scatter of a per-device value inside a manual region: the group's values reduced with
+// `kind`, then split along `dim` into group-size pieces, piece i to the group's i-th device (XLA
+// ReduceScatter). Shapes: local f32[8,8], groups of 2, dim 0 -> f32[4,8]. Errors (in the
+// result's status): kInvalidArgument for bad groups, or dim not divisible by the group size.
+Tensor ReduceScatter(const Tensor& a, int64_t dim, CollectiveDeviceList replica_groups,
+                     ReduceKind kind);
+// all-to-all of a per-device value inside a manual region, XLA's array form: `dim` is split into
+// group-size pieces, piece i goes to the group's i-th device, and the pieces received are
+// concatenated along `dim` in group order (XLA AllToAll, dimensions={dim}). Shapes: unchanged.
+// Errors (in the result's status): kInvalidArgument for bad groups, or dim not divisible by the
+// group size.
+Tensor AllToAll(const Tensor& a, int64_t dim, CollectiveDeviceList replica_groups);
 
 // ---------------------------------------------------------------------------------------------
 // Autodiff.

@@ -25,6 +25,7 @@
 #include "tessel/nn/optim.h"
 #include "tessel/nn/text_data.h"
 #include "tessel/nn/transformer.h"
+#include "tessel/nn/xla_model.h"
 #include "tessel/spmd/partition_spec.h"
 
 namespace tessel::examples {
@@ -135,26 +136,29 @@ struct StepOutput {
   double grad_norm = 0;
 };
 
-// One training step as one graph: forward, Grad, clipping by global norm, AdamW. Only the loss
-// and the gradient norm stay alive besides the new parameters and moments, so they are the
-// graph's only extra outputs.
+// One training step as one graph: forward, Grad, then nn::optimizer_step (clipping by global
+// norm and AdamW; the partitioner reduces the gradients of the sharded parameters itself). Only
+// the loss and the gradient norm stay alive besides the new parameters and moments, so they are
+// the graph's only extra outputs; a step closure reads them once the step has run.
 absl::StatusOr<StepOutput> TrainStep(const GptFlags& flags, const Placement& placement, Job& job,
                                      int64_t step) {
-  Tensor loss, norm;
+  StepOutput out;
   {
     TESSEL_ASSIGN_OR_RETURN(auto inputs, BatchTensors(placement, job, *job.train, step));
-    loss = job.model->Loss(inputs.first, inputs.second);
+    Tensor loss = job.model->Loss(inputs.first, inputs.second);
     std::vector<Tensor*> params = job.model->parameters();
     std::vector<Tensor> wrt;
     for (Tensor* p : params) wrt.push_back(*p);
-    nn::ClippedGradients clipped = nn::ClipGradNorm(Grad(loss, wrt), flags.clip);
-    norm = clipped.total_norm;
-    TESSEL_RETURN_IF_ERROR(job.adamw->Step(params, clipped.grads));
+    TESSEL_ASSIGN_OR_RETURN(Tensor norm,
+                            nn::optimizer_step(*job.adamw, params, Grad(loss, wrt),
+                                               {.groups = {}, .max_grad_norm = flags.clip}));
+    nn::add_step_closure([loss, norm, &out]() -> absl::Status {
+      TESSEL_ASSIGN_OR_RETURN(out.loss, ReadScalar(loss));
+      TESSEL_ASSIGN_OR_RETURN(out.grad_norm, ReadScalar(norm));
+      return absl::OkStatus();
+    });
   }
   TESSEL_RETURN_IF_ERROR(Sync());
-  StepOutput out;
-  TESSEL_ASSIGN_OR_RETURN(out.loss, ReadScalar(loss));
-  TESSEL_ASSIGN_OR_RETURN(out.grad_norm, ReadScalar(norm));
   return out;
 }
 

@@ -49,12 +49,12 @@ struct GptFlags {
   int64_t heads = 4;
   int64_t ffn = 0;  // 0: 4 * d_model
   int64_t seq_len = 64;
-  std::string position = "learned";
-  std::string mlp = "gelu";
+  std::string position = "rotary";
+  std::string mlp = "swiglu";
   std::string head = "tied";
   // Training.
-  int64_t batch = 16;
-  int64_t steps = 1200;
+  int64_t batch = 32;
+  int64_t steps = 2400;
   double lr = 3e-3;
   double min_lr = 3e-4;
   int64_t warmup = 30;

@@ -62,6 +62,16 @@ uint32_t Crc32(const void* data, int64_t bytes) {
   return static_cast<uint32_t>(crc);
 }
 
+// crc32 of each kCheckpointChunkBytes piece of `data`.
+std::vector<uint32_t> ChunkCrcs(const std::string& data) {
+  std::vector<uint32_t> crcs;
+  const int64_t size = static_cast<int64_t>(data.size());
+  for (int64_t at = 0; at < size; at += kCheckpointChunkBytes) {
+    crcs.push_back(Crc32(data.data() + at, std::min(kCheckpointChunkBytes, size - at)));
+  }
+  return crcs;
+}
+
 int64_t Volume(const Ranges& r) {
   int64_t v = 1;
   for (const auto& [s, l] : r) v *= l - s;
@@ -158,7 +168,9 @@ absl::StatusOr<nlohmann::json> CollectOwnedShards(absl::Span<const CheckpointArr
                        {"index", RangesJson(index)},
                        {"offset", bytes.size()},
                        {"bytes", data.size()},
-                       {"crc32", Crc32(data.data(), static_cast<int64_t>(data.size()))}});
+                       {"crc32", Crc32(data.data(), static_cast<int64_t>(data.size()))},
+                       {"chunk_bytes", kCheckpointChunkBytes},
+                       {"chunk_crc32", ChunkCrcs(data)}});
     bytes += data;
   };
   const bool host0 = runtime == nullptr || runtime->host_index() == 0;
@@ -421,6 +433,17 @@ absl::StatusOr<CheckpointArrayInfo> ParseArray(const nlohmann::json& j,
     shard.bytes = s.at("bytes").get<int64_t>();
     shard.crc32 = s.at("crc32").get<uint32_t>();
     const std::string what = absl::StrCat(where, ": shard ", a.shards.size(), " of array ", a.name);
+    if (s.contains("chunk_crc32")) {
+      shard.chunk_bytes = s.at("chunk_bytes").get<int64_t>();
+      shard.chunk_crc32 = s.at("chunk_crc32").get<std::vector<uint32_t>>();
+      const int64_t want =
+          shard.chunk_bytes > 0 ? (shard.bytes + shard.chunk_bytes - 1) / shard.chunk_bytes : -1;
+      if (want != static_cast<int64_t>(shard.chunk_crc32.size())) {
+        return absl::DataLossError(absl::StrCat(what, " has ", shard.chunk_crc32.size(),
+                                                " chunk checksums of ", shard.chunk_bytes,
+                                                " bytes for its ", shard.bytes, " bytes"));
+      }
+    }
     bool inside = shard.index.size() == dims.size();
     for (size_t d = 0; inside && d < dims.size(); ++d) {
       inside = 0 <= shard.index[d].first && shard.index[d].first <= shard.index[d].second &&
@@ -576,6 +599,8 @@ class RegionReader {
         ForEachRun(s.index, want, inter, [&](int64_t src, int64_t t, int64_t n) {
           std::memcpy(dst + t * width, buffer.data() + src * width, static_cast<size_t>(n * width));
         });
+      } else if (!s.chunk_crc32.empty()) {
+        TESSEL_RETURN_IF_ERROR(ReadCheckedPart(fd, s, want, inter, width, dst, what));
       } else {
         absl::Status status;
         ForEachRun(s.index, want, inter, [&](int64_t src, int64_t t, int64_t n) {
@@ -597,6 +622,45 @@ class RegionReader {
   int64_t reads() const { return reads_; }
 
  private:
+  // The part `inter` of shard `s` into `dst` (a buffer of the box `want`): reads each run of
+  // consecutive chunks that the needed byte ranges touch, checks every chunk read against its
+  // crc32, then copies the ranges out.
+  absl::Status ReadCheckedPart(int fd, const CheckpointShardInfo& s, const Ranges& want,
+                               const Ranges& inter, int64_t width, char* dst,
+                               const std::string& what) {
+    const int64_t chunk = s.chunk_bytes;
+    const int64_t num_chunks = static_cast<int64_t>(s.chunk_crc32.size());
+    std::vector<bool> touched(num_chunks, false);
+    ForEachRun(s.index, want, inter, [&](int64_t src, int64_t, int64_t n) {
+      for (int64_t c = src * width / chunk; c <= ((src + n) * width - 1) / chunk; ++c) {
+        touched[c] = true;
+      }
+    });
+    std::string buffer(static_cast<size_t>(s.bytes), '\0');
+    for (int64_t c = 0; c < num_chunks;) {
+      if (!touched[c]) {
+        ++c;
+        continue;
+      }
+      int64_t end = c;
+      while (end < num_chunks && touched[end]) ++end;
+      const int64_t begin_byte = c * chunk, end_byte = std::min(end * chunk, s.bytes);
+      TESSEL_RETURN_IF_ERROR(PRead(fd, buffer.data() + begin_byte, end_byte - begin_byte,
+                                   s.offset + begin_byte, what));
+      for (; c < end; ++c) {
+        const int64_t at = c * chunk, n = std::min(chunk, s.bytes - at);
+        if (Crc32(buffer.data() + at, n) != s.chunk_crc32[c]) {
+          return absl::DataLossError(absl::StrCat(what, ": checksum mismatch in bytes [", at, ", ",
+                                                  at + n, ") (corrupt data)"));
+        }
+      }
+    }
+    ForEachRun(s.index, want, inter, [&](int64_t src, int64_t t, int64_t n) {
+      std::memcpy(dst + t * width, buffer.data() + src * width, static_cast<size_t>(n * width));
+    });
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<int> Open(const std::string& file) {
     auto it = fds_.find(file);
     if (it != fds_.end()) return it->second;

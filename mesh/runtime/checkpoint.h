@@ -21,7 +21,8 @@
 //    "files": {"<file>": <size in bytes>, ...},
 //    "arrays": [{"name": "wte", "dtype": "f32", "shape": [256, 128], "sharding": "{...}",
 //                "shards": [{"index": [[0, 128], [0, 64]], "file": "...", "offset": 0,
-//                            "bytes": 32768, "crc32": 123}, ...]}, ...]}
+//                            "bytes": 32768, "crc32": 123, "chunk_bytes": 65536,
+//                            "chunk_crc32": [123]}, ...]}, ...]}
 // Each tile is written once, by one of the devices holding a copy (spmd::Shard::replica_id),
 // chosen by tile and array so that the copies' hosts share the writing (no gather to one host).
 // Each file is written to a temporary name, fsynced and renamed (WriteFileAtomically); the metadata
@@ -92,7 +93,17 @@ struct CheckpointShardInfo {
   int64_t offset = 0;
   int64_t bytes = 0;
   uint32_t crc32 = 0;  // zlib crc32 of the shard's bytes
+  // zlib crc32 of each kCheckpointChunkBytes piece of the shard's bytes (the last one shorter),
+  // so that a shard read only in part is checked too: the load reads the chunks its ranges touch
+  // and checks each. Empty in checkpoints written before the chunks existed (then only whole
+  // reads are checked).
+  int64_t chunk_bytes = 0;
+  std::vector<uint32_t> chunk_crc32;
 };
+
+// The size of the checksummed chunks of a shard (64 KiB): a partial read reads at most one chunk
+// more at each end of each contiguous range it needs.
+inline constexpr int64_t kCheckpointChunkBytes = 64 * 1024;
 
 struct CheckpointArrayInfo {
   std::string name;
@@ -138,8 +149,9 @@ struct CheckpointTarget {
 
 // Loads `targets` from `meta` (CheckCheckpointFits first). On a mesh each value is built with
 // HostRuntime::MakeShardedInput: each local device's piece is assembled from the saved shards
-// that overlap it, reading only the overlapping byte ranges (pread); a saved shard read whole is
-// checked against its crc32. When the checkpoint was saved on this mesh (`mesh_text` and the
+// that overlap it, reading only the chunks (kCheckpointChunkBytes) that hold the overlapping byte
+// ranges (pread); a saved shard read whole is checked against its crc32, one read in part against
+// the crc32 of each chunk read. When the checkpoint was saved on this mesh (`mesh_text` and the
 // device count equal) a value keeps its saved sharding, so the programs after a resume are
 // those of the uninterrupted run; otherwise it takes the target's. On one device (`runtime`
 // null) each value is read whole. Every host must call it at the same point; a failure on any

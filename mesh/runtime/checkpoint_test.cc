@@ -200,3 +200,47 @@ TEST(CheckpointTest, ReshardOnLoad) {
 
 }  // namespace
 }  // namespace tessel::mesh
+
+// A corrupt byte inside a shard that every host reads only in part (the load splits the columns,
+// the save split rows and columns) fails the chunk checksum on every host: no partial load.
+TEST(CheckpointTest, CorruptByteInAShardReadInPartFailsItsChunkChecksum) {
+  const Topology topology = MainTopology();
+  const Literal w_value = RandomLiteral({7, 6}, 3);
+  const std::string dir = FreshDir("ckpt_partial_corrupt");
+  auto save = [&](HostRuntime& runtime) -> absl::Status {
+    spmd::HybridMesh mesh =
+        spmd::HybridMesh::Create({2, 2}, {2, 1}, {"data", "model"}, topology).value();
+    Tensor w = Tensor::FromLiteral(w_value) * 1.0f;
+    TESSEL_RETURN_IF_ERROR(spmd::mark_sharding(w, mesh, {"data", "model"}));
+    TESSEL_RETURN_IF_ERROR(Sync({w}));
+    return SaveCheckpoint(dir, 1, {{"w", w}}, {}, &runtime, mesh.ToString()).status();
+  };
+  for (const absl::Status& s : RunHosts(topology, save)) ASSERT_TRUE(s.ok()) << s;
+  const std::string step_dir = LatestCheckpoint(dir).value();
+  CheckpointMetadata meta = ReadCheckpointMetadata(step_dir).value();
+  for (const CheckpointShardInfo& shard : meta.Find("w")->shards) {
+    EXPECT_EQ(shard.chunk_bytes, kCheckpointChunkBytes);
+    EXPECT_EQ(shard.chunk_crc32.size(), 1u);
+  }
+  const CheckpointShardInfo& victim = meta.Find("w")->shards[3];
+  {
+    std::fstream f(fs::path(step_dir) / victim.file,
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(victim.offset + victim.bytes / 2);
+    f.put('\x7f');
+  }
+  std::vector<absl::Status> statuses = RunHosts(topology, [&](HostRuntime& runtime) {
+    spmd::HybridMesh mesh =
+        spmd::HybridMesh::Create({2, 2}, {2, 1}, {"data", "model"}, topology).value();
+    TESSEL_ASSIGN_OR_RETURN(spmd::Sharding target,
+                            spmd::ShardingFromPartitionSpec(mesh, 2, {kNone, "data"}));
+    return LoadCheckpointArrays(meta, {{"w", w_value.shape(), target}}, &runtime, "another mesh")
+        .status();
+  });
+  for (int64_t h = 0; h < topology.num_hosts(); ++h) {
+    EXPECT_EQ(statuses[h].code(), absl::StatusCode::kDataLoss)
+        << "host " << h << ": " << statuses[h];
+    EXPECT_NE(statuses[h].message().find("checksum mismatch in bytes"), std::string::npos)
+        << "host " << h << ": " << statuses[h];
+  }
+}
