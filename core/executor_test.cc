@@ -1255,6 +1255,85 @@ TEST(ExecutorDotTest, BigDotOneThreadVersusManyThreads) {
   ExpectClose(w1, RefDot(small, wide, attrs.dot), 1e-5, 1e-4, "column split vs reference");
 }
 
+// Transpose folding (core/internal/fusion.h): transpose(dot(a, b)) that swaps the free dims runs
+// as dot(b, a), and a transpose read only by dots is read through the dots' dimension numbers;
+// neither transpose is materialised. Every case of DotCases, f32 (within GEMM rounding) and s32
+// (exact), against the same graph run unfused.
+TEST(ExecutorDotTest, TransposesFoldIntoDots) {
+  uint32_t seed = 2600;
+  for (DType dtype : {DType::kF32, DType::kS32}) {
+    for (const DotCase& c : DotCases()) {
+      const std::string what = absl::StrCat(c.name, " ", DTypeName(dtype));
+      // The lhs arrives transposed (dims reversed) and is transposed back for the dot.
+      std::vector<int64_t> reversed(c.lhs.rbegin(), c.lhs.rend()), back;
+      for (int64_t d = static_cast<int64_t>(c.lhs.size()) - 1; d >= 0; --d) back.push_back(d);
+      Graph g("fold");
+      Node* lhs_t = g.AddParameter(0, Shape(dtype, reversed), "lhs_t").value();
+      Node* rhs = g.AddParameter(1, Shape(dtype, c.rhs), "rhs").value();
+      OpAttributes transpose;
+      transpose.dimensions = back;
+      Node* lhs = g.AddNode(Opcode::kTranspose, {lhs_t}, transpose).value();
+      OpAttributes dot;
+      dot.dot = c.dn;
+      Node* d = g.AddNode(Opcode::kDot, {lhs, rhs}, dot).value();
+      // The output's free dims swapped: [batch, rhs free, lhs free].
+      const int64_t nb = static_cast<int64_t>(c.dn.lhs_batch_dims.size());
+      const int64_t nl = static_cast<int64_t>(c.lhs.size()) - nb -
+                         static_cast<int64_t>(c.dn.lhs_contracting_dims.size());
+      const int64_t nr = d->shape().rank() - nb - nl;
+      OpAttributes swap;
+      for (int64_t i = 0; i < nb; ++i) swap.dimensions.push_back(i);
+      for (int64_t j = 0; j < nr; ++j) swap.dimensions.push_back(nb + nl + j);
+      for (int64_t j = 0; j < nl; ++j) swap.dimensions.push_back(nb + j);
+      g.set_root(g.AddNode(Opcode::kTranspose, {d}, swap).value());
+      const std::vector<Literal> args = {Random(lhs_t->shape(), seed++, -1, 1),
+                                         Random(rhs->shape(), seed++, -1, 1)};
+      ExecutionStats folded_stats, unfolded_stats;
+      Literal folded = Executor({.fusion = true}).Run(g, args, &folded_stats).value()[0];
+      Literal unfolded = Executor({.fusion = false}).Run(g, args, &unfolded_stats).value()[0];
+      EXPECT_EQ(unfolded_stats.kernels, 3) << what;
+      // The lhs transpose folds when its free dims keep their order (one free dim at most here,
+      // or none reversed); the output transpose always folds.
+      const bool lhs_folds = nl <= 1;
+      if (lhs_folds) {
+        EXPECT_EQ(folded_stats.kernels, 1) << what;
+      }
+      EXPECT_LE(folded_stats.kernels, 2) << what;
+      int64_t k = 1;
+      for (int64_t dim : c.dn.lhs_contracting_dims) k *= c.lhs[dim];
+      ExpectClose(folded, unfolded, dtype == DType::kF32 ? 1e-6 : 0,
+                  dtype == DType::kF32 ? 1e-6 * k : 0, what);
+    }
+  }
+}
+
+// A transpose with a user other than a dot is materialised (once), and a dot with a second user
+// keeps its output: nothing folds.
+TEST(ExecutorDotTest, TransposesWithOtherUsersDoNotFold) {
+  Graph g("no_fold");
+  const Shape shape(DType::kF32, {5, 7});
+  Node* x = g.AddParameter(0, shape, "x").value();
+  OpAttributes transpose;
+  transpose.dimensions = {1, 0};
+  Node* xt = g.AddNode(Opcode::kTranspose, {x}, transpose).value();
+  OpAttributes dot;
+  dot.dot = Dn({}, {}, {1}, {0});
+  Node* d = g.AddNode(Opcode::kDot, {x, xt}, dot).value();  // [5, 5]
+  Node* dt = g.AddNode(Opcode::kTranspose, {d}, transpose).value();
+  Node* sum = g.AddNode(Opcode::kAdd, {d, dt}).value();
+  g.set_root(g.AddNode(Opcode::kTuple, {sum, g.AddNode(Opcode::kNegate, {xt}).value()}).value());
+  const std::vector<Literal> args = {Random(shape, 2700, -1, 1)};
+  ExecutionStats folded_stats, unfolded_stats;
+  std::vector<Literal> folded = Executor({.fusion = true}).Run(g, args, &folded_stats).value();
+  std::vector<Literal> unfolded = Executor({.fusion = false}).Run(g, args, &unfolded_stats).value();
+  // transpose x, dot, transpose d, add, negate: nothing fused or folded.
+  EXPECT_EQ(folded_stats.kernels, unfolded_stats.kernels);
+  EXPECT_EQ(folded_stats.kernels, 5);
+  ASSERT_EQ(folded.size(), 2u);
+  ExpectEqual(folded[0], unfolded[0], "sum");
+  ExpectEqual(folded[1], unfolded[1], "negated transpose");
+}
+
 // ---- Rng ---------------------------------------------------------------------------------------
 
 TEST(RngTest, PhiloxKnownAnswers) {
