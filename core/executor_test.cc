@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tessel/core/graph.h"
+#include "tessel/core/internal/buffer_pool.h"
 #include "tessel/core/internal/kernels.h"
 #include "tessel/core/literal.h"
 #include "tessel/core/rng.h"
@@ -1457,6 +1458,68 @@ TEST(ExecutorTest, FusedOutputIsWrittenIntoADeadIntermediate) {
   EXPECT_EQ(fused_stats.peak_live_bytes, 2 * 64 * 64 * 4 + 4);  // x, d (then the result), 2.0
   EXPECT_EQ(unfused_stats.in_place, 0);
   ExpectWithinOneUlp(fused, unfused, "in-place fusion");
+}
+
+TEST(ExecutorTest, FusionEndingInReshapesWritesTheOutputFromItsLastOp) {
+  // reshape(reshape(exp(x) + x * 2)): the add writes the output's blocks directly (no copy
+  // through scratch); large enough for several blocks and chunks.
+  Graph g("reshape_root");
+  const Shape shape(DType::kF32, {300, 257});
+  Node* x = g.AddParameter(0, shape, "x").value();
+  Node* two =
+      g.AddNode(Opcode::kBroadcast, shape, {g.AddConstant(Literal::Scalar(2.0f))}, OpAttributes{})
+          .value();
+  Node* sum = g.AddNode(Opcode::kAdd, {g.AddNode(Opcode::kExp, {x}).value(),
+                                       g.AddNode(Opcode::kMultiply, {x, two}).value()})
+                  .value();
+  Node* flat =
+      g.AddNode(Opcode::kReshape, Shape(DType::kF32, {300 * 257}), {sum}, OpAttributes{}).value();
+  g.set_root(
+      g.AddNode(Opcode::kReshape, Shape(DType::kF32, {257, 300}), {flat}, OpAttributes{}).value());
+  // x in [0, 1): exp(x) + 2x >= exp(x), so exp's one ulp (Eigen's packet exp at other block
+  // edges) stays within one ulp of the sum.
+  const std::vector<Literal> args = {Random(shape, 4, 0, 1)};
+  for (int threads : {1, 4}) {
+    ExecutionStats stats;
+    Literal fused =
+        Executor({.num_threads = threads, .fusion = true}).Run(g, args, &stats).value()[0];
+    Literal unfused = Executor({.num_threads = threads, .fusion = false}).Run(g, args).value()[0];
+    EXPECT_EQ(stats.kernels, 1);
+    ExpectWithinOneUlp(fused, unfused, absl::StrCat("threads ", threads));
+  }
+}
+
+TEST(ExecutorTest, SecondRunOfAStepAllocatesNoLargeBuffer) {
+  // An Adam-like update of f32[256K] (1 MiB buffers): the first run takes its large buffers from
+  // the C library; once its outputs are freed, the same run again takes every one from the pool.
+  Graph g("step");
+  const Shape shape(DType::kF32, {256 * 1024});
+  Node* p = g.AddParameter(0, shape, "p").value();
+  Node* m = g.AddParameter(1, shape, "m").value();
+  Node* grad = g.AddParameter(2, shape, "g").value();
+  Node* half =
+      g.AddNode(Opcode::kBroadcast, shape, {g.AddConstant(Literal::Scalar(0.5f))}, OpAttributes{})
+          .value();
+  Node* m2 =
+      g.AddNode(Opcode::kAdd, {g.AddNode(Opcode::kMultiply, {m, half}).value(), grad}).value();
+  Node* e = g.AddNode(Opcode::kExp, {m2}).value();
+  OpAttributes reverse;
+  reverse.dimensions = {0};
+  Node* r = g.AddNode(Opcode::kReverse, {e}, reverse).value();  // not fused: a buffer of its own
+  Node* p2 = g.AddNode(Opcode::kSubtract, {p, r}).value();
+  g.set_root(g.AddNode(Opcode::kTuple, {p2, m2}).value());
+  const std::vector<Literal> args = {Random(shape, 1, -1, 1), Random(shape, 2, -1, 1),
+                                     Random(shape, 3, -1, 1)};
+  for (bool fusion : {false, true}) {
+    const Executor executor({.num_threads = 1, .fusion = fusion});
+    Literal first = executor.Run(g, args).value()[0];
+    first = Literal();  // the outputs of a step die before the next step
+    const internal::BufferPoolStats before = internal::GetBufferPoolStats();
+    Literal second = executor.Run(g, args).value()[0];
+    const internal::BufferPoolStats after = internal::GetBufferPoolStats();
+    EXPECT_EQ(after.fresh_allocations, before.fresh_allocations) << "fusion " << fusion;
+    EXPECT_GE(after.reuses - before.reuses, 3) << "fusion " << fusion;
+  }
 }
 
 TEST(ExecutorTest, PeakLiveBytesOfSmallChain) {

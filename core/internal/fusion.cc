@@ -383,6 +383,9 @@ struct Program {
   std::vector<int64_t> widths;                // bytes per element of each instruction
   std::vector<std::vector<int64_t>> strides;  // kGather: operand stride per output dim
   std::vector<bool> scalar_leaf;              // leaf read as one element for every position
+  // The instruction that writes its block straight into the output: the root, or, when the root
+  // only reshapes (kAlias) the last op of the fusion, that op (no copy of the block afterwards).
+  int writer = 0;
 };
 
 Program Compile(const Fusion& fusion, absl::Span<const Literal* const> leaves) {
@@ -415,6 +418,18 @@ Program Compile(const Fusion& fusion, absl::Span<const Literal* const> leaves) {
   }
   for (const Literal* leaf : leaves) {
     program.scalar_leaf.push_back(leaf->num_elements() != count);
+  }
+  // Follow the root's reshapes to the op they show. It may write the output early only when no
+  // op runs after it: a donated leaf's block must be read before the output's block is written.
+  int writer = static_cast<int>(fusion.instructions.size()) - 1;
+  program.writer = writer;
+  while (program.steps[writer] == Step::kAlias && fusion.instructions[writer].operands[0] >= 0) {
+    writer = fusion.instructions[writer].operands[0];
+  }
+  if (program.steps[writer] == Step::kOp &&
+      std::none_of(program.steps.begin() + writer + 1, program.steps.end(),
+                   [](Step step) { return step == Step::kOp; })) {
+    program.writer = writer;
   }
   return program;
 }
@@ -473,7 +488,8 @@ absl::Status RunChunk(const Program& program, absl::Span<const Literal* const> l
         case Step::kOp: {
           operands.clear();
           for (int operand : instruction.operands) operands.push_back(resolve(operand));
-          std::byte* dst = i == root ? out + b * program.widths[i] : instruction_scratch(i);
+          std::byte* dst =
+              i == program.writer ? out + b * program.widths[i] : instruction_scratch(i);
           absl::Status status =
               ElementwiseOnBuffers(node.opcode(), node.attrs().comparison_direction,
                                    OperandDType(node), node.shape().dtype(), operands, dst, len);
