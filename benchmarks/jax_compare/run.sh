@@ -29,7 +29,7 @@ ROWS="${ROWS:-$(for d in 1 8; do for o in sgd adam; do for b in 32 128 512; do
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
-# Training seconds of a sharded run of `steps` steps (the epoch line's train_seconds); with a
+# Training seconds of a sharded run of `steps` steps (the epoch record's train_seconds); with a
 # fourth argument, the run also writes its timeline there (tessel run --trace).
 sharded_train_seconds() {
   local optimizer="$1" batch="$2" steps="$3"
@@ -38,8 +38,8 @@ sharded_train_seconds() {
     --lr-schedule constant --ici-mesh-shape 2,2 --dcn-mesh-shape 2,1 --axis-names data,model \
     ${4:+--trace "$4"} |
     "$PYTHON" -c 'import json,sys
-for l in sys.stdin:
-    if l.startswith("{") and "epoch" in json.loads(l): print(json.loads(l)["train_seconds"])'
+out = json.load(sys.stdin)  # one object: {"ok": ..., "records": [epoch lines, summary]}
+print([r for r in out["records"] if "epoch" in r][-1]["train_seconds"])'
 }
 
 echo "# $(uname -n), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2

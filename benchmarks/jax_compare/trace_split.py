@@ -13,8 +13,8 @@ milliseconds per step:
   host_ms         step_ms - device_ms: tracing, cache lookup, argument passing, data loading,
                   reading back the loss
 
-The step graph is the executed graph with the longest mean run (the forward-only evaluation
-graph is shorter); its name is printed.
+The step graph is the graph run most often (run.sh's long run takes STEPS + 3 steps; the first
+step runs a graph of its own, the evaluation a fixed 10 chunks per device); its name is printed.
 
   python3 benchmarks/jax_compare/trace_split.py TRACE.json STEPS STEP_MS
 """
@@ -42,7 +42,7 @@ def main():
             collectives[device].append(span)
     if not runs:
         sys.exit(f"{trace_path}: no execute events (was the run sharded?)")
-    name = max(runs, key=lambda n: sum(r[2] - r[1] for r in runs[n]) / len(runs[n]))
+    name = max(runs, key=lambda n: len(runs[n]))
     step_runs = runs[name]
     # The timed steps: the last `steps` runs of the step graph on each device.
     per_device = collections.defaultdict(list)
