@@ -6,11 +6,14 @@
 // Counters: us_per_sample (wall time of the timed steps divided by the samples they processed,
 // microseconds), samples_per_second, and the split of a step into trace_ms (tracing the lazy
 // graph, fingerprinting it and finding it in the compilation cache) and execute_ms (the
-// executor), plus compiles (0: every timed step hit the cache). Wall time (UseRealTime) because
+// executor), plus compiles (0: every timed step hit the cache) and cpu_ms (CPU time of the
+// process, all threads, per step). Wall time (UseRealTime) because
 // the executor runs kernels on TBB worker threads. The first step (graph compilation) runs
 // before timing starts.
 //
 //   mlp_step_bench --benchmark_min_time=2
+#include <sys/resource.h>
+
 #include <chrono>
 #include <random>
 #include <string>
@@ -37,6 +40,14 @@ Batch RandomBatch(int64_t batch_size, uint64_t seed) {
   return batch;
 }
 
+// User + system CPU seconds of this process so far, all threads.
+double ProcessCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 // Times TrainStep of the MLP `sizes` with `optimizer` at batch size state.range(0).
 void RunSteps(benchmark::State& state, Optimizer& optimizer,
               std::vector<int64_t> sizes = {784, 512, 256, 10}) {
@@ -53,6 +64,7 @@ void RunSteps(benchmark::State& state, Optimizer& optimizer,
     return;
   }
   ResetLazyMetrics();
+  const double cpu_start_s = ProcessCpuSeconds();
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
     absl::StatusOr<StepResult> step = TrainStep(*model, optimizer, batch);
@@ -64,6 +76,7 @@ void RunSteps(benchmark::State& state, Optimizer& optimizer,
   }
   const double elapsed_us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  const double cpu_s = ProcessCpuSeconds() - cpu_start_s;
   const double steps = static_cast<double>(state.iterations());
   const double samples = steps * static_cast<double>(batch_size);
   state.counters["us_per_sample"] = elapsed_us / samples;
@@ -72,6 +85,9 @@ void RunSteps(benchmark::State& state, Optimizer& optimizer,
   state.counters["trace_ms"] = GetLazyMetrics().compile_seconds * 1e3 / steps;
   state.counters["execute_ms"] = GetLazyMetrics().execute_seconds * 1e3 / steps;
   state.counters["compiles"] = static_cast<double>(GetLazyMetrics().compiles);
+  // CPU time of the whole process (TBB workers included) per step: on a loaded machine a
+  // steadier figure than wall time.
+  state.counters["cpu_ms"] = cpu_s * 1e3 / steps;
 }
 void BM_MlpAdamStep(benchmark::State& state) {
   Adam adam({.lr = 1e-3});

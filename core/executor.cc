@@ -266,6 +266,9 @@ class Execution {
       if (!reachable_[node->id()] || Absorbed(*node)) continue;
       if (const internal::Fusion* fusion = FusionOf(*node)) {
         for (const Node* leaf : fusion->leaves) ++slots_[leaf->id()].remaining_uses;
+      } else if (const internal::FoldedDot* dot = FoldedDotOf(*node)) {
+        ++slots_[dot->lhs->id()].remaining_uses;
+        ++slots_[dot->rhs->id()].remaining_uses;
       } else {
         for (const Node* operand : node->operands()) ++slots_[operand->id()].remaining_uses;
       }
@@ -286,6 +289,10 @@ class Execution {
       }
       if (const internal::Fusion* fusion = FusionOf(*node)) {
         TESSEL_RETURN_IF_ERROR(ExecuteFusion(ctx, *fusion));
+        continue;
+      }
+      if (const internal::FoldedDot* dot = FoldedDotOf(*node)) {
+        ExecuteFoldedDot(ctx, *node, *dot);
         continue;
       }
       Slot& slot = slots_[node->id()];
@@ -385,6 +392,27 @@ class Execution {
     if (plan_.fusion_of_root.empty()) return nullptr;
     const int f = plan_.fusion_of_root[node.id()];
     return f < 0 ? nullptr : &plan_.fusions[f];
+  }
+  const internal::FoldedDot* FoldedDotOf(const Node& node) const {
+    if (plan_.folded_dot_of.empty()) return nullptr;
+    const int f = plan_.folded_dot_of[node.id()];
+    return f < 0 ? nullptr : &plan_.folded_dots[f];
+  }
+
+  // Runs `node` (a dot, or a transpose of one) as the dot `dot` of transpose folding.
+  void ExecuteFoldedDot(const KernelContext& ctx, const Node& node,
+                        const internal::FoldedDot& dot) {
+    Slot& lhs = slots_[dot.lhs->id()];
+    Slot& rhs = slots_[dot.rhs->id()];
+    Slot& slot = slots_[node.id()];
+    slot.owned = internal::Dot(ctx, lhs.value(), rhs.value(), dot.dnums, node.shape());
+    slot.bytes = TotalBytes(*slot.owned);
+    live_bytes_ += slot.bytes;
+    peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+    ++nodes_executed_;
+    ++kernels_;
+    Release(lhs);
+    Release(rhs);
   }
 
   // Runs one loop fusion. The output goes into the buffer of a leaf read only elementwise whose

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tessel/core/graph.h"
+#include "tessel/core/internal/buffer_pool.h"
 #include "tessel/core/internal/kernels.h"
 #include "tessel/core/literal.h"
 #include "tessel/core/rng.h"
@@ -1255,6 +1256,85 @@ TEST(ExecutorDotTest, BigDotOneThreadVersusManyThreads) {
   ExpectClose(w1, RefDot(small, wide, attrs.dot), 1e-5, 1e-4, "column split vs reference");
 }
 
+// Transpose folding (core/internal/fusion.h): transpose(dot(a, b)) that swaps the free dims runs
+// as dot(b, a), and a transpose read only by dots is read through the dots' dimension numbers;
+// neither transpose is materialised. Every case of DotCases, f32 (within GEMM rounding) and s32
+// (exact), against the same graph run unfused.
+TEST(ExecutorDotTest, TransposesFoldIntoDots) {
+  uint32_t seed = 2600;
+  for (DType dtype : {DType::kF32, DType::kS32}) {
+    for (const DotCase& c : DotCases()) {
+      const std::string what = absl::StrCat(c.name, " ", DTypeName(dtype));
+      // The lhs arrives transposed (dims reversed) and is transposed back for the dot.
+      std::vector<int64_t> reversed(c.lhs.rbegin(), c.lhs.rend()), back;
+      for (int64_t d = static_cast<int64_t>(c.lhs.size()) - 1; d >= 0; --d) back.push_back(d);
+      Graph g("fold");
+      Node* lhs_t = g.AddParameter(0, Shape(dtype, reversed), "lhs_t").value();
+      Node* rhs = g.AddParameter(1, Shape(dtype, c.rhs), "rhs").value();
+      OpAttributes transpose;
+      transpose.dimensions = back;
+      Node* lhs = g.AddNode(Opcode::kTranspose, {lhs_t}, transpose).value();
+      OpAttributes dot;
+      dot.dot = c.dn;
+      Node* d = g.AddNode(Opcode::kDot, {lhs, rhs}, dot).value();
+      // The output's free dims swapped: [batch, rhs free, lhs free].
+      const int64_t nb = static_cast<int64_t>(c.dn.lhs_batch_dims.size());
+      const int64_t nl = static_cast<int64_t>(c.lhs.size()) - nb -
+                         static_cast<int64_t>(c.dn.lhs_contracting_dims.size());
+      const int64_t nr = d->shape().rank() - nb - nl;
+      OpAttributes swap;
+      for (int64_t i = 0; i < nb; ++i) swap.dimensions.push_back(i);
+      for (int64_t j = 0; j < nr; ++j) swap.dimensions.push_back(nb + nl + j);
+      for (int64_t j = 0; j < nl; ++j) swap.dimensions.push_back(nb + j);
+      g.set_root(g.AddNode(Opcode::kTranspose, {d}, swap).value());
+      const std::vector<Literal> args = {Random(lhs_t->shape(), seed++, -1, 1),
+                                         Random(rhs->shape(), seed++, -1, 1)};
+      ExecutionStats folded_stats, unfolded_stats;
+      Literal folded = Executor({.fusion = true}).Run(g, args, &folded_stats).value()[0];
+      Literal unfolded = Executor({.fusion = false}).Run(g, args, &unfolded_stats).value()[0];
+      EXPECT_EQ(unfolded_stats.kernels, 3) << what;
+      // The lhs transpose folds when its free dims keep their order (one free dim at most here,
+      // or none reversed); the output transpose always folds.
+      const bool lhs_folds = nl <= 1;
+      if (lhs_folds) {
+        EXPECT_EQ(folded_stats.kernels, 1) << what;
+      }
+      EXPECT_LE(folded_stats.kernels, 2) << what;
+      int64_t k = 1;
+      for (int64_t dim : c.dn.lhs_contracting_dims) k *= c.lhs[dim];
+      ExpectClose(folded, unfolded, dtype == DType::kF32 ? 1e-6 : 0,
+                  dtype == DType::kF32 ? 1e-6 * k : 0, what);
+    }
+  }
+}
+
+// A transpose with a user other than a dot is materialised (once), and a dot with a second user
+// keeps its output: nothing folds.
+TEST(ExecutorDotTest, TransposesWithOtherUsersDoNotFold) {
+  Graph g("no_fold");
+  const Shape shape(DType::kF32, {5, 7});
+  Node* x = g.AddParameter(0, shape, "x").value();
+  OpAttributes transpose;
+  transpose.dimensions = {1, 0};
+  Node* xt = g.AddNode(Opcode::kTranspose, {x}, transpose).value();
+  OpAttributes dot;
+  dot.dot = Dn({}, {}, {1}, {0});
+  Node* d = g.AddNode(Opcode::kDot, {x, xt}, dot).value();  // [5, 5]
+  Node* dt = g.AddNode(Opcode::kTranspose, {d}, transpose).value();
+  Node* sum = g.AddNode(Opcode::kAdd, {d, dt}).value();
+  g.set_root(g.AddNode(Opcode::kTuple, {sum, g.AddNode(Opcode::kNegate, {xt}).value()}).value());
+  const std::vector<Literal> args = {Random(shape, 2700, -1, 1)};
+  ExecutionStats folded_stats, unfolded_stats;
+  std::vector<Literal> folded = Executor({.fusion = true}).Run(g, args, &folded_stats).value();
+  std::vector<Literal> unfolded = Executor({.fusion = false}).Run(g, args, &unfolded_stats).value();
+  // transpose x, dot, transpose d, add, negate: nothing fused or folded.
+  EXPECT_EQ(folded_stats.kernels, unfolded_stats.kernels);
+  EXPECT_EQ(folded_stats.kernels, 5);
+  ASSERT_EQ(folded.size(), 2u);
+  ExpectEqual(folded[0], unfolded[0], "sum");
+  ExpectEqual(folded[1], unfolded[1], "negated transpose");
+}
+
 // ---- Rng ---------------------------------------------------------------------------------------
 
 TEST(RngTest, PhiloxKnownAnswers) {
@@ -1378,6 +1458,68 @@ TEST(ExecutorTest, FusedOutputIsWrittenIntoADeadIntermediate) {
   EXPECT_EQ(fused_stats.peak_live_bytes, 2 * 64 * 64 * 4 + 4);  // x, d (then the result), 2.0
   EXPECT_EQ(unfused_stats.in_place, 0);
   ExpectWithinOneUlp(fused, unfused, "in-place fusion");
+}
+
+TEST(ExecutorTest, FusionEndingInReshapesWritesTheOutputFromItsLastOp) {
+  // reshape(reshape(exp(x) + x * 2)): the add writes the output's blocks directly (no copy
+  // through scratch); large enough for several blocks and chunks.
+  Graph g("reshape_root");
+  const Shape shape(DType::kF32, {300, 257});
+  Node* x = g.AddParameter(0, shape, "x").value();
+  Node* two =
+      g.AddNode(Opcode::kBroadcast, shape, {g.AddConstant(Literal::Scalar(2.0f))}, OpAttributes{})
+          .value();
+  Node* sum = g.AddNode(Opcode::kAdd, {g.AddNode(Opcode::kExp, {x}).value(),
+                                       g.AddNode(Opcode::kMultiply, {x, two}).value()})
+                  .value();
+  Node* flat =
+      g.AddNode(Opcode::kReshape, Shape(DType::kF32, {300 * 257}), {sum}, OpAttributes{}).value();
+  g.set_root(
+      g.AddNode(Opcode::kReshape, Shape(DType::kF32, {257, 300}), {flat}, OpAttributes{}).value());
+  // x in [0, 1): exp(x) + 2x >= exp(x), so exp's one ulp (Eigen's packet exp at other block
+  // edges) stays within one ulp of the sum.
+  const std::vector<Literal> args = {Random(shape, 4, 0, 1)};
+  for (int threads : {1, 4}) {
+    ExecutionStats stats;
+    Literal fused =
+        Executor({.num_threads = threads, .fusion = true}).Run(g, args, &stats).value()[0];
+    Literal unfused = Executor({.num_threads = threads, .fusion = false}).Run(g, args).value()[0];
+    EXPECT_EQ(stats.kernels, 1);
+    ExpectWithinOneUlp(fused, unfused, absl::StrCat("threads ", threads));
+  }
+}
+
+TEST(ExecutorTest, SecondRunOfAStepAllocatesNoLargeBuffer) {
+  // An Adam-like update of f32[256K] (1 MiB buffers): the first run takes its large buffers from
+  // the C library; once its outputs are freed, the same run again takes every one from the pool.
+  Graph g("step");
+  const Shape shape(DType::kF32, {256 * 1024});
+  Node* p = g.AddParameter(0, shape, "p").value();
+  Node* m = g.AddParameter(1, shape, "m").value();
+  Node* grad = g.AddParameter(2, shape, "g").value();
+  Node* half =
+      g.AddNode(Opcode::kBroadcast, shape, {g.AddConstant(Literal::Scalar(0.5f))}, OpAttributes{})
+          .value();
+  Node* m2 =
+      g.AddNode(Opcode::kAdd, {g.AddNode(Opcode::kMultiply, {m, half}).value(), grad}).value();
+  Node* e = g.AddNode(Opcode::kExp, {m2}).value();
+  OpAttributes reverse;
+  reverse.dimensions = {0};
+  Node* r = g.AddNode(Opcode::kReverse, {e}, reverse).value();  // not fused: a buffer of its own
+  Node* p2 = g.AddNode(Opcode::kSubtract, {p, r}).value();
+  g.set_root(g.AddNode(Opcode::kTuple, {p2, m2}).value());
+  const std::vector<Literal> args = {Random(shape, 1, -1, 1), Random(shape, 2, -1, 1),
+                                     Random(shape, 3, -1, 1)};
+  for (bool fusion : {false, true}) {
+    const Executor executor({.num_threads = 1, .fusion = fusion});
+    Literal first = executor.Run(g, args).value()[0];
+    first = Literal();  // the outputs of a step die before the next step
+    const internal::BufferPoolStats before = internal::GetBufferPoolStats();
+    Literal second = executor.Run(g, args).value()[0];
+    const internal::BufferPoolStats after = internal::GetBufferPoolStats();
+    EXPECT_EQ(after.fresh_allocations, before.fresh_allocations) << "fusion " << fusion;
+    EXPECT_GE(after.reuses - before.reuses, 3) << "fusion " << fusion;
+  }
 }
 
 TEST(ExecutorTest, PeakLiveBytesOfSmallChain) {

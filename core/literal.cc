@@ -9,21 +9,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tessel/core/internal/buffer_pool.h"
 
 namespace tessel {
 
 namespace {
 
-constexpr size_t kAlignment = 64;
-
-std::byte* AllocateAligned(int64_t bytes) {
-  size_t size = static_cast<size_t>(bytes);
-  size = (size + kAlignment - 1) / kAlignment * kAlignment;
-  if (size == 0) size = kAlignment;
-  void* p = std::aligned_alloc(kAlignment, size);
-  TESSEL_CHECK(p != nullptr);
-  return static_cast<std::byte*>(p);
-}
+// Large buffers are reused across steps (core/internal/buffer_pool.h).
+std::byte* AllocateAligned(int64_t bytes) { return internal::AllocateBuffer(bytes); }
 
 template <typename T>
 double ToDouble(T v) {
@@ -73,7 +66,7 @@ std::string FormatValue(T v) {
 
 }  // namespace
 
-void Literal::AlignedFree::operator()(std::byte* p) const { std::free(p); }
+void Literal::AlignedFree::operator()(std::byte* p) const { internal::FreeBuffer(p); }
 
 Literal::Literal(const Shape& shape) : shape_(shape) {
   if (shape.is_tuple()) {

@@ -13,7 +13,9 @@
 # passing, reading back the loss). 8 devices: `tessel run configs/two_slices_2x2hosts.json
 # --example fashion-mnist-mlp` (4 host processes, real Fashion-MNIST batches), the step time
 # taken as the difference of a run of 3 + STEPS steps and one of 3 steps, so start-up, the
-# first (compiling) step and the evaluation cancel.
+# first (compiling) step and the evaluation cancel; the long run's timeline (--trace) splits a
+# step into compute, collectives (waiting for peers included) and host time
+# (benchmarks/jax_compare/trace_split.py).
 #
 # Environment: PYTHON (default python3), BUILD (default build), TESSEL_EXECUTOR_FUSION=0 to time
 # the executor without loop fusion, ROWS to pick rows ("1:adam:128 8:sgd:32 ...").
@@ -27,15 +29,17 @@ ROWS="${ROWS:-$(for d in 1 8; do for o in sgd adam; do for b in 32 128 512; do
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
-# Training seconds of a sharded run of `steps` steps (the epoch line's train_seconds).
+# Training seconds of a sharded run of `steps` steps (the epoch record's train_seconds); with a
+# fourth argument, the run also writes its timeline there (tessel run --trace).
 sharded_train_seconds() {
   local optimizer="$1" batch="$2" steps="$3"
   "$BUILD/tools/tessel" run configs/two_slices_2x2hosts.json --example fashion-mnist-mlp \
     --json --epochs 1 --steps "$steps" --batch-size "$batch" --optimizer "$optimizer" \
-    --lr-schedule constant --ici-mesh-shape 2,2 --dcn-mesh-shape 2,1 --axis-names data,model |
+    --lr-schedule constant --ici-mesh-shape 2,2 --dcn-mesh-shape 2,1 --axis-names data,model \
+    ${4:+--trace "$4"} |
     "$PYTHON" -c 'import json,sys
-for l in sys.stdin:
-    if l.startswith("{") and "epoch" in json.loads(l): print(json.loads(l)["train_seconds"])'
+out = json.load(sys.stdin)  # one object: {"ok": ..., "records": [epoch lines, summary]}
+print([r for r in out["records"] if "epoch" in r][-1]["train_seconds"])'
 }
 
 echo "# $(uname -n), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
@@ -51,10 +55,15 @@ print(json.dumps({"ms": b["real_time"], "trace_ms": b["trace_ms"], "execute_ms":
       "$OUT/tessel.json")"
   else
     short="$(sharded_train_seconds "$optimizer" "$batch" 3)"
-    long="$(sharded_train_seconds "$optimizer" "$batch" "$((STEPS + 3))")"
-    tessel="$("$PYTHON" -c 'import json,sys
-print(json.dumps({"ms": 1e3 * (float(sys.argv[2]) - float(sys.argv[1])) / int(sys.argv[3])}))' \
-      "$short" "$long" "$STEPS")"
+    long="$(sharded_train_seconds "$optimizer" "$batch" "$((STEPS + 3))" "$OUT/trace.json")"
+    ms="$("$PYTHON" -c 'import sys
+print(1e3 * (float(sys.argv[2]) - float(sys.argv[1])) / int(sys.argv[3]))' "$short" "$long" "$STEPS")"
+    # The split of a step into compute, collectives and host time, from the long run's timeline.
+    tessel="$("$PYTHON" benchmarks/jax_compare/trace_split.py "$OUT/trace.json" "$STEPS" "$ms" |
+      "$PYTHON" -c 'import json,sys
+s=json.load(sys.stdin)
+print(json.dumps({"ms": s["step_ms"], "compute_ms": s["compute_ms"],
+                  "collectives_ms": s["collectives_ms"], "host_ms": s["host_ms"]}))')"
   fi
   jax="$(XLA_FLAGS=--xla_force_host_platform_device_count=8 "$PYTHON" \
     benchmarks/jax_compare/mlp_step.py --devices "$devices" --optimizer "$optimizer" \
@@ -66,18 +75,25 @@ row = {"devices": j["devices"], "optimizer": j["optimizer"], "batch": j["batch"]
 if "execute_ms" in t:
     row.update(tessel_execute_ms=t["execute_ms"], tessel_trace_ms=t["trace_ms"],
                tessel_other_host_ms=t["ms"] - t["execute_ms"] - t["trace_ms"])
+if "compute_ms" in t:
+    row.update(tessel_compute_ms=t["compute_ms"], tessel_collectives_ms=t["collectives_ms"],
+               tessel_host_ms=t["host_ms"])
 row["tessel_over_jax_throughput"] = j["ms_per_step"] / t["ms"]
 print(json.dumps(row))' "$tessel" "$jax"
 done | tee "$OUT/rows.json"
 "$PYTHON" - "$OUT/rows.json" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("| devices | optimizer | batch | JAX ms/step | Tessel ms/step | Tessel executor / trace / other host ms | Tessel/JAX throughput |")
+print("| devices | optimizer | batch | JAX ms/step | Tessel ms/step | Tessel split, ms | Tessel/JAX throughput |")
 print("|---|---|---|---|---|---|---|")
 for r in rows:
     split = "-"
     if "tessel_execute_ms" in r:
-        split = f"{r['tessel_execute_ms']:.1f} / {r['tessel_trace_ms']:.1f} / {r['tessel_other_host_ms']:.1f}"
+        split = (f"executor {r['tessel_execute_ms']:.1f} / trace {r['tessel_trace_ms']:.1f} / "
+                 f"other host {r['tessel_other_host_ms']:.1f}")
+    if "tessel_compute_ms" in r:
+        split = (f"compute {r['tessel_compute_ms']:.1f} / collectives "
+                 f"{r['tessel_collectives_ms']:.1f} / host {r['tessel_host_ms']:.1f}")
     print(f"| {r['devices']} | {r['optimizer']} | {r['batch']} | {r['jax_ms']:.1f} | {r['tessel_ms']:.1f} | "
           f"{split} | {r['tessel_over_jax_throughput']:.2f}x |")
 PY

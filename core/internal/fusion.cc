@@ -132,6 +132,127 @@ Fusion MakeFusion(const std::vector<const Node*>& members, const std::vector<boo
   return fusion;
 }
 
+// Where transpose `t`, read by a dot with `batch` and `contracting` dims of t, lets the dot read
+// t's operand instead: the same roles on the operand's dims (t's dim i is its operand's dim
+// perm[i]). False when the dot's output order would change: the free dims of t, taken in
+// increasing order, must be increasing dims of the operand too.
+bool MapThroughTranspose(const Node& t, const std::vector<int64_t>& batch,
+                         const std::vector<int64_t>& contracting, std::vector<int64_t>* new_batch,
+                         std::vector<int64_t>* new_contracting) {
+  const std::vector<int64_t>& perm = t.attrs().dimensions;
+  int64_t last_free = -1;
+  for (int64_t d = 0; d < static_cast<int64_t>(perm.size()); ++d) {
+    if (std::find(batch.begin(), batch.end(), d) != batch.end() ||
+        std::find(contracting.begin(), contracting.end(), d) != contracting.end()) {
+      continue;
+    }
+    if (perm[d] < last_free) return false;
+    last_free = perm[d];
+  }
+  // The outputs may be the inputs.
+  auto map = [&](const std::vector<int64_t>& dims) {
+    std::vector<int64_t> mapped;
+    for (int64_t d : dims) mapped.push_back(perm[d]);
+    return mapped;
+  };
+  if (new_batch != nullptr) *new_batch = map(batch);
+  if (new_contracting != nullptr) *new_contracting = map(contracting);
+  return true;
+}
+
+// Whether every read of transpose `t` is a dot that can read t's operand instead.
+bool FoldsIntoItsDots(const Graph& graph, const Node& t, const std::vector<int>& users) {
+  if (users.empty() || &t == graph.root()) return false;
+  for (int u : users) {
+    const Node& dot = *graph.nodes()[u];
+    if (dot.opcode() != Opcode::kDot) return false;
+    const DotDimensionNumbers& dn = dot.attrs().dot;
+    if (dot.operand(0) == &t &&
+        !MapThroughTranspose(t, dn.lhs_batch_dims, dn.lhs_contracting_dims, nullptr, nullptr)) {
+      return false;
+    }
+    if (dot.operand(1) == &t &&
+        !MapThroughTranspose(t, dn.rhs_batch_dims, dn.rhs_contracting_dims, nullptr, nullptr)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Whether transpose `t` of a dot output [batch, lhs free, rhs free] gives [batch, rhs free,
+// lhs free] in order, which is the output of the dot with its operands swapped.
+bool SwapsDotOperands(const Node& t, const Node& dot) {
+  const DotDimensionNumbers& dn = dot.attrs().dot;
+  const int64_t nb = static_cast<int64_t>(dn.lhs_batch_dims.size());
+  const int64_t nl =
+      dot.operand(0)->shape().rank() - nb - static_cast<int64_t>(dn.lhs_contracting_dims.size());
+  const int64_t nr =
+      dot.operand(1)->shape().rank() - nb - static_cast<int64_t>(dn.rhs_contracting_dims.size());
+  std::vector<int64_t> swap;
+  for (int64_t i = 0; i < nb; ++i) swap.push_back(i);
+  for (int64_t j = 0; j < nr; ++j) swap.push_back(nb + nl + j);
+  for (int64_t j = 0; j < nl; ++j) swap.push_back(nb + j);
+  return t.attrs().dimensions == swap;
+}
+
+// Transpose folding (fusion.h): fills plan.folded_dots, folded_dot_of and marks what it folds
+// away in plan.absorbed.
+void PlanTransposeFolding(const Graph& graph, const std::vector<bool>& reachable,
+                          const std::vector<std::vector<int>>& users, FusionPlan& plan) {
+  const int n = static_cast<int>(graph.num_nodes());
+  plan.folded_dot_of.assign(n, -1);
+  std::vector<bool> folds(n, false);
+  for (const Node* node : graph.nodes()) {
+    if (reachable[node->id()] && node->opcode() == Opcode::kTranspose) {
+      folds[node->id()] = FoldsIntoItsDots(graph, *node, users[node->id()]);
+    }
+  }
+  // Every dot reading a folded transpose reads its operand.
+  std::vector<FoldedDot> dot_of(n);
+  for (const Node* node : graph.nodes()) {
+    if (!reachable[node->id()] || node->opcode() != Opcode::kDot) continue;
+    FoldedDot f{node->operand(0), node->operand(1), node->attrs().dot};
+    if (folds[f.lhs->id()]) {
+      MapThroughTranspose(*f.lhs, f.dnums.lhs_batch_dims, f.dnums.lhs_contracting_dims,
+                          &f.dnums.lhs_batch_dims, &f.dnums.lhs_contracting_dims);
+      f.lhs = f.lhs->operand(0);
+    }
+    if (folds[f.rhs->id()]) {
+      MapThroughTranspose(*f.rhs, f.dnums.rhs_batch_dims, f.dnums.rhs_contracting_dims,
+                          &f.dnums.rhs_batch_dims, &f.dnums.rhs_contracting_dims);
+      f.rhs = f.rhs->operand(0);
+    }
+    dot_of[node->id()] = std::move(f);
+  }
+  for (const Node* node : graph.nodes()) {
+    const int id = node->id();
+    if (!reachable[id]) continue;
+    if (folds[id]) {
+      plan.absorbed[id] = true;
+      continue;
+    }
+    const Node* dot = node->operand_count() == 1 ? node->operand(0) : nullptr;
+    if (node->opcode() == Opcode::kTranspose && dot->opcode() == Opcode::kDot &&
+        dot != graph.root() && users[dot->id()].size() == 1 && SwapsDotOperands(*node, *dot)) {
+      const FoldedDot& d = dot_of[dot->id()];
+      plan.absorbed[dot->id()] = true;
+      plan.folded_dot_of[id] = static_cast<int>(plan.folded_dots.size());
+      plan.folded_dots.push_back(
+          {d.rhs, d.lhs,
+           DotDimensionNumbers{d.dnums.rhs_batch_dims, d.dnums.lhs_batch_dims,
+                               d.dnums.rhs_contracting_dims, d.dnums.lhs_contracting_dims}});
+    }
+  }
+  for (const Node* node : graph.nodes()) {
+    const int id = node->id();
+    if (!reachable[id] || node->opcode() != Opcode::kDot || plan.absorbed[id]) continue;
+    const FoldedDot& d = dot_of[id];
+    if (d.lhs == node->operand(0) && d.rhs == node->operand(1)) continue;
+    plan.folded_dot_of[id] = static_cast<int>(plan.folded_dots.size());
+    plan.folded_dots.push_back(d);
+  }
+}
+
 }  // namespace
 
 FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable) {
@@ -177,6 +298,7 @@ FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable) {
       plan.absorbed[id] = true;
     }
   }
+  PlanTransposeFolding(graph, reachable, users, plan);
   return plan;
 }
 
@@ -261,6 +383,9 @@ struct Program {
   std::vector<int64_t> widths;                // bytes per element of each instruction
   std::vector<std::vector<int64_t>> strides;  // kGather: operand stride per output dim
   std::vector<bool> scalar_leaf;              // leaf read as one element for every position
+  // The instruction that writes its block straight into the output: the root, or, when the root
+  // only reshapes (kAlias) the last op of the fusion, that op (no copy of the block afterwards).
+  int writer = 0;
 };
 
 Program Compile(const Fusion& fusion, absl::Span<const Literal* const> leaves) {
@@ -293,6 +418,18 @@ Program Compile(const Fusion& fusion, absl::Span<const Literal* const> leaves) {
   }
   for (const Literal* leaf : leaves) {
     program.scalar_leaf.push_back(leaf->num_elements() != count);
+  }
+  // Follow the root's reshapes to the op they show. It may write the output early only when no
+  // op runs after it: a donated leaf's block must be read before the output's block is written.
+  int writer = static_cast<int>(fusion.instructions.size()) - 1;
+  program.writer = writer;
+  while (program.steps[writer] == Step::kAlias && fusion.instructions[writer].operands[0] >= 0) {
+    writer = fusion.instructions[writer].operands[0];
+  }
+  if (program.steps[writer] == Step::kOp &&
+      std::none_of(program.steps.begin() + writer + 1, program.steps.end(),
+                   [](Step step) { return step == Step::kOp; })) {
+    program.writer = writer;
   }
   return program;
 }
@@ -351,7 +488,8 @@ absl::Status RunChunk(const Program& program, absl::Span<const Literal* const> l
         case Step::kOp: {
           operands.clear();
           for (int operand : instruction.operands) operands.push_back(resolve(operand));
-          std::byte* dst = i == root ? out + b * program.widths[i] : instruction_scratch(i);
+          std::byte* dst =
+              i == program.writer ? out + b * program.widths[i] : instruction_scratch(i);
           absl::Status status =
               ElementwiseOnBuffers(node.opcode(), node.attrs().comparison_direction,
                                    OperandDType(node), node.shape().dtype(), operands, dst, len);

@@ -27,6 +27,14 @@
 // as the unfused kernels, vectorised per op over contiguous elements) and the root writes the
 // output directly. One pass over memory per fusion. Results equal the unfused executor's
 // bitwise, except Eigen's packet transcendental ops at block boundaries (within one ulp).
+//
+// Transpose folding (XLA's TransposeFolding pass and AlgebraicSimplifier's
+// transpose(dot(a, b)) -> dot(b, a)): a transpose feeding only dots is never materialised, each
+// dot reads its operand through the permuted dimension numbers (the dot kernel views a
+// transposed matrix without copying); and a transpose that swaps a dot's lhs and rhs free dims,
+// the only user of that dot, is computed as the dot of the swapped operands (autodiff's weight
+// gradients are such transposes). Folded dots may differ from the unfolded ones by rounding:
+// Eigen's GEMM tiles the swapped product differently.
 #ifndef TESSEL_CORE_INTERNAL_FUSION_H_
 #define TESSEL_CORE_INTERNAL_FUSION_H_
 
@@ -64,17 +72,29 @@ struct Fusion {
   std::vector<bool> leaf_elementwise;
 };
 
+// A dot computed on other nodes than its graph operands (transpose folding, above): the dot
+// of `lhs` and `rhs` with `dnums` has the shape of the node that runs it.
+struct FoldedDot {
+  const Node* lhs = nullptr;
+  const Node* rhs = nullptr;
+  DotDimensionNumbers dnums;
+};
+
 struct FusionPlan {
   // Per node id: the index of the fusion it is the root of, or -1.
   std::vector<int> fusion_of_root;
   // Per node id: computed inside fusions only; the executor never materialises it.
   std::vector<bool> absorbed;
   std::vector<Fusion> fusions;
+  // Per node id: the index of the folded dot that node runs as (a dot reading transposes'
+  // operands, or a transpose of a dot), or -1. Nodes folded away are marked in `absorbed`.
+  std::vector<int> folded_dot_of;
+  std::vector<FoldedDot> folded_dots;
 };
 
-// Plans loop fusions over the nodes of `graph` marked in `reachable` (indexed by node id).
-// Never fails: a node the fused loop cannot compute (an op an element type has no meaning for)
-// stays unfused, so the executor reports its error as before.
+// Plans loop fusions and transpose folding over the nodes of `graph` marked in `reachable` (indexed
+// by node id). Never fails: a node the fused loop cannot compute (an op an element type has no
+// meaning for) stays unfused, so the executor reports its error as before.
 [[nodiscard]] FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable);
 
 // Computes `fusion` with `leaves[i]` the value of fusion.leaves[i]; the result has the root's
