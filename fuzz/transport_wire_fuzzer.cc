@@ -4,7 +4,9 @@
 //     decoding it again must give the same bytes);
 //   - a control body (hello, table, refusal): UnpackStrings (PackStrings must rebuild it);
 //   - a shared-memory header queue scribbled with the input: PopHeader must either pop entries
-//     or report the segment as corrupt, never read outside the segment, loop forever or crash.
+//     or report the segment as corrupt, never read outside the segment, loop forever or crash;
+//   - a slot state word scribbled with the input's first 4 bytes: CheckClaimed and IsFull accept
+//     exactly the values senders write (1 being written, 2 full) and report the rest as corrupt.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -73,6 +75,19 @@ void FuzzShmQueue(const uint8_t* data, size_t size) {
       std::abort();
     }
     FuzzHeader(entry.data(), kWireHeaderBytes);
+  }
+
+  uint32_t word = 0;
+  std::memcpy(&word, data, std::min(size, sizeof(word)));
+  std::memcpy((*segment)->slot_states_for_testing(1).data(), &word, sizeof(word));
+  const absl::Status claimed = (*segment)->CheckClaimed(1, 0);
+  const absl::StatusOr<bool> full = (*segment)->IsFull(1, 0);
+  const bool valid = word == 1 || word == 2;
+  if (claimed.ok() != valid || full.ok() != valid || (valid && *full != (word == 2)) ||
+      (!valid && (claimed.code() != absl::StatusCode::kDataLoss ||
+                  full.status().code() != absl::StatusCode::kDataLoss))) {
+    std::fprintf(stderr, "slot state word %u is judged wrongly\n", word);
+    std::abort();
   }
 }
 

@@ -268,7 +268,7 @@ class LatePayload : public Payload {
   explicit LatePayload(std::atomic<bool>* ready) : ready_(ready) {}
   const std::byte* data() const override { return bytes_; }
   size_t size() const override { return sizeof(bytes_); }
-  bool ready() const override { return ready_->load(); }
+  absl::StatusOr<bool> ready() const override { return ready_->load(); }
 
  private:
   std::atomic<bool>* ready_;
@@ -319,6 +319,37 @@ TEST(MailboxTest, TakeWaitsUntilThePayloadIsReady) {
     EXPECT_THAT(std::string(got.status().message()), HasSubstr("lost host 1"));
     failer.join();
   }
+}
+
+// A payload whose bytes can never come (ShmPayload over a corrupt segment).
+class CorruptPayload : public Payload {
+ public:
+  const std::byte* data() const override { return nullptr; }
+  size_t size() const override { return 0; }
+  absl::StatusOr<bool> ready() const override {
+    return absl::DataLossError("shared memory segment S is corrupt: slot 0 of host 1 ...");
+  }
+};
+
+// Take fails the whole job with the payload's error (broadcast to the other hosts, naming this
+// host) instead of waiting for the deadline or returning a message without its bytes.
+TEST(MailboxTest, TakeFailsTheJobWhenThePayloadCanNeverBeReady) {
+  Mailbox box(0, {0});
+  std::vector<absl::Status> broadcast;
+  box.set_abort_callback([&](const absl::Status& s) { broadcast.push_back(s); });
+  Message m = MakeMessage(1, 0, 0, CallSignature{});
+  m.payload = std::make_unique<CorruptPayload>();
+  box.Deliver(std::move(m));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Message> got =
+      box.Take(MailKey{Channel::kCollective, 0, 1, 0, 0, 0, 0}, 1, start + absl::Seconds(30));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(got.status().message()),
+              ::testing::StartsWith("host 0: shared memory segment S is corrupt"));
+  EXPECT_EQ(box.failure(), got.status());
+  ASSERT_EQ(broadcast.size(), 1u);
+  EXPECT_EQ(broadcast[0], got.status());
 }
 
 TEST(MailboxTest, WaitForADepartedHostFailsAtOnce) {
@@ -573,16 +604,22 @@ TEST(ShmSegmentTest, OpenedSegmentSharesSlotsWithItsCreator) {
 
   const int32_t slot = (*sender)->Claim(/*src=*/2);
   ASSERT_GE(slot, 0);
-  EXPECT_FALSE((*receiver)->IsFull(2, slot));  // claimed, not yet published
+  EXPECT_TRUE((*receiver)->CheckClaimed(2, slot).ok());
+  absl::StatusOr<bool> full = (*receiver)->IsFull(2, slot);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_FALSE(*full);  // claimed, not yet published
   std::vector<std::byte> bytes(8192);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 7 + 1);
   std::memcpy((*sender)->slot_data(2, slot), bytes.data(), bytes.size());
   (*sender)->Publish(2, slot);
-  ASSERT_TRUE((*receiver)->IsFull(2, slot));
+  full = (*receiver)->IsFull(2, slot);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_TRUE(*full);
+  EXPECT_TRUE((*receiver)->CheckClaimed(2, slot).ok());
   EXPECT_EQ(std::memcmp((*receiver)->slot_data(2, slot), bytes.data(), bytes.size()), 0);
   // Other sources' slots are separate memory.
   EXPECT_NE((*receiver)->slot_data(1, slot), (*receiver)->slot_data(2, slot));
-  EXPECT_FALSE((*receiver)->IsFull(1, slot));
+  EXPECT_EQ((*receiver)->CheckClaimed(1, slot).code(), absl::StatusCode::kDataLoss);
 
   // Every slot busy: Claim says so instead of waiting; a consumed payload frees its slot.
   const int32_t other = (*sender)->Claim(2);
@@ -697,6 +734,51 @@ TEST(ShmSegmentTest, ScribbledHeaderQueueIsReportedAsCorruptSegment) {
     EXPECT_THAT(message, HasSubstr(c.error));
     EXPECT_THAT(message, HasSubstr("(written by a process outside the job?)"));
     EXPECT_THAT((*receiver)->name(), ::testing::StartsWith("/proc/"));
+  }
+}
+
+// A same-user process that scribbles the state word of a slot whose header arrived: free (0)
+// or a value no host writes is reported as a corrupt segment, naming it, slot and host, not as a
+// protocol error of the sender; 1 (being written) and 2 (full) are what senders write.
+TEST(ShmSegmentTest, ScribbledSlotStateIsReportedAsCorruptSegment) {
+  struct Case {
+    uint32_t value;     // written into the state word of claimed slot 1 of host 1
+    const char* error;  // expected in the message, after "is corrupt: "
+  };
+  const Case cases[] = {
+      {0, "slot 1 of host 1 is free although its header arrived"},
+      {3, "slot 1 of host 1 has state word 3, which no host writes"},
+      {0xdeadbeef, "slot 1 of host 1 has state word 3735928559, which no host writes"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.value);
+    absl::StatusOr<std::shared_ptr<ShmSegment>> receiver = ShmSegment::Create({2, 2, 4096});
+    ASSERT_TRUE(receiver.ok()) << receiver.status();
+    absl::StatusOr<std::shared_ptr<ShmSegment>> sender =
+        ShmSegment::Open((*receiver)->descriptor());
+    ASSERT_TRUE(sender.ok()) << sender.status();
+    ASSERT_EQ((*sender)->Claim(1), 0);
+    ASSERT_EQ((*sender)->Claim(1), 1);
+    absl::Span<std::byte> states = (*sender)->slot_states_for_testing(1);
+    ASSERT_EQ(states.size(), 2u * 64u);
+    std::memcpy(states.data() + 64, &c.value, sizeof(c.value));
+
+    const std::string corrupt =
+        absl::StrCat("shared memory segment ", (*receiver)->name(), " is corrupt: ", c.error);
+    for (const absl::Status& status :
+         {(*receiver)->CheckClaimed(1, 1), (*receiver)->IsFull(1, 1).status(),
+          ShmPayload(*receiver, 1, 1, 100).ready().status()}) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+      EXPECT_THAT(std::string(status.message()), HasSubstr(corrupt));
+      EXPECT_THAT(std::string(status.message()),
+                  HasSubstr("(written by a process outside the job?)"));
+    }
+    // Slot 0 of the same host is untouched: claimed, then published.
+    EXPECT_TRUE((*receiver)->CheckClaimed(1, 0).ok());
+    (*sender)->Publish(1, 0);
+    absl::StatusOr<bool> full = (*receiver)->IsFull(1, 0);
+    ASSERT_TRUE(full.ok()) << full.status();
+    EXPECT_TRUE(*full);
   }
 }
 

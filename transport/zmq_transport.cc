@@ -136,8 +136,9 @@ class ZmqTransport::Impl : public internal::HostLink {
   // Maps peer `p`'s segment from the descriptor in its hello (progress thread).
   void MapPeerSharedMemory(int64_t p, const std::string& descriptor);
   // Hands the payload in slot `slot` of peer `peer`'s region to the mailbox, after checking
-  // that the header is a data header from that peer and the slot was claimed (else a protocol
-  // error fails the job).
+  // that the header is a data header from that peer naming a slot that exists (else a protocol
+  // error fails the job) and that the slot was claimed (else the segment is corrupt: kDataLoss
+  // fails the job, ShmSegment::CheckClaimed).
   void DeliverShm(int64_t peer, const WireHeader& header, uint32_t slot);
   // Delivers every header waiting in this host's shared-memory queues: the mailbox's poller (a
   // waiting device thread), the progress thread after every poll, and before a departure.
@@ -480,18 +481,24 @@ void ZmqTransport::Impl::DeliverShm(int64_t peer, const WireHeader& header, uint
   }
   if (shm_ == nullptr || slot >= static_cast<uint32_t>(shm_->layout().slots) ||
       header.payload_bytes == 0 ||
-      header.payload_bytes > static_cast<uint64_t>(shm_->layout().slot_bytes) ||
-      !shm_->IsClaimed(peer, static_cast<int32_t>(slot))) {
-    state_->mailbox().Fail(absl::InternalError(absl::StrCat(
-                               "protocol error: host ", peer, " named shared-memory slot ", slot,
-                               " with ", header.payload_bytes, " bytes, which this host ",
-                               shm_ == nullptr ? "does not have (shared memory is off here)"
-                                               : "has not seen claimed, or which is out of range "
-                                                 "(or the slot states of shared memory segment " +
-                                                     shm_->name() +
-                                                     " were written by a process outside the "
-                                                     "job)")),
-                           /*broadcast=*/true);
+      header.payload_bytes > static_cast<uint64_t>(shm_->layout().slot_bytes)) {
+    state_->mailbox().Fail(
+        absl::InternalError(absl::StrCat(
+            "protocol error: host ", peer, " named shared-memory slot ", slot, " with ",
+            header.payload_bytes, " bytes, which this host ",
+            shm_ == nullptr ? "does not have (shared memory is off here)"
+                            : absl::StrCat("does not have (", shm_->layout().slots, " slots of ",
+                                           shm_->layout().slot_bytes, " bytes)"))),
+        /*broadcast=*/true);
+    return;
+  }
+  // The header is the peer's (authenticated or checksummed); a slot it names that is not
+  // claimed means the state words were written from outside: the same report as a scribbled
+  // header queue, not a protocol error of the peer.
+  if (absl::Status claimed = shm_->CheckClaimed(peer, static_cast<int32_t>(slot)); !claimed.ok()) {
+    state_->mailbox().Fail(
+        absl::Status(claimed.code(), absl::StrCat("host ", rank_, ": ", claimed.message())),
+        /*broadcast=*/true);
     return;
   }
   Message message;

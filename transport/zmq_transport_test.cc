@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -686,6 +688,53 @@ TEST(ZmqTransportStrangerTest, ScribbledSharedMemoryQueueIsReportedAsCorrupt) {
   EXPECT_THAT(job.err(0), HasSubstr("is corrupt")) << job.Report();
   for (int r = 0; r < kHosts; ++r) {
     EXPECT_THAT(job.err(r), ::testing::Not(HasSubstr("protocol error: host 0"))) << job.Report();
+  }
+}
+
+// Another process of the same user scribbles the state words of the slots host 0 fills in host
+// 1's segment, overwriting every claimed one (being written or full) with a value no host
+// writes. Host 1 reports its segment as corrupt (the same kDataLoss report as a scribbled header
+// queue), not host 0 for a protocol error, and the job fails on both hosts.
+TEST(ZmqTransportStrangerTest, ScribbledSharedMemorySlotStateIsReportedAsCorrupt) {
+  constexpr int kHosts = 2;
+  Job job;
+  for (int r = 0; r < kHosts; ++r) {
+    job.Spawn(r, {"--scenario=loop", "--iterations=400", "--sleep_ms=20",
+                  absl::StrCat("--num_hosts=", kHosts),
+                  absl::StrCat("--coordinator=", job.ipc_coordinator())});
+  }
+  AwaitReady(job, kHosts);
+  absl::StatusOr<std::shared_ptr<internal::ShmSegment>> segment = MapSegmentOf(job.pid(1));
+  ASSERT_TRUE(segment.ok()) << segment.status() << "\n" << job.Report();
+  constexpr uint32_t kScribble = 0x5eed5eed;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> scribbled{0};
+  std::thread scribbler([&] {
+    const absl::Span<std::byte> states = (*segment)->slot_states_for_testing(0);
+    while (!stop.load()) {
+      for (size_t offset = 0; offset < states.size(); offset += 64) {
+        auto& word = *reinterpret_cast<std::atomic<uint32_t>*>(states.data() + offset);
+        for (uint32_t claimed : {1u, 2u}) {
+          if (word.compare_exchange_strong(claimed, kScribble)) ++scribbled;
+        }
+      }
+      sched_yield();
+    }
+  });
+  const bool exited = job.WaitAll(absl::Seconds(60));
+  stop = true;
+  scribbler.join();
+  ASSERT_TRUE(exited) << job.Report();
+  ASSERT_GT(scribbled.load(), 0) << job.Report();
+  EXPECT_NE(job.exit_code(1), 0) << job.Report();
+  EXPECT_THAT(job.err(1),
+              HasSubstr(absl::StrCat("shared memory segment ", (*segment)->name(), " is corrupt")))
+      << job.Report();
+  EXPECT_THAT(job.err(1), HasSubstr(absl::StrCat("has state word ", kScribble))) << job.Report();
+  EXPECT_THAT(job.err(1), HasSubstr("(written by a process outside the job?)")) << job.Report();
+  EXPECT_THAT(job.err(0), HasSubstr("is corrupt")) << job.Report();
+  for (int r = 0; r < kHosts; ++r) {
+    EXPECT_THAT(job.err(r), ::testing::Not(HasSubstr("protocol error"))) << job.Report();
   }
 }
 

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "tessel/core/computation_client.h"
 #include "tessel/core/hlo_text.h"
 #include "tessel/core/status_macros.h"
@@ -17,6 +18,50 @@ namespace tessel::mesh {
 
 struct LocalMesh::Job {
   std::unique_ptr<transport::InProcTransport> transport;
+};
+
+// The runtime's client behind one mutex. The runtime drives every device thread for one
+// program at a time, and the collectives of two programs, matched by call order, must not
+// interleave; the mutex also keeps the runtime's counters consistent for metrics(). Close()
+// drops the runtime's client (which points into the runtime) so that threads that still have
+// this client installed after the mesh is gone get an error, not a dangling pointer.
+class LocalMesh::SerialClient final : public ComputationClient {
+ public:
+  explicit SerialClient(std::shared_ptr<ComputationClient> inner) : inner_(std::move(inner)) {}
+
+  absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> Execute(
+      const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
+      absl::Span<const std::shared_ptr<const DeviceData>> arguments,
+      ExecutionStats* stats) override {
+    absl::MutexLock lock(&mu_);
+    TESSEL_RETURN_IF_ERROR(CheckOpen());
+    return inner_->Execute(graph, fingerprint, arguments, stats);
+  }
+
+  absl::StatusOr<Literal> TransferFromDevice(const DeviceData& data) override {
+    absl::MutexLock lock(&mu_);
+    TESSEL_RETURN_IF_ERROR(CheckOpen());
+    return inner_->TransferFromDevice(data);
+  }
+
+  // Waits for a running call, then refuses every later one.
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    inner_.reset();
+  }
+
+  absl::Mutex& mu() const ABSL_LOCK_RETURNED(mu_) { return mu_; }
+
+ private:
+  absl::Status CheckOpen() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (inner_ != nullptr) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        "the LocalMesh whose client this thread uses was destroyed; run on a live mesh "
+        "(LocalMesh::UseOnThisThread) or call SetComputationClient(nullptr)");
+  }
+
+  mutable absl::Mutex mu_;
+  std::shared_ptr<ComputationClient> inner_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<std::unique_ptr<LocalMesh>> LocalMesh::Create(int64_t num_devices,
@@ -66,13 +111,35 @@ absl::StatusOr<std::unique_ptr<LocalMesh>> LocalMesh::Create(const Topology& top
   TESSEL_ASSIGN_OR_RETURN(
       local->runtime_,
       HostRuntime::Create(local->topology_, &local->job_->transport->host(0), runtime_options));
-  SetComputationClient(local->runtime_->client());
+  local->client_ = std::make_shared<SerialClient>(local->runtime_->client());
+  SetComputationClient(local->client_);
   return local;
 }
 
 LocalMesh::~LocalMesh() {
-  // Only a fully made mesh installed its client; a half-made one (an error in Create) did not.
-  if (runtime_ != nullptr) SetComputationClient(nullptr);
+  // Only a fully made mesh has a client; a half-made one (an error in Create) installed none.
+  if (client_ == nullptr) return;
+  client_->Close();
+  if (&GetComputationClient() == client_.get()) SetComputationClient(nullptr);
+}
+
+LocalMesh::ThreadScope LocalMesh::UseOnThisThread() {
+  SetComputationClient(client_);
+  return ThreadScope(client_.get());
+}
+
+LocalMesh::ThreadScope::~ThreadScope() {
+  if (&GetComputationClient() == client_) SetComputationClient(nullptr);
+}
+
+RuntimeMetrics LocalMesh::metrics() const {
+  absl::MutexLock lock(&client_->mu());
+  return runtime_->metrics();
+}
+
+std::string LocalMesh::MetricsReport() const {
+  absl::MutexLock lock(&client_->mu());
+  return runtime_->MetricsReport();
 }
 
 absl::StatusOr<spmd::Mesh> LocalMesh::MakeMesh(std::vector<int64_t> mesh_shape,
@@ -109,7 +176,8 @@ absl::StatusOr<std::vector<Literal>> LocalMesh::RunHlo(std::string_view hlo_text
     }
     arguments.push_back(std::make_shared<LiteralData>(inputs[i]));
   }
-  ComputationClient& client = *runtime_->client();
+  // Not the thread's installed client: RunHlo works from any thread, installed or not.
+  ComputationClient& client = *client_;
   TESSEL_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const DeviceData>> results,
                           client.Execute(graph, GraphFingerprint(*graph), arguments, nullptr));
   std::vector<Literal> outputs;

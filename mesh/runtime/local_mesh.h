@@ -22,16 +22,34 @@
 // one host (the transport's collective algorithms between the device threads, traffic counted as
 // host-local), and a HostRuntime over both (mesh/runtime/host_runtime.h: partitioning cached by
 // graph fingerprint, one executor per device, ShardedData values, metrics, tracing). Its
-// ComputationClient is installed on the thread that calls Create, so that thread's Sync() and
-// Tensor::ToLiteral() run on the mesh until the LocalMesh is destroyed.
+// ComputationClient (serialised, see below) is installed on the thread that calls Create, so
+// that thread's Sync() and Tensor::ToLiteral() run on the mesh until the LocalMesh is destroyed;
+// UseOnThisThread() installs it on any other thread.
 //
 // Shapes: tensors and literals the user sees are global (unpartitioned); each device thread runs
 // the per-device program on local pieces (ceil(dim / tiles) per tiled dim, padding included).
 // Reading a tensor back (ToLiteral) assembles the global value.
 //
-// Thread model: use a LocalMesh, the tensors traced under it, and its runtime from the thread
-// that created it only (the lazy tensor context is per thread); destroy it on that thread.
-// Several LocalMesh objects may exist on different threads at once.
+// Thread model: any thread may use a LocalMesh. Every program run on it (RunHlo, a Sync() or
+// ToLiteral() of any thread the mesh's client is installed on, metrics()) takes one mutex, so
+// calls from several threads run one at a time, each whole (the runtime drives all N device
+// threads for one program at a time: the collectives of two programs must not interleave).
+// Concurrent RunHlo calls therefore give the same results as the same calls made one after
+// another, in some order; parsing the HLO text happens outside the mutex. Limits that remain:
+//   - One host: N devices in this process only. A job over several hosts is one process per
+//     host (`tessel run`, docs/runtime.md); Create refuses a topology with several hosts.
+//   - No parallelism between programs: two threads do not run two programs at once on disjoint
+//     devices (make one LocalMesh per group of devices for that).
+//   - Tensors are per thread: the lazy tensor context is (core/tensor.h), so a Tensor traced on
+//     one thread is used on that thread; pass values between threads as Literals
+//     (ToLiteral / FromLiteral).
+//   - runtime() itself is not serialised: its methods (EnableTracing, CollectTrace,
+//     MakeShardedInput, metrics) must not run while another thread runs a program on the mesh;
+//     use LocalMesh::metrics() / MetricsReport() for counters from any thread.
+//   - The LocalMesh may be destroyed on any thread once no call on it is running (the
+//     destructor waits for a running one). A thread that still has its client installed then
+//     gets kFailedPrecondition from Sync() / ToLiteral() instead of a crash.
+// Several LocalMesh objects may exist at once, each with its own devices.
 //
 // Source: JAX's forced host platform devices and torch_xla's PJRT CPU client with N devices
 // (single controller, N devices in one process); the runtime is torch_xla SPMD's (one graph,
@@ -47,6 +65,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "tessel/core/computation_client.h"
 #include "tessel/core/literal.h"
 #include "tessel/mesh/runtime/host_runtime.h"
 #include "tessel/mesh/topology/topology.h"
@@ -83,7 +102,10 @@ class LocalMesh {
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<LocalMesh>> Create(
       const Topology& topology, LocalMeshOptions options = {});
 
-  // Uninstalls the client from the creating thread (back to the single-device executor).
+  // Waits for a running program, then closes the mesh: a thread whose client is still this
+  // mesh's gets kFailedPrecondition ("... LocalMesh ... was destroyed") from it from then on.
+  // Uninstalls the client from the calling thread if it is installed there (back to the
+  // single-device executor). Any thread.
   ~LocalMesh();
   LocalMesh(const LocalMesh&) = delete;
   LocalMesh& operator=(const LocalMesh&) = delete;
@@ -91,7 +113,36 @@ class LocalMesh {
   int64_t num_devices() const { return runtime_->num_devices(); }
   const Topology& topology() const { return topology_; }
   // The runtime: metrics(), MetricsReport(), EnableTracing / CollectTrace, MakeShardedInput.
+  // Not serialised (see "Thread model" above).
   HostRuntime& runtime() { return *runtime_; }
+
+  // HostRuntime::metrics() and MetricsReport(), read under the mesh's mutex: safe from any
+  // thread while others run programs (they see the counters between two programs).
+  RuntimeMetrics metrics() const;
+  std::string MetricsReport() const;
+
+  // Installs the mesh's (serialised) client on the calling thread for as long as the returned
+  // object lives, so that this thread's Sync() and Tensor::ToLiteral() run on the mesh; its
+  // destruction (on the same thread) puts the thread back on the single-device executor if the
+  // mesh's client is still the one installed. Tensors traced under it stay on this thread (see
+  // "Thread model").
+  //
+  //   std::thread worker([&] {
+  //     LocalMesh::ThreadScope scope = local->UseOnThisThread();
+  //     ... trace, Sync(), ToLiteral() ...
+  //   });
+  class ThreadScope {
+   public:
+    ~ThreadScope();
+    ThreadScope(const ThreadScope&) = delete;
+    ThreadScope& operator=(const ThreadScope&) = delete;
+
+   private:
+    friend class LocalMesh;
+    explicit ThreadScope(const ComputationClient* client) : client_(client) {}
+    const ComputationClient* client_;
+  };
+  [[nodiscard]] ThreadScope UseOnThisThread();
 
   // A logical mesh over all devices: ids 0..N-1 reshaped row-major to `mesh_shape`, one name per
   // axis (torch_xla `Mesh(np.arange(N), mesh_shape, axis_names)`).
@@ -100,6 +151,7 @@ class LocalMesh {
   [[nodiscard]] absl::StatusOr<spmd::Mesh> MakeMesh(std::vector<int64_t> mesh_shape,
                                                     std::vector<std::string> axis_names) const;
 
+  // Thread-safe: concurrent calls run their programs one at a time (see "Thread model").
   // Parses an HLO module (XLA text; shardings from its `sharding={...}` attributes, e.g. a
   // module JAX lowered with jax.jit and NamedSharding; devices 0..num_devices()-1), runs it on
   // the mesh through the runtime (partitioned once per module text, then cached) with `inputs`
@@ -118,6 +170,8 @@ class LocalMesh {
   struct Job;  // the in-process transport (owned here, outlives the runtime)
   std::unique_ptr<Job> job_;
   std::unique_ptr<HostRuntime> runtime_;
+  class SerialClient;  // the runtime's client behind the mesh's mutex
+  std::shared_ptr<SerialClient> client_;
 };
 
 }  // namespace tessel::mesh

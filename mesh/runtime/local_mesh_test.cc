@@ -3,10 +3,14 @@
 // errors name the value at fault.
 #include "tessel/mesh/runtime/local_mesh.h"
 
+#include <atomic>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tessel/core/computation_client.h"
 #include "tessel/core/hlo_text.h"
@@ -161,6 +165,154 @@ TEST(LocalMeshTest, RunHloMatchesSingleDevice) {
   ASSERT_TRUE(local->RunHlo(kMegatronHlo, inputs).ok());
   EXPECT_EQ(local->runtime().metrics().compiles, 1);
   EXPECT_EQ(local->runtime().metrics().cache_hits, 1);
+}
+
+// What the single-device executor gives for kMegatronHlo on `inputs`.
+std::vector<Literal> MegatronOnOneDevice(const std::vector<Literal>& inputs) {
+  std::shared_ptr<const Graph> graph(ParseHloModule(kMegatronHlo).value());
+  LocalComputationClient single;
+  std::vector<std::shared_ptr<const DeviceData>> arguments;
+  for (const Literal& input : inputs) arguments.push_back(std::make_shared<LiteralData>(input));
+  const std::vector<std::shared_ptr<const DeviceData>> results =
+      single.Execute(graph, GraphFingerprint(*graph), arguments, nullptr).value();
+  std::vector<Literal> outputs;
+  for (const auto& data : results) {
+    outputs.push_back(static_cast<const LiteralData&>(*data).literal());
+  }
+  return outputs;
+}
+
+// Issue 21: a LocalMesh made on one thread runs HLO from another, which need not install
+// anything; the creating thread keeps its client.
+TEST(LocalMeshTest, RunHloFromAnotherThread) {
+  const std::vector<Literal> inputs = {RandomLiteral({8, 16}, 4), RandomLiteral({16, 32}, 5),
+                                       RandomLiteral({32, 16}, 6)};
+  const std::vector<Literal> want = MegatronOnOneDevice(inputs);
+  auto local = LocalMesh::Create(4).value();
+  absl::StatusOr<std::vector<Literal>> got = absl::UnknownError("the thread did not run");
+  bool thread_on_local_client = false;
+  std::thread worker([&] {
+    thread_on_local_client = UsesLocalClient();
+    got = local->RunHlo(kMegatronHlo, inputs);
+  });
+  worker.join();
+  EXPECT_TRUE(thread_on_local_client);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(AllClose((*got)[i], want[i], 1e-5, 1e-6)) << "output " << i;
+  }
+  EXPECT_FALSE(UsesLocalClient());
+  EXPECT_EQ(local->metrics().executions, 1);
+}
+
+// Concurrent RunHlo calls (each program all-reduces between the device threads, so two
+// interleaved programs would mismatch their collectives) run one at a time: every call gets
+// the result of its own inputs, and the counters add up to one compile and a cache hit for each
+// later call. metrics() may be read meanwhile.
+TEST(LocalMeshTest, ConcurrentRunHloCallsRunOneAtATime) {
+  constexpr int kThreads = 4;
+  constexpr int kCalls = 3;
+  auto local = LocalMesh::Create(4).value();
+  std::vector<std::vector<Literal>> inputs(kThreads);
+  std::vector<std::vector<Literal>> want(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    inputs[t] = {RandomLiteral({8, 16}, 10 * t + 1), RandomLiteral({16, 32}, 10 * t + 2),
+                 RandomLiteral({32, 16}, 10 * t + 3)};
+    want[t] = MegatronOnOneDevice(inputs[t]);
+  }
+  std::vector<std::string> failures(kThreads);
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done.load()) {
+      const RuntimeMetrics m = local->metrics();
+      EXPECT_LE(m.executions, kThreads * kCalls);
+      EXPECT_LE(m.compiles, 1);
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int call = 0; call < kCalls; ++call) {
+        absl::StatusOr<std::vector<Literal>> got = local->RunHlo(kMegatronHlo, inputs[t]);
+        if (!got.ok()) {
+          failures[t] = std::string(got.status().message());
+          return;
+        }
+        for (size_t i = 0; i < want[t].size(); ++i) {
+          if (!AllClose((*got)[i], want[t][i], 1e-5, 1e-6)) {
+            failures[t] = absl::StrCat("call ", call, ": output ", i, " differs");
+            return;
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  done = true;
+  reader.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
+  const RuntimeMetrics metrics = local->metrics();
+  EXPECT_EQ(metrics.executions, kThreads * kCalls);
+  EXPECT_EQ(metrics.compiles, 1);
+  EXPECT_EQ(metrics.cache_hits, kThreads * kCalls - 1);
+}
+
+// Lazy tensors on another thread: UseOnThisThread installs the mesh's client there for the
+// scope's life; the sharded result equals the single-device one.
+TEST(LocalMeshTest, TensorsTracedOnAnotherThreadRunOnTheMesh) {
+  const Literal x_value = RandomLiteral({8, 6}, 1);
+  const Literal w_value = RandomLiteral({6, 4}, 2);
+  const Literal want =
+      ReduceSum(Tanh(MatMul(Tensor::FromLiteral(x_value), Tensor::FromLiteral(w_value))), {1})
+          .ToLiteral()
+          .value();
+  auto local = LocalMesh::Create(8).value();
+  const spmd::Mesh mesh = local->MakeMesh({4, 2}, {"data", "model"}).value();
+  absl::StatusOr<Literal> got = absl::UnknownError("the thread did not run");
+  bool on_mesh_in_scope = false;
+  bool local_after_scope = false;
+  std::thread worker([&] {
+    {
+      LocalMesh::ThreadScope scope = local->UseOnThisThread();
+      on_mesh_in_scope = !UsesLocalClient();
+      Tensor x = Tensor::FromLiteral(x_value);
+      Tensor w = Tensor::FromLiteral(w_value);
+      if (!spmd::mark_sharding(x, mesh, {"data", kNone}).ok() ||
+          !spmd::mark_sharding(w, mesh, {kNone, "model"}).ok()) {
+        got = absl::InternalError("mark_sharding failed");
+        return;
+      }
+      got = ReduceSum(Tanh(MatMul(x, w)), {1}).ToLiteral();
+    }
+    local_after_scope = UsesLocalClient();
+  });
+  worker.join();
+  EXPECT_TRUE(on_mesh_in_scope);
+  EXPECT_TRUE(local_after_scope);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(AllClose(*got, want, 1e-5, 1e-6));
+  EXPECT_EQ(local->metrics().executions, 1);
+  EXPECT_GT(local->metrics().collectives.Kind(transport::CollectiveKind::kAllReduce).calls, 0);
+}
+
+// A mesh destroyed on another thread than the one it was made on: the creating thread, whose
+// client it still is, gets a clear kFailedPrecondition from Sync instead of touching freed
+// memory, and is back to normal after SetComputationClient(nullptr).
+TEST(LocalMeshTest, DestroyedOnAnotherThreadLeavesAClearError) {
+  auto local = LocalMesh::Create(2).value();
+  ASSERT_FALSE(UsesLocalClient());
+  std::thread destroyer([&] { local.reset(); });
+  destroyer.join();
+  ASSERT_FALSE(UsesLocalClient());
+  absl::StatusOr<Literal> sum =
+      ReduceSum(Tensor::FromLiteral(RandomLiteral({4, 4}, 3)), {0, 1}).ToLiteral();
+  EXPECT_EQ(sum.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(sum.status().message()),
+              ::testing::HasSubstr("the LocalMesh whose client this thread uses was destroyed"));
+  SetComputationClient(nullptr);
+  EXPECT_TRUE(ReduceSum(Tensor::FromLiteral(RandomLiteral({4, 4}, 3)), {0, 1}).ToLiteral().ok());
 }
 
 TEST(LocalMeshTest, ErrorsNameTheValue) {

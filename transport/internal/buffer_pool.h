@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
 namespace tessel::transport::internal {
@@ -26,8 +27,9 @@ class Payload {
   virtual const std::byte* data() const = 0;
   virtual size_t size() const = 0;
   // False while the bytes are still being written by their sender (a shared-memory slot whose
-  // header overtook its bytes); Mailbox::Take returns a message only once this is true.
-  virtual bool ready() const { return true; }
+  // header overtook its bytes); Mailbox::Take returns a message only once this is true. An
+  // error when the bytes can never come (a corrupt shared-memory segment: ShmSegment::IsFull).
+  virtual absl::StatusOr<bool> ready() const { return true; }
 };
 
 class BufferPool;

@@ -178,12 +178,21 @@ std::optional<absl::StatusOr<Message>> Mailbox::TryTakeLocked(const MailKey& key
 
 absl::StatusOr<Message> Mailbox::Take(const MailKey& key, int64_t src_host, absl::Time deadline) {
   absl::StatusOr<Message> message = TakeArrived(key, src_host, deadline);
-  if (!message.ok() || message->payload == nullptr || message->payload->ready()) return message;
+  if (!message.ok() || message->payload == nullptr) return message;
   // A shared-memory payload whose header overtook its bytes: the sender is copying them now
   // (a slot's worth takes tens of microseconds). Poll, yielding the core, until they are
   // there, the job fails (a sender that dies mid-copy is found by failure detection) or the
-  // deadline passes.
-  for (int64_t i = 1; !message->payload->ready(); ++i) {
+  // deadline passes. A corrupt segment fails the job on every host, as a corrupt header queue
+  // does (ZmqTransport's DrainShmQueues): no later message from it can be trusted either.
+  for (int64_t i = 1;; ++i) {
+    absl::StatusOr<bool> ready = message->payload->ready();
+    if (!ready.ok()) {
+      Fail(absl::Status(ready.status().code(),
+                        absl::StrCat("host ", rank_, ": ", ready.status().message())),
+           /*broadcast=*/true);
+      return failure();
+    }
+    if (*ready) break;
     sched_yield();
     if (i % 64 == 0) {
       TESSEL_RETURN_IF_ERROR(failure());

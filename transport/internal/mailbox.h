@@ -103,7 +103,8 @@ class Mailbox {
   // every look. Errors: the job's failure (any code, see Fail); kUnavailable if `src_host` left
   // the job (MarkDeparted) without sending it; kDeadlineExceeded at `deadline`. A message whose
   // payload is not ready() yet (its sender is still copying it into shared memory) is returned once
-  // it is, polling.
+  // it is, polling; a payload whose ready() fails (kDataLoss: a corrupt shared-memory segment)
+  // fails the job with that error, broadcast, prefixed "host <rank>: ".
   [[nodiscard]] absl::StatusOr<Message> Take(const MailKey& key, int64_t src_host,
                                              absl::Time deadline);
 

@@ -237,12 +237,29 @@ void ShmSegment::Publish(int64_t src, int32_t slot) {
   state(src, slot).store(kFull, std::memory_order_release);
 }
 
-bool ShmSegment::IsFull(int64_t src, int32_t slot) const {
-  return state(src, slot).load(std::memory_order_acquire) == kFull;
+absl::StatusOr<uint32_t> ShmSegment::ClaimedState(int64_t src, int32_t slot,
+                                                  std::memory_order order) const {
+  const uint32_t value = state(src, slot).load(order);
+  if (value == kWriting || value == kFull) return value;
+  // While the receiver holds a slot (from its header to the payload's release) no process of
+  // the job writes anything but 1 or 2 there: anything else was written from outside.
+  if (value == kEmpty) {
+    return Corrupt(absl::StrCat("slot ", slot, " of host ", src,
+                                " is free although its header arrived (a sender claims the slot "
+                                "before it sends the header)"));
+  }
+  return Corrupt(absl::StrCat("slot ", slot, " of host ", src, " has state word ", value,
+                              ", which no host writes (0 free, 1 being written, 2 full)"));
 }
 
-bool ShmSegment::IsClaimed(int64_t src, int32_t slot) const {
-  return state(src, slot).load(std::memory_order_relaxed) != kEmpty;
+absl::StatusOr<bool> ShmSegment::IsFull(int64_t src, int32_t slot) const {
+  absl::StatusOr<uint32_t> value = ClaimedState(src, slot, std::memory_order_acquire);
+  if (!value.ok()) return value.status();
+  return *value == kFull;
+}
+
+absl::Status ShmSegment::CheckClaimed(int64_t src, int32_t slot) const {
+  return ClaimedState(src, slot, std::memory_order_relaxed).status();
 }
 
 std::atomic<uint64_t>& ShmSegment::queue_head(int64_t src) const {
@@ -316,6 +333,11 @@ absl::StatusOr<bool> ShmSegment::PopHeader(int64_t src, std::byte* entry) {
 
 absl::Span<std::byte> ShmSegment::queue_bytes_for_testing(int64_t src) const {
   return absl::Span<std::byte>(reinterpret_cast<std::byte*>(&queue_head(src)), kQueueBytes);
+}
+
+absl::Span<std::byte> ShmSegment::slot_states_for_testing(int64_t src) const {
+  return absl::Span<std::byte>(reinterpret_cast<std::byte*>(&state(src, 0)),
+                               static_cast<size_t>(layout_.slots) * kStateStride);
 }
 
 void ShmSegment::Free(int64_t src, int32_t slot) {

@@ -88,10 +88,17 @@ class ShmSegment {
   std::byte* slot_data(int64_t src, int32_t slot) const;
   // Sender: the claimed slot now holds the payload (kWriting -> kFull, release).
   void Publish(int64_t src, int32_t slot);
-  // Receiver: the slot holds a published payload (acquire: its bytes are visible).
-  bool IsFull(int64_t src, int32_t slot) const;
-  // Receiver: a sender has claimed the slot (being written or full).
-  bool IsClaimed(int64_t src, int32_t slot) const;
+  // Receiver, for a slot whose header arrived: true once the slot holds the published payload
+  // (acquire: its bytes are visible), false while the sender still writes it.
+  // Errors: kDataLoss, "shared memory segment NAME is corrupt: slot S of host H ... (written by
+  // a process outside the job?)", when the state word is free (only the receiver frees a slot
+  // whose header arrived) or holds a value no process of the job writes (0 free, 1 being
+  // written, 2 full): the same report as a scribbled header queue (PopHeader).
+  [[nodiscard]] absl::StatusOr<bool> IsFull(int64_t src, int32_t slot) const;
+  // Receiver, when a header naming the slot arrives: OK when a sender has claimed it (being
+  // written or full); the kDataLoss "is corrupt" error of IsFull otherwise (a sender claims
+  // the slot before it sends the header).
+  [[nodiscard]] absl::Status CheckClaimed(int64_t src, int32_t slot) const;
   // Receiver (or a sender whose header never left): the slot is free again (release).
   void Free(int64_t src, int32_t slot);
 
@@ -116,6 +123,9 @@ class ShmSegment {
   // Tests and the fuzzer: the raw bytes of `src`'s header queue in the segment (head counter,
   // tail counter, entries), to write into as a misbehaving process would.
   absl::Span<std::byte> queue_bytes_for_testing(int64_t src) const;
+  // Tests: the raw bytes of the slot state words of source host `src` (slot i's 4-byte word at
+  // byte 64 * i), to write into as a misbehaving process would.
+  absl::Span<std::byte> slot_states_for_testing(int64_t src) const;
 
   // The receiver's kDoorbells bells (in the segment, so senders in other processes ring them):
   // a sender rings doorbells()[DoorbellIndex(dst)] after it published a payload for device (or
@@ -131,6 +141,8 @@ class ShmSegment {
   std::byte* queue_entry(int64_t src, uint64_t index) const;
 
   absl::Status Corrupt(const std::string& what) const;
+  // The state word of a slot whose header arrived, checked to be 1 (being written) or 2 (full).
+  absl::StatusOr<uint32_t> ClaimedState(int64_t src, int32_t slot, std::memory_order order) const;
 
   int fd_;  // the memfd (creator only; -1 in a process that opened it)
   std::byte* base_;
@@ -156,8 +168,8 @@ class ShmPayload : public Payload {
   const std::byte* data() const override { return segment_->slot_data(src_, slot_); }
   size_t size() const override { return size_; }
   // The sender sends the header first and copies while it travels; the bytes are there once
-  // it published the slot.
-  bool ready() const override { return segment_->IsFull(src_, slot_); }
+  // it published the slot. A corrupt state word is kDataLoss (ShmSegment::IsFull).
+  absl::StatusOr<bool> ready() const override { return segment_->IsFull(src_, slot_); }
 
  private:
   std::shared_ptr<ShmSegment> segment_;
