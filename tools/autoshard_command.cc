@@ -380,6 +380,14 @@ int Run(const AutoshardFlags& f) {
   const std::string model_name =
       file && !file->name.empty() ? file->name : std::string(nn::TransformerArchName(config->arch));
   if (r.best < 0) {
+    if (r.smallest_memory < 0 &&
+        r.state_bytes_lower_bound > static_cast<double>(topology->device_spec().hbm_bytes)) {
+      return Fail(absl::StrFormat(
+          "no plan fits: %s needs at least %s per device for its parameters, gradients and Adam "
+          "moments on any mesh of %d devices and %s has %s of HBM",
+          model_name, FormatBytes(r.state_bytes_lower_bound), topology->num_devices(),
+          topology->device_spec().name, Bytes(topology->device_spec().hbm_bytes)));
+    }
     if (r.smallest_memory < 0) {
       return Fail(
           absl::StrCat("no plan could be simulated for ", model_name, " on ", topology->name()));

@@ -1,14 +1,17 @@
 #include "tessel/mesh/autoshard/autoshard.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tessel/core/dtype.h"
 #include "tessel/core/status_macros.h"
 #include "tessel/spmd/mesh.h"
 
@@ -35,9 +38,20 @@ void Factorize(int64_t n, int parts, std::vector<int64_t>& prefix,
   }
 }
 
+// The header's memory lower bound for a mesh of `size` per axis: no tensor of a stage is split
+// more ways than stage x fsdp x fsdp_transpose x sequence x tensor x expert.
+double StateBytesLowerBound(const std::vector<int64_t>& size, const nn::TransformerConfig& c) {
+  const double splits = static_cast<double>(size[kStage] * size[kFsdp] * size[kFsdpTranspose] *
+                                            size[kSequence] * size[kTensor] * size[kExpert]);
+  const double state_bytes = 4.0 * static_cast<double>(ByteWidth(c.param_dtype)) *
+                             static_cast<double>(nn::TransformerTotalParameterCount(c));
+  return state_bytes / splits;
+}
+
 // The first reason the mesh (ici x dcn sizes per axis) is pruned, or "" when it is searched.
 std::string PruneReason(const std::vector<int64_t>& ici, const std::vector<int64_t>& dcn,
-                        const nn::TransformerConfig& c, const AutoshardOptions& options) {
+                        const nn::TransformerConfig& c, const AutoshardOptions& options,
+                        int64_t hbm_bytes) {
   std::vector<int64_t> size(kNumMaxTextAxes);
   for (int a = 0; a < kNumMaxTextAxes; ++a) size[a] = ici[a] * dcn[a];
   if (dcn[kTensor] > 1 || dcn[kSequence] > 1 || dcn[kExpert] > 1) {
@@ -64,6 +78,9 @@ std::string PruneReason(const std::vector<int64_t>& ici, const std::vector<int64
   const int64_t batch_shards = size[kData] * size[kFsdp] * size[kFsdpTranspose] * size[kExpert];
   if (c.batch % batch_shards != 0) {
     return "data x fsdp x expert not dividing the global batch";
+  }
+  if (StateBytesLowerBound(size, c) > static_cast<double>(hbm_bytes)) {
+    return "parameters, gradients and Adam moments alone exceed HBM (a lower bound)";
   }
   return "";
 }
@@ -165,6 +182,50 @@ void Explain(AutoshardResult& result) {
   }
 }
 
+// What one mesh gave: its plans (one per remat x microbatch variant the estimates accept), or
+// the builder's or partitioner's rejection.
+struct MeshOutcome {
+  bool evaluated = false;
+  absl::Status status;
+  std::vector<AutoshardCandidate> candidates;
+};
+
+MeshOutcome EvaluateMesh(const Topology& topology, const nn::TransformerConfig& config,
+                         const AutoshardOptions& options, const ModelSimulationOptions& sim_options,
+                         const std::vector<int64_t>& ici, const std::vector<int64_t>& dcn) {
+  MeshOutcome out;
+  out.evaluated = true;
+  ModelPlan plan;
+  plan.mesh = MaxTextMeshShape(ici, dcn);
+  plan.recipe = nn::ShardingRecipe::kFsdpTp;
+  plan.attention = options.attention;
+  const int64_t stages = ici[kStage] * dcn[kStage];
+  const int64_t batch_shards = ici[kData] * dcn[kData] * ici[kFsdp] * dcn[kFsdp] *
+                               ici[kFsdpTranspose] * dcn[kFsdpTranspose] * ici[kExpert] *
+                               dcn[kExpert];
+  std::vector<PlanVariant> variants;
+  for (RematPolicy remat : options.remat_policies) {
+    for (int64_t m : MicrobatchChoices(config, stages, batch_shards, options)) {
+      variants.push_back({remat, m, options.sequence_parallel});
+    }
+  }
+  absl::StatusOr<std::vector<absl::StatusOr<ModelSimulation>>> sims =
+      SimulateModelPlanVariants(topology, config, plan, variants, sim_options);
+  if (!sims.ok()) {
+    out.status = sims.status();
+    return out;
+  }
+  for (size_t v = 0; v < variants.size(); ++v) {
+    if (!(*sims)[v].ok()) continue;
+    ModelPlan variant_plan = plan;
+    variant_plan.remat = variants[v].remat;
+    variant_plan.microbatches = variants[v].microbatches;
+    variant_plan.sequence_parallel = variants[v].sequence_parallel;
+    out.candidates.push_back(CandidateOf(*(*sims)[v], variant_plan, ici, dcn, 0));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::vector<int64_t>> Factorizations(int64_t n, int parts) {
@@ -197,49 +258,60 @@ absl::StatusOr<AutoshardResult> Autoshard(const Topology& topology,
   sim_options.simulator.top_k = 0;
   sim_options.simulator.cost.matmul_dtype = options.matmul_dtype;
   // DCN outermost: plans with fewer slices on inner axes come first in the order.
+  const int64_t hbm_bytes = topology.device_spec().hbm_bytes;
+  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> meshes;
   for (const std::vector<int64_t>& dcn : dcn_choices) {
     for (const std::vector<int64_t>& ici : ici_choices) {
       ++result.meshes_enumerated;
-      if (std::string reason = PruneReason(ici, dcn, config, options); !reason.empty()) {
+      std::vector<int64_t> size(kNumMaxTextAxes);
+      for (int a = 0; a < kNumMaxTextAxes; ++a) size[a] = ici[a] * dcn[a];
+      const double bound = StateBytesLowerBound(size, config);
+      if (result.meshes_enumerated == 1 || bound < result.state_bytes_lower_bound) {
+        result.state_bytes_lower_bound = bound;
+      }
+      std::string reason = PruneReason(ici, dcn, config, options, hbm_bytes);
+      if (reason.empty()) {
+        meshes.emplace_back(ici, dcn);
+      } else {
         ++result.pruned[reason];
-        continue;
       }
-      if (options.budget_seconds > 0 && elapsed() > options.budget_seconds) {
-        result.complete = false;
-        ++result.pruned["not evaluated: the budget ran out"];
-        continue;
+    }
+  }
+  // Each mesh is independent: workers take the next mesh and fill its slot; the slots are read
+  // in order afterwards, so the result does not depend on which thread ran what.
+  std::vector<MeshOutcome> outcomes(meshes.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k = next++; k < meshes.size(); k = next++) {
+      if (options.budget_seconds > 0 && elapsed() > options.budget_seconds) continue;
+      outcomes[k] =
+          EvaluateMesh(topology, config, options, sim_options, meshes[k].first, meshes[k].second);
+    }
+  };
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads && static_cast<size_t>(t) < meshes.size(); ++t) {
+    pool.emplace_back(work);
+  }
+  work();
+  for (std::thread& t : pool) t.join();
+  for (size_t k = 0; k < meshes.size(); ++k) {
+    MeshOutcome& o = outcomes[k];
+    if (!o.evaluated) {
+      result.complete = false;
+      ++result.pruned["not evaluated: the budget ran out"];
+    } else if (!o.status.ok()) {
+      if (result.meshes_failed++ == 0) {
+        result.first_failure =
+            absl::StrCat(PlanText(meshes[k].first, meshes[k].second), ": ", o.status.message());
       }
-      ModelPlan plan;
-      plan.mesh = MaxTextMeshShape(ici, dcn);
-      plan.recipe = nn::ShardingRecipe::kFsdpTp;
-      plan.attention = options.attention;
-      const int64_t stages = ici[kStage] * dcn[kStage];
-      const int64_t batch_shards = ici[kData] * dcn[kData] * ici[kFsdp] * dcn[kFsdp] *
-                                   ici[kFsdpTranspose] * dcn[kFsdpTranspose] * ici[kExpert] *
-                                   dcn[kExpert];
-      std::vector<PlanVariant> variants;
-      for (RematPolicy remat : options.remat_policies) {
-        for (int64_t m : MicrobatchChoices(config, stages, batch_shards, options)) {
-          variants.push_back({remat, m, options.sequence_parallel});
-        }
-      }
-      absl::StatusOr<std::vector<absl::StatusOr<ModelSimulation>>> sims =
-          SimulateModelPlanVariants(topology, config, plan, variants, sim_options);
-      if (!sims.ok()) {
-        if (result.meshes_failed++ == 0) {
-          result.first_failure = absl::StrCat(PlanText(ici, dcn), ": ", sims.status().message());
-        }
-        continue;
-      }
+    } else {
       ++result.meshes_simulated;
-      for (size_t v = 0; v < variants.size(); ++v) {
-        if (!(*sims)[v].ok()) continue;
-        ModelPlan variant_plan = plan;
-        variant_plan.remat = variants[v].remat;
-        variant_plan.microbatches = variants[v].microbatches;
-        variant_plan.sequence_parallel = variants[v].sequence_parallel;
-        result.candidates.push_back(CandidateOf(*(*sims)[v], variant_plan, ici, dcn,
-                                                static_cast<int64_t>(result.candidates.size())));
+      for (AutoshardCandidate& c : o.candidates) {
+        c.order = static_cast<int64_t>(result.candidates.size());
+        result.candidates.push_back(std::move(c));
         ++result.plans_evaluated;
       }
     }

@@ -22,8 +22,10 @@
 //         expert > 1 for a dense model or not dividing the experts, tensor not dividing the
 //         heads, kv_heads or ffn, stage not dividing the layers, the batch axes' product not
 //         dividing the global batch, tensor / sequence / expert over DCN (a per-layer
-//         collective on the slowest links), data-parallel rank batch not divisible into the
-//         microbatches;
+//         collective on the slowest links), and a memory lower bound over HBM: a stage's
+//         parameters, gradients and two Adam moments (4 x param_dtype bytes per parameter of
+//         total / stages) split at most stage x fsdp x fsdp_transpose x sequence x tensor x
+//         expert ways (no tensor is split more), so no remat policy can make such a mesh fit;
 //   - per mesh, with the graph simulated once (remat and microbatches do not change it): every
 //     remat policy of AutoshardOptions::remat_policies, and with a stage axis every microbatch
 //     count of AutoshardOptions::microbatch_factors x stages that divides a rank's batch.
@@ -66,6 +68,9 @@ struct AutoshardOptions {
   std::string matmul_dtype;  // CostModelOptions::matmul_dtype ("" : bf16)
   // Residual-stream activations split over the tensor axis (TrainingStepOptions; memory only).
   bool sequence_parallel = false;
+  // Meshes simulated at once (0: the machine's hardware threads). Results are gathered in the
+  // enumeration order, so the thread count changes only the search time.
+  int threads = 0;
 };
 
 // One evaluated plan.
@@ -96,6 +101,9 @@ struct AutoshardResult {
   int64_t best = -1;                           // index of the best fitting plan; -1: none fits
   std::vector<int64_t> ranking;  // best first: the best and up to top_k runners-up that fit
   int64_t smallest_memory = -1;  // the candidate with the least memory (for "nothing fits")
+  // The least memory lower bound of the prune (parameters, gradients, moments) over every mesh
+  // enumerated, bytes per device: when it exceeds HBM, no plan can fit.
+  double state_bytes_lower_bound = 0;
   // Coverage: meshes enumerated (every factorization), pruned (by reason), simulated; plans
   // (mesh x remat x microbatches) evaluated.
   int64_t meshes_enumerated = 0;
