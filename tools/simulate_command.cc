@@ -115,6 +115,7 @@ struct SimulateFlags {
   std::string axis_names = "data,fsdp,tensor";
   std::string recipe = "fsdp_tp";
   bool overlap = false;
+  bool extrapolate_layers = false;  // simulate stages of 1 and 2 layers (mesh/sim/model_step.h)
   std::string trace;
   std::string html;
   bool json = false;
@@ -310,8 +311,10 @@ absl::StatusOr<MeshShape> MeshShapeOf(const SimulateFlags& f, const mesh::Topolo
 
 // Builds one training step of the model, sharded with --recipe on the HybridMesh of the mesh
 // flags over `topology` (mesh::BuildModelStep). Every error is a bad flag (kInvalidArgument).
+// `plan_out` receives the plan; `stage_layers` > 0 builds a stage of that many layers.
 absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::ModelFile* file,
-                                          const mesh::Topology& topology) {
+                                          const mesh::Topology& topology, mesh::ModelPlan* plan_out,
+                                          int64_t stage_layers) {
   const int64_t num_devices = topology.num_devices();
   mesh::ModelPlan plan;
   TESSEL_ASSIGN_OR_RETURN(plan.recipe, nn::ParseShardingRecipe(f.recipe));
@@ -327,7 +330,8 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
   plan.sequence_parallel = f.sequence_parallel;
   GlobalStep step;
   TESSEL_ASSIGN_OR_RETURN(static_cast<mesh::ModelStep&>(step),
-                          mesh::BuildModelStep(topology, config, plan));
+                          mesh::BuildModelStep(topology, config, plan, stage_layers));
+  *plan_out = plan;
   if (step.shards.stage == 1) {
     for (const char* flag : {"--microbatches", "--pipeline-schedule"}) {
       if (f.given(flag)) {
@@ -716,6 +720,53 @@ absl::Status AddTrainingStep(const GlobalStep& step, const mesh::Simulator& simu
   return absl::OkStatus();
 }
 
+// Prints the report (text or --json); the exit code of --require-fit.
+int Output(const SimulateFlags& f, const mesh::Topology& topology, const GlobalStep& step,
+           const mesh::SimulationReport& r, const Throughput& throughput, const RunInfo& info) {
+  if (f.json) {
+    std::cout << ReportJson(f, topology, step, r, throughput, info).dump(2) << "\n";
+  } else {
+    PrintReport(f, topology, step, r, throughput, info);
+  }
+  if (r.exceeds_hbm && f.require_fit) {
+    std::cerr << absl::StrFormat(
+        "tessel simulate: --require-fit: the step does not fit: %s per device exceeds the HBM "
+        "of %s (%s)\n",
+        FormatBytes(static_cast<double>(r.peak_memory_bytes)), r.device_name,
+        FormatBytes(static_cast<double>(r.hbm_bytes)));
+    return kExitDoesNotFit;
+  }
+  return 0;
+}
+
+// --extrapolate-layers: mesh::SimulateModelPlan on stages of 1 and 2 layers, extrapolated to
+// the model's (`step` was built with one layer a stage, to check the flags cheaply).
+int RunExtrapolated(const SimulateFlags& f, const mesh::Topology& topology,
+                    const mesh::ModelPlan& plan, const mesh::SimulatorOptions& sim_options,
+                    GlobalStep step, RunInfo info) {
+  auto t_simulate = std::chrono::steady_clock::now();
+  mesh::ModelSimulationOptions options;
+  options.simulator = sim_options;
+  options.extrapolate_layers = true;
+  absl::StatusOr<mesh::ModelSimulation> sim =
+      mesh::SimulateModelPlan(topology, step.config, plan, options);
+  if (!sim.ok()) {
+    return sim.status().code() == absl::StatusCode::kInvalidArgument
+               ? Usage(std::string(sim.status().message()))
+               : Fail(std::string(sim.status().message()));
+  }
+  const std::string model_name = step.model_name;
+  static_cast<mesh::ModelStep&>(step) = std::move(sim->step);
+  step.model_name = model_name;
+  info.global_nodes = sim->global_nodes;
+  info.local_nodes = sim->local_nodes;
+  info.live_buffer_peak_bytes = sim->live_buffer_peak_bytes;
+  info.training = sim->estimates.training;
+  info.pipeline = sim->estimates.pipeline;
+  info.simulate_s = Since(t_simulate);
+  return Output(f, topology, step, sim->report, sim->throughput, info);
+}
+
 int Run(const SimulateFlags& f) {
   if (IsModel(f) == !f.hlo.empty()) {
     return Usage("give exactly one of --model gpt|llama (or --model-config FILE) and --hlo FILE");
@@ -735,13 +786,25 @@ int Run(const SimulateFlags& f) {
   }
   if (f.assume_trip_count > 0) sim_options.assumed_trip_count = f.assume_trip_count;
 
+  if (f.extrapolate_layers && (!IsModel(f) || !f.html.empty() || !f.trace.empty())) {
+    return Usage(
+        "--extrapolate-layers applies to --model / --model-config, without --html and "
+        "--trace (they need the whole graph)");
+  }
   RunInfo info;
   auto t_build = std::chrono::steady_clock::now();
   GlobalStep step;
   if (IsModel(f)) {
-    absl::StatusOr<GlobalStep> built = BuildModelStep(f, model_file, *topology);
+    mesh::ModelPlan plan;
+    absl::StatusOr<GlobalStep> built =
+        BuildModelStep(f, model_file, *topology, &plan, f.extrapolate_layers ? 1 : 0);
     if (!built.ok()) return Usage(std::string(built.status().message()));
     step = *std::move(built);
+    if (f.extrapolate_layers) {
+      step.graph.reset();
+      info.build_s = Since(t_build);
+      return RunExtrapolated(f, *topology, plan, sim_options, std::move(step), std::move(info));
+    }
     sim_options = mesh::ModelSimulatorOptions(step, std::move(sim_options));
   } else {
     absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloFile(f.hlo);
@@ -803,20 +866,7 @@ int Run(const SimulateFlags& f) {
     absl::Status written = WriteHtmlPage(page, f.html);
     if (!written.ok()) return Fail(std::string(written.message()));
   }
-  if (f.json) {
-    std::cout << ReportJson(f, *topology, step, r, throughput, info).dump(2) << "\n";
-  } else {
-    PrintReport(f, *topology, step, r, throughput, info);
-  }
-  if (r.exceeds_hbm && f.require_fit) {
-    std::cerr << absl::StrFormat(
-        "tessel simulate: --require-fit: the step does not fit: %s per device exceeds the HBM "
-        "of %s (%s)\n",
-        FormatBytes(static_cast<double>(r.peak_memory_bytes)), r.device_name,
-        FormatBytes(static_cast<double>(r.hbm_bytes)));
-    return kExitDoesNotFit;
-  }
-  return 0;
+  return Output(f, *topology, step, r, throughput, info);
 }
 
 }  // namespace
@@ -899,6 +949,9 @@ CommandFn AddSimulateCommand(CLI::App& app) {
                   "trip count of --hlo while loops whose count is not known statically")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--overlap", f->overlap, "report the overlapped (latency-hiding) schedule");
+  cmd->add_flag("--extrapolate-layers", f->extrapolate_layers,
+                "--model: simulate stages of 1 and 2 layers and extrapolate (layers are "
+                "identical; mesh/sim/model_step.h): faster for deep models");
   cmd->add_option("--trace", f->trace, "write a Chrome trace (Perfetto) to this file");
   cmd->add_option(
       "--html", f->html,
