@@ -110,7 +110,7 @@ function(tessel_install_package)
           DESTINATION ${config_dir} COMPONENT devel)
   # pkg-config: the libraries in link order (each before what it uses).
   set(TESSEL_PC_LIBS "")
-  foreach(name runtime launch sim nn partitioner cost spmd topology transport core)
+  foreach(name autoshard runtime launch sim nn partitioner cost spmd topology transport core)
     string(APPEND TESSEL_PC_LIBS " -ltessel_${name}")
   endforeach()
   list(JOIN TESSEL_ISA_FLAGS " " TESSEL_PC_ISA_FLAGS)

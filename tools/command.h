@@ -31,6 +31,7 @@ CommandFn AddLaunchCommand(CLI::App& app);     // tools/launch_command.cc
 CommandFn AddRunCommand(CLI::App& app);        // tools/run_command.cc
 CommandFn AddSimulateCommand(CLI::App& app);   // tools/simulate_command.cc
 CommandFn AddVerifyCommand(CLI::App& app);     // tools/verify_command.cc
+CommandFn AddAutoshardCommand(CLI::App& app);  // tools/autoshard_command.cc
 
 // Exit codes, the same for every subcommand.
 inline constexpr int kExitOk = 0;

@@ -1,9 +1,13 @@
 #include "tools/flag_parsing.h"
 
 #include <cctype>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::tools {
 
@@ -42,6 +46,27 @@ std::vector<std::string> ParseNames(const std::string& text) {
   if (text.find_first_not_of(' ') == std::string::npos) return names;
   for (absl::string_view piece : absl::StrSplit(text, ',')) names.push_back(Trim(piece));
   return names;
+}
+
+absl::StatusOr<mesh::Topology> LoadSlices(const std::string& path, int64_t num_slices) {
+  TESSEL_ASSIGN_OR_RETURN(mesh::Topology one, mesh::LoadTopology(path));
+  if (num_slices <= 1) return one;
+  if (one.num_slices() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--num-slices ", num_slices, ": ", path, " has ",
+                                                   one.num_slices(), " slices; it must have one"));
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.contains("slices") || !json["slices"].is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read its slices"));
+  }
+  nlohmann::json slices = nlohmann::json::array();
+  for (int64_t i = 0; i < num_slices; ++i) slices.push_back(json["slices"][0]);
+  json["slices"] = slices;
+  json["name"] = absl::StrCat(num_slices, "x ", one.name());
+  return mesh::ParseTopology(json.dump(), path);
 }
 
 }  // namespace tessel::tools

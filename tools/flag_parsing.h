@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tessel/mesh/topology/topology.h"
 
 namespace tessel::tools {
 
@@ -19,6 +20,12 @@ namespace tessel::tools {
 
 // "data, model" -> {"data", "model"}; a blank text is an empty list.
 std::vector<std::string> ParseNames(const std::string& text);
+
+// CONFIG, or with `num_slices` > 1 that many copies of its one slice joined by its DCN
+// (MaxText's num_slices: identical slices), named "Nx NAME" (`--num-slices`). Errors: those of
+// mesh::LoadTopology and mesh::ParseTopology; kInvalidArgument when CONFIG has several slices.
+[[nodiscard]] absl::StatusOr<mesh::Topology> LoadSlices(const std::string& path,
+                                                        int64_t num_slices);
 
 }  // namespace tessel::tools
 

@@ -56,6 +56,7 @@
 #include "tessel/core/format.h"
 #include "tessel/core/hlo_text.h"
 #include "tessel/core/status_macros.h"
+#include "tessel/mesh/sim/model_step.h"
 #include "tessel/mesh/sim/simulator.h"
 #include "tessel/mesh/sim/training_step.h"
 #include "tessel/mesh/topology/topology.h"
@@ -114,6 +115,7 @@ struct SimulateFlags {
   std::string axis_names = "data,fsdp,tensor";
   std::string recipe = "fsdp_tp";
   bool overlap = false;
+  bool extrapolate_layers = false;  // simulate stages of 1 and 2 layers (mesh/sim/model_step.h)
   std::string trace;
   std::string html;
   bool json = false;
@@ -122,39 +124,16 @@ struct SimulateFlags {
 // A generated transformer step (--model or --model-config), not an --hlo module.
 bool IsModel(const SimulateFlags& f) { return !f.model.empty() || !f.model_config.empty(); }
 
-// MaxText's mesh axes, in its mesh_axes order (outermost first), and their flag names.
-constexpr const char* kMaxTextAxes[] = {"data",     "stage",  "fsdp",  "fsdp_transpose",
-                                        "sequence", "tensor", "expert"};
-constexpr int kNumMaxTextAxes = 7;
+using mesh::kMaxTextAxes;
+using mesh::kNumMaxTextAxes;
+using mesh::MeshShape;
+using mesh::Throughput;
 
-std::string AxisFlag(const std::string& prefix, const std::string& axis) {
-  std::string flag = absl::StrCat("--", prefix, "-", axis);
+// The flag of MaxText's axis `axis` (mesh/sim/model_step.h): --ici-fsdp-transpose.
+std::string AxisFlag(const std::string& prefix, std::string_view axis) {
+  std::string flag = absl::StrCat("--", prefix, "-", std::string(axis));
   std::replace(flag.begin(), flag.end(), '_', '-');
   return flag;
-}
-
-// CONFIG, or with --num-slices N > 1 N copies of its one slice joined by its DCN (MaxText's
-// num_slices: identical slices), named "Nx NAME". Errors: those of LoadTopology and
-// ParseTopology; kInvalidArgument when CONFIG has several slices.
-absl::StatusOr<mesh::Topology> LoadSlices(const std::string& path, int64_t num_slices) {
-  TESSEL_ASSIGN_OR_RETURN(mesh::Topology one, mesh::LoadTopology(path));
-  if (num_slices <= 1) return one;
-  if (one.num_slices() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--num-slices ", num_slices, ": ", path, " has ",
-                                                   one.num_slices(), " slices; it must have one"));
-  }
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.contains("slices") || !json["slices"].is_array()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read its slices"));
-  }
-  nlohmann::json slices = nlohmann::json::array();
-  for (int64_t i = 0; i < num_slices; ++i) slices.push_back(json["slices"][0]);
-  json["slices"] = slices;
-  json["name"] = absl::StrCat(num_slices, "x ", one.name());
-  return mesh::ParseTopology(json.dump(), path);
 }
 
 int Usage(const std::string& message) {
@@ -212,22 +191,10 @@ void PrintOps(const std::string& title, const std::vector<mesh::OpEntry>& ops) {
   }
 }
 
-// The global graph to simulate, built from --model flags or read from --hlo.
-struct GlobalStep {
-  std::unique_ptr<Graph> graph;
-  nn::TransformerConfig config;  // --model only: the whole model
-  // --model only: one pipeline stage (config with layers / stages) and the graph built for it
-  // (context parallelism: batch x sequence shards sequences of seq_len / sequence shards).
-  nn::TransformerConfig stage_config;
-  nn::TransformerConfig graph_config;
-  mesh::PipelineOptions pipeline;  // --model only
-  std::string model_name;          // --model only: the arch, or the model file's name
-  std::string mesh_text;           // --model only: the HybridMesh's axes
-  std::optional<spmd::Mesh> mesh;  // --model only
-  nn::RecipeShards shards;         // --model only
-  std::vector<int64_t> weight_parameters;
-  std::vector<int64_t> moment_parameters;
-  mesh::TrainingStepOptions training;  // --model only
+// The global graph to simulate, built from --model flags (every field, mesh/sim/model_step.h)
+// or read from --hlo (the graph only).
+struct GlobalStep : mesh::ModelStep {
+  std::string model_name;  // --model only: the arch, or the model file's name
 };
 
 // The device-spec dtype of a --matmul-dtype name ("" for bf16: each dot at its inputs' rate).
@@ -280,25 +247,6 @@ absl::StatusOr<nn::TransformerConfig> ModelConfigOf(const SimulateFlags& f,
   return config;
 }
 
-// The device ids of the mesh axis `name` through the mesh's first device (row-major ids, as
-// spmd::Mesh orders them); empty when the mesh has no such axis.
-std::vector<int64_t> AxisGroupOfDevice0(const spmd::Mesh& mesh, const std::string& name) {
-  std::vector<int64_t> group;
-  for (int64_t a = 0; a < mesh.rank(); ++a) {
-    if (mesh.axis_names()[a] != name) continue;
-    int64_t stride = 1;
-    for (int64_t b = a + 1; b < mesh.rank(); ++b) stride *= mesh.axis_size(b);
-    for (int64_t k = 0; k < mesh.axis_size(a); ++k) group.push_back(mesh.device_ids()[k * stride]);
-  }
-  return group;
-}
-
-// The mesh the flags describe: ICI and DCN shapes and axis names.
-struct MeshShape {
-  std::vector<int64_t> ici, dcn;
-  std::vector<std::string> names;
-};
-
 // One of --ici-* / --dcn-* as MaxText fills it: at most one -1, set to what the others leave of
 // `total` devices (per slice) or slices.
 absl::StatusOr<std::vector<int64_t>> FillAxes(std::vector<int64_t> sizes, int64_t total,
@@ -328,7 +276,7 @@ absl::StatusOr<MeshShape> MeshShapeOf(const SimulateFlags& f, const mesh::Topolo
   const int64_t num_devices = topology.num_devices();
   MeshShape shape;
   bool maxtext = false;
-  for (const char* axis : kMaxTextAxes) {
+  for (std::string_view axis : kMaxTextAxes) {
     maxtext = maxtext || f.given(AxisFlag("ici", axis)) || f.given(AxisFlag("dcn", axis));
   }
   if (maxtext) {
@@ -342,8 +290,7 @@ absl::StatusOr<MeshShape> MeshShapeOf(const SimulateFlags& f, const mesh::Topolo
                                                 "ici", "devices per slice"));
     TESSEL_ASSIGN_OR_RETURN(shape.dcn,
                             FillAxes(f.dcn_axes, topology.num_slices(), "dcn", "slices"));
-    shape.names.assign(std::begin(kMaxTextAxes), std::end(kMaxTextAxes));
-    return shape;
+    return mesh::MaxTextMeshShape(shape.ici, shape.dcn);
   }
   // Without mesh flags: one "data" axis over each slice's devices, slices over DCN.
   shape.names = ParseNames(f.axis_names);
@@ -362,20 +309,30 @@ absl::StatusOr<MeshShape> MeshShapeOf(const SimulateFlags& f, const mesh::Topolo
   return shape;
 }
 
-// step.stage_config and step.graph_config from step.config and step.shards (GlobalStep), and
-// the pipeline's microbatches and schedule. Every error is a bad flag.
-absl::Status StageAndGraphConfigs(const SimulateFlags& f, GlobalStep& step) {
-  const nn::RecipeShards& shards = step.shards;
-  step.stage_config = step.config;
-  if (shards.stage > 1) {
-    if (step.config.layers % shards.stage != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--layers ", step.config.layers,
-                                                     " must be a multiple of the \"stage\" axis (",
-                                                     shards.stage, ")"));
-    }
-    step.stage_config.layers = step.config.layers / shards.stage;
-  }
-  if (shards.stage == 1) {
+// Builds one training step of the model, sharded with --recipe on the HybridMesh of the mesh
+// flags over `topology` (mesh::BuildModelStep). Every error is a bad flag (kInvalidArgument).
+// `plan_out` receives the plan; `stage_layers` > 0 builds a stage of that many layers.
+absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::ModelFile* file,
+                                          const mesh::Topology& topology, mesh::ModelPlan* plan_out,
+                                          int64_t stage_layers) {
+  const int64_t num_devices = topology.num_devices();
+  mesh::ModelPlan plan;
+  TESSEL_ASSIGN_OR_RETURN(plan.recipe, nn::ParseShardingRecipe(f.recipe));
+  TESSEL_ASSIGN_OR_RETURN(nn::TransformerConfig config, ModelConfigOf(f, file, num_devices));
+  const std::string remat = !f.remat.empty() ? f.remat : (file ? file->remat : "");
+  const std::string attention = !f.attention.empty() ? f.attention : (file ? file->attention : "");
+  TESSEL_ASSIGN_OR_RETURN(plan.remat, mesh::ParseRematPolicy(remat.empty() ? "none" : remat));
+  TESSEL_ASSIGN_OR_RETURN(
+      plan.attention, mesh::ParseAttentionKernel(attention.empty() ? "dot_product" : attention));
+  TESSEL_ASSIGN_OR_RETURN(plan.mesh, MeshShapeOf(f, topology));
+  TESSEL_ASSIGN_OR_RETURN(plan.pipeline_schedule, mesh::ParsePipelineSchedule(f.pipeline_schedule));
+  plan.microbatches = f.microbatches;
+  plan.sequence_parallel = f.sequence_parallel;
+  GlobalStep step;
+  TESSEL_ASSIGN_OR_RETURN(static_cast<mesh::ModelStep&>(step),
+                          mesh::BuildModelStep(topology, config, plan, stage_layers));
+  *plan_out = plan;
+  if (step.shards.stage == 1) {
     for (const char* flag : {"--microbatches", "--pipeline-schedule"}) {
       if (f.given(flag)) {
         return absl::InvalidArgumentError(
@@ -383,98 +340,22 @@ absl::Status StageAndGraphConfigs(const SimulateFlags& f, GlobalStep& step) {
       }
     }
   }
-  step.pipeline.microbatches = f.microbatches > 0 ? f.microbatches : shards.stage;
-  TESSEL_ASSIGN_OR_RETURN(step.pipeline.schedule, mesh::ParsePipelineSchedule(f.pipeline_schedule));
-  step.graph_config = step.stage_config;
-  if (shards.sequence > 1) {
-    if (step.training.attention != mesh::AttentionKernel::kFlash) {
-      return absl::InvalidArgumentError(
-          "a \"sequence\" axis (context parallelism) needs --attention flash: the dense "
-          "attention of the graph would see only a device's part of the sequence");
-    }
-    const int64_t local_seq = step.config.seq_len / shards.sequence;
-    if (step.config.seq_len % shards.sequence != 0 || local_seq == step.config.head_dim()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--seq-len ", step.config.seq_len, " must be a multiple of the \"sequence\" axis (",
-          shards.sequence, "), and the local length must differ from head_dim"));
-    }
-    step.graph_config.batch = step.config.batch * shards.sequence;
-    step.graph_config.seq_len = local_seq;
-  }
-  return absl::OkStatus();
-}
-
-// Builds one training step of the model, sharded with --recipe on the HybridMesh of the mesh
-// flags over `topology`. Every error is a bad flag (kInvalidArgument).
-absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::ModelFile* file,
-                                          const mesh::Topology& topology) {
-  const int64_t num_devices = topology.num_devices();
-  TESSEL_ASSIGN_OR_RETURN(nn::ShardingRecipe recipe, nn::ParseShardingRecipe(f.recipe));
-  GlobalStep step;
-  TESSEL_ASSIGN_OR_RETURN(step.config, ModelConfigOf(f, file, num_devices));
   step.model_name = file && !file->name.empty() && !f.given("--model")
                         ? file->name
                         : std::string(nn::TransformerArchName(step.config.arch));
-  const std::string remat = !f.remat.empty() ? f.remat : (file ? file->remat : "");
-  const std::string attention = !f.attention.empty() ? f.attention : (file ? file->attention : "");
-  TESSEL_ASSIGN_OR_RETURN(step.training.remat,
-                          mesh::ParseRematPolicy(remat.empty() ? "none" : remat));
-  TESSEL_ASSIGN_OR_RETURN(
-      step.training.attention,
-      mesh::ParseAttentionKernel(attention.empty() ? "dot_product" : attention));
-
-  TESSEL_ASSIGN_OR_RETURN(MeshShape shape, MeshShapeOf(f, topology));
-  TESSEL_ASSIGN_OR_RETURN(spmd::HybridMesh mesh,
-                          spmd::HybridMesh::Create(shape.ici, shape.dcn, shape.names, topology));
-  step.mesh_text = mesh.AxesToString();
-  step.mesh = mesh;
-  TESSEL_ASSIGN_OR_RETURN(step.shards, nn::ShardsOf(mesh, recipe));
-  step.training.sequence_parallel = f.sequence_parallel;
-  step.training.expert_group = AxisGroupOfDevice0(mesh, "expert");
-  step.training.sequence_group = AxisGroupOfDevice0(mesh, "sequence");
-  step.pipeline.stage_group = AxisGroupOfDevice0(mesh, "stage");
-  TESSEL_RETURN_IF_ERROR(StageAndGraphConfigs(f, step));
-  if (step.config.experts > 0 && step.config.experts % step.shards.expert != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--experts ", step.config.experts,
-                                                   " must be a multiple of the \"expert\" ",
-                                                   "axis (", step.shards.expert, ")"));
-  }
-  TESSEL_ASSIGN_OR_RETURN(nn::TransformerStep built,
-                          nn::BuildTransformerStep(step.graph_config, mesh, recipe));
-  step.graph = std::move(built.graph);
-  step.weight_parameters = std::move(built.weight_parameters);
-  step.moment_parameters = std::move(built.moment_parameters);
   return step;
 }
 
-// Model-level figures derived from the report: MFU, tokens per second and the model's size.
-struct Throughput {
-  double mfu = 0;
-  double tokens_per_s = 0;
-  double params = 0;         // --model only: every parameter (all experts)
-  double active_params = 0;  // --model only: those one token uses (MoE: top_k experts)
-  double tokens = 0;         // --model only: tokens per step
-};
-
+// Model-level figures derived from the report: MFU, tokens per second and the model's size
+// (mesh::ModelThroughput); for --hlo the MFU of the program's own flops.
 Throughput ThroughputOf(const SimulateFlags& f, const GlobalStep& step,
                         const mesh::Simulator& simulator, const mesh::SimulationReport& r) {
+  if (IsModel(f)) return mesh::ModelThroughput(step.config, simulator.cost_model(), r);
   const double num_devices = static_cast<double>(r.num_devices);
   const double peak_flops = simulator.cost_model().PeakFlopsPerSecond(DType::kBF16) * num_devices;
   Throughput t;
-  if (IsModel(f)) {
-    t.params = static_cast<double>(nn::TransformerTotalParameterCount(step.config));
-    t.active_params = static_cast<double>(nn::TransformerActiveParameterCount(step.config));
-    t.tokens = static_cast<double>(step.config.tokens());
-  }
   if (r.step_seconds <= 0) return t;
-  if (IsModel(f)) {
-    // MFU as the PaLM paper defines it: 6 * parameters * tokens of model flops per step, with the
-    // parameters a token uses (Switch / Mixtral count active parameters).
-    t.mfu = 6 * t.active_params * t.tokens / (r.step_seconds * peak_flops);
-    t.tokens_per_s = t.tokens / r.step_seconds;
-  } else {
-    t.mfu = r.flops_per_device * num_devices / (r.step_seconds * peak_flops);
-  }
+  t.mfu = r.flops_per_device * num_devices / (r.step_seconds * peak_flops);
   return t;
 }
 
@@ -765,7 +646,9 @@ absl::StatusOr<std::vector<HtmlTensor>> HtmlTensorsOf(const Graph& graph, int64_
 // The --html page's mesh: the HybridMesh (--model), else the topology's devices as slices x
 // devices per slice (an HLO module names device ids, not a mesh).
 HtmlMesh HtmlMeshOf(const GlobalStep& step, const mesh::Topology& topology) {
-  if (step.mesh) return {step.mesh->axis_names(), step.mesh->mesh_shape(), step.mesh->device_ids()};
+  if (!step.mesh_text.empty()) {
+    return {step.mesh.axis_names(), step.mesh.mesh_shape(), step.mesh.device_ids()};
+  }
   HtmlMesh m;
   m.axis_names = {"slice", "device"};
   m.shape = {topology.num_slices(), topology.num_devices() / topology.num_slices()};
@@ -826,22 +709,62 @@ std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
 }
 
 // The terms the graph does not hold (remat, flash, MoE, context and pipeline parallelism,
-// mesh/sim/training_step.h), added to `report`; the estimates go to `info`.
+// mesh/sim/model_step.h), added to `report`; the estimates go to `info`.
 absl::Status AddTrainingStep(const GlobalStep& step, const mesh::Simulator& simulator,
                              const partitioner::SpmdProgram& program,
                              mesh::SimulationReport& report, RunInfo& info) {
-  TESSEL_ASSIGN_OR_RETURN(mesh::TrainingStepEstimate estimate,
-                          mesh::EstimateTrainingStep(
-                              step.stage_config, step.shards, step.training, simulator.cost_model(),
-                              program, step.weight_parameters, step.moment_parameters));
-  TESSEL_ASSIGN_OR_RETURN(mesh::PipelineEstimate pipeline,
-                          mesh::EstimatePipeline(step.stage_config, step.shards, step.pipeline,
-                                                 simulator.cost_model(), estimate));
-  mesh::ApplyTrainingStep(estimate, report);
-  mesh::ApplyPipeline(pipeline, report);
-  info.training = std::move(estimate);
-  info.pipeline = pipeline;
+  TESSEL_ASSIGN_OR_RETURN(mesh::ModelEstimates estimates,
+                          mesh::AddTrainingStep(step, simulator, program, report));
+  info.training = std::move(estimates.training);
+  info.pipeline = estimates.pipeline;
   return absl::OkStatus();
+}
+
+// Prints the report (text or --json); the exit code of --require-fit.
+int Output(const SimulateFlags& f, const mesh::Topology& topology, const GlobalStep& step,
+           const mesh::SimulationReport& r, const Throughput& throughput, const RunInfo& info) {
+  if (f.json) {
+    std::cout << ReportJson(f, topology, step, r, throughput, info).dump(2) << "\n";
+  } else {
+    PrintReport(f, topology, step, r, throughput, info);
+  }
+  if (r.exceeds_hbm && f.require_fit) {
+    std::cerr << absl::StrFormat(
+        "tessel simulate: --require-fit: the step does not fit: %s per device exceeds the HBM "
+        "of %s (%s)\n",
+        FormatBytes(static_cast<double>(r.peak_memory_bytes)), r.device_name,
+        FormatBytes(static_cast<double>(r.hbm_bytes)));
+    return kExitDoesNotFit;
+  }
+  return 0;
+}
+
+// --extrapolate-layers: mesh::SimulateModelPlan on stages of 1 and 2 layers, extrapolated to
+// the model's (`step` was built with one layer a stage, to check the flags cheaply).
+int RunExtrapolated(const SimulateFlags& f, const mesh::Topology& topology,
+                    const mesh::ModelPlan& plan, const mesh::SimulatorOptions& sim_options,
+                    GlobalStep step, RunInfo info) {
+  auto t_simulate = std::chrono::steady_clock::now();
+  mesh::ModelSimulationOptions options;
+  options.simulator = sim_options;
+  options.extrapolate_layers = true;
+  absl::StatusOr<mesh::ModelSimulation> sim =
+      mesh::SimulateModelPlan(topology, step.config, plan, options);
+  if (!sim.ok()) {
+    return sim.status().code() == absl::StatusCode::kInvalidArgument
+               ? Usage(std::string(sim.status().message()))
+               : Fail(std::string(sim.status().message()));
+  }
+  const std::string model_name = step.model_name;
+  static_cast<mesh::ModelStep&>(step) = std::move(sim->step);
+  step.model_name = model_name;
+  info.global_nodes = sim->global_nodes;
+  info.local_nodes = sim->local_nodes;
+  info.live_buffer_peak_bytes = sim->live_buffer_peak_bytes;
+  info.training = sim->estimates.training;
+  info.pipeline = sim->estimates.pipeline;
+  info.simulate_s = Since(t_simulate);
+  return Output(f, topology, step, sim->report, sim->throughput, info);
 }
 
 int Run(const SimulateFlags& f) {
@@ -863,18 +786,26 @@ int Run(const SimulateFlags& f) {
   }
   if (f.assume_trip_count > 0) sim_options.assumed_trip_count = f.assume_trip_count;
 
+  if (f.extrapolate_layers && (!IsModel(f) || !f.html.empty() || !f.trace.empty())) {
+    return Usage(
+        "--extrapolate-layers applies to --model / --model-config, without --html and "
+        "--trace (they need the whole graph)");
+  }
   RunInfo info;
   auto t_build = std::chrono::steady_clock::now();
   GlobalStep step;
   if (IsModel(f)) {
-    absl::StatusOr<GlobalStep> built = BuildModelStep(f, model_file, *topology);
+    mesh::ModelPlan plan;
+    absl::StatusOr<GlobalStep> built =
+        BuildModelStep(f, model_file, *topology, &plan, f.extrapolate_layers ? 1 : 0);
     if (!built.ok()) return Usage(std::string(built.status().message()));
     step = *std::move(built);
-    // With flash attention the program's dense S x S attention is costed by the kernel model
-    // instead (mesh/sim/training_step.h).
-    if (step.training.attention == mesh::AttentionKernel::kFlash) {
-      sim_options.costed_elsewhere = mesh::DenseAttentionFilter(step.graph_config);
+    if (f.extrapolate_layers) {
+      step.graph.reset();
+      info.build_s = Since(t_build);
+      return RunExtrapolated(f, *topology, plan, sim_options, std::move(step), std::move(info));
     }
+    sim_options = mesh::ModelSimulatorOptions(step, std::move(sim_options));
   } else {
     absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloFile(f.hlo);
     if (!graph.ok()) return Fail(std::string(graph.status().message()));
@@ -935,20 +866,7 @@ int Run(const SimulateFlags& f) {
     absl::Status written = WriteHtmlPage(page, f.html);
     if (!written.ok()) return Fail(std::string(written.message()));
   }
-  if (f.json) {
-    std::cout << ReportJson(f, *topology, step, r, throughput, info).dump(2) << "\n";
-  } else {
-    PrintReport(f, *topology, step, r, throughput, info);
-  }
-  if (r.exceeds_hbm && f.require_fit) {
-    std::cerr << absl::StrFormat(
-        "tessel simulate: --require-fit: the step does not fit: %s per device exceeds the HBM "
-        "of %s (%s)\n",
-        FormatBytes(static_cast<double>(r.peak_memory_bytes)), r.device_name,
-        FormatBytes(static_cast<double>(r.hbm_bytes)));
-    return kExitDoesNotFit;
-  }
-  return 0;
+  return Output(f, *topology, step, r, throughput, info);
 }
 
 }  // namespace
@@ -1007,7 +925,7 @@ CommandFn AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--dtype", f->dtype, "activation dtype: bf16 (default), f16, f32");
   cmd->add_option("--param-dtype", f->param_dtype, "parameter / optimizer dtype (default f32)");
   for (int i = 0; i < kNumMaxTextAxes; ++i) {
-    const std::string axis = kMaxTextAxes[i];
+    const std::string axis(kMaxTextAxes[i]);
     cmd->add_option(AxisFlag("ici", axis), f->ici_axes[i],
                     absl::StrCat("MaxText ici_", axis, "_parallelism: \"", axis,
                                  "\" axis size in a slice (-1: the rest)"));
@@ -1031,6 +949,9 @@ CommandFn AddSimulateCommand(CLI::App& app) {
                   "trip count of --hlo while loops whose count is not known statically")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--overlap", f->overlap, "report the overlapped (latency-hiding) schedule");
+  cmd->add_flag("--extrapolate-layers", f->extrapolate_layers,
+                "--model: simulate stages of 1 and 2 layers and extrapolate (layers are "
+                "identical; mesh/sim/model_step.h): faster for deep models");
   cmd->add_option("--trace", f->trace, "write a Chrome trace (Perfetto) to this file");
   cmd->add_option(
       "--html", f->html,

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   add(&tessel::tools::AddLaunchCommand);
   add(&tessel::tools::AddRunCommand);
   add(&tessel::tools::AddSimulateCommand);
+  add(&tessel::tools::AddAutoshardCommand);
   // One footer for all: scripts read the exit codes from any --help (docs/cli.md).
   for (auto& [sub, fn] : commands) sub->footer(tessel::tools::kExitCodesHelp);
   try {

@@ -22,6 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "tessel/core/hlo_text.h"
 #include "tessel/core/status_macros.h"
+#include "tessel/mesh/autoshard/autoshard.h"
+#include "tessel/mesh/sim/model_step.h"
 #include "tessel/mesh/sim/simulator.h"
 #include "tessel/mesh/sim/training_step.h"
 #include "tessel/mesh/topology/topology.h"
@@ -314,18 +316,17 @@ struct ModelRun {
 };
 
 // The mesh of `run` on `topology`, with `tessel simulate`'s defaults for missing shapes.
-spmd::HybridMesh ModelMesh(const ModelRun& run, const mesh::Topology& topology) {
-  std::vector<int64_t> ici = run.ici_mesh_shape, dcn = run.dcn_mesh_shape;
-  std::vector<std::string> names = run.axis_names;
-  if (ici.empty()) {
-    ici = {topology.num_devices() / topology.num_slices()};
-    if (names.size() != 1) names = {"data"};
+mesh::MeshShape ModelMesh(const ModelRun& run, const mesh::Topology& topology) {
+  mesh::MeshShape shape{run.ici_mesh_shape, run.dcn_mesh_shape, run.axis_names};
+  if (shape.ici.empty()) {
+    shape.ici = {topology.num_devices() / topology.num_slices()};
+    if (shape.names.size() != 1) shape.names = {"data"};
   }
-  if (dcn.empty()) {
-    dcn.assign(ici.size(), 1);
-    if (topology.num_slices() > 1) dcn[0] = topology.num_slices();
+  if (shape.dcn.empty()) {
+    shape.dcn.assign(shape.ici.size(), 1);
+    if (topology.num_slices() > 1) shape.dcn[0] = topology.num_slices();
   }
-  return ValueOrThrow(spmd::HybridMesh::Create(ici, dcn, names, topology));
+  return shape;
 }
 
 // One training step of the model file's transformer, as `tessel simulate CONFIG --model-config
@@ -341,56 +342,94 @@ SimulateResult SimulateModel(const std::string& model_json, const std::string& s
     config.batch = topology.num_devices();
   }
   ThrowIfError(nn::ValidateTransformerConfig(config));
-  const nn::ShardingRecipe recipe = ValueOrThrow(nn::ParseShardingRecipe(run.recipe));
-  const spmd::HybridMesh mesh = ModelMesh(run, topology);
-  mesh::TrainingStepOptions training;
-  training.remat = ValueOrThrow(mesh::ParseRematPolicy(file.remat.empty() ? "none" : file.remat));
-  training.attention = ValueOrThrow(
+  mesh::ModelPlan plan;
+  plan.recipe = ValueOrThrow(nn::ParseShardingRecipe(run.recipe));
+  plan.mesh = ModelMesh(run, topology);
+  plan.remat = ValueOrThrow(mesh::ParseRematPolicy(file.remat.empty() ? "none" : file.remat));
+  plan.attention = ValueOrThrow(
       mesh::ParseAttentionKernel(file.attention.empty() ? "dot_product" : file.attention));
-  for (int64_t a = 0; a < mesh.rank(); ++a) {  // the "expert" axis through device 0
-    if (mesh.axis_names()[a] != "expert") continue;
-    int64_t stride = 1;
-    for (int64_t b = a + 1; b < mesh.rank(); ++b) stride *= mesh.axis_size(b);
-    for (int64_t k = 0; k < mesh.axis_size(a); ++k) {
-      training.expert_group.push_back(mesh.device_ids()[k * stride]);
-    }
-  }
-  mesh::SimulatorOptions options;
-  options.overlap = run.overlap;
-  options.top_k = run.top_k;
-  if (file.matmul_dtype == "int8") options.cost.matmul_dtype = "s8";
-  if (file.matmul_dtype == "fp8") options.cost.matmul_dtype = "f8e4m3fn";
-  if (training.attention == mesh::AttentionKernel::kFlash) {
-    options.costed_elsewhere = mesh::DenseAttentionFilter(config);
-  }
+  mesh::ModelSimulationOptions options;
+  options.simulator.overlap = run.overlap;
+  options.simulator.top_k = run.top_k;
+  if (file.matmul_dtype == "int8") options.simulator.cost.matmul_dtype = "s8";
+  if (file.matmul_dtype == "fp8") options.simulator.cost.matmul_dtype = "f8e4m3fn";
   SimulateResult result;
-  absl::Status status;
+  absl::StatusOr<mesh::ModelSimulation> simulated;
   {
     py::gil_scoped_release release;
-    status = [&]() -> absl::Status {
-      TESSEL_ASSIGN_OR_RETURN(nn::RecipeShards shards, nn::ShardsOf(mesh, recipe));
-      TESSEL_ASSIGN_OR_RETURN(nn::TransformerStep step,
-                              nn::BuildTransformerStep(config, mesh, recipe));
-      result.global_nodes = step.graph->num_nodes();
-      TESSEL_ASSIGN_OR_RETURN(mesh::Simulator simulator,
-                              mesh::Simulator::Create(topology, options));
-      partitioner::PartitionOptions partition_options;
-      partition_options.cost_model = &simulator.cost_model();
-      TESSEL_ASSIGN_OR_RETURN(
-          partitioner::SpmdProgram program,
-          partitioner::Partition(*step.graph, topology.num_devices(), partition_options));
-      result.local_nodes = program.program->num_nodes();
-      TESSEL_ASSIGN_OR_RETURN(result.report, simulator.Run(program));
-      TESSEL_ASSIGN_OR_RETURN(
-          mesh::TrainingStepEstimate estimate,
-          mesh::EstimateTrainingStep(config, shards, training, simulator.cost_model(), program,
-                                     step.weight_parameters, step.moment_parameters));
-      mesh::ApplyTrainingStep(estimate, result.report);
-      return absl::OkStatus();
-    }();
+    simulated = mesh::SimulateModelPlan(topology, config, plan, options);
   }
-  ThrowIfError(status);
+  ThrowIfError(simulated.status());
+  result.report = std::move(simulated->report);
+  result.global_nodes = simulated->global_nodes;
+  result.local_nodes = simulated->local_nodes;
   return result;
+}
+
+// One plan of `tessel autoshard` as a dict: mesh sizes over MaxText's axes, remat, microbatches,
+// step time (seconds), DCN bytes and memory (bytes) per device, fits.
+py::dict CandidateDict(const mesh::AutoshardCandidate& c) {
+  py::dict d;
+  std::vector<std::string> names(mesh::kMaxTextAxes.begin(), mesh::kMaxTextAxes.end());
+  d["axis_names"] = names;
+  d["ici_mesh_shape"] = c.ici_axes;
+  d["dcn_mesh_shape"] = c.dcn_axes;
+  d["remat"] = std::string(mesh::RematPolicyName(c.plan.remat));
+  d["microbatches"] = c.plan.microbatches;
+  d["step_seconds"] = c.step_seconds;
+  d["compute_seconds"] = c.compute_seconds;
+  d["ici_seconds"] = c.ici_seconds;
+  d["dcn_seconds"] = c.dcn_seconds;
+  d["dcn_bytes_per_device"] = c.dcn_bytes_per_device;
+  d["memory_bytes"] = c.memory.total_bytes();
+  d["hbm_bytes"] = c.hbm_bytes;
+  d["fits"] = c.fits;
+  return d;
+}
+
+// `tessel autoshard CONFIG --model-config FILE` (mesh/autoshard/autoshard.h) as a dict: "best"
+// (None when no plan fits), "alternatives", "search" (coverage).
+py::dict Autoshard(const std::string& model_json, const std::string& source,
+                   const mesh::Topology& topology, std::optional<int64_t> batch,
+                   double budget_seconds, int64_t top_k, bool overlap) {
+  nn::ModelFile file = ValueOrThrow(nn::ParseModelConfig(model_json, source));
+  nn::TransformerConfig config = file.config;
+  if (batch) {
+    config.batch = *batch;
+  } else if (!file.has_batch) {
+    config.batch = topology.num_devices();
+  }
+  ThrowIfError(nn::ValidateTransformerConfig(config));
+  mesh::AutoshardOptions options;
+  options.budget_seconds = budget_seconds;
+  options.top_k = top_k;
+  options.overlap = overlap;
+  options.attention = ValueOrThrow(
+      mesh::ParseAttentionKernel(file.attention.empty() ? "dot_product" : file.attention));
+  absl::StatusOr<mesh::AutoshardResult> result;
+  {
+    py::gil_scoped_release release;
+    result = mesh::Autoshard(topology, config, options);
+  }
+  ThrowIfError(result.status());
+  py::dict out;
+  out["best"] = result->best >= 0 ? py::object(CandidateDict(result->candidates[result->best]))
+                                  : py::object(py::none());
+  py::list alternatives;
+  for (size_t i = 1; i < result->ranking.size(); ++i) {
+    alternatives.append(CandidateDict(result->candidates[result->ranking[i]]));
+  }
+  out["alternatives"] = alternatives;
+  py::dict search;
+  search["meshes_enumerated"] = result->meshes_enumerated;
+  search["meshes_simulated"] = result->meshes_simulated;
+  search["meshes_failed"] = result->meshes_failed;
+  search["plans_evaluated"] = result->plans_evaluated;
+  search["pruned"] = result->pruned;
+  search["complete"] = result->complete;
+  search["seconds"] = result->search_seconds;
+  out["search"] = search;
+  return out;
 }
 
 void BindTopologyAndMesh(py::module_& m) {
@@ -611,6 +650,9 @@ void BindSimulate(py::module_& m) {
       py::arg("model_json"), py::arg("source"), py::arg("topology"), py::arg("ici_mesh_shape"),
       py::arg("dcn_mesh_shape"), py::arg("axis_names"), py::arg("recipe"), py::arg("batch"),
       py::arg("overlap") = false, py::arg("top_k") = 10);
+  m.def("autoshard", &Autoshard, py::arg("model_json"), py::arg("source"), py::arg("topology"),
+        py::arg("batch"), py::arg("budget_seconds") = 0.0, py::arg("top_k") = 5,
+        py::arg("overlap") = false);
 }
 
 }  // namespace

@@ -44,7 +44,8 @@ __version__ = "0.1.0"
 __all__ = [
     "CollectiveCount", "DeviceClass", "HybridMesh", "Mesh", "OpEntry", "OutputCheck",
     "PartitionResult", "Shard", "ShardResult", "SimulationReport", "Topology", "VerifyReport",
-    "partition", "preset_names", "propagate", "shard", "simulate", "simulate_model", "verify",
+    "autoshard", "partition", "preset_names", "propagate", "shard", "simulate", "simulate_model",
+    "verify",
     "verify_inputs",
 ]
 
@@ -186,6 +187,38 @@ def simulate_model(model: Union[str, os.PathLike, dict], topology: Union[Topolog
     return _tessel.simulate_model(text, source, _topology(topology),
                                   list(ici_mesh_shape or []), list(dcn_mesh_shape or []),
                                   list(axis_names), recipe, batch, overlap, top_k)
+
+
+def _model_text(model: Union[str, os.PathLike, dict]) -> tuple:
+    """(JSON text, source) of a model given as a dict, a path or a preset name."""
+    if isinstance(model, dict):
+        return json.dumps(model), "model"
+    path = Path(model)
+    if not path.is_file() and isinstance(model, str) and os.sep not in model:
+        path = _CONFIGS / "models" / f"{model}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"model config {os.fspath(model)!r} not found")
+    return path.read_text(), os.fspath(path)
+
+
+def autoshard(model: Union[str, os.PathLike, dict], topology: Union[Topology, str, os.PathLike],
+              *, batch: Optional[int] = None, budget_seconds: float = 0.0, top_k: int = 5,
+              overlap: bool = False) -> dict:
+    """Searches the mesh (MaxText's ici_* / dcn_* axis sizes), remat policy and microbatches with
+    the least predicted step time that fit in HBM (``tessel autoshard CONFIG --model-config
+    FILE``; mesh/autoshard/autoshard.h).
+
+    model: as for ``simulate_model``. budget_seconds: stop simulating new meshes after this long
+    (0: no limit). top_k: runners-up to return.
+    Returns a dict: "best" (None when no plan fits; else "axis_names", "ici_mesh_shape",
+    "dcn_mesh_shape", "remat", "microbatches", "step_seconds", "memory_bytes", "fits", ...),
+    "alternatives" (the runners-up, best first) and "search" (meshes enumerated, pruned by
+    reason, simulated; plans evaluated; complete; seconds).
+    Raises ValueError for an invalid model config.
+    """
+    text, source = _model_text(model)
+    return _tessel.autoshard(text, source, _topology(topology), batch, budget_seconds, top_k,
+                             overlap)
 
 
 def _breakdown(self: SimulationReport) -> dict:

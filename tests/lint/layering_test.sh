@@ -3,7 +3,7 @@
 # folder, no exceptions (docs/architecture.md, "Layers"):
 #
 #   core -> mesh/topology -> spmd -> mesh/cost -> partitioner -> nn -> mesh/sim
-#   core -> transport -> mesh/launch;  mesh/sim + mesh/launch -> mesh/runtime
+#   core -> transport -> mesh/launch;  mesh/sim + mesh/launch -> mesh/runtime;  mesh/sim -> mesh/autoshard
 #   everything -> examples -> tools;  python (the bindings), benchmarks, tests and fuzz (the
 #   libFuzzer targets) use any library.
 #
@@ -15,7 +15,7 @@ set -uo pipefail
 root="${1:-$(cd "$(dirname "$0")/../.." && pwd)}"
 cd "$root" || exit 2
 
-libs="core/ mesh/topology/ spmd/ mesh/cost/ partitioner/ nn/ mesh/sim/ transport/ mesh/launch/ mesh/runtime/"
+libs="core/ mesh/topology/ spmd/ mesh/cost/ partitioner/ nn/ mesh/sim/ transport/ mesh/launch/ mesh/runtime/ mesh/autoshard/"
 declare -A rule=(
   [core/]="core/"
   [mesh/topology/]="core/ mesh/topology/"
@@ -27,6 +27,7 @@ declare -A rule=(
   [transport/]="core/ transport/"
   [mesh/launch/]="core/ mesh/topology/ transport/ mesh/launch/"
   [mesh/runtime/]="core/ mesh/topology/ spmd/ mesh/cost/ partitioner/ nn/ mesh/sim/ transport/ mesh/launch/ mesh/runtime/"
+  [mesh/autoshard/]="core/ mesh/topology/ spmd/ mesh/cost/ partitioner/ nn/ mesh/sim/ mesh/autoshard/"
   [examples/]="$libs examples/"
   [tools/]="$libs examples/ tools/"
   [python/]="$libs python/"

@@ -37,6 +37,9 @@ JSON_RUNS = {
             "--seq-len", "16", "--batch", "2", "--eval-every", "0", "--generate", "0",
             "--json"],
     "simulate": ["simulate", v4_8, "--hlo", mlp, "--json"],
+    "autoshard": ["autoshard", v4_8, "--model", "llama", "--layers", "2", "--d-model", "64",
+                  "--heads", "4", "--ffn", "128", "--vocab", "128", "--seq-len", "32",
+                  "--remat", "full", "--json"],
 }
 
 problems = []

@@ -1,0 +1,38 @@
+"""tessel.autoshard: the search's best plan, its coverage, and a model that fits nowhere."""
+import tessel
+
+SMALL = {"arch": "llama", "layers": 4, "d_model": 256, "heads": 8, "kv_heads": 4, "ffn": 768,
+         "vocab": 1024, "seq_len": 128, "batch": 16}
+
+
+def test_autoshard_finds_a_fitting_plan_no_slower_than_its_alternatives():
+    result = tessel.autoshard(SMALL, "two_v4-8_slices", top_k=3)
+    best = result["best"]
+    assert best is not None and best["fits"]
+    assert best["axis_names"][:3] == ["data", "stage", "fsdp"]
+    devices = 1
+    for ici, dcn in zip(best["ici_mesh_shape"], best["dcn_mesh_shape"]):
+        devices *= ici * dcn
+    assert devices == 8
+    assert result["alternatives"], "a small model fits in more than one plan"
+    for alt in result["alternatives"]:
+        assert alt["step_seconds"] >= best["step_seconds"]
+    search = result["search"]
+    assert search["complete"]
+    accounted = search["meshes_simulated"] + search["meshes_failed"] + sum(
+        search["pruned"].values())
+    assert search["meshes_enumerated"] == accounted
+
+
+def test_autoshard_is_deterministic():
+    a = tessel.autoshard(SMALL, "two_v4-8_slices")
+    b = tessel.autoshard(SMALL, "two_v4-8_slices")
+    a["search"].pop("seconds")
+    b["search"].pop("seconds")
+    assert a == b
+
+
+def test_autoshard_reports_no_plan_when_nothing_fits():
+    huge = dict(SMALL, layers=64, d_model=8192, heads=64, kv_heads=8, ffn=32768)
+    result = tessel.autoshard(huge, "two_v4-8_slices")
+    assert result["best"] is None
