@@ -13,6 +13,11 @@ Published step time: MaxText reports model TFLOP/s per chip, from its own flop c
 forward flops of the weight matmuls and the embedding, plus 3 x 4*b*S^2*heads*head_dim of
 attention, causal not halved). The published step time is that count for one chip's batch
 divided by the published TFLOP/s per chip; error = (Tessel's step time - published) / published.
+
+Megatron-LM rows ("framework": "megatron"): the published per-GPU TFLOP/s of Narayanan et al. 2021
+(arXiv 2104.04473) use their equation (3), which counts the recompute of full activation
+recomputation: F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) per iteration; the published step time
+is F / (GPUs x TFLOP/s per GPU). The median is also given per framework.
 """
 import argparse
 import json
@@ -78,6 +83,35 @@ def command(run, dims, chips):
     return cmd
 
 
+def megatron_flops_per_gpu(run):
+    m = run["model"]
+    b, s, l, h, v = run["global_batch"], m["seq_len"], m["layers"], m["d_model"], m["vocab"]
+    total = 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+    return total / chips_of(run)
+
+
+def megatron_command(run):
+    """Megatron's (t, p, d) on N DGX nodes: tensor inside a node, the rest of the node data
+    parallel, pipeline stages and data replicas across nodes (as Megatron orders its groups)."""
+    m, t, p, d = run["model"], run["tensor"], run["pipeline"], run["data"]
+    per_node = 8
+    cmd = ["tessel", "simulate", run["topology"], "--num-slices", str(run["num_slices"]),
+           "--model", m["arch"], "--layers", str(m["layers"]), "--d-model", str(m["d_model"]),
+           "--heads", str(m["heads"]), "--vocab", str(m["vocab"]), "--seq-len", str(m["seq_len"]),
+           "--batch", str(run["global_batch"]), "--remat", run["remat"],
+           "--attention", run["attention"], "--ici-tensor", str(t)]
+    if per_node // t > 1:
+        cmd += ["--ici-data", str(per_node // t)]
+    if p > 1:
+        cmd += ["--dcn-stage", str(p), "--microbatches",
+                str(run["global_batch"] // (d * run["microbatch_size"]))]
+    dcn_data = d // (per_node // t)
+    if dcn_data > 1:
+        cmd += ["--dcn-data", str(dcn_data)]
+    cmd += ["--overlap"]
+    return cmd
+
+
 def chips_of(run):
     topo = json.load(open(os.path.join(ROOT, run["topology"])))
     per_slice = 1
@@ -94,12 +128,19 @@ def main():
     parser.add_argument("--write-doc", help="replace the table in this Markdown file")
     args = parser.parse_args()
     data = json.load(open(args.runs))
-    rows, errors, held_errors = [], [], []
+    rows, errors, held_errors, by_framework = [], [], [], {}
     for index, run in enumerate(data["runs"]):
         held_out = index % 3 == 2
-        dims = maxtext_dims(data["maxtext_base"], run["global_parameter_scale"])
-        chips = chips_of(run)
-        cmd = command(run, dims, chips)
+        framework = run.get("framework", "maxtext")
+        if framework == "megatron":
+            cmd = megatron_command(run)
+            published_flops = megatron_flops_per_gpu(run)
+            published_rate = run["published"]["tflops_per_gpu"]
+        else:
+            dims = maxtext_dims(data["maxtext_base"], run["global_parameter_scale"])
+            cmd = command(run, dims, chips_of(run))
+            published_flops = maxtext_flops_per_chip(dims, run)
+            published_rate = run["published"]["tflops_per_chip"]
         start = time.time()
         out = subprocess.run([args.tessel] + cmd[1:] + ["--json"], cwd=ROOT, capture_output=True,
                              text=True)
@@ -109,31 +150,38 @@ def main():
                   file=sys.stderr)
             return 1
         report = json.loads(out.stdout)
-        published_s = maxtext_flops_per_chip(dims, run) / (run["published"]["tflops_per_chip"] * 1e12)
+        published_s = published_flops / (published_rate * 1e12)
         predicted_s = report["step_time_s"]
         error = (predicted_s - published_s) / published_s
         errors.append(abs(error))
         if held_out:
             held_errors.append(abs(error))
+        by_framework.setdefault(framework, ([], []))[1 if held_out else 0].append(abs(error))
         rows.append((run, held_out, " ".join(cmd), predicted_s, published_s, error,
-                     report["fits"], wall))
+                     report["fits"], wall, published_rate))
         print(f"{run['id']:34s} {'held-out' if held_out else '        '} "
               f"tessel {predicted_s:8.3f} s  published {published_s:8.3f} s  "
               f"error {100 * error:+6.1f} %  ({wall:.1f} s)", file=sys.stderr)
     lines = [
-        "| # | run (source) | chips | Tessel step | published step (TFLOP/s/chip) | error | fits | held out |",
+        "| # | run (source) | chips | Tessel step | published step (TFLOP/s per chip) | error | fits | held out |",
         "|---|---|---:|---:|---:|---:|---|---|",
     ]
-    for i, (run, held, cmd, pred, pub, err, fits, _) in enumerate(rows):
+    for i, (run, held, cmd, pred, pub, err, fits, _, rate) in enumerate(rows):
         lines.append(
             f"| {i} | [{run['id']}]({run['source']}) | {chips_of(run)} | {pred:.3f} s | "
-            f"{pub:.3f} s ({run['published']['tflops_per_chip']}) | {100 * err:+.1f} % | "
+            f"{pub:.3f} s ({rate}) | {100 * err:+.1f} % | "
             f"{'yes' if fits else 'no'} | {'yes' if held else ''} |")
     lines.append("")
     lines.append(f"Median |error|: {100 * statistics.median(errors):.1f} % on all {len(errors)} "
                  f"runs; {100 * statistics.median(held_errors):.1f} % on the "
                  f"{len(held_errors)} held out. Within 10 %: "
                  f"{sum(e <= 0.10 for e in errors)} of {len(errors)}.")
+    for framework, (dev, held) in sorted(by_framework.items()):
+        both = dev + held
+        lines.append("")
+        lines.append(f"{framework}: median |error| {100 * statistics.median(both):.1f} % on "
+                     f"{len(both)} runs; {100 * statistics.median(held):.1f} % on the {len(held)} "
+                     f"held out. Within 10 %: {sum(e <= 0.10 for e in both)} of {len(both)}.")
     lines.append("")
     lines.append("The commands, in table order (run from the repository root):")
     lines.append("")
