@@ -198,9 +198,6 @@ TEST(CheckpointTest, ReshardOnLoad) {
   EXPECT_EQ((*whole)[0].ToLiteral().value(), w_value);
 }
 
-}  // namespace
-}  // namespace tessel::mesh
-
 // A corrupt byte inside a shard that every host reads only in part (the load splits the columns,
 // the save split rows and columns) fails the chunk checksum on every host: no partial load.
 TEST(CheckpointTest, CorruptByteInAShardReadInPartFailsItsChunkChecksum) {
@@ -244,3 +241,6 @@ TEST(CheckpointTest, CorruptByteInAShardReadInPartFailsItsChunkChecksum) {
         << "host " << h << ": " << statuses[h];
   }
 }
+
+}  // namespace
+}  // namespace tessel::mesh
