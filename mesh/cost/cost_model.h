@@ -109,8 +109,10 @@ enum class OpClass { kNone, kDot, kElementwise, kReduce, kDataMovement, kCollect
 //     scaled_upper_triang_masked_softmax_forward / _backward), megatron/model/fused_layer_norm.py
 //     (apex's fused layer norm, forward and backward), and bias + dropout + add
 //     (bias_dropout_add_fused_train, jit-scripted, megatron/model/transformer.py). In a
-//     transformer's graph these are exactly the chains of fusible ops (with their reductions)
-//     between matmuls, so kEager keeps kXla's loop and input fusion and drops producer fusion:
+//     transformer layer's graph these are the chains of fusible ops (with their reductions)
+//     between matmuls (not so for the loss and the residual-gradient sums, which Megatron runs
+//     as separate kernels and this costs as kXla; docs/simulator.md), so kEager keeps kXla's
+//     loop and input fusion and drops producer fusion:
 //     a cuBLAS GEMM (torch.matmul / baddbmm / F.linear) reads its operands from HBM, so a value
 //     read by a dot or convolution is written (the layer norm output before the QKV and MLP
 //     matmuls, the GeLU output, the S x S attention probabilities and their gradient).
