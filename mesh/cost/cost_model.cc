@@ -34,12 +34,38 @@ bool FusesProducers(Opcode op) {
 
 // A value with no users is a program output and must reach HBM; one user that cannot absorb it
 // is enough to force the write, since that user reads it from memory.
-bool KeptOnChip(const Node& node) {
+bool KeptOnChip(const Node& node, FusionMode mode) {
+  if (mode == FusionMode::kNone) return false;
   if (!IsFusible(node.opcode()) || node.users().empty()) return false;
   for (const Node* user : node.users()) {
     if (!FusesProducers(user->opcode())) return false;
+    // Eager: a GEMM library call reads its operands from HBM; no producer runs inside it.
+    const Opcode op = user->opcode();
+    if (mode == FusionMode::kEager && (op == Opcode::kDot || op == Opcode::kConvolution)) {
+      return false;
+    }
   }
   return true;
+}
+
+std::string_view FusionModeName(FusionMode mode) {
+  switch (mode) {
+    case FusionMode::kXla:
+      return "xla";
+    case FusionMode::kEager:
+      return "eager";
+    case FusionMode::kNone:
+      return "none";
+  }
+  return "xla";
+}
+
+absl::StatusOr<FusionMode> ParseFusionMode(std::string_view name) {
+  for (FusionMode mode : {FusionMode::kXla, FusionMode::kEager, FusionMode::kNone}) {
+    if (name == FusionModeName(mode)) return mode;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown fusion mode \"", std::string(name), "\"; expected xla, eager or none"));
 }
 
 namespace {
@@ -298,11 +324,11 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
   // HBM traffic: the result is written unless every user fuses it; an operand is read unless
   // it was kept on chip (fused into this op). slice and dynamic-slice read only the window.
   int64_t bytes = 0;
-  const bool fuse = options_.fuse_elementwise;
-  if (!(fuse && KeptOnChip(node))) bytes += node.shape().byte_size();
+  const FusionMode fusion = options_.fusion;
+  if (!KeptOnChip(node, fusion)) bytes += node.shape().byte_size();
   for (int64_t i = 0; i < node.operand_count(); ++i) {
     const Node* operand = node.operand(i);
-    if (fuse && KeptOnChip(*operand)) continue;
+    if (KeptOnChip(*operand, fusion)) continue;
     if (operand->shape().num_elements() <= 1) continue;  // scalars live in registers
     if ((op == Opcode::kSlice || op == Opcode::kDynamicSlice) && i == 0) {
       bytes += node.shape().byte_size();
