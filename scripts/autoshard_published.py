@@ -19,7 +19,10 @@ Prints a Markdown table (docs/autoshard.md) with the commands, and exits 1 when 
 slower than the hand plan on a row where the hand plan is in its space.
 
   python3 scripts/autoshard_published.py [--tessel build/tools/tessel] [--runs FILE]
-      [--only ID,ID,...] [--budget S]
+      [--only ID,ID,...] [--budget S] [--cache FILE]
+
+--cache FILE keeps each finished row (JSON Lines, keyed by the run and the tessel binary's
+modification time), so an interrupted table resumes where it stopped.
 """
 import argparse
 import json
@@ -216,14 +219,29 @@ def main():
     parser.add_argument("--only", default="", help="comma-separated run ids (default: all)")
     parser.add_argument("--budget", type=float, default=0,
                         help="autoshard --budget S (default: none, a complete search)")
+    parser.add_argument("--cache", help="JSON Lines file of finished rows (read and appended)")
     args = parser.parse_args()
     data = json.load(open(args.runs))
     only = set(filter(None, args.only.split(",")))
+    binary = os.path.getmtime(args.tessel)
+    cached = {}
+    if args.cache and os.path.exists(args.cache):
+        for line in open(args.cache):
+            entry = json.loads(line)
+            if entry["binary"] == binary and entry["budget"] == args.budget:
+                cached[entry["id"]] = entry["row"]
     rows = []
     for run in data["runs"]:
         if only and run["id"] not in only:
             continue
-        row = evaluate(args, run, data["maxtext_base"])
+        row = cached.get(run["id"])
+        if row is None:
+            row = evaluate(args, run, data["maxtext_base"])
+            if args.cache:
+                with open(args.cache, "a") as f:
+                    f.write(json.dumps({"id": run["id"], "binary": binary,
+                                        "budget": args.budget, "row": row}) + "\n")
+        row["run"] = run
         rows.append(row)
         bound = row["relaxed"] or row["auto"]
         print(f"{run['id']:34s} hand {row['hand']:8.3f} s{'' if row['hand_fits'] else '*'}  "

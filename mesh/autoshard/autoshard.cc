@@ -54,6 +54,14 @@ std::string PruneReason(const std::vector<int64_t>& ici, const std::vector<int64
                         int64_t hbm_bytes) {
   std::vector<int64_t> size(kNumMaxTextAxes);
   for (int a = 0; a < kNumMaxTextAxes; ++a) size[a] = ici[a] * dcn[a];
+  if (!options.axes.empty()) {
+    for (int a = 0; a < kNumMaxTextAxes; ++a) {
+      if (size[a] > 1 && std::find(options.axes.begin(), options.axes.end(),
+                                   std::string(kMaxTextAxes[a])) == options.axes.end()) {
+        return "axis outside the allowed axes (--axes)";
+      }
+    }
+  }
   if (dcn[kTensor] > 1 || dcn[kSequence] > 1 || dcn[kExpert] > 1) {
     return "tensor, sequence or expert over DCN (a collective per layer on the slowest links)";
   }
@@ -249,6 +257,14 @@ absl::StatusOr<AutoshardResult> Autoshard(const Topology& topology,
     return absl::InvalidArgumentError(
         absl::StrCat("topology ", topology.name(), ": ", topology.num_devices(),
                      " devices do not split into ", slices, " equal slices"));
+  }
+  for (const std::string& axis : options.axes) {
+    if (std::find(kMaxTextAxes.begin(), kMaxTextAxes.end(), axis) == kMaxTextAxes.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("autoshard axes: \"", axis,
+                       "\" is not one of MaxText's axes (data, stage, "
+                       "fsdp, fsdp_transpose, sequence, tensor, expert)"));
+    }
   }
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {

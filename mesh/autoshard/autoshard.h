@@ -67,6 +67,11 @@ struct AutoshardOptions {
   // data-parallel rank's batch; empty (the default): every such multiple of the stages (the
   // microbatch counts of Megatron-LM's published layouts, e.g. 6 x stages, are in the space).
   std::vector<int64_t> microbatch_factors;
+  // The axes a mesh may use (names of kMaxTextAxes); the others stay size 1, each mesh using
+  // one pruned as "axis outside AutoshardOptions::axes". Empty (the default): all seven. E.g.
+  // {"data", "fsdp", "tensor"}: the plans a runtime without pipeline or context parallelism
+  // executes (the `tessel run --example gpt` job).
+  std::vector<std::string> axes;
   // The per-device memory limit in bytes that a plan must fit under (0: the device's HBM, from
   // the topology's device_spec). A lower limit keeps headroom; a higher one asks what would fit
   // with more memory (scripts/autoshard_published.py: the space a hand plan over HBM is in).
@@ -129,7 +134,8 @@ struct AutoshardResult {
 [[nodiscard]] std::vector<std::vector<int64_t>> Factorizations(int64_t n, int parts);
 
 // Searches plans for `config` on `topology` (file comment).
-// Errors: kInvalidArgument when the config is invalid or the topology's slices differ in size;
+// Errors: kInvalidArgument when the config is invalid, the topology's slices differ in size, or
+// AutoshardOptions::axes names an axis not in kMaxTextAxes;
 // those of CostModel::Create. No plan fitting is not an error: best = -1.
 [[nodiscard]] absl::StatusOr<AutoshardResult> Autoshard(const Topology& topology,
                                                         const nn::TransformerConfig& config,
