@@ -19,7 +19,7 @@ Prints a Markdown table (docs/autoshard.md) with the commands, and exits 1 when 
 slower than the hand plan on a row where the hand plan is in its space.
 
   python3 scripts/autoshard_published.py [--tessel build/tools/tessel] [--runs FILE]
-      [--only ID,ID,...] [--budget S] [--cache FILE]
+      [--only ID,ID,...] [--budget S] [--cache FILE] [--write-doc docs/autoshard.md]
 
 --cache FILE keeps each finished row (JSON Lines, keyed by the run and the tessel binary's
 modification time), so an interrupted table resumes where it stopped.
@@ -35,6 +35,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AXES = ["data", "stage", "fsdp", "fsdp_transpose", "sequence", "tensor", "expert"]
 GIB = 1024**3
+BEGIN = "<!-- autoshard-published: begin (scripts/autoshard_published.py --write-doc) -->"
+END = "<!-- autoshard-published: end -->"
 
 
 def maxtext_dims(base, scale):
@@ -220,6 +222,7 @@ def main():
     parser.add_argument("--budget", type=float, default=0,
                         help="autoshard --budget S (default: none, a complete search)")
     parser.add_argument("--cache", help="JSON Lines file of finished rows (read and appended)")
+    parser.add_argument("--write-doc", help="replace the table between the markers of this file")
     args = parser.parse_args()
     data = json.load(open(args.runs))
     only = set(filter(None, args.only.split(",")))
@@ -248,7 +251,17 @@ def main():
               f"autoshard {row['auto']['step']:8.3f} s  bound {bound['step']:8.3f} s "
               f"({(bound['step'] / row['hand'] - 1) * 100:+.1f} %)  "
               f"search {row['auto']['seconds']:.1f} s", file=sys.stderr, flush=True)
-    print(table(rows))
+    text = table(rows)
+    print(text)
+    if args.write_doc:
+        doc = open(args.write_doc).read()
+        if BEGIN not in doc or END not in doc:
+            print(f"{args.write_doc}: no autoshard-published markers", file=sys.stderr)
+            return 1
+        head, rest = doc.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        with open(args.write_doc, "w") as f:
+            f.write(f"{head}{BEGIN}\n{text}\n{END}{tail}")
     slower = [r["run"]["id"] for r in rows if not r["ok"]]
     if slower:
         print(f"autoshard slower than the hand plan on: {', '.join(slower)}", file=sys.stderr)
