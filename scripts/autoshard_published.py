@@ -192,7 +192,7 @@ def table(rows):
         if x:
             auto += f"; with `--hbm-gib {x['gib']:.2f}`: {x['plan']}"
             step += f"; {x['step']:.3f} s ({x['memory'] / GIB:.1f} GiB)"
-            ratio += f" (does not fit); {x['step'] / r['hand']:.3f}"
+            ratio += f"; {x['step'] / r['hand']:.3f}"
             seconds += f"; {x['seconds']:.1f} s"
         lines.append(f"| [{run['id']}]({source}) | {r['chips']} | {r['hand_plan']} | "
                      f"{r['hand']:.3f} s ({r['hand_memory'] / GIB:.1f} GiB{fit}) | {auto} | "
