@@ -68,7 +68,7 @@ struct AutoshardOptions {
   // microbatch counts of Megatron-LM's published layouts, e.g. 6 x stages, are in the space).
   std::vector<int64_t> microbatch_factors;
   // The axes a mesh may use (names of kMaxTextAxes); the others stay size 1, each mesh using
-  // one pruned as "axis outside AutoshardOptions::axes". Empty (the default): all seven. E.g.
+  // one pruned as "axis outside the allowed axes (--axes)". Empty (the default): all seven. E.g.
   // {"data", "fsdp", "tensor"}: the plans a runtime without pipeline or context parallelism
   // executes (the `tessel run --example gpt` job).
   std::vector<std::string> axes;
