@@ -198,9 +198,6 @@ TEST(CheckpointTest, ReshardOnLoad) {
   EXPECT_EQ((*whole)[0].ToLiteral().value(), w_value);
 }
 
-}  // namespace
-}  // namespace tessel::mesh
-
 // A corrupt byte inside a shard that every host reads only in part (the load splits the columns,
 // the save split rows and columns) fails the chunk checksum on every host: no partial load.
 TEST(CheckpointTest, CorruptByteInAShardReadInPartFailsItsChunkChecksum) {
@@ -237,10 +234,19 @@ TEST(CheckpointTest, CorruptByteInAShardReadInPartFailsItsChunkChecksum) {
     return LoadCheckpointArrays(meta, {{"w", w_value.shape(), target}}, &runtime, "another mesh")
         .status();
   });
+  // The first host (by index) whose read fails the checksum reports DATA_LOSS; the load shares
+  // that status, so every other host fails with ABORTED naming it and the same message.
+  int64_t data_loss_hosts = 0;
   for (int64_t h = 0; h < topology.num_hosts(); ++h) {
-    EXPECT_EQ(statuses[h].code(), absl::StatusCode::kDataLoss)
+    const absl::StatusCode code = statuses[h].code();
+    EXPECT_TRUE(code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted)
         << "host " << h << ": " << statuses[h];
+    if (code == absl::StatusCode::kDataLoss) ++data_loss_hosts;
     EXPECT_NE(statuses[h].message().find("checksum mismatch in bytes"), std::string::npos)
         << "host " << h << ": " << statuses[h];
   }
+  EXPECT_GE(data_loss_hosts, 1);
 }
+
+}  // namespace
+}  // namespace tessel::mesh
