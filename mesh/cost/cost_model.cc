@@ -193,6 +193,21 @@ double CostModel::Efficiency(OpClass op_class) const {
   return it == efficiency_.end() ? 1.0 : it->second;
 }
 
+double CostModel::TiledDotFlops(const Node& node, int64_t tile) {
+  if (node.opcode() != Opcode::kDot || tile <= 0) return Flops(node);
+  const Shape& lhs = node.operand(0)->shape();
+  const Shape& rhs = node.operand(1)->shape();
+  const DotDimensionNumbers& d = node.attrs().dot;
+  double k = 1, batch = 1;
+  for (int64_t i : d.lhs_contracting_dims) k *= static_cast<double>(lhs.dim(i));
+  for (int64_t i : d.lhs_batch_dims) batch *= static_cast<double>(lhs.dim(i));
+  if (k == 0 || batch == 0) return 0;
+  const double m = static_cast<double>(lhs.num_elements()) / (k * batch);
+  const double n = static_cast<double>(rhs.num_elements()) / (k * batch);
+  const double t = static_cast<double>(tile);
+  return 2.0 * batch * m * std::ceil(k / t) * t * std::ceil(n / t) * t;
+}
+
 double CostModel::Flops(const Node& node) {
   const Opcode op = node.opcode();
   switch (ClassOf(op)) {
@@ -303,7 +318,9 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
   const double peak = op == Opcode::kDot || op == Opcode::kConvolution
                           ? MatmulPeakFlopsPerSecond(node.operand(0)->shape().dtype())
                           : PeakFlopsPerSecond(dtype);
-  cost.compute_seconds = cost.flops / (peak * efficiency);
+  const int64_t tile = topology_.device_spec().matmul_tile;
+  const double mxu_flops = op == Opcode::kDot && tile > 0 ? TiledDotFlops(node, tile) : cost.flops;
+  cost.compute_seconds = mxu_flops / (peak * efficiency);
   cost.memory_seconds = static_cast<double>(bytes) / (hbm_bytes_per_s_ * efficiency);
   // Roofline: compute and memory traffic overlap, so the slower of the two bounds the op.
   cost.seconds = std::max(cost.compute_seconds, cost.memory_seconds);

@@ -20,6 +20,14 @@
 // XLA's loop / input / producer fusion) is neither written nor read.
 // A dtype without a peak in the spec (f32 on TPU presets) uses the bf16 peak; Create records
 // that in notes().
+// Tile quantization (device spec `matmul_tile` t > 0, TPU MXUs): the systolic array holds a
+// t x t block of one operand and streams the other's rows through it, so a dot's contracting
+// size K and its rhs non-contracting size N are padded up to multiples of t:
+//   compute_seconds = 2 * batch * M * ceil(K/t)*t * ceil(N/t)*t / (peak * e_dot)
+// (M = lhs non-contracting size, batch = batch dims; each a product over its dims). `flops`
+// stays the unpadded count. Source: How to Scale Your Model, "How to Think About TPUs" (the
+// MXU is a 128x128 systolic array, 256x256 on v6e; matmuls are padded to its size). GPUs: no
+// tile is set (tensor-core tile and wave quantization are not modelled).
 //
 // Collectives (alpha-beta; V = bytes of the full buffer: all-gather output, reduce-scatter input,
 // all-reduce / all-to-all / collective-permute operand; n = group size; B = link bandwidth of
@@ -127,6 +135,9 @@ class CostModel {
 
   // flops of a local op as defined above (0 for collectives and leaves).
   [[nodiscard]] static double Flops(const Node& node);
+  // The flops a dot occupies the matrix unit for with `tile` quantization (above): Flops(node)
+  // with K and N padded to multiples of `tile`. Convolutions and tile <= 0: Flops(node).
+  [[nodiscard]] static double TiledDotFlops(const Node& node, int64_t tile);
   // Peak of `dtype` in op/s (10^12 * peak_tflops), with the bf16 fallback.
   [[nodiscard]] double PeakFlopsPerSecond(DType dtype) const;
   // The peak a matmul with `input_dtype` inputs runs at: the options' matmul_dtype peak when it

@@ -62,6 +62,51 @@ TEST(CostModelTest, DotIsComputeBound) {
   EXPECT_EQ(c.ici_seconds, 0);
 }
 
+// Tile quantization by hand: a 128-wide MXU runs bf16[64,100] x bf16[100,200] as if K were 128
+// and N 256: 2 * 64 * 128 * 256 = 4194304 flops of MXU time for 2 * 64 * 100 * 200 = 2560000
+// useful ones. A batched dot pads per batch; sizes already multiples of the tile cost nothing.
+TEST(CostModelTest, DotTileQuantizationPadsContractingAndRhsSizes) {
+  CostModel model =
+      Model(TopologyJson("[4]", "[true]", 1, 1, 4, 400, 1, 200, 10, ", \"matmul_tile\": 128"));
+  EXPECT_EQ(model.topology().device_spec().matmul_tile, 128);
+  Graph g("dot");
+  Node* a = g.AddParameter(0, Shape(DType::kBF16, {64, 100})).value();
+  Node* b = g.AddParameter(1, Shape(DType::kBF16, {100, 200})).value();
+  OpAttributes attrs;
+  attrs.dot.lhs_contracting_dims = {1};
+  attrs.dot.rhs_contracting_dims = {0};
+  Node* dot = g.AddNode(Opcode::kDot, {a, b}, attrs).value();
+  NodeCost c = model.Cost(*dot, 0);
+  EXPECT_DOUBLE_EQ(c.flops, 2560000.0);  // the useful count is unchanged
+  EXPECT_DOUBLE_EQ(CostModel::TiledDotFlops(*dot, 128), 4194304.0);
+  EXPECT_DOUBLE_EQ(c.compute_seconds, 4194304.0 / 1e12);
+  EXPECT_DOUBLE_EQ(CostModel::TiledDotFlops(*dot, 0), 2560000.0);
+
+  // bf16[3,64,256] x bf16[3,256,128] (batch 3): K and N whole tiles, so no padding.
+  Node* x = g.AddParameter(2, Shape(DType::kBF16, {3, 64, 256})).value();
+  Node* y = g.AddParameter(3, Shape(DType::kBF16, {3, 256, 128})).value();
+  OpAttributes batched;
+  batched.dot.lhs_batch_dims = {0};
+  batched.dot.rhs_batch_dims = {0};
+  batched.dot.lhs_contracting_dims = {2};
+  batched.dot.rhs_contracting_dims = {1};
+  Node* bdot = g.AddNode(Opcode::kDot, {x, y}, batched).value();
+  EXPECT_DOUBLE_EQ(CostModel::TiledDotFlops(*bdot, 128), CostModel::Flops(*bdot));
+  // With a 256 tile N = 128 pads to 256: twice the MXU time.
+  EXPECT_DOUBLE_EQ(CostModel::TiledDotFlops(*bdot, 256), 2 * CostModel::Flops(*bdot));
+}
+
+TEST(CostModelTest, MatmulTileMustBeAPositiveInteger) {
+  for (const char* bad : {"0", "-128", "1.5", "\"128\"", "100000"}) {
+    absl::StatusOr<Topology> topology =
+        ParseTopology(TopologyJson("[4]", "[true]", 1, 1, 4, 400, 1, 200, 10,
+                                   absl::StrCat(", \"matmul_tile\": ", bad)),
+                      "<test>");
+    ASSERT_FALSE(topology.ok()) << bad;
+    EXPECT_THAT(std::string(topology.status().message()), HasSubstr("matmul_tile")) << bad;
+  }
+}
+
 TEST(CostModelTest, ElementwiseIsMemoryBoundAndFusesChains) {
   CostModel model = Model(TopologyJson("[4]", "[true]", 1, 1, 4));
   Graph g("add");
