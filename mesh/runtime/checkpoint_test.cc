@@ -198,11 +198,9 @@ TEST(CheckpointTest, ReshardOnLoad) {
   EXPECT_EQ((*whole)[0].ToLiteral().value(), w_value);
 }
 
-}  // namespace
-}  // namespace tessel::mesh
-
 // A corrupt byte inside a shard that every host reads only in part (the load splits the columns,
-// the save split rows and columns) fails the chunk checksum on every host: no partial load.
+// the save split rows and columns) fails the chunk checksum, and the load fails on every host: no
+// partial load.
 TEST(CheckpointTest, CorruptByteInAShardReadInPartFailsItsChunkChecksum) {
   const Topology topology = MainTopology();
   const Literal w_value = RandomLiteral({7, 6}, 3);
@@ -237,10 +235,19 @@ TEST(CheckpointTest, CorruptByteInAShardReadInPartFailsItsChunkChecksum) {
     return LoadCheckpointArrays(meta, {{"w", w_value.shape(), target}}, &runtime, "another mesh")
         .status();
   });
+  // The hosts that read the damaged chunk report kDataLoss; the others stop with kAborted naming
+  // that host and its error (the load shares every host's status before anything is returned).
+  int64_t data_loss = 0;
   for (int64_t h = 0; h < topology.num_hosts(); ++h) {
-    EXPECT_EQ(statuses[h].code(), absl::StatusCode::kDataLoss)
+    const absl::StatusCode code = statuses[h].code();
+    EXPECT_TRUE(code == absl::StatusCode::kDataLoss || code == absl::StatusCode::kAborted)
         << "host " << h << ": " << statuses[h];
+    if (code == absl::StatusCode::kDataLoss) ++data_loss;
     EXPECT_NE(statuses[h].message().find("checksum mismatch in bytes"), std::string::npos)
         << "host " << h << ": " << statuses[h];
   }
+  EXPECT_GE(data_loss, 1);
 }
+
+}  // namespace
+}  // namespace tessel::mesh
