@@ -39,26 +39,15 @@
 #include "tessel/nn/transformer.h"
 #include "tools/command.h"
 #include "tools/flag_parsing.h"
+#include "tools/model_flags.h"
 
 namespace tessel::tools {
 namespace {
 
-struct AutoshardFlags {
+struct AutoshardFlags : TransformerFlags {
   CLI::App* command = nullptr;
   std::string config;
-  std::string model;
-  std::string model_config;
   std::string hlo;
-  int64_t layers = 2;
-  int64_t d_model = 512;
-  int64_t heads = 8;
-  int64_t kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t ffn = 0;
-  int64_t vocab = 32000;
-  int64_t seq_len = 1024;
-  int64_t batch = 0;
-  int64_t experts = 0;
   std::string attention;
   std::string remat;  // "" : search the policies; else only this one
   int64_t num_slices = 1;
@@ -90,31 +79,6 @@ std::string Seconds(double s) {
 }
 
 std::string Bytes(int64_t b) { return FormatBytes(static_cast<double>(b)); }
-
-// The model: the file's, then each model flag given (without a file, every flag's default), as
-// `tessel simulate` reads them. Every error is a bad flag.
-absl::StatusOr<nn::TransformerConfig> ModelOf(const AutoshardFlags& f, const nn::ModelFile* file,
-                                              int64_t num_devices) {
-  nn::TransformerConfig c = file ? file->config : nn::TransformerConfig{};
-  auto use = [&](const std::string& flag) { return !file || f.given(flag); };
-  if (use("--model")) {
-    TESSEL_ASSIGN_OR_RETURN(c.arch, nn::ParseTransformerArch(f.model));
-  }
-  if (use("--layers")) c.layers = f.layers;
-  if (use("--d-model")) c.d_model = f.d_model;
-  if (use("--heads")) c.heads = f.heads;
-  if (use("--kv-heads")) c.kv_heads = f.kv_heads;
-  if (use("--head-dim")) c.head_size = f.head_dim;
-  if (use("--ffn")) c.ffn = f.ffn > 0 ? f.ffn : 4 * c.d_model;
-  if (use("--vocab")) c.vocab = f.vocab;
-  if (use("--seq-len")) c.seq_len = f.seq_len;
-  if (use("--experts")) c.experts = f.experts;
-  if (f.given("--batch") || !file || !file->has_batch) {
-    c.batch = f.batch > 0 ? f.batch : num_devices;
-  }
-  TESSEL_RETURN_IF_ERROR(nn::ValidateTransformerConfig(c));
-  return c;
-}
 
 std::string AxesText(const std::vector<int64_t>& sizes) {
   std::vector<std::string> parts;
@@ -385,7 +349,8 @@ int Run(const AutoshardFlags& f) {
     file = *std::move(loaded);
   }
   const nn::ModelFile* model_file = file ? &*file : nullptr;
-  absl::StatusOr<nn::TransformerConfig> config = ModelOf(f, model_file, topology->num_devices());
+  absl::StatusOr<nn::TransformerConfig> config =
+      TransformerConfigOf(f, *f.command, model_file, topology->num_devices());
   if (!config.ok()) return Usage(std::string(config.status().message()));
   mesh::AutoshardOptions options;
   if (std::string bad = OptionsOf(f, model_file, options); !bad.empty()) return Usage(bad);
@@ -457,25 +422,8 @@ CommandFn AddAutoshardCommand(CLI::App& app) {
       "autoshard", "Search the mesh, remat and microbatches with the least predicted step time");
   f->command = cmd;
   cmd->add_option("CONFIG", f->config, "topology JSON (configs/)")->required();
-  cmd->add_option("--model", f->model, "gpt or llama (a generated training step)");
-  cmd->add_option("--model-config", f->model_config,
-                  "model JSON file (configs/models/*.json); flags given override it");
   cmd->add_option("--hlo", f->hlo, "HLO text file (not implemented: exit 1)");
-  cmd->add_option("--layers", f->layers, "decoder layers")->check(CLI::PositiveNumber);
-  cmd->add_option("--d-model", f->d_model, "model width")->check(CLI::PositiveNumber);
-  cmd->add_option("--heads", f->heads, "attention heads")->check(CLI::PositiveNumber);
-  cmd->add_option("--kv-heads", f->kv_heads, "key/value heads (GQA; default = heads)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--head-dim", f->head_dim, "width of one head (default d_model / heads)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--ffn", f->ffn, "MLP hidden size (default 4 * d_model)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--vocab", f->vocab, "vocabulary size")->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len", f->seq_len, "sequence length")->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", f->batch, "global batch in sequences (default: one per device)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--experts", f->experts, "mixture of experts: experts per layer (0: dense)")
-      ->check(CLI::NonNegativeNumber);
+  AddTransformerFlags(cmd, f.get());
   cmd->add_option("--attention", f->attention,
                   "dot_product or flash (default: the model file's, else dot_product)");
   cmd->add_option("--remat", f->remat,

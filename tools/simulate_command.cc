@@ -68,39 +68,20 @@
 #include "tools/command.h"
 #include "tools/flag_parsing.h"
 #include "tools/html_view.h"
+#include "tools/model_flags.h"
 
 namespace tessel::tools {
 namespace {
 
-struct SimulateFlags {
+struct SimulateFlags : TransformerFlags {
   CLI::App* command = nullptr;  // to tell flags given explicitly from defaults
   std::string config;
-  std::string model;
-  std::string model_config;
   std::string hlo;
   int64_t assume_trip_count = 0;  // 0: unknown trip counts are an error
-  int64_t layers = 2;
-  int64_t d_model = 512;
-  int64_t heads = 8;
-  int64_t kv_heads = 0;
-  int64_t head_dim = 0;  // 0: d_model / heads
-  int64_t ffn = 0;       // 0: 4 * d_model
-  int64_t vocab = 32000;
-  int64_t seq_len = 1024;
-  int64_t batch = 0;  // 0: one sequence per device
-  std::string dtype = "bf16";
-  std::string param_dtype = "f32";
-  std::string positions = "default";
-  bool tie_embeddings = false;
-  bool parallel_block = false;
-  int64_t sliding_window = 0;
-  int64_t experts = 0;
-  int64_t top_k = 2;
-  double capacity_factor = 1.0;
-  std::string remat;           // "" : the model file's, else none
-  std::string attention;       // "" : the model file's, else dot_product
-  std::string matmul_dtype;    // "" : the model file's, else bf16
-  std::string fusion = "xla";  // mesh::FusionMode: xla, eager (PyTorch eager + Megatron), none
+  std::string remat;              // "" : the model file's, else none
+  std::string attention;          // "" : the model file's, else dot_product
+  std::string matmul_dtype;       // "" : the model file's, else bf16
+  std::string fusion = "xla";     // mesh::FusionMode: xla, eager (PyTorch eager + Megatron), none
   bool require_fit = false;
   bool sequence_parallel = false;
 
@@ -163,14 +144,6 @@ std::string Seconds(double s) {
   return absl::StrFormat("%.3f us", s * 1e6);
 }
 
-absl::StatusOr<DType> ParseFloatDType(const std::string& name, const std::string& flag) {
-  if (name == "bf16") return DType::kBF16;
-  if (name == "f16") return DType::kF16;
-  if (name == "f32") return DType::kF32;
-  return absl::InvalidArgumentError(
-      absl::StrCat(flag, ": unknown dtype \"", name, "\"; expected bf16, f16 or f32"));
-}
-
 nlohmann::json OpsJson(const std::vector<mesh::OpEntry>& ops) {
   nlohmann::json out = nlohmann::json::array();
   for (const mesh::OpEntry& e : ops) {
@@ -205,47 +178,6 @@ absl::StatusOr<std::string> MatmulPeakDType(const std::string& name) {
   if (name == "fp8") return std::string("f8e4m3fn");
   return absl::InvalidArgumentError(
       absl::StrCat("--matmul-dtype: unknown dtype \"", name, "\"; expected bf16, int8 or fp8"));
-}
-
-// The model: the --model-config file's (if any), then every model flag given explicitly (or,
-// without a file, every model flag with its default). Every error is a bad flag.
-absl::StatusOr<nn::TransformerConfig> ModelConfigOf(const SimulateFlags& f,
-                                                    const nn::ModelFile* file,
-                                                    int64_t num_devices) {
-  nn::TransformerConfig config = file ? file->config : nn::TransformerConfig{};
-  auto use = [&](const std::string& flag) { return !file || f.given(flag); };
-  if (use("--model")) {
-    TESSEL_ASSIGN_OR_RETURN(config.arch, nn::ParseTransformerArch(f.model));
-  }
-  if (use("--layers")) config.layers = f.layers;
-  if (use("--d-model")) config.d_model = f.d_model;
-  if (use("--heads")) config.heads = f.heads;
-  if (use("--kv-heads")) config.kv_heads = f.kv_heads;
-  if (use("--head-dim")) config.head_size = f.head_dim;
-  if (use("--ffn")) config.ffn = f.ffn > 0 ? f.ffn : 4 * config.d_model;
-  if (use("--vocab")) config.vocab = f.vocab;
-  if (use("--seq-len")) config.seq_len = f.seq_len;
-  // The batch is a run setting: one sequence per device unless --batch or the file says.
-  if (f.given("--batch") || !file || !file->has_batch) {
-    config.batch = f.batch > 0 ? f.batch : num_devices;
-  }
-  if (use("--dtype")) {
-    TESSEL_ASSIGN_OR_RETURN(config.dtype, ParseFloatDType(f.dtype, "--dtype"));
-  }
-  if (use("--param-dtype")) {
-    TESSEL_ASSIGN_OR_RETURN(config.param_dtype, ParseFloatDType(f.param_dtype, "--param-dtype"));
-  }
-  if (use("--positions")) {
-    TESSEL_ASSIGN_OR_RETURN(config.positions, nn::ParsePositionEmbedding(f.positions));
-  }
-  if (use("--tie-embeddings")) config.tie_embeddings = f.tie_embeddings;
-  if (use("--parallel-block")) config.parallel_block = f.parallel_block;
-  if (use("--sliding-window")) config.sliding_window = f.sliding_window;
-  if (use("--experts")) config.experts = f.experts;
-  if (use("--top-k")) config.top_k = f.top_k;
-  if (use("--capacity-factor")) config.capacity_factor = f.capacity_factor;
-  TESSEL_RETURN_IF_ERROR(nn::ValidateTransformerConfig(config));
-  return config;
 }
 
 // One of --ici-* / --dcn-* as MaxText fills it: at most one -1, set to what the others leave of
@@ -319,7 +251,8 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
   const int64_t num_devices = topology.num_devices();
   mesh::ModelPlan plan;
   TESSEL_ASSIGN_OR_RETURN(plan.recipe, nn::ParseShardingRecipe(f.recipe));
-  TESSEL_ASSIGN_OR_RETURN(nn::TransformerConfig config, ModelConfigOf(f, file, num_devices));
+  TESSEL_ASSIGN_OR_RETURN(nn::TransformerConfig config,
+                          TransformerConfigOf(f, *f.command, file, num_devices));
   const std::string remat = !f.remat.empty() ? f.remat : (file ? file->remat : "");
   const std::string attention = !f.attention.empty() ? f.attention : (file ? file->attention : "");
   TESSEL_ASSIGN_OR_RETURN(plan.remat, mesh::ParseRematPolicy(remat.empty() ? "none" : remat));
@@ -882,34 +815,8 @@ CommandFn AddSimulateCommand(CLI::App& app) {
       "simulate", "Predict the step time and memory of a model or an HLO module on a topology");
   f->command = cmd;
   cmd->add_option("CONFIG", f->config, "topology JSON (configs/)")->required();
-  cmd->add_option("--model", f->model, "gpt or llama (a generated training step)");
-  cmd->add_option("--model-config", f->model_config,
-                  "model JSON file (configs/models/*.json); flags given override it");
   cmd->add_option("--hlo", f->hlo, "HLO text file with shardings instead of --model");
-  cmd->add_option("--layers", f->layers, "decoder layers")->check(CLI::PositiveNumber);
-  cmd->add_option("--d-model", f->d_model, "model width")->check(CLI::PositiveNumber);
-  cmd->add_option("--heads", f->heads, "attention heads")->check(CLI::PositiveNumber);
-  cmd->add_option("--kv-heads", f->kv_heads, "key/value heads (GQA; default = heads)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--head-dim", f->head_dim, "width of one head (default d_model / heads)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--ffn", f->ffn, "MLP hidden size (default 4 * d_model)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--positions", f->positions,
-                  "default (gpt learned, llama rotary), learned or rotary");
-  cmd->add_flag("--tie-embeddings", f->tie_embeddings, "LM head = embedding table transposed");
-  cmd->add_flag("--parallel-block", f->parallel_block,
-                "PaLM block: attention and MLP on one norm, added together");
-  cmd->add_option("--sliding-window", f->sliding_window,
-                  "attend the last W keys only (0: full causal)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--experts", f->experts,
-                  "mixture of experts: experts per layer (0: dense; split over an \"expert\" axis)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", f->top_k, "experts per token (default 2)")->check(CLI::PositiveNumber);
-  cmd->add_option("--capacity-factor", f->capacity_factor,
-                  "expert capacity = factor * tokens * top_k / experts (default 1)")
-      ->check(CLI::PositiveNumber);
+  AddTransformerFlags(cmd, f.get());
   cmd->add_option("--remat", f->remat,
                   "none (default), minimal, minimal_with_context, "
                   "save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, "
@@ -926,12 +833,6 @@ CommandFn AddSimulateCommand(CLI::App& app) {
                 "--sequence-parallel, MaxText activation_embed -> tensor): memory only");
   cmd->add_flag("--require-fit", f->require_fit,
                 "exit 3 when the step does not fit in HBM (default: a warning, exit 0)");
-  cmd->add_option("--vocab", f->vocab, "vocabulary size")->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len", f->seq_len, "sequence length")->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", f->batch, "global batch in sequences (default: one per device)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--dtype", f->dtype, "activation dtype: bf16 (default), f16, f32");
-  cmd->add_option("--param-dtype", f->param_dtype, "parameter / optimizer dtype (default f32)");
   for (int i = 0; i < kNumMaxTextAxes; ++i) {
     const std::string axis(kMaxTextAxes[i]);
     cmd->add_option(AxisFlag("ici", axis), f->ici_axes[i],
