@@ -32,35 +32,15 @@ import subprocess
 import sys
 import time
 
+# The MaxText model scaling and the chip count are the validation script's (one implementation).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from validate_simulator import chips_of, maxtext_dims  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AXES = ["data", "stage", "fsdp", "fsdp_transpose", "sequence", "tensor", "expert"]
 GIB = 1024**3
 BEGIN = "<!-- autoshard-published: begin (scripts/autoshard_published.py --write-doc) -->"
 END = "<!-- autoshard-published: end -->"
-
-
-def maxtext_dims(base, scale):
-    """MaxText pyconfig.get_individual_scales applied to base.yml's model."""
-    log2 = int(math.log2(scale))
-    base_scale, rem = divmod(log2, 3)
-    head_scale = base_scale + int(rem > 0)
-    emb_scale = base_scale + int(rem > 1)
-    return {
-        "d_model": 2**emb_scale * base["emb_dim"],
-        "heads": 2**head_scale * base["num_heads"],
-        "ffn": 2**head_scale * base["mlp_dim"],
-        "layers": 2**base_scale * base["layers"],
-        "head_dim": base["head_dim"],
-        "vocab": base["vocab"],
-    }
-
-
-def chips_of(run):
-    topo = json.load(open(os.path.join(ROOT, run["topology"])))
-    per_slice = 1
-    for d in topo["slices"][0]["shape"]:
-        per_slice *= d
-    return per_slice * run["num_slices"]
 
 
 def maxtext_plan(run, base, chips):
