@@ -1,7 +1,8 @@
 """Tokens/s of the GPT example's model and training step in JAX, for comparison with Tessel.
 
-The same byte-level GPT as `tessel run --example gpt` (nn/gpt.h: learned positions, pre-LayerNorm
-blocks with separate Q/K/V projections, GELU MLP, tied head), the same AdamW step (beta2 0.95,
+The same byte-level GPT as `tessel run --example gpt --seq-len 64 --batch 16 --position learned
+--mlp gelu` (nn/gpt.h: learned positions, pre-LayerNorm blocks with separate Q/K/V projections,
+GELU MLP, tied head), the same AdamW step (beta2 0.95,
 decoupled weight decay on the matrices and the embedding, clipping by global norm), sharded the
 same way: mesh data x fsdp x tensor, parameters by the fsdp_tp recipe (Q/K/V and MLP-in split by
 columns over `tensor`, attention-out and MLP-out by rows, the embedding on vocab over `tensor`,

@@ -18,6 +18,10 @@ Megatron-LM rows ("framework": "megatron"): the published per-GPU TFLOP/s of Nar
 (arXiv 2104.04473) use their equation (3), which counts the recompute of full activation
 recomputation: F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) per iteration; the published step time
 is F / (GPUs x TFLOP/s per GPU). The median is also given per framework.
+
+Fusion (`tessel simulate --fusion`): the "frameworks" entry of the runs file gives each
+framework's kernel fusion, the same for all of its runs: MaxText (jax.jit) xla, Megatron-LM
+(PyTorch eager with its hand-fused kernels) eager.
 """
 import argparse
 import json
@@ -141,6 +145,10 @@ def main():
             cmd = command(run, dims, chips_of(run))
             published_flops = maxtext_flops_per_chip(dims, run)
             published_rate = run["published"]["tflops_per_chip"]
+        # Which ops share a kernel is a property of the framework (the same for all its runs).
+        fusion = data["frameworks"][framework]["fusion"]
+        if fusion != "xla":
+            cmd += ["--fusion", fusion]
         start = time.time()
         out = subprocess.run([args.tessel] + cmd[1:] + ["--json"], cwd=ROOT, capture_output=True,
                              text=True)

@@ -1,11 +1,14 @@
 // `tessel autoshard CONFIG (--model gpt|llama [model flags] | --model-config FILE) [--budget S]
-//     [--top K] [--explain] [--overlap] [--num-slices N] [--json]`: searches the mesh (MaxText's
-// ici_* / dcn_* axis sizes), the remat policy and the pipeline microbatches that minimize the
-// predicted step time of one training step within HBM (mesh/autoshard/autoshard.h), and prints
-// the chosen plan as a user applies it: ici_mesh_shape / dcn_mesh_shape / axis names, every
-// parameter class's partition spec as xs.mark_sharding (Python) and spmd::mark_sharding (C++)
-// calls, a MaxText config fragment, the predicted step time, memory and breakdown, the
-// runners-up, and with --explain the best plan that differs in each choice.
+//     [--hbm-gib G] [--axes A,B,..] [--top K] [--explain] [--overlap] [--num-slices N] [--json]`:
+// searches the mesh (MaxText's ici_* / dcn_* axis sizes), the remat policy and the pipeline
+// microbatches that minimize the predicted step time of one training step within HBM
+// (mesh/autoshard/autoshard.h), and prints the chosen plan as a user applies it: ici_mesh_shape /
+// dcn_mesh_shape / axis names, every parameter class's partition spec as xs.mark_sharding
+// (Python) and spmd::mark_sharding (C++) calls, a MaxText config fragment, the predicted step
+// time, memory and breakdown, the runners-up, and with --explain the best plan that differs in
+// each choice. --hbm-gib holds plans to another memory limit than the device's HBM; --axes
+// searches only meshes over the named axes (e.g. data,fsdp,tensor: what `tessel run --example
+// gpt` executes).
 //
 //   $ tessel autoshard configs/v5p-128.json --model-config configs/models/llama2-7b.json
 //
@@ -13,7 +16,9 @@
 // print the same bytes (the search time goes to stderr). `--hlo FILE` is not implemented (exit
 // 1, kUnimplemented): the search needs the model's layer structure.
 // Exit codes (tools/command.h): 0 a plan fits; 1 no plan fits (the smallest one is named),
-// missing or invalid files, --hlo; 2 bad arguments.
+// missing or invalid files, --hlo; 2 bad arguments (an unknown axis in --axes included).
+#include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -58,6 +63,8 @@ struct AutoshardFlags {
   std::string remat;  // "" : search the policies; else only this one
   int64_t num_slices = 1;
   double budget_s = 0;
+  double hbm_gib = 0;             // 0: the device's HBM
+  std::vector<std::string> axes;  // empty: all of MaxText's axes
   int64_t top = 5;
   bool explain = false;
   bool overlap = false;
@@ -328,7 +335,17 @@ nlohmann::json ExplainJson(const mesh::AutoshardResult& r) {
 std::string OptionsOf(const AutoshardFlags& f, const nn::ModelFile* file,
                       mesh::AutoshardOptions& options) {
   options.budget_seconds = f.budget_s;
+  options.hbm_bytes = static_cast<int64_t>(std::llround(f.hbm_gib * 1024.0 * 1024.0 * 1024.0));
   options.top_k = f.top;
+  options.axes = f.axes;
+  for (const std::string& axis : f.axes) {
+    if (std::find(mesh::kMaxTextAxes.begin(), mesh::kMaxTextAxes.end(), axis) ==
+        mesh::kMaxTextAxes.end()) {
+      return absl::StrCat("--axes: \"", axis,
+                          "\" is not one of data, stage, fsdp, fsdp_transpose, sequence, tensor, "
+                          "expert");
+    }
+  }
   options.overlap = f.overlap;
   options.sequence_parallel = f.sequence_parallel;
   const std::string attention = !f.attention.empty() ? f.attention : (file ? file->attention : "");
@@ -380,13 +397,14 @@ int Run(const AutoshardFlags& f) {
   const std::string model_name =
       file && !file->name.empty() ? file->name : std::string(nn::TransformerArchName(config->arch));
   if (r.best < 0) {
-    if (r.smallest_memory < 0 &&
-        r.state_bytes_lower_bound > static_cast<double>(topology->device_spec().hbm_bytes)) {
+    const int64_t limit =
+        options.hbm_bytes > 0 ? options.hbm_bytes : topology->device_spec().hbm_bytes;
+    if (r.smallest_memory < 0 && r.state_bytes_lower_bound > static_cast<double>(limit)) {
       return Fail(absl::StrFormat(
           "no plan fits: %s needs at least %s per device for its parameters, gradients and Adam "
-          "moments on any mesh of %d devices and %s has %s of HBM",
+          "moments on any mesh of %d devices and %s has %s of HBM%s",
           model_name, FormatBytes(r.state_bytes_lower_bound), topology->num_devices(),
-          topology->device_spec().name, Bytes(topology->device_spec().hbm_bytes)));
+          topology->device_spec().name, Bytes(limit), options.hbm_bytes > 0 ? " (--hbm-gib)" : ""));
     }
     if (r.smallest_memory < 0) {
       return Fail(
@@ -394,10 +412,10 @@ int Run(const AutoshardFlags& f) {
     }
     const mesh::AutoshardCandidate& c = r.candidates[r.smallest_memory];
     return Fail(absl::StrFormat(
-        "no plan fits: %s needs at least %s per device (plan %s) and %s has %s of HBM; %d plans "
-        "evaluated",
+        "no plan fits: %s needs at least %s per device (plan %s) and %s has %s of HBM%s; %d "
+        "plans evaluated",
         model_name, Bytes(c.memory.total_bytes()), PlanText(c), topology->device_spec().name,
-        Bytes(c.hbm_bytes), r.plans_evaluated));
+        Bytes(c.hbm_bytes), options.hbm_bytes > 0 ? " (--hbm-gib)" : "", r.plans_evaluated));
   }
   const mesh::AutoshardCandidate& best = r.candidates[r.best];
   absl::StatusOr<std::vector<mesh::ParameterClassSpec>> specs =
@@ -469,6 +487,12 @@ CommandFn AddAutoshardCommand(CLI::App& app) {
   cmd->add_option("--budget", f->budget_s,
                   "stop simulating new meshes after S seconds (default: no limit)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--hbm-gib", f->hbm_gib,
+                  "per-device memory limit in GiB (default: the device's HBM)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--axes", f->axes,
+                  "search only meshes over these axes, comma-separated (default: all seven)")
+      ->delimiter(',');
   cmd->add_option("--top", f->top, "runners-up to print (default 5)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--explain", f->explain, "for each choice, the best plan that differs in it");

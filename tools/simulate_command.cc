@@ -97,9 +97,10 @@ struct SimulateFlags {
   int64_t experts = 0;
   int64_t top_k = 2;
   double capacity_factor = 1.0;
-  std::string remat;         // "" : the model file's, else none
-  std::string attention;     // "" : the model file's, else dot_product
-  std::string matmul_dtype;  // "" : the model file's, else bf16
+  std::string remat;           // "" : the model file's, else none
+  std::string attention;       // "" : the model file's, else dot_product
+  std::string matmul_dtype;    // "" : the model file's, else bf16
+  std::string fusion = "xla";  // mesh::FusionMode: xla, eager (PyTorch eager + Megatron), none
   bool require_fit = false;
   bool sequence_parallel = false;
 
@@ -462,6 +463,7 @@ nlohmann::json ReportJson(const SimulateFlags& f, const mesh::Topology& topology
       {"recipe", IsModel(f) ? f.recipe : ""},
       {"model", IsModel(f) ? step.model_name : "hlo"},
       {"matmul_dtype", f.matmul_dtype.empty() ? "bf16" : f.matmul_dtype},
+      {"fusion", f.fusion},
       {"params", t.params},
       {"active_params", t.active_params},
       {"tokens_per_step", t.tokens},
@@ -703,6 +705,9 @@ std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
                         topology.device_spec().name, " gives no peak for ", *peak_dtype);
   }
   options.cost.matmul_dtype = *peak_dtype;
+  absl::StatusOr<mesh::FusionMode> fusion = mesh::ParseFusionMode(f.fusion);
+  if (!fusion.ok()) return absl::StrCat("--fusion: ", fusion.status().message());
+  options.cost.fusion = *fusion;
   options.overlap = f.overlap;
   options.record_trace = !f.trace.empty();
   return "";
@@ -911,6 +916,9 @@ CommandFn AddSimulateCommand(CLI::App& app) {
                   "save_qkv_proj, save_out_proj, selective, full");
   cmd->add_option("--attention", f->attention,
                   "dot_product (default) or flash (fused: no S x S scores in HBM)");
+  cmd->add_option("--fusion", f->fusion,
+                  "which ops share a kernel: xla (default: XLA's fusion), eager (PyTorch eager "
+                  "with Megatron-LM's fused kernels: no producer fusion into matmuls), none");
   cmd->add_option("--matmul-dtype", f->matmul_dtype,
                   "bf16 (default), int8 or fp8: the peak the matmuls run at");
   cmd->add_flag("--sequence-parallel", f->sequence_parallel,

@@ -48,13 +48,13 @@ struct GptFlags {
   int64_t d_model = 128;
   int64_t heads = 4;
   int64_t ffn = 0;  // 0: 4 * d_model
-  int64_t seq_len = 64;
+  int64_t seq_len = 128;
   std::string position = "rotary";
   std::string mlp = "swiglu";
   std::string head = "tied";
   // Training.
-  int64_t batch = 32;
-  int64_t steps = 2400;
+  int64_t batch = 16;
+  int64_t steps = 3600;
   double lr = 3e-3;
   double min_lr = 3e-4;
   int64_t warmup = 30;
@@ -64,8 +64,8 @@ struct GptFlags {
   int threads = 0;
   // Output.
   int64_t log_every = 50;
-  int64_t eval_every = 200;
-  int64_t eval_batches = 4;
+  int64_t eval_every = 300;
+  int64_t eval_batches = 8;
   std::string prompt = "The meaning of life is";
   int64_t generate = 200;  // bytes generated per sample
   double temperature = 0.8;

@@ -54,6 +54,14 @@ std::string PruneReason(const std::vector<int64_t>& ici, const std::vector<int64
                         int64_t hbm_bytes) {
   std::vector<int64_t> size(kNumMaxTextAxes);
   for (int a = 0; a < kNumMaxTextAxes; ++a) size[a] = ici[a] * dcn[a];
+  if (!options.axes.empty()) {
+    for (int a = 0; a < kNumMaxTextAxes; ++a) {
+      if (size[a] > 1 && std::find(options.axes.begin(), options.axes.end(),
+                                   std::string(kMaxTextAxes[a])) == options.axes.end()) {
+        return "axis outside the allowed axes (--axes)";
+      }
+    }
+  }
   if (dcn[kTensor] > 1 || dcn[kSequence] > 1 || dcn[kExpert] > 1) {
     return "tensor, sequence or expert over DCN (a collective per layer on the slowest links)";
   }
@@ -92,7 +100,11 @@ std::vector<int64_t> MicrobatchChoices(const nn::TransformerConfig& c, int64_t s
   if (stages <= 1) return {0};
   std::vector<int64_t> out;
   const int64_t rank_batch = c.batch / batch_shards;
-  for (int64_t factor : options.microbatch_factors) {
+  std::vector<int64_t> factors = options.microbatch_factors;
+  if (factors.empty()) {
+    for (int64_t factor = 1; factor * stages <= rank_batch; ++factor) factors.push_back(factor);
+  }
+  for (int64_t factor : factors) {
     const int64_t m = factor * stages;
     if (m > 0 && rank_batch % m == 0 && std::find(out.begin(), out.end(), m) == out.end()) {
       out.push_back(m);
@@ -119,7 +131,7 @@ std::string PlanText(const std::vector<int64_t>& ici, const std::vector<int64_t>
 
 AutoshardCandidate CandidateOf(const ModelSimulation& s, const ModelPlan& plan,
                                const std::vector<int64_t>& ici, const std::vector<int64_t>& dcn,
-                               int64_t order) {
+                               int64_t hbm_bytes) {
   AutoshardCandidate c;
   c.plan = plan;
   c.ici_axes = ici;
@@ -133,10 +145,10 @@ AutoshardCandidate CandidateOf(const ModelSimulation& s, const ModelPlan& plan,
   c.dcn_bytes_per_device = r.dcn_bytes_per_device;
   c.ici_bytes_per_device = r.ici_bytes_per_device;
   c.memory = s.estimates.training.memory;
-  c.hbm_bytes = r.hbm_bytes;
-  c.fits = !r.exceeds_hbm;
+  // The simulator compares with the device's HBM; the search holds plans to its own limit.
+  c.hbm_bytes = hbm_bytes;
+  c.fits = r.peak_memory_bytes <= hbm_bytes;
   c.mfu = s.throughput.mfu;
-  c.order = order;
   return c;
 }
 
@@ -192,7 +204,8 @@ struct MeshOutcome {
 
 MeshOutcome EvaluateMesh(const Topology& topology, const nn::TransformerConfig& config,
                          const AutoshardOptions& options, const ModelSimulationOptions& sim_options,
-                         const std::vector<int64_t>& ici, const std::vector<int64_t>& dcn) {
+                         const std::vector<int64_t>& ici, const std::vector<int64_t>& dcn,
+                         int64_t hbm_bytes) {
   MeshOutcome out;
   out.evaluated = true;
   ModelPlan plan;
@@ -221,7 +234,7 @@ MeshOutcome EvaluateMesh(const Topology& topology, const nn::TransformerConfig& 
     variant_plan.remat = variants[v].remat;
     variant_plan.microbatches = variants[v].microbatches;
     variant_plan.sequence_parallel = variants[v].sequence_parallel;
-    out.candidates.push_back(CandidateOf(*(*sims)[v], variant_plan, ici, dcn, 0));
+    out.candidates.push_back(CandidateOf(*(*sims)[v], variant_plan, ici, dcn, hbm_bytes));
   }
   return out;
 }
@@ -245,6 +258,14 @@ absl::StatusOr<AutoshardResult> Autoshard(const Topology& topology,
         absl::StrCat("topology ", topology.name(), ": ", topology.num_devices(),
                      " devices do not split into ", slices, " equal slices"));
   }
+  for (const std::string& axis : options.axes) {
+    if (std::find(kMaxTextAxes.begin(), kMaxTextAxes.end(), axis) == kMaxTextAxes.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("autoshard axes: \"", axis,
+                       "\" is not one of MaxText's axes (data, stage, "
+                       "fsdp, fsdp_transpose, sequence, tensor, expert)"));
+    }
+  }
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -258,7 +279,8 @@ absl::StatusOr<AutoshardResult> Autoshard(const Topology& topology,
   sim_options.simulator.top_k = 0;
   sim_options.simulator.cost.matmul_dtype = options.matmul_dtype;
   // DCN outermost: plans with fewer slices on inner axes come first in the order.
-  const int64_t hbm_bytes = topology.device_spec().hbm_bytes;
+  const int64_t hbm_bytes =
+      options.hbm_bytes > 0 ? options.hbm_bytes : topology.device_spec().hbm_bytes;
   std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> meshes;
   for (const std::vector<int64_t>& dcn : dcn_choices) {
     for (const std::vector<int64_t>& ici : ici_choices) {
@@ -284,8 +306,8 @@ absl::StatusOr<AutoshardResult> Autoshard(const Topology& topology,
   auto work = [&] {
     for (size_t k = next++; k < meshes.size(); k = next++) {
       if (options.budget_seconds > 0 && elapsed() > options.budget_seconds) continue;
-      outcomes[k] =
-          EvaluateMesh(topology, config, options, sim_options, meshes[k].first, meshes[k].second);
+      outcomes[k] = EvaluateMesh(topology, config, options, sim_options, meshes[k].first,
+                                 meshes[k].second, hbm_bytes);
     }
   };
   const int threads = options.threads > 0

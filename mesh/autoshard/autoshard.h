@@ -28,15 +28,16 @@
 //         expert ways (no tensor is split more), so no remat policy can make such a mesh fit;
 //   - per mesh, with the graph simulated once (remat and microbatches do not change it): every
 //     remat policy of AutoshardOptions::remat_policies, and with a stage axis every microbatch
-//     count of AutoshardOptions::microbatch_factors x stages that divides a rank's batch.
+//     count that is a multiple of the stages and divides a rank's batch (or only the multiples
+//     AutoshardOptions::microbatch_factors names).
 // Each mesh costs two small simulations (stages of 1 and 2 layers, extrapolated: model_step.h).
 // Objective: the predicted step time (in order, or overlapped with AutoshardOptions::overlap);
-// constraint: per-device memory <= HBM; ties (equal to the nanosecond) toward fewer DCN bytes per
-// device, then the enumeration order (fewer DCN slices on inner axes first).
-// Method: exhaustive enumeration of the pruned space, not an ILP over per-op strategies (Alpa,
-// Zheng et al. 2022; XLA's auto-sharding): MaxText's axes and the recipe fix each op's strategy
-// once the axis sizes are chosen, so the space is small enough to simulate every plan in it.
-// Source of the axes and the remat policies: MaxText configs/base.yml (ici_*_parallelism,
+// constraint: per-device memory <= HBM (or AutoshardOptions::hbm_bytes); ties (equal to the
+// nanosecond) toward fewer DCN bytes per device, then the enumeration order (fewer DCN slices on
+// inner axes first). Method: exhaustive enumeration of the pruned space, not an ILP over per-op
+// strategies (Alpa, Zheng et al. 2022; XLA's auto-sharding): MaxText's axes and the recipe fix each
+// op's strategy once the axis sizes are chosen, so the space is small enough to simulate every plan
+// in it. Source of the axes and the remat policies: MaxText configs/base.yml (ici_*_parallelism,
 // dcn_*_parallelism, remat_policy).
 #ifndef TESSEL_MESH_AUTOSHARD_AUTOSHARD_H_
 #define TESSEL_MESH_AUTOSHARD_AUTOSHARD_H_
@@ -62,7 +63,19 @@ struct AutoshardOptions {
   bool overlap = false;  // rank by the overlapped schedule (SimulatorOptions::overlap)
   std::vector<RematPolicy> remat_policies = {RematPolicy::kNone, RematPolicy::kMinimal,
                                              RematPolicy::kSaveDotExceptMlp, RematPolicy::kFull};
-  std::vector<int64_t> microbatch_factors = {1, 2, 4};  // microbatches = factor x stages
+  // With a stage axis, microbatches = factor x stages for each factor here whose count divides a
+  // data-parallel rank's batch; empty (the default): every such multiple of the stages (the
+  // microbatch counts of Megatron-LM's published layouts, e.g. 6 x stages, are in the space).
+  std::vector<int64_t> microbatch_factors;
+  // The axes a mesh may use (names of kMaxTextAxes); the others stay size 1, each mesh using
+  // one pruned as "axis outside the allowed axes (--axes)". Empty (the default): all seven. E.g.
+  // {"data", "fsdp", "tensor"}: the plans a runtime without pipeline or context parallelism
+  // executes (the `tessel run --example gpt` job).
+  std::vector<std::string> axes;
+  // The per-device memory limit in bytes that a plan must fit under (0: the device's HBM, from
+  // the topology's device_spec). A lower limit keeps headroom; a higher one asks what would fit
+  // with more memory (scripts/autoshard_published.py: the space a hand plan over HBM is in).
+  int64_t hbm_bytes = 0;
   // The attention kernel (a model setting, not searched).
   AttentionKernel attention = AttentionKernel::kDotProduct;
   std::string matmul_dtype;  // CostModelOptions::matmul_dtype ("" : bf16)
@@ -82,7 +95,7 @@ struct AutoshardCandidate {
   int64_t dcn_bytes_per_device = 0;
   int64_t ici_bytes_per_device = 0;
   TrainingMemory memory;
-  int64_t hbm_bytes = 0;
+  int64_t hbm_bytes = 0;  // the limit the plan was held to (AutoshardOptions::hbm_bytes)
   bool fits = false;
   double mfu = 0;
   int64_t order = 0;  // enumeration index (the last tie-break)
@@ -121,7 +134,8 @@ struct AutoshardResult {
 [[nodiscard]] std::vector<std::vector<int64_t>> Factorizations(int64_t n, int parts);
 
 // Searches plans for `config` on `topology` (file comment).
-// Errors: kInvalidArgument when the config is invalid or the topology's slices differ in size;
+// Errors: kInvalidArgument when the config is invalid, the topology's slices differ in size, or
+// AutoshardOptions::axes names an axis not in kMaxTextAxes;
 // those of CostModel::Create. No plan fitting is not an error: best = -1.
 [[nodiscard]] absl::StatusOr<AutoshardResult> Autoshard(const Topology& topology,
                                                         const nn::TransformerConfig& config,

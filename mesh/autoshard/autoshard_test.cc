@@ -57,21 +57,34 @@ TEST(AutoshardTest, FindsTheExhaustiveOptimum) {
   EXPECT_EQ(result->meshes_enumerated, 28 * 7);
 
   // Every mesh over data, stage, fsdp and tensor (the axes a dense model with dot-product
-  // attention can use), every remat policy of the options, microbatches = stages: the full
-  // graph, no extrapolation.
+  // attention can use), every remat policy of the options, with a pipeline every microbatch
+  // count from 1 to the global batch that the stages and a rank's batch allow: the full graph,
+  // no extrapolation.
   double best_seconds = 1e30;
   for (const auto& dcn : Factorizations(2, 7)) {
     for (const auto& ici : Factorizations(4, 7)) {
       bool usable = dcn[3] == 1 && dcn[4] == 1 && dcn[5] == 1 && dcn[6] == 1 && ici[3] == 1 &&
                     ici[4] == 1 && ici[6] == 1;
       if (!usable) continue;
+      const int64_t stages = ici[1] * dcn[1];
+      const int64_t rank_batch = config.batch / (ici[0] * dcn[0] * ici[2] * dcn[2]);
+      std::vector<int64_t> microbatches = {0};
+      if (stages > 1) {
+        microbatches.clear();
+        for (int64_t m = 1; m <= config.batch; ++m) {
+          if (m % stages == 0 && rank_batch % m == 0) microbatches.push_back(m);
+        }
+      }
       ModelPlan plan;
       plan.mesh = MaxTextMeshShape(ici, dcn);
       for (RematPolicy remat : options.remat_policies) {
-        plan.remat = remat;
-        absl::StatusOr<ModelSimulation> s = SimulateModelPlan(topology, config, plan, {});
-        if (!s.ok() || s->report.exceeds_hbm) continue;
-        best_seconds = std::min(best_seconds, s->report.step_seconds);
+        for (int64_t m : microbatches) {
+          plan.remat = remat;
+          plan.microbatches = m;
+          absl::StatusOr<ModelSimulation> s = SimulateModelPlan(topology, config, plan, {});
+          if (!s.ok() || s->report.exceeds_hbm) continue;
+          best_seconds = std::min(best_seconds, s->report.step_seconds);
+        }
       }
     }
   }
@@ -133,6 +146,91 @@ TEST(AutoshardTest, NothingFits) {
       result->pruned.at("parameters, gradients and Adam moments alone exceed HBM (a lower bound)"),
       0);
   for (const AutoshardCandidate& c : result->candidates) EXPECT_FALSE(c.fits);
+}
+
+// With a stage axis every multiple of the stages that divides a rank's batch is searched (not
+// only a few): Megatron-LM's published layouts use e.g. 6 x stages.
+TEST(AutoshardTest, SearchesEveryMicrobatchCountOfAPipeline) {
+  const Topology topology = TwoSlicesOfFour();
+  nn::TransformerConfig config = SmallLlama();
+  config.batch = 24;
+  AutoshardOptions options;
+  options.remat_policies = {RematPolicy::kNone};
+  options.axes = {"data", "stage"};
+  absl::StatusOr<AutoshardResult> result = Autoshard(topology, config, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  std::vector<int64_t> seen;
+  for (const AutoshardCandidate& c : result->candidates) {
+    // ici stage=2 x dcn data=2 x ici data=2: a rank's batch is 24 / 4 = 6.
+    if (c.ici_axes == std::vector<int64_t>{2, 2, 1, 1, 1, 1, 1} &&
+        c.dcn_axes == std::vector<int64_t>{2, 1, 1, 1, 1, 1, 1}) {
+      seen.push_back(c.plan.microbatches);
+    }
+  }
+  EXPECT_THAT(seen, ElementsAre(2, 6));
+  // Explicit factors restrict the counts.
+  options.microbatch_factors = {1};
+  result = Autoshard(topology, config, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  for (const AutoshardCandidate& c : result->candidates) {
+    const int64_t stages = c.ici_axes[1] * c.dcn_axes[1];
+    EXPECT_EQ(c.plan.microbatches, stages > 1 ? stages : 0);
+  }
+}
+
+// AutoshardOptions::axes keeps every other axis at size 1; an unknown name is an error.
+TEST(AutoshardTest, AxesRestrictTheMeshes) {
+  const Topology topology = TwoSlicesOfFour();
+  AutoshardOptions options;
+  options.remat_policies = {RematPolicy::kNone};
+  options.axes = {"data", "fsdp", "tensor"};
+  absl::StatusOr<AutoshardResult> result = Autoshard(topology, SmallLlama(), options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_GE(result->best, 0);
+  EXPECT_GT(result->pruned.at("axis outside the allowed axes (--axes)"), 0);
+  for (const AutoshardCandidate& c : result->candidates) {
+    for (int a : {1, 3, 4, 6}) {
+      EXPECT_EQ(c.ici_axes[a] * c.dcn_axes[a], 1) << kMaxTextAxes[a];
+    }
+  }
+  options.axes = {"data", "pipeline"};
+  result = Autoshard(topology, SmallLlama(), options);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(result.status().message()), ::testing::HasSubstr("\"pipeline\""));
+}
+
+// AutoshardOptions::hbm_bytes replaces the device's HBM as the limit: below the best plan's
+// memory the best is another plan that fits under it, no faster; above a plan's memory that
+// plan fits though the device's HBM is smaller.
+TEST(AutoshardTest, MemoryLimitReplacesTheHbm) {
+  const Topology topology = TwoSlicesOfFour();
+  AutoshardOptions options;
+  options.remat_policies = {RematPolicy::kNone, RematPolicy::kFull};
+  absl::StatusOr<AutoshardResult> free = Autoshard(topology, SmallLlama(), options);
+  ASSERT_TRUE(free.ok() && free->best >= 0);
+  const AutoshardCandidate& best = free->candidates[free->best];
+  options.hbm_bytes = best.memory.total_bytes() - 1;
+  absl::StatusOr<AutoshardResult> tight = Autoshard(topology, SmallLlama(), options);
+  ASSERT_TRUE(tight.ok() && tight->best >= 0);
+  const AutoshardCandidate& second = tight->candidates[tight->best];
+  EXPECT_LE(second.memory.total_bytes(), options.hbm_bytes);
+  EXPECT_EQ(second.hbm_bytes, options.hbm_bytes);
+  EXPECT_GE(second.step_seconds, best.step_seconds);
+  EXPECT_NE(second.order, best.order);
+
+  nn::TransformerConfig big = SmallLlama();
+  big.d_model = 8192;
+  big.ffn = 32768;
+  big.heads = 64;
+  big.kv_heads = 8;
+  big.layers = 64;
+  options.remat_policies = {RematPolicy::kFull};
+  options.hbm_bytes = int64_t{1} << 50;  // 1 PiB per device
+  absl::StatusOr<AutoshardResult> roomy = Autoshard(topology, big, options);
+  ASSERT_TRUE(roomy.ok()) << roomy.status();
+  ASSERT_GE(roomy->best, 0);  // NothingFits: none fits in the device's 16 GiB
+  EXPECT_GT(roomy->candidates[roomy->best].memory.total_bytes(), topology.device_spec().hbm_bytes);
 }
 
 TEST(AutoshardTest, ParameterClassSpecsNameTheShardingAxes) {

@@ -34,12 +34,38 @@ bool FusesProducers(Opcode op) {
 
 // A value with no users is a program output and must reach HBM; one user that cannot absorb it
 // is enough to force the write, since that user reads it from memory.
-bool KeptOnChip(const Node& node) {
+bool KeptOnChip(const Node& node, FusionMode mode) {
+  if (mode == FusionMode::kNone) return false;
   if (!IsFusible(node.opcode()) || node.users().empty()) return false;
   for (const Node* user : node.users()) {
     if (!FusesProducers(user->opcode())) return false;
+    // Eager: a GEMM library call reads its operands from HBM; no producer runs inside it.
+    const Opcode op = user->opcode();
+    if (mode == FusionMode::kEager && (op == Opcode::kDot || op == Opcode::kConvolution)) {
+      return false;
+    }
   }
   return true;
+}
+
+std::string_view FusionModeName(FusionMode mode) {
+  switch (mode) {
+    case FusionMode::kXla:
+      return "xla";
+    case FusionMode::kEager:
+      return "eager";
+    case FusionMode::kNone:
+      return "none";
+  }
+  return "xla";
+}
+
+absl::StatusOr<FusionMode> ParseFusionMode(std::string_view name) {
+  for (FusionMode mode : {FusionMode::kXla, FusionMode::kEager, FusionMode::kNone}) {
+    if (name == FusionModeName(mode)) return mode;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown fusion mode \"", std::string(name), "\"; expected xla, eager or none"));
 }
 
 namespace {
@@ -193,6 +219,21 @@ double CostModel::Efficiency(OpClass op_class) const {
   return it == efficiency_.end() ? 1.0 : it->second;
 }
 
+double CostModel::TiledDotFlops(const Node& node, int64_t tile) {
+  if (node.opcode() != Opcode::kDot || tile <= 0) return Flops(node);
+  const Shape& lhs = node.operand(0)->shape();
+  const Shape& rhs = node.operand(1)->shape();
+  const DotDimensionNumbers& d = node.attrs().dot;
+  double k = 1, batch = 1;
+  for (int64_t i : d.lhs_contracting_dims) k *= static_cast<double>(lhs.dim(i));
+  for (int64_t i : d.lhs_batch_dims) batch *= static_cast<double>(lhs.dim(i));
+  if (k == 0 || batch == 0) return 0;
+  const double m = static_cast<double>(lhs.num_elements()) / (k * batch);
+  const double n = static_cast<double>(rhs.num_elements()) / (k * batch);
+  const double t = static_cast<double>(tile);
+  return 2.0 * batch * m * std::ceil(k / t) * t * std::ceil(n / t) * t;
+}
+
 double CostModel::Flops(const Node& node) {
   const Opcode op = node.opcode();
   switch (ClassOf(op)) {
@@ -283,11 +324,11 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
   // HBM traffic: the result is written unless every user fuses it; an operand is read unless
   // it was kept on chip (fused into this op). slice and dynamic-slice read only the window.
   int64_t bytes = 0;
-  const bool fuse = options_.fuse_elementwise;
-  if (!(fuse && KeptOnChip(node))) bytes += node.shape().byte_size();
+  const FusionMode fusion = options_.fusion;
+  if (!KeptOnChip(node, fusion)) bytes += node.shape().byte_size();
   for (int64_t i = 0; i < node.operand_count(); ++i) {
     const Node* operand = node.operand(i);
-    if (fuse && KeptOnChip(*operand)) continue;
+    if (KeptOnChip(*operand, fusion)) continue;
     if (operand->shape().num_elements() <= 1) continue;  // scalars live in registers
     if ((op == Opcode::kSlice || op == Opcode::kDynamicSlice) && i == 0) {
       bytes += node.shape().byte_size();
@@ -303,7 +344,9 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
   const double peak = op == Opcode::kDot || op == Opcode::kConvolution
                           ? MatmulPeakFlopsPerSecond(node.operand(0)->shape().dtype())
                           : PeakFlopsPerSecond(dtype);
-  cost.compute_seconds = cost.flops / (peak * efficiency);
+  const int64_t tile = topology_.device_spec().matmul_tile;
+  const double mxu_flops = op == Opcode::kDot && tile > 0 ? TiledDotFlops(node, tile) : cost.flops;
+  cost.compute_seconds = mxu_flops / (peak * efficiency);
   cost.memory_seconds = static_cast<double>(bytes) / (hbm_bytes_per_s_ * efficiency);
   // Roofline: compute and memory traffic overlap, so the slower of the two bounds the op.
   cost.seconds = std::max(cost.compute_seconds, cost.memory_seconds);

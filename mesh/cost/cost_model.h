@@ -15,11 +15,21 @@
 // Source: Williams, Waterman & Patterson 2009, "Roofline"; How to Scale Your Model (Austin et
 // al. 2025), "All About Rooflines". flops as XLA's HloCostAnalysis: dot 2 * |output| *
 // |contracting dims|; elementwise |output|; reduce |input|; data movement 0. bytes_accessed:
-// operands + result (slice / dynamic-slice read only their window), except that with
-// `fuse_elementwise` a value kept on chip (KeptOnChip: a fusible op whose users all absorb it,
-// XLA's loop / input / producer fusion) is neither written nor read.
+// operands + result (slice / dynamic-slice read only their window), except that a value kept on
+// chip under the options' FusionMode (KeptOnChip) is neither written nor read: kXla, a fusible
+// op whose users all absorb it (XLA's loop / input / producer fusion); kEager, the same without
+// producer fusion into a dot (PyTorch eager with Megatron-LM's fused kernels, below); kNone,
+// nothing (every op's operands and result through HBM).
 // A dtype without a peak in the spec (f32 on TPU presets) uses the bf16 peak; Create records
 // that in notes().
+// Tile quantization (device spec `matmul_tile` t > 0, TPU MXUs): the systolic array holds a
+// t x t block of one operand and streams the other's rows through it, so a dot's contracting
+// size K and its rhs non-contracting size N are padded up to multiples of t:
+//   compute_seconds = 2 * batch * M * ceil(K/t)*t * ceil(N/t)*t / (peak * e_dot)
+// (M = lhs non-contracting size, batch = batch dims; each a product over its dims). `flops`
+// stays the unpadded count. Source: How to Scale Your Model, "How to Think About TPUs" (the
+// MXU is a 128x128 systolic array, 256x256 on v6e; matmuls are padded to its size). GPUs: no
+// tile is set (tensor-core tile and wave quantization are not modelled).
 //
 // Collectives (alpha-beta; V = bytes of the full buffer: all-gather output, reduce-scatter input,
 // all-reduce / all-to-all / collective-permute operand; n = group size; B = link bandwidth of
@@ -53,6 +63,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -84,12 +95,42 @@ enum class OpClass { kNone, kDot, kElementwise, kReduce, kDataMovement, kCollect
 // Ops that absorb fusible producers: the fusible ops (loop fusion), reduce (input fusion) and
 // dot (producer fusion into the MXU / tensor-core kernel, as XLA:TPU's convolution fusions).
 [[nodiscard]] bool FusesProducers(Opcode opcode);
-// True when `node` is fusible and every user absorbs it: its value never reaches HBM.
-[[nodiscard]] bool KeptOnChip(const Node& node);
+
+// Which producer-consumer edges a framework keeps on chip (the kernels it launches); a property
+// of the framework that ran the program, not of one configuration.
+//   kXla: XLA's fusion passes (loop, input and producer fusion): a fusible op whose users all
+//     absorb it (FusesProducers) never reaches HBM. Source: xla/service/instruction_fusion.cc,
+//     gpu/multi_output_fusion.cc; How to Scale Your Model, "All About Rooflines".
+//   kEager: PyTorch eager as Megatron-LM ran GPT in Narayanan et al. 2021 (SC '21): every
+//     kernel reads its inputs from HBM and writes its result there, and the only multi-op
+//     kernels are Megatron's hand-fused ones, each one kernel forward and one backward:
+//     megatron/model/fused_bias_gelu.py (bias + GeLU, torch.jit.script bias_gelu /
+//     bias_gelu_back), megatron/model/fused_softmax.py (scale + causal mask + softmax,
+//     scaled_upper_triang_masked_softmax_forward / _backward), megatron/model/fused_layer_norm.py
+//     (apex's fused layer norm, forward and backward), and bias + dropout + add
+//     (bias_dropout_add_fused_train, jit-scripted, megatron/model/transformer.py). In a
+//     transformer layer's graph these are the chains of fusible ops (with their reductions)
+//     between matmuls (not so for the loss and the residual-gradient sums, which Megatron runs
+//     as separate kernels and this costs as kXla; docs/simulator.md), so kEager keeps kXla's
+//     loop and input fusion and drops producer fusion:
+//     a cuBLAS GEMM (torch.matmul / baddbmm / F.linear) reads its operands from HBM, so a value
+//     read by a dot or convolution is written (the layer norm output before the QKV and MLP
+//     matmuls, the GeLU output, the S x S attention probabilities and their gradient).
+//   kNone: no fusion at all: every op's operands and result through HBM (a bound, not a
+//     framework).
+enum class FusionMode { kXla, kEager, kNone };
+// "xla", "eager", "none".
+[[nodiscard]] std::string_view FusionModeName(FusionMode mode);
+// Errors: kInvalidArgument naming `name` and the accepted names.
+[[nodiscard]] absl::StatusOr<FusionMode> ParseFusionMode(std::string_view name);
+
+// True when `node` is fusible and every user absorbs it under `mode` (above): its value never
+// reaches HBM. kNone: never.
+[[nodiscard]] bool KeptOnChip(const Node& node, FusionMode mode = FusionMode::kXla);
 
 struct CostModelOptions {
-  // Approximate XLA's loop fusion: edges between fusible ops do not touch HBM.
-  bool fuse_elementwise = true;
+  // Which edges stay on chip (FusionMode above); kXla approximates XLA's fusion.
+  FusionMode fusion = FusionMode::kXla;
   // Efficiency factors used when the device spec gives none for a class (pure roofline: 1).
   std::map<std::string, double> default_efficiency = {{"dot", 1.0},
                                                       {"elementwise", 1.0},
@@ -127,6 +168,9 @@ class CostModel {
 
   // flops of a local op as defined above (0 for collectives and leaves).
   [[nodiscard]] static double Flops(const Node& node);
+  // The flops a dot occupies the matrix unit for with `tile` quantization (above): Flops(node)
+  // with K and N padded to multiples of `tile`. Convolutions and tile <= 0: Flops(node).
+  [[nodiscard]] static double TiledDotFlops(const Node& node, int64_t tile);
   // Peak of `dtype` in op/s (10^12 * peak_tflops), with the bf16 fallback.
   [[nodiscard]] double PeakFlopsPerSecond(DType dtype) const;
   // The peak a matmul with `input_dtype` inputs runs at: the options' matmul_dtype peak when it

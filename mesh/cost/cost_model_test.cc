@@ -62,6 +62,51 @@ TEST(CostModelTest, DotIsComputeBound) {
   EXPECT_EQ(c.ici_seconds, 0);
 }
 
+// Tile quantization by hand: a 128-wide MXU runs bf16[64,100] x bf16[100,200] as if K were 128
+// and N 256: 2 * 64 * 128 * 256 = 4194304 flops of MXU time for 2 * 64 * 100 * 200 = 2560000
+// useful ones. A batched dot pads per batch; sizes already multiples of the tile cost nothing.
+TEST(CostModelTest, DotTileQuantizationPadsContractingAndRhsSizes) {
+  CostModel model =
+      Model(TopologyJson("[4]", "[true]", 1, 1, 4, 400, 1, 200, 10, ", \"matmul_tile\": 128"));
+  EXPECT_EQ(model.topology().device_spec().matmul_tile, 128);
+  Graph g("dot");
+  Node* a = g.AddParameter(0, Shape(DType::kBF16, {64, 100})).value();
+  Node* b = g.AddParameter(1, Shape(DType::kBF16, {100, 200})).value();
+  OpAttributes attrs;
+  attrs.dot.lhs_contracting_dims = {1};
+  attrs.dot.rhs_contracting_dims = {0};
+  Node* dot = g.AddNode(Opcode::kDot, {a, b}, attrs).value();
+  NodeCost c = model.Cost(*dot, 0);
+  EXPECT_DOUBLE_EQ(c.flops, 2560000.0);  // the useful count is unchanged
+  EXPECT_DOUBLE_EQ(CostModel::TiledDotFlops(*dot, 128), 4194304.0);
+  EXPECT_DOUBLE_EQ(c.compute_seconds, 4194304.0 / 1e12);
+  EXPECT_DOUBLE_EQ(CostModel::TiledDotFlops(*dot, 0), 2560000.0);
+
+  // bf16[3,64,256] x bf16[3,256,128] (batch 3): K and N whole tiles, so no padding.
+  Node* x = g.AddParameter(2, Shape(DType::kBF16, {3, 64, 256})).value();
+  Node* y = g.AddParameter(3, Shape(DType::kBF16, {3, 256, 128})).value();
+  OpAttributes batched;
+  batched.dot.lhs_batch_dims = {0};
+  batched.dot.rhs_batch_dims = {0};
+  batched.dot.lhs_contracting_dims = {2};
+  batched.dot.rhs_contracting_dims = {1};
+  Node* bdot = g.AddNode(Opcode::kDot, {x, y}, batched).value();
+  EXPECT_DOUBLE_EQ(CostModel::TiledDotFlops(*bdot, 128), CostModel::Flops(*bdot));
+  // With a 256 tile N = 128 pads to 256: twice the MXU time.
+  EXPECT_DOUBLE_EQ(CostModel::TiledDotFlops(*bdot, 256), 2 * CostModel::Flops(*bdot));
+}
+
+TEST(CostModelTest, MatmulTileMustBeAPositiveInteger) {
+  for (const char* bad : {"0", "-128", "1.5", "\"128\"", "100000"}) {
+    absl::StatusOr<Topology> topology =
+        ParseTopology(TopologyJson("[4]", "[true]", 1, 1, 4, 400, 1, 200, 10,
+                                   absl::StrCat(", \"matmul_tile\": ", bad)),
+                      "<test>");
+    ASSERT_FALSE(topology.ok()) << bad;
+    EXPECT_THAT(std::string(topology.status().message()), HasSubstr("matmul_tile")) << bad;
+  }
+}
+
 TEST(CostModelTest, ElementwiseIsMemoryBoundAndFusesChains) {
   CostModel model = Model(TopologyJson("[4]", "[true]", 1, 1, 4));
   Graph g("add");
@@ -80,9 +125,76 @@ TEST(CostModelTest, ElementwiseIsMemoryBoundAndFusesChains) {
   EXPECT_EQ(model.Cost(*e, 0).bytes_accessed, 4000);
   // Without the fusion approximation: 3 buffers each.
   CostModelOptions unfused;
-  unfused.fuse_elementwise = false;
+  unfused.fusion = FusionMode::kNone;
   CostModel plain = *CostModel::Create(model.topology(), unfused);
   EXPECT_EQ(plain.Cost(*sum, 0).bytes_accessed, 12000);
+}
+
+// The MLP chain dot -> bias add -> activation -> dot, by hand, under each FusionMode. Sizes
+// (f32): x [16,32] 2048 B, w1 [32,64] 8192 B, bias [64] 256 B, h / y / t / g [16,64] 4096 B
+// each, w2 [64,8] 2048 B, out [16,8] 512 B.
+TEST(CostModelTest, FusionModesXlaEagerAndNoneOnAnMlpChain) {
+  absl::StatusOr<Topology> topology =
+      ParseTopology(TopologyJson("[4]", "[true]", 1, 1, 4), "<test>");
+  ASSERT_TRUE(topology.ok()) << topology.status();
+  Graph g("mlp");
+  Node* x = g.AddParameter(0, Shape(DType::kF32, {16, 32})).value();
+  Node* w1 = g.AddParameter(1, Shape(DType::kF32, {32, 64})).value();
+  Node* bias = g.AddParameter(2, Shape(DType::kF32, {64})).value();
+  Node* w2 = g.AddParameter(3, Shape(DType::kF32, {64, 8})).value();
+  OpAttributes dot_attrs;
+  dot_attrs.dot.lhs_contracting_dims = {1};
+  dot_attrs.dot.rhs_contracting_dims = {0};
+  Node* h = g.AddNode(Opcode::kDot, {x, w1}, dot_attrs).value();
+  OpAttributes bcast;
+  bcast.dimensions = {1};
+  Node* bb = g.AddNode(Opcode::kBroadcast, Shape(DType::kF32, {16, 64}), {bias}, bcast).value();
+  Node* y = g.AddNode(Opcode::kAdd, {h, bb}).value();
+  Node* t = g.AddNode(Opcode::kTanh, {y}).value();
+  Node* act = g.AddNode(Opcode::kMultiply, {y, t}).value();
+  Node* out = g.AddNode(Opcode::kDot, {act, w2}, dot_attrs).value();
+  g.set_root(g.AddNode(Opcode::kTuple, {out}).value());
+  const std::vector<const Node*> chain = {h, bb, y, t, act, out};
+  auto bytes = [&](FusionMode mode) {
+    CostModelOptions options;
+    options.fusion = mode;
+    CostModel model = *CostModel::Create(*topology, options);
+    std::vector<int64_t> per_node;
+    for (const Node* node : chain) per_node.push_back(model.Cost(*node, 0).bytes_accessed);
+    return per_node;
+  };
+  // XLA: the bias add, activation and multiply are one loop fusion, itself fused into the
+  // second dot (producer fusion): only h, bias, the weights and out touch HBM.
+  EXPECT_THAT(bytes(FusionMode::kXla),
+              ::testing::ElementsAre(2048 + 8192 + 4096, 256, 4096, 0, 0, 512 + 2048));
+  // Eager (Megatron's fused bias + GeLU): the same kernel, but it writes its result g (4096)
+  // and the GEMM reads it back: 8192 bytes more than XLA. The fused kernel itself (broadcast,
+  // add, tanh, multiply) reads h and the bias once and writes g once: 4096 + 256 + 4096.
+  const std::vector<int64_t> eager = bytes(FusionMode::kEager);
+  EXPECT_THAT(eager,
+              ::testing::ElementsAre(2048 + 8192 + 4096, 256, 4096, 0, 4096, 512 + 4096 + 2048));
+  EXPECT_EQ(eager[1] + eager[2] + eager[3] + eager[4], 4096 + 256 + 4096);
+  // None (a kernel per op, as eager PyTorch without Megatron's fused kernels): every op
+  // reads its operands and writes its result.
+  EXPECT_THAT(bytes(FusionMode::kNone),
+              ::testing::ElementsAre(2048 + 8192 + 4096, 256 + 4096, 3 * 4096, 2 * 4096, 3 * 4096,
+                                     512 + 4096 + 2048));
+  // Totals: 21248 (xla) < 29440 (eager) < 58112 (none).
+  int64_t total_eager = 0;
+  for (int64_t b : eager) total_eager += b;
+  EXPECT_EQ(total_eager, 29440);
+}
+
+TEST(CostModelTest, FusionModeNames) {
+  for (FusionMode mode : {FusionMode::kXla, FusionMode::kEager, FusionMode::kNone}) {
+    absl::StatusOr<FusionMode> parsed = ParseFusionMode(FusionModeName(mode));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, mode);
+  }
+  absl::StatusOr<FusionMode> bad = ParseFusionMode("torch");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("\"torch\""));
 }
 
 TEST(CostModelTest, EfficiencyFromTheDeviceSpecAndF32Fallback) {

@@ -428,7 +428,8 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
   if (value == nullptr) return Expected(pointer, "an object (the device spec)", nullptr);
   TESSEL_RETURN_IF_ERROR(CheckObject(*value, pointer));
   TESSEL_RETURN_IF_ERROR(CheckKeys(
-      *value, pointer, {"peak_tflops", "hbm_bytes", "hbm_bandwidth_gbytes_per_s", "efficiency"}));
+      *value, pointer,
+      {"peak_tflops", "hbm_bytes", "hbm_bandwidth_gbytes_per_s", "efficiency", "matmul_tile"}));
   // The meta key "name" doubles as the device's name ("TPU v5p"), used in the cost model's
   // notes; CheckKeys has made sure it is a string.
   DeviceSpec spec;
@@ -485,6 +486,12 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
       if (factor > 1.0) return Expected(child, "a factor in (0, 1]", &it.value());
       spec.efficiency[it.key()] = factor;
     }
+  }
+  if (const json* tile = Find(*value, "matmul_tile")) {
+    // Systolic arrays are at most a few hundred cells on a side; 4096 bounds typos (128000).
+    TESSEL_ASSIGN_OR_RETURN(spec.matmul_tile,
+                            ReadInt(tile, Child(pointer, "matmul_tile"), 1, 4096,
+                                    "a positive integer (the matrix unit's side) at most 4096"));
   }
   return spec;
 }

@@ -110,6 +110,10 @@ struct DeviceSpec {
   // by the names of kEfficiencyClasses ("dot", "elementwise", "reduce", "data_movement",
   // "collective"). The cost model (mesh/cost/cost_model.h) uses its defaults for classes not given.
   std::map<std::string, double> efficiency;
+  // Optional (JSON "matmul_tile"): side of the matrix unit's systolic array (TPU MXU: 128 on
+  // v4 / v5e / v5p, 256 on v6e). When set, the cost model pads a dot's contracting size and its
+  // non-contracting rhs size up to a multiple of it (tile quantization); 0: no padding.
+  int64_t matmul_tile = 0;
 
   // Peak of `dtype` in 10^12 op/s, or nullopt when the spec gives none for it.
   [[nodiscard]] std::optional<double> PeakTflops(std::string_view dtype) const;

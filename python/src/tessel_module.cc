@@ -388,10 +388,12 @@ py::dict CandidateDict(const mesh::AutoshardCandidate& c) {
 }
 
 // `tessel autoshard CONFIG --model-config FILE` (mesh/autoshard/autoshard.h) as a dict: "best"
-// (None when no plan fits), "alternatives", "search" (coverage).
+// (None when no plan fits), "alternatives", "search" (coverage). `axes` and `hbm_bytes`:
+// AutoshardOptions' (empty / 0: every axis, the device's HBM).
 py::dict Autoshard(const std::string& model_json, const std::string& source,
                    const mesh::Topology& topology, std::optional<int64_t> batch,
-                   double budget_seconds, int64_t top_k, bool overlap) {
+                   double budget_seconds, int64_t top_k, bool overlap,
+                   const std::vector<std::string>& axes, int64_t hbm_bytes) {
   nn::ModelFile file = ValueOrThrow(nn::ParseModelConfig(model_json, source));
   nn::TransformerConfig config = file.config;
   if (batch) {
@@ -404,6 +406,8 @@ py::dict Autoshard(const std::string& model_json, const std::string& source,
   options.budget_seconds = budget_seconds;
   options.top_k = top_k;
   options.overlap = overlap;
+  options.axes = axes;
+  options.hbm_bytes = hbm_bytes;
   options.attention = ValueOrThrow(
       mesh::ParseAttentionKernel(file.attention.empty() ? "dot_product" : file.attention));
   absl::StatusOr<mesh::AutoshardResult> result;
@@ -652,7 +656,8 @@ void BindSimulate(py::module_& m) {
       py::arg("overlap") = false, py::arg("top_k") = 10);
   m.def("autoshard", &Autoshard, py::arg("model_json"), py::arg("source"), py::arg("topology"),
         py::arg("batch"), py::arg("budget_seconds") = 0.0, py::arg("top_k") = 5,
-        py::arg("overlap") = false);
+        py::arg("overlap") = false, py::arg("axes") = std::vector<std::string>{},
+        py::arg("hbm_bytes") = 0);
 }
 
 }  // namespace

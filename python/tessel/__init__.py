@@ -203,22 +203,24 @@ def _model_text(model: Union[str, os.PathLike, dict]) -> tuple:
 
 def autoshard(model: Union[str, os.PathLike, dict], topology: Union[Topology, str, os.PathLike],
               *, batch: Optional[int] = None, budget_seconds: float = 0.0, top_k: int = 5,
-              overlap: bool = False) -> dict:
+              overlap: bool = False, axes: Sequence[str] = (), hbm_bytes: int = 0) -> dict:
     """Searches the mesh (MaxText's ici_* / dcn_* axis sizes), remat policy and microbatches with
     the least predicted step time that fit in HBM (``tessel autoshard CONFIG --model-config
     FILE``; mesh/autoshard/autoshard.h).
 
     model: as for ``simulate_model``. budget_seconds: stop simulating new meshes after this long
-    (0: no limit). top_k: runners-up to return.
+    (0: no limit). top_k: runners-up to return. axes: search only meshes over these of MaxText's
+    axes (e.g. ("data", "fsdp", "tensor"); empty: all seven). hbm_bytes: the per-device memory
+    limit plans must fit under (0: the device's HBM).
     Returns a dict: "best" (None when no plan fits; else "axis_names", "ici_mesh_shape",
     "dcn_mesh_shape", "remat", "microbatches", "step_seconds", "memory_bytes", "fits", ...),
     "alternatives" (the runners-up, best first) and "search" (meshes enumerated, pruned by
     reason, simulated; plans evaluated; complete; seconds).
-    Raises ValueError for an invalid model config.
+    Raises ValueError for an invalid model config or an unknown axis name.
     """
     text, source = _model_text(model)
     return _tessel.autoshard(text, source, _topology(topology), batch, budget_seconds, top_k,
-                             overlap)
+                             overlap, list(axes), hbm_bytes)
 
 
 def _breakdown(self: SimulationReport) -> dict:

@@ -36,3 +36,22 @@ def test_autoshard_reports_no_plan_when_nothing_fits():
     huge = dict(SMALL, layers=64, d_model=8192, heads=64, kv_heads=8, ffn=32768)
     result = tessel.autoshard(huge, "two_v4-8_slices")
     assert result["best"] is None
+
+
+def test_autoshard_axes_and_memory_limit():
+    result = tessel.autoshard(SMALL, "two_v4-8_slices", axes=("data", "fsdp", "tensor"))
+    best = result["best"]
+    for name, ici, dcn in zip(best["axis_names"], best["ici_mesh_shape"], best["dcn_mesh_shape"]):
+        if name not in ("data", "fsdp", "tensor"):
+            assert ici * dcn == 1, name
+    assert result["search"]["pruned"]["axis outside the allowed axes (--axes)"] > 0
+    free = tessel.autoshard(SMALL, "two_v4-8_slices")["best"]
+    tight = tessel.autoshard(SMALL, "two_v4-8_slices", hbm_bytes=free["memory_bytes"] - 1)["best"]
+    assert tight["memory_bytes"] < free["memory_bytes"]
+    assert tight["step_seconds"] >= free["step_seconds"]
+    try:
+        tessel.autoshard(SMALL, "two_v4-8_slices", axes=("pipeline",))
+    except ValueError as e:
+        assert '"pipeline"' in str(e)
+    else:
+        raise AssertionError("an unknown axis must raise ValueError")
