@@ -342,13 +342,9 @@ int Run(const AutoshardFlags& f) {
   }
   absl::StatusOr<mesh::Topology> topology = LoadSlices(f.config, f.num_slices);
   if (!topology.ok()) return Fail(std::string(topology.status().message()));
-  std::optional<nn::ModelFile> file;
-  if (!f.model_config.empty()) {
-    absl::StatusOr<nn::ModelFile> loaded = nn::LoadModelConfig(f.model_config);
-    if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
-    file = *std::move(loaded);
-  }
-  const nn::ModelFile* model_file = file ? &*file : nullptr;
+  absl::StatusOr<std::optional<nn::ModelFile>> file = LoadModelFile(f);
+  if (!file.ok()) return Fail(std::string(file.status().message()));
+  const nn::ModelFile* model_file = file->has_value() ? &file->value() : nullptr;
   absl::StatusOr<nn::TransformerConfig> config =
       TransformerConfigOf(f, *f.command, model_file, topology->num_devices());
   if (!config.ok()) return Usage(std::string(config.status().message()));
@@ -359,8 +355,9 @@ int Run(const AutoshardFlags& f) {
   if (!result.ok()) return Fail(std::string(result.status().message()));
   const mesh::AutoshardResult& r = *result;
   std::cerr << absl::StrFormat("tessel autoshard: searched in %.2f s\n", r.search_seconds);
-  const std::string model_name =
-      file && !file->name.empty() ? file->name : std::string(nn::TransformerArchName(config->arch));
+  const std::string model_name = model_file && !model_file->name.empty()
+                                     ? model_file->name
+                                     : std::string(nn::TransformerArchName(config->arch));
   if (r.best < 0) {
     const int64_t limit =
         options.hbm_bytes > 0 ? options.hbm_bytes : topology->device_spec().hbm_bytes;

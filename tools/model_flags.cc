@@ -1,5 +1,7 @@
 #include "tools/model_flags.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "tessel/core/status_macros.h"
 
@@ -15,6 +17,12 @@ absl::StatusOr<DType> ParseFloatDType(const std::string& name, const std::string
 }
 
 }  // namespace
+
+absl::StatusOr<std::optional<nn::ModelFile>> LoadModelFile(const TransformerFlags& f) {
+  if (f.model_config.empty()) return std::optional<nn::ModelFile>();
+  TESSEL_ASSIGN_OR_RETURN(nn::ModelFile file, nn::LoadModelConfig(f.model_config));
+  return std::optional<nn::ModelFile>(std::move(file));
+}
 
 void AddTransformerFlags(CLI::App* cmd, TransformerFlags* f) {
   cmd->add_option("--model", f->model, "gpt or llama (a generated training step)");

@@ -5,6 +5,7 @@
 #define TESSEL_TOOLS_MODEL_FLAGS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -37,6 +38,11 @@ struct TransformerFlags {
   int64_t top_k = 2;
   double capacity_factor = 1.0;
 };
+
+// The --model-config file of `flags`, or nullopt when none is given. Errors: those of
+// nn::LoadModelConfig (a missing or invalid file, naming it).
+[[nodiscard]] absl::StatusOr<std::optional<nn::ModelFile>> LoadModelFile(
+    const TransformerFlags& flags);
 
 // Registers the flags of `flags` on `cmd` (which must outlive neither). Range checks are CLI11's
 // (a bad value is a usage error, exit 2).

@@ -711,13 +711,9 @@ int Run(const SimulateFlags& f) {
   }
   absl::StatusOr<mesh::Topology> topology = LoadSlices(f.config, f.num_slices);
   if (!topology.ok()) return Fail(std::string(topology.status().message()));
-  std::optional<nn::ModelFile> file;
-  if (!f.model_config.empty()) {
-    absl::StatusOr<nn::ModelFile> loaded = nn::LoadModelConfig(f.model_config);
-    if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
-    file = *std::move(loaded);
-  }
-  const nn::ModelFile* model_file = file ? &*file : nullptr;
+  absl::StatusOr<std::optional<nn::ModelFile>> file = LoadModelFile(f);
+  if (!file.ok()) return Fail(std::string(file.status().message()));
+  const nn::ModelFile* model_file = file->has_value() ? &file->value() : nullptr;
   mesh::SimulatorOptions sim_options;
   if (std::string bad = CheckRunFlags(f, model_file, *topology, sim_options); !bad.empty()) {
     return Usage(bad);
