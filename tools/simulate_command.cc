@@ -28,7 +28,11 @@
 // MaxText's ici_*_parallelism / dcn_*_parallelism; -1 fills one axis with what the others leave)
 // build the mesh instead of --ici-mesh-shape / --dcn-mesh-shape / --axis-names: a "sequence"
 // axis is context parallelism (needs --attention flash), a "stage" axis pipeline parallelism
-// over --microbatches with --pipeline-schedule gpipe|1f1b (mesh/sim/training_step.h).
+// over --microbatches with --pipeline-schedule gpipe|1f1b (mesh/sim/training_step.h); without
+// a "stage" axis --microbatches is gradient accumulation (one microbatch's activations live).
+// `--remat-replay` (PyTorch's checkpoint re-runs the whole layer forward) and
+// `--attention-dropout P` (unfused dropout kernels under --fusion eager|none) model how
+// Megatron-LM runs a layer (mesh/sim/training_step.h).
 // `--num-slices N` simulates N copies of CONFIG's one slice joined by its DCN.
 // `--sequence-parallel` splits the residual-stream activations over the tensor axis in the
 // memory report (Megatron sequence parallelism; MaxText's activation_embed -> tensor).
@@ -84,6 +88,8 @@ struct SimulateFlags : TransformerFlags {
   std::string fusion = "xla";     // mesh::FusionMode: xla, eager (PyTorch eager + Megatron), none
   bool require_fit = false;
   bool sequence_parallel = false;
+  bool remat_replay = false;
+  double attention_dropout = 0;
 
   bool given(const std::string& flag) const { return command && command->count(flag) > 0; }
   // MaxText's axes (kMaxTextAxes order); 1 = unused, -1 = the rest of the devices.
@@ -262,16 +268,17 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
   TESSEL_ASSIGN_OR_RETURN(plan.pipeline_schedule, mesh::ParsePipelineSchedule(f.pipeline_schedule));
   plan.microbatches = f.microbatches;
   plan.sequence_parallel = f.sequence_parallel;
+  plan.remat_replay = f.remat_replay;
+  plan.attention_dropout = f.attention_dropout;
   GlobalStep step;
   TESSEL_ASSIGN_OR_RETURN(static_cast<mesh::ModelStep&>(step),
                           mesh::BuildModelStep(topology, config, plan, stage_layers));
   *plan_out = plan;
   if (step.shards.stage == 1) {
-    for (const char* flag : {"--microbatches", "--pipeline-schedule"}) {
-      if (f.given(flag)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(flag, " needs a \"stage\" axis (--ici-stage or --dcn-stage > 1)"));
-      }
+    // Without stages --microbatches is gradient accumulation; a schedule has nothing to order.
+    if (f.given("--pipeline-schedule")) {
+      return absl::InvalidArgumentError(
+          "--pipeline-schedule needs a \"stage\" axis (--ici-stage or --dcn-stage > 1)");
     }
   }
   step.model_name = file && !file->name.empty() && !f.given("--model")
@@ -344,13 +351,18 @@ nlohmann::json TrainingJson(const GlobalStep& step, const mesh::TrainingStepEsti
        {{"policy", std::string(mesh::RematPolicyName(step.training.remat))},
         {"kept", kept},
         {"recomputed", recomputed},
+        {"replay", step.training.remat_replay},
         {"recompute_flops_per_device", e.recompute_flops},
+        {"recompute_bytes_per_device", e.recompute_bytes},
         {"recompute_s", e.recompute_seconds}}},
       {"attention",
        {{"kernel", std::string(mesh::AttentionKernelName(step.training.attention))},
         {"flash_flops_per_device", e.attention_flops},
         {"flash_bytes_per_device", e.attention_bytes},
-        {"flash_s", e.attention_seconds}}},
+        {"flash_s", e.attention_seconds},
+        {"dropout", step.training.attention_dropout},
+        {"dropout_bytes_per_device", e.dropout_bytes},
+        {"dropout_s", e.dropout_seconds}}},
       {"memory",
        {{"parameter_bytes", e.memory.parameter_bytes},
         {"gradient_bytes", e.memory.gradient_bytes},
@@ -469,6 +481,12 @@ void PrintParallel(const GlobalStep& step, const mesh::TrainingStepEstimate& e,
         step.shards.sequence, step.graph_config.seq_len,
         Seconds(e.cp_ici_seconds + e.cp_dcn_seconds));
   }
+  if (p.stages == 1 && p.microbatches > 1) {
+    std::cout << absl::StrFormat(
+        "accumulation   %d microbatches of %d sequences: activations and working set of one\n",
+        p.microbatches,
+        (step.config.batch + step.shards.batch - 1) / step.shards.batch / p.microbatches);
+  }
   if (p.stages > 1) {
     std::cout << absl::StrFormat(
         "pipeline       %d stages of %d layers, %d microbatches, %s: bubble %.1f %%, transfers "
@@ -503,12 +521,17 @@ void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const G
     if (info.training) {
       const mesh::TrainingStepEstimate& e = *info.training;
       std::cout << absl::StrFormat(
-          "remat          %s: recompute %s (%.4g flops per device); attention %s%s\n",
-          mesh::RematPolicyName(step.training.remat), Seconds(e.recompute_seconds),
+          "remat          %s%s: recompute %s (%.4g flops per device); attention %s%s%s\n",
+          mesh::RematPolicyName(step.training.remat),
+          step.training.remat_replay ? " (replayed)" : "", Seconds(e.recompute_seconds),
           e.recompute_flops, mesh::AttentionKernelName(step.training.attention),
           step.training.attention == mesh::AttentionKernel::kFlash
               ? absl::StrFormat(" %s (%.4g flops per device)", Seconds(e.attention_seconds),
                                 e.attention_flops)
+              : std::string(),
+          step.training.attention_dropout > 0
+              ? absl::StrFormat(", dropout %g %s", step.training.attention_dropout,
+                                Seconds(e.dropout_seconds))
               : std::string());
     }
   }
@@ -625,7 +648,8 @@ std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
     for (const char* flag :
          {"--remat", "--attention", "--head-dim", "--positions", "--tie-embeddings",
           "--parallel-block", "--sliding-window", "--experts", "--top-k", "--capacity-factor",
-          "--microbatches", "--pipeline-schedule", "--sequence-parallel"}) {
+          "--microbatches", "--pipeline-schedule", "--sequence-parallel", "--remat-replay",
+          "--attention-dropout"}) {
       if (f.given(flag)) return absl::StrCat(flag, " applies to --model / --model-config only");
     }
   }
@@ -819,6 +843,13 @@ CommandFn AddSimulateCommand(CLI::App& app) {
                   "save_qkv_proj, save_out_proj, selective, full");
   cmd->add_option("--attention", f->attention,
                   "dot_product (default) or flash (fused: no S x S scores in HBM)");
+  cmd->add_flag("--remat-replay", f->remat_replay,
+                "remat re-runs the whole forward of each checkpointed layer, as "
+                "torch.utils.checkpoint and Megatron-LM do (default: only what the backward "
+                "reads, as JAX)");
+  cmd->add_option("--attention-dropout", f->attention_dropout,
+                  "dropout probability on the attention probabilities (Megatron-LM "
+                  "--attention-dropout): its own kernels under --fusion eager|none");
   cmd->add_option("--fusion", f->fusion,
                   "which ops share a kernel: xla (default: XLA's fusion), eager (PyTorch eager "
                   "with Megatron-LM's fused kernels: no producer fusion into matmuls), none");
@@ -842,7 +873,8 @@ CommandFn AddSimulateCommand(CLI::App& app) {
                   "copies of CONFIG's one slice joined by DCN (MaxText num_slices; default 1)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--microbatches", f->microbatches,
-                  "pipeline microbatches per step (default: the \"stage\" axis size)")
+                  "pipeline microbatches per step (default: the \"stage\" axis size); "
+                  "without a \"stage\" axis, gradient-accumulation microbatches")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--pipeline-schedule", f->pipeline_schedule,
                   "gpipe or 1f1b (default): the pipeline's activation memory");

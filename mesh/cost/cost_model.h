@@ -180,6 +180,7 @@ class CostModel {
   [[nodiscard]] double Efficiency(OpClass op_class) const;
 
   const Topology& topology() const { return topology_; }
+  const CostModelOptions& options() const { return options_; }
   // Human-readable assumptions made while costing (e.g. "f32 has no peak in the device spec
   // of TPU v5p; using the bf16 peak (459 TFLOP/s)").
   const std::vector<std::string>& notes() const { return notes_; }

@@ -82,6 +82,9 @@ TrainingStepEstimate ExtrapolateEstimate(const TrainingStepEstimate& one, Traini
   auto x = [&](auto member) { e.*member = Extrapolate(one.*member, two.*member, layers); };
   x(&TrainingStepEstimate::recompute_flops);
   x(&TrainingStepEstimate::recompute_seconds);
+  x(&TrainingStepEstimate::recompute_bytes);
+  x(&TrainingStepEstimate::dropout_bytes);
+  x(&TrainingStepEstimate::dropout_seconds);
   x(&TrainingStepEstimate::attention_flops);
   x(&TrainingStepEstimate::attention_bytes);
   x(&TrainingStepEstimate::attention_seconds);
@@ -182,6 +185,19 @@ absl::StatusOr<ModelStep> BuildModelStep(const Topology& topology,
   step.mesh = mesh;
   TESSEL_ASSIGN_OR_RETURN(step.shards, nn::ShardsOf(mesh, plan.recipe));
   step.training.sequence_parallel = plan.sequence_parallel;
+  step.training.remat_replay = plan.remat_replay;
+  step.training.attention_dropout = plan.attention_dropout;
+  if (plan.remat_replay && plan.remat != RematPolicy::kNone && plan.remat != RematPolicy::kFull &&
+      plan.remat != RematPolicy::kSelective) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--remat-replay applies to the remat policies of PyTorch frameworks (full, selective), "
+        "not to \"",
+        std::string(RematPolicyName(plan.remat)), "\" (a JAX checkpoint policy)"));
+  }
+  if (plan.attention_dropout < 0 || plan.attention_dropout >= 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--attention-dropout ", plan.attention_dropout,
+                                                   ": expected a probability in [0, 1)"));
+  }
   step.training.expert_group = AxisGroupOfDevice0(mesh, "expert");
   step.training.sequence_group = AxisGroupOfDevice0(mesh, "sequence");
   step.pipeline.stage_group = AxisGroupOfDevice0(mesh, "stage");

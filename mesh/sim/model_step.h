@@ -67,9 +67,13 @@ struct ModelPlan {
   nn::ShardingRecipe recipe = nn::ShardingRecipe::kFsdpTp;
   RematPolicy remat = RematPolicy::kNone;
   AttentionKernel attention = AttentionKernel::kDotProduct;
-  int64_t microbatches = 0;  // pipeline microbatches; 0: as many as stages
+  // Pipeline microbatches, or without a "stage" axis gradient-accumulation microbatches
+  // (training_step.h); 0: as many as stages.
+  int64_t microbatches = 0;
   PipelineSchedule pipeline_schedule = PipelineSchedule::kOneForwardOneBackward;
   bool sequence_parallel = false;  // memory only (training_step.h)
+  bool remat_replay = false;       // TrainingStepOptions::remat_replay
+  double attention_dropout = 0;    // TrainingStepOptions::attention_dropout
 };
 
 // A built (global, unpartitioned) training step and what the estimates need about it.
@@ -98,7 +102,8 @@ struct ModelStep {
 // HybridMesh of plan.mesh over `topology`. With `stage_layers` > 0 the stage holds that many
 // layers instead of config.layers / stages (layer extrapolation).
 // Errors (all kInvalidArgument, naming the value): a mesh that does not fit the topology, a
-// recipe axis the mesh lacks, layers not a multiple of the "stage" axis, a "sequence" axis
+// recipe axis the mesh lacks, remat_replay with a JAX-only remat policy, an attention dropout
+// outside [0, 1), layers not a multiple of the "stage" axis, a "sequence" axis
 // without flash attention or not dividing seq_len, experts not a multiple of the "expert" axis,
 // the builder's own errors.
 [[nodiscard]] absl::StatusOr<ModelStep> BuildModelStep(const Topology& topology,

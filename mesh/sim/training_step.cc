@@ -172,6 +172,56 @@ AttentionPass AttentionForward(const CostModel& model, const LocalLayer& layer,
   return pass;
 }
 
+// HBM bytes of one recomputed elementwise op of a layer when it runs as its own kernel (the
+// unfused frameworks): its inputs read and its output written. The matmuls are costed by flops.
+int64_t ElementwiseRecomputeBytes(LayerOp op, const LocalLayer& layer, AttentionKernel attention) {
+  auto bytes = [&](LayerValue v) { return LocalValueBytes(v, layer, attention); };
+  switch (op) {
+    case LayerOp::kNorm1:
+      return bytes(LayerValue::kInput) + bytes(LayerValue::kNormOut);
+    case LayerOp::kResidualAdd:
+      return bytes(LayerValue::kInput) + bytes(LayerValue::kOutProj) + bytes(LayerValue::kResidual);
+    case LayerOp::kNorm2:
+      return bytes(LayerValue::kResidual) + bytes(LayerValue::kMlpNormOut);
+    case LayerOp::kMlpActivation:
+      return bytes(LayerValue::kMlpIn) + bytes(LayerValue::kMlpActivation);
+    case LayerOp::kMlpOut:
+      // The layer's closing residual add (x1 + wo), replayed with mlp_out.
+      return 3 * bytes(LayerValue::kMlpOut);
+    case LayerOp::kQkvProj:
+    case LayerOp::kAttention:
+    case LayerOp::kOutProj:
+    case LayerOp::kMlpIn:
+      return 0;
+  }
+  return 0;
+}
+
+// Attention dropout (header comment): the dropout kernel over the [t, H, S] probabilities
+// writes its output and a one-byte mask forward and reads them back in the backward, once more
+// forward when the remat plan recomputes the attention. Fused away under XLA (the mask comes
+// from the RNG inside the softmax fusion) and inside a flash kernel.
+void EstimateAttentionDropout(const nn::TransformerConfig& config,
+                              const TrainingStepOptions& options, const CostModel& cost_model,
+                              const LocalLayer& layer, TrainingStepEstimate& e) {
+  if (options.attention_dropout <= 0 || options.attention != AttentionKernel::kDotProduct ||
+      cost_model.options().fusion == FusionMode::kXla) {
+    return;
+  }
+  const double elements = static_cast<double>(layer.tokens) * static_cast<double>(layer.heads) *
+                          static_cast<double>(layer.seq_len);
+  // Forward: read the probabilities, write the output and the mask; backward: read the
+  // gradient and the mask, write the gradient.
+  const double pass = elements * static_cast<double>(2 * layer.dtype_bytes + 1);
+  const bool recomputed = std::find(e.remat.recomputed.begin(), e.remat.recomputed.end(),
+                                    LayerOp::kAttention) != e.remat.recomputed.end();
+  const double bytes = static_cast<double>(config.layers) * pass * (recomputed ? 3 : 2);
+  const double hbm_bytes_per_s = cost_model.topology().device_spec().hbm_bandwidth_gbytes_per_s *
+                                 1e9 * cost_model.Efficiency(OpClass::kElementwise);
+  e.dropout_bytes = static_cast<int64_t>(bytes);
+  e.dropout_seconds = bytes / hbm_bytes_per_s;
+}
+
 // The MoE terms of the header comment, added to `e` (memory included).
 void EstimateMoe(const nn::TransformerConfig& config, const nn::RecipeShards& shards,
                  const TrainingStepOptions& options, const CostModel& cost_model,
@@ -345,7 +395,18 @@ std::string_view LayerOpName(LayerOp op) {
   return "?";
 }
 
-RematPlan PlanRemat(RematPolicy policy, bool parallel_block) {
+RematPlan PlanRemat(RematPolicy policy, bool parallel_block, bool replay) {
+  if (replay && policy == RematPolicy::kFull) {
+    // torch.utils.checkpoint keeps no dead-code elimination: the backward of a checkpointed
+    // layer runs its forward function again from the input, every op of it.
+    RematPlan plan;
+    plan.kept = {LayerValue::kInput};
+    for (LayerOp op : kOps) {
+      if (parallel_block && (op == LayerOp::kResidualAdd || op == LayerOp::kNorm2)) continue;
+      plan.recomputed.push_back(op);
+    }
+    return plan;
+  }
   std::set<LayerValue> kept;
   std::set<LayerOp> recomputed;
   std::vector<LayerValue> work = BackwardReads(parallel_block);
@@ -504,7 +565,7 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
   LocalLayer layer = LocalLayerOf(config, shards, options.attention);
   if (options.sequence_parallel) layer.residual_shards = shards.tensor;
   const double layers = static_cast<double>(config.layers);
-  e.remat = PlanRemat(options.remat, config.parallel_block);
+  e.remat = PlanRemat(options.remat, config.parallel_block, options.remat_replay);
   int64_t kept_bytes = 0;
   for (LayerValue v : e.remat.kept) kept_bytes += LocalValueBytes(v, layer, options.attention);
   m.activation_bytes = config.layers * kept_bytes;
@@ -537,6 +598,16 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
     const double flops = LocalOpFlops(op, layer);
     e.recompute_flops += layers * flops;
     e.recompute_seconds += layers * KernelSeconds(cost_model, flops, 0, config.dtype);
+    // Fused into their neighbours under XLA (memory-bound and small); their own kernels, each
+    // through HBM, in the unfused frameworks.
+    if (cost_model.options().fusion != FusionMode::kXla) {
+      const int64_t bytes = ElementwiseRecomputeBytes(op, layer, options.attention);
+      const double hbm_bytes_per_s =
+          cost_model.topology().device_spec().hbm_bandwidth_gbytes_per_s * 1e9 *
+          cost_model.Efficiency(OpClass::kElementwise);
+      e.recompute_bytes += config.layers * bytes;
+      e.recompute_seconds += layers * static_cast<double>(bytes) / hbm_bytes_per_s;
+    }
   }
   // Flash: the kernel's forward and backward replace the graph's dense attention.
   if (options.attention == AttentionKernel::kFlash) {
@@ -554,6 +625,7 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
     e.attention_seconds = layers * (forward.seconds + KernelSeconds(cost_model, backward_flops,
                                                                     backward_bytes, config.dtype));
   }
+  EstimateAttentionDropout(config, options, cost_model, layer, e);
   if (config.experts > 0) EstimateMoe(config, shards, options, cost_model, layer, e);
   EstimateContextParallel(config, options, cost_model, layer, e);
   e.hbm_bytes = cost_model.topology().device_spec().hbm_bytes;
@@ -562,7 +634,8 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
 }
 
 void ApplyTrainingStep(const TrainingStepEstimate& e, SimulationReport& r) {
-  const double compute = e.recompute_seconds + e.attention_seconds + e.moe_seconds;
+  const double compute =
+      e.recompute_seconds + e.attention_seconds + e.moe_seconds + e.dropout_seconds;
   const double ici = e.moe_ici_seconds + e.cp_ici_seconds;
   const double dcn = e.moe_dcn_seconds + e.cp_dcn_seconds;
   const int64_t ici_bytes = e.moe_ici_bytes + e.cp_ici_bytes;
@@ -610,6 +683,19 @@ absl::StatusOr<PipelineSchedule> ParsePipelineSchedule(std::string_view name) {
                                                  "\"; expected gpipe or 1f1b"));
 }
 
+namespace {
+
+// The memory of one microbatch of `microbatches`: the kept activations and the per-batch
+// temporaries (a layer's backward working set, the loss's logits; not the gathered weights).
+void ScaleToOneMicrobatch(int64_t microbatches, TrainingStepEstimate& e) {
+  e.memory.activation_bytes /= microbatches;
+  const int64_t per_batch = e.memory.temporary_bytes - e.gathered_weight_bytes;
+  e.memory.temporary_bytes = e.gathered_weight_bytes + per_batch / microbatches;
+  e.fits = e.memory.total_bytes() <= e.hbm_bytes;
+}
+
+}  // namespace
+
 double PipelineBubbleFraction(int64_t stages, int64_t microbatches) {
   if (stages <= 1 || microbatches <= 0) return 0;
   return static_cast<double>(stages - 1) / static_cast<double>(microbatches + stages - 1);
@@ -624,8 +710,20 @@ absl::StatusOr<PipelineEstimate> EstimatePipeline(const nn::TransformerConfig& s
   p.stages = static_cast<int64_t>(options.stage_group.size());
   p.microbatches = options.microbatches;
   p.schedule = options.schedule;
-  if (p.stages <= 1) return p;
   const int64_t local_sequences = Ceil(stage_config.batch, shards.batch);
+  if (p.microbatches > 1 && local_sequences % p.microbatches != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("microbatches ", p.microbatches, " must divide the ", local_sequences,
+                     " sequences each data-parallel rank of a stage runs (batch ",
+                     stage_config.batch, " over ", shards.batch, " batch shards)"));
+  }
+  if (p.stages <= 1) {
+    p.stages = 1;
+    // Gradient accumulation (header comment): the microbatches run one after another, each
+    // forward then backward, so one microbatch's activations and working set are live.
+    if (p.microbatches > 1) ScaleToOneMicrobatch(p.microbatches, e);
+    return p;
+  }
   if (p.microbatches <= 0 || local_sequences % p.microbatches != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("microbatches ", p.microbatches, " must divide the ", local_sequences,

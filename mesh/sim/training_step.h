@@ -200,8 +200,12 @@ struct RematPlan {
   std::vector<LayerOp> recomputed;  // run again in the backward, in enum order
 };
 
-// The closure of the file comment. `parallel_block`: PaLM's block (no x1, m = a).
-[[nodiscard]] RematPlan PlanRemat(RematPolicy policy, bool parallel_block);
+// The closure of the file comment. `parallel_block`: PaLM's block (no x1, m = a). `replay`
+// (TrainingStepOptions::remat_replay): the framework re-runs the whole forward of the
+// checkpointed layer, so kFull recomputes every op of the layer, mlp_out included; the other
+// policies are unchanged (selective's checkpointed function is the attention core, recomputed
+// whole either way).
+[[nodiscard]] RematPlan PlanRemat(RematPolicy policy, bool parallel_block, bool replay = false);
 
 // One layer's sizes on one device (see the file comment for the splits).
 struct LocalLayer {
@@ -249,6 +253,13 @@ struct TrainingStepOptions {
   // Sequence parallelism (file comment, memory): the residual-stream values split over the
   // tensor shards.
   bool sequence_parallel = false;
+  // Remat by replay (file comment, "Replay"): the framework re-runs the whole forward of each
+  // checkpointed layer (torch.utils.checkpoint, Megatron-LM's CheckpointFunction), not only what
+  // the backward reads (JAX remat, which drops dead recomputation).
+  bool remat_replay = false;
+  // Dropout probability on the attention probabilities (Megatron-LM --attention-dropout); any
+  // value > 0 costs the unfused dropout kernels (file comment, "Attention dropout").
+  double attention_dropout = 0;
 };
 
 // Memory of one device (file comment), bytes.
@@ -267,7 +278,11 @@ struct TrainingMemory {
 struct TrainingStepEstimate {
   RematPlan remat;
   double recompute_flops = 0;
-  double recompute_seconds = 0;
+  double recompute_seconds = 0;  // matmuls, and the elementwise kernels when they are unfused
+  int64_t recompute_bytes = 0;   // HBM bytes of the recomputed elementwise kernels (unfused only)
+  // Attention dropout, all layers (0 without it, with flash, or under FusionMode::kXla).
+  int64_t dropout_bytes = 0;
+  double dropout_seconds = 0;
   // The flash kernel, forward and backward, all layers (0 with dot_product: the graph costs it).
   double attention_flops = 0;
   int64_t attention_bytes = 0;

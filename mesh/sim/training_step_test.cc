@@ -55,6 +55,22 @@ TEST(RematPlanTest, EachPolicyRecomputesWhatItDoesNotSave) {
               ElementsAre(O::kNorm1, O::kQkvProj, O::kAttention, O::kMlpIn, O::kMlpActivation));
 }
 
+TEST(RematPlanTest, ReplayRecomputesTheWholeLayerForward) {
+  // torch.utils.checkpoint re-runs the layer's forward function: mlp_out too, which JAX's
+  // remat drops as dead (its output is read by no backward op).
+  EXPECT_THAT(PlanRemat(RematPolicy::kFull, false, true).recomputed,
+              ElementsAre(O::kNorm1, O::kQkvProj, O::kAttention, O::kOutProj, O::kResidualAdd,
+                          O::kNorm2, O::kMlpIn, O::kMlpActivation, O::kMlpOut));
+  EXPECT_THAT(PlanRemat(RematPolicy::kFull, false, true).kept, ElementsAre(V::kInput));
+  EXPECT_THAT(PlanRemat(RematPolicy::kFull, true, true).recomputed,
+              ElementsAre(O::kNorm1, O::kQkvProj, O::kAttention, O::kOutProj, O::kMlpIn,
+                          O::kMlpActivation, O::kMlpOut));
+  // Selective checkpoints the attention core alone: replayed, it is the same op.
+  EXPECT_THAT(PlanRemat(RematPolicy::kSelective, false, true).recomputed,
+              ElementsAre(O::kAttention));
+  EXPECT_TRUE(PlanRemat(RematPolicy::kNone, false, true).recomputed.empty());
+}
+
 TEST(RematPlanTest, PolicyNamesRoundTripAndUnknownNamesAreErrors) {
   for (const char* name :
        {"none", "minimal", "minimal_with_context", "save_dot_with_context_except_mlp",
@@ -201,6 +217,57 @@ TEST(TrainingStepTest, EstimateOnEightDevicesMatchesTheClosedForms) {
   EXPECT_EQ(split->memory.activation_bytes, 2 * 128);
   EXPECT_EQ(split->recompute_flops, full->recompute_flops);  // memory only
   EXPECT_EQ(full->attention_seconds, 0);  // dot_product: the graph costs attention
+}
+
+TEST(TrainingStepTest, ReplayAndAttentionDropoutUnfusedByHand) {
+  Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
+  CostModelOptions eager_options;
+  eager_options.fusion = FusionMode::kEager;
+  CostModel eager = *CostModel::Create(topology, eager_options);
+  CostModel xla = *CostModel::Create(topology);
+  const nn::TransformerConfig c = Small();
+  Built b = Build(c);
+  const nn::RecipeShards shards = *nn::ShardsOf(Mesh8(), nn::ShardingRecipe::kFsdpTp);
+  TrainingStepOptions options = Options(RematPolicy::kFull);
+  options.remat_replay = true;
+  options.attention_dropout = 0.1;
+  auto estimate = [&](const CostModel& model, const TrainingStepOptions& o) {
+    return EstimateTrainingStep(c, shards, o, model, b.program, b.step.weight_parameters,
+                                b.step.moment_parameters);
+  };
+  absl::StatusOr<TrainingStepEstimate> replayed = estimate(eager, options);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  // Full remat's 32768 flops plus mlp_out, 2 layers x 2*8*16*16.
+  EXPECT_DOUBLE_EQ(replayed->recompute_flops, 32768 + 2 * 4096);
+  // The elementwise kernels through HBM per layer (8 tokens: [t, D] = 256 bytes, wi 512, h 256):
+  // norm1 256+256, residual add 3 x 256, norm2 256+256, activation 512+256, the closing
+  // residual add 3 x 256 = 3328; 2 layers.
+  EXPECT_EQ(replayed->recompute_bytes, 2 * 3328);
+  const double peak = eager.MatmulPeakFlopsPerSecond(DType::kBF16);
+  const double hbm = topology.device_spec().hbm_bandwidth_gbytes_per_s * 1e9;
+  EXPECT_DOUBLE_EQ(replayed->recompute_seconds,
+                   2 * (4096 / peak + std::max(2048 / peak, 1408 / hbm) + 2048 / peak +
+                        8192 / peak + 4096 / peak) +
+                       2 * 3328 / hbm);
+  // Dropout over 8 tokens x 2 heads x 8 keys = 128 probabilities: forward reads 2 and writes
+  // 2 + a 1-byte mask, backward reads 2 + 1 and writes 2; the recomputed attention runs the
+  // forward once more: 3 x 640 bytes per layer.
+  EXPECT_EQ(replayed->dropout_bytes, 2 * 3 * 640);
+  EXPECT_DOUBLE_EQ(replayed->dropout_seconds, 2 * 3 * 640 / hbm);
+  // Without remat the dropout runs forward and backward once each.
+  TrainingStepOptions no_remat = options;
+  no_remat.remat = RematPolicy::kNone;
+  EXPECT_EQ(estimate(eager, no_remat)->dropout_bytes, 2 * 2 * 640);
+  // XLA fuses both away: the elementwise recompute and the dropout cost nothing extra.
+  absl::StatusOr<TrainingStepEstimate> fused = estimate(xla, options);
+  ASSERT_TRUE(fused.ok());
+  EXPECT_EQ(fused->recompute_bytes, 0);
+  EXPECT_EQ(fused->dropout_bytes, 0);
+  EXPECT_DOUBLE_EQ(fused->recompute_flops, replayed->recompute_flops);
+  SimulationReport r;
+  r.compute_seconds = r.step_seconds = r.in_order_seconds = r.overlapped_seconds = 1;
+  ApplyTrainingStep(*replayed, r);
+  EXPECT_DOUBLE_EQ(r.compute_seconds, 1 + replayed->recompute_seconds + replayed->dropout_seconds);
 }
 
 TEST(TrainingStepTest, FlashSavesTheScoresAndCostsTheKernel) {
@@ -394,6 +461,39 @@ TEST(PipelineTest, TransfersMemoryAndStepTimeByHand) {
   ApplyPipeline(*gpipe, r);
   EXPECT_DOUBLE_EQ(r.step_seconds, 1.5 + 0.75 + 6 * send.ici_seconds);
   EXPECT_DOUBLE_EQ(r.overlapped_seconds, r.step_seconds);
+}
+
+TEST(PipelineTest, GradientAccumulationKeepsOneMicrobatchLive) {
+  Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
+  CostModel model = *CostModel::Create(topology);
+  nn::TransformerConfig config = Small();  // batch 4 over 1 batch shard
+  TrainingStepEstimate e;
+  e.memory.activation_bytes = 800;
+  e.memory.temporary_bytes = 100 + 64;  // gathered weights 100, one layer's working set 64
+  e.gathered_weight_bytes = 100;
+  e.hbm_bytes = 1000;
+  PipelineOptions options;  // no stage group: no pipeline
+  options.microbatches = 4;
+  absl::StatusOr<PipelineEstimate> accumulation =
+      EstimatePipeline(config, Shards(1, 1, 1), options, model, e);
+  ASSERT_TRUE(accumulation.ok()) << accumulation.status();
+  EXPECT_EQ(accumulation->stages, 1);
+  EXPECT_EQ(accumulation->microbatches, 4);
+  EXPECT_EQ(accumulation->bubble_fraction, 0);
+  // One microbatch's activations (800 / 4) and working set (64 / 4); the weights stay.
+  EXPECT_EQ(e.memory.activation_bytes, 200);
+  EXPECT_EQ(e.memory.temporary_bytes, 100 + 16);
+  // The same flops and one gradient reduction per step: the step time does not move.
+  SimulationReport r;
+  r.step_seconds = r.in_order_seconds = r.overlapped_seconds = r.compute_seconds = 1;
+  ApplyPipeline(*accumulation, r);
+  EXPECT_EQ(r.step_seconds, 1);
+  config.batch = 3;
+  options.microbatches = 2;
+  absl::StatusOr<PipelineEstimate> bad =
+      EstimatePipeline(config, Shards(1, 1, 1), options, model, e);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("microbatches 2 must divide the 3 sequences"));
 }
 
 TEST(TrainingStepTest, ApplyAddsTimeAndReplacesTheMemoryVerdict) {
