@@ -19,9 +19,13 @@ Megatron-LM rows ("framework": "megatron"): the published per-GPU TFLOP/s of Nar
 recomputation: F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) per iteration; the published step time
 is F / (GPUs x TFLOP/s per GPU). The median is also given per framework.
 
-Fusion (`tessel simulate --fusion`): the "frameworks" entry of the runs file gives each
-framework's kernel fusion, the same for all of its runs: MaxText (jax.jit) xla, Megatron-LM
-(PyTorch eager with its hand-fused kernels) eager.
+Framework properties: the "frameworks" entry of the runs file gives each framework's kernel
+fusion (`--fusion`: MaxText (jax.jit) xla, Megatron-LM (PyTorch eager with its hand-fused
+kernels) eager), whether remat replays the whole layer forward (`--remat-replay`: Megatron's
+CheckpointFunction does, JAX's remat does not) and the attention dropout (`--attention-dropout`:
+Megatron's default 0.1, MaxText's 0), the same for all of its runs, each with its source.
+Megatron rows without pipeline stages accumulate gradients over global batch / (data x
+micro-batch size) microbatches (`--microbatches`).
 """
 import argparse
 import json
@@ -106,9 +110,13 @@ def megatron_command(run):
            "--attention", run["attention"], "--ici-tensor", str(t)]
     if per_node // t > 1:
         cmd += ["--ici-data", str(per_node // t)]
+    # Microbatches of --micro-batch-size per data-parallel rank: the pipeline's, or without
+    # stages gradient accumulation (Megatron's forward_backward_no_pipelining).
+    microbatches = run["global_batch"] // (d * run["microbatch_size"])
     if p > 1:
-        cmd += ["--dcn-stage", str(p), "--microbatches",
-                str(run["global_batch"] // (d * run["microbatch_size"]))]
+        cmd += ["--dcn-stage", str(p), "--microbatches", str(microbatches)]
+    elif microbatches > 1:
+        cmd += ["--microbatches", str(microbatches)]
     dcn_data = d // (per_node // t)
     if dcn_data > 1:
         cmd += ["--dcn-data", str(dcn_data)]
@@ -145,10 +153,15 @@ def main():
             cmd = command(run, dims, chips_of(run))
             published_flops = maxtext_flops_per_chip(dims, run)
             published_rate = run["published"]["tflops_per_chip"]
-        # Which ops share a kernel is a property of the framework (the same for all its runs).
-        fusion = data["frameworks"][framework]["fusion"]
-        if fusion != "xla":
-            cmd += ["--fusion", fusion]
+        # Which ops share a kernel, how remat recomputes and the attention dropout are
+        # properties of the framework (the same for all its runs).
+        fw = data["frameworks"][framework]
+        if fw["fusion"] != "xla":
+            cmd += ["--fusion", fw["fusion"]]
+        if fw.get("remat_replay"):
+            cmd += ["--remat-replay"]
+        if fw.get("attention_dropout", 0) > 0:
+            cmd += ["--attention-dropout", str(fw["attention_dropout"])]
         start = time.time()
         out = subprocess.run([args.tessel] + cmd[1:] + ["--json"], cwd=ROOT, capture_output=True,
                              text=True)
