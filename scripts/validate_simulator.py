@@ -23,7 +23,10 @@ Framework properties: the "frameworks" entry of the runs file gives each framewo
 fusion (`--fusion`: MaxText (jax.jit) xla, Megatron-LM (PyTorch eager with its hand-fused
 kernels) eager), whether remat replays the whole layer forward (`--remat-replay`: Megatron's
 CheckpointFunction does, JAX's remat does not) and the attention dropout (`--attention-dropout`:
-Megatron's default 0.1, MaxText's 0), the same for all of its runs, each with its source.
+Megatron's default 0.1, MaxText's 0) and how pipeline stages exchange activations
+(`--blocking-p2p`, `--scatter-gather-p2p`: Megatron's 2021 p2p_communication), the same for all
+of its runs, each with its source. The interleaved schedule of a run (its script's
+--num-layers-per-virtual-pipeline-stage) is `--layers-per-virtual-stage`.
 Megatron rows without pipeline stages accumulate gradients over global batch / (data x
 micro-batch size) microbatches (`--microbatches`).
 """
@@ -115,6 +118,8 @@ def megatron_command(run):
     microbatches = run["global_batch"] // (d * run["microbatch_size"])
     if p > 1:
         cmd += ["--dcn-stage", str(p), "--microbatches", str(microbatches)]
+        if run.get("layers_per_virtual_stage"):
+            cmd += ["--layers-per-virtual-stage", str(run["layers_per_virtual_stage"])]
     elif microbatches > 1:
         cmd += ["--microbatches", str(microbatches)]
     dcn_data = d // (per_node // t)
@@ -162,6 +167,12 @@ def main():
             cmd += ["--remat-replay"]
         if fw.get("attention_dropout", 0) > 0:
             cmd += ["--attention-dropout", str(fw["attention_dropout"])]
+        # Stage-to-stage transfers as the framework runs them (pipelined rows only).
+        if "--dcn-stage" in cmd or "--ici-stage" in cmd:
+            if fw.get("blocking_p2p"):
+                cmd += ["--blocking-p2p"]
+            if fw.get("scatter_gather_p2p"):
+                cmd += ["--scatter-gather-p2p"]
         start = time.time()
         out = subprocess.run([args.tessel] + cmd[1:] + ["--json"], cwd=ROOT, capture_output=True,
                              text=True)

@@ -90,6 +90,9 @@ struct SimulateFlags : TransformerFlags {
   bool sequence_parallel = false;
   bool remat_replay = false;
   double attention_dropout = 0;
+  int64_t layers_per_virtual_stage = 0;  // 0: no interleaving
+  bool blocking_p2p = false;
+  bool scatter_gather_p2p = false;
 
   bool given(const std::string& flag) const { return command && command->count(flag) > 0; }
   // MaxText's axes (kMaxTextAxes order); 1 = unused, -1 = the rest of the devices.
@@ -270,15 +273,20 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
   plan.sequence_parallel = f.sequence_parallel;
   plan.remat_replay = f.remat_replay;
   plan.attention_dropout = f.attention_dropout;
+  plan.layers_per_virtual_stage = f.layers_per_virtual_stage;
+  plan.blocking_transfers = f.blocking_p2p;
+  plan.scatter_gather = f.scatter_gather_p2p;
   GlobalStep step;
   TESSEL_ASSIGN_OR_RETURN(static_cast<mesh::ModelStep&>(step),
                           mesh::BuildModelStep(topology, config, plan, stage_layers));
   *plan_out = plan;
   if (step.shards.stage == 1) {
     // Without stages --microbatches is gradient accumulation; a schedule has nothing to order.
-    if (f.given("--pipeline-schedule")) {
-      return absl::InvalidArgumentError(
-          "--pipeline-schedule needs a \"stage\" axis (--ici-stage or --dcn-stage > 1)");
+    for (const char* flag : {"--pipeline-schedule", "--blocking-p2p", "--scatter-gather-p2p"}) {
+      if (f.given(flag)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, " needs a \"stage\" axis (--ici-stage or --dcn-stage > 1)"));
+      }
     }
   }
   step.model_name = file && !file->name.empty() && !f.given("--model")
@@ -386,9 +394,12 @@ nlohmann::json ParallelJson(const GlobalStep& step, const mesh::TrainingStepEsti
         {"layers_per_stage", step.stage_config.layers},
         {"microbatches", p.microbatches},
         {"schedule", std::string(mesh::PipelineScheduleName(p.schedule))},
+        {"virtual_stages", p.virtual_stages},
+        {"blocking_transfers", step.pipeline.blocking_transfers},
+        {"scatter_gather", step.pipeline.scatter_gather},
         {"bubble_fraction", p.bubble_fraction},
         {"bubble_s", p.stages > 1 ? compute_s * static_cast<double>(p.stages - 1) /
-                                        static_cast<double>(p.microbatches)
+                                        static_cast<double>(p.microbatches * p.virtual_stages)
                                   : 0.0},
         {"transfer_bytes", p.transfer_bytes},
         {"transfer_s", p.transfer_seconds},
@@ -489,10 +500,12 @@ void PrintParallel(const GlobalStep& step, const mesh::TrainingStepEstimate& e,
   }
   if (p.stages > 1) {
     std::cout << absl::StrFormat(
-        "pipeline       %d stages of %d layers, %d microbatches, %s: bubble %.1f %%, transfers "
-        "%s each, %s exposed\n",
+        "pipeline       %d stages of %d layers, %d microbatches, %s%s: bubble %.1f %%, "
+        "transfers %s each%s, %s exposed\n",
         p.stages, step.stage_config.layers, p.microbatches, mesh::PipelineScheduleName(p.schedule),
+        p.virtual_stages > 1 ? absl::StrFormat(" interleaved x %d", p.virtual_stages) : "",
         100 * p.bubble_fraction, Seconds(p.transfer_seconds),
+        step.pipeline.blocking_transfers ? " (blocking)" : "",
         Seconds(p.exposed_ici_seconds + p.exposed_dcn_seconds));
   }
 }
@@ -649,7 +662,8 @@ std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
          {"--remat", "--attention", "--head-dim", "--positions", "--tie-embeddings",
           "--parallel-block", "--sliding-window", "--experts", "--top-k", "--capacity-factor",
           "--microbatches", "--pipeline-schedule", "--sequence-parallel", "--remat-replay",
-          "--attention-dropout"}) {
+          "--attention-dropout", "--layers-per-virtual-stage", "--blocking-p2p",
+          "--scatter-gather-p2p"}) {
       if (f.given(flag)) return absl::StrCat(flag, " applies to --model / --model-config only");
     }
   }
@@ -878,6 +892,17 @@ CommandFn AddSimulateCommand(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--pipeline-schedule", f->pipeline_schedule,
                   "gpipe or 1f1b (default): the pipeline's activation memory");
+  cmd->add_option("--layers-per-virtual-stage", f->layers_per_virtual_stage,
+                  "interleaved 1F1B: layers per model chunk (Megatron-LM "
+                  "--num-layers-per-virtual-pipeline-stage); the bubble shrinks by the chunks "
+                  "per stage")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--blocking-p2p", f->blocking_p2p,
+                "every stage-to-stage transfer waits (Megatron-LM's p2p_communication without "
+                "--overlap-p2p-comm): all of them exposed");
+  cmd->add_flag("--scatter-gather-p2p", f->scatter_gather_p2p,
+                "each tensor rank sends 1/t of a stage transfer, all-gathered after (Megatron-LM "
+                "scatter_gather_tensors_in_pipeline)");
   cmd->add_option("--ici-mesh-shape", f->ici_mesh_shape, "per-slice mesh, e.g. 1,64,4");
   cmd->add_option("--dcn-mesh-shape", f->dcn_mesh_shape, "across slices, e.g. 2,1,1");
   cmd->add_option("--axis-names", f->axis_names, "mesh axis names (default data,fsdp,tensor)");

@@ -23,9 +23,20 @@ absl::Status StageAndGraphConfigs(const ModelPlan& plan, int64_t stage_layers, M
     }
     step.stage_config.layers = step.config.layers / shards.stage;
   }
+  if (plan.layers_per_virtual_stage > 0) {
+    if (shards.stage <= 1 || step.stage_config.layers % plan.layers_per_virtual_stage != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--layers-per-virtual-stage ", plan.layers_per_virtual_stage,
+                       " needs a \"stage\" axis and must divide the ", step.stage_config.layers,
+                       " layers of a stage"));
+    }
+    step.pipeline.virtual_stages = step.stage_config.layers / plan.layers_per_virtual_stage;
+  }
   if (stage_layers > 0) step.stage_config.layers = stage_layers;
   step.pipeline.microbatches = plan.microbatches > 0 ? plan.microbatches : shards.stage;
   step.pipeline.schedule = plan.pipeline_schedule;
+  step.pipeline.blocking_transfers = plan.blocking_transfers;
+  step.pipeline.scatter_gather = plan.scatter_gather;
   step.graph_config = step.stage_config;
   if (shards.sequence > 1) {
     if (step.training.attention != AttentionKernel::kFlash) {
@@ -201,6 +212,7 @@ absl::StatusOr<ModelStep> BuildModelStep(const Topology& topology,
   step.training.expert_group = AxisGroupOfDevice0(mesh, "expert");
   step.training.sequence_group = AxisGroupOfDevice0(mesh, "sequence");
   step.pipeline.stage_group = AxisGroupOfDevice0(mesh, "stage");
+  step.pipeline.tensor_group = AxisGroupOfDevice0(mesh, "tensor");
   TESSEL_RETURN_IF_ERROR(StageAndGraphConfigs(plan, stage_layers, step));
   if (step.config.experts > 0 && step.config.experts % step.shards.expert != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--experts ", step.config.experts,

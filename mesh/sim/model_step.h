@@ -74,6 +74,11 @@ struct ModelPlan {
   bool sequence_parallel = false;  // memory only (training_step.h)
   bool remat_replay = false;       // TrainingStepOptions::remat_replay
   double attention_dropout = 0;    // TrainingStepOptions::attention_dropout
+  // Interleaved 1F1B: layers per model chunk (Megatron-LM
+  // --num-layers-per-virtual-pipeline-stage); 0: no interleaving. Must divide a stage's layers.
+  int64_t layers_per_virtual_stage = 0;
+  bool blocking_transfers = false;  // PipelineOptions::blocking_transfers
+  bool scatter_gather = false;      // PipelineOptions::scatter_gather
 };
 
 // A built (global, unpartitioned) training step and what the estimates need about it.

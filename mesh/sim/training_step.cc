@@ -730,28 +730,52 @@ absl::StatusOr<PipelineEstimate> EstimatePipeline(const nn::TransformerConfig& s
                      " sequences each data-parallel rank of a stage runs (batch ",
                      stage_config.batch, " over ", shards.batch, " batch shards)"));
   }
-  p.bubble_fraction = PipelineBubbleFraction(p.stages, p.microbatches);
+  p.virtual_stages = std::max<int64_t>(1, options.virtual_stages);
+  const int64_t v = p.virtual_stages;
+  if (v > 1 && p.schedule != PipelineSchedule::kOneForwardOneBackward) {
+    return absl::InvalidArgumentError(
+        "virtual pipeline stages (interleaving) need the 1f1b schedule");
+  }
+  p.bubble_fraction = PipelineBubbleFraction(p.stages, p.microbatches * v);
   // One microbatch's activation [b/m, S/sequence, D] crosses each stage boundary forward, and
   // its gradient backward; each device sends its own copy (the residual stream is whole on every
-  // tensor rank).
+  // tensor rank), or with scatter-gather its 1/t slice, all-gathered over the tensor group.
   const int64_t tokens =
       local_sequences / p.microbatches * Ceil(stage_config.seq_len, shards.sequence);
   p.transfer_bytes = tokens * stage_config.d_model * ByteWidth(stage_config.dtype);
-  const NodeCost send = cost_model.CollectiveCost(Opcode::kCollectivePermute,
-                                                  {options.stage_group[0], options.stage_group[1]},
-                                                  p.transfer_bytes, options.stage_group[0]);
+  const int64_t t = static_cast<int64_t>(options.tensor_group.size());
+  const bool scatter = options.scatter_gather && t > 1;
+  NodeCost send = cost_model.CollectiveCost(
+      Opcode::kCollectivePermute, {options.stage_group[0], options.stage_group[1]},
+      scatter ? Ceil(p.transfer_bytes, t) : p.transfer_bytes, options.stage_group[0]);
+  if (scatter) {
+    const NodeCost gather = cost_model.CollectiveCost(Opcode::kAllGather, options.tensor_group,
+                                                      p.transfer_bytes, options.tensor_group[0]);
+    send.seconds += gather.seconds;
+    send.ici_seconds += gather.ici_seconds;
+    send.dcn_seconds += gather.dcn_seconds;
+    send.ici_bytes += gather.ici_bytes;
+    send.dcn_bytes += gather.dcn_bytes;
+  }
   p.transfer_seconds = send.seconds;
-  // Only the transfers on the fill and drain path wait: 2 (p - 1) of them; the others overlap
-  // the next microbatch's compute.
-  const double exposed = 2.0 * static_cast<double>(p.stages - 1);
+  // A chunk boundary is crossed by every microbatch forward and backward: 2 m v sends. Only the
+  // 2 (p - 1) on the fill and drain path wait when transfers overlap the next microbatch's
+  // compute; all of them when each waits on the compute stream.
+  const int64_t sends = 2 * p.microbatches * v;
+  const double exposed = options.blocking_transfers ? static_cast<double>(sends)
+                                                    : 2.0 * static_cast<double>(p.stages - 1);
   p.exposed_ici_seconds = exposed * send.ici_seconds;
   p.exposed_dcn_seconds = exposed * send.dcn_seconds;
-  const int64_t sends = 2 * p.microbatches;
   p.ici_bytes = sends * send.ici_bytes;
   p.dcn_bytes = sends * send.dcn_bytes;
   // The first stage holds the activations of every microbatch it has run forward and not yet
-  // backward: all m with GPipe, at most p with 1F1B.
-  if (p.schedule == PipelineSchedule::kOneForwardOneBackward && p.stages < p.microbatches) {
+  // backward: all m with GPipe, at most p with 1F1B; interleaved, the 2 (p - 1) + (v - 1) p + 1
+  // chunk-microbatches of Megatron-LM's warm-up (schedules.py), each 1/v of a stage's layers.
+  if (v > 1) {
+    const int64_t chunks =
+        std::min(p.microbatches * v, 2 * (p.stages - 1) + (v - 1) * p.stages + 1);
+    e.memory.activation_bytes = e.memory.activation_bytes / (p.microbatches * v) * chunks;
+  } else if (p.schedule == PipelineSchedule::kOneForwardOneBackward && p.stages < p.microbatches) {
     e.memory.activation_bytes = e.memory.activation_bytes / p.microbatches * p.stages;
   }
   // A layer's backward working set and the loss's logits are one microbatch's.
@@ -764,9 +788,9 @@ absl::StatusOr<PipelineEstimate> EstimatePipeline(const nn::TransformerConfig& s
 void ApplyPipeline(const PipelineEstimate& p, SimulationReport& r) {
   if (p.stages <= 1) return;
   // The stage's forward and backward compute for all m microbatches is r.compute_seconds; the
-  // pipeline adds (p - 1) idle microbatch slots: (p - 1) / m of it.
-  const double bubble =
-      r.compute_seconds * static_cast<double>(p.stages - 1) / static_cast<double>(p.microbatches);
+  // pipeline adds (p - 1) idle slots of one chunk-microbatch: (p - 1) / (m v) of it.
+  const double bubble = r.compute_seconds * static_cast<double>(p.stages - 1) /
+                        static_cast<double>(p.microbatches * p.virtual_stages);
   const double comm = p.exposed_ici_seconds + p.exposed_dcn_seconds;
   const double extra = bubble + comm;
   r.step_seconds += extra;

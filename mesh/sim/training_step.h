@@ -350,6 +350,18 @@ struct PipelineOptions {
   std::vector<int64_t> stage_group;
   int64_t microbatches = 1;
   PipelineSchedule schedule = PipelineSchedule::kOneForwardOneBackward;
+  // Model chunks per stage of the interleaved 1F1B schedule (file comment, "Interleaving"); 1:
+  // one contiguous block of layers per stage.
+  int64_t virtual_stages = 1;
+  // Every stage-to-stage transfer waits on the compute stream (Megatron-LM's
+  // p2p_communication without --overlap-p2p-comm): all of them are exposed, not only the fill
+  // and drain.
+  bool blocking_transfers = false;
+  // Scatter-gather transfers (Megatron-LM's scatter_gather_tensors_in_pipeline, Narayanan et al.
+  // 2021 sec. 4.1): each of the tensor_group's ranks sends 1/t of the activation to its peer,
+  // which all-gathers it over tensor_group (the global ids of the costed device's "tensor" group).
+  bool scatter_gather = false;
+  std::vector<int64_t> tensor_group;
 };
 
 // Per device and step (file comment).
@@ -357,12 +369,14 @@ struct PipelineEstimate {
   int64_t stages = 1;
   int64_t microbatches = 1;
   PipelineSchedule schedule = PipelineSchedule::kOneForwardOneBackward;
-  double bubble_fraction = 0;      // (p-1)/(m+p-1)
-  int64_t transfer_bytes = 0;      // one microbatch activation, per device
-  double transfer_seconds = 0;     // one stage-to-stage transfer
-  double exposed_ici_seconds = 0;  // the 2(p-1) transfers on the fill and drain path
+  int64_t virtual_stages = 1;
+  double bubble_fraction = 0;   // (p-1)/(m v+p-1)
+  int64_t transfer_bytes = 0;   // one microbatch activation, per device
+  double transfer_seconds = 0;  // one stage-to-stage transfer (with its all-gather)
+  // The exposed transfers: the 2(p-1) on the fill and drain path, or all 2 m v when blocking.
+  double exposed_ici_seconds = 0;
   double exposed_dcn_seconds = 0;
-  int64_t ici_bytes = 0;  // all 2m sends of the step, per device
+  int64_t ici_bytes = 0;  // all 2 m v sends of the step, per device
   int64_t dcn_bytes = 0;
 };
 

@@ -463,6 +463,46 @@ TEST(PipelineTest, TransfersMemoryAndStepTimeByHand) {
   EXPECT_DOUBLE_EQ(r.overlapped_seconds, r.step_seconds);
 }
 
+TEST(PipelineTest, InterleavedBlockingScatterGatherByHand) {
+  // 8 devices: 2 stages {0, 4} and a tensor group {0, 1, 2, 3}; a switch (NVLink-like) slice.
+  Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
+  CostModel model = *CostModel::Create(topology);
+  nn::TransformerConfig stage = Small();  // batch 4 over 1 batch shard: 4 sequences
+  TrainingStepEstimate e;
+  e.memory.activation_bytes = 1600;  // all 4 microbatches of the stage's layers
+  e.hbm_bytes = 1 << 30;
+  PipelineOptions options;
+  options.stage_group = {0, 4};
+  options.microbatches = 4;
+  options.virtual_stages = 2;
+  options.blocking_transfers = true;
+  options.scatter_gather = true;
+  options.tensor_group = {0, 1, 2, 3};
+  absl::StatusOr<PipelineEstimate> p = EstimatePipeline(stage, Shards(1, 1, 1), options, model, e);
+  ASSERT_TRUE(p.ok()) << p.status();
+  // (p-1)/(m v + p - 1) = 1/9: the bubble shrinks by the 2 chunks per stage.
+  EXPECT_DOUBLE_EQ(p->bubble_fraction, 1.0 / 9);
+  // One microbatch is 1 sequence x 8 tokens x 16 x 2 bytes = 256; each tensor rank sends 64,
+  // then the 256 are all-gathered over the 4 ranks.
+  EXPECT_EQ(p->transfer_bytes, 256);
+  const NodeCost send = model.CollectiveCost(Opcode::kCollectivePermute, {0, 4}, 64, 0);
+  const NodeCost gather = model.CollectiveCost(Opcode::kAllGather, {0, 1, 2, 3}, 256, 0);
+  EXPECT_DOUBLE_EQ(p->transfer_seconds, send.seconds + gather.seconds);
+  // Blocking: all 2 m v = 16 transfers are exposed.
+  EXPECT_DOUBLE_EQ(p->exposed_ici_seconds, 16 * (send.ici_seconds + gather.ici_seconds));
+  // Warm-up of stage 0: 2 (p-1) + (v-1) p + 1 = 5 chunk-microbatches of the 8, each 1600 / 8.
+  EXPECT_EQ(e.memory.activation_bytes, 1000);
+  // The bubble in the step: (p-1)/(m v) of the stage's compute.
+  SimulationReport r;
+  r.step_seconds = r.in_order_seconds = r.overlapped_seconds = r.compute_seconds = 1;
+  ApplyPipeline(*p, r);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 1 + 1.0 / 8 + p->exposed_ici_seconds + p->exposed_dcn_seconds);
+  // Interleaving is a 1F1B schedule.
+  options.schedule = PipelineSchedule::kGpipe;
+  EXPECT_EQ(EstimatePipeline(stage, Shards(1, 1, 1), options, model, e).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(PipelineTest, GradientAccumulationKeepsOneMicrobatchLive) {
   Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
   CostModel model = *CostModel::Create(topology);
