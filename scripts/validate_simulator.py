@@ -19,8 +19,9 @@ Megatron-LM rows ("framework": "megatron"): the published per-GPU TFLOP/s of Nar
 recomputation: F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) per iteration; the published step time
 is F / (GPUs x TFLOP/s per GPU). The median is also given per framework.
 
-Framework properties: the "frameworks" entry of the runs file gives each framework's kernel
-fusion (`--fusion`: MaxText (jax.jit) xla, Megatron-LM (PyTorch eager with its hand-fused
+Framework properties: the "frameworks" entry of the runs file gives each framework's
+collective overlap (`--overlap`: MaxText's async collectives; Megatron-LM 2021 runs its
+collectives on the compute stream), kernel fusion (`--fusion`: MaxText (jax.jit) xla, Megatron-LM (PyTorch eager with its hand-fused
 kernels) eager), whether remat replays the whole layer forward (`--remat-replay`: Megatron's
 CheckpointFunction does, JAX's remat does not) and the attention dropout (`--attention-dropout`:
 Megatron's default 0.1, MaxText's 0) and how pipeline stages exchange activations
@@ -89,8 +90,6 @@ def command(run, dims, chips):
     # MaxText's base.yml maps activation_embed to the tensor axis (logical_axis_rules): the
     # residual stream is split over it, as Megatron's sequence parallelism (memory only).
     cmd += ["--sequence-parallel"]
-    # MaxText's recipes turn on XLA's async collectives (LIBTPU_INIT_ARGS): the overlapped schedule.
-    cmd += ["--overlap"]
     return cmd
 
 
@@ -125,7 +124,6 @@ def megatron_command(run):
     dcn_data = d // (per_node // t)
     if dcn_data > 1:
         cmd += ["--dcn-data", str(dcn_data)]
-    cmd += ["--overlap"]
     return cmd
 
 
@@ -161,6 +159,9 @@ def main():
         # Which ops share a kernel, how remat recomputes and the attention dropout are
         # properties of the framework (the same for all its runs).
         fw = data["frameworks"][framework]
+        # Collectives overlapping compute (MaxText: XLA's async collectives) or in order.
+        if fw.get("overlap"):
+            cmd += ["--overlap"]
         if fw["fusion"] != "xla":
             cmd += ["--fusion", fw["fusion"]]
         if fw.get("remat_replay"):

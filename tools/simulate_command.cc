@@ -863,7 +863,7 @@ CommandFn AddSimulateCommand(CLI::App& app) {
                 "reads, as JAX)");
   cmd->add_option("--attention-dropout", f->attention_dropout,
                   "dropout probability on the attention probabilities (Megatron-LM "
-                  "--attention-dropout): its own kernels under --fusion eager|none");
+                  "attention_dropout): its own kernels under --fusion eager|none");
   cmd->add_option("--fusion", f->fusion,
                   "which ops share a kernel: xla (default: XLA's fusion), eager (PyTorch eager "
                   "with Megatron-LM's fused kernels: no producer fusion into matmuls), none");
@@ -894,12 +894,12 @@ CommandFn AddSimulateCommand(CLI::App& app) {
                   "gpipe or 1f1b (default): the pipeline's activation memory");
   cmd->add_option("--layers-per-virtual-stage", f->layers_per_virtual_stage,
                   "interleaved 1F1B: layers per model chunk (Megatron-LM "
-                  "--num-layers-per-virtual-pipeline-stage); the bubble shrinks by the chunks "
+                  "num_layers_per_virtual_pipeline_stage); the bubble shrinks by the chunks "
                   "per stage")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--blocking-p2p", f->blocking_p2p,
                 "every stage-to-stage transfer waits (Megatron-LM's p2p_communication without "
-                "--overlap-p2p-comm): all of them exposed");
+                "overlap_p2p_comm): all of them exposed");
   cmd->add_flag("--scatter-gather-p2p", f->scatter_gather_p2p,
                 "each tensor rank sends 1/t of a stage transfer, all-gathered after (Megatron-LM "
                 "scatter_gather_tensors_in_pipeline)");
