@@ -21,12 +21,12 @@ is F / (GPUs x TFLOP/s per GPU). The median is also given per framework.
 
 Framework properties: the "frameworks" entry of the runs file gives each framework's
 collective overlap (`--overlap`: MaxText's async collectives; Megatron-LM 2021 runs its
-collectives on the compute stream), kernel fusion (`--fusion`: MaxText (jax.jit) xla, Megatron-LM (PyTorch eager with its hand-fused
-kernels) eager), whether remat replays the whole layer forward (`--remat-replay`: Megatron's
-CheckpointFunction does, JAX's remat does not) and the attention dropout (`--attention-dropout`:
-Megatron's default 0.1, MaxText's 0) and how pipeline stages exchange activations
-(`--blocking-p2p`, `--scatter-gather-p2p`: Megatron's 2021 p2p_communication), the same for all
-of its runs, each with its source. The interleaved schedule of a run (its script's
+collectives on the compute stream), kernel fusion (`--fusion`: MaxText (jax.jit) xla,
+Megatron-LM (PyTorch eager with its hand-fused kernels) eager), whether remat replays the whole
+layer forward (`--remat-replay`: Megatron's CheckpointFunction does, JAX's remat does not), the
+attention dropout (`--attention-dropout`: Megatron's default 0.1, MaxText's 0) and how pipeline
+stages exchange activations (`--blocking-p2p`, `--scatter-gather-p2p`: Megatron's 2021
+p2p_communication), the same for all of its runs, each with its source. The interleaved schedule of a run (its script's
 --num-layers-per-virtual-pipeline-stage) is `--layers-per-virtual-stage`.
 Megatron rows without pipeline stages accumulate gradients over global batch / (data x
 micro-batch size) microbatches (`--microbatches`).

@@ -37,7 +37,25 @@
 //     Recomputation in Large Transformer Models", sec. 4.2): everything but the attention core's
 //     context and residual (scores / probabilities) is saved.
 // Recompute seconds: the recomputed matmuls at the matmul peak x the "dot" efficiency;
-// elementwise recompute (norms, activations) is not counted (fused, memory-bound, small).
+// elementwise recompute (norms, activations, residual adds) is fused into its neighbours under
+// FusionMode::kXla and not counted; under kEager / kNone each recomputed elementwise op is its own
+// kernel, its inputs read and its output written at the HBM bandwidth x the "elementwise"
+// efficiency (recompute_bytes).
+//
+// Replay (TrainingStepOptions::remat_replay): PyTorch's torch.utils.checkpoint and Megatron-LM's
+// CheckpointFunction (megatron/mpu/random.py) re-run the checkpointed function's whole forward in
+// the backward (ctx.run_function), with no dead-code elimination: under kFull every op of the
+// layer is recomputed, mlp_out and the layer's closing residual add (3 [t, D] through HBM)
+// included; kSelective's function is the attention core, recomputed whole either way.
+// Narayanan et al. 2021 (SC '21) count full recompute as one extra forward pass (equation (3)).
+//
+// Attention dropout (TrainingStepOptions::attention_dropout > 0, dot_product attention, kEager or
+// kNone fusion; Megatron-LM --attention-dropout, default 0.1): a dropout kernel on the [t, H, S]
+// probabilities after the fused softmax: forward reads them and writes its output and a 1-byte
+// mask, backward reads the gradient and the mask and writes the gradient, t*H*S*(2*dtype + 1)
+// bytes each way, once more forward when the attention is recomputed; at the HBM bandwidth x the
+// "elementwise" efficiency. Under kXla the mask comes from the RNG inside the softmax fusion and
+// a flash kernel holds it: nothing extra.
 //
 // Attention core, per layer and device, t local tokens, H local heads (heads / tensor shards),
 // Dh head_dim, S seq_len:
@@ -85,19 +103,29 @@
 // analytically on top of the simulated step of one stage (layers/p layers, the whole batch of
 // its data-parallel rank; the graph is built so, replicated over the stage axis):
 //   step = stage step + bubble + exposed transfers,
-//   bubble = (p - 1) / m x stage compute (GPipe and 1F1B alike: the idle slots are
-//     (p-1)/(m+p-1) of the pipeline's time; Huang et al. 2019, GPipe; Narayanan et al. 2021,
-//     "Efficient Large-Scale Language Model Training on GPU Clusters", sec. 2.2),
-//   transfers: one microbatch activation [b/m, S/cp, D] per stage boundary forward and its
-//     gradient backward (collective-permute to the next stage device over ICI or DCN, as the
-//     stage axis lies); the 2(p-1) on the fill and drain path are exposed, the rest overlap,
+//   bubble = (p - 1) / (m v) x stage compute (GPipe and 1F1B alike: the idle slots are
+//     (p-1)/(m v+p-1) of the pipeline's time; Huang et al. 2019, GPipe; Narayanan et al. 2021,
+//     "Efficient Large-Scale Language Model Training on GPU Clusters", sec. 2.2), v = 1 or the
+//     model chunks per stage of the interleaved 1F1B schedule (sec. 2.2.2; Megatron-LM
+//     --num-layers-per-virtual-pipeline-stage),
+//   transfers: one microbatch activation [b/m, S/cp, D] per chunk boundary forward and its
+//     gradient backward, 2 m v a step (collective-permute to the next stage device over ICI or
+//     DCN, as the stage axis lies); the 2(p-1) on the fill and drain path are exposed, the rest
+//     overlap; with blocking_transfers (Megatron-LM's p2p_communication: batch_isend_irecv,
+//     req.wait(), torch.cuda.synchronize()) all 2 m v are exposed; with scatter_gather
+//     (Megatron's scatter_gather_tensors_in_pipeline, sec. 4.1) each of the t tensor ranks sends
+//     1/t of the activation and the receiver all-gathers it over the tensor group,
 //   memory: GPipe keeps the activations of all m microbatches, 1F1B of min(p, m) (the first
-//     stage's in-flight microbatches; Narayanan et al. 2021 sec. 2.2.1); the temporaries but
-//     the gathered weights (a layer's backward working set, the loss's logits) are one
-//     microbatch's: 1/m of the whole batch's.
-// Not modelled: interleaved (virtual-stage) schedules; the embedding and the LM head are
-// costed on every stage (the graph of a stage holds both), which the last stage, the slowest
-// (it has the head and the loss), does.
+//     stage's in-flight microbatches; Narayanan et al. 2021 sec. 2.2.1), interleaved of
+//     min(m v, 2(p-1) + (v-1) p + 1) chunk-microbatches of 1/v of the stage's layers (the warm-up
+//     of megatron/schedules.py); the temporaries but the gathered weights (a layer's backward
+//     working set, the loss's logits) are one microbatch's: 1/m of the whole batch's.
+// Gradient accumulation (no stage axis, m > 1 microbatches: MaxText gradient_accumulation_steps,
+// Megatron-LM's forward_backward_no_pipelining): the microbatches run one after another and the
+// gradients are reduced once; the flops and collectives are the graph's (the step time does not
+// change) and the memory is one microbatch's, by the 1F1B rule with p = 1.
+// Not modelled: the embedding and the LM head are costed on every stage (the graph of a stage
+// holds both), which the last stage, the slowest (it has the head and the loss), does.
 //
 // Memory per device (bytes):
 //   parameters, gradients (param_dtype, sharded like their parameter: FSDP reduce-scatters them),
@@ -326,11 +354,11 @@ struct TrainingStepEstimate {
 [[nodiscard]] std::function<bool(const Node&)> DenseAttentionFilter(
     const nn::TransformerConfig& config);
 
-// Adds the estimate's recompute, flash-attention and MoE seconds and flops to `report` (step time
-// of both schedules, compute, flops; the MoE all-to-alls to ICI / DCN seconds and bytes), and
-// replaces its memory verdict: peak_memory_bytes becomes the estimate's total, exceeds_hbm its
-// !fits, and the live-buffer "error: peak memory" warning (which assumes no remat and dense
-// attention) gives way to a "warning: ... does not fit" one when it does not fit.
+// Adds the estimate's recompute, flash-attention, attention-dropout and MoE seconds and flops to
+// `report` (step time of both schedules, compute, flops; the MoE all-to-alls to ICI / DCN seconds
+// and bytes), and replaces its memory verdict: peak_memory_bytes becomes the estimate's total,
+// exceeds_hbm its !fits, and the live-buffer "error: peak memory" warning (which assumes no remat
+// and dense attention) gives way to a "warning: ... does not fit" one when it does not fit.
 void ApplyTrainingStep(const TrainingStepEstimate& estimate, SimulationReport& report);
 
 // Pipeline schedules (file comment): "gpipe" (all forwards, then all backwards) and "1f1b"
@@ -384,13 +412,14 @@ struct PipelineEstimate {
 // seq_len the global ones) whose training-step estimate is `estimate`: sets the transfers and
 // the bubble fraction, and scales estimate.memory.activation_bytes to the schedule's in-flight
 // microbatches and the per-batch temporaries to one microbatch's (and estimate.fits with them). No
-// stage group: returns stages = 1 and changes nothing. Errors: kInvalidArgument when microbatches
-// does not divide the sequences of a stage's data-parallel rank.
+// stage group: gradient accumulation over options.microbatches (file comment; stages = 1, the
+// memory of one microbatch). Errors: kInvalidArgument when microbatches does not divide the
+// sequences of a stage's data-parallel rank, or virtual stages with the GPipe schedule.
 [[nodiscard]] absl::StatusOr<PipelineEstimate> EstimatePipeline(
     const nn::TransformerConfig& stage_config, const nn::RecipeShards& shards,
     const PipelineOptions& options, const CostModel& cost_model, TrainingStepEstimate& estimate);
 
-// Adds the bubble ((p-1)/m x report.compute_seconds: call after ApplyTrainingStep) and the
+// Adds the bubble ((p-1)/(m v) x report.compute_seconds: call after ApplyTrainingStep) and the
 // exposed transfers to the step time (all schedules) and the transfer bytes to `report`.
 void ApplyPipeline(const PipelineEstimate& pipeline, SimulationReport& report);
 
