@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <numeric>
+#include <queue>
 #include <unordered_map>
 #include <utility>
 
@@ -215,83 +217,268 @@ struct Schedules {
   std::vector<double> overlap_start;
 };
 
+// The program's edges by position: node i's operands are
+// operand_index[operand_begin[i] .. operand_begin[i + 1]), its users likewise (one entry per
+// operand slot, so an op that reads a value twice appears twice).
+struct Edges {
+  std::vector<int64_t> operand_begin, operand_index;
+  std::vector<int64_t> user_begin, user_index;
+};
+
+Edges ProgramEdges(const std::vector<Node*>& nodes) {
+  const int64_t n = static_cast<int64_t>(nodes.size());
+  std::unordered_map<const Node*, int64_t> position;
+  position.reserve(nodes.size());
+  for (int64_t i = 0; i < n; ++i) position[nodes[i]] = i;
+  Edges e;
+  e.operand_begin.reserve(n + 1);
+  e.operand_begin.push_back(0);
+  std::vector<int64_t> num_users(n, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (const Node* operand : nodes[i]->operands()) {
+      const int64_t p = position.at(operand);
+      e.operand_index.push_back(p);
+      ++num_users[p];
+    }
+    e.operand_begin.push_back(static_cast<int64_t>(e.operand_index.size()));
+  }
+  e.user_begin.assign(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) e.user_begin[i + 1] = e.user_begin[i] + num_users[i];
+  e.user_index.resize(e.operand_index.size());
+  std::vector<int64_t> fill(e.user_begin.begin(), e.user_begin.end() - 1);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = e.operand_begin[i]; k < e.operand_begin[i + 1]; ++k) {
+      e.user_index[fill[e.operand_index[k]]++] = i;
+    }
+  }
+  return e;
+}
+
+// Local ops whose result feeds a collective, directly or through local ops that feed only
+// collectives (the gradient's convert / transpose / reshape before its reduce-scatter, and the
+// dot that produces it). Program order is topological, so one backward pass suffices.
+std::vector<bool> FeedsCollective(const ProgramCosts& costs, const Edges& e) {
+  const int64_t n = costs.num_nodes();
+  std::vector<bool> feeds(n, false), only_feeds(n, false);
+  for (int64_t i = n - 1; i >= 0; --i) {
+    if (costs.is_collective(i)) continue;
+    bool any = false, all = e.user_begin[i + 1] > e.user_begin[i];
+    for (int64_t k = e.user_begin[i]; k < e.user_begin[i + 1]; ++k) {
+      const int64_t u = e.user_index[k];
+      const bool towards = costs.is_collective(u) || only_feeds[u];
+      any = any || towards;
+      all = all && towards;
+    }
+    feeds[i] = any;
+    only_feeds[i] = all;
+  }
+  return feeds;
+}
+
+// The order in which the overlapped schedule issues nodes, shared by every device class (one
+// SPMD program, as XLA compiles one schedule for all devices). A list scheduler over class 0's
+// costs, in the spirit of XLA's latency-hiding scheduler: collectives keep program order on
+// their stream and are issued as soon as their operands are; when the compute stream is free,
+// a ready local op that feeds a collective (FeedsCollective) goes first, lowest position first;
+// otherwise the next other local op in program order, waiting for its operands if it must, unless
+// a collective feeder becomes ready before it can start. A feeder that waits on a collective's
+// result is therefore not pulled ahead of compute that is ready (it would stall the stream).
+// Free nodes (parameters, tuples, fused producers) take no stream and are issued when ready.
+// O(n log n).
+std::vector<int64_t> OverlapOrder(const ProgramCosts& costs, const Edges& e) {
+  const int64_t n = costs.num_nodes();
+  const std::vector<bool> feeds = FeedsCollective(costs, e);
+  std::vector<int64_t> order, plain, collectives;
+  order.reserve(n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (costs.is_collective(i)) {
+      collectives.push_back(i);
+    } else if (costs.local[i].seconds > 0 && !feeds[i]) {
+      plain.push_back(i);
+    }
+  }
+  std::vector<int64_t> waiting(n);
+  for (int64_t i = 0; i < n; ++i) waiting[i] = e.operand_begin[i + 1] - e.operand_begin[i];
+  std::vector<double> ready(n, 0.0), done(n, 0.0);
+  std::vector<bool> issued(n, false);
+  using Timed = std::pair<double, int64_t>;
+  // Feeders whose operands are issued: `pending` by ready time, `runnable` (ready by now) by
+  // position.
+  std::priority_queue<Timed, std::vector<Timed>, std::greater<>> pending;
+  std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>> runnable;
+  std::vector<int64_t> free_nodes;
+  size_t next_plain = 0, next_collective = 0;
+  double compute_free = 0, comm_free = 0;
+  auto issue = [&](int64_t i, double start) {
+    issued[i] = true;
+    done[i] = start + costs.of(i, 0).seconds;
+    order.push_back(i);
+    for (int64_t k = e.user_begin[i]; k < e.user_begin[i + 1]; ++k) {
+      const int64_t u = e.user_index[k];
+      ready[u] = std::max(ready[u], done[i]);
+      if (--waiting[u] != 0) continue;
+      if (!costs.is_collective(u) && costs.local[u].seconds <= 0) {
+        free_nodes.push_back(u);
+      } else if (!costs.is_collective(u) && feeds[u]) {
+        pending.emplace(ready[u], u);
+      }
+    }
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    if (waiting[i] == 0 && !costs.is_collective(i)) {
+      if (costs.local[i].seconds <= 0) {
+        free_nodes.push_back(i);
+      } else if (feeds[i]) {
+        pending.emplace(0.0, i);
+      }
+    }
+  }
+  while (static_cast<int64_t>(order.size()) < n) {
+    // Issue everything that takes no compute-stream decision.
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      while (!free_nodes.empty()) {
+        const int64_t i = free_nodes.back();
+        free_nodes.pop_back();
+        issue(i, ready[i]);
+        progress = true;
+      }
+      if (next_collective < collectives.size() && waiting[collectives[next_collective]] == 0) {
+        const int64_t i = collectives[next_collective++];
+        const double start = std::max(ready[i], comm_free);
+        issue(i, start);
+        comm_free = done[i];
+        progress = true;
+      }
+    }
+    if (static_cast<int64_t>(order.size()) == n) break;
+    while (!pending.empty() && pending.top().first <= compute_free) {
+      runnable.push(pending.top().second);
+      pending.pop();
+    }
+    const bool plain_issuable = next_plain < plain.size() && waiting[plain[next_plain]] == 0;
+    const double plain_start =
+        plain_issuable ? std::max(ready[plain[next_plain]], compute_free) : 0.0;
+    int64_t pick = -1;
+    double start = compute_free;
+    if (!runnable.empty()) {
+      pick = runnable.top();
+      runnable.pop();
+    } else if (!pending.empty() && (!plain_issuable || pending.top().first < plain_start)) {
+      pick = pending.top().second;
+      start = pending.top().first;
+      pending.pop();
+    } else {
+      TESSEL_CHECK(plain_issuable);  // the lowest unissued node is always issuable
+      pick = plain[next_plain++];
+      start = plain_start;
+    }
+    issue(pick, start);
+    compute_free = done[pick];
+  }
+  return order;
+}
+
+// Adds one collective's link seconds and bytes on a class to its totals.
+void CountTraffic(const NodeCost& cost, DeviceClass& dc) {
+  dc.ici_seconds += cost.ici_seconds;
+  dc.dcn_seconds += cost.dcn_seconds;
+  dc.ici_bytes += cost.ici_bytes;
+  dc.dcn_bytes += cost.dcn_bytes;
+}
+
+// The in-order schedule (program order, a collective waits for every class of its group to
+// reach it), with each class's compute and link totals.
+void ScheduleInOrder(const ProgramCosts& costs, bool record_trace, Schedules& schedules,
+                     std::vector<DeviceClass>& classes) {
+  const int64_t n = costs.num_nodes();
+  const int64_t num_classes = costs.num_classes;
+  if (record_trace) schedules.in_order_start.resize(n * num_classes);
+  std::vector<double> in_order(num_classes, 0.0), begin(num_classes);
+  for (int64_t i = 0; i < n; ++i) {
+    if (costs.is_collective(i)) {
+      const int64_t k = costs.collective_index[i];
+      for (int64_t c = 0; c < num_classes; ++c) {
+        double b = 0;
+        for (int32_t other : costs.sync[k * num_classes + c]) b = std::max(b, in_order[other]);
+        begin[c] = b;
+      }
+      for (int64_t c = 0; c < num_classes; ++c) {
+        const NodeCost& cost = costs.of(i, c);
+        if (record_trace) schedules.in_order_start[i * num_classes + c] = begin[c];
+        in_order[c] = begin[c] + cost.seconds;
+        CountTraffic(cost, classes[c]);
+      }
+      continue;
+    }
+    const double seconds = costs.local[i].seconds;
+    for (int64_t c = 0; c < num_classes; ++c) {
+      if (record_trace) schedules.in_order_start[i * num_classes + c] = in_order[c];
+      in_order[c] += seconds;
+      classes[c].compute_seconds += seconds;
+    }
+  }
+  for (int64_t c = 0; c < num_classes; ++c) classes[c].in_order_seconds = in_order[c];
+}
+
+// The overlapped schedule: nodes issued in `order` (OverlapOrder) on one compute and one
+// collective stream per class; a node starts when its operands are done and its stream is free,
+// a collective also when the collective streams of the classes it waits for are.
+void ScheduleOverlapped(const ProgramCosts& costs, const Edges& e,
+                        const std::vector<int64_t>& order, bool record_trace, Schedules& schedules,
+                        std::vector<DeviceClass>& classes) {
+  const int64_t n = costs.num_nodes();
+  const int64_t num_classes = costs.num_classes;
+  if (record_trace) schedules.overlap_start.resize(n * num_classes);
+  std::vector<double> compute_free(num_classes, 0.0), comm_free(num_classes, 0.0);
+  std::vector<double> done(static_cast<size_t>(n * num_classes), 0.0);
+  std::vector<double> ready(num_classes), begin(num_classes), end(num_classes, 0.0);
+  for (const int64_t i : order) {
+    std::fill(ready.begin(), ready.end(), 0.0);
+    for (int64_t k = e.operand_begin[i]; k < e.operand_begin[i + 1]; ++k) {
+      const double* operand_done = &done[e.operand_index[k] * num_classes];
+      for (int64_t c = 0; c < num_classes; ++c) ready[c] = std::max(ready[c], operand_done[c]);
+    }
+    double* node_done = &done[i * num_classes];
+    if (costs.is_collective(i)) {
+      const int64_t k = costs.collective_index[i];
+      for (int64_t c = 0; c < num_classes; ++c) {
+        double b = 0;
+        for (int32_t other : costs.sync[k * num_classes + c]) {
+          b = std::max(b, std::max(ready[other], comm_free[other]));
+        }
+        begin[c] = b;
+      }
+      for (int64_t c = 0; c < num_classes; ++c) {
+        if (record_trace) schedules.overlap_start[i * num_classes + c] = begin[c];
+        node_done[c] = begin[c] + costs.of(i, c).seconds;
+        comm_free[c] = node_done[c];
+        end[c] = std::max(end[c], node_done[c]);
+      }
+      continue;
+    }
+    const double seconds = costs.local[i].seconds;
+    for (int64_t c = 0; c < num_classes; ++c) {
+      // A free node (a fused or aliasing one) does not occupy the compute stream.
+      const double s = seconds > 0 ? std::max(ready[c], compute_free[c]) : ready[c];
+      if (record_trace) schedules.overlap_start[i * num_classes + c] = s;
+      node_done[c] = s + seconds;
+      if (seconds > 0) compute_free[c] = node_done[c];
+      end[c] = std::max(end[c], node_done[c]);
+    }
+  }
+  for (int64_t c = 0; c < num_classes; ++c) classes[c].overlapped_seconds = end[c];
+}
+
 // Runs both schedules of the header comment for all classes in lockstep, and accumulates each
 // class's step times, compute and link seconds and bytes into `classes`.
 Schedules ScheduleClasses(const std::vector<Node*>& nodes, const ProgramCosts& costs,
                           bool record_trace, std::vector<DeviceClass>& classes) {
-  const int64_t n = costs.num_nodes();
-  const int64_t num_classes = costs.num_classes;
-  std::unordered_map<const Node*, int64_t> position;
-  position.reserve(nodes.size());
-  for (int64_t i = 0; i < n; ++i) position[nodes[i]] = i;
   Schedules schedules;
-  if (record_trace) {
-    schedules.in_order_start.resize(n * num_classes);
-    schedules.overlap_start.resize(n * num_classes);
-  }
-  std::vector<double> in_order(num_classes, 0.0);
-  std::vector<double> compute_free(num_classes, 0.0), comm_free(num_classes, 0.0);
-  std::vector<double> done(static_cast<size_t>(n * num_classes), 0.0);
-  std::vector<double> ready(num_classes);
-  std::vector<double> begin(num_classes), overlapped_begin(num_classes);
-  for (int64_t i = 0; i < n; ++i) {
-    const Node& node = *nodes[i];
-    for (int64_t c = 0; c < num_classes; ++c) {
-      double r = 0;
-      for (const Node* operand : node.operands()) {
-        r = std::max(r, done[position.at(operand) * num_classes + c]);
-      }
-      ready[c] = r;
-    }
-    if (costs.is_collective(i)) {
-      const int64_t k = costs.collective_index[i];
-      // In order, a collective waits for every class of its group to reach it; overlapped, for
-      // their operands and their collective streams.
-      for (int64_t c = 0; c < num_classes; ++c) {
-        double b = 0, ob = 0;
-        for (int32_t other : costs.sync[k * num_classes + c]) {
-          b = std::max(b, in_order[other]);
-          ob = std::max(ob, std::max(ready[other], comm_free[other]));
-        }
-        begin[c] = b;
-        overlapped_begin[c] = ob;
-      }
-      for (int64_t c = 0; c < num_classes; ++c) {
-        const NodeCost& cost = costs.of(i, c);
-        if (record_trace) {
-          schedules.in_order_start[i * num_classes + c] = begin[c];
-          schedules.overlap_start[i * num_classes + c] = overlapped_begin[c];
-        }
-        in_order[c] = begin[c] + cost.seconds;
-        done[i * num_classes + c] = overlapped_begin[c] + cost.seconds;
-        comm_free[c] = done[i * num_classes + c];
-        DeviceClass& dc = classes[c];
-        dc.ici_seconds += cost.ici_seconds;
-        dc.dcn_seconds += cost.dcn_seconds;
-        dc.ici_bytes += cost.ici_bytes;
-        dc.dcn_bytes += cost.dcn_bytes;
-      }
-      continue;
-    }
-    const NodeCost& cost = costs.local[i];
-    for (int64_t c = 0; c < num_classes; ++c) {
-      if (record_trace) schedules.in_order_start[i * num_classes + c] = in_order[c];
-      in_order[c] += cost.seconds;
-      // A free node (a fused or aliasing one) does not occupy the compute stream.
-      const double s = cost.seconds > 0 ? std::max(ready[c], compute_free[c]) : ready[c];
-      if (record_trace) schedules.overlap_start[i * num_classes + c] = s;
-      done[i * num_classes + c] = s + cost.seconds;
-      if (cost.seconds > 0) compute_free[c] = s + cost.seconds;
-      classes[c].compute_seconds += cost.seconds;
-    }
-  }
-  for (int64_t c = 0; c < num_classes; ++c) {
-    DeviceClass& dc = classes[c];
-    dc.in_order_seconds = in_order[c];
-    double end = 0;
-    for (int64_t i = 0; i < n; ++i) end = std::max(end, done[i * num_classes + c]);
-    dc.overlapped_seconds = end;
-  }
+  ScheduleInOrder(costs, record_trace, schedules, classes);
+  const Edges edges = ProgramEdges(nodes);
+  ScheduleOverlapped(costs, edges, OverlapOrder(costs, edges), record_trace, schedules, classes);
   return schedules;
 }
 

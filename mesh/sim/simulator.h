@@ -20,11 +20,20 @@
 // Scheduling (per device class, costs from mesh/cost/cost_model.h):
 // - in order (default, `overlap` false): nodes run one after the other in program order; a
 //   collective starts when every participating class has reached it;
-// - overlapped (`overlap` true), like XLA's latency-hiding scheduler: one compute stream and one
-//   collective stream per device; each stream takes its nodes in program order, a node starts
-//   when its operands are done and its stream is free, so a collective runs under independent
-//   compute (prefetching FSDP all-gathers, overlapping gradient reduce-scatters). The memory
-//   limit XLA puts on how far it prefetches is not modelled.
+// - overlapped (`overlap` true), like XLA's latency-hiding scheduler
+//   (xla/service/latency_hiding_scheduler.cc): one compute stream and one collective stream per
+//   device; a node starts when its operands are done and its stream is free, so a collective
+//   runs under independent compute (prefetching FSDP all-gathers, overlapping gradient
+//   reduce-scatters). Collectives take their stream in program order. The compute stream takes
+//   local ops in one order shared by all classes (one SPMD program), from a list scheduler run
+//   on class 0's costs: when the stream is free, a ready local op whose result feeds a
+//   collective (directly, or through local ops that feed only collectives: a gradient's dot,
+//   convert, transpose, reshape) goes first; otherwise the next other local op in program order,
+//   unless such a feeder becomes ready before that op can start. So a gradient collective starts
+//   as soon as its operand can be computed, not where program order puts its preparation (after
+//   the whole backward pass, in partitioned programs), and a feeder that waits on another
+//   collective's result is not pulled ahead of compute that can run. O(n log n) in the nodes.
+//   The memory limit XLA puts on how far it prefetches is not modelled.
 // Both schedules are always computed; `overlap` picks which one `step_seconds` reports.
 //
 // Control flow: a program with while loops or conditionals is simulated as the straight-line

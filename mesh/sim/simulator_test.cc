@@ -123,6 +123,107 @@ TEST(SimulatorTest, OverlapHidesAnIndependentCollective) {
   EXPECT_NEAR(r.exposed_comm_seconds, std::max(0.0, t_ag - t_y), 1e-15);
 }
 
+// The start time of `name` on class 0 in the report's trace (-1 when it has no event).
+double TraceStart(const SimulationReport& r, const std::string& name) {
+  for (const TraceEvent& e : r.trace) {
+    if (e.device_class == 0 && e.name == name) return e.start_seconds;
+  }
+  return -1;
+}
+
+OpAttributes MatMul() {
+  OpAttributes dot;
+  dot.dot.lhs_contracting_dims = {1};
+  dot.dot.rhs_contracting_dims = {0};
+  return dot;
+}
+
+// Program order puts a gradient's convert after independent compute (as the partitioned
+// backward pass does): gw = dot(a, a); y = dot(b, b); c = convert(gw); all-reduce(c). The
+// overlapped schedule takes the convert as soon as gw is done, so the all-reduce runs under y.
+// By hand (MakeUniformTopology: 1 TFLOP/s, 1000 GB/s HBM, ring of 4 at 100 GB/s both ways, 1 us
+// per hop):
+//   gw  = 2 * 256^3 flop / 1e12             = 33.554432 us
+//   y   = 2 * 512^3 flop / 1e12             = 268.435456 us
+//   c   = (262144 B read + 131072 B written) / 1e12 B/s = 0.393216 us (memory-bound)
+//   all-reduce of 131072 B = 1.5 * 131072 / 100e9 + 4 * 1 us = 5.96608 us
+// In program order the compute stream runs gw, y, c, then the all-reduce is exposed:
+// 33.554432 + 268.435456 + 0.393216 + 5.96608 = 308.349184 us (the in-order step, and what the
+// overlapped schedule gave when it took local ops in program order). Overlapped now: gw, c, y
+// with the all-reduce from 33.947648 to 39.913728 us, so the step is 302.383104 us and nothing
+// is exposed.
+TEST(SimulatorTest, OverlapStartsAGradientCollectiveAsSoonAsItsConvertCanRun) {
+  Topology topology = Uniform(1, {4}, 1, {true});
+  auto g = std::make_unique<Graph>("gradient");
+  Node* a = g->AddParameter(0, Shape(DType::kF32, {256, 256})).value();
+  Node* b = g->AddParameter(1, Shape(DType::kF32, {512, 512})).value();
+  Node* gw = g->AddNode(Opcode::kDot, {a, a}, MatMul()).value();
+  Node* y = g->AddNode(Opcode::kDot, {b, b}, MatMul()).value();
+  Node* c = g->AddNode(Opcode::kConvert, Shape(DType::kBF16, {256, 256}), {gw}).value();
+  OpAttributes all;
+  all.replica_groups = {{0, 1, 2, 3}};
+  Node* ar = g->AddNode(Opcode::kAllReduce, {c}, all).value();
+  g->set_root(g->AddNode(Opcode::kTuple, {y, ar}).value());
+  SimulatorOptions options = TraceOptions();
+  options.overlap = true;
+  Simulator sim = *Simulator::Create(topology, options);
+  partitioner::SpmdProgram program = Program(std::move(g), 4);  // owns the nodes used below
+  SimulationReport r = *sim.Run(program);
+  const CostModel& m = sim.cost_model();
+  EXPECT_NEAR(m.Cost(*gw, 0).seconds, 33.554432e-6, 1e-15);
+  EXPECT_NEAR(m.Cost(*y, 0).seconds, 268.435456e-6, 1e-15);
+  EXPECT_NEAR(m.Cost(*c, 0).seconds, 0.393216e-6, 1e-15);
+  EXPECT_NEAR(m.Cost(*ar, 0).seconds, 5.96608e-6, 1e-15);
+  EXPECT_NEAR(r.in_order_seconds, 308.349184e-6, 1e-15);
+  EXPECT_NEAR(r.overlapped_seconds, 302.383104e-6, 1e-15);
+  EXPECT_DOUBLE_EQ(r.step_seconds, r.overlapped_seconds);
+  EXPECT_NEAR(r.compute_seconds, 302.383104e-6, 1e-15);
+  EXPECT_NEAR(r.exposed_comm_seconds, 0, 1e-15);
+  // The trace shows the same schedule.
+  EXPECT_NEAR(TraceStart(r, gw->name()), 0, 1e-15);
+  EXPECT_NEAR(TraceStart(r, c->name()), 33.554432e-6, 1e-15);
+  EXPECT_NEAR(TraceStart(r, ar->name()), 33.947648e-6, 1e-15);
+  EXPECT_NEAR(TraceStart(r, y->name()), 33.947648e-6, 1e-15);
+}
+
+// A local op that feeds a collective but reads another collective's result is not pulled ahead
+// of compute that can run now: program order ar1 = all-reduce(p); y = dot(b, b);
+// h = convert(ar1); ar2 = all-reduce(h). By hand (as above):
+//   ar1 of 4 MiB = 1.5 * 4194304 / 100e9 + 4 us = 66.91456 us
+//   y   = 268.435456 us
+//   h   = (4194304 B read + 2097152 B written) / 1e12 B/s = 6.291456 us
+//   ar2 of 2 MiB = 1.5 * 2097152 / 100e9 + 4 us = 35.45728 us
+// y runs at once, h when y is done (ar1 finished long before), ar2 after h:
+// 268.435456 + 6.291456 + 35.45728 = 310.184192 us. Taking h first would leave the compute
+// stream idle until ar1 is done and end at 66.91456 + 6.291456 + 268.435456 = 341.641472 us.
+TEST(SimulatorTest, OverlapKeepsAFeederOfACollectiveResultInProgramOrder) {
+  Topology topology = Uniform(1, {4}, 1, {true});
+  auto g = std::make_unique<Graph>("chained");
+  Node* p = g->AddParameter(0, Shape(DType::kF32, {1 << 20})).value();
+  Node* b = g->AddParameter(1, Shape(DType::kF32, {512, 512})).value();
+  OpAttributes all;
+  all.replica_groups = {{0, 1, 2, 3}};
+  Node* ar1 = g->AddNode(Opcode::kAllReduce, {p}, all).value();
+  Node* y = g->AddNode(Opcode::kDot, {b, b}, MatMul()).value();
+  Node* h = g->AddNode(Opcode::kConvert, Shape(DType::kBF16, {1 << 20}), {ar1}).value();
+  Node* ar2 = g->AddNode(Opcode::kAllReduce, {h}, all).value();
+  g->set_root(g->AddNode(Opcode::kTuple, {y, ar2}).value());
+  SimulatorOptions options = TraceOptions();
+  options.overlap = true;
+  Simulator sim = *Simulator::Create(topology, options);
+  partitioner::SpmdProgram program = Program(std::move(g), 4);  // owns the nodes used below
+  SimulationReport r = *sim.Run(program);
+  const CostModel& m = sim.cost_model();
+  EXPECT_NEAR(m.Cost(*ar1, 0).seconds, 66.91456e-6, 1e-15);
+  EXPECT_NEAR(m.Cost(*h, 0).seconds, 6.291456e-6, 1e-15);
+  EXPECT_NEAR(m.Cost(*ar2, 0).seconds, 35.45728e-6, 1e-15);
+  EXPECT_NEAR(r.overlapped_seconds, 310.184192e-6, 1e-15);
+  EXPECT_NEAR(TraceStart(r, ar1->name()), 0, 1e-15);
+  EXPECT_NEAR(TraceStart(r, y->name()), 0, 1e-15);
+  EXPECT_NEAR(TraceStart(r, h->name()), 268.435456e-6, 1e-15);
+  EXPECT_NEAR(TraceStart(r, ar2->name()), 274.726912e-6, 1e-15);
+}
+
 TEST(SimulatorTest, CollectivesSynchroniseSlowerClasses) {
   // Devices 0,1 in slice 0 and 2,3 in slice 1. Device 0 sends to 1 (collective-permute; both
   // take the transfer time), 2 and 3 take no part; then all four all-reduce together: devices
