@@ -300,7 +300,6 @@ std::vector<int64_t> OverlapOrder(const ProgramCosts& costs, const Edges& e) {
   std::vector<int64_t> waiting(n);
   for (int64_t i = 0; i < n; ++i) waiting[i] = e.operand_begin[i + 1] - e.operand_begin[i];
   std::vector<double> ready(n, 0.0), done(n, 0.0);
-  std::vector<bool> issued(n, false);
   using Timed = std::pair<double, int64_t>;
   // Feeders whose operands are issued: `pending` by ready time, `runnable` (ready by now) by
   // position.
@@ -310,7 +309,6 @@ std::vector<int64_t> OverlapOrder(const ProgramCosts& costs, const Edges& e) {
   size_t next_plain = 0, next_collective = 0;
   double compute_free = 0, comm_free = 0;
   auto issue = [&](int64_t i, double start) {
-    issued[i] = true;
     done[i] = start + costs.of(i, 0).seconds;
     order.push_back(i);
     for (int64_t k = e.user_begin[i]; k < e.user_begin[i + 1]; ++k) {

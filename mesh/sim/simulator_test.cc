@@ -346,6 +346,59 @@ TEST(SimulatorTest, EveryRecipePartitionsAndSimulatesOnEightDevices) {
   }
 }
 
+// The overlapped trace of real partitioned training steps is a valid schedule on every class:
+// every node starts after its operands are done, local ops never overlap on the compute stream
+// nor collectives on the collective stream, and the last end is the overlapped step.
+TEST(SimulatorTest, OverlappedTraceIsAValidScheduleForEveryRecipe) {
+  Topology topology = Uniform(2, {2, 2}, 2);
+  SimulatorOptions options = TraceOptions();
+  options.overlap = true;
+  Simulator sim = *Simulator::Create(topology, options);
+  for (nn::ShardingRecipe recipe :
+       {nn::ShardingRecipe::kDp, nn::ShardingRecipe::kFsdp, nn::ShardingRecipe::kTp,
+        nn::ShardingRecipe::kFsdpTp, nn::ShardingRecipe::kMultisliceDp}) {
+    SCOPED_TRACE(std::string(nn::ShardingRecipeName(recipe)));
+    absl::StatusOr<nn::TransformerStep> step =
+        nn::BuildTransformerStep(Tiny(nn::TransformerArch::kLlama), Mesh8(), recipe);
+    ASSERT_TRUE(step.ok()) << step.status();
+    absl::StatusOr<partitioner::SpmdProgram> program = partitioner::Partition(*step->graph, 8);
+    ASSERT_TRUE(program.ok()) << program.status();
+    absl::StatusOr<SimulationReport> r = sim.Run(*program);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (int64_t c = 0; c < static_cast<int64_t>(r->classes.size()); ++c) {
+      std::map<std::string, const TraceEvent*> events;
+      for (const TraceEvent& e : r->trace) {
+        if (e.device_class == c) events[e.name] = &e;
+      }
+      std::vector<std::pair<double, double>> compute, comm;
+      std::map<const Node*, double> done;
+      double end = 0;
+      for (const Node* node : program->program->nodes()) {
+        double ready = 0;
+        for (const Node* operand : node->operands()) ready = std::max(ready, done.at(operand));
+        auto it = events.find(node->name());
+        if (it == events.end()) {  // takes no time: done when ready
+          done[node] = ready;
+          continue;
+        }
+        const TraceEvent& e = *it->second;
+        EXPECT_GE(e.start_seconds, ready - 1e-15) << node->name();
+        done[node] = e.start_seconds + e.seconds;
+        end = std::max(end, done[node]);
+        (IsCollective(node->opcode()) ? comm : compute)
+            .emplace_back(e.start_seconds, e.start_seconds + e.seconds);
+      }
+      for (auto* stream : {&compute, &comm}) {
+        std::sort(stream->begin(), stream->end());
+        for (size_t k = 1; k < stream->size(); ++k) {
+          EXPECT_GE((*stream)[k].first, (*stream)[k - 1].second - 1e-15) << "class " << c;
+        }
+      }
+      EXPECT_NEAR(end, r->classes[c].overlapped_seconds, 1e-15) << "class " << c;
+    }
+  }
+}
+
 TEST(SimulatorTest, ReplicatedAndFsdpDifferByTheShardedBytes) {
   Topology topology = Uniform(2, {2, 2}, 2);
   Simulator sim = *Simulator::Create(topology);
