@@ -19,7 +19,8 @@
 // processes of the job on this machine in proportion to their devices, at least 1. Overridden by
 // HostRuntimeOptions::compute_slots or the environment variable TESSEL_COMPUTE_SLOTS
 // (ParseComputeSlots): a positive count, or 0 for no limit (every device thread computes at
-// once, the behaviour without slots). Measured in docs/PERFORMANCE.md ("Compute slots").
+// once, the behaviour without slots). Measured in docs/PERFORMANCE.md ("8 devices on one
+// machine").
 #ifndef TESSEL_MESH_RUNTIME_COMPUTE_SLOTS_H_
 #define TESSEL_MESH_RUNTIME_COMPUTE_SLOTS_H_
 
