@@ -27,6 +27,11 @@ void ComputeSlots::Release() {
   ++free_;
 }
 
+int64_t ComputeSlots::waiting() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(next_ticket_ - serving_);
+}
+
 int64_t DefaultComputeSlots(int64_t local_devices, int64_t devices_on_this_machine,
                             int64_t hardware_threads) {
   if (hardware_threads <= 0) {

@@ -47,10 +47,12 @@ class ComputeSlots {
 
   // The limit; 0: none.
   int64_t slots() const { return slots_; }
+  // Callers of Acquire waiting for a slot now (a snapshot, for tests and reports).
+  int64_t waiting() const;
 
  private:
   const int64_t slots_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   int64_t free_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;  // handed to the next caller of Acquire
   uint64_t serving_ ABSL_GUARDED_BY(mu_) = 0;      // the ticket whose turn it is

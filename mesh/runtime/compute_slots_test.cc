@@ -71,9 +71,10 @@ TEST(ComputeSlotsTest, WaitersAreServedInOrder) {
       }
       slots.Release();
     });
-    // Waiter i has taken its ticket before waiter i + 1 starts (it cannot get the slot).
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Waiter i has taken its ticket (it cannot get the slot) before waiter i + 1 starts.
+    while (slots.waiting() < i + 1) std::this_thread::yield();
   }
+  EXPECT_EQ(slots.waiting(), 4);
   slots.Release();
   for (std::thread& w : waiters) w.join();
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
