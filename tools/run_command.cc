@@ -13,7 +13,8 @@
 // when the run ends: {"ok", "exit_code", "records": [...], "summary": {...} | null}
 // (docs/cli.md). The hosts themselves (TESSEL_HOST_INDEX set) print the lines unchanged.
 // TESSEL_DUMP_TO, when set, names a folder for the partitioned HLO (mesh/runtime/host_runtime.h);
-// it is created here, and a value that cannot be a folder fails before any host starts.
+// it is created here, and a value that cannot be a folder fails before any host starts, as does a
+// TESSEL_COMPUTE_SLOTS that is not a non-negative integer (mesh/runtime/compute_slots.h).
 //
 // Each example has its own flags (`tessel run CONFIG --example gpt --help` lists the GPT's). The
 // subcommand is built before CLI11 parses, so the example is read from the command line first
@@ -26,6 +27,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +39,7 @@
 #include "nlohmann/json.hpp"
 #include "tessel/mesh/launch/host_env.h"
 #include "tessel/mesh/launch/launcher.h"
+#include "tessel/mesh/runtime/compute_slots.h"
 #include "tessel/mesh/topology/topology.h"
 #include "tools/command.h"
 
@@ -183,6 +186,13 @@ int LaunchRun(const std::string& config,
   }
   if (absl::Status s = CheckDumpFolder(); !s.ok()) {
     std::fprintf(stderr, "tessel run: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  // Every host would refuse a bad value alike: say it once, before any host starts.
+  if (absl::StatusOr<std::optional<int64_t>> slots =
+          mesh::ParseComputeSlots(std::getenv("TESSEL_COMPUTE_SLOTS"), "TESSEL_COMPUTE_SLOTS");
+      !slots.ok()) {
+    std::fprintf(stderr, "tessel run: %s\n", std::string(slots.status().message()).c_str());
     return 1;
   }
   if (absl::Status s = check(*topology); !s.ok()) {

@@ -97,6 +97,7 @@ Communicator::Communicator(int64_t rank, int64_t size, DeviceMap device_map,
   for (int64_t d = 0; d < device_map_.num_devices(); ++d) {
     if (device_map_.host_of_device[d] == rank_) local_device_ids_.push_back(d);
   }
+  devices_on_this_machine_ = device_map_.num_devices();
   state_ =
       std::make_unique<internal::HostState>(rank_, size_, device_map_, options_, local_device_ids_);
 }

@@ -191,6 +191,11 @@ class Communicator {
   const std::vector<int64_t>& local_device_ids() const { return local_device_ids_; }
   const DeviceMap& device_map() const { return device_map_; }
   const CommunicatorOptions& options() const { return options_; }
+  // Devices of the job whose threads run on this machine, this host's included: every device
+  // for InProcTransport and for ZmqTransport over ipc or loopback tcp, only this host's over
+  // another interface (the count EffectiveSpinWait is given). The host runtime shares the
+  // machine's cores among them (mesh/runtime/compute_slots.h).
+  int64_t devices_on_this_machine() const { return devices_on_this_machine_; }
 
   // ---- Collectives. Common contract --------------------------------------------------------
   // `device_id` is the calling device (global id, owned by this host). `groups` as
@@ -293,6 +298,8 @@ class Communicator {
   // The mailbox, pools and statistics of this host; the transport delivers incoming messages
   // here. Set up by the constructor.
   internal::HostState& host_state() { return *state_; }
+  // Sets devices_on_this_machine() (default: every device of the job), before any call.
+  void set_devices_on_this_machine(int64_t devices) { devices_on_this_machine_ = devices; }
   // Installs the link to the other hosts. Must be called once before the first call; the link
   // must outlive every call.
   void set_link(internal::HostLink* link);
@@ -303,6 +310,7 @@ class Communicator {
   DeviceMap device_map_;
   CommunicatorOptions options_;
   std::vector<int64_t> local_device_ids_;
+  int64_t devices_on_this_machine_ = 0;
   std::unique_ptr<internal::HostState> state_;
 };
 

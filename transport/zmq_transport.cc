@@ -1037,16 +1037,21 @@ void ZmqTransport::Impl::Shutdown() {
 
 namespace {
 
-// options.communicator with spin_wait resolved (EffectiveSpinWait): ipc and loopback tcp put
-// every host of the job on this machine; another interface, only this one for certain.
-CommunicatorOptions ResolvedCommunicatorOptions(const ZmqOptions& options) {
-  CommunicatorOptions resolved = options.communicator;
+// Devices of the job on this machine: ipc and loopback tcp put every host of the job on this
+// machine; another interface, only this one for certain.
+int64_t DevicesOnThisMachine(const ZmqOptions& options) {
   const bool one_machine = options.protocol == ZmqProtocol::kIpc ||
                            absl::StartsWith(options.tcp_interface, "127.") ||
                            options.tcp_interface == "localhost" || options.tcp_interface == "::1";
   int64_t devices = 0;
   for (int64_t h : options.device_map.host_of_device) devices += one_machine || h == options.rank;
-  resolved.spin_wait = EffectiveSpinWait(options.communicator, devices);
+  return devices;
+}
+
+// options.communicator with spin_wait resolved (EffectiveSpinWait).
+CommunicatorOptions ResolvedCommunicatorOptions(const ZmqOptions& options) {
+  CommunicatorOptions resolved = options.communicator;
+  resolved.spin_wait = EffectiveSpinWait(options.communicator, DevicesOnThisMachine(options));
   return resolved;
 }
 
@@ -1055,6 +1060,7 @@ CommunicatorOptions ResolvedCommunicatorOptions(const ZmqOptions& options) {
 ZmqTransport::ZmqTransport(ZmqOptions options)
     : Communicator(options.rank, options.num_hosts, options.device_map,
                    ResolvedCommunicatorOptions(options)) {
+  set_devices_on_this_machine(DevicesOnThisMachine(options));
   impl_ = std::make_unique<Impl>(std::move(options), &host_state());
   set_link(impl_.get());
   host_state().mailbox().set_abort_callback(

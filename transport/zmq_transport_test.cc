@@ -1011,6 +1011,8 @@ TEST(ZmqTransportTest, SingleHostNeedsNoSockets) {
   ASSERT_TRUE(s1.ok()) << s1;
   EXPECT_EQ(out_a[4], 3.0f);
   EXPECT_EQ((*comm)->stats().local.messages, 2);
+  // ipc (the default protocol) puts every host of the job on this machine: here its 2 devices.
+  EXPECT_EQ((*comm)->devices_on_this_machine(), 2);
 }
 
 TEST(ZmqTransportTest, BadOptionsAreRejected) {

@@ -30,6 +30,12 @@ void AddMeshFlags(CLI::App& app, MeshFlags* flags, const std::string& axis_help)
   app.add_option("--axis-names", flags->axis_names, "mesh axis names: " + axis_help)
       ->delimiter(',')
       ->default_str(absl::StrJoin(flags->axis_names, ","));
+  app.add_option("--compute-slots", flags->compute_slots,
+                 "device threads of a host process that compute at once, 0 for no limit "
+                 "(default: TESSEL_COMPUTE_SLOTS, else the machine's cores shared among the "
+                 "job's devices on it)")
+      ->check(NumberAtLeast(0, false, "NON-NEGATIVE"))
+      ->default_str("auto");
 }
 
 CLI::Validator NumberAtLeast(double low, bool strict, const std::string& name) {
@@ -94,8 +100,10 @@ absl::StatusOr<Placement> ConnectHost(const MeshFlags& flags, const std::string&
   TESSEL_RETURN_IF_ERROR(mesh::ApplyHostEnvironment(env, &options));
   TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<transport::ZmqTransport> transport,
                           transport::ZmqTransport::Create(std::move(options)));
-  TESSEL_ASSIGN_OR_RETURN(placement.runtime,
-                          mesh::HostRuntime::Create(topology, std::move(transport)));
+  mesh::HostRuntimeOptions runtime_options;
+  if (flags.compute_slots >= 0) runtime_options.compute_slots = flags.compute_slots;
+  TESSEL_ASSIGN_OR_RETURN(placement.runtime, mesh::HostRuntime::Create(
+                                                 topology, std::move(transport), runtime_options));
   return placement;
 }
 

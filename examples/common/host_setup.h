@@ -34,10 +34,14 @@ struct MeshFlags {
   std::vector<int64_t> ici_mesh_shape = {};
   std::vector<int64_t> dcn_mesh_shape = {};
   std::vector<std::string> axis_names = {};
+  // --compute-slots: device threads of a host process that compute at once (0: no limit); -1,
+  // the default: TESSEL_COMPUTE_SLOTS, else the machine's cores shared among the job's devices
+  // on it (mesh/runtime/compute_slots.h).
+  int64_t compute_slots = -1;
 };
 
-// Adds --config, --ici-mesh-shape, --dcn-mesh-shape and --axis-names (defaults: the values in
-// `flags`); `axis_help` says what the example does with each axis.
+// Adds --config, --ici-mesh-shape, --dcn-mesh-shape, --axis-names and --compute-slots
+// (defaults: the values in `flags`); `axis_help` says what the example does with each axis.
 void AddMeshFlags(CLI::App& app, MeshFlags* flags, const std::string& axis_help);
 
 // A CLI11 check: a number > low (strict) or >= low, with one-line messages

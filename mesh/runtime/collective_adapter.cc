@@ -27,6 +27,30 @@ Split3 SplitAround(const Shape& shape, int64_t dim) {
   return s;
 }
 
+// Gives the calling device's compute slot back while it waits in the transport, and takes one
+// again before it returns to its kernels (ComputeSlots: a waiting device holds no core).
+class SlotYield {
+ public:
+  explicit SlotYield(ComputeSlots* slots) : slots_(slots) {
+    if (slots_ != nullptr) slots_->Release();
+  }
+  ~SlotYield() {
+    if (slots_ != nullptr) slots_->Acquire();
+  }
+  SlotYield(const SlotYield&) = delete;
+  SlotYield& operator=(const SlotYield&) = delete;
+
+ private:
+  ComputeSlots* slots_;
+};
+
+// True when only size-1 dims precede `dim` (or the array is empty): the array laid out with
+// `dim` first has the same bytes, so a collective along `dim` runs on the buffers as they are.
+bool IsLeading(const Shape& shape, int64_t dim) {
+  const Split3 s = SplitAround(shape, dim);
+  return s.outer == 1 || s.inner_bytes == 0;
+}
+
 // Shape with dim `dim` moved to the front.
 Shape FrontShape(const Shape& shape, int64_t dim) {
   std::vector<int64_t> dims = {shape.dim(dim)};
@@ -113,8 +137,12 @@ absl::StatusOr<Literal> CommunicatorCollectives::AllReduce(int64_t device_id, co
     return absl::InvalidArgumentError("all-reduce: tuple operands are not supported");
   }
   Literal out = Literal::Uninitialized(input.shape());
-  TESSEL_RETURN_IF_ERROR(comm_->AllReduce(device_id, groups, kind, input.shape().dtype(),
-                                          input.raw_data(), out.raw_data(), input.num_elements()));
+  {
+    const SlotYield yield(slots_);
+    TESSEL_RETURN_IF_ERROR(comm_->AllReduce(device_id, groups, kind, input.shape().dtype(),
+                                            input.raw_data(), out.raw_data(),
+                                            input.num_elements()));
+  }
   Observe(device_id, "all-reduce", start, input.byte_size());
   return out;
 }
@@ -125,16 +153,31 @@ absl::StatusOr<Literal> CommunicatorCollectives::AllGather(int64_t device_id, co
   const auto start = std::chrono::steady_clock::now();
   TESSEL_RETURN_IF_ERROR(CheckArray(input, dim, "all-gather"));
   TESSEL_ASSIGN_OR_RETURN(int64_t n, GroupSize(*comm_, device_id, groups));
-  Literal front = MoveDimToFront(input, dim);
-  std::vector<int64_t> gathered_dims = front.shape().dims();
-  gathered_dims[0] *= n;
-  Literal gathered = Literal::Uninitialized(Shape(input.shape().dtype(), gathered_dims));
-  TESSEL_RETURN_IF_ERROR(comm_->AllGather(device_id, groups, input.shape().dtype(),
-                                          front.raw_data(), gathered.raw_data(),
-                                          front.num_elements()));
   std::vector<int64_t> out_dims = input.shape().dims();
   out_dims[dim] *= n;
-  Literal result = MoveFrontDimTo(gathered, Shape(input.shape().dtype(), out_dims), dim);
+  const Shape out_shape(input.shape().dtype(), out_dims);
+  if (IsLeading(input.shape(), dim)) {
+    // The flat gather already is the result's layout: the transport reads the operand and
+    // writes the result, no copy around it.
+    Literal result = Literal::Uninitialized(out_shape);
+    {
+      const SlotYield yield(slots_);
+      TESSEL_RETURN_IF_ERROR(comm_->AllGather(device_id, groups, input.shape().dtype(),
+                                              input.raw_data(), result.raw_data(),
+                                              input.num_elements()));
+    }
+    Observe(device_id, "all-gather", start, input.byte_size());
+    return result;
+  }
+  Literal front = MoveDimToFront(input, dim);
+  Literal gathered = Literal::Uninitialized(FrontShape(out_shape, dim));
+  {
+    const SlotYield yield(slots_);
+    TESSEL_RETURN_IF_ERROR(comm_->AllGather(device_id, groups, input.shape().dtype(),
+                                            front.raw_data(), gathered.raw_data(),
+                                            front.num_elements()));
+  }
+  Literal result = MoveFrontDimTo(gathered, out_shape, dim);
   Observe(device_id, "all-gather", start, input.byte_size());
   return result;
 }
@@ -151,14 +194,28 @@ absl::StatusOr<Literal> CommunicatorCollectives::ReduceScatter(int64_t device_id
                                                    input.shape().ToString(),
                                                    " is not divisible by the group size ", n));
   }
-  Literal front = MoveDimToFront(input, dim);
   std::vector<int64_t> out_dims = input.shape().dims();
   out_dims[dim] /= n;
   const Shape out_shape(input.shape().dtype(), out_dims);
+  if (IsLeading(input.shape(), dim)) {
+    Literal result = Literal::Uninitialized(out_shape);
+    {
+      const SlotYield yield(slots_);
+      TESSEL_RETURN_IF_ERROR(comm_->ReduceScatter(device_id, groups, kind, input.shape().dtype(),
+                                                  input.raw_data(), result.raw_data(),
+                                                  result.num_elements()));
+    }
+    Observe(device_id, "reduce-scatter", start, input.byte_size());
+    return result;
+  }
+  Literal front = MoveDimToFront(input, dim);
   Literal scattered = Literal::Uninitialized(FrontShape(out_shape, dim));
-  TESSEL_RETURN_IF_ERROR(comm_->ReduceScatter(device_id, groups, kind, input.shape().dtype(),
-                                              front.raw_data(), scattered.raw_data(),
-                                              scattered.num_elements()));
+  {
+    const SlotYield yield(slots_);
+    TESSEL_RETURN_IF_ERROR(comm_->ReduceScatter(device_id, groups, kind, input.shape().dtype(),
+                                                front.raw_data(), scattered.raw_data(),
+                                                scattered.num_elements()));
+  }
   Literal result = MoveFrontDimTo(scattered, out_shape, dim);
   Observe(device_id, "reduce-scatter", start, input.byte_size());
   return result;
@@ -175,10 +232,25 @@ absl::StatusOr<Literal> CommunicatorCollectives::AllToAll(int64_t device_id, con
                                                    input.shape().ToString(),
                                                    " is not divisible by the group size ", n));
   }
+  if (IsLeading(input.shape(), dim)) {
+    Literal result = Literal::Uninitialized(input.shape());
+    {
+      const SlotYield yield(slots_);
+      TESSEL_RETURN_IF_ERROR(comm_->AllToAll(device_id, groups, input.shape().dtype(),
+                                             input.raw_data(), result.raw_data(),
+                                             input.num_elements() / n));
+    }
+    Observe(device_id, "all-to-all", start, input.byte_size());
+    return result;
+  }
   Literal front = MoveDimToFront(input, dim);
   Literal exchanged = Literal::Uninitialized(front.shape());
-  TESSEL_RETURN_IF_ERROR(comm_->AllToAll(device_id, groups, input.shape().dtype(), front.raw_data(),
-                                         exchanged.raw_data(), front.num_elements() / n));
+  {
+    const SlotYield yield(slots_);
+    TESSEL_RETURN_IF_ERROR(comm_->AllToAll(device_id, groups, input.shape().dtype(),
+                                           front.raw_data(), exchanged.raw_data(),
+                                           front.num_elements() / n));
+  }
   Literal result = MoveFrontDimTo(exchanged, input.shape(), dim);
   Observe(device_id, "all-to-all", start, input.byte_size());
   return result;
@@ -192,9 +264,12 @@ absl::StatusOr<Literal> CommunicatorCollectives::CollectivePermute(
     return absl::InvalidArgumentError("collective-permute: tuple operands are not supported");
   }
   Literal out = Literal::Uninitialized(input.shape());
-  TESSEL_RETURN_IF_ERROR(comm_->CollectivePermute(device_id, pairs, input.shape().dtype(),
-                                                  input.raw_data(), out.raw_data(),
-                                                  input.num_elements()));
+  {
+    const SlotYield yield(slots_);
+    TESSEL_RETURN_IF_ERROR(comm_->CollectivePermute(device_id, pairs, input.shape().dtype(),
+                                                    input.raw_data(), out.raw_data(),
+                                                    input.num_elements()));
+  }
   Observe(device_id, "collective-permute", start, input.byte_size());
   return out;
 }

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "tessel/core/collectives.h"
 #include "tessel/core/literal.h"
+#include "tessel/mesh/runtime/compute_slots.h"
 #include "tessel/transport/communicator.h"
 
 namespace tessel::mesh {
@@ -42,6 +43,11 @@ class CommunicatorCollectives final : public CollectiveBackend {
       int64_t device_id, const char* op, std::chrono::steady_clock::time_point start,
       std::chrono::steady_clock::time_point end, int64_t input_bytes)>;
   void set_observer(Observer observer) { observer_ = std::move(observer); }
+
+  // While set, a calling device thread holds a slot of `slots` (the host runtime takes it
+  // before the device's program runs) and gives it back for the time it waits in the
+  // transport. Null (the default): no slots. Set before any call; must outlive the calls.
+  void set_compute_slots(ComputeSlots* slots) { slots_ = slots; }
 
   // Each: device `device_id`'s result, XLA semantics (core/collectives.h). Shapes: `input` is
   // the device's local operand; all-gather multiplies dim `dim` by the group size,
@@ -70,6 +76,7 @@ class CommunicatorCollectives final : public CollectiveBackend {
 
   transport::Communicator* comm_;
   Observer observer_;
+  ComputeSlots* slots_ = nullptr;
 };
 
 // Layout helpers (exposed for tests). `MoveDimToFront` returns `value` with dim `dim` first

@@ -119,6 +119,28 @@ TEST(CollectiveAdapterTest, CollectivePermute) {
       {4, 6});
 }
 
+// A dim preceded only by size-1 dims is run on the operand's own buffer (no copy to move it to
+// the front): the results must not change.
+TEST(CollectiveAdapterTest, DimAfterSizeOneDimsMatchesReference) {
+  ExpectSameAsReference([&](CollectiveBackend& b, int64_t d,
+                            const Literal& x) { return b.AllGather(d, x, kRows, 1); },
+                        {1, 4, 6});
+  ExpectSameAsReference(
+      [&](CollectiveBackend& b, int64_t d, const Literal& x) {
+        return b.ReduceScatter(d, x, kColumns, 1, ReduceKind::kAdd);
+      },
+      {1, 4, 6});
+  ExpectSameAsReference(
+      [&](CollectiveBackend& b, int64_t d, const Literal& x) {
+        return b.AllToAll(d, x, ReplicaGroups{{0, 1, 2, 3}}, 2);
+      },
+      {1, 1, 8, 3});
+  // Empty operands take the same path.
+  ExpectSameAsReference([&](CollectiveBackend& b, int64_t d,
+                            const Literal& x) { return b.AllGather(d, x, kRows, 1); },
+                        {2, 0, 3});
+}
+
 TEST(CollectiveAdapterTest, IndivisibleReduceScatterIsAnError) {
   auto job = transport::InProcTransport::Create(1, transport::DeviceMap::Uniform(1, 2)).value();
   CommunicatorCollectives adapter(&job->host(0));

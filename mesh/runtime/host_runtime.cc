@@ -21,6 +21,7 @@
 #include "tessel/core/status_macros.h"
 #include "tessel/mesh/cost/cost_model.h"
 #include "tessel/mesh/runtime/collective_adapter.h"
+#include "tessel/mesh/runtime/compute_slots.h"
 #include "tessel/mesh/sim/simulator.h"
 #include "tessel/partitioner/partitioner.h"
 
@@ -101,6 +102,7 @@ struct HostRuntime::State {
   transport::Communicator* communicator = nullptr;
   HostRuntimeOptions options;
   std::unique_ptr<CommunicatorCollectives> collectives;
+  std::unique_ptr<ComputeSlots> slots;  // set by Create
 
   std::optional<Simulator> simulator;  // absent when the topology cannot be costed
 
@@ -332,6 +334,8 @@ class HostRuntime::Client final : public ComputationClient {
     const auto start = std::chrono::steady_clock::now();
     auto run_device = [&](size_t l) {
       const auto device_start = std::chrono::steady_clock::now();
+      s.slots->Acquire();
+      absl::Cleanup release = [&] { s.slots->Release(); };
       absl::Cleanup record = [&] {
         if (s.tracing) {
           s.Record({devices[l], absl::StrFormat("%s %016x", graph->name(), fingerprint), "execute",
@@ -473,7 +477,25 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
           error ? absl::StrCat(": ", error.message()) : std::string(": not a folder")));
     }
   }
+  int64_t slots = 0;
+  if (s.options.compute_slots.has_value()) {
+    slots = *s.options.compute_slots;
+    if (slots < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "HostRuntimeOptions::compute_slots must be >= 0 (0: no limit), got ", slots));
+    }
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(
+        std::optional<int64_t> from_env,
+        ParseComputeSlots(std::getenv("TESSEL_COMPUTE_SLOTS"), "TESSEL_COMPUTE_SLOTS"));
+    slots = from_env.has_value()
+                ? *from_env
+                : DefaultComputeSlots(static_cast<int64_t>(communicator->local_device_ids().size()),
+                                      communicator->devices_on_this_machine());
+  }
+  s.slots = std::make_unique<ComputeSlots>(slots);
   s.collectives = std::make_unique<CommunicatorCollectives>(communicator);
+  s.collectives->set_compute_slots(s.slots.get());
   if (absl::StatusOr<Simulator> simulator = Simulator::Create(topology); simulator.ok()) {
     s.simulator.emplace(*std::move(simulator));
   } else {
@@ -498,6 +520,7 @@ const std::vector<int64_t>& HostRuntime::local_device_ids() const {
   return state_->local_devices();
 }
 const Topology& HostRuntime::topology() const { return state_->topology; }
+int64_t HostRuntime::compute_slots() const { return state_->slots->slots(); }
 transport::Communicator& HostRuntime::communicator() { return *state_->communicator; }
 std::shared_ptr<ComputationClient> HostRuntime::client() { return client_; }
 

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -108,6 +109,13 @@ struct RuntimeMetrics {
 struct HostRuntimeOptions {
   // Executor threads per device (each device already runs on its own thread).
   int threads_per_device = 1;
+  // How many of this host's device threads compute at once (mesh/runtime/compute_slots.h): a
+  // positive count, or 0 for no limit. nullopt (the default): the environment variable
+  // TESSEL_COMPUTE_SLOTS if set, else DefaultComputeSlots (the machine's hardware threads shared
+  // among the job's devices on this machine, communicator().devices_on_this_machine()).
+  // Errors from Create: kInvalidArgument for a negative count or a TESSEL_COMPUTE_SLOTS value
+  // that is not a non-negative integer, naming the value.
+  std::optional<int64_t> compute_slots;
   // When not empty, every graph partitioned is written there as HLO text, before
   // (`<fingerprint>.before.hlo`) and after (`<fingerprint>.spmd.hlo`) partitioning, by host 0
   // only (like XLA's --xla_dump_to). Default: the environment variable TESSEL_DUMP_TO. A
@@ -137,6 +145,8 @@ class HostRuntime {
   int64_t num_devices() const;
   const std::vector<int64_t>& local_device_ids() const;
   const Topology& topology() const;
+  // The compute slots in use (HostRuntimeOptions::compute_slots resolved); 0: no limit.
+  int64_t compute_slots() const;
   transport::Communicator& communicator();
 
   // The ComputationClient that runs graphs on this host's devices; install it with

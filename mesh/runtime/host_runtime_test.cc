@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "tessel/core/tensor.h"
 #include "tessel/mesh/launch/host_env.h"
+#include "tessel/mesh/runtime/compute_slots.h"
 #include "tessel/mesh/runtime/testing/in_process_hosts.h"
 #include "tessel/nn/functional.h"
 #include "tessel/nn/layers.h"
@@ -102,8 +103,9 @@ TEST(HostRuntimeTest, ShardedDotMatchesSingleDevice) {
   }
 }
 
-// The Megatron MLP recipe over (data, model): loss at every step equals the single-device loss.
-TEST(HostRuntimeTest, MlpTrainingMatchesSingleDevice) {
+// The Megatron MLP recipe over (data, model): loss at every step equals the single-device loss,
+// with the hosts' runtimes made with `options`.
+void ExpectMlpTrainingMatchesSingleDevice(const HostRuntimeOptions& options) {
   const Topology topology = MainTopology();
   const std::vector<int64_t> sizes = {12, 16, 16, 4};
   constexpr int64_t kBatch = 16;
@@ -132,7 +134,7 @@ TEST(HostRuntimeTest, MlpTrainingMatchesSingleDevice) {
   std::vector<std::vector<double>> got(topology.num_hosts());
   std::vector<Literal> got_w1(topology.num_hosts());
   std::vector<RuntimeMetrics> metrics(topology.num_hosts());
-  std::vector<absl::Status> statuses = RunHosts(topology, [&](HostRuntime& runtime) {
+  auto host = [&](HostRuntime& runtime) -> absl::Status {
     spmd::HybridMesh mesh = DataModelMesh(topology);
     TESSEL_ASSIGN_OR_RETURN(nn::Mlp model, nn::Mlp::Create(sizes, /*seed=*/3));
     std::vector<Tensor*> p = model.parameters();
@@ -165,7 +167,8 @@ TEST(HostRuntimeTest, MlpTrainingMatchesSingleDevice) {
     TESSEL_ASSIGN_OR_RETURN(got_w1[runtime.host_index()], model.parameters()[0]->ToLiteral());
     metrics[runtime.host_index()] = runtime.metrics();
     return absl::OkStatus();
-  });
+  };
+  std::vector<absl::Status> statuses = RunHosts(topology, host, options);
   for (int64_t h = 0; h < topology.num_hosts(); ++h) {
     ASSERT_TRUE(statuses[h].ok()) << "host " << h << ": " << statuses[h];
     ASSERT_EQ(got[h].size(), want.size());
@@ -179,6 +182,65 @@ TEST(HostRuntimeTest, MlpTrainingMatchesSingleDevice) {
     EXPECT_GE(metrics[h].cache_hits, 1) << "host " << h;
     EXPECT_GT(metrics[h].collectives.Kind(transport::CollectiveKind::kAllReduce).dcn.bytes, 0);
   }
+}
+
+TEST(HostRuntimeTest, MlpTrainingMatchesSingleDevice) { ExpectMlpTrainingMatchesSingleDevice({}); }
+
+// One compute slot per host: a device waiting in a collective must give its slot to the host's
+// other device (whose contribution it waits for), else the job would never finish.
+TEST(HostRuntimeTest, MlpTrainingMatchesSingleDeviceWithOneComputeSlot) {
+  HostRuntimeOptions options;
+  options.compute_slots = 1;
+  ExpectMlpTrainingMatchesSingleDevice(options);
+}
+
+TEST(HostRuntimeTest, MlpTrainingMatchesSingleDeviceWithoutComputeSlots) {
+  HostRuntimeOptions options;
+  options.compute_slots = 0;
+  ExpectMlpTrainingMatchesSingleDevice(options);
+}
+
+// HostRuntimeOptions::compute_slots, else TESSEL_COMPUTE_SLOTS, else the default share of the
+// cores; bad values are refused by Create with the value named.
+TEST(HostRuntimeTest, ComputeSlotsFromOptionsEnvironmentOrDefault) {
+  const Topology topology = MainTopology();
+  auto job =
+      transport::InProcTransport::Create(topology.num_hosts(), DeviceMapOf(topology)).value();
+  // Every device of an in-process job runs on this machine.
+  EXPECT_EQ(job->host(0).devices_on_this_machine(), 8);
+  unsetenv("TESSEL_COMPUTE_SLOTS");
+  HostRuntimeOptions options;
+  options.compute_slots = 2;
+  auto made = HostRuntime::Create(topology, &job->host(0), options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ((*made)->compute_slots(), 2);
+  made = HostRuntime::Create(topology, &job->host(0));
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ((*made)->compute_slots(), DefaultComputeSlots(2, 8));
+
+  setenv("TESSEL_COMPUTE_SLOTS", "0", 1);
+  made = HostRuntime::Create(topology, &job->host(0));
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ((*made)->compute_slots(), 0);
+  // The option wins over the environment.
+  options.compute_slots = 1;
+  made = HostRuntime::Create(topology, &job->host(0), options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ((*made)->compute_slots(), 1);
+
+  setenv("TESSEL_COMPUTE_SLOTS", "two", 1);
+  made = HostRuntime::Create(topology, &job->host(0));
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(made.status().message().find("TESSEL_COMPUTE_SLOTS=two"), std::string::npos)
+      << made.status();
+  unsetenv("TESSEL_COMPUTE_SLOTS");
+
+  options.compute_slots = -1;
+  made = HostRuntime::Create(topology, &job->host(0), options);
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(made.status().message().find("got -1"), std::string::npos) << made.status();
 }
 
 TEST(HostRuntimeTest, TopologyAndJobMustAgree) {

@@ -26,8 +26,10 @@ namespace tessel::mesh::testing {
 // Runs `body` once per host of `topology`, each on its own thread with its own HostRuntime
 // installed as the thread's computation client, and returns each host's status (index = host
 // id). A runtime that fails to start gives that host's status without running `body`.
+// `options` are every host's HostRuntimeOptions.
 inline std::vector<absl::Status> RunHosts(const Topology& topology,
-                                          const std::function<absl::Status(HostRuntime&)>& body) {
+                                          const std::function<absl::Status(HostRuntime&)>& body,
+                                          const HostRuntimeOptions& options = {}) {
   auto job =
       transport::InProcTransport::Create(topology.num_hosts(), DeviceMapOf(topology)).value();
   std::vector<absl::Status> statuses(topology.num_hosts());
@@ -35,7 +37,7 @@ inline std::vector<absl::Status> RunHosts(const Topology& topology,
   for (int64_t h = 0; h < topology.num_hosts(); ++h) {
     threads.emplace_back([&, h] {
       absl::StatusOr<std::unique_ptr<HostRuntime>> runtime =
-          HostRuntime::Create(topology, &job->host(h));
+          HostRuntime::Create(topology, &job->host(h), options);
       if (!runtime.ok()) {
         statuses[h] = runtime.status();
         return;

@@ -1,0 +1,78 @@
+// ComputeSlots: how many of a host process's device threads may compute at once.
+//
+// A host runs each local device on its own thread (HostRuntime), and a device that waits for a
+// collective must not hold a core its peers need. When the job's device threads outnumber the
+// machine's cores (8 devices on 2 cores, in 1 or 4 processes), the kernel time-slices every
+// computing thread: each device's working set is evicted from the core's caches every slice, and
+// every device reaches its next collective late. With slots, a device thread holds a slot while
+// it runs kernels and gives it back while it waits in a collective (CommunicatorCollectives), so
+// at most `slots` devices of this process compute at a time, in the order they asked (FIFO).
+// This is the budget of XLA's CPU client (one intra-op pool sized to the cores, shared by the
+// devices of the process) and of torch's OMP_NUM_THREADS, for device threads that block.
+//
+//   ComputeSlots slots(/*slots=*/2);
+//   slots.Acquire();   // device thread: before running its program
+//   ...                // kernels
+//   slots.Release();   // around a collective, and at the end
+//
+// Default number (DefaultComputeSlots): the machine's hardware threads shared among the
+// processes of the job on this machine in proportion to their devices, at least 1. Overridden by
+// HostRuntimeOptions::compute_slots or the environment variable TESSEL_COMPUTE_SLOTS
+// (ParseComputeSlots): a positive count, or 0 for no limit (every device thread computes at
+// once, the behaviour without slots). Measured in docs/PERFORMANCE.md ("8 devices on one
+// machine").
+#ifndef TESSEL_MESH_RUNTIME_COMPUTE_SLOTS_H_
+#define TESSEL_MESH_RUNTIME_COMPUTE_SLOTS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace tessel::mesh {
+
+class ComputeSlots {
+ public:
+  // `slots` > 0: at most that many holders at once; 0: no limit (Acquire never waits).
+  explicit ComputeSlots(int64_t slots) : slots_(slots), free_(slots) {}
+  ComputeSlots(const ComputeSlots&) = delete;
+  ComputeSlots& operator=(const ComputeSlots&) = delete;
+
+  // Waits for a free slot; callers are served in the order they called (FIFO).
+  void Acquire();
+  // Gives back a slot taken by Acquire on this thread.
+  void Release();
+
+  // The limit; 0: none.
+  int64_t slots() const { return slots_; }
+  // Callers of Acquire waiting for a slot now (a snapshot, for tests and reports).
+  int64_t waiting() const;
+
+ private:
+  const int64_t slots_;
+  mutable absl::Mutex mu_;
+  int64_t free_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;  // handed to the next caller of Acquire
+  uint64_t serving_ ABSL_GUARDED_BY(mu_) = 0;      // the ticket whose turn it is
+};
+
+// The default slots of a host owning `local_devices` when `devices_on_this_machine` device
+// threads of the job (this host's included) share `hardware_threads` cores:
+// max(1, hardware_threads * local_devices / devices_on_this_machine), rounded down. With 8
+// devices on 2 cores: 2 for one process of 8 devices, 1 for each of 4 processes of 2. Never
+// more than `local_devices`. `hardware_threads` 0: std::thread::hardware_concurrency().
+[[nodiscard]] int64_t DefaultComputeSlots(int64_t local_devices, int64_t devices_on_this_machine,
+                                          int64_t hardware_threads = 0);
+
+// Parses a TESSEL_COMPUTE_SLOTS value: a non-negative integer (0: no limit). `source` names the
+// variable or option in errors. nullopt for an unset or empty value.
+// Errors: kInvalidArgument naming `source` and the text ("TESSEL_COMPUTE_SLOTS=abc: expected a
+// non-negative integer (0: no limit)").
+[[nodiscard]] absl::StatusOr<std::optional<int64_t>> ParseComputeSlots(const char* text,
+                                                                       const std::string& source);
+
+}  // namespace tessel::mesh
+
+#endif  // TESSEL_MESH_RUNTIME_COMPUTE_SLOTS_H_
