@@ -415,9 +415,10 @@ class Execution {
     Release(rhs);
   }
 
-  // Runs one loop fusion. The output goes into the buffer of a leaf read only elementwise whose
-  // value dies here (an owned intermediate, never an argument or constant), when one has the
-  // root's shape; otherwise into a new buffer.
+  // Runs one loop fusion and fills the slots of its root and of its further outputs. The root
+  // goes into the buffer of a leaf read only elementwise whose value dies here (an owned
+  // intermediate, never an argument or constant), when one has the root's shape; otherwise
+  // into a new buffer.
   absl::Status ExecuteFusion(const KernelContext& ctx, const internal::Fusion& fusion) {
     const Node& root = *fusion.root;
     std::vector<const Literal*> leaves;
@@ -432,17 +433,22 @@ class Execution {
         donated = &*leaf.owned;
       }
     }
-    TESSEL_ASSIGN_OR_RETURN(Literal value, internal::RunFusion(ctx, fusion, leaves, donated));
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> values,
+                            internal::RunFusion(ctx, fusion, leaves, donated));
     if (donor != nullptr) {
       // The buffer changed owner: its bytes are the output's now, not the leaf's.
       live_bytes_ -= donor->bytes;
       donor->bytes = 0;
       ++in_place_;
     }
-    Slot& slot = slots_[root.id()];
-    slot.bytes = TotalBytes(value);
-    slot.owned = std::move(value);
-    live_bytes_ += slot.bytes;
+    // The root, then the further outputs (computed in the loop, read after it).
+    for (size_t v = 0; v < values.size(); ++v) {
+      const Node& node = v == 0 ? root : *fusion.instructions[fusion.extra_outputs[v - 1]].node;
+      Slot& slot = slots_[node.id()];
+      slot.bytes = TotalBytes(values[v]);
+      slot.owned = std::move(values[v]);
+      live_bytes_ += slot.bytes;
+    }
     peak_bytes_ = std::max(peak_bytes_, live_bytes_);
     ++nodes_executed_;
     ++kernels_;

@@ -3,8 +3,10 @@
 // ranks 0..4; plus rng properties, liveness accounting, argument errors and threading.
 #include "tessel/core/executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <random>
@@ -1487,6 +1489,207 @@ TEST(ExecutorTest, FusionEndingInReshapesWritesTheOutputFromItsLastOp) {
     EXPECT_EQ(stats.kernels, 1);
     ExpectWithinOneUlp(fused, unfused, absl::StrCat("threads ", threads));
   }
+}
+
+// f32 values with the cases elementwise loops get wrong first: signed zeros, infinities, NaN,
+// subnormals, and values that round differently under another operation order.
+Literal SpecialF32(const Shape& shape, uint32_t seed) {
+  Literal lit = Random(shape, seed, -4, 4);
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::denorm_min(),
+                            -1e-38f,
+                            1.0f,
+                            3.0f};
+  std::mt19937 gen(seed);
+  for (int64_t i = 0; i < lit.num_elements(); i += 3) {
+    lit.data<float>()[i] = specials[gen() % std::size(specials)];
+  }
+  return lit;
+}
+
+// Every precompiled fused loop (core/internal/fusion_loops.h), with each operand a block or a
+// broadcast scalar (read as one element), against the unfused kernels, bit for bit. The graph
+// is op(x or broadcast(s), y or broadcast(t)) wrapped in negate so the op is not the root:
+// a loop reading its operands in the wrong order, or a scalar as a block, gives other bits.
+TEST(ExecutorTest, PrecompiledFusedLoopsEqualUnfusedKernelsWithScalarOperands) {
+  const Shape shape(DType::kF32, {3, 700});  // several blocks and a partial one
+  const Shape scalar(DType::kF32, {});
+  std::vector<std::pair<Opcode, ComparisonDirection>> ops = {
+      {Opcode::kAdd, {}},    {Opcode::kSubtract, {}}, {Opcode::kMultiply, {}},
+      {Opcode::kDivide, {}}, {Opcode::kMaximum, {}},  {Opcode::kMinimum, {}},
+      {Opcode::kSelect, {}}, {Opcode::kNegate, {}},   {Opcode::kAbs, {}},
+      {Opcode::kSqrt, {}},   {Opcode::kConvert, {}}};
+  for (ComparisonDirection d :
+       {ComparisonDirection::kEq, ComparisonDirection::kNe, ComparisonDirection::kLt,
+        ComparisonDirection::kLe, ComparisonDirection::kGt, ComparisonDirection::kGe}) {
+    ops.push_back({Opcode::kCompare, d});
+  }
+  for (const auto& [opcode, direction] : ops) {
+    const bool unary = opcode == Opcode::kNegate || opcode == Opcode::kAbs ||
+                       opcode == Opcode::kSqrt || opcode == Opcode::kConvert;
+    for (int scalars = 0; scalars < (unary ? 1 : 4); ++scalars) {
+      Graph g("loop");
+      Node* x = g.AddParameter(0, shape, "x").value();
+      Node* y = g.AddParameter(1, shape, "y").value();
+      Node* s = g.AddParameter(2, scalar, "s").value();
+      Node* t = g.AddParameter(3, scalar, "t").value();
+      auto broadcast = [&](Node* v) {
+        return g.AddNode(Opcode::kBroadcast, shape, {v}, OpAttributes{}).value();
+      };
+      Node* a = scalars & 1 ? broadcast(s) : x;
+      Node* b = scalars & 2 ? broadcast(t) : y;
+      OpAttributes attrs;
+      attrs.comparison_direction = direction;
+      Node* op = nullptr;
+      if (opcode == Opcode::kSelect) {
+        attrs.comparison_direction = ComparisonDirection::kLt;
+        Node* pred = g.AddNode(Opcode::kCompare, {x, y}, attrs).value();
+        op = g.AddNode(Opcode::kSelect, {pred, a, b}).value();
+      } else if (opcode == Opcode::kConvert) {
+        attrs.comparison_direction = ComparisonDirection::kGt;
+        Node* pred = g.AddNode(Opcode::kCompare, {x, y}, attrs).value();
+        op = g.AddNode(Opcode::kConvert, shape, {pred}, OpAttributes{}).value();
+      } else if (unary) {
+        op = g.AddNode(opcode, {x}).value();
+      } else {
+        op = g.AddNode(opcode, {a, b}, attrs).value();
+      }
+      if (op->shape().dtype() == DType::kPred) {
+        g.set_root(g.AddNode(Opcode::kNot, {op}).value());
+      } else {
+        g.set_root(g.AddNode(Opcode::kNegate, {op}).value());
+      }
+      const std::vector<Literal> args = {SpecialF32(shape, 1), SpecialF32(shape, 2),
+                                         Literal::Scalar(-0.0f), Literal::Scalar(2.5f)};
+      const std::string what = absl::StrCat(
+          OpcodeName(opcode), " ", ComparisonDirectionName(direction), " scalars ", scalars);
+      ExecutionStats stats;
+      Literal fused = Executor({.fusion = true}).Run(g, args, &stats).value()[0];
+      Literal unfused = Executor({.fusion = false}).Run(g, args).value()[0];
+      EXPECT_EQ(stats.fusions, 1) << what;
+      ExpectEqual(fused, unfused, what);
+      // NaN payloads and signs: compare the bits too (ExpectEqual treats NaNs as equal).
+      EXPECT_EQ(fused, unfused) << what;
+    }
+  }
+}
+
+// Multi-output fusion (core/internal/fusion.h): ReLU as the lazy API traces it, with the
+// compare kept for the backward pass (a user after the fusion), is one loop writing the select
+// and the compare; unfused it is add, compare and select over memory plus two broadcasts.
+TEST(ExecutorTest, ReluWithItsMaskKeptIsOneLoopWithTwoOutputs) {
+  Graph g("relu");
+  const Shape shape(DType::kF32, {33, 1000});
+  Node* x = g.AddParameter(0, shape, "x").value();
+  Node* bias = g.AddParameter(1, Shape(DType::kF32, {1000}), "bias").value();
+  OpAttributes row;
+  row.dimensions = {1};
+  Node* biased =
+      g.AddNode(Opcode::kAdd, {x, g.AddNode(Opcode::kBroadcast, shape, {bias}, row).value()})
+          .value();
+  Node* zero =
+      g.AddNode(Opcode::kBroadcast, shape, {g.AddConstant(Literal::Scalar(0.0f))}, OpAttributes{})
+          .value();
+  OpAttributes gt;
+  gt.comparison_direction = ComparisonDirection::kGt;
+  Node* mask = g.AddNode(Opcode::kCompare, {biased, zero}, gt).value();
+  Node* relu = g.AddNode(Opcode::kSelect, {mask, biased, zero}).value();
+  OpAttributes reduce;
+  reduce.dimensions = {0, 1};
+  reduce.reduce_kind = ReduceKind::kAdd;
+  Node* sum =
+      g.AddNode(Opcode::kReduce, {relu, g.AddConstant(Literal::Scalar(0.0f))}, reduce).value();
+  // The mask's second user runs after the fusion: select(mask, x * sum, 0).
+  Node* scaled = g.AddNode(Opcode::kMultiply,
+                           {x, g.AddNode(Opcode::kBroadcast, shape, {sum}, OpAttributes{}).value()})
+                     .value();
+  g.set_root(g.AddNode(Opcode::kSelect, {mask, scaled, zero}).value());
+  const std::vector<Literal> args = {SpecialF32(shape, 5), Random(Shape(DType::kF32, {1000}), 6)};
+  ExecutionStats fused_stats, unfused_stats;
+  Literal fused = Executor({.fusion = true}).Run(g, args, &fused_stats).value()[0];
+  Literal unfused = Executor({.fusion = false}).Run(g, args, &unfused_stats).value()[0];
+  EXPECT_EQ(fused, unfused);
+  EXPECT_EQ(unfused_stats.kernels, 9);
+  // The ReLU loop (writes relu and mask), the reduce, the loop of the root.
+  EXPECT_EQ(fused_stats.fusions, 2);
+  EXPECT_EQ(fused_stats.kernels, 3);
+}
+
+// A producer whose other user runs before the fusion's root must not be a further output (the
+// user would read it before the loop wrote it): p = x + y; s = reduce(p); root = p * s.
+TEST(ExecutorTest, ProducerReadBeforeTheFusionIsNotAFurtherOutput) {
+  Graph g("before");
+  const Shape shape(DType::kF32, {5000});
+  Node* x = g.AddParameter(0, shape, "x").value();
+  Node* y = g.AddParameter(1, shape, "y").value();
+  Node* p = g.AddNode(Opcode::kAdd, {x, y}).value();
+  OpAttributes reduce;
+  reduce.dimensions = {0};
+  reduce.reduce_kind = ReduceKind::kMaximum;
+  Node* s = g.AddNode(Opcode::kReduce, {p, g.AddConstant(Literal::Scalar(-1e30f))}, reduce).value();
+  Node* e = g.AddNode(Opcode::kExp, {p}).value();
+  g.set_root(g.AddNode(Opcode::kMultiply,
+                       {e, g.AddNode(Opcode::kBroadcast, shape, {s}, OpAttributes{}).value()})
+                 .value());
+  const std::vector<Literal> args = {Random(shape, 7, 0, 1), Random(shape, 8, 0, 1)};
+  ExecutionStats stats;
+  Literal fused = Executor({.fusion = true}).Run(g, args, &stats).value()[0];
+  Literal unfused = Executor({.fusion = false}).Run(g, args).value()[0];
+  // p is materialised (the reduce reads it first); exp and multiply are one loop.
+  EXPECT_EQ(stats.kernels, 3);
+  EXPECT_EQ(stats.fusions, 1);
+  ExpectWithinOneUlp(fused, unfused, "producer read before the fusion");
+}
+
+// A further output next to a root written in place: d = dot(x, x) dies in the loop of
+// e = exp(d); r = e + d * 2, and e is also read after it (root tuple).
+TEST(ExecutorTest, FurtherOutputBesideAnInPlaceRoot) {
+  Graph g("in_place_two_outputs");
+  const Shape shape(DType::kF32, {64, 64});
+  Node* x = g.AddParameter(0, shape, "x").value();
+  OpAttributes dot;
+  dot.dot.lhs_contracting_dims = {1};
+  dot.dot.rhs_contracting_dims = {0};
+  Node* d = g.AddNode(Opcode::kDot, {x, x}, dot).value();
+  Node* two =
+      g.AddNode(Opcode::kBroadcast, shape, {g.AddConstant(Literal::Scalar(2.0f))}, OpAttributes{})
+          .value();
+  Node* e = g.AddNode(Opcode::kExp, {d}).value();
+  Node* r = g.AddNode(Opcode::kAdd, {e, g.AddNode(Opcode::kMultiply, {d, two}).value()}).value();
+  g.set_root(g.AddNode(Opcode::kTuple, {r, e}).value());
+  const std::vector<Literal> args = {Random(shape, 9, -0.1, 0.1)};
+  ExecutionStats stats;
+  std::vector<Literal> fused = Executor({.fusion = true}).Run(g, args, &stats).value();
+  std::vector<Literal> unfused = Executor({.fusion = false}).Run(g, args).value();
+  EXPECT_EQ(stats.in_place, 1);
+  EXPECT_EQ(stats.fusions, 1);
+  EXPECT_EQ(stats.kernels, 2);  // the dot and the loop writing r and e
+  ASSERT_EQ(fused.size(), 2u);
+  ExpectWithinOneUlp(fused[0], unfused[0], "root written in place");
+  ExpectWithinOneUlp(fused[1], unfused[1], "further output");
+}
+
+// Large buffers start at different offsets within their pages (core/internal/buffer_pool.cc:
+// 4K aliasing), keep them when pooled, and free correctly.
+TEST(ExecutorTest, LargeBuffersAreStaggeredWithinPages) {
+  std::vector<std::byte*> buffers;
+  std::vector<uintptr_t> offsets;
+  for (int i = 0; i < 4; ++i) {
+    buffers.push_back(internal::AllocateBuffer(3 << 20));
+    offsets.push_back(reinterpret_cast<uintptr_t>(buffers.back()) % 4096);
+    EXPECT_EQ(offsets.back() % 64, 0u);
+    std::memset(buffers.back(), i, 3 << 20);  // all of it is usable
+  }
+  std::sort(offsets.begin(), offsets.end());
+  EXPECT_EQ(std::unique(offsets.begin(), offsets.end()), offsets.end()) << "same page offsets";
+  for (std::byte* b : buffers) internal::FreeBuffer(b);
+  std::byte* again = internal::AllocateBuffer(3 << 20);
+  EXPECT_EQ(again, buffers.back());  // the pool's last freed buffer, at the offset it had
+  internal::FreeBuffer(again);
 }
 
 TEST(ExecutorTest, SecondRunOfAStepAllocatesNoLargeBuffer) {

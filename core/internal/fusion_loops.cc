@@ -1,0 +1,233 @@
+#include "tessel/core/internal/fusion_loops.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "tessel/core/internal/kernels_util.h"
+
+// An output may be written over its own operand element by element (a donated buffer), never
+// shifted against it: no loop-carried dependence, which the compiler cannot prove alone.
+#if defined(__clang__)
+#define TESSEL_INDEPENDENT_ITERATIONS _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define TESSEL_INDEPENDENT_ITERATIONS _Pragma("GCC ivdep")
+#else
+#define TESSEL_INDEPENDENT_ITERATIONS
+#endif
+
+namespace tessel::internal {
+namespace {
+
+struct AddOp {
+  float operator()(float a, float b) const { return a + b; }
+};
+struct SubtractOp {
+  float operator()(float a, float b) const { return a - b; }
+};
+struct MultiplyOp {
+  float operator()(float a, float b) const { return a * b; }
+};
+struct DivideOp {
+  float operator()(float a, float b) const { return a / b; }
+};
+struct MaximumOp {
+  float operator()(float a, float b) const { return FloatMax(a, b); }
+};
+struct MinimumOp {
+  float operator()(float a, float b) const { return FloatMin(a, b); }
+};
+template <ComparisonDirection kDirection>
+struct CompareOp {
+  bool operator()(float a, float b) const {
+    switch (kDirection) {
+      case ComparisonDirection::kEq:
+        return a == b;
+      case ComparisonDirection::kNe:
+        return a != b;
+      case ComparisonDirection::kLt:
+        return a < b;
+      case ComparisonDirection::kLe:
+        return a <= b;
+      case ComparisonDirection::kGt:
+        return a > b;
+      case ComparisonDirection::kGe:
+        return a >= b;
+    }
+    return false;
+  }
+};
+struct NegateOp {
+  float operator()(float a) const { return -a; }
+};
+struct AbsOp {
+  float operator()(float a) const { return std::abs(a); }
+};
+// std::sqrt without errno (this file is compiled with -fno-math-errno): the vector square root.
+struct SqrtOp {
+  float operator()(float a) const { return std::sqrt(a); }
+};
+// pred is stored as a byte 0 or 1: its value converted is 0.0f or 1.0f.
+struct PredToF32Op {
+  float operator()(uint8_t p) const { return static_cast<float>(p); }
+};
+
+template <typename Op, typename In, typename Out>
+void UnaryLoop(const std::byte* const* operands, std::byte* out, int64_t n) {
+  const In* a = reinterpret_cast<const In*>(operands[0]);
+  Out* o = reinterpret_cast<Out*>(out);
+  const Op op;
+  TESSEL_INDEPENDENT_ITERATIONS
+  for (int64_t i = 0; i < n; ++i) o[i] = op(a[i]);
+}
+
+template <typename Op, typename Out, bool kScalarA, bool kScalarB>
+void BinaryLoop(const std::byte* const* operands, std::byte* out, int64_t n) {
+  const float* a = reinterpret_cast<const float*>(operands[0]);
+  const float* b = reinterpret_cast<const float*>(operands[1]);
+  Out* o = reinterpret_cast<Out*>(out);
+  const Op op;
+  if constexpr (kScalarA) {
+    const float sa = a[0];
+    TESSEL_INDEPENDENT_ITERATIONS
+    for (int64_t i = 0; i < n; ++i) o[i] = op(sa, b[i]);
+  } else if constexpr (kScalarB) {
+    const float sb = b[0];
+    TESSEL_INDEPENDENT_ITERATIONS
+    for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], sb);
+  } else {
+    TESSEL_INDEPENDENT_ITERATIONS
+    for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], b[i]);
+  }
+}
+
+// select on the bits: pred is stored as bytes 0 or 1, so 0 - pred is a mask of all zeros or all
+// ones, and the result is exactly on_true's or on_false's element (the compiler vectorises the
+// blend; a branch per element it does not).
+template <bool kScalarTrue, bool kScalarFalse>
+void SelectLoop(const std::byte* const* operands, std::byte* out, int64_t n) {
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(operands[0]);
+  const uint32_t* t = reinterpret_cast<const uint32_t*>(operands[1]);
+  const uint32_t* f = reinterpret_cast<const uint32_t*>(operands[2]);
+  uint32_t* o = reinterpret_cast<uint32_t*>(out);
+  auto blend = [](uint8_t pred, uint32_t on_true, uint32_t on_false) {
+    const uint32_t mask = 0u - static_cast<uint32_t>(pred);
+    return (on_true & mask) | (on_false & ~mask);
+  };
+  if constexpr (kScalarTrue && kScalarFalse) {
+    const uint32_t st = t[0], sf = f[0];
+    TESSEL_INDEPENDENT_ITERATIONS
+    for (int64_t i = 0; i < n; ++i) o[i] = blend(p[i], st, sf);
+  } else if constexpr (kScalarTrue) {
+    const uint32_t st = t[0];
+    TESSEL_INDEPENDENT_ITERATIONS
+    for (int64_t i = 0; i < n; ++i) o[i] = blend(p[i], st, f[i]);
+  } else if constexpr (kScalarFalse) {
+    const uint32_t sf = f[0];
+    TESSEL_INDEPENDENT_ITERATIONS
+    for (int64_t i = 0; i < n; ++i) o[i] = blend(p[i], t[i], sf);
+  } else {
+    TESSEL_INDEPENDENT_ITERATIONS
+    for (int64_t i = 0; i < n; ++i) o[i] = blend(p[i], t[i], f[i]);
+  }
+}
+
+// The variant of a binary op for which operands are scalars: a scalar first operand only when
+// the second is a block (two scalars: the first is read as its filled block).
+template <typename Op, typename Out>
+BlockLoop Binary(absl::Span<const bool> scalar) {
+  if (scalar[1]) return {&BinaryLoop<Op, Out, false, true>, 2};
+  if (scalar[0]) return {&BinaryLoop<Op, Out, true, false>, 1};
+  return {&BinaryLoop<Op, Out, false, false>, 0};
+}
+
+BlockLoop Compare(ComparisonDirection direction, absl::Span<const bool> scalar) {
+  switch (direction) {
+    case ComparisonDirection::kEq:
+      return Binary<CompareOp<ComparisonDirection::kEq>, bool>(scalar);
+    case ComparisonDirection::kNe:
+      return Binary<CompareOp<ComparisonDirection::kNe>, bool>(scalar);
+    case ComparisonDirection::kLt:
+      return Binary<CompareOp<ComparisonDirection::kLt>, bool>(scalar);
+    case ComparisonDirection::kLe:
+      return Binary<CompareOp<ComparisonDirection::kLe>, bool>(scalar);
+    case ComparisonDirection::kGt:
+      return Binary<CompareOp<ComparisonDirection::kGt>, bool>(scalar);
+    case ComparisonDirection::kGe:
+      return Binary<CompareOp<ComparisonDirection::kGe>, bool>(scalar);
+  }
+  return {};
+}
+
+BlockLoop Select(absl::Span<const bool> scalar) {
+  if (scalar[1] && scalar[2]) return {&SelectLoop<true, true>, 6};
+  if (scalar[1]) return {&SelectLoop<true, false>, 2};
+  if (scalar[2]) return {&SelectLoop<false, true>, 4};
+  return {&SelectLoop<false, false>, 0};
+}
+
+}  // namespace
+
+BlockLoop ChooseBlockLoop(const Node& node, absl::Span<const bool> scalar_operands) {
+  if (node.shape().is_tuple() ||
+      static_cast<int64_t>(scalar_operands.size()) != node.operand_count()) {
+    return {};
+  }
+  for (const Node* operand : node.operands()) {
+    if (operand->shape().is_tuple()) return {};
+  }
+  const DType result = node.shape().dtype();
+  auto operand_is = [&](int k, DType dtype) { return node.operand(k)->shape().dtype() == dtype; };
+  const bool f32 = result == DType::kF32;
+  switch (node.opcode()) {
+    case Opcode::kAdd:
+    case Opcode::kSubtract:
+    case Opcode::kMultiply:
+    case Opcode::kDivide:
+    case Opcode::kMaximum:
+    case Opcode::kMinimum:
+      if (!f32 || !operand_is(0, DType::kF32) || !operand_is(1, DType::kF32)) return {};
+      switch (node.opcode()) {
+        case Opcode::kAdd:
+          return Binary<AddOp, float>(scalar_operands);
+        case Opcode::kSubtract:
+          return Binary<SubtractOp, float>(scalar_operands);
+        case Opcode::kMultiply:
+          return Binary<MultiplyOp, float>(scalar_operands);
+        case Opcode::kDivide:
+          return Binary<DivideOp, float>(scalar_operands);
+        case Opcode::kMaximum:
+          return Binary<MaximumOp, float>(scalar_operands);
+        default:
+          return Binary<MinimumOp, float>(scalar_operands);
+      }
+    case Opcode::kCompare:
+      if (result != DType::kPred || !operand_is(0, DType::kF32) || !operand_is(1, DType::kF32)) {
+        return {};
+      }
+      return Compare(node.attrs().comparison_direction, scalar_operands);
+    case Opcode::kSelect:
+      if (!f32 || !operand_is(0, DType::kPred) || node.operand(0)->shape() != node.shape() ||
+          !operand_is(1, DType::kF32) || !operand_is(2, DType::kF32)) {
+        return {};
+      }
+      return Select(scalar_operands);
+    case Opcode::kNegate:
+      if (!f32 || !operand_is(0, DType::kF32)) return {};
+      return {&UnaryLoop<NegateOp, float, float>, 0};
+    case Opcode::kAbs:
+      if (!f32 || !operand_is(0, DType::kF32)) return {};
+      return {&UnaryLoop<AbsOp, float, float>, 0};
+    case Opcode::kSqrt:
+      if (!f32 || !operand_is(0, DType::kF32)) return {};
+      return {&UnaryLoop<SqrtOp, float, float>, 0};
+    case Opcode::kConvert:
+      if (!f32 || !operand_is(0, DType::kPred)) return {};
+      return {&UnaryLoop<PredToF32Op, uint8_t, float>, 0};
+    default:
+      return {};
+  }
+}
+
+}  // namespace tessel::internal
+
+#undef TESSEL_INDEPENDENT_ITERATIONS
