@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "tessel/core/graph.h"
 #include "tessel/core/internal/buffer_pool.h"
+#include "tessel/core/internal/fusion_loops.h"
 #include "tessel/core/internal/kernels.h"
 #include "tessel/core/literal.h"
 #include "tessel/core/rng.h"
@@ -1576,6 +1577,40 @@ TEST(ExecutorTest, PrecompiledFusedLoopsEqualUnfusedKernelsWithScalarOperands) {
       EXPECT_EQ(fused, unfused) << what;
     }
   }
+}
+
+// The ops of training steps take the precompiled loops (fusion_loops.h), in every scalar
+// variant; other element types and ops take the general path (no loop).
+TEST(ExecutorTest, PrecompiledLoopsCoverTheOpsOfATrainingStep) {
+  Graph g("loops");
+  const Shape f32(DType::kF32, {8}), f64(DType::kF64, {8});
+  Node* x = g.AddParameter(0, f32, "x").value();
+  Node* y = g.AddParameter(1, f64, "y").value();
+  OpAttributes gt;
+  gt.comparison_direction = ComparisonDirection::kGt;
+  Node* mask = g.AddNode(Opcode::kCompare, {x, x}, gt).value();
+  const bool none[] = {false, false}, second[] = {false, true}, first[] = {true, false};
+  const bool neither[] = {false, false, false}, both[] = {false, true, true}, one[] = {false};
+  for (Opcode opcode : {Opcode::kAdd, Opcode::kSubtract, Opcode::kMultiply, Opcode::kDivide,
+                        Opcode::kMaximum, Opcode::kMinimum}) {
+    Node* op = g.AddNode(opcode, {x, x}).value();
+    EXPECT_EQ(internal::ChooseBlockLoop(*op, none).scalar_operands, 0u) << OpcodeName(opcode);
+    EXPECT_NE(internal::ChooseBlockLoop(*op, none).run, nullptr) << OpcodeName(opcode);
+    EXPECT_EQ(internal::ChooseBlockLoop(*op, second).scalar_operands, 2u) << OpcodeName(opcode);
+    EXPECT_EQ(internal::ChooseBlockLoop(*op, first).scalar_operands, 1u) << OpcodeName(opcode);
+    EXPECT_EQ(internal::ChooseBlockLoop(*g.AddNode(opcode, {y, y}).value(), none).run, nullptr);
+  }
+  EXPECT_EQ(internal::ChooseBlockLoop(*mask, second).scalar_operands, 2u);
+  Node* select = g.AddNode(Opcode::kSelect, {mask, x, x}).value();
+  EXPECT_EQ(internal::ChooseBlockLoop(*select, both).scalar_operands, 6u);
+  EXPECT_NE(internal::ChooseBlockLoop(*select, neither).run, nullptr);
+  Node* convert = g.AddNode(Opcode::kConvert, f32, {mask}, OpAttributes{}).value();
+  EXPECT_NE(internal::ChooseBlockLoop(*convert, one).run, nullptr);
+  for (Opcode opcode : {Opcode::kNegate, Opcode::kAbs, Opcode::kSqrt}) {
+    EXPECT_NE(internal::ChooseBlockLoop(*g.AddNode(opcode, {x}).value(), one).run, nullptr)
+        << OpcodeName(opcode);
+  }
+  EXPECT_EQ(internal::ChooseBlockLoop(*g.AddNode(Opcode::kExp, {x}).value(), one).run, nullptr);
 }
 
 // Multi-output fusion (core/internal/fusion.h): ReLU as the lazy API traces it, with the

@@ -206,8 +206,8 @@ BlockLoop ChooseBlockLoop(const Node& node, absl::Span<const bool> scalar_operan
       }
       return Compare(node.attrs().comparison_direction, scalar_operands);
     case Opcode::kSelect:
-      if (!f32 || !operand_is(0, DType::kPred) || node.operand(0)->shape() != node.shape() ||
-          !operand_is(1, DType::kF32) || !operand_is(2, DType::kF32)) {
+      if (!f32 || !operand_is(0, DType::kPred) || !operand_is(1, DType::kF32) ||
+          !operand_is(2, DType::kF32)) {
         return {};
       }
       return Select(scalar_operands);
