@@ -383,6 +383,7 @@ class Execution {
   int64_t kernels() const { return kernels_; }
   int64_t fusions() const { return fusions_; }
   int64_t in_place() const { return in_place_; }
+  int64_t extra_outputs() const { return extra_outputs_; }
 
  private:
   bool Absorbed(const Node& node) const {
@@ -453,6 +454,7 @@ class Execution {
     ++nodes_executed_;
     ++kernels_;
     ++fusions_;
+    extra_outputs_ += static_cast<int64_t>(fusion.extra_outputs.size());
     for (const Node* leaf : fusion.leaves) Release(slots_[leaf->id()]);
     return absl::OkStatus();
   }
@@ -516,6 +518,7 @@ class Execution {
     kernels_ += run.kernels();
     fusions_ += run.fusions();
     in_place_ += run.in_place();
+    extra_outputs_ += run.extra_outputs();
     return run.TakeResult();
   }
 
@@ -576,6 +579,7 @@ class Execution {
   int64_t kernels_ = 0;
   int64_t fusions_ = 0;
   int64_t in_place_ = 0;
+  int64_t extra_outputs_ = 0;
 };
 
 }  // namespace
@@ -632,6 +636,7 @@ absl::StatusOr<std::vector<Literal>> Executor::RunBorrowed(
     stats->kernels = run.kernels();
     stats->fusions = run.fusions();
     stats->in_place = run.in_place();
+    stats->fusion_extra_outputs = run.extra_outputs();
   }
   return run.TakeOutputs();
 }

@@ -1651,6 +1651,7 @@ TEST(ExecutorTest, ReluWithItsMaskKeptIsOneLoopWithTwoOutputs) {
   EXPECT_EQ(unfused_stats.kernels, 9);
   // The ReLU loop (writes relu and mask), the reduce, the loop of the root.
   EXPECT_EQ(fused_stats.fusions, 2);
+  EXPECT_EQ(fused_stats.fusion_extra_outputs, 1);  // the mask
   EXPECT_EQ(fused_stats.kernels, 3);
 }
 
@@ -1677,6 +1678,7 @@ TEST(ExecutorTest, ProducerReadBeforeTheFusionIsNotAFurtherOutput) {
   // p is materialised (the reduce reads it first); exp and multiply are one loop.
   EXPECT_EQ(stats.kernels, 3);
   EXPECT_EQ(stats.fusions, 1);
+  EXPECT_EQ(stats.fusion_extra_outputs, 0);
   ExpectWithinOneUlp(fused, unfused, "producer read before the fusion");
 }
 
@@ -1703,6 +1705,7 @@ TEST(ExecutorTest, FurtherOutputBesideAnInPlaceRoot) {
   EXPECT_EQ(stats.in_place, 1);
   EXPECT_EQ(stats.fusions, 1);
   EXPECT_EQ(stats.kernels, 2);  // the dot and the loop writing r and e
+  EXPECT_EQ(stats.fusion_extra_outputs, 1);
   ASSERT_EQ(fused.size(), 2u);
   ExpectWithinOneUlp(fused[0], unfused[0], "root written in place");
   ExpectWithinOneUlp(fused[1], unfused[1], "further output");
