@@ -412,6 +412,7 @@ struct Program {
   std::vector<int64_t> widths;                // bytes per element of each instruction
   std::vector<std::vector<int64_t>> strides;  // kGather: operand stride per output dim
   std::vector<bool> scalar_leaf;              // leaf read as one element for every position
+  std::vector<int64_t> leaf_widths;           // bytes per element of each leaf
   // kOp: the precompiled loop (fusion_loops.h), or none (ElementwiseOnBuffers).
   std::vector<BlockLoop> loops;
   // Per instruction: its value is one element for every position (a scalar broadcast, or a
@@ -488,6 +489,7 @@ Program Compile(const Fusion& fusion, absl::Span<const Literal* const> leaves,
   }
   for (const Literal* leaf : leaves) {
     program.scalar_leaf.push_back(leaf->num_elements() != count);
+    program.leaf_widths.push_back(ByteWidth(leaf->shape().dtype()));
   }
   program.root_output = outputs[0].raw_data();
   for (size_t e = 0; e < fusion.extra_outputs.size(); ++e) {
@@ -561,7 +563,7 @@ absl::Status RunChunk(const Program& program, absl::Span<const Literal* const> l
       const int64_t ahead_len = std::min(kFusionBlock, end - ahead);
       for (size_t l = 0; l < leaves.size(); ++l) {
         if (program.scalar_leaf[l]) continue;
-        const int64_t width = ByteWidth(leaves[l]->shape().dtype());
+        const int64_t width = program.leaf_widths[l];
         Prefetch(leaves[l]->raw_data() + ahead * width, ahead_len * width, /*write=*/false);
       }
       for (int i = 0; i < num; ++i) {
@@ -574,7 +576,7 @@ absl::Status RunChunk(const Program& program, absl::Span<const Literal* const> l
       if (operand >= 0) return value[operand];
       const size_t leaf = static_cast<size_t>(-operand - 1);
       if (program.scalar_leaf[leaf]) return leaf_scratch(leaf);
-      return leaves[leaf]->raw_data() + b * ByteWidth(leaves[leaf]->shape().dtype());
+      return leaves[leaf]->raw_data() + b * program.leaf_widths[leaf];
     };
     for (int i = 0; i < num; ++i) {
       const FusedInstruction& instruction = fusion.instructions[i];
