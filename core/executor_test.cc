@@ -1579,6 +1579,61 @@ TEST(ExecutorTest, PrecompiledFusedLoopsEqualUnfusedKernelsWithScalarOperands) {
   }
 }
 
+// Multiplies by a broadcast scalar folded into their user's loop (ChooseScaledBlockLoop): the
+// product is rounded to f32 before the user's op, as unfused, so results are bitwise equal.
+// Each binary op and compare with its operands x * s, s * y, a block or a scalar, in every
+// combination; a fused multiply-add (one rounding) or a scale on the wrong operand changes bits.
+TEST(ExecutorTest, ScalarMultipliesFoldedIntoTheirUserEqualUnfused) {
+  const Shape shape(DType::kF32, {2, 600});
+  const Shape scalar(DType::kF32, {});
+  std::vector<std::pair<Opcode, ComparisonDirection>> ops = {
+      {Opcode::kAdd, {}},
+      {Opcode::kSubtract, {}},
+      {Opcode::kMultiply, {}},
+      {Opcode::kDivide, {}},
+      {Opcode::kMaximum, {}},
+      {Opcode::kMinimum, {}},
+      {Opcode::kCompare, ComparisonDirection::kLt},
+      {Opcode::kCompare, ComparisonDirection::kGe}};
+  // Per operand: 0 block, 1 block * scalar, 2 scalar * block, 3 broadcast scalar.
+  for (const auto& [opcode, direction] : ops) {
+    for (int a_kind = 0; a_kind < 4; ++a_kind) {
+      for (int b_kind = 0; b_kind < 4; ++b_kind) {
+        Graph g("folded");
+        Node* x = g.AddParameter(0, shape, "x").value();
+        Node* y = g.AddParameter(1, shape, "y").value();
+        Node* s = g.AddParameter(2, scalar, "s").value();
+        Node* t = g.AddParameter(3, scalar, "t").value();
+        auto operand = [&](int kind, Node* block, Node* factor) {
+          Node* b = g.AddNode(Opcode::kBroadcast, shape, {factor}, OpAttributes{}).value();
+          if (kind == 0) return block;
+          if (kind == 3) return b;
+          return g
+              .AddNode(Opcode::kMultiply,
+                       kind == 1 ? std::vector<Node*>{block, b} : std::vector<Node*>{b, block})
+              .value();
+        };
+        OpAttributes attrs;
+        attrs.comparison_direction = direction;
+        Node* op = g.AddNode(opcode, {operand(a_kind, x, s), operand(b_kind, y, t)}, attrs).value();
+        g.set_root(
+            g.AddNode(op->shape().dtype() == DType::kPred ? Opcode::kNot : Opcode::kNegate, {op})
+                .value());
+        // 1.1 and 0.3 make products that round; x * 1e30 and y * -1e30 overflow to infinities.
+        for (const auto& [sv, tv] : {std::pair{1.1f, 0.3f}, std::pair{1e30f, -1e30f}}) {
+          const std::vector<Literal> args = {SpecialF32(shape, 11), SpecialF32(shape, 12),
+                                             Literal::Scalar(sv), Literal::Scalar(tv)};
+          const std::string what = absl::StrCat(OpcodeName(opcode), " operands ", a_kind, ",",
+                                                b_kind, " scales ", sv, ",", tv);
+          Literal fused = Executor({.fusion = true}).Run(g, args).value()[0];
+          Literal unfused = Executor({.fusion = false}).Run(g, args).value()[0];
+          EXPECT_EQ(fused, unfused) << what;
+        }
+      }
+    }
+  }
+}
+
 // The ops of training steps take the precompiled loops (fusion_loops.h), in every scalar
 // variant; other element types and ops take the general path (no loop).
 TEST(ExecutorTest, PrecompiledLoopsCoverTheOpsOfATrainingStep) {
@@ -1601,6 +1656,13 @@ TEST(ExecutorTest, PrecompiledLoopsCoverTheOpsOfATrainingStep) {
     EXPECT_EQ(internal::ChooseBlockLoop(*g.AddNode(opcode, {y, y}).value(), none).run, nullptr);
   }
   EXPECT_EQ(internal::ChooseBlockLoop(*mask, second).scalar_operands, 2u);
+  // Folded multiplies: bit 2 + k for a scaled operand k, never together with a scalar one.
+  const bool scaled_first[] = {true, false}, scaled_both[] = {true, true};
+  Node* add = g.AddNode(Opcode::kAdd, {x, x}).value();
+  EXPECT_EQ(internal::ChooseScaledBlockLoop(*add, second, scaled_first).scalar_operands, 6u);
+  EXPECT_EQ(internal::ChooseScaledBlockLoop(*add, none, scaled_both).scalar_operands, 12u);
+  EXPECT_EQ(internal::ChooseScaledBlockLoop(*add, first, scaled_first).run, nullptr);
+  EXPECT_EQ(internal::ChooseScaledBlockLoop(*mask, none, scaled_both).scalar_operands, 12u);
   Node* select = g.AddNode(Opcode::kSelect, {mask, x, x}).value();
   EXPECT_EQ(internal::ChooseBlockLoop(*select, both).scalar_operands, 6u);
   EXPECT_NE(internal::ChooseBlockLoop(*select, neither).run, nullptr);

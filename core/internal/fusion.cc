@@ -1,6 +1,7 @@
 #include "tessel/core/internal/fusion.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -403,6 +404,7 @@ enum class Step {
   kAlias,            // reshape: its operand's block, unchanged (row-major order is kept)
   kScalarBroadcast,  // broadcast of one element: a buffer filled once per chunk
   kGather,           // broadcast of an array: gathered per block
+  kFolded,           // multiply by a scalar, computed inside its one user's loop (not stored)
 };
 
 // What RunFusion derives from a Fusion before the loop.
@@ -420,6 +422,10 @@ struct Program {
   std::vector<bool> scalar_value;
   // Per instruction: the buffer it writes its blocks into directly (an output), or null.
   std::vector<std::byte*> output;
+  // Per kOp instruction and operand (binary ops): the operand is a folded multiply; read the
+  // block of `folded_source` times the element of instruction `folded_scale` (-1: not folded).
+  std::vector<std::array<int, 2>> folded_source;
+  std::vector<std::array<int, 2>> folded_scale;
   // The root's buffer; the root's block is copied there when no instruction wrote it directly.
   std::byte* root_output = nullptr;
 };
@@ -443,6 +449,58 @@ int RootWriter(const Fusion& fusion, const std::vector<Step>& steps) {
     return -1;  // it writes its own output; the root's block is copied
   }
   return writer;
+}
+
+// Folds multiplies by a broadcast scalar (x * s, s * x) into their one user when that user is
+// a precompiled binary loop (ChooseScaledBlockLoop): the product is computed in the user's loop
+// and never stored. The multiply must not be an output, be read once in the fusion, and not
+// itself read a folded value (its block operand is then computed or a leaf).
+void FoldScalings(Program& program) {
+  const Fusion& fusion = *program.fusion;
+  const int num = static_cast<int>(fusion.instructions.size());
+  program.folded_source.assign(num, {-1, -1});
+  program.folded_scale.assign(num, {-1, -1});
+  std::vector<int> reads(num, 0);
+  for (const FusedInstruction& instruction : fusion.instructions) {
+    for (int operand : instruction.operands) {
+      if (operand >= 0) ++reads[operand];
+    }
+  }
+  for (int i = 0; i < num - 1; ++i) {
+    const FusedInstruction& multiply = fusion.instructions[i];
+    if (program.steps[i] != Step::kOp || program.loops[i].run == nullptr ||
+        multiply.node->opcode() != Opcode::kMultiply || program.output[i] != nullptr ||
+        reads[i] != 1 || program.folded_scale[i][0] >= 0 || program.folded_scale[i][1] >= 0) {
+      continue;
+    }
+    const std::array<int, 2> ops = {multiply.operands[0], multiply.operands[1]};
+    const bool scalar0 = ops[0] >= 0 && program.scalar_value[ops[0]];
+    const bool scalar1 = ops[1] >= 0 && program.scalar_value[ops[1]];
+    if (scalar0 == scalar1) continue;  // not exactly one scalar factor
+    const int block = scalar0 ? ops[1] : ops[0];
+    const int scale = scalar0 ? ops[0] : ops[1];
+    // The one user, and which of its operands the multiply is.
+    for (int j = i + 1; j < num; ++j) {
+      const FusedInstruction& user = fusion.instructions[j];
+      const auto it = std::find(user.operands.begin(), user.operands.end(), i);
+      if (it == user.operands.end()) continue;
+      if (program.steps[j] != Step::kOp || user.operands.size() != 2) break;
+      const int k = static_cast<int>(it - user.operands.begin());
+      bool scalar[2], scaled[2];
+      for (int o = 0; o < 2; ++o) {
+        const int operand = user.operands[o];
+        scalar[o] = operand >= 0 && program.scalar_value[operand];
+        scaled[o] = program.folded_scale[j][o] >= 0 || o == k;
+      }
+      const BlockLoop loop = ChooseScaledBlockLoop(*user.node, scalar, scaled);
+      if (loop.run == nullptr) break;
+      program.loops[j] = loop;
+      program.folded_source[j][k] = block;
+      program.folded_scale[j][k] = scale;
+      program.steps[i] = Step::kFolded;
+      break;
+    }
+  }
 }
 
 Program Compile(const Fusion& fusion, absl::Span<const Literal* const> leaves,
@@ -498,6 +556,7 @@ Program Compile(const Fusion& fusion, absl::Span<const Literal* const> leaves,
   if (const int writer = RootWriter(fusion, program.steps); writer >= 0) {
     program.output[writer] = program.root_output;
   }
+  FoldScalings(program);
   return program;
 }
 
@@ -588,6 +647,8 @@ absl::Status RunChunk(const Program& program, absl::Span<const Literal* const> l
         case Step::kScalarBroadcast:
           value[i] = instruction_scratch(i);
           break;
+        case Step::kFolded:
+          break;  // its one user computes it
         case Step::kGather: {
           const int leaf = -instruction.operands[0] - 1;
           GatherBroadcastAny(program.widths[i], leaves[leaf]->raw_data(), instruction_scratch(i),
@@ -599,10 +660,15 @@ absl::Status RunChunk(const Program& program, absl::Span<const Literal* const> l
           std::byte* dst = program.output[i] != nullptr ? program.output[i] + b * program.widths[i]
                                                         : instruction_scratch(i);
           if (const BlockLoop& loop = program.loops[i]; loop.run != nullptr) {
-            const std::byte* args[3] = {nullptr, nullptr, nullptr};
+            const std::byte* args[4] = {nullptr, nullptr, nullptr, nullptr};
             for (size_t k = 0; k < instruction.operands.size(); ++k) {
               const int operand = instruction.operands[k];
-              args[k] = (loop.scalar_operands >> k) & 1 ? element[operand] : resolve(operand);
+              if (k < 2 && program.folded_scale[i][k] >= 0) {
+                args[k] = resolve(program.folded_source[i][k]);
+                args[2 + k] = element[program.folded_scale[i][k]];
+              } else {
+                args[k] = (loop.scalar_operands >> k) & 1 ? element[operand] : resolve(operand);
+              }
             }
             loop.run(args, dst, len);
           } else {

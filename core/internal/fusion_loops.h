@@ -38,7 +38,8 @@ using BlockLoopFn = void (*)(const std::byte* const* operands, std::byte* out, i
 struct BlockLoop {
   BlockLoopFn run = nullptr;  // null: no precompiled loop for this op and these types
   // Bit k set: operand k is passed as one element (a subset of the operands offered as scalar
-  // to ChooseBlockLoop; the others must be given as full blocks).
+  // to ChooseBlockLoop; the others must be given as full blocks). Bit 2 + k set (scaled
+  // loops): operand k's block is multiplied by the one element at operands[2 + k] first.
   uint32_t scalar_operands = 0;
 };
 
@@ -48,6 +49,16 @@ struct BlockLoop {
 // given as one element (a broadcast scalar); at most the operands it marks are chosen as such.
 // Returns {nullptr, 0} for every other op or element type (the caller's general path).
 [[nodiscard]] BlockLoop ChooseBlockLoop(const Node& node, absl::Span<const bool> scalar_operands);
+
+// The same for a binary arithmetic op or compare of f32 whose operand k, when
+// `scaled_operands[k]`, is a folded multiply: the block of that multiply's operand times its
+// broadcast scalar, rounded to f32 before `node`'s op (exactly what the two unfused ops give;
+// the file is compiled without floating-point contraction). Saves the multiply's pass through
+// scratch: the Adam update's hyperparameter scalings fold into their users. A scaled operand
+// is never also scalar. Returns {nullptr, 0} where no such loop exists (other ops, types).
+[[nodiscard]] BlockLoop ChooseScaledBlockLoop(const Node& node,
+                                              absl::Span<const bool> scalar_operands,
+                                              absl::Span<const bool> scaled_operands);
 
 }  // namespace tessel::internal
 
