@@ -36,10 +36,12 @@
 // loop each, chosen once per fusion with its operands' kinds (a block, or one scalar read for
 // every element, so a scalar hyperparameter is never spread over a block); the loops are
 // vectorised by the compiler (no aliasing but an output written over its own operand element
-// by element). Every other op goes through ElementwiseOnBuffers, the unfused kernels' own
-// arithmetic. Results equal the unfused executor's bitwise (IEEE operations round the same in
-// vector and scalar code), except Eigen's packet transcendental ops at block boundaries (within
-// one ulp).
+// by element). A multiply by a broadcast scalar read once in the fusion is folded into its
+// user's loop (ChooseScaledBlockLoop: the product rounded, then the user's op), so the Adam
+// update's hyperparameter scalings never pass through scratch. Every other op goes through
+// ElementwiseOnBuffers, the unfused kernels' own arithmetic. Results equal the unfused executor's
+// bitwise (IEEE operations round the same in vector and scalar code), except Eigen's packet
+// transcendental ops at block boundaries (within one ulp).
 //
 // Transpose folding (XLA's TransposeFolding pass and AlgebraicSimplifier's
 // transpose(dot(a, b)) -> dot(b, a)): a transpose feeding only dots is never materialised, each
