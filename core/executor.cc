@@ -269,6 +269,10 @@ class Execution {
       } else if (const internal::FoldedDot* dot = FoldedDotOf(*node)) {
         ++slots_[dot->lhs->id()].remaining_uses;
         ++slots_[dot->rhs->id()].remaining_uses;
+      } else if (const internal::DotUpdate* update = DotUpdateOf(*node)) {
+        for (const Node* used : {update->addend, update->scale, update->dot.lhs, update->dot.rhs}) {
+          ++slots_[used->id()].remaining_uses;
+        }
       } else {
         for (const Node* operand : node->operands()) ++slots_[operand->id()].remaining_uses;
       }
@@ -293,6 +297,10 @@ class Execution {
       }
       if (const internal::FoldedDot* dot = FoldedDotOf(*node)) {
         ExecuteFoldedDot(ctx, *node, *dot);
+        continue;
+      }
+      if (const internal::DotUpdate* update = DotUpdateOf(*node)) {
+        ExecuteDotUpdate(ctx, *node, *update);
         continue;
       }
       Slot& slot = slots_[node->id()];
@@ -398,6 +406,42 @@ class Execution {
     if (plan_.folded_dot_of.empty()) return nullptr;
     const int f = plan_.folded_dot_of[node.id()];
     return f < 0 ? nullptr : &plan_.folded_dots[f];
+  }
+
+  const internal::DotUpdate* DotUpdateOf(const Node& node) const {
+    if (plan_.dot_update_of.empty()) return nullptr;
+    const int u = plan_.dot_update_of[node.id()];
+    return u < 0 ? nullptr : &plan_.dot_updates[u];
+  }
+
+  // Runs subtract `node` as its dot update: the addend (its buffer when this is its last use
+  // and it is an intermediate, else a copy) minus scale * dot, in the dot's GEMM.
+  void ExecuteDotUpdate(const KernelContext& ctx, const Node& node,
+                        const internal::DotUpdate& update) {
+    Slot& addend = slots_[update.addend->id()];
+    Slot& scale = slots_[update.scale->id()];
+    Slot& lhs = slots_[update.dot.lhs->id()];
+    Slot& rhs = slots_[update.dot.rhs->id()];
+    Slot& slot = slots_[node.id()];
+    const bool in_place = addend.owned.has_value() && addend.remaining_uses == 1 &&
+                          update.addend != update.dot.lhs && update.addend != update.dot.rhs;
+    int64_t new_bytes = 0;
+    if (in_place) {
+      slot.owned = std::move(*addend.owned);
+      slot.bytes = addend.bytes;
+      addend.bytes = 0;
+      ++in_place_;
+    } else {
+      slot.owned = addend.value();
+      slot.bytes = new_bytes = TotalBytes(*slot.owned);
+    }
+    const float alpha = -scale.value().data<float>()[0];
+    internal::DotAccumulate(ctx, lhs.value(), rhs.value(), update.dot.dnums, alpha, *slot.owned);
+    live_bytes_ += new_bytes;
+    peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+    ++nodes_executed_;
+    ++kernels_;
+    for (Slot* used : {&addend, &scale, &lhs, &rhs}) Release(*used);
   }
 
   // Runs `node` (a dot, or a transpose of one) as the dot `dot` of transpose folding.

@@ -1773,6 +1773,96 @@ TEST(ExecutorTest, FurtherOutputBesideAnInPlaceRoot) {
   ExpectWithinOneUlp(fused[1], unfused[1], "further output");
 }
 
+// The SGD update of a weight whose gradient is a dot (as autodiff traces it: the transpose of
+// dot(delta, x) contracting the batch) runs as one GEMM accumulating into a copy of the weight
+// (kernels.h DotAccumulate): no gradient buffer, no update pass. One rounding fewer than
+// unfused (a fused multiply-add), and Eigen's k-blocks add into the weight instead of into a
+// zeroed gradient (a reassociation: one rounding per k-block on each side), so the check is
+// |fused - unfused| <= 2^-23 (blocks + 2) (|update| + |w| + lr * sum_b |x_b| |delta_b|) per
+// element (the last term bounds every partial sum), blocks = ceil(batch / 128) (Eigen's
+// k-blocks are at least that long).
+TEST(ExecutorTest, SgdUpdateOfADotGradientRunsInTheGemm) {
+  for (int64_t batch : {48, 700}) {  // one of Eigen's k-blocks, and several
+    Graph g("sgd");
+    const int64_t in = 40, out = 56;
+    Node* x = g.AddParameter(0, Shape(DType::kF32, {batch, in}), "x").value();
+    Node* delta = g.AddParameter(1, Shape(DType::kF32, {batch, out}), "delta").value();
+    Node* w = g.AddParameter(2, Shape(DType::kF32, {in, out}), "w").value();
+    Node* lr = g.AddParameter(3, Shape(DType::kF32, {}), "lr").value();
+    OpAttributes batch_dims;
+    batch_dims.dot.lhs_contracting_dims = {0};
+    batch_dims.dot.rhs_contracting_dims = {0};
+    Node* dot = g.AddNode(Opcode::kDot, {delta, x}, batch_dims).value();  // [out, in]
+    OpAttributes swap;
+    swap.dimensions = {1, 0};
+    Node* grad = g.AddNode(Opcode::kTranspose, {dot}, swap).value();
+    Node* lr_b = g.AddNode(Opcode::kBroadcast, w->shape(), {lr}, OpAttributes{}).value();
+    Node* scaled = g.AddNode(Opcode::kMultiply, {lr_b, grad}).value();
+    Node* updated = g.AddNode(Opcode::kSubtract, {w, scaled}).value();
+    g.set_root(
+        g.AddNode(Opcode::kTuple, {updated, g.AddNode(Opcode::kNegate, {w}).value()}).value());
+    const std::vector<Literal> args = {Random(x->shape(), 21, -1, 1),
+                                       Random(delta->shape(), 22, -1, 1),
+                                       Random(w->shape(), 23, -1, 1), Literal::Scalar(0.05f)};
+    ExecutionStats fused_stats, unfused_stats;
+    std::vector<Literal> fused = Executor({.fusion = true}).Run(g, args, &fused_stats).value();
+    std::vector<Literal> unfused = Executor({.fusion = false}).Run(g, args, &unfused_stats).value();
+    EXPECT_EQ(fused_stats.kernels, 2) << batch;  // the update's GEMM and the negate
+    EXPECT_EQ(unfused_stats.kernels, 6) << batch;
+    // sum_b |x_b| |delta_b|, for the tolerance.
+    Graph gg("grad");
+    Node* gx = gg.AddNode(Opcode::kAbs, {gg.AddParameter(0, x->shape(), "x").value()}).value();
+    Node* gd =
+        gg.AddNode(Opcode::kAbs, {gg.AddParameter(1, delta->shape(), "delta").value()}).value();
+    gg.set_root(gg.AddNode(Opcode::kDot, {gx, gd}, batch_dims).value());  // [in, out]
+    Literal gradient = Executor({.fusion = false}).Run(gg, {args[0], args[1]}).value()[0];
+    for (int64_t i = 0; i < fused[0].num_elements(); ++i) {
+      const double f = fused[0].data<float>()[i], u = unfused[0].data<float>()[i];
+      const double step = 0.05 * gradient.data<float>()[i];
+      const double blocks = static_cast<double>((batch + 127) / 128);
+      const double magnitude = std::abs(u) + std::abs(args[2].data<float>()[i]) + std::abs(step);
+      ASSERT_LE(std::abs(f - u), 0x1p-23 * (blocks + 2) * magnitude)
+          << "batch " << batch << " element " << i << ": fused " << f << ", unfused " << u;
+    }
+    EXPECT_EQ(fused[1], unfused[1]);
+  }
+}
+
+// The addend of a dot update is written in place when it is an intermediate that dies there;
+// a dot read by another node too is no dot update.
+TEST(ExecutorTest, DotUpdateInPlaceAndOnlyForADotReadOnce) {
+  const Shape shape(DType::kF32, {32, 32});
+  for (bool dot_read_twice : {false, true}) {
+    Graph g("update");
+    Node* a = g.AddParameter(0, shape, "a").value();
+    Node* b = g.AddParameter(1, shape, "b").value();
+    Node* p = g.AddNode(Opcode::kExp, {a}).value();  // an intermediate, dead after the update
+    OpAttributes mm;
+    mm.dot.lhs_contracting_dims = {1};
+    mm.dot.rhs_contracting_dims = {0};
+    Node* d = g.AddNode(Opcode::kDot, {a, b}, mm).value();
+    Node* two =
+        g.AddNode(Opcode::kBroadcast, shape, {g.AddConstant(Literal::Scalar(2.0f))}, OpAttributes{})
+            .value();
+    Node* updated =
+        g.AddNode(Opcode::kSubtract, {p, g.AddNode(Opcode::kMultiply, {d, two}).value()}).value();
+    g.set_root(dot_read_twice ? g.AddNode(Opcode::kTuple, {updated, d}).value() : updated);
+    const std::vector<Literal> args = {Random(shape, 31, -1, 1), Random(shape, 32, -1, 1)};
+    ExecutionStats stats;
+    std::vector<Literal> fused = Executor({.fusion = true}).Run(g, args, &stats).value();
+    std::vector<Literal> unfused = Executor({.fusion = false}).Run(g, args).value();
+    if (dot_read_twice) {
+      EXPECT_EQ(stats.kernels, 2);  // the dot, one loop of exp and the update
+      EXPECT_EQ(stats.fusions, 1);
+      EXPECT_EQ(fused[0], unfused[0]);
+    } else {
+      EXPECT_EQ(stats.kernels, 2);  // exp, the update's GEMM into exp's buffer
+      EXPECT_EQ(stats.in_place, 1);
+      ExpectClose(fused[0], unfused[0], 1e-5, 1e-6, "dot update in place");
+    }
+  }
+}
+
 // Large buffers start at different offsets within their pages (core/internal/buffer_pool.cc:
 // 4K aliasing), keep them when pooled, and free correctly.
 TEST(ExecutorTest, LargeBuffersAreStaggeredWithinPages) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <queue>
 #include <utility>
 
@@ -278,6 +279,62 @@ void PlanTransposeFolding(const Graph& graph, const std::vector<bool>& reachable
   }
 }
 
+// The dot update `s` runs as (DotUpdate, fusion.h), if it is one, and which operand of the
+// multiply is the broadcast.
+std::optional<std::pair<DotUpdate, int>> MatchDotUpdate(const Graph& graph, const Node& s,
+                                                        const std::vector<std::vector<int>>& users,
+                                                        const FusionPlan& plan) {
+  auto f32 = [](const Node& n) { return n.shape().dtype() == DType::kF32; };
+  if (s.opcode() != Opcode::kSubtract || !f32(s) || s.operand(0) == s.operand(1)) return {};
+  const Node& multiply = *s.operand(1);
+  if (multiply.opcode() != Opcode::kMultiply || users[multiply.id()] != std::vector<int>{s.id()} ||
+      &multiply == graph.root()) {
+    return {};
+  }
+  for (int k = 0; k < 2; ++k) {
+    const Node& broadcast = *multiply.operand(k);
+    const Node& d = *multiply.operand(1 - k);
+    if (broadcast.opcode() != Opcode::kBroadcast ||
+        broadcast.operand(0)->shape().num_elements() != 1 || !f32(broadcast) ||
+        users[d.id()] != std::vector<int>{multiply.id()} || &d == graph.root() || !f32(d)) {
+      continue;
+    }
+    FoldedDot dot;
+    if (plan.folded_dot_of[d.id()] >= 0) {
+      dot = plan.folded_dots[plan.folded_dot_of[d.id()]];
+    } else if (d.opcode() == Opcode::kDot && !plan.absorbed[d.id()]) {
+      dot = {d.operand(0), d.operand(1), d.attrs().dot};
+    } else {
+      continue;
+    }
+    if (!f32(*dot.lhs) || !f32(*dot.rhs)) continue;
+    return std::make_pair(DotUpdate{s.operand(0), broadcast.operand(0), dot}, k);
+  }
+  return {};
+}
+
+// Plans the dot updates (fusion.h) after transpose folding, before loop fusion: the subtracts,
+// multiplies and dots they take are then no fusion's members.
+// Returns, per broadcast, how many of its users are multiplies a dot update took.
+std::vector<int> PlanDotUpdates(const Graph& graph, const std::vector<bool>& reachable,
+                                const std::vector<std::vector<int>>& users, FusionPlan& plan) {
+  plan.dot_update_of.assign(graph.num_nodes(), -1);
+  std::vector<int> update_users(graph.num_nodes(), 0);  // per broadcast: multiplies taken
+  for (const Node* node : graph.nodes()) {
+    if (!reachable[node->id()] || plan.absorbed[node->id()]) continue;
+    std::optional<std::pair<DotUpdate, int>> update = MatchDotUpdate(graph, *node, users, plan);
+    if (!update.has_value()) continue;
+    const Node& multiply = *node->operand(1);
+    const int k = update->second;
+    plan.absorbed[multiply.id()] = true;
+    plan.absorbed[multiply.operand(1 - k)->id()] = true;  // the dot, or its folded transpose
+    ++update_users[multiply.operand(k)->id()];
+    plan.dot_update_of[node->id()] = static_cast<int>(plan.dot_updates.size());
+    plan.dot_updates.push_back(update->first);
+  }
+  return update_users;
+}
+
 }  // namespace
 
 FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable) {
@@ -290,8 +347,15 @@ FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable) {
     fusible[node->id()] = reachable[node->id()] && IsFusible(*node);
   }
   const std::vector<std::vector<int>> users = ReachableUsers(graph, reachable);
-  // Per broadcast: how many of its users fused it (it is materialised unless all did).
-  std::vector<int> fused_users(n, 0);
+  PlanTransposeFolding(graph, reachable, users, plan);
+  // Per broadcast: how many of its users fused it or are dot updates' multiplies (it is
+  // materialised unless all are).
+  std::vector<int> fused_users = PlanDotUpdates(graph, reachable, users, plan);
+  for (const Node* node : graph.nodes()) {
+    if (plan.dot_update_of[node->id()] >= 0 || plan.absorbed[node->id()]) {
+      fusible[node->id()] = false;
+    }
+  }
   std::vector<bool> in_fusion(n, false);
   const std::vector<Node*>& nodes = graph.nodes();
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
@@ -328,7 +392,6 @@ FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable) {
       plan.absorbed[id] = true;
     }
   }
-  PlanTransposeFolding(graph, reachable, users, plan);
   return plan;
 }
 

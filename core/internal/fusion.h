@@ -106,6 +106,16 @@ struct FoldedDot {
   DotDimensionNumbers dnums;
 };
 
+// subtract(addend, multiply(broadcast(scale), d)) (either multiply operand order), d a dot
+// (or a folded one) read only there: runs as out = addend; out -= scale * dot, the dot's GEMM
+// accumulating into the addend (kernels.h DotAccumulate). The SGD update p - lr * grad of a
+// weight whose gradient is a dot then needs no gradient buffer and no pass of its own.
+struct DotUpdate {
+  const Node* addend = nullptr;
+  const Node* scale = nullptr;  // the broadcast's scalar operand (one f32 element)
+  FoldedDot dot;
+};
+
 struct FusionPlan {
   // Per node id: the index of the fusion it is the root of, or -1.
   std::vector<int> fusion_of_root;
@@ -116,6 +126,11 @@ struct FusionPlan {
   // operands, or a transpose of a dot), or -1. Nodes folded away are marked in `absorbed`.
   std::vector<int> folded_dot_of;
   std::vector<FoldedDot> folded_dots;
+  // Per node id: the index of the dot update (above) that subtract runs as, or -1. Its
+  // multiply and dot (or folded transpose) are marked in `absorbed`, and its broadcast when no
+  // other node reads it.
+  std::vector<int> dot_update_of;
+  std::vector<DotUpdate> dot_updates;
 };
 
 // Plans loop fusions and transpose folding over the nodes of `graph` marked in `reachable` (indexed
