@@ -426,17 +426,20 @@ class Execution {
     const bool in_place = addend.owned.has_value() && addend.remaining_uses == 1 &&
                           update.addend != update.dot.lhs && update.addend != update.dot.rhs;
     int64_t new_bytes = 0;
+    const Literal* copy_from = nullptr;  // the GEMM's threads copy the addend block by block
     if (in_place) {
       slot.owned = std::move(*addend.owned);
       slot.bytes = addend.bytes;
       addend.bytes = 0;
       ++in_place_;
     } else {
-      slot.owned = addend.value();
+      slot.owned = Literal::Uninitialized(node.shape());
       slot.bytes = new_bytes = TotalBytes(*slot.owned);
+      copy_from = &addend.value();
     }
     const float alpha = -scale.value().data<float>()[0];
-    internal::DotAccumulate(ctx, lhs.value(), rhs.value(), update.dot.dnums, alpha, *slot.owned);
+    internal::DotAccumulate(ctx, lhs.value(), rhs.value(), update.dot.dnums, alpha, copy_from,
+                            *slot.owned);
     live_bytes_ += new_bytes;
     peak_bytes_ = std::max(peak_bytes_, live_bytes_);
     ++nodes_executed_;

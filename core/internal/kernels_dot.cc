@@ -106,10 +106,12 @@ Blocking ChooseBlocking(const KernelContext& ctx, const GemmSizes& s) {
   return b;
 }
 
-// out = lhs * rhs, or with `accumulate` out += alpha * lhs * rhs (out holds the addend).
+// out = lhs * rhs, or with `accumulate` out = addend + alpha * lhs * rhs: out holds the addend
+// already when `addend` is null, else each block copies its part of `addend` first (in
+// parallel, and hot in cache for its GEMM).
 template <typename T, int kLhsOrder, int kRhsOrder>
 void GemmTyped(const KernelContext& ctx, const GemmSizes& s, const T* lhs, const T* rhs, T* out,
-               bool accumulate = false, T alpha = T(1)) {
+               bool accumulate = false, T alpha = T(1), const T* addend = nullptr) {
   const Blocking blocking = ChooseBlocking(ctx, s);
   auto run = [&](int64_t task) {
     const int64_t b = task / blocking.count;
@@ -117,8 +119,11 @@ void GemmTyped(const KernelContext& ctx, const GemmSizes& s, const T* lhs, const
     ConstMatrixMap<T, kLhsOrder> a(lhs + b * s.m * s.k, s.m, s.k);
     ConstMatrixMap<T, kRhsOrder> w(rhs + b * s.k * s.n, s.k, s.n);
     OutMatrixMap<T> c(out + b * s.m * s.n, s.m, s.n);
+    ConstMatrixMap<T, Eigen::RowMajor> initial(addend != nullptr ? addend + b * s.m * s.n : out,
+                                               s.m, s.n);
     if (blocking.count == 1) {
       if (accumulate) {
+        if (addend != nullptr) c = initial;
         c.noalias() += alpha * (a * w);
       } else {
         c.noalias() = a * w;
@@ -126,6 +131,7 @@ void GemmTyped(const KernelContext& ctx, const GemmSizes& s, const T* lhs, const
     } else if (blocking.split_columns) {
       const int64_t cols = std::min(blocking.block, s.n - start);
       if (accumulate) {
+        if (addend != nullptr) c.middleCols(start, cols) = initial.middleCols(start, cols);
         c.middleCols(start, cols).noalias() += alpha * (a * w.middleCols(start, cols));
       } else {
         c.middleCols(start, cols).noalias() = a * w.middleCols(start, cols);
@@ -133,6 +139,7 @@ void GemmTyped(const KernelContext& ctx, const GemmSizes& s, const T* lhs, const
     } else {
       const int64_t rows = std::min(blocking.block, s.m - start);
       if (accumulate) {
+        if (addend != nullptr) c.middleRows(start, rows) = initial.middleRows(start, rows);
         c.middleRows(start, rows).noalias() += alpha * (a.middleRows(start, rows) * w);
       } else {
         c.middleRows(start, rows).noalias() = a.middleRows(start, rows) * w;
@@ -149,17 +156,18 @@ void GemmTyped(const KernelContext& ctx, const GemmSizes& s, const T* lhs, const
 
 template <typename T>
 void Gemm(const KernelContext& ctx, const GemmSizes& s, const MatrixView& lhs,
-          const MatrixView& rhs, T* out, bool accumulate = false, T alpha = T(1)) {
+          const MatrixView& rhs, T* out, bool accumulate = false, T alpha = T(1),
+          const T* addend = nullptr) {
   const T* a = lhs.literal->data<T>().data();
   const T* b = rhs.literal->data<T>().data();
   if (!lhs.column_major && !rhs.column_major) {
-    GemmTyped<T, Eigen::RowMajor, Eigen::RowMajor>(ctx, s, a, b, out, accumulate, alpha);
+    GemmTyped<T, Eigen::RowMajor, Eigen::RowMajor>(ctx, s, a, b, out, accumulate, alpha, addend);
   } else if (!lhs.column_major) {
-    GemmTyped<T, Eigen::RowMajor, Eigen::ColMajor>(ctx, s, a, b, out, accumulate, alpha);
+    GemmTyped<T, Eigen::RowMajor, Eigen::ColMajor>(ctx, s, a, b, out, accumulate, alpha, addend);
   } else if (!rhs.column_major) {
-    GemmTyped<T, Eigen::ColMajor, Eigen::RowMajor>(ctx, s, a, b, out, accumulate, alpha);
+    GemmTyped<T, Eigen::ColMajor, Eigen::RowMajor>(ctx, s, a, b, out, accumulate, alpha, addend);
   } else {
-    GemmTyped<T, Eigen::ColMajor, Eigen::ColMajor>(ctx, s, a, b, out, accumulate, alpha);
+    GemmTyped<T, Eigen::ColMajor, Eigen::ColMajor>(ctx, s, a, b, out, accumulate, alpha, addend);
   }
 }
 
@@ -252,7 +260,8 @@ Literal Dot(const KernelContext& ctx, const Literal& lhs, const Literal& rhs,
 }
 
 void DotAccumulate(const KernelContext& ctx, const Literal& lhs, const Literal& rhs,
-                   const DotDimensionNumbers& dnums, float alpha, Literal& out) {
+                   const DotDimensionNumbers& dnums, float alpha, const Literal* addend,
+                   Literal& out) {
   const Shape& ls = lhs.shape();
   const Shape& rs = rhs.shape();
   const std::vector<int64_t> lhs_free =
@@ -267,7 +276,8 @@ void DotAccumulate(const KernelContext& ctx, const Literal& lhs, const Literal& 
                                           dnums.lhs_contracting_dims, lhs_scratch);
   const MatrixView rhs_view = ViewOperand(ctx, rhs, dnums.rhs_batch_dims,
                                           dnums.rhs_contracting_dims, rhs_free, rhs_scratch);
-  Gemm<float>(ctx, sizes, lhs_view, rhs_view, out.data<float>().data(), /*accumulate=*/true, alpha);
+  Gemm<float>(ctx, sizes, lhs_view, rhs_view, out.data<float>().data(), /*accumulate=*/true, alpha,
+              addend != nullptr ? addend->data<float>().data() : nullptr);
 }
 
 }  // namespace tessel::internal
