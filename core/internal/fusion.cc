@@ -287,7 +287,11 @@ std::optional<std::pair<DotUpdate, int>> MatchDotUpdate(const Graph& graph, cons
   auto f32 = [](const Node& n) { return n.shape().dtype() == DType::kF32; };
   if (s.opcode() != Opcode::kSubtract || !f32(s) || s.operand(0) == s.operand(1)) return {};
   const Node& multiply = *s.operand(1);
-  if (multiply.opcode() != Opcode::kMultiply || users[multiply.id()] != std::vector<int>{s.id()} ||
+  // Whether `user` is the only reachable user of `node`.
+  auto only_user = [&](const Node& node, const Node& user) {
+    return users[node.id()].size() == 1 && users[node.id()][0] == user.id();
+  };
+  if (multiply.opcode() != Opcode::kMultiply || !only_user(multiply, s) ||
       &multiply == graph.root()) {
     return {};
   }
@@ -296,7 +300,7 @@ std::optional<std::pair<DotUpdate, int>> MatchDotUpdate(const Graph& graph, cons
     const Node& d = *multiply.operand(1 - k);
     if (broadcast.opcode() != Opcode::kBroadcast ||
         broadcast.operand(0)->shape().num_elements() != 1 || !f32(broadcast) ||
-        users[d.id()] != std::vector<int>{multiply.id()} || &d == graph.root() || !f32(d)) {
+        !only_user(d, multiply) || &d == graph.root() || !f32(d)) {
       continue;
     }
     FoldedDot dot;

@@ -43,6 +43,10 @@
 // bitwise (IEEE operations round the same in vector and scalar code), except Eigen's packet
 // transcendental ops at block boundaries (within one ulp).
 //
+// Dot updates (XLA CPU's dot output fusion with an addend): subtract(w, multiply(broadcast(s),
+// d)), d a dot read only there, runs as the GEMM of d accumulating into a copy of w (DotUpdate
+// below): no gradient buffer and no update pass for an SGD step.
+//
 // Transpose folding (XLA's TransposeFolding pass and AlgebraicSimplifier's
 // transpose(dot(a, b)) -> dot(b, a)): a transpose feeding only dots is never materialised, each
 // dot reads its operand through the permuted dimension numbers (the dot kernel views a
