@@ -269,6 +269,10 @@ class Execution {
       } else if (const internal::FoldedDot* dot = FoldedDotOf(*node)) {
         ++slots_[dot->lhs->id()].remaining_uses;
         ++slots_[dot->rhs->id()].remaining_uses;
+      } else if (const internal::DotUpdate* update = DotUpdateOf(*node)) {
+        for (const Node* used : {update->addend, update->scale, update->dot.lhs, update->dot.rhs}) {
+          ++slots_[used->id()].remaining_uses;
+        }
       } else {
         for (const Node* operand : node->operands()) ++slots_[operand->id()].remaining_uses;
       }
@@ -293,6 +297,10 @@ class Execution {
       }
       if (const internal::FoldedDot* dot = FoldedDotOf(*node)) {
         ExecuteFoldedDot(ctx, *node, *dot);
+        continue;
+      }
+      if (const internal::DotUpdate* update = DotUpdateOf(*node)) {
+        ExecuteDotUpdate(ctx, *node, *update);
         continue;
       }
       Slot& slot = slots_[node->id()];
@@ -383,6 +391,7 @@ class Execution {
   int64_t kernels() const { return kernels_; }
   int64_t fusions() const { return fusions_; }
   int64_t in_place() const { return in_place_; }
+  int64_t extra_outputs() const { return extra_outputs_; }
 
  private:
   bool Absorbed(const Node& node) const {
@@ -397,6 +406,45 @@ class Execution {
     if (plan_.folded_dot_of.empty()) return nullptr;
     const int f = plan_.folded_dot_of[node.id()];
     return f < 0 ? nullptr : &plan_.folded_dots[f];
+  }
+
+  const internal::DotUpdate* DotUpdateOf(const Node& node) const {
+    if (plan_.dot_update_of.empty()) return nullptr;
+    const int u = plan_.dot_update_of[node.id()];
+    return u < 0 ? nullptr : &plan_.dot_updates[u];
+  }
+
+  // Runs subtract `node` as its dot update: the addend (its buffer when this is its last use
+  // and it is an intermediate, else a copy) minus scale * dot, in the dot's GEMM.
+  void ExecuteDotUpdate(const KernelContext& ctx, const Node& node,
+                        const internal::DotUpdate& update) {
+    Slot& addend = slots_[update.addend->id()];
+    Slot& scale = slots_[update.scale->id()];
+    Slot& lhs = slots_[update.dot.lhs->id()];
+    Slot& rhs = slots_[update.dot.rhs->id()];
+    Slot& slot = slots_[node.id()];
+    const bool in_place = addend.owned.has_value() && addend.remaining_uses == 1 &&
+                          update.addend != update.dot.lhs && update.addend != update.dot.rhs;
+    int64_t new_bytes = 0;
+    const Literal* copy_from = nullptr;  // the GEMM's threads copy the addend block by block
+    if (in_place) {
+      slot.owned = std::move(*addend.owned);
+      slot.bytes = addend.bytes;
+      addend.bytes = 0;
+      ++in_place_;
+    } else {
+      slot.owned = Literal::Uninitialized(node.shape());
+      slot.bytes = new_bytes = TotalBytes(*slot.owned);
+      copy_from = &addend.value();
+    }
+    const float alpha = -scale.value().data<float>()[0];
+    internal::DotAccumulate(ctx, lhs.value(), rhs.value(), update.dot.dnums, alpha, copy_from,
+                            *slot.owned);
+    live_bytes_ += new_bytes;
+    peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+    ++nodes_executed_;
+    ++kernels_;
+    for (Slot* used : {&addend, &scale, &lhs, &rhs}) Release(*used);
   }
 
   // Runs `node` (a dot, or a transpose of one) as the dot `dot` of transpose folding.
@@ -415,9 +463,10 @@ class Execution {
     Release(rhs);
   }
 
-  // Runs one loop fusion. The output goes into the buffer of a leaf read only elementwise whose
-  // value dies here (an owned intermediate, never an argument or constant), when one has the
-  // root's shape; otherwise into a new buffer.
+  // Runs one loop fusion and fills the slots of its root and of its further outputs. The root
+  // goes into the buffer of a leaf read only elementwise whose value dies here (an owned
+  // intermediate, never an argument or constant), when one has the root's shape; otherwise
+  // into a new buffer.
   absl::Status ExecuteFusion(const KernelContext& ctx, const internal::Fusion& fusion) {
     const Node& root = *fusion.root;
     std::vector<const Literal*> leaves;
@@ -432,21 +481,27 @@ class Execution {
         donated = &*leaf.owned;
       }
     }
-    TESSEL_ASSIGN_OR_RETURN(Literal value, internal::RunFusion(ctx, fusion, leaves, donated));
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> values,
+                            internal::RunFusion(ctx, fusion, leaves, donated));
     if (donor != nullptr) {
       // The buffer changed owner: its bytes are the output's now, not the leaf's.
       live_bytes_ -= donor->bytes;
       donor->bytes = 0;
       ++in_place_;
     }
-    Slot& slot = slots_[root.id()];
-    slot.bytes = TotalBytes(value);
-    slot.owned = std::move(value);
-    live_bytes_ += slot.bytes;
+    // The root, then the further outputs (computed in the loop, read after it).
+    for (size_t v = 0; v < values.size(); ++v) {
+      const Node& node = v == 0 ? root : *fusion.instructions[fusion.extra_outputs[v - 1]].node;
+      Slot& slot = slots_[node.id()];
+      slot.bytes = TotalBytes(values[v]);
+      slot.owned = std::move(values[v]);
+      live_bytes_ += slot.bytes;
+    }
     peak_bytes_ = std::max(peak_bytes_, live_bytes_);
     ++nodes_executed_;
     ++kernels_;
     ++fusions_;
+    extra_outputs_ += static_cast<int64_t>(fusion.extra_outputs.size());
     for (const Node* leaf : fusion.leaves) Release(slots_[leaf->id()]);
     return absl::OkStatus();
   }
@@ -510,6 +565,7 @@ class Execution {
     kernels_ += run.kernels();
     fusions_ += run.fusions();
     in_place_ += run.in_place();
+    extra_outputs_ += run.extra_outputs();
     return run.TakeResult();
   }
 
@@ -570,6 +626,7 @@ class Execution {
   int64_t kernels_ = 0;
   int64_t fusions_ = 0;
   int64_t in_place_ = 0;
+  int64_t extra_outputs_ = 0;
 };
 
 }  // namespace
@@ -626,6 +683,7 @@ absl::StatusOr<std::vector<Literal>> Executor::RunBorrowed(
     stats->kernels = run.kernels();
     stats->fusions = run.fusions();
     stats->in_place = run.in_place();
+    stats->fusion_extra_outputs = run.extra_outputs();
   }
   return run.TakeOutputs();
 }

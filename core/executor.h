@@ -17,14 +17,18 @@
 // last), both with this executor's options, so collectives inside them go to the same backend.
 // Loop fusion (core/internal/fusion.h, XLA's kLoop fusion): before running, chains of
 // elementwise ops with the broadcasts and reshapes feeding them become one loop per output
-// (one pass over memory), and a fused output whose operand is an intermediate that dies there
-// is written into that operand's buffer. Fusion is internal: the graph does not change, and
+// (one pass over memory; a fused value also read after the loop is written by it as a further
+// output, XLA's multi-output fusion), the common f32 ops run through precompiled vectorised
+// loops, and a fused output whose operand is an intermediate that dies there is written into
+// that operand's buffer. Fusion is internal: the graph does not change, and
 // results equal the unfused run's bitwise except Eigen's packet transcendental ops, which may
-// differ by one ulp. With fusion, transposes fold into dots (XLA's TransposeFolding): a transpose
-// read only by dots is read through their dimension numbers, and transpose(dot(a, b)) that swaps
-// the free dims runs as dot(b, a); those dots agree with the unfolded ones to GEMM rounding
-// (Eigen tiles the swapped product differently). ExecutorOptions::fusion = false (or TESSEL_EXECUTOR_FUSION=0 for the
-// executors the runtime builds) runs every node as its own kernel.
+// differ by one ulp, and the SGD-style update w - s * dot(a, b) of a dot read only there, which
+// runs as the dot's GEMM accumulating into w (one rounding fewer, and Eigen's k-blocks summed
+// into w: a reassociation). With fusion, transposes fold into dots (XLA's TransposeFolding): a
+// transpose read only by dots is read through their dimension numbers, and transpose(dot(a, b))
+// that swaps the free dims runs as dot(b, a); those dots agree with the unfolded ones to GEMM
+// rounding (Eigen tiles the swapped product differently). ExecutorOptions::fusion = false (or
+// TESSEL_EXECUTOR_FUSION=0 for the executors the runtime builds) runs every node as its own kernel.
 // `Run` is const and may be called from several threads at once.
 #ifndef TESSEL_CORE_EXECUTOR_H_
 #define TESSEL_CORE_EXECUTOR_H_
@@ -68,6 +72,9 @@ struct ExecutionStats {
   // buffer instead of a new one.
   int64_t fusions = 0;
   int64_t in_place = 0;
+  // Further outputs of multi-output fusions (core/internal/fusion.h): values a fused loop
+  // wrote besides its root, which unfused would have been a pass of their own.
+  int64_t fusion_extra_outputs = 0;
 };
 
 class Executor {

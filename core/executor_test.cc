@@ -3,8 +3,10 @@
 // ranks 0..4; plus rng properties, liveness accounting, argument errors and threading.
 #include "tessel/core/executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <random>
@@ -18,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "tessel/core/graph.h"
 #include "tessel/core/internal/buffer_pool.h"
+#include "tessel/core/internal/fusion_loops.h"
 #include "tessel/core/internal/kernels.h"
 #include "tessel/core/literal.h"
 #include "tessel/core/rng.h"
@@ -1487,6 +1490,396 @@ TEST(ExecutorTest, FusionEndingInReshapesWritesTheOutputFromItsLastOp) {
     EXPECT_EQ(stats.kernels, 1);
     ExpectWithinOneUlp(fused, unfused, absl::StrCat("threads ", threads));
   }
+}
+
+// f32 values with the cases elementwise loops get wrong first: signed zeros, infinities, NaN,
+// subnormals, and values that round differently under another operation order.
+Literal SpecialF32(const Shape& shape, uint32_t seed) {
+  Literal lit = Random(shape, seed, -4, 4);
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::denorm_min(),
+                            -1e-38f,
+                            1.0f,
+                            3.0f};
+  std::mt19937 gen(seed);
+  for (int64_t i = 0; i < lit.num_elements(); i += 3) {
+    lit.data<float>()[i] = specials[gen() % std::size(specials)];
+  }
+  return lit;
+}
+
+// Every precompiled fused loop (core/internal/fusion_loops.h), with each operand a block or a
+// broadcast scalar (read as one element), against the unfused kernels, bit for bit. The graph
+// is op(x or broadcast(s), y or broadcast(t)) wrapped in negate so the op is not the root:
+// a loop reading its operands in the wrong order, or a scalar as a block, gives other bits.
+TEST(ExecutorTest, PrecompiledFusedLoopsEqualUnfusedKernelsWithScalarOperands) {
+  const Shape shape(DType::kF32, {3, 700});  // several blocks and a partial one
+  const Shape scalar(DType::kF32, {});
+  std::vector<std::pair<Opcode, ComparisonDirection>> ops = {
+      {Opcode::kAdd, {}},    {Opcode::kSubtract, {}}, {Opcode::kMultiply, {}},
+      {Opcode::kDivide, {}}, {Opcode::kMaximum, {}},  {Opcode::kMinimum, {}},
+      {Opcode::kSelect, {}}, {Opcode::kNegate, {}},   {Opcode::kAbs, {}},
+      {Opcode::kSqrt, {}},   {Opcode::kConvert, {}}};
+  for (ComparisonDirection d :
+       {ComparisonDirection::kEq, ComparisonDirection::kNe, ComparisonDirection::kLt,
+        ComparisonDirection::kLe, ComparisonDirection::kGt, ComparisonDirection::kGe}) {
+    ops.push_back({Opcode::kCompare, d});
+  }
+  for (const auto& [opcode, direction] : ops) {
+    const bool unary = opcode == Opcode::kNegate || opcode == Opcode::kAbs ||
+                       opcode == Opcode::kSqrt || opcode == Opcode::kConvert;
+    for (int scalars = 0; scalars < (unary ? 1 : 4); ++scalars) {
+      Graph g("loop");
+      Node* x = g.AddParameter(0, shape, "x").value();
+      Node* y = g.AddParameter(1, shape, "y").value();
+      Node* s = g.AddParameter(2, scalar, "s").value();
+      Node* t = g.AddParameter(3, scalar, "t").value();
+      auto broadcast = [&](Node* v) {
+        return g.AddNode(Opcode::kBroadcast, shape, {v}, OpAttributes{}).value();
+      };
+      Node* a = scalars & 1 ? broadcast(s) : x;
+      Node* b = scalars & 2 ? broadcast(t) : y;
+      OpAttributes attrs;
+      attrs.comparison_direction = direction;
+      Node* op = nullptr;
+      if (opcode == Opcode::kSelect) {
+        attrs.comparison_direction = ComparisonDirection::kLt;
+        Node* pred = g.AddNode(Opcode::kCompare, {x, y}, attrs).value();
+        op = g.AddNode(Opcode::kSelect, {pred, a, b}).value();
+      } else if (opcode == Opcode::kConvert) {
+        attrs.comparison_direction = ComparisonDirection::kGt;
+        Node* pred = g.AddNode(Opcode::kCompare, {x, y}, attrs).value();
+        op = g.AddNode(Opcode::kConvert, shape, {pred}, OpAttributes{}).value();
+      } else if (unary) {
+        op = g.AddNode(opcode, {x}).value();
+      } else {
+        op = g.AddNode(opcode, {a, b}, attrs).value();
+      }
+      if (op->shape().dtype() == DType::kPred) {
+        g.set_root(g.AddNode(Opcode::kNot, {op}).value());
+      } else {
+        g.set_root(g.AddNode(Opcode::kNegate, {op}).value());
+      }
+      const std::vector<Literal> args = {SpecialF32(shape, 1), SpecialF32(shape, 2),
+                                         Literal::Scalar(-0.0f), Literal::Scalar(2.5f)};
+      const std::string what = absl::StrCat(
+          OpcodeName(opcode), " ", ComparisonDirectionName(direction), " scalars ", scalars);
+      ExecutionStats stats;
+      Literal fused = Executor({.fusion = true}).Run(g, args, &stats).value()[0];
+      Literal unfused = Executor({.fusion = false}).Run(g, args).value()[0];
+      EXPECT_EQ(stats.fusions, 1) << what;
+      ExpectEqual(fused, unfused, what);
+      // NaN payloads and signs: compare the bits too (ExpectEqual treats NaNs as equal).
+      EXPECT_EQ(fused, unfused) << what;
+    }
+  }
+}
+
+// Multiplies by a broadcast scalar folded into their user's loop (ChooseScaledBlockLoop): the
+// product is rounded to f32 before the user's op, as unfused, so results are bitwise equal.
+// Each binary op and compare with its operands x * s, s * y, a block or a scalar, in every
+// combination; a fused multiply-add (one rounding) or a scale on the wrong operand changes bits.
+TEST(ExecutorTest, ScalarMultipliesFoldedIntoTheirUserEqualUnfused) {
+  const Shape shape(DType::kF32, {2, 600});
+  const Shape scalar(DType::kF32, {});
+  std::vector<std::pair<Opcode, ComparisonDirection>> ops = {
+      {Opcode::kAdd, {}},
+      {Opcode::kSubtract, {}},
+      {Opcode::kMultiply, {}},
+      {Opcode::kDivide, {}},
+      {Opcode::kMaximum, {}},
+      {Opcode::kMinimum, {}},
+      {Opcode::kCompare, ComparisonDirection::kLt},
+      {Opcode::kCompare, ComparisonDirection::kGe}};
+  // Per operand: 0 block, 1 block * scalar, 2 scalar * block, 3 broadcast scalar.
+  for (const auto& [opcode, direction] : ops) {
+    for (int a_kind = 0; a_kind < 4; ++a_kind) {
+      for (int b_kind = 0; b_kind < 4; ++b_kind) {
+        Graph g("folded");
+        Node* x = g.AddParameter(0, shape, "x").value();
+        Node* y = g.AddParameter(1, shape, "y").value();
+        Node* s = g.AddParameter(2, scalar, "s").value();
+        Node* t = g.AddParameter(3, scalar, "t").value();
+        auto operand = [&](int kind, Node* block, Node* factor) {
+          Node* b = g.AddNode(Opcode::kBroadcast, shape, {factor}, OpAttributes{}).value();
+          if (kind == 0) return block;
+          if (kind == 3) return b;
+          return g
+              .AddNode(Opcode::kMultiply,
+                       kind == 1 ? std::vector<Node*>{block, b} : std::vector<Node*>{b, block})
+              .value();
+        };
+        OpAttributes attrs;
+        attrs.comparison_direction = direction;
+        Node* op = g.AddNode(opcode, {operand(a_kind, x, s), operand(b_kind, y, t)}, attrs).value();
+        g.set_root(
+            g.AddNode(op->shape().dtype() == DType::kPred ? Opcode::kNot : Opcode::kNegate, {op})
+                .value());
+        // 1.1 and 0.3 make products that round; x * 1e30 and y * -1e30 overflow to infinities.
+        for (const auto& [sv, tv] : {std::pair{1.1f, 0.3f}, std::pair{1e30f, -1e30f}}) {
+          const std::vector<Literal> args = {SpecialF32(shape, 11), SpecialF32(shape, 12),
+                                             Literal::Scalar(sv), Literal::Scalar(tv)};
+          const std::string what = absl::StrCat(OpcodeName(opcode), " operands ", a_kind, ",",
+                                                b_kind, " scales ", sv, ",", tv);
+          Literal fused = Executor({.fusion = true}).Run(g, args).value()[0];
+          Literal unfused = Executor({.fusion = false}).Run(g, args).value()[0];
+          EXPECT_EQ(fused, unfused) << what;
+        }
+      }
+    }
+  }
+}
+
+// The ops of training steps take the precompiled loops (fusion_loops.h), in every scalar
+// variant; other element types and ops take the general path (no loop).
+TEST(ExecutorTest, PrecompiledLoopsCoverTheOpsOfATrainingStep) {
+  Graph g("loops");
+  const Shape f32(DType::kF32, {8}), f64(DType::kF64, {8});
+  Node* x = g.AddParameter(0, f32, "x").value();
+  Node* y = g.AddParameter(1, f64, "y").value();
+  OpAttributes gt;
+  gt.comparison_direction = ComparisonDirection::kGt;
+  Node* mask = g.AddNode(Opcode::kCompare, {x, x}, gt).value();
+  const bool none[] = {false, false}, second[] = {false, true}, first[] = {true, false};
+  const bool neither[] = {false, false, false}, both[] = {false, true, true}, one[] = {false};
+  for (Opcode opcode : {Opcode::kAdd, Opcode::kSubtract, Opcode::kMultiply, Opcode::kDivide,
+                        Opcode::kMaximum, Opcode::kMinimum}) {
+    Node* op = g.AddNode(opcode, {x, x}).value();
+    EXPECT_EQ(internal::ChooseBlockLoop(*op, none).scalar_operands, 0u) << OpcodeName(opcode);
+    EXPECT_NE(internal::ChooseBlockLoop(*op, none).run, nullptr) << OpcodeName(opcode);
+    EXPECT_EQ(internal::ChooseBlockLoop(*op, second).scalar_operands, 2u) << OpcodeName(opcode);
+    EXPECT_EQ(internal::ChooseBlockLoop(*op, first).scalar_operands, 1u) << OpcodeName(opcode);
+    EXPECT_EQ(internal::ChooseBlockLoop(*g.AddNode(opcode, {y, y}).value(), none).run, nullptr);
+  }
+  EXPECT_EQ(internal::ChooseBlockLoop(*mask, second).scalar_operands, 2u);
+  // Folded multiplies: bit 2 + k for a scaled operand k, never together with a scalar one.
+  const bool scaled_first[] = {true, false}, scaled_both[] = {true, true};
+  Node* add = g.AddNode(Opcode::kAdd, {x, x}).value();
+  EXPECT_EQ(internal::ChooseScaledBlockLoop(*add, second, scaled_first).scalar_operands, 6u);
+  EXPECT_EQ(internal::ChooseScaledBlockLoop(*add, none, scaled_both).scalar_operands, 12u);
+  EXPECT_EQ(internal::ChooseScaledBlockLoop(*add, first, scaled_first).run, nullptr);
+  EXPECT_EQ(internal::ChooseScaledBlockLoop(*mask, none, scaled_both).scalar_operands, 12u);
+  Node* select = g.AddNode(Opcode::kSelect, {mask, x, x}).value();
+  EXPECT_EQ(internal::ChooseBlockLoop(*select, both).scalar_operands, 6u);
+  EXPECT_NE(internal::ChooseBlockLoop(*select, neither).run, nullptr);
+  Node* convert = g.AddNode(Opcode::kConvert, f32, {mask}, OpAttributes{}).value();
+  EXPECT_NE(internal::ChooseBlockLoop(*convert, one).run, nullptr);
+  for (Opcode opcode : {Opcode::kNegate, Opcode::kAbs, Opcode::kSqrt}) {
+    EXPECT_NE(internal::ChooseBlockLoop(*g.AddNode(opcode, {x}).value(), one).run, nullptr)
+        << OpcodeName(opcode);
+  }
+  EXPECT_EQ(internal::ChooseBlockLoop(*g.AddNode(Opcode::kExp, {x}).value(), one).run, nullptr);
+}
+
+// Multi-output fusion (core/internal/fusion.h): ReLU as the lazy API traces it, with the
+// compare kept for the backward pass (a user after the fusion), is one loop writing the select
+// and the compare; unfused it is add, compare and select over memory plus two broadcasts.
+TEST(ExecutorTest, ReluWithItsMaskKeptIsOneLoopWithTwoOutputs) {
+  Graph g("relu");
+  const Shape shape(DType::kF32, {33, 1000});
+  Node* x = g.AddParameter(0, shape, "x").value();
+  Node* bias = g.AddParameter(1, Shape(DType::kF32, {1000}), "bias").value();
+  OpAttributes row;
+  row.dimensions = {1};
+  Node* biased =
+      g.AddNode(Opcode::kAdd, {x, g.AddNode(Opcode::kBroadcast, shape, {bias}, row).value()})
+          .value();
+  Node* zero =
+      g.AddNode(Opcode::kBroadcast, shape, {g.AddConstant(Literal::Scalar(0.0f))}, OpAttributes{})
+          .value();
+  OpAttributes gt;
+  gt.comparison_direction = ComparisonDirection::kGt;
+  Node* mask = g.AddNode(Opcode::kCompare, {biased, zero}, gt).value();
+  Node* relu = g.AddNode(Opcode::kSelect, {mask, biased, zero}).value();
+  OpAttributes reduce;
+  reduce.dimensions = {0, 1};
+  reduce.reduce_kind = ReduceKind::kAdd;
+  Node* sum =
+      g.AddNode(Opcode::kReduce, {relu, g.AddConstant(Literal::Scalar(0.0f))}, reduce).value();
+  // The mask's second user runs after the fusion: select(mask, x * sum, 0).
+  Node* scaled = g.AddNode(Opcode::kMultiply,
+                           {x, g.AddNode(Opcode::kBroadcast, shape, {sum}, OpAttributes{}).value()})
+                     .value();
+  g.set_root(g.AddNode(Opcode::kSelect, {mask, scaled, zero}).value());
+  const std::vector<Literal> args = {SpecialF32(shape, 5), Random(Shape(DType::kF32, {1000}), 6)};
+  ExecutionStats fused_stats, unfused_stats;
+  Literal fused = Executor({.fusion = true}).Run(g, args, &fused_stats).value()[0];
+  Literal unfused = Executor({.fusion = false}).Run(g, args, &unfused_stats).value()[0];
+  EXPECT_EQ(fused, unfused);
+  EXPECT_EQ(unfused_stats.kernels, 9);
+  // The ReLU loop (writes relu and mask), the reduce, the loop of the root.
+  EXPECT_EQ(fused_stats.fusions, 2);
+  EXPECT_EQ(fused_stats.fusion_extra_outputs, 1);  // the mask
+  EXPECT_EQ(fused_stats.kernels, 3);
+}
+
+// A producer whose other user runs before the fusion's root must not be a further output (the
+// user would read it before the loop wrote it): p = x + y; s = reduce(p); root = p * s.
+TEST(ExecutorTest, ProducerReadBeforeTheFusionIsNotAFurtherOutput) {
+  Graph g("before");
+  const Shape shape(DType::kF32, {5000});
+  Node* x = g.AddParameter(0, shape, "x").value();
+  Node* y = g.AddParameter(1, shape, "y").value();
+  Node* p = g.AddNode(Opcode::kAdd, {x, y}).value();
+  OpAttributes reduce;
+  reduce.dimensions = {0};
+  reduce.reduce_kind = ReduceKind::kMaximum;
+  Node* s = g.AddNode(Opcode::kReduce, {p, g.AddConstant(Literal::Scalar(-1e30f))}, reduce).value();
+  Node* e = g.AddNode(Opcode::kExp, {p}).value();
+  g.set_root(g.AddNode(Opcode::kMultiply,
+                       {e, g.AddNode(Opcode::kBroadcast, shape, {s}, OpAttributes{}).value()})
+                 .value());
+  const std::vector<Literal> args = {Random(shape, 7, 0, 1), Random(shape, 8, 0, 1)};
+  ExecutionStats stats;
+  Literal fused = Executor({.fusion = true}).Run(g, args, &stats).value()[0];
+  Literal unfused = Executor({.fusion = false}).Run(g, args).value()[0];
+  // p is materialised (the reduce reads it first); exp and multiply are one loop.
+  EXPECT_EQ(stats.kernels, 3);
+  EXPECT_EQ(stats.fusions, 1);
+  EXPECT_EQ(stats.fusion_extra_outputs, 0);
+  ExpectWithinOneUlp(fused, unfused, "producer read before the fusion");
+}
+
+// A further output next to a root written in place: d = dot(x, x) dies in the loop of
+// e = exp(d); r = e + d * 2, and e is also read after it (root tuple).
+TEST(ExecutorTest, FurtherOutputBesideAnInPlaceRoot) {
+  Graph g("in_place_two_outputs");
+  const Shape shape(DType::kF32, {64, 64});
+  Node* x = g.AddParameter(0, shape, "x").value();
+  OpAttributes dot;
+  dot.dot.lhs_contracting_dims = {1};
+  dot.dot.rhs_contracting_dims = {0};
+  Node* d = g.AddNode(Opcode::kDot, {x, x}, dot).value();
+  Node* two =
+      g.AddNode(Opcode::kBroadcast, shape, {g.AddConstant(Literal::Scalar(2.0f))}, OpAttributes{})
+          .value();
+  Node* e = g.AddNode(Opcode::kExp, {d}).value();
+  Node* r = g.AddNode(Opcode::kAdd, {e, g.AddNode(Opcode::kMultiply, {d, two}).value()}).value();
+  g.set_root(g.AddNode(Opcode::kTuple, {r, e}).value());
+  const std::vector<Literal> args = {Random(shape, 9, -0.1, 0.1)};
+  ExecutionStats stats;
+  std::vector<Literal> fused = Executor({.fusion = true}).Run(g, args, &stats).value();
+  std::vector<Literal> unfused = Executor({.fusion = false}).Run(g, args).value();
+  EXPECT_EQ(stats.in_place, 1);
+  EXPECT_EQ(stats.fusions, 1);
+  EXPECT_EQ(stats.kernels, 2);  // the dot and the loop writing r and e
+  EXPECT_EQ(stats.fusion_extra_outputs, 1);
+  ASSERT_EQ(fused.size(), 2u);
+  ExpectWithinOneUlp(fused[0], unfused[0], "root written in place");
+  ExpectWithinOneUlp(fused[1], unfused[1], "further output");
+}
+
+// The SGD update of a weight whose gradient is a dot (as autodiff traces it: the transpose of
+// dot(delta, x) contracting the batch) runs as one GEMM accumulating into a copy of the weight
+// (kernels.h DotAccumulate): no gradient buffer, no update pass. One rounding fewer than
+// unfused (a fused multiply-add), and Eigen's k-blocks add into the weight instead of into a
+// zeroed gradient (a reassociation: one rounding per k-block on each side), so the check is
+// |fused - unfused| <= 2^-23 (blocks + 2) (|update| + |w| + lr * sum_b |x_b| |delta_b|) per
+// element (the last term bounds every partial sum), blocks = ceil(batch / 128) (Eigen's
+// k-blocks are at least that long).
+TEST(ExecutorTest, SgdUpdateOfADotGradientRunsInTheGemm) {
+  for (int64_t batch : {48, 700}) {  // one of Eigen's k-blocks, and several
+    Graph g("sgd");
+    const int64_t in = 40, out = 56;
+    Node* x = g.AddParameter(0, Shape(DType::kF32, {batch, in}), "x").value();
+    Node* delta = g.AddParameter(1, Shape(DType::kF32, {batch, out}), "delta").value();
+    Node* w = g.AddParameter(2, Shape(DType::kF32, {in, out}), "w").value();
+    Node* lr = g.AddParameter(3, Shape(DType::kF32, {}), "lr").value();
+    OpAttributes batch_dims;
+    batch_dims.dot.lhs_contracting_dims = {0};
+    batch_dims.dot.rhs_contracting_dims = {0};
+    Node* dot = g.AddNode(Opcode::kDot, {delta, x}, batch_dims).value();  // [out, in]
+    OpAttributes swap;
+    swap.dimensions = {1, 0};
+    Node* grad = g.AddNode(Opcode::kTranspose, {dot}, swap).value();
+    Node* lr_b = g.AddNode(Opcode::kBroadcast, w->shape(), {lr}, OpAttributes{}).value();
+    Node* scaled = g.AddNode(Opcode::kMultiply, {lr_b, grad}).value();
+    Node* updated = g.AddNode(Opcode::kSubtract, {w, scaled}).value();
+    g.set_root(
+        g.AddNode(Opcode::kTuple, {updated, g.AddNode(Opcode::kNegate, {w}).value()}).value());
+    const std::vector<Literal> args = {Random(x->shape(), 21, -1, 1),
+                                       Random(delta->shape(), 22, -1, 1),
+                                       Random(w->shape(), 23, -1, 1), Literal::Scalar(0.05f)};
+    ExecutionStats fused_stats, unfused_stats;
+    std::vector<Literal> fused = Executor({.fusion = true}).Run(g, args, &fused_stats).value();
+    std::vector<Literal> unfused = Executor({.fusion = false}).Run(g, args, &unfused_stats).value();
+    EXPECT_EQ(fused_stats.kernels, 2) << batch;  // the update's GEMM and the negate
+    EXPECT_EQ(unfused_stats.kernels, 6) << batch;
+    // sum_b |x_b| |delta_b|, for the tolerance.
+    Graph gg("grad");
+    Node* gx = gg.AddNode(Opcode::kAbs, {gg.AddParameter(0, x->shape(), "x").value()}).value();
+    Node* gd =
+        gg.AddNode(Opcode::kAbs, {gg.AddParameter(1, delta->shape(), "delta").value()}).value();
+    gg.set_root(gg.AddNode(Opcode::kDot, {gx, gd}, batch_dims).value());  // [in, out]
+    Literal gradient = Executor({.fusion = false}).Run(gg, {args[0], args[1]}).value()[0];
+    for (int64_t i = 0; i < fused[0].num_elements(); ++i) {
+      const double f = fused[0].data<float>()[i], u = unfused[0].data<float>()[i];
+      const double step = 0.05 * gradient.data<float>()[i];
+      const double blocks = static_cast<double>((batch + 127) / 128);
+      const double magnitude = std::abs(u) + std::abs(args[2].data<float>()[i]) + std::abs(step);
+      ASSERT_LE(std::abs(f - u), 0x1p-23 * (blocks + 2) * magnitude)
+          << "batch " << batch << " element " << i << ": fused " << f << ", unfused " << u;
+    }
+    EXPECT_EQ(fused[1], unfused[1]);
+  }
+}
+
+// The addend of a dot update is written in place when it is an intermediate that dies there;
+// a dot read by another node too is no dot update.
+TEST(ExecutorTest, DotUpdateInPlaceAndOnlyForADotReadOnce) {
+  const Shape shape(DType::kF32, {32, 32});
+  for (bool dot_read_twice : {false, true}) {
+    Graph g("update");
+    Node* a = g.AddParameter(0, shape, "a").value();
+    Node* b = g.AddParameter(1, shape, "b").value();
+    Node* p = g.AddNode(Opcode::kExp, {a}).value();  // an intermediate, dead after the update
+    OpAttributes mm;
+    mm.dot.lhs_contracting_dims = {1};
+    mm.dot.rhs_contracting_dims = {0};
+    Node* d = g.AddNode(Opcode::kDot, {a, b}, mm).value();
+    Node* two =
+        g.AddNode(Opcode::kBroadcast, shape, {g.AddConstant(Literal::Scalar(2.0f))}, OpAttributes{})
+            .value();
+    Node* updated =
+        g.AddNode(Opcode::kSubtract, {p, g.AddNode(Opcode::kMultiply, {d, two}).value()}).value();
+    g.set_root(dot_read_twice ? g.AddNode(Opcode::kTuple, {updated, d}).value() : updated);
+    const std::vector<Literal> args = {Random(shape, 31, -1, 1), Random(shape, 32, -1, 1)};
+    ExecutionStats stats;
+    std::vector<Literal> fused = Executor({.fusion = true}).Run(g, args, &stats).value();
+    std::vector<Literal> unfused = Executor({.fusion = false}).Run(g, args).value();
+    if (dot_read_twice) {
+      EXPECT_EQ(stats.kernels, 2);  // the dot, one loop of exp and the update
+      EXPECT_EQ(stats.fusions, 1);
+      EXPECT_EQ(fused[0], unfused[0]);
+    } else {
+      EXPECT_EQ(stats.kernels, 2);  // exp, the update's GEMM into exp's buffer
+      EXPECT_EQ(stats.in_place, 1);
+      ExpectClose(fused[0], unfused[0], 1e-5, 1e-6, "dot update in place");
+    }
+  }
+}
+
+// Large buffers start at different offsets within their pages (core/internal/buffer_pool.cc:
+// 4K aliasing), keep them when pooled, and free correctly.
+TEST(ExecutorTest, LargeBuffersAreStaggeredWithinPages) {
+  std::vector<std::byte*> buffers;
+  std::vector<uintptr_t> offsets;
+  for (int i = 0; i < 4; ++i) {
+    buffers.push_back(internal::AllocateBuffer(3 << 20));
+    offsets.push_back(reinterpret_cast<uintptr_t>(buffers.back()) % 4096);
+    EXPECT_EQ(offsets.back() % 64, 0u);
+    std::memset(buffers.back(), i, 3 << 20);  // all of it is usable
+  }
+  std::sort(offsets.begin(), offsets.end());
+  EXPECT_EQ(std::unique(offsets.begin(), offsets.end()), offsets.end()) << "same page offsets";
+  for (std::byte* b : buffers) internal::FreeBuffer(b);
+  std::byte* again = internal::AllocateBuffer(3 << 20);
+  EXPECT_EQ(again, buffers.back());  // the pool's last freed buffer, at the offset it had
+  internal::FreeBuffer(again);
 }
 
 TEST(ExecutorTest, SecondRunOfAStepAllocatesNoLargeBuffer) {

@@ -1,15 +1,19 @@
 #include "tessel/core/internal/fusion.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <queue>
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "tessel/core/internal/fusion_loops.h"
 
 namespace tessel::internal {
 namespace {
@@ -65,7 +69,7 @@ std::vector<std::vector<int>> ReachableUsers(const Graph& graph,
 std::vector<const Node*> GrowFusion(const Graph& graph, const Node& root,
                                     const std::vector<bool>& fusible,
                                     const std::vector<std::vector<int>>& users,
-                                    std::vector<bool>& in_fusion) {
+                                    bool allow_extra_outputs, std::vector<bool>& in_fusion) {
   const int64_t count = root.shape().num_elements();
   std::vector<const Node*> members{&root};
   in_fusion[root.id()] = true;
@@ -81,10 +85,17 @@ std::vector<const Node*> GrowFusion(const Graph& graph, const Node& root,
     if (in_fusion[id]) continue;
     const Node& p = *graph.nodes()[id];
     if (!fusible[id] || &p == graph.root() || p.shape().num_elements() != count) continue;
-    if (p.opcode() != Opcode::kBroadcast) {
+    if (p.opcode() == Opcode::kReshape) {
       const bool all_users_inside =
           std::all_of(users[id].begin(), users[id].end(), [&](int u) { return in_fusion[u]; });
       if (!all_users_inside) continue;
+    } else if (p.opcode() != Opcode::kBroadcast) {
+      // Users outside make p a further output; they must run after the fusion (which runs at
+      // the root's place in the node order), or they would read p before the loop wrote it.
+      const bool users_inside_or_later = std::all_of(
+          users[id].begin(), users[id].end(),
+          [&](int u) { return in_fusion[u] || (allow_extra_outputs && u > root.id()); });
+      if (!users_inside_or_later) continue;
     }
     in_fusion[id] = true;
     members.push_back(&p);
@@ -96,7 +107,8 @@ std::vector<const Node*> GrowFusion(const Graph& graph, const Node& root,
 }
 
 // Builds the Fusion record of `members` (topological order, root last).
-Fusion MakeFusion(const std::vector<const Node*>& members, const std::vector<bool>& in_fusion) {
+Fusion MakeFusion(const std::vector<const Node*>& members, const std::vector<bool>& in_fusion,
+                  const std::vector<std::vector<int>>& users) {
   Fusion fusion;
   fusion.root = members.back();
   const int64_t count = fusion.root->shape().num_elements();
@@ -126,10 +138,24 @@ Fusion MakeFusion(const std::vector<const Node*>& members, const std::vector<boo
       }
       instruction.operands.push_back(-(leaf + 1));
     }
-    instruction_of.emplace_back(member->id(), static_cast<int>(fusion.instructions.size()));
+    const int index = static_cast<int>(fusion.instructions.size());
+    instruction_of.emplace_back(member->id(), index);
     fusion.instructions.push_back(std::move(instruction));
+    const std::vector<int>& member_users = users[member->id()];
+    if (member != fusion.root && !broadcast &&
+        std::any_of(member_users.begin(), member_users.end(),
+                    [&](int u) { return !in_fusion[u]; })) {
+      fusion.extra_outputs.push_back(index);
+    }
   }
   return fusion;
+}
+
+// Arrays a fusion reads or writes at the output's index: its elementwise leaves and outputs.
+int MemoryStreams(const Fusion& fusion) {
+  const int reads = static_cast<int>(
+      std::count(fusion.leaf_elementwise.begin(), fusion.leaf_elementwise.end(), true));
+  return reads + 1 + static_cast<int>(fusion.extra_outputs.size());
 }
 
 // Where transpose `t`, read by a dot with `batch` and `contracting` dims of t, lets the dot read
@@ -253,6 +279,66 @@ void PlanTransposeFolding(const Graph& graph, const std::vector<bool>& reachable
   }
 }
 
+// The dot update `s` runs as (DotUpdate, fusion.h), if it is one, and which operand of the
+// multiply is the broadcast.
+std::optional<std::pair<DotUpdate, int>> MatchDotUpdate(const Graph& graph, const Node& s,
+                                                        const std::vector<std::vector<int>>& users,
+                                                        const FusionPlan& plan) {
+  auto f32 = [](const Node& n) { return n.shape().dtype() == DType::kF32; };
+  if (s.opcode() != Opcode::kSubtract || !f32(s) || s.operand(0) == s.operand(1)) return {};
+  const Node& multiply = *s.operand(1);
+  // Whether `user` is the only reachable user of `node`.
+  auto only_user = [&](const Node& node, const Node& user) {
+    return users[node.id()].size() == 1 && users[node.id()][0] == user.id();
+  };
+  if (multiply.opcode() != Opcode::kMultiply || !only_user(multiply, s) ||
+      &multiply == graph.root()) {
+    return {};
+  }
+  for (int k = 0; k < 2; ++k) {
+    const Node& broadcast = *multiply.operand(k);
+    const Node& d = *multiply.operand(1 - k);
+    if (broadcast.opcode() != Opcode::kBroadcast ||
+        broadcast.operand(0)->shape().num_elements() != 1 || !f32(broadcast) ||
+        !only_user(d, multiply) || &d == graph.root() || !f32(d)) {
+      continue;
+    }
+    FoldedDot dot;
+    if (plan.folded_dot_of[d.id()] >= 0) {
+      dot = plan.folded_dots[plan.folded_dot_of[d.id()]];
+    } else if (d.opcode() == Opcode::kDot && !plan.absorbed[d.id()]) {
+      dot = {d.operand(0), d.operand(1), d.attrs().dot};
+    } else {
+      continue;
+    }
+    if (!f32(*dot.lhs) || !f32(*dot.rhs)) continue;
+    return std::make_pair(DotUpdate{s.operand(0), broadcast.operand(0), dot}, k);
+  }
+  return {};
+}
+
+// Plans the dot updates (fusion.h) after transpose folding, before loop fusion: the subtracts,
+// multiplies and dots they take are then no fusion's members.
+// Returns, per broadcast, how many of its users are multiplies a dot update took.
+std::vector<int> PlanDotUpdates(const Graph& graph, const std::vector<bool>& reachable,
+                                const std::vector<std::vector<int>>& users, FusionPlan& plan) {
+  plan.dot_update_of.assign(graph.num_nodes(), -1);
+  std::vector<int> update_users(graph.num_nodes(), 0);  // per broadcast: multiplies taken
+  for (const Node* node : graph.nodes()) {
+    if (!reachable[node->id()] || plan.absorbed[node->id()]) continue;
+    std::optional<std::pair<DotUpdate, int>> update = MatchDotUpdate(graph, *node, users, plan);
+    if (!update.has_value()) continue;
+    const Node& multiply = *node->operand(1);
+    const int k = update->second;
+    plan.absorbed[multiply.id()] = true;
+    plan.absorbed[multiply.operand(1 - k)->id()] = true;  // the dot, or its folded transpose
+    ++update_users[multiply.operand(k)->id()];
+    plan.dot_update_of[node->id()] = static_cast<int>(plan.dot_updates.size());
+    plan.dot_updates.push_back(update->first);
+  }
+  return update_users;
+}
+
 }  // namespace
 
 FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable) {
@@ -265,15 +351,27 @@ FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable) {
     fusible[node->id()] = reachable[node->id()] && IsFusible(*node);
   }
   const std::vector<std::vector<int>> users = ReachableUsers(graph, reachable);
-  // Per broadcast: how many of its users fused it (it is materialised unless all did).
-  std::vector<int> fused_users(n, 0);
+  PlanTransposeFolding(graph, reachable, users, plan);
+  // Per broadcast: how many of its users fused it or are dot updates' multiplies (it is
+  // materialised unless all are).
+  std::vector<int> fused_users = PlanDotUpdates(graph, reachable, users, plan);
+  for (const Node* node : graph.nodes()) {
+    if (plan.dot_update_of[node->id()] >= 0 || plan.absorbed[node->id()]) {
+      fusible[node->id()] = false;
+    }
+  }
   std::vector<bool> in_fusion(n, false);
   const std::vector<Node*>& nodes = graph.nodes();
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     const Node& root = **it;
     if (!fusible[root.id()] || plan.absorbed[root.id()]) continue;
     if (root.opcode() == Opcode::kBroadcast) continue;  // alone it is just a broadcast
-    std::vector<const Node*> members = GrowFusion(graph, root, fusible, users, in_fusion);
+    std::vector<const Node*> members =
+        GrowFusion(graph, root, fusible, users, /*allow_extra_outputs=*/true, in_fusion);
+    if (MemoryStreams(MakeFusion(members, in_fusion, users)) > kMaxFusionStreams) {
+      for (const Node* m : members) in_fusion[m->id()] = false;
+      members = GrowFusion(graph, root, fusible, users, /*allow_extra_outputs=*/false, in_fusion);
+    }
     const bool any_op = std::any_of(members.begin(), members.end(), [](const Node* m) {
       return m->opcode() != Opcode::kBroadcast && m->opcode() != Opcode::kReshape;
     });
@@ -287,7 +385,7 @@ FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable) {
         }
       }
       plan.fusion_of_root[root.id()] = static_cast<int>(plan.fusions.size());
-      plan.fusions.push_back(MakeFusion(members, in_fusion));
+      plan.fusions.push_back(MakeFusion(members, in_fusion, users));
     }
     for (const Node* m : members) in_fusion[m->id()] = false;
   }
@@ -298,7 +396,6 @@ FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable) {
       plan.absorbed[id] = true;
     }
   }
-  PlanTransposeFolding(graph, reachable, users, plan);
   return plan;
 }
 
@@ -370,10 +467,11 @@ void Fill(const std::byte* value, int64_t width, std::byte* dst, int64_t len) {
 
 // How one instruction gets its block of values.
 enum class Step {
-  kOp,               // ElementwiseOnBuffers into scratch (or the output, for the root)
+  kOp,               // a precompiled loop or ElementwiseOnBuffers into scratch or an output
   kAlias,            // reshape: its operand's block, unchanged (row-major order is kept)
   kScalarBroadcast,  // broadcast of one element: a buffer filled once per chunk
   kGather,           // broadcast of an array: gathered per block
+  kFolded,           // multiply by a scalar, computed inside its one user's loop (not stored)
 };
 
 // What RunFusion derives from a Fusion before the loop.
@@ -383,25 +481,118 @@ struct Program {
   std::vector<int64_t> widths;                // bytes per element of each instruction
   std::vector<std::vector<int64_t>> strides;  // kGather: operand stride per output dim
   std::vector<bool> scalar_leaf;              // leaf read as one element for every position
-  // The instruction that writes its block straight into the output: the root, or, when the root
-  // only reshapes (kAlias) the last op of the fusion, that op (no copy of the block afterwards).
-  int writer = 0;
+  std::vector<int64_t> leaf_widths;           // bytes per element of each leaf
+  // kOp: the precompiled loop (fusion_loops.h), or none (ElementwiseOnBuffers).
+  std::vector<BlockLoop> loops;
+  // Per instruction: its value is one element for every position (a scalar broadcast, or a
+  // reshape of one), which a precompiled loop may read as that element.
+  std::vector<bool> scalar_value;
+  // Per instruction: the buffer it writes its blocks into directly (an output), or null.
+  std::vector<std::byte*> output;
+  // Per kOp instruction and operand (binary ops): the operand is a folded multiply; read the
+  // block of `folded_source` times the element of instruction `folded_scale` (-1: not folded).
+  std::vector<std::array<int, 2>> folded_source;
+  std::vector<std::array<int, 2>> folded_scale;
+  // The root's buffer; the root's block is copied there when no instruction wrote it directly.
+  std::byte* root_output = nullptr;
 };
 
-Program Compile(const Fusion& fusion, absl::Span<const Literal* const> leaves) {
+// The instruction that may write its blocks straight into the root's buffer: the root, or,
+// when the root only reshapes (kAlias) the last op of the fusion, that op (no copy of the
+// block afterwards). It may write the output early only when no op runs after it: a donated
+// leaf's block must be read before the output's block is written. -1: none.
+int RootWriter(const Fusion& fusion, const std::vector<Step>& steps) {
+  int writer = static_cast<int>(fusion.instructions.size()) - 1;
+  while (steps[writer] == Step::kAlias && fusion.instructions[writer].operands[0] >= 0) {
+    writer = fusion.instructions[writer].operands[0];
+  }
+  if (steps[writer] != Step::kOp) return -1;
+  if (std::any_of(steps.begin() + writer + 1, steps.end(),
+                  [](Step step) { return step == Step::kOp; })) {
+    return -1;
+  }
+  if (std::find(fusion.extra_outputs.begin(), fusion.extra_outputs.end(), writer) !=
+      fusion.extra_outputs.end()) {
+    return -1;  // it writes its own output; the root's block is copied
+  }
+  return writer;
+}
+
+// Folds multiplies by a broadcast scalar (x * s, s * x) into their one user when that user is
+// a precompiled binary loop (ChooseScaledBlockLoop): the product is computed in the user's loop
+// and never stored. The multiply must not be an output, be read once in the fusion, and not
+// itself read a folded value (its block operand is then computed or a leaf).
+void FoldScalings(Program& program) {
+  const Fusion& fusion = *program.fusion;
+  const int num = static_cast<int>(fusion.instructions.size());
+  program.folded_source.assign(num, {-1, -1});
+  program.folded_scale.assign(num, {-1, -1});
+  std::vector<int> reads(num, 0);
+  for (const FusedInstruction& instruction : fusion.instructions) {
+    for (int operand : instruction.operands) {
+      if (operand >= 0) ++reads[operand];
+    }
+  }
+  for (int i = 0; i < num - 1; ++i) {
+    const FusedInstruction& multiply = fusion.instructions[i];
+    if (program.steps[i] != Step::kOp || program.loops[i].run == nullptr ||
+        multiply.node->opcode() != Opcode::kMultiply || program.output[i] != nullptr ||
+        reads[i] != 1 || program.folded_scale[i][0] >= 0 || program.folded_scale[i][1] >= 0) {
+      continue;
+    }
+    const std::array<int, 2> ops = {multiply.operands[0], multiply.operands[1]};
+    const bool scalar0 = ops[0] >= 0 && program.scalar_value[ops[0]];
+    const bool scalar1 = ops[1] >= 0 && program.scalar_value[ops[1]];
+    if (scalar0 == scalar1) continue;  // not exactly one scalar factor
+    const int block = scalar0 ? ops[1] : ops[0];
+    const int scale = scalar0 ? ops[0] : ops[1];
+    // The one user, and which of its operands the multiply is.
+    for (int j = i + 1; j < num; ++j) {
+      const FusedInstruction& user = fusion.instructions[j];
+      const auto it = std::find(user.operands.begin(), user.operands.end(), i);
+      if (it == user.operands.end()) continue;
+      if (program.steps[j] != Step::kOp || user.operands.size() != 2) break;
+      const int k = static_cast<int>(it - user.operands.begin());
+      bool scalar[2], scaled[2];
+      for (int o = 0; o < 2; ++o) {
+        const int operand = user.operands[o];
+        scalar[o] = operand >= 0 && program.scalar_value[operand];
+        scaled[o] = program.folded_scale[j][o] >= 0 || o == k;
+      }
+      const BlockLoop loop = ChooseScaledBlockLoop(*user.node, scalar, scaled);
+      if (loop.run == nullptr) break;
+      program.loops[j] = loop;
+      program.folded_source[j][k] = block;
+      program.folded_scale[j][k] = scale;
+      program.steps[i] = Step::kFolded;
+      break;
+    }
+  }
+}
+
+Program Compile(const Fusion& fusion, absl::Span<const Literal* const> leaves,
+                std::vector<Literal>& outputs) {
   Program program;
   program.fusion = &fusion;
   const int64_t count = fusion.root->shape().num_elements();
-  for (const FusedInstruction& instruction : fusion.instructions) {
+  const int num = static_cast<int>(fusion.instructions.size());
+  program.loops.resize(num);
+  program.scalar_value.assign(num, false);
+  program.output.assign(num, nullptr);
+  for (int i = 0; i < num; ++i) {
+    const FusedInstruction& instruction = fusion.instructions[i];
     const Node& node = *instruction.node;
     program.widths.push_back(ByteWidth(node.shape().dtype()));
     program.strides.emplace_back();
     if (node.opcode() == Opcode::kReshape) {
       program.steps.push_back(Step::kAlias);
+      const int operand = instruction.operands[0];
+      program.scalar_value[i] = operand >= 0 && program.scalar_value[operand];
     } else if (node.opcode() == Opcode::kBroadcast) {
       const Shape& operand = node.operand(0)->shape();
       if (operand.num_elements() == 1) {
         program.steps.push_back(Step::kScalarBroadcast);
+        program.scalar_value[i] = true;
         continue;
       }
       program.steps.push_back(Step::kGather);
@@ -414,38 +605,66 @@ Program Compile(const Fusion& fusion, absl::Span<const Literal* const> leaves) {
       }
     } else {
       program.steps.push_back(Step::kOp);
+      absl::InlinedVector<bool, 3> scalar;
+      for (int operand : instruction.operands) {
+        scalar.push_back(operand >= 0 && program.scalar_value[operand]);
+      }
+      program.loops[i] = ChooseBlockLoop(node, scalar);
     }
   }
   for (const Literal* leaf : leaves) {
     program.scalar_leaf.push_back(leaf->num_elements() != count);
+    program.leaf_widths.push_back(ByteWidth(leaf->shape().dtype()));
   }
-  // Follow the root's reshapes to the op they show. It may write the output early only when no
-  // op runs after it: a donated leaf's block must be read before the output's block is written.
-  int writer = static_cast<int>(fusion.instructions.size()) - 1;
-  program.writer = writer;
-  while (program.steps[writer] == Step::kAlias && fusion.instructions[writer].operands[0] >= 0) {
-    writer = fusion.instructions[writer].operands[0];
+  program.root_output = outputs[0].raw_data();
+  for (size_t e = 0; e < fusion.extra_outputs.size(); ++e) {
+    program.output[fusion.extra_outputs[e]] = outputs[e + 1].raw_data();
   }
-  if (program.steps[writer] == Step::kOp &&
-      std::none_of(program.steps.begin() + writer + 1, program.steps.end(),
-                   [](Step step) { return step == Step::kOp; })) {
-    program.writer = writer;
+  if (const int writer = RootWriter(fusion, program.steps); writer >= 0) {
+    program.output[writer] = program.root_output;
   }
+  FoldScalings(program);
   return program;
 }
 
-// Runs the fused loop over output elements [begin, end) into `out` (the output's buffer).
+// Scratch of the calling thread for RunChunk, 64-byte aligned like Literal buffers: Eigen's
+// packet ops then take the same (vector) path for the same elements as in the unfused kernels,
+// which keeps most results bitwise equal. Kept across calls (no allocation per chunk).
+std::byte* ThreadScratch(size_t bytes) {
+  thread_local std::unique_ptr<std::byte[]> storage;
+  thread_local size_t capacity = 0;
+  if (capacity < bytes + 64) {
+    capacity = std::max(bytes + 64, 2 * capacity);
+    storage.reset(new std::byte[capacity]);
+  }
+  return storage.get() + (64 - reinterpret_cast<uintptr_t>(storage.get()) % 64) % 64;
+}
+
+// Blocks ahead of the current one whose leaves and outputs are prefetched: a fused loop
+// reads several streams a block at a time, which the hardware prefetchers follow late.
+inline constexpr int64_t kFusionPrefetchBlocks = 2;
+
+void Prefetch(const std::byte* data, int64_t bytes, bool write) {
+  for (int64_t offset = 0; offset < bytes; offset += 64) {
+    if (write) {
+      __builtin_prefetch(data + offset, 1, 3);
+    } else {
+      __builtin_prefetch(data + offset, 0, 3);
+    }
+  }
+}
+
+// Runs the fused loop over output elements [begin, end).
 absl::Status RunChunk(const Program& program, absl::Span<const Literal* const> leaves,
-                      std::byte* out, int64_t begin, int64_t end) {
+                      int64_t begin, int64_t end) {
   const Fusion& fusion = *program.fusion;
   const int num = static_cast<int>(fusion.instructions.size());
   const int root = num - 1;
   // Scratch: one block per instruction and per scalar leaf; scalar ones filled here once.
-  // 64-byte aligned like Literal buffers: Eigen's packet ops then take the same (vector) path
-  // for the same elements as in the unfused kernels, which keeps most results bitwise equal.
-  const int64_t block_bytes = kFusionBlock * 8;
-  std::vector<std::byte> storage(static_cast<size_t>(num + leaves.size()) * block_bytes + 64);
-  std::byte* scratch = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64);
+  // Blocks 64 bytes more than a power of two apart: loads of one block and stores of another
+  // then never share their address bits below 4 KiB (no false store-to-load dependence).
+  const int64_t block_bytes = kFusionBlock * 8 + 64;
+  std::byte* scratch = ThreadScratch(static_cast<size_t>(num + leaves.size()) * block_bytes);
   auto instruction_scratch = [&](int i) { return scratch + i * block_bytes; };
   auto leaf_scratch = [&](size_t l) { return scratch + (num + l) * block_bytes; };
   const int64_t fill = std::min(kFusionBlock, end - begin);
@@ -453,53 +672,87 @@ absl::Status RunChunk(const Program& program, absl::Span<const Literal* const> l
     if (!program.scalar_leaf[l]) continue;
     Fill(leaves[l]->raw_data(), ByteWidth(leaves[l]->shape().dtype()), leaf_scratch(l), fill);
   }
+  // A scalar broadcast's value: its element, and a block filled with it for the general path.
+  absl::InlinedVector<const std::byte*, 32> element(num, nullptr);
   for (int i = 0; i < num; ++i) {
     if (program.steps[i] != Step::kScalarBroadcast) continue;
     const int leaf = -fusion.instructions[i].operands[0] - 1;
-    Fill(leaves[leaf]->raw_data(), program.widths[i], instruction_scratch(i), fill);
+    element[i] = leaves[leaf]->raw_data();
+    Fill(element[i], program.widths[i], instruction_scratch(i), fill);
   }
-  std::vector<const std::byte*> value(num);
+  absl::InlinedVector<const std::byte*, 32> value(num, nullptr);
   std::vector<const void*> operands;
   for (int64_t b = begin; b < end; b += kFusionBlock) {
     const int64_t len = std::min(kFusionBlock, end - b);
+    if (const int64_t ahead = b + kFusionPrefetchBlocks * kFusionBlock;
+        kFusionPrefetchBlocks > 0 && ahead < end) {
+      const int64_t ahead_len = std::min(kFusionBlock, end - ahead);
+      for (size_t l = 0; l < leaves.size(); ++l) {
+        if (program.scalar_leaf[l]) continue;
+        const int64_t width = program.leaf_widths[l];
+        Prefetch(leaves[l]->raw_data() + ahead * width, ahead_len * width, /*write=*/false);
+      }
+      for (int i = 0; i < num; ++i) {
+        if (program.output[i] == nullptr) continue;
+        Prefetch(program.output[i] + ahead * program.widths[i], ahead_len * program.widths[i],
+                 /*write=*/true);
+      }
+    }
     auto resolve = [&](int operand) -> const std::byte* {
       if (operand >= 0) return value[operand];
       const size_t leaf = static_cast<size_t>(-operand - 1);
       if (program.scalar_leaf[leaf]) return leaf_scratch(leaf);
-      return leaves[leaf]->raw_data() + b * ByteWidth(leaves[leaf]->shape().dtype());
+      return leaves[leaf]->raw_data() + b * program.leaf_widths[leaf];
     };
     for (int i = 0; i < num; ++i) {
       const FusedInstruction& instruction = fusion.instructions[i];
-      const Node& node = *instruction.node;
       switch (program.steps[i]) {
         case Step::kAlias:
           value[i] = resolve(instruction.operands[0]);
+          if (instruction.operands[0] >= 0) element[i] = element[instruction.operands[0]];
           break;
         case Step::kScalarBroadcast:
           value[i] = instruction_scratch(i);
           break;
+        case Step::kFolded:
+          break;  // its one user computes it
         case Step::kGather: {
           const int leaf = -instruction.operands[0] - 1;
           GatherBroadcastAny(program.widths[i], leaves[leaf]->raw_data(), instruction_scratch(i),
-                             node.shape().dims(), program.strides[i], b, len);
+                             instruction.node->shape().dims(), program.strides[i], b, len);
           value[i] = instruction_scratch(i);
           break;
         }
         case Step::kOp: {
-          operands.clear();
-          for (int operand : instruction.operands) operands.push_back(resolve(operand));
-          std::byte* dst =
-              i == program.writer ? out + b * program.widths[i] : instruction_scratch(i);
-          absl::Status status =
-              ElementwiseOnBuffers(node.opcode(), node.attrs().comparison_direction,
-                                   OperandDType(node), node.shape().dtype(), operands, dst, len);
-          if (!status.ok()) return status;
+          std::byte* dst = program.output[i] != nullptr ? program.output[i] + b * program.widths[i]
+                                                        : instruction_scratch(i);
+          if (const BlockLoop& loop = program.loops[i]; loop.run != nullptr) {
+            const std::byte* args[4] = {nullptr, nullptr, nullptr, nullptr};
+            for (size_t k = 0; k < instruction.operands.size(); ++k) {
+              const int operand = instruction.operands[k];
+              if (k < 2 && program.folded_scale[i][k] >= 0) {
+                args[k] = resolve(program.folded_source[i][k]);
+                args[2 + k] = element[program.folded_scale[i][k]];
+              } else {
+                args[k] = (loop.scalar_operands >> k) & 1 ? element[operand] : resolve(operand);
+              }
+            }
+            loop.run(args, dst, len);
+          } else {
+            const Node& node = *instruction.node;
+            operands.clear();
+            for (int operand : instruction.operands) operands.push_back(resolve(operand));
+            absl::Status status =
+                ElementwiseOnBuffers(node.opcode(), node.attrs().comparison_direction,
+                                     OperandDType(node), node.shape().dtype(), operands, dst, len);
+            if (!status.ok()) return status;
+          }
           value[i] = dst;
           break;
         }
       }
     }
-    std::byte* dst = out + b * program.widths[root];
+    std::byte* dst = program.root_output + b * program.widths[root];
     if (value[root] != dst) std::memmove(dst, value[root], len * program.widths[root]);
   }
   return absl::OkStatus();
@@ -507,24 +760,29 @@ absl::Status RunChunk(const Program& program, absl::Span<const Literal* const> l
 
 }  // namespace
 
-absl::StatusOr<Literal> RunFusion(const KernelContext& ctx, const Fusion& fusion,
-                                  absl::Span<const Literal* const> leaves, Literal* donated) {
+absl::StatusOr<std::vector<Literal>> RunFusion(const KernelContext& ctx, const Fusion& fusion,
+                                               absl::Span<const Literal* const> leaves,
+                                               Literal* donated) {
   const Shape& shape = fusion.root->shape();
-  Literal result = donated != nullptr ? std::move(*donated) : Literal::Uninitialized(shape);
-  TESSEL_CHECK(result.shape() == shape);
-  // A donated leaf is read through `result` now (its literal moved there).
+  std::vector<Literal> outputs;
+  outputs.reserve(1 + fusion.extra_outputs.size());
+  outputs.push_back(donated != nullptr ? std::move(*donated) : Literal::Uninitialized(shape));
+  TESSEL_CHECK(outputs[0].shape() == shape);
+  for (int e : fusion.extra_outputs) {
+    outputs.push_back(Literal::Uninitialized(fusion.instructions[e].node->shape()));
+  }
+  // A donated leaf is read through outputs[0] now (its literal moved there).
   std::vector<const Literal*> inputs(leaves.begin(), leaves.end());
   for (const Literal*& input : inputs) {
-    if (input == donated) input = &result;
+    if (input == donated) input = &outputs[0];
   }
-  const Program program = Compile(fusion, inputs);
-  std::byte* out = result.raw_data();
+  const Program program = Compile(fusion, inputs, outputs);
   std::mutex mu;
   absl::Status first_error;
   std::atomic<bool> failed{false};
   ParallelFor(ctx, shape.num_elements(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
     if (failed.load(std::memory_order_relaxed)) return;
-    absl::Status status = RunChunk(program, inputs, out, begin, end);
+    absl::Status status = RunChunk(program, inputs, begin, end);
     if (!status.ok()) {
       std::lock_guard<std::mutex> lock(mu);
       if (first_error.ok()) first_error = status;
@@ -535,7 +793,7 @@ absl::StatusOr<Literal> RunFusion(const KernelContext& ctx, const Fusion& fusion
     return absl::Status(first_error.code(), absl::StrCat("%", fusion.root->name(),
                                                          " (fusion): ", first_error.message()));
   }
-  return result;
+  return outputs;
 }
 
 }  // namespace tessel::internal

@@ -3,7 +3,8 @@
 //   FusionPlan plan = PlanFusion(graph, reachable);
 //   if (plan.absorbed[n->id()]) { /* computed inside a fusion, never materialised */ }
 //   if (int f = plan.fusion_of_root[n->id()]; f >= 0) {
-//     Literal out = RunFusion(ctx, plan.fusions[f], leaf_values, /*donated=*/nullptr).value();
+//     std::vector<Literal> out =  // the root, then plan.fusions[f].extra_outputs
+//         RunFusion(ctx, plan.fusions[f], leaf_values, /*donated=*/nullptr).value();
 //   }
 //
 // The idea of XLA's loop fusion (xla/service/instruction_fusion.cc, gpu/cpu "kLoop" fusions):
@@ -14,19 +15,37 @@
 //
 // Planning (consumer first, as XLA's InstructionFusion): nodes are visited in reverse
 // topological order; a fusible node not yet absorbed starts a fusion and pulls in operands, a
-// producer joining when it is fusible, has the fusion's element count, is not the graph root and
-// all of its users are in the fusion. Broadcasts are duplicated into every fusion that uses them
-// (XLA does the same for cheap producers), so a scalar hyperparameter broadcast to several
-// shapes is never materialised; a broadcast is materialised only when some user is not fused.
-// Broadcast operands are always leaves (materialised values read through the broadcast's index
-// map). A fusion needs at least two instructions; anything else runs as before.
+// producer joining when it is an elementwise op (or a reshape), has the fusion's element count,
+// is not the graph root and every user is in the fusion or runs after the fusion's root. A
+// producer with users outside is a further output of the fusion (XLA's multi-output fusion,
+// xla/service/multi_output_fusion.h): the loop writes it as well, so its inputs are read once.
+// The Adam update of one parameter is then one loop writing m, v and the parameter (reads p, g,
+// m, v; writes 3), where separate loops for m, v and p would read 7 arrays and write 3; ReLU's
+// compare (kept for the backward pass) and its select are one loop over the dot output. A
+// reshape joins only when all of its users are in the fusion. Broadcasts are duplicated into every
+// fusion that uses them (XLA does the same for cheap producers), so a scalar hyperparameter
+// broadcast to several shapes is never materialised; a broadcast is materialised only when some
+// user is not fused. Broadcast operands are always leaves (materialised values read through the
+// broadcast's index map). A fusion needs at least two instructions; anything else runs as before.
 //
 // Running: the output is split into chunks (kElementwiseGrain, TBB for large outputs) and each
 // chunk into blocks of kFusionBlock elements; per block every instruction runs its op over the
-// block into a small per-thread scratch buffer (ElementwiseOnBuffers, so the same arithmetic
-// as the unfused kernels, vectorised per op over contiguous elements) and the root writes the
-// output directly. One pass over memory per fusion. Results equal the unfused executor's
-// bitwise, except Eigen's packet transcendental ops at block boundaries (within one ulp).
+// block into a small per-thread scratch buffer and the outputs are written directly. One pass
+// over memory per fusion. The common f32 ops (add, subtract, multiply, divide, maximum,
+// minimum, negate, abs, sqrt, compare, select, convert from pred) run through one precompiled
+// loop each, chosen once per fusion with its operands' kinds (a block, or one scalar read for
+// every element, so a scalar hyperparameter is never spread over a block); the loops are
+// vectorised by the compiler (no aliasing but an output written over its own operand element
+// by element). A multiply by a broadcast scalar read once in the fusion is folded into its
+// user's loop (ChooseScaledBlockLoop: the product rounded, then the user's op), so the Adam
+// update's hyperparameter scalings never pass through scratch. Every other op goes through
+// ElementwiseOnBuffers, the unfused kernels' own arithmetic. Results equal the unfused executor's
+// bitwise (IEEE operations round the same in vector and scalar code), except Eigen's packet
+// transcendental ops at block boundaries (within one ulp).
+//
+// Dot updates (XLA CPU's dot output fusion with an addend): subtract(w, multiply(broadcast(s),
+// d)), d a dot read only there, runs as the GEMM of d accumulating into a copy of w (DotUpdate
+// below): no gradient buffer and no update pass for an SGD step.
 //
 // Transpose folding (XLA's TransposeFolding pass and AlgebraicSimplifier's
 // transpose(dot(a, b)) -> dot(b, a)): a transpose feeding only dots is never materialised, each
@@ -49,6 +68,14 @@
 
 namespace tessel::internal {
 
+// The most arrays a multi-output fusion may stream through (elementwise leaves plus outputs);
+// one that would stream more is planned without further outputs. On the development machine
+// (x86-64 VM, benchmarks/executor_bench BM_ExecutorAdam) the Adam update of f32[1M] as one loop
+// over 7 arrays took 3.3 ms, as three loops over 3, 3 and 4 arrays 2.1 ms; a plain C++ loop
+// showed the same (one loop 2.5 ms, three loops 0.9 ms): reading many streams at once is slower
+// than the passes it saves. ReLU's select with its compare as a second output streams 3 arrays.
+inline constexpr int kMaxFusionStreams = 4;
+
 // Elements per block of a fused loop: the scratch of one instruction is at most 2 KiB, so the
 // blocks of a fusion of a dozen ops stay in the L1 cache.
 inline constexpr int64_t kFusionBlock = 256;
@@ -65,6 +92,9 @@ struct FusedInstruction {
 struct Fusion {
   const Node* root = nullptr;
   std::vector<FusedInstruction> instructions;
+  // Indices into `instructions` of the further outputs (multi-output fusion, above): nodes
+  // computed in the loop whose values are also read after the fusion. Never the root.
+  std::vector<int> extra_outputs;
   // Materialised operands of the fusion, each once.
   std::vector<const Node*> leaves;
   // Per leaf: read only at the output's own linear index (never through a broadcast, never a
@@ -80,6 +110,16 @@ struct FoldedDot {
   DotDimensionNumbers dnums;
 };
 
+// subtract(addend, multiply(broadcast(scale), d)) (either multiply operand order), d a dot
+// (or a folded one) read only there: runs as out = addend; out -= scale * dot, the dot's GEMM
+// accumulating into the addend (kernels.h DotAccumulate). The SGD update p - lr * grad of a
+// weight whose gradient is a dot then needs no gradient buffer and no pass of its own.
+struct DotUpdate {
+  const Node* addend = nullptr;
+  const Node* scale = nullptr;  // the broadcast's scalar operand (one f32 element)
+  FoldedDot dot;
+};
+
 struct FusionPlan {
   // Per node id: the index of the fusion it is the root of, or -1.
   std::vector<int> fusion_of_root;
@@ -90,6 +130,11 @@ struct FusionPlan {
   // operands, or a transpose of a dot), or -1. Nodes folded away are marked in `absorbed`.
   std::vector<int> folded_dot_of;
   std::vector<FoldedDot> folded_dots;
+  // Per node id: the index of the dot update (above) that subtract runs as, or -1. Its
+  // multiply and dot (or folded transpose) are marked in `absorbed`, and its broadcast when no
+  // other node reads it.
+  std::vector<int> dot_update_of;
+  std::vector<DotUpdate> dot_updates;
 };
 
 // Plans loop fusions and transpose folding over the nodes of `graph` marked in `reachable` (indexed
@@ -97,15 +142,16 @@ struct FusionPlan {
 // meaning for) stays unfused, so the executor reports its error as before.
 [[nodiscard]] FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable);
 
-// Computes `fusion` with `leaves[i]` the value of fusion.leaves[i]; the result has the root's
-// shape. `donated`, if not null, has the root's shape and the output is written into its buffer
+// Computes `fusion` with `leaves[i]` the value of fusion.leaves[i]; returns the root's value
+// followed by the value of each of fusion.extra_outputs, in that order (each with its node's
+// shape). `donated`, if not null, has the root's shape and the root is written into its buffer
 // (it is moved into the result): the value of a leaf marked leaf_elementwise that is dead after
 // this fusion, and then it is also that leaf's entry in `leaves` (each element is read before
 // the same element is written). Errors: kInvalidArgument as ElementwiseOnBuffers (PlanFusion
 // keeps such nodes out of fusions).
-[[nodiscard]] absl::StatusOr<Literal> RunFusion(const KernelContext& ctx, const Fusion& fusion,
-                                                absl::Span<const Literal* const> leaves,
-                                                Literal* donated);
+[[nodiscard]] absl::StatusOr<std::vector<Literal>> RunFusion(
+    const KernelContext& ctx, const Fusion& fusion, absl::Span<const Literal* const> leaves,
+    Literal* donated);
 
 }  // namespace tessel::internal
 

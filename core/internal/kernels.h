@@ -183,6 +183,18 @@ void StridedCopy(const KernelContext& ctx, absl::Span<const int64_t> dims, const
 [[nodiscard]] Literal Dot(const KernelContext& ctx, const Literal& lhs, const Literal& rhs,
                           const DotDimensionNumbers& dnums, const Shape& shape);
 
+// out = addend + alpha * dot(lhs, rhs) for f32 operands, `out` having the dot's shape and, when
+// `addend` is null, holding the addend on entry (else each thread's block of `out` is copied
+// from `addend` first): Eigen's GEMM accumulating into `out` (`C.noalias() += alpha * A * B`,
+// no zeroing pass), blocked over threads as Dot. Source: XLA CPU's dot output fusion with an
+// addend (DotOpEmitter's addend); here the SGD update p - lr * dot. Each element is
+// out + alpha * (k-block sum) per Eigen k-block, a fused multiply-add: against
+// round(out - round(lr * round(dot))) unfused, within an ulp of the result when the dot's
+// contraction fits one k-block, and reassociated beyond. Precondition: f32 throughout.
+void DotAccumulate(const KernelContext& ctx, const Literal& lhs, const Literal& rhs,
+                   const DotDimensionNumbers& dnums, float alpha, const Literal* addend,
+                   Literal& out);
+
 // ---- Windowed ops (kernels_window.cc) ----------------------------------------------------------
 // Window positions in padding or in a base-dilation hole are skipped (XLA's HloEvaluator).
 

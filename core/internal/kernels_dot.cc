@@ -106,8 +106,12 @@ Blocking ChooseBlocking(const KernelContext& ctx, const GemmSizes& s) {
   return b;
 }
 
+// out = lhs * rhs, or with `accumulate` out = addend + alpha * lhs * rhs: out holds the addend
+// already when `addend` is null, else each block copies its part of `addend` first (in
+// parallel, and hot in cache for its GEMM).
 template <typename T, int kLhsOrder, int kRhsOrder>
-void GemmTyped(const KernelContext& ctx, const GemmSizes& s, const T* lhs, const T* rhs, T* out) {
+void GemmTyped(const KernelContext& ctx, const GemmSizes& s, const T* lhs, const T* rhs, T* out,
+               bool accumulate = false, T alpha = T(1), const T* addend = nullptr) {
   const Blocking blocking = ChooseBlocking(ctx, s);
   auto run = [&](int64_t task) {
     const int64_t b = task / blocking.count;
@@ -115,14 +119,31 @@ void GemmTyped(const KernelContext& ctx, const GemmSizes& s, const T* lhs, const
     ConstMatrixMap<T, kLhsOrder> a(lhs + b * s.m * s.k, s.m, s.k);
     ConstMatrixMap<T, kRhsOrder> w(rhs + b * s.k * s.n, s.k, s.n);
     OutMatrixMap<T> c(out + b * s.m * s.n, s.m, s.n);
+    ConstMatrixMap<T, Eigen::RowMajor> initial(addend != nullptr ? addend + b * s.m * s.n : out,
+                                               s.m, s.n);
     if (blocking.count == 1) {
-      c.noalias() = a * w;
+      if (accumulate) {
+        if (addend != nullptr) c = initial;
+        c.noalias() += alpha * (a * w);
+      } else {
+        c.noalias() = a * w;
+      }
     } else if (blocking.split_columns) {
       const int64_t cols = std::min(blocking.block, s.n - start);
-      c.middleCols(start, cols).noalias() = a * w.middleCols(start, cols);
+      if (accumulate) {
+        if (addend != nullptr) c.middleCols(start, cols) = initial.middleCols(start, cols);
+        c.middleCols(start, cols).noalias() += alpha * (a * w.middleCols(start, cols));
+      } else {
+        c.middleCols(start, cols).noalias() = a * w.middleCols(start, cols);
+      }
     } else {
       const int64_t rows = std::min(blocking.block, s.m - start);
-      c.middleRows(start, rows).noalias() = a.middleRows(start, rows) * w;
+      if (accumulate) {
+        if (addend != nullptr) c.middleRows(start, rows) = initial.middleRows(start, rows);
+        c.middleRows(start, rows).noalias() += alpha * (a.middleRows(start, rows) * w);
+      } else {
+        c.middleRows(start, rows).noalias() = a.middleRows(start, rows) * w;
+      }
     }
   };
   const int64_t tasks = s.batch * blocking.count;
@@ -135,17 +156,18 @@ void GemmTyped(const KernelContext& ctx, const GemmSizes& s, const T* lhs, const
 
 template <typename T>
 void Gemm(const KernelContext& ctx, const GemmSizes& s, const MatrixView& lhs,
-          const MatrixView& rhs, T* out) {
+          const MatrixView& rhs, T* out, bool accumulate = false, T alpha = T(1),
+          const T* addend = nullptr) {
   const T* a = lhs.literal->data<T>().data();
   const T* b = rhs.literal->data<T>().data();
   if (!lhs.column_major && !rhs.column_major) {
-    GemmTyped<T, Eigen::RowMajor, Eigen::RowMajor>(ctx, s, a, b, out);
+    GemmTyped<T, Eigen::RowMajor, Eigen::RowMajor>(ctx, s, a, b, out, accumulate, alpha, addend);
   } else if (!lhs.column_major) {
-    GemmTyped<T, Eigen::RowMajor, Eigen::ColMajor>(ctx, s, a, b, out);
+    GemmTyped<T, Eigen::RowMajor, Eigen::ColMajor>(ctx, s, a, b, out, accumulate, alpha, addend);
   } else if (!rhs.column_major) {
-    GemmTyped<T, Eigen::ColMajor, Eigen::RowMajor>(ctx, s, a, b, out);
+    GemmTyped<T, Eigen::ColMajor, Eigen::RowMajor>(ctx, s, a, b, out, accumulate, alpha, addend);
   } else {
-    GemmTyped<T, Eigen::ColMajor, Eigen::ColMajor>(ctx, s, a, b, out);
+    GemmTyped<T, Eigen::ColMajor, Eigen::ColMajor>(ctx, s, a, b, out, accumulate, alpha, addend);
   }
 }
 
@@ -235,6 +257,27 @@ Literal Dot(const KernelContext& ctx, const Literal& lhs, const Literal& rhs,
     }
   });
   return out;
+}
+
+void DotAccumulate(const KernelContext& ctx, const Literal& lhs, const Literal& rhs,
+                   const DotDimensionNumbers& dnums, float alpha, const Literal* addend,
+                   Literal& out) {
+  const Shape& ls = lhs.shape();
+  const Shape& rs = rhs.shape();
+  const std::vector<int64_t> lhs_free =
+      FreeDims(ls.rank(), dnums.lhs_batch_dims, dnums.lhs_contracting_dims);
+  const std::vector<int64_t> rhs_free =
+      FreeDims(rs.rank(), dnums.rhs_batch_dims, dnums.rhs_contracting_dims);
+  const GemmSizes sizes{Product(ls, dnums.lhs_batch_dims), Product(ls, lhs_free),
+                        Product(rs, rhs_free), Product(ls, dnums.lhs_contracting_dims)};
+  if (out.num_elements() == 0) return;
+  Literal lhs_scratch, rhs_scratch;
+  const MatrixView lhs_view = ViewOperand(ctx, lhs, dnums.lhs_batch_dims, lhs_free,
+                                          dnums.lhs_contracting_dims, lhs_scratch);
+  const MatrixView rhs_view = ViewOperand(ctx, rhs, dnums.rhs_batch_dims,
+                                          dnums.rhs_contracting_dims, rhs_free, rhs_scratch);
+  Gemm<float>(ctx, sizes, lhs_view, rhs_view, out.data<float>().data(), /*accumulate=*/true, alpha,
+              addend != nullptr ? addend->data<float>().data() : nullptr);
 }
 
 }  // namespace tessel::internal
