@@ -211,18 +211,31 @@ int64_t Product(const Shape& shape, const std::vector<int64_t>& dims) {
   return p;
 }
 
+// The free dims of both operands and the GEMM sizes of a dot.
+struct DotLayout {
+  std::vector<int64_t> lhs_free, rhs_free;
+  GemmSizes sizes;
+};
+
+DotLayout DotLayoutOf(const Shape& ls, const Shape& rs, const DotDimensionNumbers& dnums) {
+  DotLayout layout;
+  layout.lhs_free = FreeDims(ls.rank(), dnums.lhs_batch_dims, dnums.lhs_contracting_dims);
+  layout.rhs_free = FreeDims(rs.rank(), dnums.rhs_batch_dims, dnums.rhs_contracting_dims);
+  layout.sizes = GemmSizes{Product(ls, dnums.lhs_batch_dims), Product(ls, layout.lhs_free),
+                           Product(rs, layout.rhs_free), Product(ls, dnums.lhs_contracting_dims)};
+  return layout;
+}
+
 }  // namespace
 
 Literal Dot(const KernelContext& ctx, const Literal& lhs, const Literal& rhs,
             const DotDimensionNumbers& dnums, const Shape& shape) {
   const Shape& ls = lhs.shape();
   const Shape& rs = rhs.shape();
-  const std::vector<int64_t> lhs_free =
-      FreeDims(ls.rank(), dnums.lhs_batch_dims, dnums.lhs_contracting_dims);
-  const std::vector<int64_t> rhs_free =
-      FreeDims(rs.rank(), dnums.rhs_batch_dims, dnums.rhs_contracting_dims);
-  const GemmSizes sizes{Product(ls, dnums.lhs_batch_dims), Product(ls, lhs_free),
-                        Product(rs, rhs_free), Product(ls, dnums.lhs_contracting_dims)};
+  const DotLayout layout = DotLayoutOf(ls, rs, dnums);
+  const std::vector<int64_t>& lhs_free = layout.lhs_free;
+  const std::vector<int64_t>& rhs_free = layout.rhs_free;
+  const GemmSizes& sizes = layout.sizes;
 
   if (shape.num_elements() == 0) return Literal::Uninitialized(shape);
 
@@ -264,12 +277,10 @@ void DotAccumulate(const KernelContext& ctx, const Literal& lhs, const Literal& 
                    Literal& out) {
   const Shape& ls = lhs.shape();
   const Shape& rs = rhs.shape();
-  const std::vector<int64_t> lhs_free =
-      FreeDims(ls.rank(), dnums.lhs_batch_dims, dnums.lhs_contracting_dims);
-  const std::vector<int64_t> rhs_free =
-      FreeDims(rs.rank(), dnums.rhs_batch_dims, dnums.rhs_contracting_dims);
-  const GemmSizes sizes{Product(ls, dnums.lhs_batch_dims), Product(ls, lhs_free),
-                        Product(rs, rhs_free), Product(ls, dnums.lhs_contracting_dims)};
+  const DotLayout layout = DotLayoutOf(ls, rs, dnums);
+  const std::vector<int64_t>& lhs_free = layout.lhs_free;
+  const std::vector<int64_t>& rhs_free = layout.rhs_free;
+  const GemmSizes& sizes = layout.sizes;
   if (out.num_elements() == 0) return;
   Literal lhs_scratch, rhs_scratch;
   const MatrixView lhs_view = ViewOperand(ctx, lhs, dnums.lhs_batch_dims, lhs_free,
