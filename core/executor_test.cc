@@ -184,7 +184,9 @@ void ExpectFusedAgrees(Opcode opcode, const std::vector<Literal>& inputs, const 
     return;
   }
   ASSERT_TRUE(fused.ok()) << what << ": " << fused.status();
-  if (wrapped > 0) EXPECT_GT(stats.fusions, 0) << what;
+  if (wrapped > 0) {
+    EXPECT_GT(stats.fusions, 0) << what;
+  }
   if ((*node)->shape().is_tuple()) return;
   ExpectWithinOneUlp((*fused)[0], *plain, what);
 }
@@ -1436,11 +1438,13 @@ TEST(RngTest, UniformStaysBelowHighAfterRounding) {
 
 // ---- Executor: graphs, liveness, errors, threads -----------------------------------------------
 
-TEST(ExecutorTest, FusedOutputIsWrittenIntoADeadIntermediate) {
-  // d = dot(x, x) is an intermediate whose only user is the fusion of exp(d) + d * 2: the
-  // fusion writes its output into d's buffer, so the run holds x, d and nothing else.
-  Graph g("in_place");
-  const Shape shape(DType::kF32, {64, 64});
+// Adds d = dot(x, x), e = exp(d) and r = e + d * 2 over a parameter x of `shape` (square f32) to
+// `g`: d dies in the loop fusion of r, so the fusion can write into d's buffer.
+struct DotExpSum {
+  Node* e;
+  Node* r;
+};
+DotExpSum AddDotExpSum(Graph& g, const Shape& shape) {
   Node* x = g.AddParameter(0, shape, "x").value();
   OpAttributes dot;
   dot.dot.lhs_contracting_dims = {1};
@@ -1450,7 +1454,16 @@ TEST(ExecutorTest, FusedOutputIsWrittenIntoADeadIntermediate) {
       g.AddNode(Opcode::kBroadcast, shape, {g.AddConstant(Literal::Scalar(2.0f))}, OpAttributes{})
           .value();
   Node* e = g.AddNode(Opcode::kExp, {d}).value();
-  g.set_root(g.AddNode(Opcode::kAdd, {e, g.AddNode(Opcode::kMultiply, {d, two}).value()}).value());
+  Node* r = g.AddNode(Opcode::kAdd, {e, g.AddNode(Opcode::kMultiply, {d, two}).value()}).value();
+  return {e, r};
+}
+
+TEST(ExecutorTest, FusedOutputIsWrittenIntoADeadIntermediate) {
+  // d = dot(x, x) is an intermediate whose only user is the fusion of exp(d) + d * 2: the
+  // fusion writes its output into d's buffer, so the run holds x, d and nothing else.
+  Graph g("in_place");
+  const Shape shape(DType::kF32, {64, 64});
+  g.set_root(AddDotExpSum(g, shape).r);
   Literal xv = Random(shape, 3, -0.1, 0.1);
   ExecutionStats fused_stats, unfused_stats;
   Literal fused = Executor({.fusion = true}).Run(g, {xv}, &fused_stats).value()[0];
@@ -1749,17 +1762,8 @@ TEST(ExecutorTest, ProducerReadBeforeTheFusionIsNotAFurtherOutput) {
 TEST(ExecutorTest, FurtherOutputBesideAnInPlaceRoot) {
   Graph g("in_place_two_outputs");
   const Shape shape(DType::kF32, {64, 64});
-  Node* x = g.AddParameter(0, shape, "x").value();
-  OpAttributes dot;
-  dot.dot.lhs_contracting_dims = {1};
-  dot.dot.rhs_contracting_dims = {0};
-  Node* d = g.AddNode(Opcode::kDot, {x, x}, dot).value();
-  Node* two =
-      g.AddNode(Opcode::kBroadcast, shape, {g.AddConstant(Literal::Scalar(2.0f))}, OpAttributes{})
-          .value();
-  Node* e = g.AddNode(Opcode::kExp, {d}).value();
-  Node* r = g.AddNode(Opcode::kAdd, {e, g.AddNode(Opcode::kMultiply, {d, two}).value()}).value();
-  g.set_root(g.AddNode(Opcode::kTuple, {r, e}).value());
+  const DotExpSum nodes = AddDotExpSum(g, shape);
+  g.set_root(g.AddNode(Opcode::kTuple, {nodes.r, nodes.e}).value());
   const std::vector<Literal> args = {Random(shape, 9, -0.1, 0.1)};
   ExecutionStats stats;
   std::vector<Literal> fused = Executor({.fusion = true}).Run(g, args, &stats).value();
