@@ -108,6 +108,8 @@ TEST(AttentionTest, BlockCausalKeysPerQueryCountsWholeTiles) {
   // queries 8.. key 7), none two off it (query 8 - key 3 = 5 >= 2): 5 tiles of 16 / 12.
   EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(12, 2, 4), 80.0 / 12);
   EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(12, 2, 1), CausalKeysPerQuery(12, 2));
+  // Linear in the tiles: one-element tiles of a 128k sequence.
+  EXPECT_NEAR(BlockCausalKeysPerQuery(131072, 4096, 1), CausalKeysPerQuery(131072, 4096), 1e-6);
 }
 
 TrainingStepOptions Options(RematPolicy remat,
