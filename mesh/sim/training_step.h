@@ -74,15 +74,18 @@
 //     B x B block of (query, key); a block with no attended pair is skipped, any other block
 //     is computed whole (the causal diagonal blocks, the window's edge blocks), so K = the
 //     computed blocks' area / S (BlockCausalKeysPerQuery; causal, B dividing S: (S + B) / 2).
-//     Source: jax/experimental/pallas/ops/tpu/splash_attention (MaskInfo: block_mask 0 skips a
-//     block, 1 computes it with the partial mask, 2 without a mask); MaxText layers/attentions.py
-//     tpu_flash_attention (every block size min(512, S), later base.yml sa_block_*: 512).
+//     Source: jax/experimental/pallas/ops/tpu/flash_attention.py (below_or_on_diag: a tile runs
+//     when its bottom-left corner is on or below the diagonal) and splash_attention (MaskInfo:
+//     block_mask 0 skips a block, 1 computes it with the partial mask, 2 without a mask); MaxText
+//     layers/attentions.py tpu_flash_attention (every block size min(512, S), later base.yml
+//     sa_block_*: 512).
 //   flash with a split backward (TrainingStepOptions::flash_split_backward; splash attention
 //     with use_fused_bwd_kernel false, MaxText sa_use_fused_bwd_kernel: False): the backward is
 //     two kernels, dK/dV (Q.K^T, dV = P^T dO, dP = dO V^T, dK = dS^T Q: 4 matmuls) and dQ
 //     (Q.K^T, dP = dO V^T, dQ = dS K: 3), 3.5x the forward's 2 instead of 2.5x; the dQ kernel
 //     reads q, k, v, dO and the f32 log-sum-exp and di (o . dO per query) once more.
-//     Source: splash_attention_kernel.py _splash_attention_bwd_dkv / _splash_attention_bwd_dq.
+//     Source: flash_attention.py _flash_attention_bwd_dkv / _flash_attention_bwd_dq;
+//     splash_attention_kernel.py _splash_attention_bwd_dkv / _splash_attention_bwd_dq.
 //
 // Mixture of experts (config.experts = E > 0, top_k k, capacity factor C), costed here, not in
 // the graph (which holds one expert-sized MLP per layer): with expert parallelism over the mesh
