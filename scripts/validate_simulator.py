@@ -24,7 +24,8 @@ collective overlap (`--overlap`: MaxText's async collectives; Megatron-LM 2021 r
 collectives on the compute stream), kernel fusion (`--fusion`: MaxText (jax.jit) xla,
 Megatron-LM (PyTorch eager with its hand-fused kernels) eager), whether remat replays the whole
 layer forward (`--remat-replay`: Megatron's CheckpointFunction does, JAX's remat does not), the
-attention dropout (`--attention-dropout`: Megatron's default 0.1, MaxText's 0) and how pipeline
+attention dropout (`--attention-dropout`: Megatron's default 0.1, MaxText's 0), how its flash
+kernel runs (`--flash-block`, `--flash-split-backward`: MaxText's TPU kernels) and how pipeline
 stages exchange activations (`--blocking-p2p`, `--scatter-gather-p2p`: Megatron's 2021
 p2p_communication), the same for all of its runs, each with its source. The interleaved schedule of a run (its script's
 --num-layers-per-virtual-pipeline-stage) is `--layers-per-virtual-stage`.
@@ -168,6 +169,12 @@ def main():
             cmd += ["--remat-replay"]
         if fw.get("attention_dropout", 0) > 0:
             cmd += ["--attention-dropout", str(fw["attention_dropout"])]
+        # How the framework's flash kernel tiles the mask and splits its backward.
+        if "flash" in cmd:
+            if fw.get("flash_block", 0) > 0:
+                cmd += ["--flash-block", str(fw["flash_block"])]
+            if fw.get("flash_split_backward"):
+                cmd += ["--flash-split-backward"]
         # Stage-to-stage transfers as the framework runs them (pipelined rows only).
         if "--dcn-stage" in cmd or "--ici-stage" in cmd:
             if fw.get("blocking_p2p"):

@@ -32,7 +32,8 @@
 // a "stage" axis --microbatches is gradient accumulation (one microbatch's activations live).
 // `--remat-replay` (PyTorch's checkpoint re-runs the whole layer forward) and
 // `--attention-dropout P` (unfused dropout kernels under --fusion eager|none) model how
-// Megatron-LM runs a layer (mesh/sim/training_step.h).
+// Megatron-LM runs a layer (mesh/sim/training_step.h); `--flash-block N` and
+// `--flash-split-backward` how a block flash kernel (MaxText's splash attention) runs one.
 // `--num-slices N` simulates N copies of CONFIG's one slice joined by its DCN.
 // `--sequence-parallel` splits the residual-stream activations over the tensor axis in the
 // memory report (Megatron sequence parallelism; MaxText's activation_embed -> tensor).
@@ -90,6 +91,8 @@ struct SimulateFlags : TransformerFlags {
   bool sequence_parallel = false;
   bool remat_replay = false;
   double attention_dropout = 0;
+  int64_t flash_block = 0;
+  bool flash_split_backward = false;
   int64_t layers_per_virtual_stage = 0;  // 0: no interleaving
   bool blocking_p2p = false;
   bool scatter_gather_p2p = false;
@@ -273,6 +276,8 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
   plan.sequence_parallel = f.sequence_parallel;
   plan.remat_replay = f.remat_replay;
   plan.attention_dropout = f.attention_dropout;
+  plan.flash_block = f.flash_block;
+  plan.flash_split_backward = f.flash_split_backward;
   plan.layers_per_virtual_stage = f.layers_per_virtual_stage;
   plan.blocking_transfers = f.blocking_p2p;
   plan.scatter_gather = f.scatter_gather_p2p;
@@ -368,6 +373,8 @@ nlohmann::json TrainingJson(const GlobalStep& step, const mesh::TrainingStepEsti
         {"flash_flops_per_device", e.attention_flops},
         {"flash_bytes_per_device", e.attention_bytes},
         {"flash_s", e.attention_seconds},
+        {"flash_block", step.training.flash_block},
+        {"flash_split_backward", step.training.flash_split_backward},
         {"dropout", step.training.attention_dropout},
         {"dropout_bytes_per_device", e.dropout_bytes},
         {"dropout_s", e.dropout_seconds}}},
@@ -666,6 +673,10 @@ std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
           "--scatter-gather-p2p"}) {
       if (f.given(flag)) return absl::StrCat(flag, " applies to --model / --model-config only");
     }
+    // The flash kernel's shape (mesh/sim/training_step.h), also --model only.
+    for (const char* flag : {"--flash-block", "--flash-split-backward"}) {
+      if (f.given(flag)) return absl::StrCat(flag, " applies to --model / --model-config only");
+    }
   }
   const std::string matmul =
       !f.matmul_dtype.empty() ? f.matmul_dtype : (file ? file->matmul_dtype : "");
@@ -857,6 +868,13 @@ CommandFn AddSimulateCommand(CLI::App& app) {
                   "save_qkv_proj, save_out_proj, selective, full");
   cmd->add_option("--attention", f->attention,
                   "dot_product (default) or flash (fused: no S x S scores in HBM)");
+  cmd->add_option("--flash-block", f->flash_block,
+                  "flash attention as a block kernel: the mask applied per N x N tile of "
+                  "(query, key), partly masked tiles computed whole (MaxText splash attention "
+                  "sa_block_*; default 0: per element)");
+  cmd->add_flag("--flash-split-backward", f->flash_split_backward,
+                "flash backward as two kernels, dK/dV and dQ, each recomputing Q.K^T (splash "
+                "attention use_fused_bwd_kernel=False): 3.5x the forward's matmuls, not 2.5x");
   cmd->add_flag("--remat-replay", f->remat_replay,
                 "remat re-runs the whole forward of each checkpointed layer, as "
                 "torch.utils.checkpoint and Megatron-LM do (default: only what the backward "

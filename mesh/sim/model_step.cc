@@ -198,6 +198,18 @@ absl::StatusOr<ModelStep> BuildModelStep(const Topology& topology,
   step.training.sequence_parallel = plan.sequence_parallel;
   step.training.remat_replay = plan.remat_replay;
   step.training.attention_dropout = plan.attention_dropout;
+  step.training.flash_block = plan.flash_block;
+  step.training.flash_split_backward = plan.flash_split_backward;
+  if (plan.flash_block < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--flash-block ", plan.flash_block, ": expected a tile size >= 0"));
+  }
+  if ((plan.flash_block > 0 || plan.flash_split_backward) &&
+      plan.attention != AttentionKernel::kFlash) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(plan.flash_block > 0 ? "--flash-block" : "--flash-split-backward",
+                     " applies to --attention flash"));
+  }
   if (plan.remat_replay && plan.remat != RematPolicy::kNone && plan.remat != RematPolicy::kFull &&
       plan.remat != RematPolicy::kSelective) {
     return absl::InvalidArgumentError(absl::StrCat(

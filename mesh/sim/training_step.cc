@@ -443,6 +443,22 @@ double CausalKeysPerQuery(int64_t seq_len, int64_t window) {
   return (w * (w + 1) / 2 + (s - w) * w) / s;
 }
 
+double BlockCausalKeysPerQuery(int64_t seq_len, int64_t window, int64_t block) {
+  if (seq_len <= 0) return 0;
+  if (block <= 0 || block > seq_len) block = seq_len;
+  // Each row of tiles computes one contiguous run of key tiles, from the first holding a key the
+  // row's first query still sees (key >= query - window + 1; tile 0 without a window) to the
+  // diagonal tile: O(S / block), so even block 1 at S = 128k stays cheap.
+  double area = 0;
+  for (int64_t qi = 0; qi < seq_len; qi += block) {
+    const int64_t qe = std::min(seq_len, qi + block);
+    const int64_t first_key = window > 0 ? std::max<int64_t>(0, qi - window + 1) : 0;
+    const int64_t kj = first_key / block * block;
+    area += static_cast<double>(qe - qi) * static_cast<double>(qe - kj);
+  }
+  return area / static_cast<double>(seq_len);
+}
+
 LocalLayer LocalLayerOf(const nn::TransformerConfig& config, const nn::RecipeShards& shards,
                         AttentionKernel attention) {
   LocalLayer layer;
@@ -564,6 +580,10 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
 
   LocalLayer layer = LocalLayerOf(config, shards, options.attention);
   if (options.sequence_parallel) layer.residual_shards = shards.tensor;
+  if (options.attention == AttentionKernel::kFlash && options.flash_block > 0) {
+    layer.keys_per_query =
+        BlockCausalKeysPerQuery(config.seq_len, config.sliding_window, options.flash_block);
+  }
   const double layers = static_cast<double>(config.layers);
   e.remat = PlanRemat(options.remat, config.parallel_block, options.remat_replay);
   int64_t kept_bytes = 0;
@@ -616,10 +636,18 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
     auto bytes = [&](LayerValue v) {
       return static_cast<double>(LocalValueBytes(v, layer, AttentionKernel::kFlash));
     };
-    const double backward_bytes = 2 * (bytes(LayerValue::kQuery) + bytes(LayerValue::kKey) +
-                                       bytes(LayerValue::kValue) + bytes(LayerValue::kContext)) +
-                                  bytes(LayerValue::kAttentionResidual);
-    const double backward_flops = 2.5 * forward.flops;
+    const double qkv =
+        bytes(LayerValue::kQuery) + bytes(LayerValue::kKey) + bytes(LayerValue::kValue);
+    double backward_bytes =
+        2 * (qkv + bytes(LayerValue::kContext)) + bytes(LayerValue::kAttentionResidual);
+    // Split: the dQ kernel recomputes Q.K^T and dP itself (7 matmuls against the forward's 2)
+    // and streams q, k, v, dO, the log-sum-exp and di through once more.
+    const bool split = options.flash_split_backward;
+    if (split) {
+      backward_bytes +=
+          qkv + bytes(LayerValue::kContext) + 2 * bytes(LayerValue::kAttentionResidual);
+    }
+    const double backward_flops = (split ? 3.5 : 2.5) * forward.flops;
     e.attention_flops = layers * (forward.flops + backward_flops);
     e.attention_bytes = static_cast<int64_t>(layers * (forward.bytes + backward_bytes));
     e.attention_seconds = layers * (forward.seconds + KernelSeconds(cost_model, backward_flops,

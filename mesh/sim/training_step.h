@@ -69,6 +69,23 @@
 //     reads q, k, v, o, dO, lse and writes dq, dk, dv (the K/V re-reads per query block are not
 //     counted). Each pass costs max(flops / (peak x dot efficiency), bytes / (HBM bandwidth x dot
 //     efficiency)), the cost model's roofline.
+//   flash, as a block kernel runs it (TrainingStepOptions::flash_block = B > 0; MaxText's
+//     splash attention with sa_block_q = sa_block_kv = ... = B): the mask is applied per
+//     B x B block of (query, key); a block with no attended pair is skipped, any other block
+//     is computed whole (the causal diagonal blocks, the window's edge blocks), so K = the
+//     computed blocks' area / S (BlockCausalKeysPerQuery; causal, B dividing S: (S + B) / 2).
+//     Source: jax/experimental/pallas/ops/tpu/flash_attention.py (below_or_on_diag: a tile runs
+//     when its bottom-left corner is on or below the diagonal) and splash_attention (MaskInfo:
+//     block_mask 0 skips a block, 1 computes it with the partial mask, 2 without a mask); MaxText
+//     layers/attentions.py tpu_flash_attention (every block size min(512, S), later base.yml
+//     sa_block_*: 512).
+//   flash with a split backward (TrainingStepOptions::flash_split_backward; splash attention
+//     with use_fused_bwd_kernel false, MaxText sa_use_fused_bwd_kernel: False): the backward is
+//     two kernels, dK/dV (Q.K^T, dV = P^T dO, dP = dO V^T, dK = dS^T Q: 4 matmuls) and dQ
+//     (Q.K^T, dP = dO V^T, dQ = dS K: 3), 3.5x the forward's 2 instead of 2.5x; the dQ kernel
+//     reads q, k, v, dO and the f32 log-sum-exp and di (o . dO per query) once more.
+//     Source: flash_attention.py _flash_attention_bwd_dkv / _flash_attention_bwd_dq;
+//     splash_attention_kernel.py _splash_attention_bwd_dkv / _splash_attention_bwd_dq.
 //
 // Mixture of experts (config.experts = E > 0, top_k k, capacity factor C), costed here, not in
 // the graph (which holds one expert-sized MLP per layer): with expert parallelism over the mesh
@@ -260,6 +277,13 @@ struct LocalLayer {
 // sum_{i=0}^{S-1} min(i + 1, W) / S.
 [[nodiscard]] double CausalKeysPerQuery(int64_t seq_len, int64_t window);
 
+// Mean keys per query a block-sparse attention kernel computes (file comment, "flash, as a block
+// kernel runs it"): the causal mask with a sliding window of `window` keys (0: none) over
+// `block` x `block` tiles of (query, key) (the last tile of each dimension shorter when `block`
+// does not divide `seq_len`); a tile holding an attended pair counts whole. block <= 0 or
+// block >= seq_len and no window: the whole S x S (S keys); block 1: CausalKeysPerQuery.
+[[nodiscard]] double BlockCausalKeysPerQuery(int64_t seq_len, int64_t window, int64_t block);
+
 // Bytes of `value` on one device (file comment).
 [[nodiscard]] int64_t LocalValueBytes(LayerValue value, const LocalLayer& layer,
                                       AttentionKernel attention);
@@ -288,6 +312,11 @@ struct TrainingStepOptions {
   // Dropout probability on the attention probabilities (Megatron-LM --attention-dropout); any
   // value > 0 costs the unfused dropout kernels (file comment, "Attention dropout").
   double attention_dropout = 0;
+  // Flash attention as a block kernel (file comment): the mask applied per flash_block x
+  // flash_block tile (0: per element, the ideal kernel), and a backward split into dK/dV and dQ
+  // kernels (false: one fused backward, FlashAttention-2).
+  int64_t flash_block = 0;
+  bool flash_split_backward = false;
 };
 
 // Memory of one device (file comment), bytes.

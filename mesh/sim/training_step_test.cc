@@ -94,6 +94,24 @@ TEST(AttentionTest, CausalKeysPerQueryCountsTheBand) {
   EXPECT_DOUBLE_EQ(CausalKeysPerQuery(8192, 1), 1);
 }
 
+TEST(AttentionTest, BlockCausalKeysPerQueryCountsWholeTiles) {
+  // Causal over 512-tiles of 2048: 10 of the 16 tiles computed, 10 x 512^2 / 2048 = (S + B) / 2.
+  EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(2048, 0, 512), 1280);
+  EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(8, 0, 4), 6);  // 3 tiles of 16 / 8
+  // Tiles of one element are the element mask; no tiling (0) or one tile computes all S keys.
+  EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(8, 0, 1), CausalKeysPerQuery(8, 0));
+  EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(8, 0, 0), 8);
+  EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(8, 0, 16), 8);
+  // 6 positions in tiles of 4: [0,4) x [0,4) 16, [4,6) x [0,4) 8, [4,6) x [4,6) 4.
+  EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(6, 0, 4), 28.0 / 6);
+  // Window 2 over 3 tiles of 4: every tile on or next to the diagonal (queries 4.. see key 3,
+  // queries 8.. key 7), none two off it (query 8 - key 3 = 5 >= 2): 5 tiles of 16 / 12.
+  EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(12, 2, 4), 80.0 / 12);
+  EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(12, 2, 1), CausalKeysPerQuery(12, 2));
+  // Linear in the tiles: one-element tiles of a 128k sequence.
+  EXPECT_NEAR(BlockCausalKeysPerQuery(131072, 4096, 1), CausalKeysPerQuery(131072, 4096), 1e-6);
+}
+
 TrainingStepOptions Options(RematPolicy remat,
                             AttentionKernel attention = AttentionKernel::kDotProduct) {
   TrainingStepOptions options;
@@ -287,6 +305,33 @@ TEST(TrainingStepTest, FlashSavesTheScoresAndCostsTheKernel) {
   // Causal: 4.5 keys per query; forward 4*8*2*4.5*4 = 1152 flops, backward 2.5x, 2 layers.
   EXPECT_DOUBLE_EQ(flash.attention_flops, 2 * 1152 * 3.5);
   EXPECT_GT(flash.attention_seconds, 0);
+}
+
+TEST(TrainingStepTest, FlashBlockTilesAndSplitBackwardByHand) {
+  Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
+  CostModel model = *CostModel::Create(topology);
+  const nn::TransformerConfig c = Small();
+  Built b = Build(c);
+  const nn::RecipeShards shards = *nn::ShardsOf(Mesh8(), nn::ShardingRecipe::kFsdpTp);
+  auto estimate = [&](int64_t block, bool split) {
+    TrainingStepOptions options = Options(RematPolicy::kNone, AttentionKernel::kFlash);
+    options.flash_block = block;
+    options.flash_split_backward = split;
+    return *EstimateTrainingStep(c, shards, options, model, b.program, b.step.weight_parameters,
+                                 b.step.moment_parameters);
+  };
+  const TrainingStepEstimate ideal = estimate(0, false);
+  // Tiles of 4 over 8 positions: 6 keys per query; forward 4*8*2*6*4 = 1536 flops a layer.
+  EXPECT_DOUBLE_EQ(estimate(4, false).attention_flops, 2 * 1536 * 3.5);
+  // Split backward: 3.5x the forward (7 matmuls against 2), per element 1152 flops forward.
+  const TrainingStepEstimate split = estimate(0, true);
+  EXPECT_DOUBLE_EQ(split.attention_flops, 2 * 1152 * 4.5);
+  EXPECT_DOUBLE_EQ(estimate(4, true).attention_flops, 2 * 1536 * 4.5);
+  // The dQ kernel streams q (8 tokens x 2 heads x 4 x 2 bytes = 128), k and v (1 kv head: 64
+  // each), dO (128), the log-sum-exp and di (8 x 2 x 4 = 64 each) once more, 2 layers.
+  EXPECT_EQ(split.attention_bytes - ideal.attention_bytes, 2 * (128 + 64 + 64 + 128 + 2 * 64));
+  // Tiles change the flops, not what the kernel keeps.
+  EXPECT_EQ(estimate(4, true).memory.activation_bytes, ideal.memory.activation_bytes);
 }
 
 TEST(TrainingStepTest, DenseAttentionNodesAreTheSquareOnes) {
