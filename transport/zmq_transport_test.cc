@@ -158,6 +158,16 @@ class Job {
   std::vector<Worker> workers_;
 };
 
+// The value of a "key=value" line of a worker's stdout, or "".
+std::string OutputField(const std::string& out, absl::string_view key) {
+  for (absl::string_view line : absl::StrSplit(out, '\n')) {
+    if (absl::ConsumePrefix(&line, key) && absl::ConsumePrefix(&line, "=")) {
+      return std::string(line);
+    }
+  }
+  return "";
+}
+
 // Starts `n` hosts over ipc (host 0 serves the bootstrap) or tcp (the test serves it on a
 // kernel-chosen loopback port) with `extra` flags; expects all to succeed.
 // `outs`, when given, receives each host's stdout.
@@ -183,7 +193,12 @@ void RunJob(int n, bool tcp, const std::vector<std::string>& extra,
   }
   for (int r = 0; r < n; ++r) job.Spawn(r, flags);
   ASSERT_TRUE(job.WaitAll(timeout)) << "timed out\n" << job.Report();
-  for (int r = 0; r < n; ++r) EXPECT_EQ(job.exit_code(r), 0) << job.Report();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(job.exit_code(r), 0) << job.Report();
+    // Nothing of the job's own is refused: a heartbeat sent before the hello once was.
+    EXPECT_EQ(OutputField(job.out(r), "refused_connections"), "0") << job.Report();
+    EXPECT_THAT(job.err(r), ::testing::Not(HasSubstr("unauthenticated"))) << job.Report();
+  }
   if (outs != nullptr) {
     outs->clear();
     for (int r = 0; r < n; ++r) outs->push_back(job.out(r));
@@ -526,15 +541,6 @@ void SendStrangerMessages(const std::string& endpoint, const std::string& plain_
 }
 
 // Reads "key=value" from a worker's stdout, or "".
-std::string OutputField(const std::string& out, absl::string_view key) {
-  for (absl::string_view line : absl::StrSplit(out, '\n')) {
-    if (absl::ConsumePrefix(&line, key) && absl::ConsumePrefix(&line, "=")) {
-      return std::string(line);
-    }
-  }
-  return "";
-}
-
 // Attacks every data endpoint of a running job (hosts already printed "ready") and checks
 // that it still runs and that no host's memory grew by more than 32 MiB.
 void AttackRunningJob(Job& job, int n, const std::string& password, bool with_empty_token) {
