@@ -1056,8 +1056,8 @@ void ZmqTransport::Impl::Shutdown() {
     if (healthy) {
       // Goodbye to every peer, then wait for theirs, so no host mistakes a clean exit for a
       // crash. A peer that said goodbye first gets ours too: it waits for it (up to its
-      // shutdown_timeout) before it closes, and a peer that closed without ours would be lost
-      // to the others.
+      // shutdown_timeout). Skipping it made that peer wait out the whole timeout, and the last
+      // host to leave closed without a goodbye, so the others declared it lost.
       const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
       leaving_.store(true);
       for (int64_t p = 0; p < n; ++p) {
