@@ -12,6 +12,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
@@ -23,6 +24,7 @@
 #include "tessel/mesh/runtime/collective_adapter.h"
 #include "tessel/mesh/runtime/compute_slots.h"
 #include "tessel/mesh/sim/simulator.h"
+#include "tessel/partitioner/combine_collectives.h"
 #include "tessel/partitioner/partitioner.h"
 
 namespace tessel::mesh {
@@ -101,6 +103,7 @@ struct HostRuntime::State {
   std::unique_ptr<transport::Communicator> owned_communicator;
   transport::Communicator* communicator = nullptr;
   HostRuntimeOptions options;
+  partitioner::AllReduceCombinerOptions combiner;  // resolved by Create
   std::unique_ptr<CommunicatorCollectives> collectives;
   std::unique_ptr<ComputeSlots> slots;  // set by Create
 
@@ -158,6 +161,10 @@ absl::StatusOr<std::shared_ptr<const HostRuntime::State::Compiled>> HostRuntime:
   partition_options.cost_model = &cost;
   TESSEL_ASSIGN_OR_RETURN(compiled->program,
                           partitioner::Partition(graph, topology.num_devices(), partition_options));
+  if (combiner.threshold_bytes > 0) {
+    TESSEL_ASSIGN_OR_RETURN(compiled->program.program,
+                            partitioner::CombineAllReduces(*compiled->program.program, combiner));
+  }
   for (const partitioner::ShardedValue& p : compiled->program.parameters) {
     TESSEL_ASSIGN_OR_RETURN(
         spmd::ShardedTensor layout,
@@ -494,6 +501,21 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
                                       communicator->devices_on_this_machine());
   }
   s.slots = std::make_unique<ComputeSlots>(slots);
+  if (s.options.combine_all_reduce_bytes.has_value()) {
+    s.combiner.threshold_bytes = *s.options.combine_all_reduce_bytes;
+    if (s.combiner.threshold_bytes < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("HostRuntimeOptions::combine_all_reduce_bytes must be >= 0 (0: off), got ",
+                       s.combiner.threshold_bytes));
+    }
+  } else if (const char* text = std::getenv("TESSEL_COMBINE_ALL_REDUCE_BYTES");
+             text != nullptr && *text != '\0') {
+    if (!absl::SimpleAtoi(text, &s.combiner.threshold_bytes) || s.combiner.threshold_bytes < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TESSEL_COMBINE_ALL_REDUCE_BYTES=", text,
+          ": expected a non-negative integer, bytes per combined all-reduce (0: off)"));
+    }
+  }
   s.collectives = std::make_unique<CommunicatorCollectives>(communicator);
   s.collectives->set_compute_slots(s.slots.get());
   if (absl::StatusOr<Simulator> simulator = Simulator::Create(topology); simulator.ok()) {

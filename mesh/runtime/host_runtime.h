@@ -122,6 +122,13 @@ struct HostRuntimeOptions {
   // missing folder is created by HostRuntime::Create; one that cannot be created (a file there,
   // no permission) makes Create fail with kInvalidArgument naming the folder.
   std::string dump_to;
+  // The all-reduce combiner run on every partitioned program before it is cached
+  // (partitioner/combine_collectives.h, XLA's AllReduceCombiner): the largest combined
+  // all-reduce in bytes per device, or 0 to run the program as partitioned. nullopt (the
+  // default): the environment variable TESSEL_COMBINE_ALL_REDUCE_BYTES if set, else
+  // AllReduceCombinerOptions' default (30 MiB). Errors from Create: kInvalidArgument for a
+  // negative value or one that is not an integer, naming it.
+  std::optional<int64_t> combine_all_reduce_bytes;
 };
 
 class HostRuntime {
