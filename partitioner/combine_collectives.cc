@@ -13,9 +13,15 @@
 namespace tessel::partitioner {
 namespace {
 
-bool IsCandidate(const Node& node) {
+bool IsAllReduceOfArray(const Node& node) {
   return node.opcode() == Opcode::kAllReduce && node.operand_count() == 1 &&
          !node.shape().is_tuple() && node.shape().num_elements() > 0;
+}
+
+// Below the threshold: one at or above it gains nothing from company, and stays in place.
+bool IsCandidate(const Node& node, const AllReduceCombinerOptions& options) {
+  return options.threshold_bytes > 0 && options.threshold_count > 0 && IsAllReduceOfArray(node) &&
+         node.shape().byte_size() < options.threshold_bytes;
 }
 
 // Two all-reduces may be combined when these are equal (XLA's AllReduceKey less the
@@ -26,10 +32,6 @@ bool SameKey(const Node& a, const Node& b) {
   return x.reduce_kind == y.reduce_kind && a.shape().dtype() == b.shape().dtype() &&
          (x.channel_id != 0) == (y.channel_id != 0) &&
          x.use_global_device_ids == y.use_global_device_ids && x.replica_groups == y.replica_groups;
-}
-
-bool Enabled(const AllReduceCombinerOptions& options) {
-  return options.threshold_bytes > 0 && options.threshold_count > 0;
 }
 
 class Rebuilder {
@@ -67,7 +69,7 @@ class Rebuilder {
 
  private:
   void MakeReady(Node* node) {
-    if (Enabled(options_) && IsCandidate(*node)) {
+    if (IsCandidate(*node, options_)) {
       ready_all_reduces_.insert(position_.at(node));
     } else {
       ready_.push(position_.at(node));
@@ -166,7 +168,45 @@ class Rebuilder {
   std::set<int64_t> ready_all_reduces_;
 };
 
+// The transpose of `node` when `node` is an all-reduce of an array whose one use is a transpose.
+const Node* TransposeAfter(const Node& node) {
+  if (!IsAllReduceOfArray(node) || node.users().size() != 1) return nullptr;
+  const Node* user = node.users()[0];
+  return user->opcode() == Opcode::kTranspose ? user : nullptr;
+}
+
 }  // namespace
+
+std::unique_ptr<Graph> MoveTransposesBeforeAllReduces(const Graph& program, int64_t* moved) {
+  auto out = std::make_unique<Graph>(program.name());
+  absl::flat_hash_map<const Node*, Node*> mapped;
+  int64_t count = 0;
+  for (const Node* node : program.nodes()) {
+    if (mapped.contains(node)) continue;  // a transpose already moved
+    std::vector<Node*> operands;
+    operands.reserve(node->operands().size());
+    for (const Node* operand : node->operands()) operands.push_back(mapped.at(operand));
+    if (const Node* transpose = TransposeAfter(*node); transpose != nullptr) {
+      // all-reduce(x) -> transpose  becomes  transpose(x) -> all-reduce, each keeping its name.
+      Node* before = out->AddNodeUnchecked(Opcode::kTranspose, transpose->shape(), operands,
+                                           transpose->attrs(), transpose->name());
+      Node* reduced = out->AddNodeUnchecked(Opcode::kAllReduce, transpose->shape(), {before},
+                                            node->attrs(), node->name());
+      reduced->set_sharding(transpose->sharding());
+      mapped[node] = reduced;  // no other user: only the transpose's entry is read
+      mapped[transpose] = reduced;
+      ++count;
+      continue;
+    }
+    Node* copy = out->AddNodeUnchecked(node->opcode(), node->shape(), std::move(operands),
+                                       node->attrs(), node->name());
+    copy->set_sharding(node->sharding());
+    mapped[node] = copy;
+  }
+  out->set_root(mapped.at(program.root()));
+  if (moved != nullptr) *moved = count;
+  return out;
+}
 
 absl::StatusOr<std::unique_ptr<Graph>> CombineAllReduces(const Graph& program,
                                                          const AllReduceCombinerOptions& options,
@@ -182,7 +222,7 @@ absl::StatusOr<std::unique_ptr<Graph>> CombineAllReduces(const Graph& program,
   }
   // Non-candidate all-reduces are copied like any node; count them as they are.
   for (const Node* node : program.nodes()) {
-    if (node->opcode() == Opcode::kAllReduce && !(Enabled(options) && IsCandidate(*node))) {
+    if (node->opcode() == Opcode::kAllReduce && !IsCandidate(*node, options)) {
       ++local.all_reduces_after;
     }
   }

@@ -37,8 +37,10 @@ namespace tessel::partitioner {
 
 struct AllReduceCombinerOptions {
   // A combined all-reduce moves at most this many bytes (its result, per device); an
-  // all-reduce at or above it is left alone. XLA's GPU default,
-  // xla_gpu_all_reduce_combine_threshold_bytes = 30 MiB. 0 turns the pass off.
+  // all-reduce at or above it is left where it is, alone. XLA's GPU default,
+  // xla_gpu_all_reduce_combine_threshold_bytes = 30 MiB. 0 turns the pass off. (The
+  // concatenate/slice form copies the combined bytes twice, so a runtime on CPU memory
+  // wants far less: mesh/runtime/host_runtime.h.)
   int64_t threshold_bytes = int64_t{30} << 20;
   // And combines at most this many all-reduces (XLA: combine_threshold_count). 0 turns the
   // pass off.
@@ -70,6 +72,19 @@ struct AllReduceCombineStats {
 [[nodiscard]] absl::StatusOr<std::unique_ptr<Graph>> CombineAllReduces(
     const Graph& program, const AllReduceCombinerOptions& options = {},
     AllReduceCombineStats* stats = nullptr);
+
+// Returns `program` with every `transpose(all-reduce(x))` whose all-reduce has no other user
+// rewritten as `all-reduce(transpose(x))` (the all-reduce takes the transpose's shape; both keep
+// their names), and sets `*moved` (if not null) to the number rewritten. An all-reduce is
+// elementwise over the group, so the result is the same bit for bit; the executor folds a
+// transpose into the dot that produces its operand, so the partitioner's weight gradient
+// `transpose(all-reduce(dot(...)))` loses its transpose pass over the gradient.
+// Only the entry computation is changed. Shapes: local.
+// Source: the same move as XLA's CollectiveTransformationReorder
+// (xla/hlo/transforms/collectives/collective_transformation_reorderer.h), which moves reshapes
+// across all-gathers and all-reduces.
+[[nodiscard]] std::unique_ptr<Graph> MoveTransposesBeforeAllReduces(const Graph& program,
+                                                                    int64_t* moved = nullptr);
 
 }  // namespace tessel::partitioner
 

@@ -234,3 +234,65 @@ ENTRY %main (x: f32[8]) -> f32[8] {
 
 }  // namespace
 }  // namespace tessel::partitioner
+
+namespace tessel::partitioner {
+namespace {
+
+// The partitioner's weight gradient: transpose(all-reduce(dot)). %keep's all-reduce is also
+// used untransposed, so its transpose stays after it.
+constexpr char kTransposedGradients[] = R"(
+ENTRY %main (x: f32[6,4], g: f32[6,3]) -> (f32[3,4], f32[4,4], f32[4,4]) {
+  %x = f32[6,4] parameter(0)
+  %g = f32[6,3] parameter(1)
+  %dw = f32[4,3] dot(%x, %g), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  %ar = f32[4,3] all-reduce(%dw), replica_groups={{0,1,2,3}}, to_apply=%sum
+  %t = f32[3,4] transpose(%ar), dimensions={1,0}
+  %xx = f32[4,4] dot(%x, %x), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  %ar2 = f32[4,4] all-reduce(%xx), replica_groups={{0,1},{2,3}}, to_apply=%sum
+  %keep = f32[4,4] transpose(%ar2), dimensions={1,0}
+  ROOT %out = (f32[3,4], f32[4,4], f32[4,4]) tuple(%t, %keep, %ar2)
+}
+)";
+
+TEST(MoveTransposesBeforeAllReducesTest, MovesTheTransposeOfAnAllReduceWithOneUser) {
+  std::unique_ptr<Graph> g = Parse(kTransposedGradients);
+  ASSERT_NE(g, nullptr);
+  int64_t moved = -1;
+  std::unique_ptr<Graph> out = MoveTransposesBeforeAllReduces(*g, &moved);
+  ASSERT_TRUE(Verify(*out).ok()) << Verify(*out) << "\n" << PrintHloModule(*out);
+  EXPECT_EQ(moved, 1);
+  const std::string text = PrintHloModule(*out);
+  EXPECT_THAT(text, HasSubstr("%t = f32[3,4] transpose(%dw), dimensions={1,0}"));
+  EXPECT_THAT(text, HasSubstr("%ar = f32[3,4] all-reduce(%t)"));
+  EXPECT_THAT(text, HasSubstr("tuple(%ar, %keep, %ar2)"));
+  EXPECT_THAT(text, HasSubstr("%keep = f32[4,4] transpose(%ar2)"));
+  // Same values on every device, bit for bit.
+  std::vector<std::vector<Literal>> args;
+  for (int64_t d = 0; d < 4; ++d) {
+    std::vector<float> x(24), grad(18);
+    for (int64_t i = 0; i < 24; ++i) x[i] = 0.25f * static_cast<float>((i * 7 + d) % 11) - 1.0f;
+    for (int64_t i = 0; i < 18; ++i) grad[i] = 0.5f * static_cast<float>((i + 3 * d) % 5) - 0.7f;
+    std::vector<Literal> device_args;
+    device_args.push_back(Literal::FromVector<float>({6, 4}, x));
+    device_args.push_back(Literal::FromVector<float>({6, 3}, grad));
+    args.push_back(std::move(device_args));
+  }
+  const auto want = RunOn4(*g, args);
+  const auto got = RunOn4(*out, args);
+  for (int64_t d = 0; d < 4; ++d) {
+    ASSERT_EQ(got[d].size(), 3u);
+    for (size_t o = 0; o < 3; ++o) EXPECT_TRUE(got[d][o] == want[d][o]) << "device " << d;
+  }
+}
+
+TEST(MoveTransposesBeforeAllReducesTest, NothingToMove) {
+  std::unique_ptr<Graph> g = Parse(kGradients);
+  ASSERT_NE(g, nullptr);
+  int64_t moved = -1;
+  std::unique_ptr<Graph> out = MoveTransposesBeforeAllReduces(*g, &moved);
+  EXPECT_EQ(moved, 0);
+  EXPECT_EQ(PrintHloModule(*out), PrintHloModule(*g));
+}
+
+}  // namespace
+}  // namespace tessel::partitioner

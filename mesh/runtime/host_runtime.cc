@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "tessel/core/environment.h"
 #include "tessel/core/executor.h"
 #include "tessel/core/file_util.h"
 #include "tessel/core/hlo_text.h"
@@ -103,7 +104,9 @@ struct HostRuntime::State {
   std::unique_ptr<transport::Communicator> owned_communicator;
   transport::Communicator* communicator = nullptr;
   HostRuntimeOptions options;
-  partitioner::AllReduceCombinerOptions combiner;  // resolved by Create
+  // Passes after partitioning, resolved by Create.
+  partitioner::AllReduceCombinerOptions combiner;
+  bool transpose_before_all_reduce = true;
   std::unique_ptr<CommunicatorCollectives> collectives;
   std::unique_ptr<ComputeSlots> slots;  // set by Create
 
@@ -161,6 +164,12 @@ absl::StatusOr<std::shared_ptr<const HostRuntime::State::Compiled>> HostRuntime:
   partition_options.cost_model = &cost;
   TESSEL_ASSIGN_OR_RETURN(compiled->program,
                           partitioner::Partition(graph, topology.num_devices(), partition_options));
+  // Passes over the per-device program, as a backend's compiler runs them after XLA's
+  // partitioner: transposes before all-reduces (so the dot absorbs them), then combining.
+  if (transpose_before_all_reduce) {
+    compiled->program.program =
+        partitioner::MoveTransposesBeforeAllReduces(*compiled->program.program);
+  }
   if (combiner.threshold_bytes > 0) {
     TESSEL_ASSIGN_OR_RETURN(compiled->program.program,
                             partitioner::CombineAllReduces(*compiled->program.program, combiner));
@@ -501,6 +510,14 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
                                       communicator->devices_on_this_machine());
   }
   s.slots = std::make_unique<ComputeSlots>(slots);
+  s.combiner.threshold_bytes = kDefaultCombineAllReduceBytes;
+  if (s.options.transpose_before_all_reduce.has_value()) {
+    s.transpose_before_all_reduce = *s.options.transpose_before_all_reduce;
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(std::optional<bool> from_env,
+                            GetBoolEnv("TESSEL_TRANSPOSE_BEFORE_ALL_REDUCE"));
+    if (from_env.has_value()) s.transpose_before_all_reduce = *from_env;
+  }
   if (s.options.combine_all_reduce_bytes.has_value()) {
     s.combiner.threshold_bytes = *s.options.combine_all_reduce_bytes;
     if (s.combiner.threshold_bytes < 0) {
