@@ -433,6 +433,23 @@ class HostRuntime::Client final : public ComputationClient {
 // ---------------------------------------------------------------------------------------------
 // HostRuntime.
 
+absl::StatusOr<ProgramPassSettings> ProgramPassesFromEnvironment() {
+  ProgramPassSettings settings;
+  TESSEL_ASSIGN_OR_RETURN(settings.transpose_before_all_reduce,
+                          GetBoolEnv("TESSEL_TRANSPOSE_BEFORE_ALL_REDUCE"));
+  if (const char* text = std::getenv("TESSEL_COMBINE_ALL_REDUCE_BYTES");
+      text != nullptr && *text != '\0') {
+    int64_t bytes = 0;
+    if (!absl::SimpleAtoi(text, &bytes) || bytes < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TESSEL_COMBINE_ALL_REDUCE_BYTES=", text,
+          ": expected a non-negative integer, bytes per combined all-reduce (0: off)"));
+    }
+    settings.combine_all_reduce_bytes = bytes;
+  }
+  return settings;
+}
+
 absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
     const Topology& topology, std::unique_ptr<transport::Communicator> communicator,
     HostRuntimeOptions options) {
@@ -510,28 +527,15 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
                                       communicator->devices_on_this_machine());
   }
   s.slots = std::make_unique<ComputeSlots>(slots);
-  s.combiner.threshold_bytes = kDefaultCombineAllReduceBytes;
-  if (s.options.transpose_before_all_reduce.has_value()) {
-    s.transpose_before_all_reduce = *s.options.transpose_before_all_reduce;
-  } else {
-    TESSEL_ASSIGN_OR_RETURN(std::optional<bool> from_env,
-                            GetBoolEnv("TESSEL_TRANSPOSE_BEFORE_ALL_REDUCE"));
-    if (from_env.has_value()) s.transpose_before_all_reduce = *from_env;
-  }
-  if (s.options.combine_all_reduce_bytes.has_value()) {
-    s.combiner.threshold_bytes = *s.options.combine_all_reduce_bytes;
-    if (s.combiner.threshold_bytes < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("HostRuntimeOptions::combine_all_reduce_bytes must be >= 0 (0: off), got ",
-                       s.combiner.threshold_bytes));
-    }
-  } else if (const char* text = std::getenv("TESSEL_COMBINE_ALL_REDUCE_BYTES");
-             text != nullptr && *text != '\0') {
-    if (!absl::SimpleAtoi(text, &s.combiner.threshold_bytes) || s.combiner.threshold_bytes < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "TESSEL_COMBINE_ALL_REDUCE_BYTES=", text,
-          ": expected a non-negative integer, bytes per combined all-reduce (0: off)"));
-    }
+  TESSEL_ASSIGN_OR_RETURN(ProgramPassSettings from_env, ProgramPassesFromEnvironment());
+  s.transpose_before_all_reduce = s.options.transpose_before_all_reduce.value_or(
+      from_env.transpose_before_all_reduce.value_or(true));
+  s.combiner.threshold_bytes = s.options.combine_all_reduce_bytes.value_or(
+      from_env.combine_all_reduce_bytes.value_or(kDefaultCombineAllReduceBytes));
+  if (s.combiner.threshold_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("HostRuntimeOptions::combine_all_reduce_bytes must be >= 0 (0: off), got ",
+                     s.combiner.threshold_bytes));
   }
   s.collectives = std::make_unique<CommunicatorCollectives>(communicator);
   s.collectives->set_compute_slots(s.slots.get());

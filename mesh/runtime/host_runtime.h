@@ -144,6 +144,16 @@ struct HostRuntimeOptions {
   std::optional<bool> transpose_before_all_reduce;
 };
 
+// The passes' settings the environment gives (unset variables: nullopt), as HostRuntime::Create
+// reads them; `tessel run` checks them once before any host starts.
+// Errors: kInvalidArgument naming the variable and the value: TESSEL_COMBINE_ALL_REDUCE_BYTES
+// not a non-negative integer, TESSEL_TRANSPOSE_BEFORE_ALL_REDUCE not a boolean.
+struct ProgramPassSettings {
+  std::optional<int64_t> combine_all_reduce_bytes;
+  std::optional<bool> transpose_before_all_reduce;
+};
+[[nodiscard]] absl::StatusOr<ProgramPassSettings> ProgramPassesFromEnvironment();
+
 class HostRuntime {
  public:
   // A runtime for the host `communicator->rank()` of `topology`, whose hosts and devices must be
