@@ -26,6 +26,7 @@
 #include "tessel/mesh/runtime/compute_slots.h"
 #include "tessel/mesh/sim/simulator.h"
 #include "tessel/partitioner/combine_collectives.h"
+#include "tessel/partitioner/cse.h"
 #include "tessel/partitioner/partitioner.h"
 
 namespace tessel::mesh {
@@ -107,6 +108,7 @@ struct HostRuntime::State {
   // Passes after partitioning, resolved by Create.
   partitioner::AllReduceCombinerOptions combiner;
   bool transpose_before_all_reduce = true;
+  bool cse = true;
   std::unique_ptr<CommunicatorCollectives> collectives;
   std::unique_ptr<ComputeSlots> slots;  // set by Create
 
@@ -165,7 +167,11 @@ absl::StatusOr<std::shared_ptr<const HostRuntime::State::Compiled>> HostRuntime:
   TESSEL_ASSIGN_OR_RETURN(compiled->program,
                           partitioner::Partition(graph, topology.num_devices(), partition_options));
   // Passes over the per-device program, as a backend's compiler runs them after XLA's
-  // partitioner: transposes before all-reduces (so the dot absorbs them), then combining.
+  // partitioner: merging equal leaves, transposes before all-reduces (so the dot absorbs them),
+  // then combining.
+  if (cse) {
+    compiled->program.program = partitioner::CseConstantsAndBroadcasts(*compiled->program.program);
+  }
   if (transpose_before_all_reduce) {
     compiled->program.program =
         partitioner::MoveTransposesBeforeAllReduces(*compiled->program.program);
@@ -437,6 +443,7 @@ absl::StatusOr<ProgramPassSettings> ProgramPassesFromEnvironment() {
   ProgramPassSettings settings;
   TESSEL_ASSIGN_OR_RETURN(settings.transpose_before_all_reduce,
                           GetBoolEnv("TESSEL_TRANSPOSE_BEFORE_ALL_REDUCE"));
+  TESSEL_ASSIGN_OR_RETURN(settings.cse, GetBoolEnv("TESSEL_PROGRAM_CSE"));
   if (const char* text = std::getenv("TESSEL_COMBINE_ALL_REDUCE_BYTES");
       text != nullptr && *text != '\0') {
     int64_t bytes = 0;
@@ -530,6 +537,7 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
   TESSEL_ASSIGN_OR_RETURN(ProgramPassSettings from_env, ProgramPassesFromEnvironment());
   s.transpose_before_all_reduce = s.options.transpose_before_all_reduce.value_or(
       from_env.transpose_before_all_reduce.value_or(true));
+  s.cse = s.options.cse.value_or(from_env.cse.value_or(true));
   s.combiner.threshold_bytes = s.options.combine_all_reduce_bytes.value_or(
       from_env.combine_all_reduce_bytes.value_or(kDefaultCombineAllReduceBytes));
   if (s.combiner.threshold_bytes < 0) {

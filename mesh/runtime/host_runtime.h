@@ -142,15 +142,21 @@ struct HostRuntimeOptions {
   // environment variable TESSEL_TRANSPOSE_BEFORE_ALL_REDUCE (a boolean, core/environment.h) if
   // set, else true. Errors from Create: kInvalidArgument for a value that is not a boolean.
   std::optional<bool> transpose_before_all_reduce;
+  // Whether every partitioned program's equal constants, iotas and broadcasts are merged
+  // (partitioner::CseConstantsAndBroadcasts). nullopt (the default): the environment variable
+  // TESSEL_PROGRAM_CSE (a boolean) if set, else true. Errors from Create: as above.
+  std::optional<bool> cse;
 };
 
 // The passes' settings the environment gives (unset variables: nullopt), as HostRuntime::Create
 // reads them; `tessel run` checks them once before any host starts.
 // Errors: kInvalidArgument naming the variable and the value: TESSEL_COMBINE_ALL_REDUCE_BYTES
-// not a non-negative integer, TESSEL_TRANSPOSE_BEFORE_ALL_REDUCE not a boolean.
+// not a non-negative integer, TESSEL_TRANSPOSE_BEFORE_ALL_REDUCE or TESSEL_PROGRAM_CSE not a
+// boolean.
 struct ProgramPassSettings {
   std::optional<int64_t> combine_all_reduce_bytes;
   std::optional<bool> transpose_before_all_reduce;
+  std::optional<bool> cse;
 };
 [[nodiscard]] absl::StatusOr<ProgramPassSettings> ProgramPassesFromEnvironment();
 
