@@ -1,25 +1,29 @@
-// A pass over the partitioned per-device program: independent all-reduces of the same kind are
-// combined into one, as XLA's AllReduceCombiner does before a backend runs the program.
+// Passes over the partitioned per-device program around its all-reduces: independent
+// all-reduces of the same kind are combined into one, as XLA's AllReduceCombiner does before a
+// backend runs the program (CombineAllReduces), and a transpose of an all-reduce's result moves
+// before it (MoveTransposesBeforeAllReduces, at the end of this file).
 //
 //   TESSEL_ASSIGN_OR_RETURN(SpmdProgram p, Partition(g, 8));
-//   CombineStats stats;
+//   AllReduceCombineStats stats;
 //   TESSEL_ASSIGN_OR_RETURN(p.program, CombineAllReduces(*p.program, {}, &stats));
 //
 // Each all-reduce is a rendezvous of its group: a step of many small gradient reductions (a
 // bias, a layer-norm scale, a gradient-norm partial sum) pays the transport's per-call latency
 // and, with more device threads than cores, a sleep and wake-up of every member per call. XLA
 // emits one variadic all-reduce `all-reduce(a, b, ...)` for such a set; Tessel's all-reduce
-// takes one array, so the set is combined the way XLA's combiner ends on backends without a
-// variadic collective: each operand flattened, the flat operands concatenated, one all-reduce,
-// and each result sliced back out and reshaped to its shape.
+// takes one array, so the set is combined in one buffer: each operand flattened, the flat
+// operands concatenated, one all-reduce, and each result sliced back out and reshaped to its
+// shape (two copies of the combined bytes, hence a small threshold on CPU memory).
 //
-//   %ar.1 = f32[64] all-reduce(%a), replica_groups={{0,1}}, to_apply=%add
-//   %ar.2 = f32[4,4] all-reduce(%b), replica_groups={{0,1}}, to_apply=%add
+//   %ar1 = f32[64] all-reduce(%a), replica_groups={{0,1}}, to_apply=%add
+//   %ar2 = f32[4,4] all-reduce(%b), replica_groups={{0,1}}, to_apply=%add
 // becomes
-//   %concatenate = f32[80] concatenate(%a, f32[16] reshape(%b)), dimensions={0}
-//   %all-reduce = f32[80] all-reduce(%concatenate), replica_groups={{0,1}}, to_apply=%add
-//   %ar.1 = f32[64] slice(%all-reduce), slice={[0:64]}
-//   %ar.2 = f32[4,4] reshape(f32[16] slice(%all-reduce), slice={[64:80]})
+//   %ar2.flat = f32[16] reshape(%b)
+//   %ar1.operands = f32[80] concatenate(%a, %ar2.flat), dimensions={0}
+//   %ar1.combined = f32[80] all-reduce(%ar1.operands), replica_groups={{0,1}}, to_apply=%add
+//   %ar1 = f32[64] slice(%ar1.combined), slice={[0:64]}
+//   %ar2.flat_result = f32[16] slice(%ar1.combined), slice={[64:80]}
+//   %ar2 = f32[4,4] reshape(%ar2.flat_result)
 //
 // Source: XLA xla/service/all_reduce_combiner.{h,cc} (combine_threshold_in_bytes,
 // combine_threshold_count; the key: same replica groups, reduction, element type, channel and
