@@ -84,7 +84,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=40, help="timed steps per run")
     ap.add_argument("--log-every", type=int, default=5)
-    ap.add_argument("--layouts", default="4hosts,4hosts-cpu",
+    ap.add_argument("--layouts", default="4hosts,4hosts-cpu,1host-cpu",
                     help=f"comma-separated 8-device layouts of Tessel, of {', '.join(LAYOUTS)}")
     args = ap.parse_args()
     layouts = args.layouts.split(",")
