@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "tessel/core/environment.h"
 #include "tessel/core/fingerprint.h"
 #include "tessel/core/internal/lazy.h"
 #include "tessel/core/shape_inference.h"
@@ -249,6 +250,84 @@ void MixShape(const Shape& s, Fingerprint& h) {
   h.Ints(s.dims());
 }
 
+// Which of `traced.parameters` (the leaves of the lazy DAG of `pending`) nothing can read once
+// this Sync has replaced the pending tensors by data: the leaf and every node that leads to it
+// are held only from inside the DAG, by the pending tensors (whose nodes Sync replaces) and by
+// the tracer's parameter handles. A reference from anywhere else (a live tensor still naming
+// the old value, `Tensor old = p`, a pending tensor left out of a Sync(tensors), a node shared
+// with a live tensor) shows as a use count above the references counted here, and keeps the
+// node and everything below it alive.
+std::vector<bool> ParametersDeadAfterSync(absl::Span<const Tensor> pending,
+                                          const TracedGraph& traced) {
+  struct Visit {
+    const std::shared_ptr<LazyNode>* handle;  // one owning pointer, to read the use count
+    int64_t references = 0;                   // owners accounted for
+    bool alive = false;
+  };
+  absl::flat_hash_map<const LazyNode*, int> index;
+  std::vector<Visit> visits;
+  std::vector<const LazyNode*> order;  // operands before users
+  std::vector<std::pair<const std::shared_ptr<LazyNode>*, size_t>> stack;
+  auto enter = [&](const std::shared_ptr<LazyNode>& handle) {
+    auto [it, inserted] = index.try_emplace(handle.get(), static_cast<int>(visits.size()));
+    if (inserted) {
+      visits.push_back({&handle});
+      stack.emplace_back(&handle, 0);
+    }
+    ++visits[it->second].references;
+  };
+  for (const Tensor& t : pending) {
+    enter(t.impl()->node);
+    while (!stack.empty()) {
+      auto& [handle, next] = stack.back();
+      const LazyNode& node = **handle;
+      if (next < node.operands.size()) {
+        enter(node.operands[next++]);  // may grow `stack`: `handle` and `next` are not used after
+        continue;
+      }
+      order.push_back(&node);
+      stack.pop_back();
+    }
+  }
+  for (const Tensor& p : traced.parameters) ++visits[index.at(p.impl()->node.get())].references;
+  for (Visit& v : visits) v.alive = v.handle->use_count() > v.references;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (!visits[index.at(*it)].alive) continue;
+    for (const auto& operand : (*it)->operands) visits[index.at(operand.get())].alive = true;
+  }
+  std::vector<bool> dead(traced.parameters.size());
+  for (size_t i = 0; i < dead.size(); ++i) {
+    dead[i] = !visits[index.at(traced.parameters[i].impl()->node.get())].alive;
+  }
+  return dead;
+}
+
+// Moves into `arguments` the values of the parameters that may be donated to the execution
+// (dead after this Sync, whole array literals of the local client held by their leaf alone) and
+// clears their leaves' data; returns the donation flags. TESSEL_DONATE_PARAMS=0 donates none.
+absl::StatusOr<std::vector<bool>> DonateArguments(
+    absl::Span<const Tensor> pending, const TracedGraph& traced,
+    std::vector<std::shared_ptr<const DeviceData>>& arguments) {
+  std::vector<bool> donated(arguments.size(), false);
+  TESSEL_ASSIGN_OR_RETURN(std::optional<bool> enabled, GetBoolEnv("TESSEL_DONATE_PARAMS"));
+  if (enabled.has_value() && !*enabled) return donated;
+  // Held by the leaf and by `arguments` only: no other leaf, tensor or caller shares it.
+  std::vector<bool> candidate(arguments.size(), false);
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const LazyNode& leaf = *traced.parameters[i].impl()->node;
+    candidate[i] = leaf.data.use_count() == 2 && !leaf.data->shape().is_tuple() &&
+                   dynamic_cast<const LiteralData*>(leaf.data.get()) != nullptr;
+  }
+  if (std::find(candidate.begin(), candidate.end(), true) == candidate.end()) return donated;
+  const std::vector<bool> dead = ParametersDeadAfterSync(pending, traced);
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (!candidate[i] || !dead[i]) continue;
+    traced.parameters[i].impl()->node->data.reset();
+    donated[i] = true;
+  }
+  return donated;
+}
+
 }  // namespace
 
 uint64_t GraphFingerprint(const Graph& graph) {
@@ -352,10 +431,37 @@ absl::Status Sync(absl::Span<const Tensor> tensors) {
     }
     arguments.push_back(p.impl()->node->data);
   }
+  TESSEL_ASSIGN_OR_RETURN(std::vector<bool> donated, DonateArguments(pending, traced, arguments));
   auto execute_start = std::chrono::steady_clock::now();
   ExecutionStats stats;
-  TESSEL_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const DeviceData>> results,
-                          GetComputationClient().Execute(graph, fingerprint, arguments, &stats));
+  absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> executed =
+      GetComputationClient().ExecuteDonated(graph, fingerprint, arguments, donated, &stats);
+  if (!executed.ok()) {
+    // Values the client did not consume go back to their leaves (the tensors are unchanged);
+    // once one was consumed the step cannot run again, and its tensors keep the error.
+    bool consumed = false;
+    for (size_t i = 0; i < donated.size(); ++i) {
+      if (!donated[i]) continue;
+      const auto* data = dynamic_cast<const LiteralData*>(arguments[i].get());
+      if (data != nullptr && data->donated()) {
+        consumed = true;
+      } else {
+        traced.parameters[i].impl()->node->data = arguments[i];
+      }
+    }
+    if (consumed) {
+      absl::Status lost(executed.status().code(),
+                        absl::StrCat(executed.status().message(),
+                                     " (values donated to this step are lost; set "
+                                     "TESSEL_DONATE_PARAMS=0 to keep them)"));
+      for (const Tensor& t : pending) t.impl()->status = lost;
+      return lost;
+    }
+    return executed.status();
+  }
+  std::vector<std::shared_ptr<const DeviceData>> results = *std::move(executed);
+  for (bool d : donated) ctx.metrics.donated_arguments += d;
+  ctx.metrics.donated_in_place += stats.donated_in_place;
   ctx.metrics.execute_seconds += Seconds(execute_start);
   ctx.metrics.peak_live_bytes = std::max(ctx.metrics.peak_live_bytes, stats.peak_live_bytes);
   ++ctx.metrics.syncs;
