@@ -20,16 +20,19 @@
 // (one pass over memory; a fused value also read after the loop is written by it as a further
 // output, XLA's multi-output fusion), the common f32 ops run through precompiled vectorised
 // loops, and a fused output whose operand is an intermediate that dies there is written into
-// that operand's buffer. Fusion is internal: the graph does not change, and
-// results equal the unfused run's bitwise except Eigen's packet transcendental ops, which may
-// differ by one ulp, and the SGD-style update w - s * dot(a, b) of a dot read only there, which
-// runs as the dot's GEMM accumulating into w (one rounding fewer, and Eigen's k-blocks summed
-// into w: a reassociation). With fusion, transposes fold into dots (XLA's TransposeFolding): a
-// transpose read only by dots is read through their dimension numbers, and transpose(dot(a, b))
-// that swaps the free dims runs as dot(b, a); those dots agree with the unfolded ones to GEMM
-// rounding (Eigen tiles the swapped product differently). ExecutorOptions::fusion = false (or
-// TESSEL_EXECUTOR_FUSION=0 for the executors the runtime builds) runs every node as its own kernel.
-// `Run` is const and may be called from several threads at once.
+// that operand's buffer; so is one whose operand is a donated argument (ExecutionDonation below,
+// XLA's input_output_alias: the lazy runtime donates the values a step replaces, so the
+// optimizer's new parameters and moments go into the old buffers). Fusion is internal: the
+// graph does not change, and results equal the unfused run's bitwise except Eigen's packet
+// transcendental ops, which may differ by one ulp, and the SGD-style update w - s * dot(a, b) of a
+// dot read only there, which runs as the dot's GEMM accumulating into w (one rounding fewer, and
+// Eigen's k-blocks summed into w: a reassociation). With fusion, transposes fold into dots (XLA's
+// TransposeFolding): a transpose read only by dots is read through their dimension numbers, and
+// transpose(dot(a, b)) that swaps the free dims runs as dot(b, a); those dots agree with the
+// unfolded ones to GEMM rounding (Eigen tiles the swapped product differently).
+// ExecutorOptions::fusion = false (or TESSEL_EXECUTOR_FUSION=0 for the executors the runtime
+// builds) runs every node as its own kernel. `Run` is const and may be called from several threads
+// at once.
 #ifndef TESSEL_CORE_EXECUTOR_H_
 #define TESSEL_CORE_EXECUTOR_H_
 
