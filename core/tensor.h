@@ -134,7 +134,7 @@ struct LazyMetrics {
   int64_t syncs = 0;            // Sync() calls that ran a graph
   int64_t compiles = 0;         // graphs lowered and verified (cache misses)
   int64_t cache_hits = 0;       // graphs found in the compilation cache
-  double compile_seconds = 0;   // time spent lowering + verifying
+  double compile_seconds = 0;   // time spent keying the DAG, looking it up, lowering + verifying
   double execute_seconds = 0;   // time spent in the executor
   int64_t peak_live_bytes = 0;  // highest ExecutionStats::peak_live_bytes seen
   // Graph arguments donated to their execution (see Sync), and outputs the executor wrote
@@ -161,7 +161,10 @@ void ManualSeed(uint64_t seed);
 
 // 64-bit fingerprint of a graph: stable across processes and runs (FNV-1a over opcodes, shapes,
 // attributes, operand positions, constant bytes and shardings; node names are ignored). Equal
-// graphs give equal fingerprints; used as the compilation-cache key.
+// graphs give equal fingerprints; the key a ComputationClient caches what it compiles under.
+// (Sync's own cache finds a step it has seen by an in-process key over the lazy DAG, computed
+// from the same opcodes, shapes, attributes, operand positions and shardings, without lowering
+// the DAG into a Graph; a new DAG is lowered, fingerprinted and verified once.)
 [[nodiscard]] uint64_t GraphFingerprint(const Graph& graph);
 
 // ---------------------------------------------------------------------------------------------
