@@ -371,7 +371,9 @@ void ExpectSameGraph(const Graph& a, const Graph& b) {
     if (x.opcode() == Opcode::kReduceWindow || x.opcode() == Opcode::kSelectAndScatter) {
       EXPECT_EQ(p.reduce_kind, q.reduce_kind);
     }
-    if (x.opcode() == Opcode::kScatter) EXPECT_EQ(p.reduce_kind, q.reduce_kind);
+    if (x.opcode() == Opcode::kScatter) {
+      EXPECT_EQ(p.reduce_kind, q.reduce_kind);
+    }
     EXPECT_EQ(p.parameter_number, q.parameter_number);
     EXPECT_EQ(p.iota_dimension, q.iota_dimension);
     EXPECT_EQ(p.tuple_index, q.tuple_index);
