@@ -23,6 +23,9 @@
 // Memory (--model): parameters, gradients, optimizer state, activations under the remat policy
 // and temporaries per device; a step that does not fit is a warning in the report and
 // `"fits": false` in --json, not a failure.
+// Host offload (--remat minimal_offloaded | qkv_proj_offloaded): the offloaded activations on a
+// `host_offloaded` memory line (memory.host_offloaded_bytes, outside the HBM total) and the
+// device <-> host copies on a `host offload` line (host_offload in --json).
 // MaxText mesh axes (`--ici-data`, `--ici-stage`, `--ici-fsdp`, `--ici-fsdp-transpose`,
 // `--ici-sequence`, `--ici-tensor`, `--ici-expert` and their `--dcn-*` counterparts, as
 // MaxText's ici_*_parallelism / dcn_*_parallelism; -1 fills one axis with what the others leave)

@@ -223,7 +223,8 @@ enum class RematPolicy {
 // MaxText's names ("none", "minimal", ..., "minimal_offloaded", "qkv_proj_offloaded", "full")
 // and Megatron's "selective".
 [[nodiscard]] std::string_view RematPolicyName(RematPolicy policy);
-// Errors: kInvalidArgument naming `name` and the accepted names.
+// Errors: kInvalidArgument naming `name` and the accepted names; kUnimplemented for MaxText's
+// "custom" (its per-value lists are not modelled).
 [[nodiscard]] absl::StatusOr<RematPolicy> ParseRematPolicy(std::string_view name);
 
 enum class AttentionKernel { kDotProduct, kFlash };

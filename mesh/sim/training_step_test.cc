@@ -83,6 +83,7 @@ TEST(RematPlanTest, PolicyNamesRoundTripAndUnknownNamesAreErrors) {
   absl::StatusOr<RematPolicy> bad = ParseRematPolicy("everything");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("unknown remat policy \"everything\""));
+  EXPECT_EQ(ParseRematPolicy("custom").status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(ParseAttentionKernel("splash").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(*ParseAttentionKernel("flash"), AttentionKernel::kFlash);
 }
