@@ -17,6 +17,10 @@
 //                                    hyperparameters broadcast as the lazy API traces them)
 //                                    through Executor::Run, threads 1, loop fusion off (0) or on
 //                                    (1); counter kernels = passes over memory per run
+//   BM_ExecutorAdamLoop/donate:D/elements:E  that update run after run, each run's outputs the
+//                                    next run's p, m, v: donated to the run (D = 1, written in
+//                                    place) or borrowed (D = 0, new buffers); E = 1M, or 1.87M
+//                                    (the parameters of mlp_step_bench's wide MLP)
 //   BM_EigenAdam                     the same update as one Eigen array expression per output
 //   BM_ExecutorConvolution/threads:T a ResNet 3x3 convolution, f32[8,32,32,64] (NHWC) x
 //                                    [3,3,64,64] (HWIO), pad 1: im2col + Eigen GEMM per block
@@ -185,9 +189,9 @@ constexpr int64_t kAdamElements = 1 << 20;
 
 // m' = b1 m + (1 - b1) g; v' = b2 v + (1 - b2) g g; p' = p - s m' / (sqrt(v') c + eps), with
 // s and c scalar parameters (step data) and b1, b2, eps constants, every scalar broadcast.
-std::unique_ptr<Graph> AdamGraph() {
+std::unique_ptr<Graph> AdamGraph(int64_t elements = kAdamElements) {
   auto graph = std::make_unique<Graph>("adam");
-  const Shape shape(DType::kF32, {kAdamElements});
+  const Shape shape(DType::kF32, {elements});
   Node* p = graph->AddParameter(0, shape, "p").value();
   Node* g = graph->AddParameter(1, shape, "g").value();
   Node* m = graph->AddParameter(2, shape, "m").value();
@@ -211,10 +215,9 @@ std::unique_ptr<Graph> AdamGraph() {
   return graph;
 }
 
-std::vector<Literal> AdamArguments() {
-  return {RandomF32({kAdamElements}, 1), RandomF32({kAdamElements}, 2),
-          RandomF32({kAdamElements}, 3), RandomF32({kAdamElements}, 4),
-          Literal::Scalar(1e-3f),        Literal::Scalar(1.0f)};
+std::vector<Literal> AdamArguments(int64_t elements = kAdamElements) {
+  return {RandomF32({elements}, 1), RandomF32({elements}, 2), RandomF32({elements}, 3),
+          RandomF32({elements}, 4), Literal::Scalar(1e-3f),   Literal::Scalar(1.0f)};
 }
 
 void BM_ExecutorAdam(benchmark::State& state) {
@@ -232,6 +235,38 @@ void BM_ExecutorAdam(benchmark::State& state) {
     benchmark::DoNotOptimize(out->front().raw_data());
   }
   state.counters["kernels"] = static_cast<double>(stats.kernels);
+}
+
+// Adam steps as a training loop runs them: each run's p', m' and v' are the next run's p, m
+// and v. donate:1 donates them to the run (ExecutionDonation: the new values are written into
+// the old buffers, as the lazy runtime's Sync does), donate:0 borrows them (new buffers each
+// run, the old ones freed afterwards). elements: parameters (the wide MLP of mlp_step_bench has
+// 1.87M). Counter donated_in_place: outputs written into a donated buffer per run.
+void BM_ExecutorAdamLoop(benchmark::State& state) {
+  const bool donate = state.range(0) != 0;
+  const int64_t elements = state.range(1);
+  std::unique_ptr<Graph> graph = AdamGraph(elements);
+  std::vector<Literal> args = AdamArguments(elements);
+  for (float& x : args[3].data<float>()) x = x * x;
+  Executor executor(ExecutorOptions{.num_threads = 1});
+  ExecutionStats stats;
+  for (auto _ : state) {
+    const Literal* arguments[6];
+    Literal* donated[6] = {};
+    for (int i = 0; i < 6; ++i) arguments[i] = &args[i];
+    for (int i : {0, 2, 3}) donated[i] = donate ? &args[i] : nullptr;
+    ExecutionDonation donation{.literals = donated};
+    absl::StatusOr<std::vector<Literal>> out =
+        executor.RunBorrowed(*graph, arguments, &stats, &donation);
+    if (!out.ok()) {
+      state.SkipWithError(std::string(out.status().message()).c_str());
+      break;
+    }
+    args[0] = std::move((*out)[0]);
+    args[2] = std::move((*out)[1]);
+    args[3] = std::move((*out)[2]);
+  }
+  state.counters["donated_in_place"] = static_cast<double>(stats.donated_in_place);
 }
 
 void BM_EigenAdam(benchmark::State& state) {
@@ -323,6 +358,12 @@ BENCHMARK(BM_ExecutorAdam)
     ->ArgNames({"fusion"})
     ->Arg(0)
     ->Arg(1)
+    ->MinWarmUpTime(kWarmUpSeconds)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExecutorAdamLoop)
+    ->ArgNames({"donate", "elements"})
+    ->ArgsProduct({{0, 1}, {1 << 20, 1869824}})
     ->MinWarmUpTime(kWarmUpSeconds)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -6,10 +6,11 @@
 // Counters: us_per_sample (wall time of the timed steps divided by the samples they processed,
 // microseconds), samples_per_second, and the split of a step into trace_ms (tracing the lazy
 // graph, fingerprinting it and finding it in the compilation cache) and execute_ms (the
-// executor), plus compiles (0: every timed step hit the cache) and cpu_ms (CPU time of the
-// process, all threads, per step). Wall time (UseRealTime) because
-// the executor runs kernels on TBB worker threads. The first step (graph compilation) runs
-// before timing starts.
+// executor), plus compiles (0: every timed step hit the cache), cpu_ms (CPU time of the
+// process, all threads, per step), and donated / donated_in_place (per step: arguments donated
+// to the step and outputs written into their buffers; TESSEL_DONATE_PARAMS=0 for none). Wall time
+// (UseRealTime) because the executor runs kernels on TBB worker threads. The first step (graph
+// compilation) runs before timing starts.
 //
 //   mlp_step_bench --benchmark_min_time=2
 #include <sys/resource.h>
@@ -85,6 +86,12 @@ void RunSteps(benchmark::State& state, Optimizer& optimizer,
   state.counters["trace_ms"] = GetLazyMetrics().compile_seconds * 1e3 / steps;
   state.counters["execute_ms"] = GetLazyMetrics().execute_seconds * 1e3 / steps;
   state.counters["compiles"] = static_cast<double>(GetLazyMetrics().compiles);
+  // Buffer donation (core/tensor.h Sync; TESSEL_DONATE_PARAMS=0 turns it off): graph arguments
+  // donated per step, and outputs written into a donated buffer per step (new parameters and
+  // optimizer moments written in place).
+  state.counters["donated"] = static_cast<double>(GetLazyMetrics().donated_arguments) / steps;
+  state.counters["donated_in_place"] =
+      static_cast<double>(GetLazyMetrics().donated_in_place) / steps;
   // CPU time of the whole process (TBB workers included) per step: on a loaded machine a
   // steadier figure than wall time.
   state.counters["cpu_ms"] = cpu_s * 1e3 / steps;

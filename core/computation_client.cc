@@ -1,5 +1,7 @@
 #include "tessel/core/computation_client.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "tessel/core/status_macros.h"
 
@@ -10,10 +12,38 @@ const std::string& DeviceData::sharding() const {
   return *kWhole;
 }
 
+absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> ComputationClient::ExecuteDonated(
+    const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
+    absl::Span<const std::shared_ptr<const DeviceData>> arguments, const std::vector<bool>& donated,
+    ExecutionStats* stats) {
+  if (donated.size() != arguments.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("execute ", graph->name(), ": ", donated.size(),
+                                                   " donation flags for ", arguments.size(),
+                                                   " arguments"));
+  }
+  return Execute(graph, fingerprint, arguments, stats);
+}
+
 absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> LocalComputationClient::Execute(
-    const std::shared_ptr<const Graph>& graph, uint64_t /*fingerprint*/,
+    const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
     absl::Span<const std::shared_ptr<const DeviceData>> arguments, ExecutionStats* stats) {
+  return ExecuteDonated(graph, fingerprint, arguments, std::vector<bool>(arguments.size(), false),
+                        stats);
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>>
+LocalComputationClient::ExecuteDonated(
+    const std::shared_ptr<const Graph>& graph, uint64_t /*fingerprint*/,
+    absl::Span<const std::shared_ptr<const DeviceData>> arguments, const std::vector<bool>& donated,
+    ExecutionStats* stats) {
+  if (donated.size() != arguments.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("execute ", graph->name(), ": ", donated.size(),
+                                                   " donation flags for ", arguments.size(),
+                                                   " arguments"));
+  }
   std::vector<const Literal*> literals;
+  std::vector<Literal*> donated_literals;
+  std::vector<const LiteralData*> donated_data;
   literals.reserve(arguments.size());
   for (size_t i = 0; i < arguments.size(); ++i) {
     const auto* whole = dynamic_cast<const LiteralData*>(arguments[i].get());
@@ -23,11 +53,26 @@ absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> LocalComputationC
           " holds data of another computation client (sharding ", arguments[i]->sharding(),
           "); the local executor takes whole literals only"));
     }
+    if (whole->donated()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("parameter ", i, " of ", graph->name(),
+                       " was donated to an earlier execution; its value is gone"));
+    }
     literals.push_back(&whole->literal());
+    if (std::find(donated.begin(), donated.end(), true) != donated.end()) {
+      donated_literals.push_back(donated[i] ? whole->literal_for_donation() : nullptr);
+      if (donated[i]) donated_data.push_back(whole);
+    }
   }
   Executor executor(options_);
-  TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> results,
-                          executor.RunBorrowed(*graph, literals, stats));
+  ExecutionDonation donation{.literals = donated_literals};
+  absl::StatusOr<std::vector<Literal>> run =
+      executor.RunBorrowed(*graph, literals, stats, &donation);
+  // Taken buffers are spent whether or not the run then succeeded.
+  if (donation.taken) {
+    for (const LiteralData* data : donated_data) data->MarkDonated();
+  }
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> results, std::move(run));
   std::vector<std::shared_ptr<const DeviceData>> values;
   values.reserve(results.size());
   for (Literal& r : results) values.push_back(std::make_shared<const LiteralData>(std::move(r)));
@@ -40,6 +85,11 @@ absl::StatusOr<Literal> LocalComputationClient::TransferFromDevice(const DeviceD
     return absl::InvalidArgumentError(absl::StrCat(
         "the local client cannot read a value of another computation client (sharding ",
         data.sharding(), ")"));
+  }
+  if (whole->donated()) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot read a value of shape ",
+                                                      data.shape().ToString(),
+                                                      ": it was donated to an execution"));
   }
   return whole->literal();
 }

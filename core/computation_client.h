@@ -32,7 +32,8 @@
 
 namespace tessel {
 
-// A value held by a computation client (torch_xla: a device data handle). Immutable once made.
+// A value held by a computation client (torch_xla: a device data handle). Immutable once made,
+// except that a client may consume a value donated to an execution (ExecuteDonated).
 class DeviceData {
  public:
   virtual ~DeviceData() = default;
@@ -49,13 +50,24 @@ class DeviceData {
 // client returns.
 class LiteralData final : public DeviceData {
  public:
-  explicit LiteralData(Literal value) : value_(std::move(value)) {}
-  const Shape& shape() const override { return value_.shape(); }
-  int64_t local_bytes() const override { return value_.byte_size(); }
+  explicit LiteralData(Literal value) : shape_(value.shape()), value_(std::move(value)) {}
+  const Shape& shape() const override { return shape_; }
+  int64_t local_bytes() const override { return shape_.is_tuple() ? 0 : shape_.byte_size(); }
+  // The value. Precondition: !donated().
   const Literal& literal() const { return value_; }
 
+  // Donation (ComputationClient::ExecuteDonated): the literal an execution may take over, for
+  // the client that holds the only reference to this value. Once taken (MarkDonated), the value
+  // is spent: donated() is true and literal() must not be read. Const because device data is
+  // shared as shared_ptr<const DeviceData>; a donated value has no other holder to see it change.
+  Literal* literal_for_donation() const { return &value_; }
+  void MarkDonated() const { donated_ = true; }
+  bool donated() const { return donated_; }
+
  private:
-  Literal value_;
+  Shape shape_;
+  mutable Literal value_;
+  mutable bool donated_ = false;
 };
 
 class ComputationClient {
@@ -74,6 +86,18 @@ class ComputationClient {
       const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
       absl::Span<const std::shared_ptr<const DeviceData>> arguments, ExecutionStats* stats) = 0;
 
+  // Execute where the caller gives up the arguments with `donated[i]` true (one flag per
+  // argument): it holds no other reference to them and will never read them again, so the
+  // client may write outputs into their buffers (XLA input_output_alias, JAX donate_argnums,
+  // torch_xla's parameter aliasing). A client that consumes a donated LiteralData calls its
+  // MarkDonated(), even when the execution then fails; one that did not consume it leaves it
+  // intact. Results equal Execute's. The default ignores `donated` and calls Execute.
+  // Errors: as Execute; kInvalidArgument if `donated` has not one flag per argument.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>>
+  ExecuteDonated(const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
+                 absl::Span<const std::shared_ptr<const DeviceData>> arguments,
+                 const std::vector<bool>& donated, ExecutionStats* stats);
+
   // Reads a value back whole (torch_xla: TransferFromDevice). A multi-host client may need every
   // host to call this at the same point (SPMD), as torch_xla's `tensor.cpu()` on a sharded
   // tensor gathers from every device. Errors: implementation-defined.
@@ -81,7 +105,9 @@ class ComputationClient {
 };
 
 // The default client: one device, the core Executor with `options`. Accepts only LiteralData
-// arguments (kInvalidArgument naming the parameter otherwise); returns LiteralData.
+// arguments (kInvalidArgument naming the parameter otherwise); returns LiteralData. Donated
+// arguments (ExecuteDonated) go to the executor as ExecutionDonation (core/executor.h): outputs
+// are written into their buffers where the executor's in-place rules allow.
 class LocalComputationClient final : public ComputationClient {
  public:
   explicit LocalComputationClient(ExecutorOptions options = {}) : options_(options) {}
@@ -89,6 +115,10 @@ class LocalComputationClient final : public ComputationClient {
       const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
       absl::Span<const std::shared_ptr<const DeviceData>> arguments,
       ExecutionStats* stats) override;
+  absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> ExecuteDonated(
+      const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
+      absl::Span<const std::shared_ptr<const DeviceData>> arguments,
+      const std::vector<bool>& donated, ExecutionStats* stats) override;
   absl::StatusOr<Literal> TransferFromDevice(const DeviceData& data) override;
   void set_options(const ExecutorOptions& options) { options_ = options; }
 

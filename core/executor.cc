@@ -66,6 +66,24 @@ absl::Status CheckArguments(const Graph& graph, absl::Span<const Literal* const>
   return absl::OkStatus();
 }
 
+// A donation names each argument's own literal, one entry per argument (or none).
+absl::Status CheckDonation(const Graph& graph, absl::Span<const Literal* const> arguments,
+                           const ExecutionDonation& donation) {
+  if (donation.literals.empty()) return absl::OkStatus();
+  if (donation.literals.size() != arguments.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("graph \"", graph.name(), "\": the donation has ", donation.literals.size(),
+                     " entries for ", arguments.size(), " argument(s)"));
+  }
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (donation.literals[i] != nullptr && donation.literals[i] != arguments[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "graph \"", graph.name(), "\": donated literal ", i, " is not argument ", i, "'s"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Marks the nodes the root depends on. Nodes are in topological order, so one backward sweep
 // suffices.
 std::vector<bool> Reachable(const Graph& graph) {
@@ -310,10 +328,19 @@ class Execution {
       }
       int64_t new_bytes = 0;
       switch (node->opcode()) {
-        case Opcode::kParameter:
-          // Arguments are counted as live for the whole run (Prepare).
-          slot.borrowed = arguments_[node->attrs().parameter_number];
+        case Opcode::kParameter: {
+          // Arguments are counted as live from the start (Prepare); a donated one is owned
+          // like an intermediate, so it is freed or reused at its last use.
+          const int64_t number = node->attrs().parameter_number;
+          if (number < static_cast<int64_t>(donated_.size()) && donated_[number].has_value()) {
+            slot.bytes = TotalBytes(*donated_[number]);
+            slot.owned = std::move(donated_[number]);
+            donated_[number].reset();
+          } else {
+            slot.borrowed = arguments_[number];
+          }
           break;
+        }
         case Opcode::kConstant:
           slot.borrowed = &node->literal();
           slot.bytes = new_bytes = TotalBytes(node->literal());
@@ -386,7 +413,24 @@ class Execution {
     return outputs;
   }
 
+  // Takes the donated array arguments' buffers (after Prepare: a run that fails before leaves
+  // them untouched). Precondition: donation.literals is empty or has one entry per argument,
+  // each null or the literal its argument points to.
+  void TakeDonations(ExecutionDonation& donation) {
+    if (donation.literals.empty()) return;
+    donated_.resize(donation.literals.size());
+    for (size_t i = 0; i < donation.literals.size(); ++i) {
+      Literal* literal = donation.literals[i];
+      if (literal == nullptr || literal->shape().is_tuple()) continue;
+      donated_[i] = std::move(*literal);
+      ++donated_arguments_;
+    }
+    donation.taken = true;
+  }
+
   int64_t peak_bytes() const { return peak_bytes_; }
+  int64_t donated_arguments() const { return donated_arguments_; }
+  int64_t donated_in_place() const { return donated_in_place_; }
   int64_t nodes_executed() const { return nodes_executed_; }
   int64_t kernels() const { return kernels_; }
   int64_t fusions() const { return fusions_; }
@@ -432,6 +476,7 @@ class Execution {
       slot.bytes = addend.bytes;
       addend.bytes = 0;
       ++in_place_;
+      if (update.addend->opcode() == Opcode::kParameter) ++donated_in_place_;
     } else {
       slot.owned = Literal::Uninitialized(node.shape());
       slot.bytes = new_bytes = TotalBytes(*slot.owned);
@@ -472,6 +517,7 @@ class Execution {
     std::vector<const Literal*> leaves;
     Literal* donated = nullptr;
     Slot* donor = nullptr;
+    const Node* donor_node = nullptr;
     for (size_t l = 0; l < fusion.leaves.size(); ++l) {
       Slot& leaf = slots_[fusion.leaves[l]->id()];
       leaves.push_back(&leaf.value());
@@ -479,6 +525,7 @@ class Execution {
           leaf.remaining_uses == 1 && leaf.owned->shape() == root.shape()) {
         donor = &leaf;
         donated = &*leaf.owned;
+        donor_node = fusion.leaves[l];
       }
     }
     TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> values,
@@ -488,6 +535,8 @@ class Execution {
       live_bytes_ -= donor->bytes;
       donor->bytes = 0;
       ++in_place_;
+      // An owned parameter is a donated argument (ExecutionDonation).
+      if (donor_node->opcode() == Opcode::kParameter) ++donated_in_place_;
     }
     // The root, then the further outputs (computed in the loop, read after it).
     for (size_t v = 0; v < values.size(); ++v) {
@@ -620,6 +669,10 @@ class Execution {
   std::vector<Slot> slots_;
   std::vector<bool> reachable_;
   internal::FusionPlan plan_;  // empty without ExecutorOptions::fusion
+  // The donated arguments' literals, by parameter number, until their parameter node runs.
+  std::vector<std::optional<Literal>> donated_;
+  int64_t donated_arguments_ = 0;
+  int64_t donated_in_place_ = 0;
   int64_t live_bytes_ = 0;
   int64_t peak_bytes_ = 0;
   int64_t nodes_executed_ = 0;
@@ -650,14 +703,20 @@ absl::StatusOr<std::vector<Literal>> Executor::Run(const Graph& graph,
 }
 
 absl::StatusOr<std::vector<Literal>> Executor::RunBorrowed(
-    const Graph& graph, absl::Span<const Literal* const> arguments, ExecutionStats* stats) const {
+    const Graph& graph, absl::Span<const Literal* const> arguments, ExecutionStats* stats,
+    ExecutionDonation* donation) const {
   if (graph.root() == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("graph \"", graph.name(), "\" has no nodes"));
   }
   TESSEL_RETURN_IF_ERROR(env_status_);
   TESSEL_RETURN_IF_ERROR(CheckArguments(graph, arguments));
+  if (donation != nullptr) {
+    donation->taken = false;
+    TESSEL_RETURN_IF_ERROR(CheckDonation(graph, arguments, *donation));
+  }
   Execution run(graph, arguments, options_);
   TESSEL_RETURN_IF_ERROR(run.Prepare());
+  if (donation != nullptr) run.TakeDonations(*donation);
   absl::Status status;
   try {
     if (options_.num_threads == 1) {
@@ -684,6 +743,8 @@ absl::StatusOr<std::vector<Literal>> Executor::RunBorrowed(
     stats->fusions = run.fusions();
     stats->in_place = run.in_place();
     stats->fusion_extra_outputs = run.extra_outputs();
+    stats->donated_arguments = run.donated_arguments();
+    stats->donated_in_place = run.donated_in_place();
   }
   return run.TakeOutputs();
 }

@@ -20,16 +20,19 @@
 // (one pass over memory; a fused value also read after the loop is written by it as a further
 // output, XLA's multi-output fusion), the common f32 ops run through precompiled vectorised
 // loops, and a fused output whose operand is an intermediate that dies there is written into
-// that operand's buffer. Fusion is internal: the graph does not change, and
-// results equal the unfused run's bitwise except Eigen's packet transcendental ops, which may
-// differ by one ulp, and the SGD-style update w - s * dot(a, b) of a dot read only there, which
-// runs as the dot's GEMM accumulating into w (one rounding fewer, and Eigen's k-blocks summed
-// into w: a reassociation). With fusion, transposes fold into dots (XLA's TransposeFolding): a
-// transpose read only by dots is read through their dimension numbers, and transpose(dot(a, b))
-// that swaps the free dims runs as dot(b, a); those dots agree with the unfolded ones to GEMM
-// rounding (Eigen tiles the swapped product differently). ExecutorOptions::fusion = false (or
-// TESSEL_EXECUTOR_FUSION=0 for the executors the runtime builds) runs every node as its own kernel.
-// `Run` is const and may be called from several threads at once.
+// that operand's buffer; so is one whose operand is a donated argument (ExecutionDonation below,
+// XLA's input_output_alias: the lazy runtime donates the values a step replaces, so the
+// optimizer's new parameters and moments go into the old buffers). Fusion is internal: the
+// graph does not change, and results equal the unfused run's bitwise except Eigen's packet
+// transcendental ops, which may differ by one ulp, and the SGD-style update w - s * dot(a, b) of a
+// dot read only there, which runs as the dot's GEMM accumulating into w (one rounding fewer, and
+// Eigen's k-blocks summed into w: a reassociation). With fusion, transposes fold into dots (XLA's
+// TransposeFolding): a transpose read only by dots is read through their dimension numbers, and
+// transpose(dot(a, b)) that swaps the free dims runs as dot(b, a); those dots agree with the
+// unfolded ones to GEMM rounding (Eigen tiles the swapped product differently).
+// ExecutorOptions::fusion = false (or TESSEL_EXECUTOR_FUSION=0 for the executors the runtime
+// builds) runs every node as its own kernel. `Run` is const and may be called from several threads
+// at once.
 #ifndef TESSEL_CORE_EXECUTOR_H_
 #define TESSEL_CORE_EXECUTOR_H_
 
@@ -75,6 +78,27 @@ struct ExecutionStats {
   // Further outputs of multi-output fusions (core/internal/fusion.h): values a fused loop
   // wrote besides its root, which unfused would have been a pass of their own.
   int64_t fusion_extra_outputs = 0;
+  // Arguments whose buffers the run took over (ExecutionDonation), and of `in_place` the
+  // outputs written into one of those buffers.
+  int64_t donated_arguments = 0;
+  int64_t donated_in_place = 0;
+};
+
+// Arguments a caller gives up to one run (Executor::RunBorrowed), as XLA's input_output_alias
+// and JAX's donate_argnums: the run takes each donated literal's buffer once the graph and the
+// arguments are checked, and writes an output into it where the in-place rules above allow
+// (the buffer's last use is an elementwise fusion or an SGD-style dot update with the output's
+// shape); a donated buffer no output reuses is freed after its last use, not at the end.
+// Results are bitwise equal to a run without donation.
+struct ExecutionDonation {
+  // Empty (nothing donated), or one entry per argument: non-null for a donated argument, the
+  // caller's literal, which must be the literal the argument points to. Only arrays are taken
+  // (a donated tuple is read as a borrowed argument).
+  absl::Span<Literal* const> literals;
+  // Set by the run: true once it took the donated literals (they are moved from from then on,
+  // even when the run fails later); false when it failed before taking them (bad arguments, a
+  // node it cannot run), and they are untouched.
+  bool taken = false;
 };
 
 class Executor {
@@ -89,10 +113,12 @@ class Executor {
                                                          absl::Span<const Literal> arguments,
                                                          ExecutionStats* stats = nullptr) const;
   // The same with the arguments borrowed by pointer (no copies; the lazy Tensor runtime passes
-  // its device data this way). Precondition: no pointer is null.
+  // its device data this way), and optionally some of them donated (see ExecutionDonation).
+  // Precondition: no pointer is null. Errors: as Run, plus kInvalidArgument if `donation` has
+  // neither zero nor one entry per argument, or a donated literal is not its argument's.
   [[nodiscard]] absl::StatusOr<std::vector<Literal>> RunBorrowed(
       const Graph& graph, absl::Span<const Literal* const> arguments,
-      ExecutionStats* stats = nullptr) const;
+      ExecutionStats* stats = nullptr, ExecutionDonation* donation = nullptr) const;
 
   const ExecutorOptions& options() const { return options_; }
 

@@ -2082,5 +2082,122 @@ TEST(ExecutorTest, RunIsThreadSafe) {
   EXPECT_EQ(ok, std::vector<int>(8, 1));
 }
 
+// Buffer donation (ExecutionDonation): p * q + p with p donated is written into p's buffer.
+void BuildDonationGraph(Graph& g, const Shape& shape) {
+  Node* p = g.AddParameter(0, shape, "p").value();
+  Node* q = g.AddParameter(1, shape, "q").value();
+  Node* pq = g.AddNode(Opcode::kMultiply, {p, q}).value();
+  g.set_root(g.AddNode(Opcode::kAdd, {pq, p}).value());
+}
+
+TEST(ExecutorDonationTest, DonatedArgumentHoldsTheFusedOutput) {
+  const Shape shape(DType::kF32, {301, 7});
+  Graph g("donation");
+  BuildDonationGraph(g, shape);
+  Literal p = Random(shape, 1), q = Random(shape, 2);
+  ExecutionStats borrowed_stats, donated_stats;
+  Literal expected = Executor().Run(g, {p, q}, &borrowed_stats).value()[0];
+  const std::byte* p_buffer = p.raw_data();
+  const Literal* arguments[] = {&p, &q};
+  Literal* donated[] = {&p, nullptr};
+  ExecutionDonation donation{.literals = donated};
+  absl::StatusOr<std::vector<Literal>> out =
+      Executor().RunBorrowed(g, arguments, &donated_stats, &donation);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(donation.taken);
+  EXPECT_EQ((*out)[0], expected);
+  EXPECT_EQ((*out)[0].raw_data(), p_buffer);  // the output is p's buffer
+  EXPECT_EQ(donated_stats.donated_arguments, 1);
+  EXPECT_EQ(donated_stats.donated_in_place, 1);
+  EXPECT_EQ(donated_stats.in_place, 1);
+  EXPECT_EQ(borrowed_stats.in_place, 0);
+  // p, q and the output at once without donation; p (then the output) and q with it.
+  EXPECT_EQ(borrowed_stats.peak_live_bytes, 3 * shape.byte_size());
+  EXPECT_EQ(donated_stats.peak_live_bytes, 2 * shape.byte_size());
+}
+
+TEST(ExecutorDonationTest, DonatedArgumentStillReadIsNotOverwritten) {
+  // (p * q + p, p * p + p): the first fusion must not write into p, which the second reads;
+  // the second may. Unfused, nothing is written in place but the results are the same.
+  const Shape shape(DType::kF32, {1000});
+  Graph g("donation_two_users");  // two fusions reading p
+  Node* p = g.AddParameter(0, shape, "p").value();
+  Node* q = g.AddParameter(1, shape, "q").value();
+  Node* sum = g.AddNode(Opcode::kAdd, {g.AddNode(Opcode::kMultiply, {p, q}).value(), p}).value();
+  Node* square = g.AddNode(Opcode::kAdd, {g.AddNode(Opcode::kMultiply, {p, p}).value(), p}).value();
+  g.set_root(g.AddNode(Opcode::kTuple, {sum, square}).value());
+  for (bool fusion : {true, false}) {
+    SCOPED_TRACE(absl::StrCat("fusion ", fusion));
+    Literal pv = Random(shape, 3), qv = Random(shape, 4);
+    std::vector<Literal> expected = Executor({.fusion = fusion}).Run(g, {pv, qv}).value();
+    const Literal* arguments[] = {&pv, &qv};
+    Literal* donated[] = {&pv, nullptr};
+    ExecutionDonation donation{.literals = donated};
+    ExecutionStats stats;
+    absl::StatusOr<std::vector<Literal>> out =
+        Executor({.fusion = fusion}).RunBorrowed(g, arguments, &stats, &donation);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(*out, expected);
+    EXPECT_EQ(stats.donated_in_place, fusion ? 1 : 0);
+  }
+}
+
+TEST(ExecutorDonationTest, DonatedArgumentReturnedAsAnOutputKeepsItsBuffer) {
+  const Shape shape(DType::kF32, {4096});
+  Graph g("donation_passthrough");
+  Node* p = g.AddParameter(0, shape, "p").value();
+  Node* neg = g.AddNode(Opcode::kNegate, {p}).value();
+  g.set_root(g.AddNode(Opcode::kTuple, {neg, p}).value());
+  Literal pv = Random(shape, 5);
+  const Literal copy = pv;
+  const std::byte* buffer = pv.raw_data();
+  const Literal* arguments[] = {&pv};
+  Literal* donated[] = {&pv};
+  ExecutionDonation donation{.literals = donated};
+  absl::StatusOr<std::vector<Literal>> out =
+      Executor().RunBorrowed(g, arguments, nullptr, &donation);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[1], copy);
+  EXPECT_EQ((*out)[1].raw_data(), buffer);  // moved into the result, not copied
+  EXPECT_EQ((*out)[0].data<float>()[17], -copy.data<float>()[17]);
+}
+
+TEST(ExecutorDonationTest, BadDonationOrArgumentsLeaveTheLiteralsUntouched) {
+  const Shape shape(DType::kF32, {64});
+  Graph g("donation");
+  BuildDonationGraph(g, shape);
+  Literal p = Random(shape, 6), q = Random(shape, 7);
+  const Literal p_copy = p;
+  const Literal* arguments[] = {&p, &q};
+  {
+    Literal* donated[] = {&p};  // one entry for two arguments
+    ExecutionDonation donation{.literals = donated};
+    absl::StatusOr<std::vector<Literal>> out =
+        Executor().RunBorrowed(g, arguments, nullptr, &donation);
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(out.status().message(), HasSubstr("1 entries for 2 argument(s)"));
+    EXPECT_FALSE(donation.taken);
+  }
+  {
+    Literal* donated[] = {&q, nullptr};  // not argument 0's literal
+    ExecutionDonation donation{.literals = donated};
+    absl::StatusOr<std::vector<Literal>> out =
+        Executor().RunBorrowed(g, arguments, nullptr, &donation);
+    EXPECT_THAT(out.status().message(), HasSubstr("donated literal 0 is not argument 0's"));
+    EXPECT_FALSE(donation.taken);
+  }
+  {
+    Literal wrong = Random(Shape(DType::kF32, {65}), 8);
+    const Literal* bad_arguments[] = {&p, &wrong};
+    Literal* donated[] = {&p, nullptr};
+    ExecutionDonation donation{.literals = donated};
+    absl::StatusOr<std::vector<Literal>> out =
+        Executor().RunBorrowed(g, bad_arguments, nullptr, &donation);
+    EXPECT_THAT(out.status().message(), HasSubstr("argument 1 has shape f32[65]"));
+    EXPECT_FALSE(donation.taken);
+  }
+  EXPECT_EQ(p, p_copy);
+}
+
 }  // namespace
 }  // namespace tessel

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <unordered_map>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "tessel/core/environment.h"
 #include "tessel/core/fingerprint.h"
 #include "tessel/core/internal/lazy.h"
 #include "tessel/core/shape_inference.h"
@@ -23,6 +25,7 @@ namespace {
 
 struct CacheEntry {
   std::shared_ptr<const Graph> graph;
+  uint64_t fingerprint = 0;  // GraphFingerprint(*graph)
 };
 
 // Per-thread state: live tensors, counters, the compilation cache and the rng seed counter.
@@ -31,7 +34,10 @@ struct LazyContext {
   uint64_t next_id = 0;
   uint64_t next_seed = 0;
   LazyMetrics metrics;
+  // Graphs by GraphFingerprint, and the same entries by the lazy DAG's key (LazyGraphKey): a
+  // step whose DAG was seen before skips lowering and fingerprinting the Graph.
   absl::flat_hash_map<uint64_t, CacheEntry> cache;
+  absl::flat_hash_map<uint64_t, CacheEntry> lazy_cache;
   // The installed client; nullptr means `local` (options from SetExecutorOptions).
   std::shared_ptr<ComputationClient> client;
   LocalComputationClient local;
@@ -238,7 +244,8 @@ absl::StatusOr<TracedGraph> TraceGraph(absl::Span<const Tensor> outputs, std::st
 
 namespace {
 
-void MixShape(const Shape& s, Fingerprint& h) {
+template <typename Hash>
+void MixShape(const Shape& s, Hash& h) {
   h.Int(s.is_tuple());
   if (s.is_tuple()) {
     h.Int(static_cast<int64_t>(s.tuple_shapes().size()));
@@ -247,6 +254,215 @@ void MixShape(const Shape& s, Fingerprint& h) {
   }
   h.Int(static_cast<int64_t>(s.dtype()));
   h.Ints(s.dims());
+}
+
+// Every attribute of a node with `opcode` that changes what it computes (GraphFingerprint and
+// the lazy cache key: one list, so neither can miss an attribute the other has).
+template <typename Hash>
+void MixAttributes(Opcode opcode, const OpAttributes& a, Hash& h) {
+  h.Ints(a.dimensions);
+  for (const SliceDim& s : a.slice) h.Ints({s.start, s.limit, s.stride});
+  for (const PadDim& p : a.padding) h.Ints({p.low, p.high, p.interior});
+  h.Ints(a.dot.lhs_batch_dims);
+  h.Ints(a.dot.rhs_batch_dims);
+  h.Ints(a.dot.lhs_contracting_dims);
+  h.Ints(a.dot.rhs_contracting_dims);
+  h.Ints(a.dynamic_slice_sizes);
+  const GatherDimensionNumbers& g = a.gather;
+  for (const std::vector<int64_t>* dims :
+       {&g.offset_dims, &g.collapsed_slice_dims, &g.start_index_map, &g.operand_batching_dims,
+        &g.start_indices_batching_dims, &g.slice_sizes}) {
+    h.Ints(*dims);
+  }
+  const ScatterDimensionNumbers& sc = a.scatter;
+  for (const std::vector<int64_t>* dims :
+       {&sc.update_window_dims, &sc.inserted_window_dims, &sc.scatter_dims_to_operand_dims,
+        &sc.input_batching_dims, &sc.scatter_indices_batching_dims}) {
+    h.Ints(*dims);
+  }
+  h.Ints({g.index_vector_dim, g.indices_are_sorted, sc.index_vector_dim, sc.indices_are_sorted,
+          sc.unique_indices, a.scatter_overwrite});
+  h.Ints({static_cast<int64_t>(a.comparison_direction), static_cast<int64_t>(a.reduce_kind),
+          static_cast<int64_t>(a.rng_distribution), static_cast<int64_t>(a.rng_seed),
+          a.parameter_number, a.iota_dimension, a.tuple_index});
+  h.Ints({a.sort_descending, a.is_stable, a.topk_k, a.topk_largest, a.channel_id,
+          a.use_global_device_ids});
+  h.Str(a.custom_call_target);
+  // Collectives reach lazy graphs through manual regions (AllReduce): their groups and pairs
+  // are part of what the graph computes.
+  if (IsCollective(opcode)) {
+    for (const std::vector<int64_t>& group : a.replica_groups.groups()) h.Ints(group);
+    for (const auto& [source, target] : a.source_target_pairs) h.Ints({source, target});
+  }
+  if (opcode == Opcode::kConstant && a.literal != nullptr) {
+    h.Bytes(a.literal->raw_data(), static_cast<size_t>(a.literal->byte_size()));
+  }
+  // A while or conditional computes what its called computations compute.
+  h.Ints({a.known_trip_count, static_cast<int64_t>(a.called_computations.size())});
+  for (const auto& called : a.called_computations) {
+    h.Int(called != nullptr ? static_cast<int64_t>(GraphFingerprint(*called)) : -1);
+  }
+}
+
+// An in-process hash with Fingerprint's mixing interface, one multiply per 64-bit word instead
+// of per byte: the lazy cache key, computed every step. Not stable across builds (no need:
+// the key never leaves the process; GraphFingerprint is the stable one).
+class WordHash {
+ public:
+  WordHash& U64(uint64_t value) {
+    hash_ = (hash_ ^ value) * 0x9e3779b97f4a7c15ULL;
+    hash_ ^= hash_ >> 29;
+    return *this;
+  }
+  WordHash& Int(int64_t value) { return U64(static_cast<uint64_t>(value)); }
+  WordHash& Ints(absl::Span<const int64_t> values) {
+    Int(static_cast<int64_t>(values.size()));
+    for (int64_t v : values) Int(v);
+    return *this;
+  }
+  WordHash& Bytes(const void* data, size_t size) {
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    size_t i = 0;
+    for (; i + 8 <= size; i += 8) {
+      uint64_t word;
+      std::memcpy(&word, bytes + i, 8);
+      U64(word);
+    }
+    uint64_t tail = 0;
+    if (i < size) std::memcpy(&tail, bytes + i, size - i);
+    return U64(tail).U64(size);
+  }
+  WordHash& Str(std::string_view text) {
+    Int(static_cast<int64_t>(text.size()));
+    return Bytes(text.data(), text.size());
+  }
+  uint64_t value() const { return hash_; }
+
+ private:
+  uint64_t hash_ = kFnv1a64OffsetBasis;
+};
+
+// The lazy DAG of `outputs` walked exactly as TraceGraph lowers it (the same post-order, so
+// the same parameter numbers): `key` covers what GraphFingerprint covers of the Graph that
+// TraceGraph would make (opcodes, shapes, operand positions, attributes, shardings, which
+// leaves are the same leaf, the outputs), and `parameters` are the leaves in parameter order.
+struct LazyGraphKey {
+  uint64_t key = 0;
+  std::vector<std::shared_ptr<LazyNode>> parameters;
+};
+
+LazyGraphKey KeyOfLazyGraph(absl::Span<const Tensor> outputs) {
+  LazyGraphKey result;
+  WordHash h;
+  absl::flat_hash_map<const LazyNode*, int64_t> position;
+  std::vector<std::pair<std::shared_ptr<LazyNode>, size_t>> stack;
+  for (const Tensor& out : outputs) {
+    stack.emplace_back(out.impl()->node, 0);
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (position.contains(node.get())) {
+        stack.pop_back();
+        continue;
+      }
+      if (next < node->operands.size()) {
+        std::shared_ptr<LazyNode> child = node->operands[next++];
+        if (!position.contains(child.get())) stack.emplace_back(std::move(child), 0);
+        continue;
+      }
+      if (node->data != nullptr || node->placeholder) {
+        h.Int(-1).Int(node->placeholder);  // a graph parameter
+        result.parameters.push_back(node);
+      } else {
+        h.Int(static_cast<int64_t>(node->opcode)).Int(static_cast<int64_t>(node->operands.size()));
+        for (const auto& operand : node->operands) h.Int(position.at(operand.get()));
+        MixAttributes(node->opcode, node->attrs, h);
+      }
+      MixShape(node->shape, h);
+      h.Str(node->sharding);
+      position.emplace(node.get(), static_cast<int64_t>(position.size()));
+      stack.pop_back();
+    }
+  }
+  h.Int(static_cast<int64_t>(outputs.size()));
+  for (const Tensor& out : outputs) h.Int(position.at(out.impl()->node.get()));
+  result.key = h.value();
+  return result;
+}
+
+// Which of `parameters` (the leaves of the lazy DAG of `pending`, one reference each) nothing
+// can read once this Sync has replaced the pending tensors by data: the leaf and every node that
+// leads to it are held only from inside the DAG, by the pending tensors (whose nodes Sync
+// replaces) and by `parameters`. A reference from anywhere else (a live tensor still naming
+// the old value, `Tensor old = p`, a pending tensor left out of a Sync(tensors), a node shared
+// with a live tensor) shows as a use count above the references counted here, and keeps the
+// node and everything below it alive.
+std::vector<bool> ParametersDeadAfterSync(absl::Span<const Tensor> pending,
+                                          absl::Span<const std::shared_ptr<LazyNode>> parameters) {
+  struct Visit {
+    const std::shared_ptr<LazyNode>* handle;  // one owning pointer, to read the use count
+    int64_t references = 0;                   // owners accounted for
+    bool alive = false;
+  };
+  absl::flat_hash_map<const LazyNode*, int> index;
+  std::vector<Visit> visits;
+  std::vector<const LazyNode*> order;  // operands before users
+  std::vector<std::pair<const std::shared_ptr<LazyNode>*, size_t>> stack;
+  auto enter = [&](const std::shared_ptr<LazyNode>& handle) {
+    auto [it, inserted] = index.try_emplace(handle.get(), static_cast<int>(visits.size()));
+    if (inserted) {
+      visits.push_back({&handle});
+      stack.emplace_back(&handle, 0);
+    }
+    ++visits[it->second].references;
+  };
+  for (const Tensor& t : pending) {
+    enter(t.impl()->node);
+    while (!stack.empty()) {
+      auto& [handle, next] = stack.back();
+      const LazyNode& node = **handle;
+      if (next < node.operands.size()) {
+        enter(node.operands[next++]);  // may grow `stack`: `handle` and `next` are not used after
+        continue;
+      }
+      order.push_back(&node);
+      stack.pop_back();
+    }
+  }
+  for (const auto& p : parameters) ++visits[index.at(p.get())].references;
+  for (Visit& v : visits) v.alive = v.handle->use_count() > v.references;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (!visits[index.at(*it)].alive) continue;
+    for (const auto& operand : (*it)->operands) visits[index.at(operand.get())].alive = true;
+  }
+  std::vector<bool> dead(parameters.size());
+  for (size_t i = 0; i < dead.size(); ++i) dead[i] = !visits[index.at(parameters[i].get())].alive;
+  return dead;
+}
+
+// Moves into `arguments` the values of the parameters that may be donated to the execution
+// (dead after this Sync, whole array literals of the local client held by their leaf alone) and
+// clears their leaves' data; returns the donation flags. TESSEL_DONATE_PARAMS=0 donates none.
+absl::StatusOr<std::vector<bool>> DonateArguments(
+    absl::Span<const Tensor> pending, absl::Span<const std::shared_ptr<LazyNode>> parameters,
+    std::vector<std::shared_ptr<const DeviceData>>& arguments) {
+  std::vector<bool> donated(arguments.size(), false);
+  TESSEL_ASSIGN_OR_RETURN(std::optional<bool> enabled, GetBoolEnv("TESSEL_DONATE_PARAMS"));
+  if (enabled.has_value() && !*enabled) return donated;
+  // Held by the leaf and by `arguments` only: no other leaf, tensor or caller shares it.
+  std::vector<bool> candidate(arguments.size(), false);
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const LazyNode& leaf = *parameters[i];
+    candidate[i] = leaf.data.use_count() == 2 && !leaf.data->shape().is_tuple() &&
+                   dynamic_cast<const LiteralData*>(leaf.data.get()) != nullptr;
+  }
+  if (std::find(candidate.begin(), candidate.end(), true) == candidate.end()) return donated;
+  const std::vector<bool> dead = ParametersDeadAfterSync(pending, parameters);
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (!candidate[i] || !dead[i]) continue;
+    parameters[i]->data.reset();
+    donated[i] = true;
+  }
+  return donated;
 }
 
 }  // namespace
@@ -260,54 +476,53 @@ uint64_t GraphFingerprint(const Graph& graph) {
     MixShape(node->shape(), h);
     h.Int(node->operand_count());
     for (const Node* operand : node->operands()) h.Int(position.at(operand));
-    const OpAttributes& a = node->attrs();
-    h.Ints(a.dimensions);
-    for (const SliceDim& s : a.slice) h.Ints({s.start, s.limit, s.stride});
-    for (const PadDim& p : a.padding) h.Ints({p.low, p.high, p.interior});
-    h.Ints(a.dot.lhs_batch_dims);
-    h.Ints(a.dot.rhs_batch_dims);
-    h.Ints(a.dot.lhs_contracting_dims);
-    h.Ints(a.dot.rhs_contracting_dims);
-    h.Ints(a.dynamic_slice_sizes);
-    const GatherDimensionNumbers& g = a.gather;
-    for (const std::vector<int64_t>* dims :
-         {&g.offset_dims, &g.collapsed_slice_dims, &g.start_index_map, &g.operand_batching_dims,
-          &g.start_indices_batching_dims, &g.slice_sizes}) {
-      h.Ints(*dims);
-    }
-    const ScatterDimensionNumbers& sc = a.scatter;
-    for (const std::vector<int64_t>* dims :
-         {&sc.update_window_dims, &sc.inserted_window_dims, &sc.scatter_dims_to_operand_dims,
-          &sc.input_batching_dims, &sc.scatter_indices_batching_dims}) {
-      h.Ints(*dims);
-    }
-    h.Ints({g.index_vector_dim, g.indices_are_sorted, sc.index_vector_dim, sc.indices_are_sorted,
-            sc.unique_indices, a.scatter_overwrite});
-    h.Ints({static_cast<int64_t>(a.comparison_direction), static_cast<int64_t>(a.reduce_kind),
-            static_cast<int64_t>(a.rng_distribution), static_cast<int64_t>(a.rng_seed),
-            a.parameter_number, a.iota_dimension, a.tuple_index});
-    h.Ints({a.sort_descending, a.is_stable, a.topk_k, a.topk_largest, a.channel_id,
-            a.use_global_device_ids});
-    h.Str(a.custom_call_target);
-    // Collectives reach lazy graphs through manual regions (AllReduce): their groups and pairs
-    // are part of what the graph computes.
-    if (IsCollective(node->opcode())) {
-      for (const std::vector<int64_t>& group : a.replica_groups.groups()) h.Ints(group);
-      for (const auto& [source, target] : a.source_target_pairs) h.Ints({source, target});
-    }
-    if (node->opcode() == Opcode::kConstant && a.literal != nullptr) {
-      h.Bytes(a.literal->raw_data(), static_cast<size_t>(a.literal->byte_size()));
-    }
-    // A while or conditional computes what its called computations compute.
-    h.Ints({a.known_trip_count, static_cast<int64_t>(a.called_computations.size())});
-    for (const auto& called : a.called_computations) {
-      h.Int(called != nullptr ? static_cast<int64_t>(GraphFingerprint(*called)) : -1);
-    }
+    MixAttributes(node->opcode(), node->attrs(), h);
     h.Str(node->sharding());
   }
   h.Int(graph.root() != nullptr ? position.at(graph.root()) : -1);
   return h.value();
 }
+
+namespace {
+
+// The graph of `pending` and its fingerprint: from the lazy cache when this DAG was seen before,
+// else lowered (TraceGraph), fingerprinted, verified if new, and cached. `parameters` receives
+// the graph's parameter leaves in order. Errors: TraceGraph's and Verify's; kInternal if the
+// lazy walk and TraceGraph disagree on the parameters.
+absl::StatusOr<CacheEntry> LookUpOrCompile(LazyContext& ctx, absl::Span<const Tensor> pending,
+                                           std::vector<std::shared_ptr<LazyNode>>& parameters) {
+  LazyGraphKey lazy = KeyOfLazyGraph(pending);
+  parameters = std::move(lazy.parameters);
+  if (auto it = ctx.lazy_cache.find(lazy.key); it != ctx.lazy_cache.end()) {
+    ++ctx.metrics.cache_hits;
+    return it->second;
+  }
+  TESSEL_ASSIGN_OR_RETURN(TracedGraph traced, TraceGraph(pending, "sync"));
+  bool same = traced.parameters.size() == parameters.size();
+  for (size_t i = 0; same && i < parameters.size(); ++i) {
+    same = traced.parameters[i].impl()->node == parameters[i];
+  }
+  if (!same) {
+    return absl::InternalError(
+        "sync: the lazy cache key's walk and TraceGraph disagree on the "
+        "graph's parameters");
+  }
+  CacheEntry entry;
+  entry.fingerprint = GraphFingerprint(*traced.graph);
+  if (auto it = ctx.cache.find(entry.fingerprint); it != ctx.cache.end()) {
+    ++ctx.metrics.cache_hits;
+    entry = it->second;
+  } else {
+    TESSEL_RETURN_IF_ERROR(Verify(*traced.graph));
+    entry.graph = std::shared_ptr<const Graph>(std::move(traced.graph));
+    ctx.cache[entry.fingerprint] = entry;
+    ++ctx.metrics.compiles;
+  }
+  ctx.lazy_cache[lazy.key] = entry;
+  return entry;
+}
+
+}  // namespace
 
 absl::Status Sync(absl::Span<const Tensor> tensors) {
   LazyContext& ctx = Context();
@@ -326,36 +541,55 @@ absl::Status Sync(absl::Span<const Tensor> tensors) {
   }
   if (pending.empty()) return absl::OkStatus();
 
+  std::vector<std::shared_ptr<LazyNode>> parameters;
   auto compile_start = std::chrono::steady_clock::now();
-  TESSEL_ASSIGN_OR_RETURN(TracedGraph traced, TraceGraph(pending, "sync"));
-  uint64_t fingerprint = GraphFingerprint(*traced.graph);
-  std::shared_ptr<const Graph> graph;
-  auto it = ctx.cache.find(fingerprint);
-  if (it != ctx.cache.end()) {
-    ++ctx.metrics.cache_hits;
-    graph = it->second.graph;
-  } else {
-    TESSEL_RETURN_IF_ERROR(Verify(*traced.graph));
-    graph = std::shared_ptr<const Graph>(std::move(traced.graph));
-    ctx.cache[fingerprint] = CacheEntry{graph};
-    ++ctx.metrics.compiles;
-  }
+  TESSEL_ASSIGN_OR_RETURN(CacheEntry entry, LookUpOrCompile(ctx, pending, parameters));
   ctx.metrics.compile_seconds += Seconds(compile_start);
+  const std::shared_ptr<const Graph>& graph = entry.graph;
+  const uint64_t fingerprint = entry.fingerprint;
 
   std::vector<std::shared_ptr<const DeviceData>> arguments;
-  arguments.reserve(traced.parameters.size());
-  for (const Tensor& p : traced.parameters) {
-    if (p.impl()->node->data == nullptr) {
+  arguments.reserve(parameters.size());
+  for (const auto& p : parameters) {
+    if (p->data == nullptr) {
       return absl::FailedPreconditionError(
           absl::StrCat("cannot run a graph that reads a placeholder input of shape ",
-                       p.shape().ToString(), ": it has no value"));
+                       p->shape.ToString(), ": it has no value"));
     }
-    arguments.push_back(p.impl()->node->data);
+    arguments.push_back(p->data);
   }
+  TESSEL_ASSIGN_OR_RETURN(std::vector<bool> donated,
+                          DonateArguments(pending, parameters, arguments));
   auto execute_start = std::chrono::steady_clock::now();
   ExecutionStats stats;
-  TESSEL_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const DeviceData>> results,
-                          GetComputationClient().Execute(graph, fingerprint, arguments, &stats));
+  absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> executed =
+      GetComputationClient().ExecuteDonated(graph, fingerprint, arguments, donated, &stats);
+  if (!executed.ok()) {
+    // Values the client did not consume go back to their leaves (the tensors are unchanged);
+    // once one was consumed the step cannot run again, and its tensors keep the error.
+    bool consumed = false;
+    for (size_t i = 0; i < donated.size(); ++i) {
+      if (!donated[i]) continue;
+      const auto* data = dynamic_cast<const LiteralData*>(arguments[i].get());
+      if (data != nullptr && data->donated()) {
+        consumed = true;
+      } else {
+        parameters[i]->data = arguments[i];
+      }
+    }
+    if (consumed) {
+      absl::Status lost(executed.status().code(),
+                        absl::StrCat(executed.status().message(),
+                                     " (values donated to this step are lost; set "
+                                     "TESSEL_DONATE_PARAMS=0 to keep them)"));
+      for (const Tensor& t : pending) t.impl()->status = lost;
+      return lost;
+    }
+    return executed.status();
+  }
+  std::vector<std::shared_ptr<const DeviceData>> results = *std::move(executed);
+  for (bool d : donated) ctx.metrics.donated_arguments += d;
+  ctx.metrics.donated_in_place += stats.donated_in_place;
   ctx.metrics.execute_seconds += Seconds(execute_start);
   ctx.metrics.peak_live_bytes = std::max(ctx.metrics.peak_live_bytes, stats.peak_live_bytes);
   ++ctx.metrics.syncs;

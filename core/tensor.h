@@ -102,8 +102,17 @@ class Tensor {
 // Graph execution.
 
 // Lowers and runs every pending live tensor of this thread in one graph (torch_xla mark_step),
-// then makes each of them device data. Errors: the first errored live tensor's status, or the
-// executor's error (no tensor changes then).
+// then makes each of them device data.
+// Donation (torch_xla's parameter aliasing, XLA input_output_alias, JAX donate_argnums): a
+// graph input that nothing can read after the Sync (the old value of a tensor the step
+// replaced, `p = p - lr * g`, when no other tensor, pending tensor left out of the Sync, or
+// caller of device_data() still holds it) is donated to the execution, and the local client's
+// executor writes an output into its buffer where it can (the optimizer's new parameters and
+// moments into the old ones). Results are bitwise those without donation.
+// TESSEL_DONATE_PARAMS=0 (or false, no, off) turns donation off for A/B runs.
+// Errors: the first errored live tensor's status; kInvalidArgument for a TESSEL_DONATE_PARAMS
+// that is not a boolean; or the executor's error: no tensor changes then, except when the
+// execution failed after taking donated values: then every tensor of the Sync keeps that error.
 [[nodiscard]] absl::Status Sync();
 // The same for the given tensors only.
 [[nodiscard]] absl::Status Sync(absl::Span<const Tensor> tensors);
@@ -125,9 +134,13 @@ struct LazyMetrics {
   int64_t syncs = 0;            // Sync() calls that ran a graph
   int64_t compiles = 0;         // graphs lowered and verified (cache misses)
   int64_t cache_hits = 0;       // graphs found in the compilation cache
-  double compile_seconds = 0;   // time spent lowering + verifying
+  double compile_seconds = 0;   // time spent keying the DAG, looking it up, lowering + verifying
   double execute_seconds = 0;   // time spent in the executor
   int64_t peak_live_bytes = 0;  // highest ExecutionStats::peak_live_bytes seen
+  // Graph arguments donated to their execution (see Sync), and outputs the executor wrote
+  // into a donated argument's buffer (ExecutionStats::donated_in_place).
+  int64_t donated_arguments = 0;
+  int64_t donated_in_place = 0;
 };
 const LazyMetrics& GetLazyMetrics();
 void ResetLazyMetrics();
@@ -148,7 +161,10 @@ void ManualSeed(uint64_t seed);
 
 // 64-bit fingerprint of a graph: stable across processes and runs (FNV-1a over opcodes, shapes,
 // attributes, operand positions, constant bytes and shardings; node names are ignored). Equal
-// graphs give equal fingerprints; used as the compilation-cache key.
+// graphs give equal fingerprints; the key a ComputationClient caches what it compiles under.
+// (Sync's own cache finds a step it has seen by an in-process key over the lazy DAG, computed
+// from the same opcodes, shapes, attributes, operand positions and shardings, without lowering
+// the DAG into a Graph; a new DAG is lowered, fingerprinted and verified once.)
 [[nodiscard]] uint64_t GraphFingerprint(const Graph& graph);
 
 // ---------------------------------------------------------------------------------------------

@@ -40,6 +40,32 @@ TEST(TensorTest, SyncMaterializesLiveTensorsAndCachesTheGraph) {
   EXPECT_EQ(GetLazyMetrics().cache_hits, 2);
 }
 
+// Sync finds a step it has seen in the lazy cache (a key over the lazy DAG, no lowering); graphs
+// that differ only in a constant's value, in which leaves are the same value, in an attribute
+// or in a sharding annotation must not share an entry.
+TEST(TensorTest, LazyCacheTellsApartGraphsThatDifferInOneDetail) {
+  ResetLazyMetrics();
+  Tensor a = Tensor::FromLiteral(Vec({2, 2}, {1, 2, 3, 4}));
+  Tensor b = Tensor::FromLiteral(Vec({2, 2}, {10, 20, 30, 40}));
+  auto value = [](const Tensor& t) { return t.ToLiteral()->ToDoubles(); };
+  EXPECT_EQ(value(a * 2.0), (std::vector<double>{2, 4, 6, 8}));
+  EXPECT_EQ(value(a * 3.0), (std::vector<double>{3, 6, 9, 12}));   // constant
+  EXPECT_EQ(value(a + a), (std::vector<double>{2, 4, 6, 8}));      // one leaf twice
+  EXPECT_EQ(value(a + b), (std::vector<double>{11, 22, 33, 44}));  // two leaves
+  EXPECT_EQ(value(Transpose(a, {1, 0}) + b), (std::vector<double>{11, 23, 32, 44}));
+  EXPECT_EQ(value(Transpose(a, {0, 1}) + b), (std::vector<double>{11, 22, 33, 44}));
+  EXPECT_EQ(GetLazyMetrics().compiles, 6);
+  EXPECT_EQ(GetLazyMetrics().cache_hits, 0);
+  // The same DAG over new values: a hit.
+  EXPECT_EQ(value(b * 2.0), (std::vector<double>{20, 40, 60, 80}));
+  EXPECT_EQ(GetLazyMetrics().cache_hits, 1);
+  // A sharding annotation is part of the graph.
+  Tensor annotated = b * 2.0;
+  annotated.SetSharding("{replicated}");
+  EXPECT_EQ(value(annotated), (std::vector<double>{20, 40, 60, 80}));
+  EXPECT_EQ(GetLazyMetrics().compiles, 7);
+}
+
 TEST(TensorTest, ErrorsPropagateAsStatusNotCrash) {
   Tensor a = Tensor::FromLiteral(Vec({2, 3}, {1, 2, 3, 4, 5, 6}));
   Tensor b = Tensor::FromLiteral(Vec({2, 3}, {1, 2, 3, 4, 5, 6}));

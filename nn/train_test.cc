@@ -1,5 +1,6 @@
 #include "tessel/nn/train.h"
 
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -126,6 +127,45 @@ TEST(TrainTest, SameSeedSameTrajectory) {
     }
   }
   EXPECT_EQ(losses[0], losses[1]);
+}
+
+// Buffer donation (core/tensor.h Sync): each step's new parameters and Adam moments are written
+// into the buffers of the old ones, which nothing reads after the step; the trajectory is
+// bitwise the one without donation (TESSEL_DONATE_PARAMS=0).
+TEST(TrainTest, AdamStepWritesParametersAndMomentsInPlace) {
+  Dataset data = SeparableDataset(64, 6);
+  std::vector<Literal> finals[2];
+  for (int donate = 0; donate < 2; ++donate) {
+    if (donate == 0) setenv("TESSEL_DONATE_PARAMS", "0", 1);
+    absl::StatusOr<Mlp> model = Mlp::Create({4, 16, 3}, /*seed=*/2);
+    ASSERT_TRUE(model.ok());
+    Adam adam({.lr = 0.01});
+    absl::StatusOr<DataLoader> loader = DataLoader::Create(&data, {.batch_size = 16});
+    ASSERT_TRUE(loader.ok());
+    ASSERT_TRUE(TrainStep(*model, adam, loader->GetBatch(0)).ok());  // makes the moments
+    auto buffer = [](const Tensor& t) {
+      return dynamic_cast<const LiteralData&>(*t.device_data()).literal().raw_data();
+    };
+    const std::byte* weight = buffer(*model->parameters()[0]);
+    const std::byte* moment = buffer(adam.first_moments()[0]);
+    ResetLazyMetrics();
+    for (int64_t i = 1; i < loader->num_batches(); ++i) {
+      ASSERT_TRUE(TrainStep(*model, adam, loader->GetBatch(i)).ok());
+    }
+    unsetenv("TESSEL_DONATE_PARAMS");
+    const int64_t steps = loader->num_batches() - 1;
+    const int64_t params = static_cast<int64_t>(model->parameters().size());
+    // p, m and v of every parameter each step (the batch is donated too, but no output has its
+    // shape); without donation, none.
+    EXPECT_EQ(GetLazyMetrics().donated_in_place, donate * steps * 3 * params);
+    if (donate == 1) {  // (without donation the allocator may hand back the same address)
+      EXPECT_EQ(buffer(*model->parameters()[0]), weight);
+      EXPECT_EQ(buffer(adam.first_moments()[0]), moment);
+    }
+    for (Tensor* p : model->parameters()) finals[donate].push_back(*p->ToLiteral());
+    for (const Tensor& v : adam.second_moments()) finals[donate].push_back(*v.ToLiteral());
+  }
+  EXPECT_EQ(finals[0], finals[1]);
 }
 
 TEST(TrainTest, WrongInputWidthIsAnError) {

@@ -14,7 +14,9 @@
 // (docs/cli.md). The hosts themselves (TESSEL_HOST_INDEX set) print the lines unchanged.
 // TESSEL_DUMP_TO, when set, names a folder for the partitioned HLO (mesh/runtime/host_runtime.h);
 // it is created here, and a value that cannot be a folder fails before any host starts, as does a
-// TESSEL_COMPUTE_SLOTS that is not a non-negative integer (mesh/runtime/compute_slots.h).
+// TESSEL_COMPUTE_SLOTS that is not a non-negative integer (mesh/runtime/compute_slots.h), and a
+// bad TESSEL_COMBINE_ALL_REDUCE_BYTES or TESSEL_TRANSPOSE_BEFORE_ALL_REDUCE
+// (mesh/runtime/host_runtime.h, ProgramPassesFromEnvironment).
 //
 // Each example has its own flags (`tessel run CONFIG --example gpt --help` lists the GPT's). The
 // subcommand is built before CLI11 parses, so the example is read from the command line first
@@ -40,6 +42,7 @@
 #include "tessel/mesh/launch/host_env.h"
 #include "tessel/mesh/launch/launcher.h"
 #include "tessel/mesh/runtime/compute_slots.h"
+#include "tessel/mesh/runtime/host_runtime.h"
 #include "tessel/mesh/topology/topology.h"
 #include "tools/command.h"
 
@@ -193,6 +196,11 @@ int LaunchRun(const std::string& config,
           mesh::ParseComputeSlots(std::getenv("TESSEL_COMPUTE_SLOTS"), "TESSEL_COMPUTE_SLOTS");
       !slots.ok()) {
     std::fprintf(stderr, "tessel run: %s\n", std::string(slots.status().message()).c_str());
+    return 1;
+  }
+  if (absl::StatusOr<mesh::ProgramPassSettings> passes = mesh::ProgramPassesFromEnvironment();
+      !passes.ok()) {
+    std::fprintf(stderr, "tessel run: %s\n", std::string(passes.status().message()).c_str());
     return 1;
   }
   if (absl::Status s = check(*topology); !s.ok()) {

@@ -108,6 +108,7 @@ class ZmqTransport::Impl : public internal::HostLink {
   struct Peer {
     absl::Mutex mu;
     std::unique_ptr<zmq::socket_t> out ABSL_GUARDED_BY(mu);  // DEALER; null once closed
+    bool hello_sent ABSL_GUARDED_BY(mu) = false;             // our hello is queued on `out`
     std::unique_ptr<zmq::socket_t> monitor;  // PAIR receiving `out`'s events (progress thread)
     // Progress-thread state.
     absl::Time last_heard;
@@ -158,8 +159,18 @@ class ZmqTransport::Impl : public internal::HostLink {
   // client whose public key is in the job's table, or whose PLAIN password is the job token;
   // refuses (and counts) any other.
   void AnswerZap();
-  // Sends a header (and optional body) on peer `p`'s socket, retrying while the connection is
-  // not up yet, until `deadline`.
+  // The hello is the first message on every connection: the peer drops anything else on a
+  // connection that has not said one (HandleFrames). Every send on a peer's DEALER calls this
+  // first; it queues the hello if that has not been done (without blocking) and says whether
+  // it is queued. False while the connection is not up (ZMQ_IMMEDIATE): then nothing else may
+  // be sent either, since the connection could come up between the two sends. Throws
+  // zmq::error_t.
+  bool HelloQueued(Peer& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
+  // Queues the hello to peer `p`, retrying while the connection is not up yet, until
+  // `deadline`.
+  absl::Status SendHello(int64_t p, absl::Time deadline);
+  // Sends a header (and optional body) on peer `p`'s socket, after the hello, retrying while
+  // the connection is not up yet, until `deadline`.
   absl::Status SendControl(int64_t p, const WireHeader& header, const std::string& body,
                            absl::Time deadline);
   void ProgressLoop();
@@ -196,9 +207,14 @@ class ZmqTransport::Impl : public internal::HostLink {
   zmq::socket_t in_;                // ROUTER, progress thread only once started
   std::string endpoint_;
   std::vector<std::unique_ptr<Peer>> peers_;
+  // The hello's body: the job token and this host's shared-memory descriptor. Set before the
+  // progress thread starts, read-only after.
+  std::string hello_body_;
   std::unique_ptr<BootstrapCoordinator> coordinator_;
   std::thread progress_;
   std::atomic<bool> stop_{false};
+  // Set before the goodbyes go out: no heartbeat follows a goodbye on a connection.
+  std::atomic<bool> leaving_{false};
   std::atomic<int64_t> refused_{0};
   int64_t logged_ = 0;    // progress thread: refusals printed on stderr
   bool started_ = false;  // the progress thread runs
@@ -359,15 +375,14 @@ absl::Status ZmqTransport::Impl::Start() {
   TESSEL_RETURN_IF_ERROR(ConnectPeers(table));
   // Before the progress thread starts (it reads shm_) and before any device thread waits.
   if (UsesSharedMemory()) CreateSharedMemory();
+  // The receiver maps the connection to our rank. Before the progress thread starts: its
+  // heartbeats (and an abort) send the hello first where it has not gone yet.
+  hello_body_ = PackStrings({options_.job_token, shm_ != nullptr ? shm_->descriptor() : ""});
   started_ = true;
   progress_ = std::thread([this] { ProgressLoop(); });
-  // Hello on every outgoing connection: the receiver maps the connection to our rank.
-  const std::string hello_body =
-      PackStrings({options_.job_token, shm_ != nullptr ? shm_->descriptor() : ""});
   for (int64_t p = 0; p < n; ++p) {
     if (p == rank_) continue;
-    TESSEL_RETURN_IF_ERROR(
-        SendControl(p, ControlHeader(MessageType::kHello, rank_), hello_body, deadline));
+    TESSEL_RETURN_IF_ERROR(SendHello(p, deadline));
   }
   // Every peer's hello received: all connections are up in both directions.
   {
@@ -405,6 +420,38 @@ absl::Status ZmqTransport::Impl::Start() {
   return absl::OkStatus();
 }
 
+bool ZmqTransport::Impl::HelloQueued(Peer& peer) {
+  if (peer.hello_sent) return true;
+  // Under ZMQ_IMMEDIATE a multipart message whose first frame was accepted is accepted whole.
+  if (peer.out->send(HeaderFrame(ControlHeader(MessageType::kHello, rank_)),
+                     zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+    (void)peer.out->send(zmq::buffer(hello_body_), zmq::send_flags::none);
+    peer.hello_sent = true;
+  }
+  return peer.hello_sent;
+}
+
+absl::Status ZmqTransport::Impl::SendHello(int64_t p, absl::Time deadline) {
+  while (true) {
+    {
+      absl::MutexLock lock(&peers_[p]->mu);
+      if (peers_[p]->out == nullptr) {
+        return absl::UnavailableError(absl::StrCat("connection to host ", p, " is closed"));
+      }
+      try {
+        if (HelloQueued(*peers_[p])) return absl::OkStatus();
+      } catch (const zmq::error_t& e) {
+        return internal::ZmqStatus(e, absl::StrCat("host ", rank_, ": send to host ", p));
+      }
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("host ", rank_, ": could not connect to host ", p));
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+}
+
 absl::Status ZmqTransport::Impl::SendControl(int64_t p, const WireHeader& header,
                                              const std::string& body, absl::Time deadline) {
   while (true) {
@@ -416,7 +463,9 @@ absl::Status ZmqTransport::Impl::SendControl(int64_t p, const WireHeader& header
       }
       try {
         zmq::message_t head = HeaderFrame(header);
-        if (body.empty()) {
+        if (!HelloQueued(*peers_[p])) {
+          // Not connected yet: retry below.
+        } else if (body.empty()) {
           if (out->send(head, zmq::send_flags::dontwait)) return absl::OkStatus();
         } else if (out->send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
           (void)out->send(zmq::buffer(body), zmq::send_flags::none);
@@ -635,7 +684,9 @@ absl::Status ZmqTransport::Impl::SendFrames(int64_t dst_host, zmq::message_t& he
         return absl::UnavailableError(absl::StrCat("connection to host ", dst_host, " is closed"));
       }
       try {
-        if (bodies.empty()) {
+        if (!HelloQueued(peer)) {
+          // Not connected yet: retry below.
+        } else if (bodies.empty()) {
           if (peer.out->send(head, zmq::send_flags::dontwait)) return absl::OkStatus();
         } else if (peer.out->send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
           // The later frames of an accepted multipart message are never refused.
@@ -670,7 +721,9 @@ void ZmqTransport::Impl::BroadcastAbort(const absl::Status& status) {
     absl::MutexLock lock(&peers_[p]->mu);
     if (peers_[p]->out == nullptr) continue;
     try {
-      if (peers_[p]->out->send(HeaderFrame(h),
+      // An abort during the bootstrap goes after the hello, or the peer would drop it.
+      if (HelloQueued(*peers_[p]) &&
+          peers_[p]->out->send(HeaderFrame(h),
                                zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
         (void)peers_[p]->out->send(zmq::buffer(text), zmq::send_flags::none);
       }
@@ -910,9 +963,13 @@ void ZmqTransport::Impl::SendHeartbeats() {
   for (int64_t p = 0; p < options_.num_hosts; ++p) {
     if (p == rank_) continue;
     absl::MutexLock lock(&peers_[p]->mu);
-    if (peers_[p]->out == nullptr) continue;
+    // Checked under the peer's lock, which the goodbye is sent under: a heartbeat goes before
+    // it or not at all.
+    if (peers_[p]->out == nullptr || leaving_.load()) continue;
     try {
-      (void)peers_[p]->out->send(HeaderFrame(h), zmq::send_flags::dontwait);
+      if (HelloQueued(*peers_[p])) {
+        (void)peers_[p]->out->send(HeaderFrame(h), zmq::send_flags::dontwait);
+      }
     } catch (const zmq::error_t&) {
     }
   }
@@ -998,15 +1055,13 @@ void ZmqTransport::Impl::Shutdown() {
     const bool healthy = ready_ && state_->mailbox().failure().ok();
     if (healthy) {
       // Goodbye to every peer, then wait for theirs, so no host mistakes a clean exit for a
-      // crash. A peer that already left said goodbye and is not waited for.
+      // crash. A peer that said goodbye first gets ours too: it waits for it (up to its
+      // shutdown_timeout). Skipping it made that peer wait out the whole timeout, and the last
+      // host to leave closed without a goodbye, so the others declared it lost.
       const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
-      std::vector<bool> left;
-      {
-        absl::MutexLock lock(&mu_);
-        left = bye_;
-      }
+      leaving_.store(true);
       for (int64_t p = 0; p < n; ++p) {
-        if (p != rank_ && !left[p]) {
+        if (p != rank_) {
           (void)SendControl(p, ControlHeader(MessageType::kBye, rank_), "",
                             std::min(deadline, absl::Now() + absl::Milliseconds(200)));
         }

@@ -10,6 +10,10 @@ and the minimum over the rounds. Development only, not part of CI.
 
   python3 benchmarks/jax_compare/ab_sharded.py ROUNDS STEPS OPTIMIZER BATCH -- VARIANT...
 
+OPTIMIZER `gpt` runs the GPT example's step instead (`--example gpt`, the flags of
+gpt_compare.py: 2 layers, d_model 128, seq_len 64, learned positions, GELU, AdamW; BATCH
+sequences per step; mesh axes data,fsdp,tensor, e.g. ICI 1,2,2 and DCN 2,1,1).
+
 VARIANT is NAME|CONFIG|ICI_MESH_SHAPE|DCN_MESH_SHAPE[|VAR=VALUE...]; VAR=VALUE entries go to
 the run's environment, BIN=PATH picks another tessel binary (default build/tools/tessel), e.g.
 
@@ -17,7 +21,13 @@ the run's environment, BIN=PATH picks another tessel binary (default build/tools
     "4h|configs/two_slices_2x2hosts.json|2,2|2,1" \\
     "4h-slots0|configs/two_slices_2x2hosts.json|2,2|2,1|TESSEL_COMPUTE_SLOTS=0" \\
     "1h-cpu|configs/cpu_one_host_8dev.json|4,2|1,1"
+  python3 benchmarks/jax_compare/ab_sharded.py 4 30 gpt 16 -- \\
+    "4h-cpu|configs/cpu_2x2hosts.json|1,2,2|2,1,1" \\
+    "4h-cpu-uncombined|configs/cpu_2x2hosts.json|1,2,2|2,1,1|TESSEL_COMBINE_ALL_REDUCE_BYTES=0"
 """
+
+GPT_FLAGS = ["--seq-len", "64", "--position", "learned", "--mlp", "gelu", "--eval-every", "0",
+             "--generate", "0", "--axis-names", "data,fsdp,tensor"]
 
 import json
 import os
@@ -33,15 +43,23 @@ def cpu_counters():
 
 def run(binary, config, ici, dcn, env, optimizer, batch, steps):
     """(train_seconds, CPU seconds of the run's processes, loss) of one run."""
-    cmd = [binary, "run", config, "--example", "fashion-mnist-mlp", "--json", "--epochs", "1",
-           "--steps", str(steps), "--batch-size", batch, "--optimizer", optimizer,
-           "--lr-schedule", "constant", "--ici-mesh-shape", ici, "--dcn-mesh-shape", dcn,
-           "--axis-names", "data,model"]
+    if optimizer == "gpt":
+        cmd = [binary, "run", config, "--example", "gpt", "--json", "--steps", str(steps),
+               "--log-every", str(steps), "--batch", batch, "--ici-mesh-shape", ici,
+               "--dcn-mesh-shape", dcn] + GPT_FLAGS
+    else:
+        cmd = [binary, "run", config, "--example", "fashion-mnist-mlp", "--json", "--epochs", "1",
+               "--steps", str(steps), "--batch-size", batch, "--optimizer", optimizer,
+               "--lr-schedule", "constant", "--ici-mesh-shape", ici, "--dcn-mesh-shape", dcn,
+               "--axis-names", "data,model"]
     before = os.times()
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, check=True, text=True).stdout
     after = os.times()
     cpu = (after.children_user + after.children_system) - (
         before.children_user + before.children_system)
+    if optimizer == "gpt":
+        summary = json.loads(out.strip().splitlines()[-1])["summary"]
+        return summary["train_seconds"], cpu, summary["final_train_loss"]
     epoch = [r for r in json.loads(out)["records"] if "epoch" in r][-1]
     return epoch["train_seconds"], cpu, epoch["loss"]
 

@@ -632,7 +632,11 @@ absl::Status Train(const GptFlags& flags, Placement& placement) {
     TESSEL_ASSIGN_OR_RETURN(first_step, ResumeGpt(flags, placement, job));
   }
   History history;
+  if (placement.runtime != nullptr && !flags.trace.empty()) {
+    placement.runtime->EnableTracing(true);
+  }
   TESSEL_RETURN_IF_ERROR(TrainLoop(flags, placement, job, first_step, history));
+  if (placement.runtime != nullptr) placement.runtime->EnableTracing(false);
   const auto sample_start = std::chrono::steady_clock::now();
   Samples samples;
   if (flags.generate > 0) {
@@ -642,6 +646,10 @@ absl::Status Train(const GptFlags& flags, Placement& placement) {
   transport::CollectiveStats job_traffic;
   if (placement.runtime != nullptr) {  // every host takes part
     TESSEL_ASSIGN_OR_RETURN(job_traffic, placement.runtime->SumOverHosts(history.traffic));
+    if (!flags.trace.empty()) {
+      TESSEL_ASSIGN_OR_RETURN(TraceEventWriter trace, placement.runtime->CollectTrace());
+      if (placement.printer) TESSEL_RETURN_IF_ERROR(trace.WriteFile(flags.trace));
+    }
   }
   if (!placement.printer) return absl::OkStatus();
   if (!flags.plot.empty()) {
@@ -799,7 +807,10 @@ void AddGptFlags(CLI::App& app, GptFlags* flags) {
   app.add_option("--plot", flags->plot, "write the loss curves as an SVG file");
   app.add_flag("--json", flags->json,
                "print JSON records: one per progress line and evaluation, and a summary");
-  app.add_flag("--single-device", flags->single_device, "train on one device, no mesh");
+  app.add_flag("--single-device", flags->single_device, "train on one device, no mesh")
+      ->excludes(app.add_option("--trace", flags->trace,
+                                "write a Chrome-trace JSON timeline of every device's training "
+                                "steps and collectives (sharded runs; open in Perfetto)"));
   app.add_option("--checkpoint-dir", flags->checkpoint_dir,
                  "folder of the distributed checkpoints (each host writes its own shards)");
   app.add_option("--checkpoint-every", flags->checkpoint_every,

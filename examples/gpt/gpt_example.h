@@ -70,6 +70,9 @@ struct GptFlags {
   int64_t generate = 200;  // bytes generated per sample
   double temperature = 0.8;
   std::string plot;  // SVG of the training and validation loss curves (host 0)
+  // Chrome-trace JSON of every device's graph runs and collectives (sharded runs, host 0
+  // writes it; benchmarks/jax_compare/trace_split.py reads it).
+  std::string trace;
   bool json = false;
   bool single_device = false;
   // Distributed checkpoints (mesh/runtime/checkpoint.h).

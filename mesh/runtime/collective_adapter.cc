@@ -1,6 +1,8 @@
 #include "tessel/mesh/runtime/collective_adapter.h"
 
+#include <cstddef>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tessel/core/status_macros.h"
@@ -96,6 +98,16 @@ void PermuteBlocks(const std::byte* in, std::byte* out, const Split3& s, bool to
   }
 }
 
+// The [A, n*d, B] layout of a collective's full-size buffer against the member-major
+// [n, A, d, B] one the transport works on (member k's chunk contiguous): one block of d*B
+// bytes per (a, k), not one per element of the dim as a dim move would copy.
+Split3 MemberChunks(const Shape& full_shape, int64_t dim, int64_t members) {
+  Split3 s = SplitAround(full_shape, dim);
+  s.inner_bytes *= s.dim / members;
+  s.dim = members;
+  return s;
+}
+
 }  // namespace
 
 Literal MoveDimToFront(const Literal& value, int64_t dim) {
@@ -169,15 +181,18 @@ absl::StatusOr<Literal> CommunicatorCollectives::AllGather(int64_t device_id, co
     Observe(device_id, "all-gather", start, input.byte_size());
     return result;
   }
-  Literal front = MoveDimToFront(input, dim);
-  Literal gathered = Literal::Uninitialized(FrontShape(out_shape, dim));
+  // The members' operands gathered whole ([n, A, d, B]) and laid out once as [A, n*d, B]:
+  // the operand needs no move of its own.
+  std::vector<std::byte> gathered(static_cast<size_t>(input.byte_size() * n));
   {
     const SlotYield yield(slots_);
     TESSEL_RETURN_IF_ERROR(comm_->AllGather(device_id, groups, input.shape().dtype(),
-                                            front.raw_data(), gathered.raw_data(),
-                                            front.num_elements()));
+                                            input.raw_data(), gathered.data(),
+                                            input.num_elements()));
   }
-  Literal result = MoveFrontDimTo(gathered, out_shape, dim);
+  Literal result = Literal::Uninitialized(out_shape);
+  PermuteBlocks(gathered.data(), result.raw_data(), MemberChunks(out_shape, dim, n),
+                /*to_front=*/false);
   Observe(device_id, "all-gather", start, input.byte_size());
   return result;
 }
@@ -208,15 +223,18 @@ absl::StatusOr<Literal> CommunicatorCollectives::ReduceScatter(int64_t device_id
     Observe(device_id, "reduce-scatter", start, input.byte_size());
     return result;
   }
-  Literal front = MoveDimToFront(input, dim);
-  Literal scattered = Literal::Uninitialized(FrontShape(out_shape, dim));
+  // The operand laid out member-major ([n, A, d, B]); member k's result is its chunk, already
+  // in the result's layout [A, d, B].
+  std::vector<std::byte> chunks(static_cast<size_t>(input.byte_size()));
+  PermuteBlocks(input.raw_data(), chunks.data(), MemberChunks(input.shape(), dim, n),
+                /*to_front=*/true);
+  Literal result = Literal::Uninitialized(out_shape);
   {
     const SlotYield yield(slots_);
     TESSEL_RETURN_IF_ERROR(comm_->ReduceScatter(device_id, groups, kind, input.shape().dtype(),
-                                                front.raw_data(), scattered.raw_data(),
-                                                scattered.num_elements()));
+                                                chunks.data(), result.raw_data(),
+                                                result.num_elements()));
   }
-  Literal result = MoveFrontDimTo(scattered, out_shape, dim);
   Observe(device_id, "reduce-scatter", start, input.byte_size());
   return result;
 }
@@ -243,15 +261,19 @@ absl::StatusOr<Literal> CommunicatorCollectives::AllToAll(int64_t device_id, con
     Observe(device_id, "all-to-all", start, input.byte_size());
     return result;
   }
-  Literal front = MoveDimToFront(input, dim);
-  Literal exchanged = Literal::Uninitialized(front.shape());
+  // Chunk k of the dim goes to member k and member k's chunk comes back in its place: both
+  // ways one block of d*B bytes per (a, k).
+  const Split3 chunk_layout = MemberChunks(input.shape(), dim, n);
+  std::vector<std::byte> send(static_cast<size_t>(input.byte_size()));
+  std::vector<std::byte> received(send.size());
+  PermuteBlocks(input.raw_data(), send.data(), chunk_layout, /*to_front=*/true);
   {
     const SlotYield yield(slots_);
-    TESSEL_RETURN_IF_ERROR(comm_->AllToAll(device_id, groups, input.shape().dtype(),
-                                           front.raw_data(), exchanged.raw_data(),
-                                           front.num_elements() / n));
+    TESSEL_RETURN_IF_ERROR(comm_->AllToAll(device_id, groups, input.shape().dtype(), send.data(),
+                                           received.data(), input.num_elements() / n));
   }
-  Literal result = MoveFrontDimTo(exchanged, input.shape(), dim);
+  Literal result = Literal::Uninitialized(input.shape());
+  PermuteBlocks(received.data(), result.raw_data(), chunk_layout, /*to_front=*/false);
   Observe(device_id, "all-to-all", start, input.byte_size());
   return result;
 }

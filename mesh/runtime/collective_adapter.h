@@ -8,9 +8,12 @@
 //   Executor(options).Run(program, local_arguments);   // on device 3's thread
 //
 // The transport works on flat row-major buffers along dim 0; XLA's collectives name any
-// dimension. A collective over dim d is run as XLA's SPMD lowering does it: the dim is moved to
-// the front (a copy, [A, D, B] -> [D, A, B]), the flat collective runs, and the result is moved
-// back. Dim 0 (and any dim preceded only by size-1 dims) needs no copy.
+// dimension. A collective over dim d of a group of n splits the full-size buffer [A, n*d', B]
+// into the members' chunks [A, d', B]: the transport's member-major layout [n, A, d', B] is one
+// copy away, a block of d'*B elements per (a, member). An all-gather gathers the operands as
+// they are and makes that one copy into its result; a reduce-scatter copies its operand once and
+// receives its result in place; an all-to-all copies once each way. Dim 0 (and any dim preceded
+// only by size-1 dims) needs no copy.
 // Results are bit-identical on every member (the transport's reduction order, see
 // transport/communicator.h), but may differ in the last bits from core's
 // InProcessCollectives, which folds left to right.

@@ -12,9 +12,11 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "tessel/core/environment.h"
 #include "tessel/core/executor.h"
 #include "tessel/core/file_util.h"
 #include "tessel/core/hlo_text.h"
@@ -23,6 +25,8 @@
 #include "tessel/mesh/runtime/collective_adapter.h"
 #include "tessel/mesh/runtime/compute_slots.h"
 #include "tessel/mesh/sim/simulator.h"
+#include "tessel/partitioner/combine_collectives.h"
+#include "tessel/partitioner/cse.h"
 #include "tessel/partitioner/partitioner.h"
 
 namespace tessel::mesh {
@@ -101,6 +105,10 @@ struct HostRuntime::State {
   std::unique_ptr<transport::Communicator> owned_communicator;
   transport::Communicator* communicator = nullptr;
   HostRuntimeOptions options;
+  // Passes after partitioning, resolved by Create.
+  partitioner::AllReduceCombinerOptions combiner;
+  bool transpose_before_all_reduce = true;
+  bool cse = true;
   std::unique_ptr<CommunicatorCollectives> collectives;
   std::unique_ptr<ComputeSlots> slots;  // set by Create
 
@@ -158,6 +166,20 @@ absl::StatusOr<std::shared_ptr<const HostRuntime::State::Compiled>> HostRuntime:
   partition_options.cost_model = &cost;
   TESSEL_ASSIGN_OR_RETURN(compiled->program,
                           partitioner::Partition(graph, topology.num_devices(), partition_options));
+  // Passes over the per-device program, as a backend's compiler runs them after XLA's
+  // partitioner: merging equal leaves, transposes before all-reduces (so the dot absorbs them),
+  // then combining.
+  if (cse) {
+    compiled->program.program = partitioner::CseConstantsAndBroadcasts(*compiled->program.program);
+  }
+  if (transpose_before_all_reduce) {
+    compiled->program.program =
+        partitioner::MoveTransposesBeforeAllReduces(*compiled->program.program);
+  }
+  if (combiner.threshold_bytes > 0) {
+    TESSEL_ASSIGN_OR_RETURN(compiled->program.program,
+                            partitioner::CombineAllReduces(*compiled->program.program, combiner));
+  }
   for (const partitioner::ShardedValue& p : compiled->program.parameters) {
     TESSEL_ASSIGN_OR_RETURN(
         spmd::ShardedTensor layout,
@@ -417,6 +439,24 @@ class HostRuntime::Client final : public ComputationClient {
 // ---------------------------------------------------------------------------------------------
 // HostRuntime.
 
+absl::StatusOr<ProgramPassSettings> ProgramPassesFromEnvironment() {
+  ProgramPassSettings settings;
+  TESSEL_ASSIGN_OR_RETURN(settings.transpose_before_all_reduce,
+                          GetBoolEnv("TESSEL_TRANSPOSE_BEFORE_ALL_REDUCE"));
+  TESSEL_ASSIGN_OR_RETURN(settings.cse, GetBoolEnv("TESSEL_PROGRAM_CSE"));
+  if (const char* text = std::getenv("TESSEL_COMBINE_ALL_REDUCE_BYTES");
+      text != nullptr && *text != '\0') {
+    int64_t bytes = 0;
+    if (!absl::SimpleAtoi(text, &bytes) || bytes < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TESSEL_COMBINE_ALL_REDUCE_BYTES=", text,
+          ": expected a non-negative integer, bytes per combined all-reduce (0: off)"));
+    }
+    settings.combine_all_reduce_bytes = bytes;
+  }
+  return settings;
+}
+
 absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
     const Topology& topology, std::unique_ptr<transport::Communicator> communicator,
     HostRuntimeOptions options) {
@@ -494,6 +534,17 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
                                       communicator->devices_on_this_machine());
   }
   s.slots = std::make_unique<ComputeSlots>(slots);
+  TESSEL_ASSIGN_OR_RETURN(ProgramPassSettings from_env, ProgramPassesFromEnvironment());
+  s.transpose_before_all_reduce = s.options.transpose_before_all_reduce.value_or(
+      from_env.transpose_before_all_reduce.value_or(true));
+  s.cse = s.options.cse.value_or(from_env.cse.value_or(true));
+  s.combiner.threshold_bytes = s.options.combine_all_reduce_bytes.value_or(
+      from_env.combine_all_reduce_bytes.value_or(kDefaultCombineAllReduceBytes));
+  if (s.combiner.threshold_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("HostRuntimeOptions::combine_all_reduce_bytes must be >= 0 (0: off), got ",
+                     s.combiner.threshold_bytes));
+  }
   s.collectives = std::make_unique<CommunicatorCollectives>(communicator);
   s.collectives->set_compute_slots(s.slots.get());
   if (absl::StatusOr<Simulator> simulator = Simulator::Create(topology); simulator.ok()) {

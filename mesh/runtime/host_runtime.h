@@ -106,6 +106,13 @@ struct RuntimeMetrics {
   std::string simulation_note;
 };
 
+// The runtime's all-reduce combining limit, bytes per device and combined all-reduce: the
+// concatenate/slice form copies the combined bytes twice (about 10 GB/s on one core, see
+// docs/PERFORMANCE.md "Collectives vs OpenMPI and memcpy"), which pays for the 23-46 us of a
+// collective's wake-ups up to some 100-250 KiB; measured in docs/PERFORMANCE.md ("GPT training
+// step: Tessel vs JAX").
+inline constexpr int64_t kDefaultCombineAllReduceBytes = 256 << 10;
+
 struct HostRuntimeOptions {
   // Executor threads per device (each device already runs on its own thread).
   int threads_per_device = 1;
@@ -122,7 +129,36 @@ struct HostRuntimeOptions {
   // missing folder is created by HostRuntime::Create; one that cannot be created (a file there,
   // no permission) makes Create fail with kInvalidArgument naming the folder.
   std::string dump_to;
+  // The all-reduce combiner run on every partitioned program before it is cached
+  // (partitioner/combine_collectives.h, XLA's AllReduceCombiner): the largest combined
+  // all-reduce in bytes per device, or 0 to run the program as partitioned. nullopt (the
+  // default): the environment variable TESSEL_COMBINE_ALL_REDUCE_BYTES if set, else
+  // kDefaultCombineAllReduceBytes. Errors from Create: kInvalidArgument for a negative value
+  // or one that is not an integer, naming it.
+  std::optional<int64_t> combine_all_reduce_bytes;
+  // Whether every partitioned program's `transpose(all-reduce(x))` becomes
+  // `all-reduce(transpose(x))` (partitioner::MoveTransposesBeforeAllReduces), so that the
+  // executor folds the transpose into the dot producing x. nullopt (the default): the
+  // environment variable TESSEL_TRANSPOSE_BEFORE_ALL_REDUCE (a boolean, core/environment.h) if
+  // set, else true. Errors from Create: kInvalidArgument for a value that is not a boolean.
+  std::optional<bool> transpose_before_all_reduce;
+  // Whether every partitioned program's equal constants, iotas and broadcasts are merged
+  // (partitioner::CseConstantsAndBroadcasts). nullopt (the default): the environment variable
+  // TESSEL_PROGRAM_CSE (a boolean) if set, else true. Errors from Create: as above.
+  std::optional<bool> cse;
 };
+
+// The passes' settings the environment gives (unset variables: nullopt), as HostRuntime::Create
+// reads them; `tessel run` checks them once before any host starts.
+// Errors: kInvalidArgument naming the variable and the value: TESSEL_COMBINE_ALL_REDUCE_BYTES
+// not a non-negative integer, TESSEL_TRANSPOSE_BEFORE_ALL_REDUCE or TESSEL_PROGRAM_CSE not a
+// boolean.
+struct ProgramPassSettings {
+  std::optional<int64_t> combine_all_reduce_bytes;
+  std::optional<bool> transpose_before_all_reduce;
+  std::optional<bool> cse;
+};
+[[nodiscard]] absl::StatusOr<ProgramPassSettings> ProgramPassesFromEnvironment();
 
 class HostRuntime {
  public:

@@ -104,8 +104,10 @@ TEST(HostRuntimeTest, ShardedDotMatchesSingleDevice) {
 }
 
 // The Megatron MLP recipe over (data, model): loss at every step equals the single-device loss,
-// with the hosts' runtimes made with `options`.
-void ExpectMlpTrainingMatchesSingleDevice(const HostRuntimeOptions& options) {
+// with the hosts' runtimes made with `options`. `all_reduce_calls` (if set) receives host 0's
+// all-reduce calls of the run.
+void ExpectMlpTrainingMatchesSingleDevice(const HostRuntimeOptions& options,
+                                          int64_t* all_reduce_calls = nullptr) {
   const Topology topology = MainTopology();
   const std::vector<int64_t> sizes = {12, 16, 16, 4};
   constexpr int64_t kBatch = 16;
@@ -182,9 +184,43 @@ void ExpectMlpTrainingMatchesSingleDevice(const HostRuntimeOptions& options) {
     EXPECT_GE(metrics[h].cache_hits, 1) << "host " << h;
     EXPECT_GT(metrics[h].collectives.Kind(transport::CollectiveKind::kAllReduce).dcn.bytes, 0);
   }
+  if (all_reduce_calls != nullptr) {
+    *all_reduce_calls = metrics[0].collectives.Kind(transport::CollectiveKind::kAllReduce).calls;
+  }
 }
 
 TEST(HostRuntimeTest, MlpTrainingMatchesSingleDevice) { ExpectMlpTrainingMatchesSingleDevice({}); }
+
+// The passes after partitioning (all-reduce combining, transposes before all-reduces) change no
+// loss, and combining makes fewer all-reduce calls than the program as partitioned.
+TEST(HostRuntimeTest, MlpTrainingMatchesSingleDeviceWithAndWithoutProgramPasses) {
+  HostRuntimeOptions off;
+  off.combine_all_reduce_bytes = 0;
+  off.transpose_before_all_reduce = false;
+  int64_t calls_off = 0, calls_on = 0;
+  ExpectMlpTrainingMatchesSingleDevice(off, &calls_off);
+  HostRuntimeOptions on;
+  on.combine_all_reduce_bytes = kDefaultCombineAllReduceBytes;
+  on.transpose_before_all_reduce = true;
+  ExpectMlpTrainingMatchesSingleDevice(on, &calls_on);
+  EXPECT_GT(calls_on, 0);
+  EXPECT_LT(calls_on, calls_off);
+}
+
+TEST(HostRuntimeTest, NegativeCombineThresholdIsRefused) {
+  const Topology topology = MainTopology();
+  auto job =
+      transport::InProcTransport::Create(topology.num_hosts(), DeviceMapOf(topology)).value();
+  HostRuntimeOptions options;
+  options.combine_all_reduce_bytes = -1;
+  absl::StatusOr<std::unique_ptr<HostRuntime>> made =
+      HostRuntime::Create(topology, &job->host(0), options);
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(made.status().message().find("combine_all_reduce_bytes must be >= 0"),
+            std::string::npos)
+      << made.status();
+}
 
 // One compute slot per host: a device waiting in a collective must give its slot to the host's
 // other device (whose contribution it waits for), else the job would never finish.
