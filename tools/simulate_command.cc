@@ -23,6 +23,9 @@
 // Memory (--model): parameters, gradients, optimizer state, activations under the remat policy
 // and temporaries per device; a step that does not fit is a warning in the report and
 // `"fits": false` in --json, not a failure.
+// Host offload (--remat minimal_offloaded | qkv_proj_offloaded): the offloaded activations on a
+// `host_offloaded` memory line (memory.host_offloaded_bytes, outside the HBM total) and the
+// device <-> host copies on a `host offload` line (host_offload in --json).
 // MaxText mesh axes (`--ici-data`, `--ici-stage`, `--ici-fsdp`, `--ici-fsdp-transpose`,
 // `--ici-sequence`, `--ici-tensor`, `--ici-expert` and their `--dcn-*` counterparts, as
 // MaxText's ici_*_parallelism / dcn_*_parallelism; -1 fills one axis with what the others leave)
@@ -334,6 +337,10 @@ nlohmann::json TrainingJson(const GlobalStep& step, const mesh::TrainingStepEsti
   for (mesh::LayerOp op : e.remat.recomputed) {
     recomputed.push_back(std::string(mesh::LayerOpName(op)));
   }
+  nlohmann::json offloaded = nlohmann::json::array();
+  for (mesh::LayerValue v : e.remat.offloaded) {
+    offloaded.push_back(std::string(mesh::LayerValueName(v)));
+  }
   return {
       {"model_config",
        {{"arch", std::string(nn::TransformerArchName(c.arch))},
@@ -363,6 +370,7 @@ nlohmann::json TrainingJson(const GlobalStep& step, const mesh::TrainingStepEsti
       {"remat",
        {{"policy", std::string(mesh::RematPolicyName(step.training.remat))},
         {"kept", kept},
+        {"offloaded", offloaded},
         {"recomputed", recomputed},
         {"replay", step.training.remat_replay},
         {"recompute_flops_per_device", e.recompute_flops},
@@ -384,7 +392,8 @@ nlohmann::json TrainingJson(const GlobalStep& step, const mesh::TrainingStepEsti
         {"optimizer_bytes", e.memory.optimizer_bytes},
         {"activation_bytes", e.memory.activation_bytes},
         {"temporary_bytes", e.memory.temporary_bytes},
-        {"total_bytes", e.memory.total_bytes()}}},
+        {"total_bytes", e.memory.total_bytes()},
+        {"host_offloaded_bytes", e.memory.host_offloaded_bytes}}},
   };
 }
 
@@ -412,6 +421,14 @@ nlohmann::json ParallelJson(const GlobalStep& step, const mesh::TrainingStepEsti
         {"transfer_s", p.transfer_seconds},
         {"exposed_transfer_s", p.exposed_ici_seconds + p.exposed_dcn_seconds}}},
   };
+}
+
+// The host offload terms of the JSON report (mesh/sim/training_step.h, "Host offload").
+nlohmann::json OffloadJson(const mesh::TrainingStepEstimate& e, double compute_s, bool overlap) {
+  return {{"host_offload",
+           {{"bytes_each_way", e.offload_bytes},
+            {"seconds_each_way", e.offload_seconds},
+            {"exposed_s", mesh::HostOffloadExposedSeconds(e, compute_s, overlap)}}}};
 }
 
 nlohmann::json ReportJson(const SimulateFlags& f, const mesh::Topology& topology,
@@ -464,6 +481,7 @@ nlohmann::json ReportJson(const SimulateFlags& f, const mesh::Topology& topology
   if (info.training) {
     out.update(TrainingJson(step, *info.training));
     out.update(ParallelJson(step, *info.training, info.pipeline, r.compute_seconds));
+    out.update(OffloadJson(*info.training, r.compute_seconds, f.overlap));
   }
   return out;
 }
@@ -485,6 +503,10 @@ void PrintMemory(const mesh::SimulationReport& r, const RunInfo& info) {
       "  parameters %s, gradients %s, optimizer %s, activations %s, temporaries %s\n",
       bytes(m.parameter_bytes), bytes(m.gradient_bytes), bytes(m.optimizer_bytes),
       bytes(m.activation_bytes), bytes(m.temporary_bytes));
+  if (m.host_offloaded_bytes > 0) {
+    std::cout << absl::StrFormat("  host_offloaded %s per device in host memory (not in HBM)\n",
+                                 bytes(m.host_offloaded_bytes));
+  }
   std::cout << absl::StrFormat("  (live-buffer peak of the program without remat: %s)\n",
                                bytes(info.live_buffer_peak_bytes));
 }
@@ -553,6 +575,12 @@ void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const G
               ? absl::StrFormat(", dropout %g %s", step.training.attention_dropout,
                                 Seconds(e.dropout_seconds))
               : std::string());
+      if (e.offload_bytes > 0) {
+        std::cout << absl::StrFormat(
+            "host offload   %s each way per device: %s each way, %s exposed\n",
+            FormatBytes(static_cast<double>(e.offload_bytes)), Seconds(e.offload_seconds),
+            Seconds(mesh::HostOffloadExposedSeconds(e, r.compute_seconds, f.overlap)));
+      }
     }
   }
   if (IsModel(f) && info.training) PrintParallel(step, *info.training, info.pipeline);
@@ -862,10 +890,13 @@ CommandFn AddSimulateCommand(CLI::App& app) {
   cmd->add_option("CONFIG", f->config, "topology JSON (configs/)")->required();
   cmd->add_option("--hlo", f->hlo, "HLO text file with shardings instead of --model");
   AddTransformerFlags(cmd, f.get());
-  cmd->add_option("--remat", f->remat,
-                  "none (default), minimal, minimal_with_context, "
-                  "save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, "
-                  "save_qkv_proj, save_out_proj, selective, full");
+  cmd->add_option(
+      "--remat", f->remat,
+      "none (default), minimal, minimal_with_context, "
+      "save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, "
+      "save_qkv_proj, save_out_proj, minimal_offloaded, qkv_proj_offloaded (minimal's / "
+      "save_qkv_proj's saved values offloaded to host memory over the device's host "
+      "link: host_bandwidth_gbytes_per_s in the device spec), selective, full");
   cmd->add_option("--attention", f->attention,
                   "dot_product (default) or flash (fused: no S x S scores in HBM)");
   cmd->add_option("--flash-block", f->flash_block,

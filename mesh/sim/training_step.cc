@@ -22,6 +22,8 @@ constexpr RematPolicy kPolicies[] = {
     RematPolicy::kSaveDotExceptMlp,
     RematPolicy::kSaveQkvProj,
     RematPolicy::kSaveOutProj,
+    RematPolicy::kMinimalOffloaded,
+    RematPolicy::kQkvProjOffloaded,
     RematPolicy::kSelective,
     RematPolicy::kFull,
 };
@@ -46,6 +48,7 @@ bool Saved(RematPolicy policy, LayerValue v) {
     case RematPolicy::kNone:
       return true;
     case RematPolicy::kMinimal:
+    case RematPolicy::kMinimalOffloaded:
       return qkv || v == V::kOutProj || v == V::kMlpIn || v == V::kMlpOut;
     case RematPolicy::kMinimalWithContext:
       return qkv || v == V::kContext || v == V::kOutProj || v == V::kMlpIn || v == V::kMlpOut;
@@ -56,6 +59,7 @@ bool Saved(RematPolicy policy, LayerValue v) {
     case RematPolicy::kSaveDotExceptMlp:
       return qkv || v == V::kOutProj;
     case RematPolicy::kSaveQkvProj:
+    case RematPolicy::kQkvProjOffloaded:
       return qkv;
     case RematPolicy::kSaveOutProj:
       return v == V::kOutProj;
@@ -65,6 +69,12 @@ bool Saved(RematPolicy policy, LayerValue v) {
       return false;
   }
   return false;
+}
+
+// The policies whose saved values go to host memory (header comment, "Host offload"): all of
+// them; the layer input is the scan carry and stays on device.
+bool Offloads(RematPolicy policy) {
+  return policy == RematPolicy::kMinimalOffloaded || policy == RematPolicy::kQkvProjOffloaded;
 }
 
 LayerOp ProducerOf(LayerValue v) {
@@ -310,6 +320,10 @@ std::string_view RematPolicyName(RematPolicy policy) {
       return "save_qkv_proj";
     case RematPolicy::kSaveOutProj:
       return "save_out_proj";
+    case RematPolicy::kMinimalOffloaded:
+      return "minimal_offloaded";
+    case RematPolicy::kQkvProjOffloaded:
+      return "qkv_proj_offloaded";
     case RematPolicy::kSelective:
       return "selective";
     case RematPolicy::kFull:
@@ -319,6 +333,13 @@ std::string_view RematPolicyName(RematPolicy policy) {
 }
 
 absl::StatusOr<RematPolicy> ParseRematPolicy(std::string_view name) {
+  if (name == "custom") {
+    // MaxText's custom policy names its saved and offloaded values in two config lists
+    // (tensors_on_device, tensors_to_offload), which no flag carries yet.
+    return absl::UnimplementedError(
+        "remat policy custom (MaxText's tensors_on_device / tensors_to_offload lists) is not "
+        "modelled; minimal_offloaded and qkv_proj_offloaded are");
+  }
   std::string names;
   for (RematPolicy p : kPolicies) {
     if (RematPolicyName(p) == name) return p;
@@ -426,7 +447,9 @@ RematPlan PlanRemat(RematPolicy policy, bool parallel_block, bool replay) {
   }
   RematPlan plan;
   for (LayerValue v : kValues) {
-    if (kept.contains(v)) plan.kept.push_back(v);
+    if (!kept.contains(v)) continue;
+    plan.kept.push_back(v);
+    if (Offloads(policy) && v != LayerValue::kInput) plan.offloaded.push_back(v);
   }
   for (LayerOp op : kOps) {
     if (recomputed.contains(op)) plan.recomputed.push_back(op);
@@ -588,7 +611,26 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
   e.remat = PlanRemat(options.remat, config.parallel_block, options.remat_replay);
   int64_t kept_bytes = 0;
   for (LayerValue v : e.remat.kept) kept_bytes += LocalValueBytes(v, layer, options.attention);
-  m.activation_bytes = config.layers * kept_bytes;
+  int64_t offloaded_bytes = 0;
+  for (LayerValue v : e.remat.offloaded) {
+    offloaded_bytes += LocalValueBytes(v, layer, options.attention);
+  }
+  m.activation_bytes = config.layers * (kept_bytes - offloaded_bytes);
+  m.host_offloaded_bytes = config.layers * offloaded_bytes;
+  if (offloaded_bytes > 0) {
+    const double host_bandwidth =
+        cost_model.topology().device_spec().host_bandwidth_gbytes_per_s * 1e9;
+    if (host_bandwidth <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "remat policy ", std::string(RematPolicyName(options.remat)),
+          " offloads activations to host memory, but the device spec of ",
+          cost_model.topology().name(), " gives no host_bandwidth_gbytes_per_s (the device's ",
+          "link to its host, per direction)"));
+    }
+    // Every microbatch copies its own: the whole batch's, whatever the schedule keeps live.
+    e.offload_bytes = m.host_offloaded_bytes;
+    e.offload_seconds = static_cast<double>(e.offload_bytes) / host_bandwidth;
+  }
 
   // Temporaries (header comment).
   const int64_t dq = config.heads * config.head_dim();
@@ -597,11 +639,18 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
                                 (layer.gated ? 3 : 2) * config.d_model * config.ffn;
   const int64_t gathered =
       shards.fsdp > 1 ? 2 * Ceil(layer_weights, shards.tensor) * layer.dtype_bytes : 0;
-  int64_t no_remat_layer = 0;
-  for (LayerValue v : PlanRemat(RematPolicy::kNone, config.parallel_block).kept) {
-    no_remat_layer += LocalValueBytes(v, layer, options.attention);
+  // The gradients of the layer's values (as large as the values the backward reads), and the
+  // values the plan recomputes; the kept ones are in activation_bytes already.
+  int64_t no_remat_layer = 0, recomputed_values = 0;
+  for (LayerValue v : BackwardReads(config.parallel_block)) {
+    const int64_t bytes = LocalValueBytes(v, layer, options.attention);
+    no_remat_layer += bytes;
+    if (std::find(e.remat.kept.begin(), e.remat.kept.end(), v) == e.remat.kept.end()) {
+      recomputed_values += bytes;
+    }
   }
-  const int64_t working = no_remat_layer * (options.remat == RematPolicy::kNone ? 1 : 2);
+  // Host offload: the layer's offloaded values are back in HBM for its backward.
+  const int64_t working = no_remat_layer + recomputed_values + offloaded_bytes;
   const int64_t loss = layer.tokens * Ceil(config.vocab, shards.tensor) * (layer.dtype_bytes + 8);
   e.gathered_weight_bytes = gathered;
   m.temporary_bytes = gathered + std::max(working, loss);
@@ -661,6 +710,17 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
   return e;
 }
 
+double HostOffloadExposedSeconds(const TrainingStepEstimate& e, double compute_seconds,
+                                 bool overlap) {
+  if (e.offload_seconds <= 0) return 0;
+  if (!overlap) return 2 * e.offload_seconds;
+  // Device -> host copies under the forward, host -> device under the backward (which also
+  // runs the recompute).
+  const double forward = std::max(0.0, compute_seconds - e.recompute_seconds) / 3;
+  const double backward = compute_seconds - forward;
+  return std::max(0.0, e.offload_seconds - forward) + std::max(0.0, e.offload_seconds - backward);
+}
+
 void ApplyTrainingStep(const TrainingStepEstimate& e, SimulationReport& r) {
   const double compute =
       e.recompute_seconds + e.attention_seconds + e.moe_seconds + e.dropout_seconds;
@@ -673,6 +733,11 @@ void ApplyTrainingStep(const TrainingStepEstimate& e, SimulationReport& r) {
   r.in_order_seconds += extra;
   r.overlapped_seconds += extra;
   r.compute_seconds += compute;
+  const double offload_in_order = HostOffloadExposedSeconds(e, r.compute_seconds, false);
+  const double offload_overlapped = HostOffloadExposedSeconds(e, r.compute_seconds, true);
+  r.in_order_seconds += offload_in_order;
+  r.overlapped_seconds += offload_overlapped;
+  r.step_seconds += r.overlap ? offload_overlapped : offload_in_order;
   r.ici_seconds += ici;
   r.dcn_seconds += dcn;
   r.exposed_comm_seconds += ici + dcn;
@@ -717,6 +782,7 @@ namespace {
 // temporaries (a layer's backward working set, the loss's logits; not the gathered weights).
 void ScaleToOneMicrobatch(int64_t microbatches, TrainingStepEstimate& e) {
   e.memory.activation_bytes /= microbatches;
+  e.memory.host_offloaded_bytes /= microbatches;
   const int64_t per_batch = e.memory.temporary_bytes - e.gathered_weight_bytes;
   e.memory.temporary_bytes = e.gathered_weight_bytes + per_batch / microbatches;
   e.fits = e.memory.total_bytes() <= e.hbm_bytes;
@@ -803,8 +869,10 @@ absl::StatusOr<PipelineEstimate> EstimatePipeline(const nn::TransformerConfig& s
     const int64_t chunks =
         std::min(p.microbatches * v, 2 * (p.stages - 1) + (v - 1) * p.stages + 1);
     e.memory.activation_bytes = e.memory.activation_bytes / (p.microbatches * v) * chunks;
+    e.memory.host_offloaded_bytes = e.memory.host_offloaded_bytes / (p.microbatches * v) * chunks;
   } else if (p.schedule == PipelineSchedule::kOneForwardOneBackward && p.stages < p.microbatches) {
     e.memory.activation_bytes = e.memory.activation_bytes / p.microbatches * p.stages;
+    e.memory.host_offloaded_bytes = e.memory.host_offloaded_bytes / p.microbatches * p.stages;
   }
   // A layer's backward working set and the loss's logits are one microbatch's.
   const int64_t per_batch = e.memory.temporary_bytes - e.gathered_weight_bytes;

@@ -33,6 +33,8 @@
 //   save_dot_with_context_except_mlp: q, k, v, context, out.
 //   save_dot_except_mlpwi: q, k, v, out, wo.   save_dot_except_mlp: q, k, v, out.
 //   save_qkv_proj: q, k, v.   save_out_proj: out.   full: nothing (only x).
+//   minimal_offloaded: minimal's values, offloaded to host memory (below).
+//   qkv_proj_offloaded: save_qkv_proj's q, k, v, offloaded to host memory.
 //   selective: Megatron-LM's selective recompute (Korthikanti et al. 2022, "Reducing Activation
 //     Recomputation in Large Transformer Models", sec. 4.2): everything but the attention core's
 //     context and residual (scores / probabilities) is saved.
@@ -41,6 +43,25 @@
 // FusionMode::kXla and not counted; under kEager / kNone each recomputed elementwise op is its own
 // kernel, its inputs read and its output written at the HBM bandwidth x the "elementwise"
 // efficiency (recompute_bytes).
+//
+// Host offload (minimal_offloaded, qkv_proj_offloaded; MaxText decoders.py:
+// jax.checkpoint_policies.save_and_offload_only_these_names(names_which_can_be_saved=[],
+// names_which_can_be_offloaded=[...], offload_src="device", offload_dst="pinned_host"), older
+// MaxText offload_dot_with_no_batch_dims): the policy's saved values (RematPlan::offloaded; the
+// layer input x, the scan carry, stays on device) are copied to the host's pinned memory in the
+// forward and back to HBM in the backward. Recompute is the on-device policy's. Memory: they
+// leave HBM (TrainingMemory::host_offloaded_bytes, not counted against it) but for one layer's,
+// back in HBM for its backward (in the temporaries' working set). Time: each way
+// layers x their bytes (all microbatches: every one copies its own) over the device's host link
+// (DeviceSpec::host_bandwidth_gbytes_per_s, per direction), T = bytes / bandwidth:
+//   in order: 2 T exposed (the copies wait on the compute stream);
+//   overlapped (XLA schedules the copy-start / copy-done pairs of host offload asynchronously,
+//   xla/service/host_offloader.cc and the latency-hiding scheduler): the device -> host copies
+//   run under the forward, the host -> device copies under the backward, exposed
+//   max(0, T - F) + max(0, T - B), with F = (compute - recompute) / 3 the forward (a matmul
+//   step's forward is a third of its forward + backward flops) and B = compute - F the backward
+//   (HostOffloadExposedSeconds).
+// Not modelled: the host memory's capacity, and the host link shared with input feeding.
 //
 // Replay (TrainingStepOptions::remat_replay): PyTorch's torch.utils.checkpoint and Megatron-LM's
 // CheckpointFunction (megatron/mpu/random.py) re-run the checkpointed function's whole forward in
@@ -159,9 +180,11 @@
 //     flash t*H*4 (the log-sum-exp);
 //   temporaries = FSDP-gathered weights of two layers (the one in use and the prefetched next,
 //     in dtype, divided by the tensor shards; 0 without FSDP) + the larger of one layer's
-//     backward working set (the gradients of its values, as large as the values of a no-remat
-//     layer; twice that with remat: the recomputed values live too) and the loss's (logits in
-//     dtype, log-softmax and its gradient in f32: t*(V/tensor)*(dtype + 8)).
+//     backward working set (the gradients of its values, as large as the values the backward
+//     reads, plus the values the remat plan recomputes and, with host offload, the layer's
+//     offloaded values copied back; the kept values are in the activations)
+//     and the loss's (logits in dtype, log-softmax and its gradient in f32:
+//     t*(V/tensor)*(dtype + 8)).
 //   fits = total <= HBM.
 // Source of the accounting: Korthikanti et al. 2022 sec. 4 (activation bytes per layer);
 // Rajbhandari et al. 2020, ZeRO (parameter, gradient and optimizer-state bytes per device).
@@ -192,12 +215,16 @@ enum class RematPolicy {
   kSaveDotExceptMlp,
   kSaveQkvProj,
   kSaveOutProj,
+  kMinimalOffloaded,
+  kQkvProjOffloaded,
   kSelective,
   kFull,
 };
-// MaxText's names ("none", "minimal", ..., "full") and Megatron's "selective".
+// MaxText's names ("none", "minimal", ..., "minimal_offloaded", "qkv_proj_offloaded", "full")
+// and Megatron's "selective".
 [[nodiscard]] std::string_view RematPolicyName(RematPolicy policy);
-// Errors: kInvalidArgument naming `name` and the accepted names.
+// Errors: kInvalidArgument naming `name` and the accepted names; kUnimplemented for MaxText's
+// "custom" (its per-value lists are not modelled).
 [[nodiscard]] absl::StatusOr<RematPolicy> ParseRematPolicy(std::string_view name);
 
 enum class AttentionKernel { kDotProduct, kFlash };
@@ -243,6 +270,8 @@ enum class LayerOp {
 struct RematPlan {
   std::vector<LayerValue> kept;     // held from forward to backward, in enum order
   std::vector<LayerOp> recomputed;  // run again in the backward, in enum order
+  // The kept values held in host memory (host offload policies; file comment), in enum order.
+  std::vector<LayerValue> offloaded;
 };
 
 // The closure of the file comment. `parallel_block`: PaLM's block (no x1, m = a). `replay`
@@ -326,6 +355,9 @@ struct TrainingMemory {
   int64_t optimizer_bytes = 0;
   int64_t activation_bytes = 0;
   int64_t temporary_bytes = 0;
+  // Host offload (file comment): the offloaded activations, in the host's memory; not part of
+  // total_bytes (HBM).
+  int64_t host_offloaded_bytes = 0;
   int64_t total_bytes() const {
     return parameter_bytes + gradient_bytes + optimizer_bytes + activation_bytes + temporary_bytes;
   }
@@ -359,6 +391,10 @@ struct TrainingStepEstimate {
   int64_t cp_ici_bytes = 0;
   int64_t cp_dcn_bytes = 0;
   TrainingMemory memory;
+  // Host offload (file comment): bytes copied each way per step (device -> host in the forward,
+  // host -> device in the backward) and the seconds of one way at the host link's bandwidth.
+  int64_t offload_bytes = 0;
+  double offload_seconds = 0;
   int64_t gathered_weight_bytes = 0;  // the FSDP-gathered weights in memory.temporary_bytes
   int64_t hbm_bytes = 0;
   bool fits = true;
@@ -367,7 +403,8 @@ struct TrainingStepEstimate {
 // Estimates the terms of the file comment for `config` trained with `options` on the
 // partitioned `program` (its parameters `weight_parameters` and `moment_parameters`, as
 // nn::TransformerStep lists them).
-// Errors: kInvalidArgument when a parameter number is outside the program; kUnimplemented for
+// Errors: kInvalidArgument when a parameter number is outside the program, or for a host offload
+// policy on a device spec without host_bandwidth_gbytes_per_s; kUnimplemented for
 // flash attention with head_dim == seq_len (DenseAttentionFilter tells the S x S tensors by
 // their shape and could not tell them from [.., S, head_dim]).
 [[nodiscard]] absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
@@ -385,10 +422,18 @@ struct TrainingStepEstimate {
 
 // Adds the estimate's recompute, flash-attention, attention-dropout and MoE seconds and flops to
 // `report` (step time of both schedules, compute, flops; the MoE all-to-alls to ICI / DCN seconds
-// and bytes), and replaces its memory verdict: peak_memory_bytes becomes the estimate's total,
-// exceeds_hbm its !fits, and the live-buffer "error: peak memory" warning (which assumes no remat
-// and dense attention) gives way to a "warning: ... does not fit" one when it does not fit.
+// and bytes), the exposed host offload copies to each schedule's step time, and replaces its memory
+// verdict: peak_memory_bytes becomes the estimate's total, exceeds_hbm its !fits, and the
+// live-buffer "error: peak memory" warning (which assumes no remat and dense attention) gives way
+// to a "warning: ... does not fit" one when it does not fit.
 void ApplyTrainingStep(const TrainingStepEstimate& estimate, SimulationReport& report);
+
+// The exposed seconds of the host offload copies (file comment, "Host offload"): 2 x
+// estimate.offload_seconds in order; overlapped, what the forward and the backward windows of
+// `compute_seconds` (the step's compute, estimate.recompute_seconds included) do not hide.
+// 0 without offload.
+[[nodiscard]] double HostOffloadExposedSeconds(const TrainingStepEstimate& estimate,
+                                               double compute_seconds, bool overlap);
 
 // Pipeline schedules (file comment): "gpipe" (all forwards, then all backwards) and "1f1b"
 // (PipeDream-Flush: one forward, one backward in the steady state).

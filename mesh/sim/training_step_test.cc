@@ -75,7 +75,7 @@ TEST(RematPlanTest, PolicyNamesRoundTripAndUnknownNamesAreErrors) {
   for (const char* name :
        {"none", "minimal", "minimal_with_context", "save_dot_with_context_except_mlp",
         "save_dot_except_mlpwi", "save_dot_except_mlp", "save_qkv_proj", "save_out_proj",
-        "selective", "full"}) {
+        "minimal_offloaded", "qkv_proj_offloaded", "selective", "full"}) {
     absl::StatusOr<RematPolicy> p = ParseRematPolicy(name);
     ASSERT_TRUE(p.ok()) << name;
     EXPECT_EQ(RematPolicyName(*p), name);
@@ -83,6 +83,7 @@ TEST(RematPlanTest, PolicyNamesRoundTripAndUnknownNamesAreErrors) {
   absl::StatusOr<RematPolicy> bad = ParseRematPolicy("everything");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("unknown remat policy \"everything\""));
+  EXPECT_EQ(ParseRematPolicy("custom").status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(ParseAttentionKernel("splash").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(*ParseAttentionKernel("flash"), AttentionKernel::kFlash);
 }
@@ -235,6 +236,106 @@ TEST(TrainingStepTest, EstimateOnEightDevicesMatchesTheClosedForms) {
   EXPECT_EQ(split->memory.activation_bytes, 2 * 128);
   EXPECT_EQ(split->recompute_flops, full->recompute_flops);  // memory only
   EXPECT_EQ(full->attention_seconds, 0);  // dot_product: the graph costs attention
+}
+
+TEST(RematPlanTest, OffloadedPoliciesKeepTheirOnDeviceTwinsValuesOnTheHost) {
+  // minimal_offloaded: minimal's closure, its saved dots on the host; the layer input (the scan
+  // carry) stays on device. qkv_proj_offloaded: save_qkv_proj's, q, k, v on the host.
+  const RematPlan minimal = PlanRemat(RematPolicy::kMinimal, false);
+  const RematPlan offloaded = PlanRemat(RematPolicy::kMinimalOffloaded, false);
+  EXPECT_EQ(offloaded.kept, minimal.kept);
+  EXPECT_EQ(offloaded.recomputed, minimal.recomputed);
+  EXPECT_TRUE(minimal.offloaded.empty());
+  EXPECT_THAT(offloaded.offloaded,
+              ElementsAre(V::kQuery, V::kKey, V::kValue, V::kOutProj, V::kMlpIn));
+  const RematPlan qkv = PlanRemat(RematPolicy::kQkvProjOffloaded, false);
+  EXPECT_EQ(qkv.recomputed, PlanRemat(RematPolicy::kSaveQkvProj, false).recomputed);
+  EXPECT_THAT(qkv.offloaded, ElementsAre(V::kQuery, V::kKey, V::kValue));
+}
+
+// The topology of MakeUniformTopology(1, {8}, 1, {true}) with a host link of 2 GB/s.
+Topology HostLinkedRing() {
+  return *ParseTopology(
+      "{\"device_spec\": {\"peak_tflops\": {\"bf16\": 1}, \"hbm_bytes\": 17179869184, "
+      "\"hbm_bandwidth_gbytes_per_s\": 1000, \"host_bandwidth_gbytes_per_s\": 2}, "
+      "\"ici\": {\"kind\": \"torus\", \"bandwidth_gbps\": 400, \"latency_us\": 1}, "
+      "\"slices\": [{\"shape\": [8], \"wraparound\": [true], \"hosts\": 1, "
+      "\"devices_per_host\": 8}]}",
+      "<test>");
+}
+
+TEST(TrainingStepTest, HostOffloadMovesTheSavedDotsOffHbmByHand) {
+  Topology topology = HostLinkedRing();
+  EXPECT_EQ(topology.device_spec().host_bandwidth_gbytes_per_s, 2);
+  CostModel model = *CostModel::Create(topology);
+  const nn::TransformerConfig c = Small();
+  Built b = Build(c);
+  const nn::RecipeShards shards = *nn::ShardsOf(Mesh8(), nn::ShardingRecipe::kFsdpTp);
+  auto estimate = [&](RematPolicy policy) {
+    return EstimateTrainingStep(c, shards, Options(policy), model, b.program,
+                                b.step.weight_parameters, b.step.moment_parameters);
+  };
+  absl::StatusOr<TrainingStepEstimate> minimal = estimate(RematPolicy::kMinimal);
+  absl::StatusOr<TrainingStepEstimate> offloaded = estimate(RematPolicy::kMinimalOffloaded);
+  ASSERT_TRUE(minimal.ok()) << minimal.status();
+  ASSERT_TRUE(offloaded.ok()) << offloaded.status();
+  // Per layer and device (8 tokens, 2 heads and 1 kv head of 4, ffn 16, bf16): x 256 bytes
+  // stays; q 128 + k 64 + v 64 + out 256 + wi 512 (gate and up) = 1024 go to the host.
+  EXPECT_EQ(minimal->memory.activation_bytes, 2 * (256 + 1024));
+  EXPECT_EQ(minimal->memory.host_offloaded_bytes, 0);
+  EXPECT_EQ(minimal->offload_seconds, 0);
+  EXPECT_EQ(offloaded->memory.activation_bytes, 2 * 256);
+  EXPECT_EQ(offloaded->memory.host_offloaded_bytes, 2 * 1024);
+  // Temporaries: the FSDP-gathered weights of two layers (2 x 2304 / 2 tensor ranks x 2 bytes =
+  // 4608) + one layer's backward working set: the gradients of the values the backward reads
+  // (x 256, a 256, q 128, k 64, v 64, probabilities 768, context 128, x1 256, m 256, wi 512,
+  // h 256: 2944), the values minimal recomputes (a, probabilities, context, x1, m, h: 1920) and,
+  // offloaded, the layer's 1024 bytes copied back for its backward.
+  EXPECT_EQ(minimal->memory.temporary_bytes, 4608 + 2944 + 1920);
+  EXPECT_EQ(offloaded->memory.temporary_bytes, 4608 + 2944 + 1920 + 1024);
+  EXPECT_EQ(offloaded->memory.total_bytes(), minimal->memory.total_bytes() - 2048 + 1024);
+  // 2048 bytes each way at 2e9 bytes/s; the recompute is minimal's.
+  EXPECT_EQ(offloaded->offload_bytes, 2048);
+  EXPECT_DOUBLE_EQ(offloaded->offload_seconds, 2048 / 2e9);
+  EXPECT_EQ(offloaded->recompute_flops, minimal->recompute_flops);
+  absl::StatusOr<TrainingStepEstimate> qkv = estimate(RematPolicy::kQkvProjOffloaded);
+  ASSERT_TRUE(qkv.ok());
+  EXPECT_EQ(qkv->memory.activation_bytes, 2 * 256);
+  EXPECT_EQ(qkv->memory.host_offloaded_bytes, 2 * 256);  // q 128 + k 64 + v 64
+  // Without a host link in the device spec the policy is refused, naming what is missing.
+  CostModel no_link = *CostModel::Create(*MakeUniformTopology(1, {8}, 1, {true}));
+  absl::StatusOr<TrainingStepEstimate> refused =
+      EstimateTrainingStep(c, shards, Options(RematPolicy::kMinimalOffloaded), no_link, b.program,
+                           b.step.weight_parameters, b.step.moment_parameters);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("minimal_offloaded"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("host_bandwidth_gbytes_per_s"));
+}
+
+TEST(TrainingStepTest, HostOffloadExposureInOrderAndOverlapped) {
+  TrainingStepEstimate e;
+  e.offload_seconds = 1;
+  e.recompute_seconds = 0.5;
+  // In order both copies wait: 2 s.
+  EXPECT_DOUBLE_EQ(HostOffloadExposedSeconds(e, 3.5, false), 2);
+  // Overlapped, compute 3.5 s: forward (3.5 - 0.5) / 3 = 1 s hides the 1 s device -> host copy,
+  // backward 2.5 s the host -> device one.
+  EXPECT_DOUBLE_EQ(HostOffloadExposedSeconds(e, 3.5, true), 0);
+  // Compute 2 s: forward 0.5 s leaves 0.5 s of the first copy exposed; backward 1.5 s hides.
+  EXPECT_DOUBLE_EQ(HostOffloadExposedSeconds(e, 2, true), 0.5);
+  // Apply adds the exposed copies to each schedule's step time after its compute.
+  SimulationReport r;
+  r.overlap = true;
+  r.step_seconds = r.overlapped_seconds = 2;
+  r.in_order_seconds = 3;
+  r.compute_seconds = 1.5;
+  ApplyTrainingStep(e, r);  // compute 2 s with the recompute
+  EXPECT_DOUBLE_EQ(r.compute_seconds, 2);
+  EXPECT_DOUBLE_EQ(r.overlapped_seconds, 2 + 0.5 + 0.5);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 3);
+  EXPECT_DOUBLE_EQ(r.in_order_seconds, 3 + 0.5 + 2);
+  TrainingStepEstimate none;
+  EXPECT_EQ(HostOffloadExposedSeconds(none, 2, false), 0);
 }
 
 TEST(TrainingStepTest, ReplayAndAttentionDropoutUnfusedByHand) {
@@ -554,6 +655,8 @@ TEST(PipelineTest, GradientAccumulationKeepsOneMicrobatchLive) {
   nn::TransformerConfig config = Small();  // batch 4 over 1 batch shard
   TrainingStepEstimate e;
   e.memory.activation_bytes = 800;
+  e.memory.host_offloaded_bytes = 400;
+  e.offload_bytes = 400;
   e.memory.temporary_bytes = 100 + 64;  // gathered weights 100, one layer's working set 64
   e.gathered_weight_bytes = 100;
   e.hbm_bytes = 1000;
@@ -568,6 +671,9 @@ TEST(PipelineTest, GradientAccumulationKeepsOneMicrobatchLive) {
   // One microbatch's activations (800 / 4) and working set (64 / 4); the weights stay.
   EXPECT_EQ(e.memory.activation_bytes, 200);
   EXPECT_EQ(e.memory.temporary_bytes, 100 + 16);
+  // Host memory holds one microbatch's offloaded values; every microbatch copies its own.
+  EXPECT_EQ(e.memory.host_offloaded_bytes, 100);
+  EXPECT_EQ(e.offload_bytes, 400);
   // The same flops and one gradient reduction per step: the step time does not move.
   SimulationReport r;
   r.step_seconds = r.in_order_seconds = r.overlapped_seconds = r.compute_seconds = 1;

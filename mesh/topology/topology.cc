@@ -427,9 +427,9 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
                                                            const std::string& pointer) const {
   if (value == nullptr) return Expected(pointer, "an object (the device spec)", nullptr);
   TESSEL_RETURN_IF_ERROR(CheckObject(*value, pointer));
-  TESSEL_RETURN_IF_ERROR(CheckKeys(
-      *value, pointer,
-      {"peak_tflops", "hbm_bytes", "hbm_bandwidth_gbytes_per_s", "efficiency", "matmul_tile"}));
+  TESSEL_RETURN_IF_ERROR(CheckKeys(*value, pointer,
+                                   {"peak_tflops", "hbm_bytes", "hbm_bandwidth_gbytes_per_s",
+                                    "efficiency", "matmul_tile", "host_bandwidth_gbytes_per_s"}));
   // The meta key "name" doubles as the device's name ("TPU v5p"), used in the cost model's
   // notes; CheckKeys has made sure it is a string.
   DeviceSpec spec;
@@ -492,6 +492,10 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
     TESSEL_ASSIGN_OR_RETURN(spec.matmul_tile,
                             ReadInt(tile, Child(pointer, "matmul_tile"), 1, 4096,
                                     "a positive integer (the matrix unit's side) at most 4096"));
+  }
+  if (const json* host = Find(*value, "host_bandwidth_gbytes_per_s")) {
+    TESSEL_ASSIGN_OR_RETURN(spec.host_bandwidth_gbytes_per_s,
+                            ReadNumber(host, Child(pointer, "host_bandwidth_gbytes_per_s"), false));
   }
   return spec;
 }

@@ -114,6 +114,10 @@ struct DeviceSpec {
   // v4 / v5e / v5p, 256 on v6e). When set, the cost model pads a dot's contracting size and its
   // non-contracting rhs size up to a multiple of it (tile quantization); 0: no padding.
   int64_t matmul_tile = 0;
+  // Optional (JSON "host_bandwidth_gbytes_per_s"): bandwidth of one device's link to its host's
+  // memory (PCIe), per direction, 10^9 bytes/s; host offload of saved activations
+  // (mesh/sim/training_step.h) copies over it. 0: not given (offloading is refused).
+  double host_bandwidth_gbytes_per_s = 0.0;
 
   // Peak of `dtype` in 10^12 op/s, or nullopt when the spec gives none for it.
   [[nodiscard]] std::optional<double> PeakTflops(std::string_view dtype) const;

@@ -171,6 +171,18 @@ TEST(PresetTest, EveryConfigFileIsCovered) {
   EXPECT_GE(files.size(), 8u);
 }
 
+TEST(TopologyTest, HostBandwidthIsOptional) {
+  // Absent: 0 (no host link given); the v5e and v5p presets give 15 GB/s per chip.
+  EXPECT_EQ(LoadTopology(ConfigPath("two_slices_2x2hosts.json"))
+                ->device_spec()
+                .host_bandwidth_gbytes_per_s,
+            0);
+  EXPECT_EQ(LoadTopology(ConfigPath("v5e-256.json"))->device_spec().host_bandwidth_gbytes_per_s,
+            15);
+  EXPECT_EQ(LoadTopology(ConfigPath("v5p-128.json"))->device_spec().host_bandwidth_gbytes_per_s,
+            15);
+}
+
 TEST(TopologyTest, MainExampleLayout) {
   absl::StatusOr<Topology> t = LoadTopology(ConfigPath("two_slices_2x2hosts.json"));
   ASSERT_TRUE(t.ok()) << t.status();
@@ -466,6 +478,9 @@ INSTANTIATE_TEST_SUITE_P(
                   Edit([](json& j) { j["device_spec"].erase("hbm_bandwidth_gbytes_per_s"); }),
                   "/device_spec/hbm_bandwidth_gbytes_per_s: expected a positive number, got "
                   "nothing (missing key)"},
+        ErrorCase{"NegativeHostBandwidth",
+                  Edit([](json& j) { j["device_spec"]["host_bandwidth_gbytes_per_s"] = -15; }),
+                  "/device_spec/host_bandwidth_gbytes_per_s: expected a positive number, got -15"},
         ErrorCase{"ShapeNotArray", Edit([](json& j) { j["slices"][0]["shape"] = 4; }),
                   "/slices/0/shape: expected an array (1 to 8 positive integers), got 4"},
         ErrorCase{"ShapeZeroDim", Edit([](json& j) { j["slices"][0]["shape"][1] = 0; }),
