@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "tessel/partitioner/internal/rewrite.h"
 
 namespace tessel::partitioner {
 namespace {
@@ -85,13 +86,7 @@ class Rebuilder {
   }
 
   Node* Copy(const Node& node) {
-    std::vector<Node*> operands;
-    operands.reserve(node.operands().size());
-    for (const Node* operand : node.operands()) operands.push_back(mapped_.at(operand));
-    Node* copy = out_->AddNodeUnchecked(node.opcode(), node.shape(), std::move(operands),
-                                        node.attrs(), node.name());
-    copy->set_sharding(node.sharding());
-    return copy;
+    return internal::CopyNode(*out_, node, internal::MappedOperands(node, mapped_));
   }
 
   void EmitCombination() {
@@ -183,9 +178,7 @@ std::unique_ptr<Graph> MoveTransposesBeforeAllReduces(const Graph& program, int6
   int64_t count = 0;
   for (const Node* node : program.nodes()) {
     if (mapped.contains(node)) continue;  // a transpose already moved
-    std::vector<Node*> operands;
-    operands.reserve(node->operands().size());
-    for (const Node* operand : node->operands()) operands.push_back(mapped.at(operand));
+    std::vector<Node*> operands = internal::MappedOperands(*node, mapped);
     if (const Node* transpose = TransposeAfter(*node); transpose != nullptr) {
       // all-reduce(x) -> transpose  becomes  transpose(x) -> all-reduce, each keeping its name.
       Node* before = out->AddNodeUnchecked(Opcode::kTranspose, transpose->shape(), operands,
@@ -198,10 +191,7 @@ std::unique_ptr<Graph> MoveTransposesBeforeAllReduces(const Graph& program, int6
       ++count;
       continue;
     }
-    Node* copy = out->AddNodeUnchecked(node->opcode(), node->shape(), std::move(operands),
-                                       node->attrs(), node->name());
-    copy->set_sharding(node->sharding());
-    mapped[node] = copy;
+    mapped[node] = internal::CopyNode(*out, *node, std::move(operands));
   }
   out->set_root(mapped.at(program.root()));
   if (moved != nullptr) *moved = count;

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tessel/partitioner/internal/rewrite.h"
 
 namespace tessel::partitioner {
 namespace {
@@ -41,9 +42,7 @@ std::unique_ptr<Graph> CseConstantsAndBroadcasts(const Graph& program, int64_t* 
   absl::flat_hash_map<std::string, Node*> first_of;
   int64_t count = 0;
   for (const Node* node : program.nodes()) {
-    std::vector<Node*> operands;
-    operands.reserve(node->operands().size());
-    for (const Node* operand : node->operands()) operands.push_back(mapped.at(operand));
+    std::vector<Node*> operands = internal::MappedOperands(*node, mapped);
     // A tuple-shaped constant is never merged (its literal is not one flat buffer).
     const std::string key = node->shape().is_tuple() ? "" : KeyOf(*node, operands);
     if (!key.empty()) {
@@ -53,9 +52,7 @@ std::unique_ptr<Graph> CseConstantsAndBroadcasts(const Graph& program, int64_t* 
         continue;
       }
     }
-    Node* copy = out->AddNodeUnchecked(node->opcode(), node->shape(), std::move(operands),
-                                       node->attrs(), node->name());
-    copy->set_sharding(node->sharding());
+    Node* copy = internal::CopyNode(*out, *node, std::move(operands));
     mapped[node] = copy;
     if (!key.empty()) first_of.emplace(key, copy);
   }

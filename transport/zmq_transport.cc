@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -166,6 +167,12 @@ class ZmqTransport::Impl : public internal::HostLink {
   // be sent either, since the connection could come up between the two sends. Throws
   // zmq::error_t.
   bool HelloQueued(Peer& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
+  // Runs `attempt` on peer `p` under its lock until it returns true (queued), retrying every
+  // 2 ms while it returns false (the connection is not up yet), until `deadline`. Errors:
+  // kUnavailable if the connection is closed, kDeadlineExceeded, a zmq::error_t `attempt`
+  // throws as its status.
+  absl::Status RetryUntilQueued(int64_t p, absl::Time deadline,
+                                absl::FunctionRef<bool(Peer&)> attempt);
   // Queues the hello to peer `p`, retrying while the connection is not up yet, until
   // `deadline`.
   absl::Status SendHello(int64_t p, absl::Time deadline);
@@ -431,7 +438,8 @@ bool ZmqTransport::Impl::HelloQueued(Peer& peer) {
   return peer.hello_sent;
 }
 
-absl::Status ZmqTransport::Impl::SendHello(int64_t p, absl::Time deadline) {
+absl::Status ZmqTransport::Impl::RetryUntilQueued(int64_t p, absl::Time deadline,
+                                                  absl::FunctionRef<bool(Peer&)> attempt) {
   while (true) {
     {
       absl::MutexLock lock(&peers_[p]->mu);
@@ -439,7 +447,7 @@ absl::Status ZmqTransport::Impl::SendHello(int64_t p, absl::Time deadline) {
         return absl::UnavailableError(absl::StrCat("connection to host ", p, " is closed"));
       }
       try {
-        if (HelloQueued(*peers_[p])) return absl::OkStatus();
+        if (attempt(*peers_[p])) return absl::OkStatus();
       } catch (const zmq::error_t& e) {
         return internal::ZmqStatus(e, absl::StrCat("host ", rank_, ": send to host ", p));
       }
@@ -452,35 +460,25 @@ absl::Status ZmqTransport::Impl::SendHello(int64_t p, absl::Time deadline) {
   }
 }
 
+absl::Status ZmqTransport::Impl::SendHello(int64_t p, absl::Time deadline) {
+  // RetryUntilQueued holds peer.mu while it calls the lambda; the analysis cannot see that.
+  return RetryUntilQueued(
+      p, deadline, [this](Peer& peer) ABSL_NO_THREAD_SAFETY_ANALYSIS { return HelloQueued(peer); });
+}
+
 absl::Status ZmqTransport::Impl::SendControl(int64_t p, const WireHeader& header,
                                              const std::string& body, absl::Time deadline) {
-  while (true) {
-    {
-      absl::MutexLock lock(&peers_[p]->mu);
-      zmq::socket_t* out = peers_[p]->out.get();
-      if (out == nullptr) {
-        return absl::UnavailableError(absl::StrCat("connection to host ", p, " is closed"));
-      }
-      try {
-        zmq::message_t head = HeaderFrame(header);
-        if (!HelloQueued(*peers_[p])) {
-          // Not connected yet: retry below.
-        } else if (body.empty()) {
-          if (out->send(head, zmq::send_flags::dontwait)) return absl::OkStatus();
-        } else if (out->send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-          (void)out->send(zmq::buffer(body), zmq::send_flags::none);
-          return absl::OkStatus();
-        }
-      } catch (const zmq::error_t& e) {
-        return internal::ZmqStatus(e, absl::StrCat("host ", rank_, ": send to host ", p));
-      }
+  return RetryUntilQueued(p, deadline, [&](Peer& peer) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    // Not connected yet (no hello queued): nothing else may go first; retry.
+    if (!HelloQueued(peer)) return false;
+    zmq::message_t head = HeaderFrame(header);
+    if (body.empty()) return peer.out->send(head, zmq::send_flags::dontwait).has_value();
+    if (!peer.out->send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      return false;
     }
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("host ", rank_, ": could not connect to host ", p));
-    }
-    absl::SleepFor(absl::Milliseconds(2));
-  }
+    (void)peer.out->send(zmq::buffer(body), zmq::send_flags::none);
+    return true;
+  });
 }
 
 void ZmqTransport::Impl::CreateSharedMemory() {

@@ -899,6 +899,32 @@ uint16_t NextMonitorEvent(zmq::socket_t& monitor, absl::Duration timeout) {
   return 0;
 }
 
+// Creates hosts 0 and 1 of a two-host tcp job (one device each) at once, as two threads, on
+// the external coordinator at `coordinator_address`; `options` gives everything else (curve,
+// timeouts). Returns each host's Create result.
+std::vector<absl::StatusOr<std::unique_ptr<ZmqTransport>>> CreateTwoTcpHosts(
+    const std::string& coordinator_address, const std::string& job_token,
+    const ZmqOptions& options) {
+  std::vector<absl::StatusOr<std::unique_ptr<ZmqTransport>>> hosts;
+  for (int r = 0; r < 2; ++r) hosts.emplace_back(absl::UnknownError("not started"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ZmqOptions host = options;
+      host.rank = r;
+      host.num_hosts = 2;
+      host.device_map = DeviceMap::Uniform(2, 1);
+      host.protocol = ZmqProtocol::kTcp;
+      host.coordinator_address = coordinator_address;
+      host.external_coordinator = true;
+      host.job_token = job_token;
+      hosts[r] = ZmqTransport::Create(host);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return hosts;
+}
+
 // Two CURVE hosts in this process. An intruder that knows host 0's public key and endpoint but
 // whose own key is not in the job's table is refused by the ZAP handler; one that uses a wrong
 // server key never completes the handshake. The hosts' own all-reduce still works.
@@ -907,26 +933,10 @@ TEST(ZmqTransportCurveTest, RefusesPeersWithoutTheJobsKeys) {
   auto coordinator =
       BootstrapCoordinator::Start("tcp://127.0.0.1:*", 2, "curve-token", absl::Seconds(30));
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-  std::vector<absl::StatusOr<std::unique_ptr<ZmqTransport>>> hosts;
-  for (int r = 0; r < 2; ++r) hosts.emplace_back(absl::UnknownError("not started"));
-  {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        ZmqOptions options;
-        options.rank = r;
-        options.num_hosts = 2;
-        options.device_map = DeviceMap::Uniform(2, 1);
-        options.protocol = ZmqProtocol::kTcp;
-        options.coordinator_address = (*coordinator)->address();
-        options.external_coordinator = true;
-        options.job_token = "curve-token";
-        options.curve = true;
-        hosts[r] = ZmqTransport::Create(options);
-      });
-    }
-    for (std::thread& t : threads) t.join();
-  }
+  ZmqOptions options;
+  options.curve = true;
+  std::vector<absl::StatusOr<std::unique_ptr<ZmqTransport>>> hosts =
+      CreateTwoTcpHosts((*coordinator)->address(), "curve-token", options);
   ASSERT_TRUE(hosts[0].ok()) << hosts[0].status();
   ASSERT_TRUE(hosts[1].ok()) << hosts[1].status();
   ZmqTransport& host0 = **hosts[0];
@@ -1190,26 +1200,10 @@ TEST(ZmqTransportTest, GoodbyeReachesAPeerThatLeftFirst) {
   auto coordinator =
       BootstrapCoordinator::Start("tcp://127.0.0.1:*", 2, "bye-token", absl::Seconds(30));
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-  std::vector<absl::StatusOr<std::unique_ptr<ZmqTransport>>> hosts;
-  for (int r = 0; r < 2; ++r) hosts.emplace_back(absl::UnknownError("not started"));
-  {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        ZmqOptions options;
-        options.rank = r;
-        options.num_hosts = 2;
-        options.device_map = DeviceMap::Uniform(2, 1);
-        options.protocol = ZmqProtocol::kTcp;
-        options.coordinator_address = (*coordinator)->address();
-        options.external_coordinator = true;
-        options.job_token = "bye-token";
-        options.shutdown_timeout = absl::Seconds(10);
-        hosts[r] = ZmqTransport::Create(options);
-      });
-    }
-    for (std::thread& t : threads) t.join();
-  }
+  ZmqOptions options;
+  options.shutdown_timeout = absl::Seconds(10);
+  std::vector<absl::StatusOr<std::unique_ptr<ZmqTransport>>> hosts =
+      CreateTwoTcpHosts((*coordinator)->address(), "bye-token", options);
   ASSERT_TRUE(hosts[0].ok()) << hosts[0].status();
   ASSERT_TRUE(hosts[1].ok()) << hosts[1].status();
   EXPECT_TRUE((*coordinator)->Wait().ok());
