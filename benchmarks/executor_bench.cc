@@ -25,6 +25,10 @@
 //   BM_ExecutorConvolution/threads:T a ResNet 3x3 convolution, f32[8,32,32,64] (NHWC) x
 //                                    [3,3,64,64] (HWIO), pad 1: im2col + Eigen GEMM per block
 //
+// Every BM_Executor* prepares its graph once (Executor::Prepare) and times runs of the prepared
+// program, as the runtimes run a step; TESSEL_EXECUTOR_PREPARED=0 times Run(graph), which
+// prepares in every run (the A/B of the preparation's cost).
+//
 // Counters: FLOPS (2 N^3 per dot, N per add or exp) as a rate, so "FLOPS=90G/s" reads as 90
 // GFLOP/s; the add and exp also report bytes/s (reads and writes). Wall-clock time throughout.
 // Run: executor_bench --benchmark_min_time=0.01   (Google Benchmark 1.7.1 takes a bare number)
@@ -63,13 +67,49 @@ void SetDotCounters(benchmark::State& state, int64_t n) {
       benchmark::Counter::kIsRate);
 }
 
-// Times Executor::Run(graph, args) on `threads` threads (0: all cores); stops the benchmark with
+// Runs `graph` prepared once: Prepare in the constructor (unless TESSEL_EXECUTOR_PREPARED=0),
+// then each Run/RunBorrowed runs the prepared program, or the graph when not prepared.
+class PreparedRunner {
+ public:
+  PreparedRunner(const Executor& executor, const Graph& graph)
+      : executor_(executor), graph_(graph) {
+    absl::StatusOr<bool> reuse = ReusePreparedPrograms();
+    status_ = reuse.status();
+    if (reuse.ok() && *reuse) {
+      absl::StatusOr<std::shared_ptr<const PreparedProgram>> program = executor.Prepare(graph);
+      status_ = program.status();
+      if (program.ok()) program_ = *std::move(program);
+    }
+  }
+  absl::StatusOr<std::vector<Literal>> Run(const std::vector<Literal>& args,
+                                           ExecutionStats* stats = nullptr) const {
+    if (!status_.ok()) return status_;
+    return program_ != nullptr ? executor_.Run(*program_, args, stats)
+                               : executor_.Run(graph_, args, stats);
+  }
+  absl::StatusOr<std::vector<Literal>> RunBorrowed(absl::Span<const Literal* const> args,
+                                                   ExecutionStats* stats,
+                                                   ExecutionDonation* donation) const {
+    if (!status_.ok()) return status_;
+    return program_ != nullptr ? executor_.RunBorrowed(*program_, args, stats, donation)
+                               : executor_.RunBorrowed(graph_, args, stats, donation);
+  }
+
+ private:
+  const Executor& executor_;
+  const Graph& graph_;
+  absl::Status status_;
+  std::shared_ptr<const PreparedProgram> program_;
+};
+
+// Times runs of `graph` on `args` on `threads` threads (0: all cores); stops the benchmark with
 // the error if a run fails.
 void TimeExecutor(benchmark::State& state, const Graph& graph, const std::vector<Literal>& args,
                   int threads) {
   Executor executor(ExecutorOptions{threads});
+  const PreparedRunner runner(executor, graph);
   for (auto _ : state) {
-    absl::StatusOr<std::vector<Literal>> out = executor.Run(graph, args);
+    absl::StatusOr<std::vector<Literal>> out = runner.Run(args);
     if (!out.ok()) {
       state.SkipWithError(std::string(out.status().message()).c_str());
       break;
@@ -225,9 +265,10 @@ void BM_ExecutorAdam(benchmark::State& state) {
   std::vector<Literal> args = AdamArguments();
   for (float& x : args[3].data<float>()) x = x * x;  // v is non-negative
   Executor executor(ExecutorOptions{.num_threads = 1, .fusion = state.range(0) != 0});
+  const PreparedRunner runner(executor, *graph);
   ExecutionStats stats;
   for (auto _ : state) {
-    absl::StatusOr<std::vector<Literal>> out = executor.Run(*graph, args, &stats);
+    absl::StatusOr<std::vector<Literal>> out = runner.Run(args, &stats);
     if (!out.ok()) {
       state.SkipWithError(std::string(out.status().message()).c_str());
       break;
@@ -249,6 +290,7 @@ void BM_ExecutorAdamLoop(benchmark::State& state) {
   std::vector<Literal> args = AdamArguments(elements);
   for (float& x : args[3].data<float>()) x = x * x;
   Executor executor(ExecutorOptions{.num_threads = 1});
+  const PreparedRunner runner(executor, *graph);
   ExecutionStats stats;
   for (auto _ : state) {
     const Literal* arguments[6];
@@ -256,8 +298,7 @@ void BM_ExecutorAdamLoop(benchmark::State& state) {
     for (int i = 0; i < 6; ++i) arguments[i] = &args[i];
     for (int i : {0, 2, 3}) donated[i] = donate ? &args[i] : nullptr;
     ExecutionDonation donation{.literals = donated};
-    absl::StatusOr<std::vector<Literal>> out =
-        executor.RunBorrowed(*graph, arguments, &stats, &donation);
+    absl::StatusOr<std::vector<Literal>> out = runner.RunBorrowed(arguments, &stats, &donation);
     if (!out.ok()) {
       state.SkipWithError(std::string(out.status().message()).c_str());
       break;

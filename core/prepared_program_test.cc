@@ -2,6 +2,7 @@
 // the errors of fresh Run(graph) calls -- with fusion, transpose folding, dot updates, in-place
 // fused outputs, donated arguments, while and conditional bodies, and from several threads.
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
@@ -12,10 +13,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tessel/core/collectives.h"
+#include "tessel/core/computation_client.h"
 #include "tessel/core/executor.h"
 #include "tessel/core/graph.h"
 #include "tessel/core/hlo_text.h"
 #include "tessel/core/literal.h"
+#include "tessel/core/tensor.h"
 
 namespace tessel {
 namespace {
@@ -322,6 +325,54 @@ ENTRY %main (p: pred[], x: f32[2]) -> f32[2] {
   EXPECT_EQ(run_error.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(run_error.message(), HasSubstr("%r"));
   EXPECT_EQ(executor.Run(**program, reduced).status(), run_error);
+}
+
+// Sets TESSEL_EXECUTOR_PREPARED for one scope.
+class PreparedSwitch {
+ public:
+  explicit PreparedSwitch(const char* value) { setenv("TESSEL_EXECUTOR_PREPARED", value, 1); }
+  ~PreparedSwitch() { unsetenv("TESSEL_EXECUTOR_PREPARED"); }
+};
+
+// Runs kStep through `client` (seed's arguments, w and m donated) and returns its outputs.
+std::vector<Literal> ClientStep(LocalComputationClient& client,
+                                const std::shared_ptr<const Graph>& graph, uint32_t seed) {
+  std::vector<std::shared_ptr<const DeviceData>> arguments;
+  for (Literal& arg : StepArguments(seed)) {
+    arguments.push_back(std::make_shared<const LiteralData>(std::move(arg)));
+  }
+  absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> out = client.ExecuteDonated(
+      graph, GraphFingerprint(*graph), arguments, {false, true, true, false}, nullptr);
+  EXPECT_TRUE(out.ok()) << out.status();
+  std::vector<Literal> values;
+  if (!out.ok()) return values;
+  for (const auto& data : *out) values.push_back(client.TransferFromDevice(*data).value());
+  return values;
+}
+
+TEST(PreparedProgramTest, LocalClientKeepsThePreparedProgram) {
+  std::shared_ptr<const Graph> graph = ParseHloModule(kStep).value();
+  LocalComputationClient kept, unprepared;
+  for (uint32_t seed : {2u, 9u, 2u}) {
+    const std::vector<Literal> with = ClientStep(kept, graph, seed);
+    std::vector<Literal> without;
+    {
+      PreparedSwitch off("0");
+      without = ClientStep(unprepared, graph, seed);
+    }
+    ASSERT_EQ(with.size(), 3u);
+    ASSERT_EQ(without.size(), 3u);
+    for (size_t o = 0; o < with.size(); ++o) EXPECT_EQ(with[o], without[o]) << o;
+  }
+  // A malformed switch is an error naming it.
+  PreparedSwitch bad("sometimes");
+  std::vector<std::shared_ptr<const DeviceData>> arguments;
+  for (Literal& arg : StepArguments(1)) {
+    arguments.push_back(std::make_shared<const LiteralData>(std::move(arg)));
+  }
+  absl::Status status = kept.Execute(graph, GraphFingerprint(*graph), arguments, nullptr).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("TESSEL_EXECUTOR_PREPARED"));
 }
 
 }  // namespace
