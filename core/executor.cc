@@ -44,6 +44,10 @@ class PreparedProgram {
   // Per node id: operand uses by the nodes that run (+1 for the root), the initial
   // Slot::remaining_uses of every run.
   std::vector<int64_t> uses;
+  // Per node id: a get-tuple-element that may move its element out of an owned tuple before
+  // the tuple's last use: every user of the tuple is a get-tuple-element of another index (a
+  // while body's parameter and the tuples of its state), so no one else reads that element.
+  std::vector<bool> gte_moves;
   // The first collective or partition-id node to run, which needs a CollectiveBackend.
   const Node* first_collective = nullptr;
   // The computations of the reachable while and conditional nodes, prepared with the same
@@ -174,6 +178,36 @@ absl::Status CheckRunnable(const PreparedProgram& prepared, const ExecutorOption
   return absl::OkStatus();
 }
 
+// Fills prepared.gte_moves (above): a tuple other than the root whose reachable users are all
+// get-tuple-elements of distinct indices gives each its element by move.
+void MarkMovableElements(const Graph& graph, PreparedProgram& prepared) {
+  const std::vector<bool>& reachable = prepared.reachable;
+  std::vector<bool> only_distinct_gtes(graph.num_nodes(), true);
+  std::vector<std::vector<int64_t>> indices(graph.num_nodes());
+  for (const Node* node : graph.nodes()) {
+    if (!reachable[node->id()]) continue;
+    for (const Node* operand : node->operands()) {
+      const int id = operand->id();
+      if (node->opcode() != Opcode::kGetTupleElement) {
+        only_distinct_gtes[id] = false;
+        continue;
+      }
+      std::vector<int64_t>& seen = indices[id];
+      if (std::find(seen.begin(), seen.end(), node->attrs().tuple_index) != seen.end()) {
+        only_distinct_gtes[id] = false;
+      }
+      seen.push_back(node->attrs().tuple_index);
+    }
+  }
+  only_distinct_gtes[graph.root()->id()] = false;
+  prepared.gte_moves.assign(graph.num_nodes(), false);
+  for (const Node* node : graph.nodes()) {
+    if (reachable[node->id()] && node->opcode() == Opcode::kGetTupleElement) {
+      prepared.gte_moves[node->id()] = only_distinct_gtes[node->operand(0)->id()];
+    }
+  }
+}
+
 // Builds the prepared program of `graph`: the node checks, the fusion plan, the use counts and
 // the called computations (recursively). Errors: as CheckNode, for the first bad node.
 absl::StatusOr<std::shared_ptr<const PreparedProgram>> PrepareGraph(
@@ -225,6 +259,7 @@ absl::StatusOr<std::shared_ptr<const PreparedProgram>> PrepareGraph(
     }
   }
   ++uses[graph.root()->id()];  // the result outlives the run
+  MarkMovableElements(graph, *prepared);
   return prepared;
 }
 
@@ -510,6 +545,12 @@ class Execution {
     donation.taken = true;
   }
 
+  // Takes the value of the run's one parameter (counted live already, from its pointer).
+  void TakeArgument(Literal value) {
+    donated_.resize(1);
+    donated_[0] = std::move(value);
+  }
+
   int64_t peak_bytes() const { return peak_bytes_; }
   int64_t donated_arguments() const { return donated_arguments_; }
   int64_t donated_in_place() const { return donated_in_place_; }
@@ -681,8 +722,10 @@ class Execution {
   // Runs called computation `comp` of `caller` on `argument` with this run's options (the same
   // device and collective backend: a partitioned loop body's collectives run on every device in
   // the same order). The called run's peak counts on top of what is live here.
+  // `owned`, if not null, is `argument` given up to the called run (a while body's state): its
+  // parameter then owns the value, and the elements move out of it instead of being copied.
   absl::StatusOr<Literal> RunCalled(const KernelContext& ctx, const Node& caller, const Graph& comp,
-                                    const Literal& argument) {
+                                    const Literal& argument, Literal* owned = nullptr) {
     const Literal* args[] = {&argument};
     absl::Status status = absl::OkStatus();
     const PreparedProgram* called = nullptr;
@@ -697,6 +740,7 @@ class Execution {
     std::optional<Execution> run;
     if (status.ok()) {
       run.emplace(*called, args, options_);
+      if (owned != nullptr) run->TakeArgument(std::move(*owned));
       status = run->Execute(ctx);
     }
     if (!status.ok()) {
@@ -721,7 +765,7 @@ class Execution {
     while (true) {
       TESSEL_ASSIGN_OR_RETURN(Literal go, RunCalled(ctx, node, condition, state));
       if (go.data<bool>()[0] == false) return state;
-      TESSEL_ASSIGN_OR_RETURN(state, RunCalled(ctx, node, body, state));
+      TESSEL_ASSIGN_OR_RETURN(state, RunCalled(ctx, node, body, state, &state));
     }
   }
 
@@ -746,7 +790,7 @@ class Execution {
     const Node& tuple = *node.operand(0);
     Slot& operand = slots_[tuple.id()];
     const int64_t index = node.attrs().tuple_index;
-    if (CanSteal(node, tuple)) {
+    if (CanSteal(node, tuple) || (operand.owned.has_value() && prepared_.gte_moves[node.id()])) {
       slot.owned = std::move(operand.owned->tuple_elements()[index]);
       slot.bytes = TotalBytes(*slot.owned);
       operand.bytes -= slot.bytes;
