@@ -13,12 +13,14 @@
 // after its last user runs; `ExecutionStats::peak_live_bytes` reports the high-water mark.
 // `rng` uses the counter-based generator of core/rng.h, so its values depend only on
 // (rng_seed, element index). `while` runs its condition and body graphs until the condition is
-// false; `conditional` runs the branch its pred / index selects (an index outside 0..N-1: the
-// last), both with this executor's options, so collectives inside them go to the same backend.
-// Loop fusion (core/internal/fusion.h, XLA's kLoop fusion): before running, chains of
-// elementwise ops with the broadcasts and reshapes feeding them become one loop per output
-// (one pass over memory; a fused value also read after the loop is written by it as a further
-// output, XLA's multi-output fusion), the common f32 ops run through precompiled vectorised
+// false (the body owns the loop state: it is moved in, and a get-tuple-element whose tuple is
+// read only by get-tuple-elements of other indices moves its element out, so an iteration
+// copies none of the state); `conditional` runs the branch its pred / index selects (an index
+// outside 0..N-1: the last), both with this executor's options, so collectives inside them go to
+// the same backend. Loop fusion (core/internal/fusion.h, XLA's kLoop fusion): before running,
+// chains of elementwise ops with the broadcasts and reshapes feeding them become one loop per
+// output (one pass over memory; a fused value also read after the loop is written by it as a
+// further output, XLA's multi-output fusion), the common f32 ops run through precompiled vectorised
 // loops, and a fused output whose operand is an intermediate that dies there is written into
 // that operand's buffer; so is one whose operand is a donated argument (ExecutionDonation below,
 // XLA's input_output_alias: the lazy runtime donates the values a step replaces, so the
