@@ -209,6 +209,58 @@ TEST(PreparedProgramTest, WhileAndConditionalBodiesRunPrepared) {
   }
 }
 
+TEST(PreparedProgramTest, WhileStateElementsMovedAcrossIndices) {
+  // (i, a, b) -> (i + 1, b, a + b), 6 times: the body's get-tuple-elements move the elements out
+  // of the owned state and the root tuple puts them back at other indices.
+  constexpr char kText[] = R"(HloModule swap
+
+%cond (s: (s32[], f32[1000], f32[1000])) -> pred[] {
+  %s = (s32[], f32[1000], f32[1000]) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %n = s32[] constant(6)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (s: (s32[], f32[1000], f32[1000])) -> (s32[], f32[1000], f32[1000]) {
+  %s = (s32[], f32[1000], f32[1000]) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %a = f32[1000] get-tuple-element(%s), index=1
+  %b = f32[1000] get-tuple-element(%s), index=2
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %sum = f32[1000] add(%a, %b)
+  ROOT %t = (s32[], f32[1000], f32[1000]) tuple(%next, %b, %sum)
+}
+
+ENTRY %main (a: f32[1000], b: f32[1000]) -> f32[1000] {
+  %a = f32[1000] parameter(0)
+  %b = f32[1000] parameter(1)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[1000], f32[1000]) tuple(%zero, %a, %b)
+  %w = (s32[], f32[1000], f32[1000]) while(%init), condition=%cond, body=%body
+  ROOT %r = f32[1000] get-tuple-element(%w), index=2
+}
+)";
+  std::unique_ptr<Graph> g = ParseHloModule(kText).value();
+  const Shape shape(DType::kF32, {1000});
+  const std::vector<Literal> args = {Random(shape, 31), Random(shape, 32)};
+  std::vector<float> a(args[0].data<float>().begin(), args[0].data<float>().end());
+  std::vector<float> b(args[1].data<float>().begin(), args[1].data<float>().end());
+  for (int step = 0; step < 6; ++step) {
+    for (size_t k = 0; k < a.size(); ++k) {
+      const float sum = a[k] + b[k];
+      a[k] = b[k];
+      b[k] = sum;
+    }
+  }
+  const Executor executor;
+  std::shared_ptr<const PreparedProgram> program = executor.Prepare(*g).value();
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    const std::vector<Literal> out = executor.Run(*program, args).value();
+    EXPECT_EQ(out[0], Literal::FromVector<float>({1000}, b));
+  }
+}
+
 TEST(PreparedProgramTest, SharedByThreadsRunningAtOnce) {
   std::unique_ptr<Graph> g = ParseHloModule(kStep).value();
   const Executor preparer;
