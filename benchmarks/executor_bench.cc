@@ -21,9 +21,18 @@
 //                                    next run's p, m, v: donated to the run (D = 1, written in
 //                                    place) or borrowed (D = 0, new buffers); E = 1M, or 1.87M
 //                                    (the parameters of mlp_step_bench's wide MLP)
+//   BM_ExecutorGptStep/prepared:P    JAX's GPT training step (tests/fixtures/jax/gpt_train_f32.hlo,
+//                                    about 1,700 instructions, random arguments) on one
+//                                    thread: P = 1 runs a program prepared once, P = 0
+//                                    Run(graph), which prepares at every run (same binary)
+//   BM_ExecutorPrepareGpt            Executor::Prepare alone on that step
 //   BM_EigenAdam                     the same update as one Eigen array expression per output
 //   BM_ExecutorConvolution/threads:T a ResNet 3x3 convolution, f32[8,32,32,64] (NHWC) x
 //                                    [3,3,64,64] (HWIO), pad 1: im2col + Eigen GEMM per block
+//
+// Every BM_Executor* prepares its graph once (Executor::Prepare) and times runs of the prepared
+// program, as the runtimes run a step; TESSEL_EXECUTOR_PREPARED=0 times Run(graph), which
+// prepares in every run (the A/B of the preparation's cost).
 //
 // Counters: FLOPS (2 N^3 per dot, N per add or exp) as a rate, so "FLOPS=90G/s" reads as 90
 // GFLOP/s; the add and exp also report bytes/s (reads and writes). Wall-clock time throughout.
@@ -33,6 +42,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "Eigen/Core"
@@ -40,7 +50,9 @@
 #include "tbb/info.h"
 #include "tessel/core/executor.h"
 #include "tessel/core/graph.h"
+#include "tessel/core/hlo_text.h"
 #include "tessel/core/literal.h"
+#include "tessel/core/status_macros.h"
 #include "tessel/core/window.h"
 #include "unsupported/Eigen/CXX11/Tensor"
 
@@ -63,13 +75,49 @@ void SetDotCounters(benchmark::State& state, int64_t n) {
       benchmark::Counter::kIsRate);
 }
 
-// Times Executor::Run(graph, args) on `threads` threads (0: all cores); stops the benchmark with
+// Runs `graph` prepared once: Prepare in the constructor (unless TESSEL_EXECUTOR_PREPARED=0),
+// then each Run/RunBorrowed runs the prepared program, or the graph when not prepared.
+class PreparedRunner {
+ public:
+  PreparedRunner(const Executor& executor, const Graph& graph)
+      : executor_(executor), graph_(graph) {
+    absl::StatusOr<bool> reuse = ReusePreparedPrograms();
+    status_ = reuse.status();
+    if (reuse.ok() && *reuse) {
+      absl::StatusOr<std::shared_ptr<const PreparedProgram>> program = executor.Prepare(graph);
+      status_ = program.status();
+      if (program.ok()) program_ = *std::move(program);
+    }
+  }
+  absl::StatusOr<std::vector<Literal>> Run(const std::vector<Literal>& args,
+                                           ExecutionStats* stats = nullptr) const {
+    if (!status_.ok()) return status_;
+    return program_ != nullptr ? executor_.Run(*program_, args, stats)
+                               : executor_.Run(graph_, args, stats);
+  }
+  absl::StatusOr<std::vector<Literal>> RunBorrowed(absl::Span<const Literal* const> args,
+                                                   ExecutionStats* stats,
+                                                   ExecutionDonation* donation) const {
+    if (!status_.ok()) return status_;
+    return program_ != nullptr ? executor_.RunBorrowed(*program_, args, stats, donation)
+                               : executor_.RunBorrowed(graph_, args, stats, donation);
+  }
+
+ private:
+  const Executor& executor_;
+  const Graph& graph_;
+  absl::Status status_;
+  std::shared_ptr<const PreparedProgram> program_;
+};
+
+// Times runs of `graph` on `args` on `threads` threads (0: all cores); stops the benchmark with
 // the error if a run fails.
 void TimeExecutor(benchmark::State& state, const Graph& graph, const std::vector<Literal>& args,
                   int threads) {
   Executor executor(ExecutorOptions{threads});
+  const PreparedRunner runner(executor, graph);
   for (auto _ : state) {
-    absl::StatusOr<std::vector<Literal>> out = executor.Run(graph, args);
+    absl::StatusOr<std::vector<Literal>> out = runner.Run(args);
     if (!out.ok()) {
       state.SkipWithError(std::string(out.status().message()).c_str());
       break;
@@ -225,9 +273,10 @@ void BM_ExecutorAdam(benchmark::State& state) {
   std::vector<Literal> args = AdamArguments();
   for (float& x : args[3].data<float>()) x = x * x;  // v is non-negative
   Executor executor(ExecutorOptions{.num_threads = 1, .fusion = state.range(0) != 0});
+  const PreparedRunner runner(executor, *graph);
   ExecutionStats stats;
   for (auto _ : state) {
-    absl::StatusOr<std::vector<Literal>> out = executor.Run(*graph, args, &stats);
+    absl::StatusOr<std::vector<Literal>> out = runner.Run(args, &stats);
     if (!out.ok()) {
       state.SkipWithError(std::string(out.status().message()).c_str());
       break;
@@ -249,6 +298,7 @@ void BM_ExecutorAdamLoop(benchmark::State& state) {
   std::vector<Literal> args = AdamArguments(elements);
   for (float& x : args[3].data<float>()) x = x * x;
   Executor executor(ExecutorOptions{.num_threads = 1});
+  const PreparedRunner runner(executor, *graph);
   ExecutionStats stats;
   for (auto _ : state) {
     const Literal* arguments[6];
@@ -256,8 +306,7 @@ void BM_ExecutorAdamLoop(benchmark::State& state) {
     for (int i = 0; i < 6; ++i) arguments[i] = &args[i];
     for (int i : {0, 2, 3}) donated[i] = donate ? &args[i] : nullptr;
     ExecutionDonation donation{.literals = donated};
-    absl::StatusOr<std::vector<Literal>> out =
-        executor.RunBorrowed(*graph, arguments, &stats, &donation);
+    absl::StatusOr<std::vector<Literal>> out = runner.RunBorrowed(arguments, &stats, &donation);
     if (!out.ok()) {
       state.SkipWithError(std::string(out.status().message()).c_str());
       break;
@@ -267,6 +316,61 @@ void BM_ExecutorAdamLoop(benchmark::State& state) {
     args[3] = std::move((*out)[2]);
   }
   state.counters["donated_in_place"] = static_cast<double>(stats.donated_in_place);
+}
+
+// JAX's GPT training step, parsed from the fixture, and arguments for it: small random floats,
+// zero integers (token ids and the step counter).
+std::unique_ptr<Graph> GptStep() {
+  absl::StatusOr<std::unique_ptr<Graph>> graph =
+      ParseHloFile(std::string(TESSEL_SOURCE_DIR) + "/tests/fixtures/jax/gpt_train_f32.hlo");
+  TESSEL_CHECK_OK(graph);
+  return *std::move(graph);
+}
+
+std::vector<Literal> GptArguments(const Graph& graph) {
+  std::vector<Literal> args;
+  uint32_t seed = 1;
+  for (const Node* parameter : graph.parameters()) {
+    Literal arg(parameter->shape());
+    if (parameter->shape().dtype() == DType::kF32) {
+      std::mt19937 gen(seed++);
+      std::uniform_real_distribution<float> dist(0.0f, 0.02f);
+      for (float& v : arg.data<float>()) v = dist(gen);
+    }
+    args.push_back(std::move(arg));
+  }
+  return args;
+}
+
+void BM_ExecutorGptStep(benchmark::State& state) {
+  std::unique_ptr<Graph> graph = GptStep();
+  const std::vector<Literal> args = GptArguments(*graph);
+  const Executor executor(ExecutorOptions{.num_threads = 1});
+  std::shared_ptr<const PreparedProgram> program;
+  if (state.range(0) != 0) program = executor.Prepare(*graph).value();
+  for (auto _ : state) {
+    absl::StatusOr<std::vector<Literal>> out =
+        program != nullptr ? executor.Run(*program, args) : executor.Run(*graph, args);
+    if (!out.ok()) {
+      state.SkipWithError(std::string(out.status().message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(out->front().raw_data());
+  }
+  state.counters["instructions"] = static_cast<double>(graph->num_nodes());
+}
+
+void BM_ExecutorPrepareGpt(benchmark::State& state) {
+  std::unique_ptr<Graph> graph = GptStep();
+  const Executor executor(ExecutorOptions{.num_threads = 1});
+  for (auto _ : state) {
+    absl::StatusOr<std::shared_ptr<const PreparedProgram>> program = executor.Prepare(*graph);
+    if (!program.ok()) {
+      state.SkipWithError(std::string(program.status().message()).c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(program->get());
+  }
 }
 
 void BM_EigenAdam(benchmark::State& state) {
@@ -354,6 +458,14 @@ BENCHMARK(BM_ExecutorExp)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EigenExp)->MinWarmUpTime(kWarmUpSeconds)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExecutorGptStep)
+    ->ArgNames({"prepared"})
+    ->Arg(0)
+    ->Arg(1)
+    ->MinWarmUpTime(kWarmUpSeconds)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExecutorPrepareGpt)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ExecutorAdam)
     ->ArgNames({"fusion"})
     ->Arg(0)

@@ -1,6 +1,7 @@
 #include "tessel/core/computation_client.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "tessel/core/status_macros.h"
@@ -33,7 +34,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> LocalComputationC
 
 absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>>
 LocalComputationClient::ExecuteDonated(
-    const std::shared_ptr<const Graph>& graph, uint64_t /*fingerprint*/,
+    const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
     absl::Span<const std::shared_ptr<const DeviceData>> arguments, const std::vector<bool>& donated,
     ExecutionStats* stats) {
   if (donated.size() != arguments.size()) {
@@ -64,10 +65,18 @@ LocalComputationClient::ExecuteDonated(
       if (donated[i]) donated_data.push_back(whole);
     }
   }
-  Executor executor(options_);
+  ExecutorOptions options;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    options = options_;
+  }
+  Executor executor(options);
   ExecutionDonation donation{.literals = donated_literals};
+  TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedProgram> program,
+                          Prepared(executor, graph, fingerprint));
   absl::StatusOr<std::vector<Literal>> run =
-      executor.RunBorrowed(*graph, literals, stats, &donation);
+      program != nullptr ? executor.RunBorrowed(*program, literals, stats, &donation)
+                         : executor.RunBorrowed(*graph, literals, stats, &donation);
   // Taken buffers are spent whether or not the run then succeeded.
   if (donation.taken) {
     for (const LiteralData* data : donated_data) data->MarkDonated();
@@ -77,6 +86,25 @@ LocalComputationClient::ExecuteDonated(
   values.reserve(results.size());
   for (Literal& r : results) values.push_back(std::make_shared<const LiteralData>(std::move(r)));
   return values;
+}
+
+absl::StatusOr<std::shared_ptr<const PreparedProgram>> LocalComputationClient::Prepared(
+    const Executor& executor, const std::shared_ptr<const Graph>& graph, uint64_t fingerprint) {
+  TESSEL_ASSIGN_OR_RETURN(bool reuse, ReusePreparedPrograms());
+  if (!reuse) return std::shared_ptr<const PreparedProgram>();
+  const bool fusion = executor.options().fusion;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = prepared_.find(fingerprint);
+      it != prepared_.end() && it->second.graph == graph && it->second.fusion == fusion) {
+    return it->second.program;
+  }
+  // Argument errors must come before node errors (as an unprepared run reports them): a graph
+  // that does not prepare runs unprepared, which reports its errors in that order.
+  absl::StatusOr<std::shared_ptr<const PreparedProgram>> program = executor.Prepare(*graph);
+  if (!program.ok()) return std::shared_ptr<const PreparedProgram>();
+  if (prepared_.size() >= kMaxPreparedPrograms) prepared_.clear();
+  prepared_[fingerprint] = PreparedEntry{graph, fusion, *program};
+  return *std::move(program);
 }
 
 absl::StatusOr<Literal> LocalComputationClient::TransferFromDevice(const DeviceData& data) {

@@ -20,9 +20,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "tessel/core/executor.h"
@@ -107,7 +109,11 @@ class ComputationClient {
 // The default client: one device, the core Executor with `options`. Accepts only LiteralData
 // arguments (kInvalidArgument naming the parameter otherwise); returns LiteralData. Donated
 // arguments (ExecuteDonated) go to the executor as ExecutionDonation (core/executor.h): outputs
-// are written into their buffers where the executor's in-place rules allow.
+// are written into their buffers where the executor's in-place rules allow. Each graph is
+// prepared once (Executor::Prepare) and its PreparedProgram kept by fingerprint beside the
+// graph, so a training step that runs the same graph every iteration pays the fusion planning
+// and liveness analysis once (XLA's executable cache); TESSEL_EXECUTOR_PREPARED=0 prepares at
+// every execution instead (ReusePreparedPrograms, for A/B timing).
 class LocalComputationClient final : public ComputationClient {
  public:
   explicit LocalComputationClient(ExecutorOptions options = {}) : options_(options) {}
@@ -120,10 +126,29 @@ class LocalComputationClient final : public ComputationClient {
       absl::Span<const std::shared_ptr<const DeviceData>> arguments,
       const std::vector<bool>& donated, ExecutionStats* stats) override;
   absl::StatusOr<Literal> TransferFromDevice(const DeviceData& data) override;
-  void set_options(const ExecutorOptions& options) { options_ = options; }
+  void set_options(const ExecutorOptions& options) {
+    std::lock_guard<std::mutex> lock(mu_);
+    options_ = options;
+    prepared_.clear();
+  }
 
  private:
+  // Programs kept at most; more distinct graphs than this start the cache afresh.
+  static constexpr size_t kMaxPreparedPrograms = 256;
+  struct PreparedEntry {
+    std::shared_ptr<const Graph> graph;  // keeps the graph the program refers to alive
+    bool fusion = false;
+    std::shared_ptr<const PreparedProgram> program;
+  };
+  // The prepared program of `graph` under `executor`'s options, from the cache or prepared now;
+  // null when reuse is off or the graph does not prepare (the caller then runs it unprepared,
+  // which reports the error). Errors: a malformed TESSEL_EXECUTOR_PREPARED.
+  absl::StatusOr<std::shared_ptr<const PreparedProgram>> Prepared(
+      const Executor& executor, const std::shared_ptr<const Graph>& graph, uint64_t fingerprint);
+
+  std::mutex mu_;
   ExecutorOptions options_;
+  absl::flat_hash_map<uint64_t, PreparedEntry> prepared_;
 };
 
 // Installs `client` for this thread's Sync() and ToLiteral() (nullptr: the default local client

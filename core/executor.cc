@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <exception>
+#include <memory>
 #include <new>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "tbb/info.h"
@@ -28,6 +30,41 @@ int64_t TotalBytes(const Literal& literal) {
 
 }  // namespace internal
 
+// What Executor::Prepare derives from the graph alone, for every run of it. Immutable once
+// built, so runs on several threads (devices) may share one.
+class PreparedProgram {
+ public:
+  explicit PreparedProgram(const Graph& g) : graph(g) {}
+
+  const Graph& graph;
+  bool fusion = false;  // ExecutorOptions::fusion it was planned with
+  std::vector<Node*> parameters;
+  std::vector<bool> reachable;  // per node id: the root depends on it
+  internal::FusionPlan plan;    // empty without fusion
+  // Per node id: operand uses by the nodes that run (+1 for the root), the initial
+  // Slot::remaining_uses of every run.
+  std::vector<int64_t> uses;
+  // Per node id: a get-tuple-element that may move its element out of an owned tuple before
+  // the tuple's last use: every user of the tuple is a get-tuple-element of another index (a
+  // while body's parameter and the tuples of its state), so no one else reads that element.
+  std::vector<bool> gte_moves;
+  // The first collective or partition-id node to run, which needs a CollectiveBackend.
+  const Node* first_collective = nullptr;
+  // The computations of the reachable while and conditional nodes, prepared with the same
+  // options; a failed one is reported when (and only if) a run calls it, as before preparing.
+  // A few per graph, looked up by a linear search.
+  std::vector<std::pair<const Graph*, absl::StatusOr<std::shared_ptr<const PreparedProgram>>>>
+      called;
+
+  // The prepared `comp`, or null when it is none of `called`.
+  const absl::StatusOr<std::shared_ptr<const PreparedProgram>>* Called(const Graph* comp) const {
+    for (const auto& [graph, program] : called) {
+      if (graph == comp) return &program;
+    }
+    return nullptr;
+  }
+};
+
 namespace {
 
 using internal::KernelContext;
@@ -43,8 +80,8 @@ struct Slot {
 };
 
 // Arguments must match the parameters one to one: numbers 0..N-1, same shapes.
-absl::Status CheckArguments(const Graph& graph, absl::Span<const Literal* const> arguments) {
-  std::vector<Node*> parameters = graph.parameters();
+absl::Status CheckArguments(const Graph& graph, absl::Span<Node* const> parameters,
+                            absl::Span<const Literal* const> arguments) {
   if (parameters.size() != arguments.size()) {
     return absl::InvalidArgumentError(absl::StrCat("graph \"", graph.name(), "\" has ",
                                                    parameters.size(), " parameter(s) but ",
@@ -124,6 +161,106 @@ absl::Status CheckNode(const Node& node, const ExecutorOptions& options) {
         absl::StrCat("%", node.name(), ": ", inferred.status().message()));
   }
   return absl::OkStatus();
+}
+
+// A prepared program runs only under the options it was planned with; its collectives need a
+// backend (a program prepared by an executor with one may be run by one without).
+absl::Status CheckRunnable(const PreparedProgram& prepared, const ExecutorOptions& options) {
+  if (prepared.fusion != options.fusion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("graph \"", prepared.graph.name(), "\" was prepared with fusion ",
+                     prepared.fusion ? "on" : "off", " but this executor runs with fusion ",
+                     options.fusion ? "on" : "off", "; prepare it with this executor"));
+  }
+  if (prepared.first_collective != nullptr) {
+    return CheckNode(*prepared.first_collective, options);
+  }
+  return absl::OkStatus();
+}
+
+// Fills prepared.gte_moves (above): a tuple other than the root whose reachable users are all
+// get-tuple-elements of distinct indices gives each its element by move.
+void MarkMovableElements(const Graph& graph, PreparedProgram& prepared) {
+  const std::vector<bool>& reachable = prepared.reachable;
+  std::vector<bool> only_distinct_gtes(graph.num_nodes(), true);
+  std::vector<std::vector<int64_t>> indices(graph.num_nodes());
+  for (const Node* node : graph.nodes()) {
+    if (!reachable[node->id()]) continue;
+    for (const Node* operand : node->operands()) {
+      const int id = operand->id();
+      if (node->opcode() != Opcode::kGetTupleElement) {
+        only_distinct_gtes[id] = false;
+        continue;
+      }
+      std::vector<int64_t>& seen = indices[id];
+      if (std::find(seen.begin(), seen.end(), node->attrs().tuple_index) != seen.end()) {
+        only_distinct_gtes[id] = false;
+      }
+      seen.push_back(node->attrs().tuple_index);
+    }
+  }
+  only_distinct_gtes[graph.root()->id()] = false;
+  prepared.gte_moves.assign(graph.num_nodes(), false);
+  for (const Node* node : graph.nodes()) {
+    if (reachable[node->id()] && node->opcode() == Opcode::kGetTupleElement) {
+      prepared.gte_moves[node->id()] = only_distinct_gtes[node->operand(0)->id()];
+    }
+  }
+}
+
+// Builds the prepared program of `graph`: the node checks, the fusion plan, the use counts and
+// the called computations (recursively). Errors: as CheckNode, for the first bad node.
+absl::StatusOr<std::shared_ptr<const PreparedProgram>> PrepareGraph(
+    const Graph& graph, const ExecutorOptions& options) {
+  if (graph.root() == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("graph \"", graph.name(), "\" has no nodes"));
+  }
+  auto prepared = std::make_shared<PreparedProgram>(graph);
+  prepared->fusion = options.fusion;
+  prepared->parameters = graph.parameters();
+  prepared->reachable = Reachable(graph);
+  const std::vector<bool>& reachable = prepared->reachable;
+  for (const Node* node : graph.nodes()) {
+    if (!reachable[node->id()]) continue;
+    TESSEL_RETURN_IF_ERROR(CheckNode(*node, options));
+    if (prepared->first_collective == nullptr && IsCollective(node->opcode())) {
+      prepared->first_collective = node;
+    }
+  }
+  if (options.fusion) prepared->plan = internal::PlanFusion(graph, reachable);
+  const internal::FusionPlan& plan = prepared->plan;
+  // Uses are counted on the program that runs: a fusion uses each of its leaves once, and
+  // nodes computed inside fusions use nothing.
+  std::vector<int64_t>& uses = prepared->uses;
+  uses.assign(graph.num_nodes(), 0);
+  for (const Node* node : graph.nodes()) {
+    const int id = node->id();
+    if (!reachable[id] || (!plan.absorbed.empty() && plan.absorbed[id])) continue;
+    if (!plan.fusion_of_root.empty() && plan.fusion_of_root[id] >= 0) {
+      for (const Node* leaf : plan.fusions[plan.fusion_of_root[id]].leaves) ++uses[leaf->id()];
+    } else if (!plan.folded_dot_of.empty() && plan.folded_dot_of[id] >= 0) {
+      const internal::FoldedDot& dot = plan.folded_dots[plan.folded_dot_of[id]];
+      ++uses[dot.lhs->id()];
+      ++uses[dot.rhs->id()];
+    } else if (!plan.dot_update_of.empty() && plan.dot_update_of[id] >= 0) {
+      const internal::DotUpdate& update = plan.dot_updates[plan.dot_update_of[id]];
+      for (const Node* used : {update.addend, update.scale, update.dot.lhs, update.dot.rhs}) {
+        ++uses[used->id()];
+      }
+    } else {
+      for (const Node* operand : node->operands()) ++uses[operand->id()];
+    }
+    if (node->opcode() == Opcode::kWhile || node->opcode() == Opcode::kConditional) {
+      for (const std::shared_ptr<const Graph>& comp : node->attrs().called_computations) {
+        if (prepared->Called(comp.get()) == nullptr) {
+          prepared->called.emplace_back(comp.get(), PrepareGraph(*comp, options));
+        }
+      }
+    }
+  }
+  ++uses[graph.root()->id()];  // the result outlives the run
+  MarkMovableElements(graph, *prepared);
+  return prepared;
 }
 
 // Runs a collective through the device's backend, or partition-id.
@@ -264,41 +401,21 @@ absl::StatusOr<Literal> Evaluate(const KernelContext& ctx, const Node& node,
   return absl::InternalError(absl::StrCat("executor: no kernel for ", OpcodeName(node.opcode())));
 }
 
-// One run of a graph: the slots of its nodes and the live-byte accounting.
+// One run of a prepared program: the slots of its nodes and the live-byte accounting.
 class Execution {
  public:
-  Execution(const Graph& graph, absl::Span<const Literal* const> arguments,
+  Execution(const PreparedProgram& prepared, absl::Span<const Literal* const> arguments,
             const ExecutorOptions& options)
-      : graph_(graph), arguments_(arguments), options_(options), slots_(graph.num_nodes()) {}
-
-  absl::Status Prepare() {
-    reachable_ = Reachable(graph_);
-    for (const Node* node : graph_.nodes()) {
-      if (!reachable_[node->id()]) continue;
-      TESSEL_RETURN_IF_ERROR(CheckNode(*node, options_));
-    }
-    if (options_.fusion) plan_ = internal::PlanFusion(graph_, reachable_);
-    // Uses are counted on the program that runs: a fusion uses each of its leaves once, and
-    // nodes computed inside fusions use nothing.
-    for (const Node* node : graph_.nodes()) {
-      if (!reachable_[node->id()] || Absorbed(*node)) continue;
-      if (const internal::Fusion* fusion = FusionOf(*node)) {
-        for (const Node* leaf : fusion->leaves) ++slots_[leaf->id()].remaining_uses;
-      } else if (const internal::FoldedDot* dot = FoldedDotOf(*node)) {
-        ++slots_[dot->lhs->id()].remaining_uses;
-        ++slots_[dot->rhs->id()].remaining_uses;
-      } else if (const internal::DotUpdate* update = DotUpdateOf(*node)) {
-        for (const Node* used : {update->addend, update->scale, update->dot.lhs, update->dot.rhs}) {
-          ++slots_[used->id()].remaining_uses;
-        }
-      } else {
-        for (const Node* operand : node->operands()) ++slots_[operand->id()].remaining_uses;
-      }
-    }
-    ++slots_[graph_.root()->id()].remaining_uses;  // the result outlives the run
+      : prepared_(prepared),
+        graph_(prepared.graph),
+        arguments_(arguments),
+        options_(options),
+        slots_(graph_.num_nodes()),
+        reachable_(prepared.reachable),
+        plan_(prepared.plan) {
+    for (size_t i = 0; i < slots_.size(); ++i) slots_[i].remaining_uses = prepared.uses[i];
     for (const Literal* argument : arguments_) live_bytes_ += TotalBytes(*argument);
     peak_bytes_ = live_bytes_;
-    return absl::OkStatus();
   }
 
   absl::Status Execute(const KernelContext& ctx) {
@@ -329,7 +446,7 @@ class Execution {
       int64_t new_bytes = 0;
       switch (node->opcode()) {
         case Opcode::kParameter: {
-          // Arguments are counted as live from the start (Prepare); a donated one is owned
+          // Arguments are counted as live from the start (the constructor); a donated one is owned
           // like an intermediate, so it is freed or reused at its last use.
           const int64_t number = node->attrs().parameter_number;
           if (number < static_cast<int64_t>(donated_.size()) && donated_[number].has_value()) {
@@ -413,7 +530,7 @@ class Execution {
     return outputs;
   }
 
-  // Takes the donated array arguments' buffers (after Prepare: a run that fails before leaves
+  // Takes the donated array arguments' buffers (after the checks: a run that fails in them leaves
   // them untouched). Precondition: donation.literals is empty or has one entry per argument,
   // each null or the literal its argument points to.
   void TakeDonations(ExecutionDonation& donation) {
@@ -426,6 +543,12 @@ class Execution {
       ++donated_arguments_;
     }
     donation.taken = true;
+  }
+
+  // Takes the value of the run's one parameter (counted live already, from its pointer).
+  void TakeArgument(Literal value) {
+    donated_.resize(1);
+    donated_[0] = std::move(value);
   }
 
   int64_t peak_bytes() const { return peak_bytes_; }
@@ -599,23 +722,38 @@ class Execution {
   // Runs called computation `comp` of `caller` on `argument` with this run's options (the same
   // device and collective backend: a partitioned loop body's collectives run on every device in
   // the same order). The called run's peak counts on top of what is live here.
+  // `owned`, if not null, is `argument` given up to the called run (a while body's state): its
+  // parameter then owns the value, and the elements move out of it instead of being copied.
   absl::StatusOr<Literal> RunCalled(const KernelContext& ctx, const Node& caller, const Graph& comp,
-                                    const Literal& argument) {
+                                    const Literal& argument, Literal* owned = nullptr) {
     const Literal* args[] = {&argument};
-    Execution run(comp, args, options_);
-    absl::Status status = run.Prepare();
-    if (status.ok()) status = run.Execute(ctx);
+    absl::Status status = absl::OkStatus();
+    const PreparedProgram* called = nullptr;
+    if (const auto* program = prepared_.Called(&comp); program == nullptr) {
+      status = absl::InternalError("executor: called computation was not prepared");
+    } else if (!program->ok()) {
+      status = program->status();
+    } else {
+      called = (*program)->get();
+      status = CheckRunnable(*called, options_);
+    }
+    std::optional<Execution> run;
+    if (status.ok()) {
+      run.emplace(*called, args, options_);
+      if (owned != nullptr) run->TakeArgument(std::move(*owned));
+      status = run->Execute(ctx);
+    }
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat("%", caller.name(), ": in %", comp.name(),
                                                       ": ", status.message()));
     }
-    peak_bytes_ = std::max(peak_bytes_, live_bytes_ + run.peak_bytes());
-    nodes_executed_ += run.nodes_executed();
-    kernels_ += run.kernels();
-    fusions_ += run.fusions();
-    in_place_ += run.in_place();
-    extra_outputs_ += run.extra_outputs();
-    return run.TakeResult();
+    peak_bytes_ = std::max(peak_bytes_, live_bytes_ + run->peak_bytes());
+    nodes_executed_ += run->nodes_executed();
+    kernels_ += run->kernels();
+    fusions_ += run->fusions();
+    in_place_ += run->in_place();
+    extra_outputs_ += run->extra_outputs();
+    return run->TakeResult();
   }
 
   // XLA while: state = init; while condition(state): state = body(state).
@@ -627,7 +765,7 @@ class Execution {
     while (true) {
       TESSEL_ASSIGN_OR_RETURN(Literal go, RunCalled(ctx, node, condition, state));
       if (go.data<bool>()[0] == false) return state;
-      TESSEL_ASSIGN_OR_RETURN(state, RunCalled(ctx, node, body, state));
+      TESSEL_ASSIGN_OR_RETURN(state, RunCalled(ctx, node, body, state, &state));
     }
   }
 
@@ -652,7 +790,7 @@ class Execution {
     const Node& tuple = *node.operand(0);
     Slot& operand = slots_[tuple.id()];
     const int64_t index = node.attrs().tuple_index;
-    if (CanSteal(node, tuple)) {
+    if (CanSteal(node, tuple) || (operand.owned.has_value() && prepared_.gte_moves[node.id()])) {
       slot.owned = std::move(operand.owned->tuple_elements()[index]);
       slot.bytes = TotalBytes(*slot.owned);
       operand.bytes -= slot.bytes;
@@ -663,12 +801,13 @@ class Execution {
     return slot.bytes;
   }
 
+  const PreparedProgram& prepared_;
   const Graph& graph_;
   absl::Span<const Literal* const> arguments_;
   const ExecutorOptions& options_;
   std::vector<Slot> slots_;
-  std::vector<bool> reachable_;
-  internal::FusionPlan plan_;  // empty without ExecutorOptions::fusion
+  const std::vector<bool>& reachable_;
+  const internal::FusionPlan& plan_;  // empty without ExecutorOptions::fusion
   // The donated arguments' literals, by parameter number, until their parameter node runs.
   std::vector<std::optional<Literal>> donated_;
   int64_t donated_arguments_ = 0;
@@ -702,20 +841,53 @@ absl::StatusOr<std::vector<Literal>> Executor::Run(const Graph& graph,
   return RunBorrowed(graph, pointers, stats);
 }
 
-absl::StatusOr<std::vector<Literal>> Executor::RunBorrowed(
-    const Graph& graph, absl::Span<const Literal* const> arguments, ExecutionStats* stats,
-    ExecutionDonation* donation) const {
+absl::StatusOr<std::shared_ptr<const PreparedProgram>> Executor::Prepare(const Graph& graph) const {
   if (graph.root() == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("graph \"", graph.name(), "\" has no nodes"));
   }
   TESSEL_RETURN_IF_ERROR(env_status_);
-  TESSEL_RETURN_IF_ERROR(CheckArguments(graph, arguments));
+  return PrepareGraph(graph, options_);
+}
+
+absl::StatusOr<std::vector<Literal>> Executor::RunBorrowed(
+    const Graph& graph, absl::Span<const Literal* const> arguments, ExecutionStats* stats,
+    ExecutionDonation* donation) const {
+  // The checks of the arguments come before those of the nodes, as they always did.
+  if (graph.root() == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("graph \"", graph.name(), "\" has no nodes"));
+  }
+  TESSEL_RETURN_IF_ERROR(env_status_);
+  TESSEL_RETURN_IF_ERROR(CheckArguments(graph, graph.parameters(), arguments));
   if (donation != nullptr) {
     donation->taken = false;
     TESSEL_RETURN_IF_ERROR(CheckDonation(graph, arguments, *donation));
   }
-  Execution run(graph, arguments, options_);
-  TESSEL_RETURN_IF_ERROR(run.Prepare());
+  TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedProgram> prepared,
+                          PrepareGraph(graph, options_));
+  return RunBorrowed(*prepared, arguments, stats, donation);
+}
+
+absl::StatusOr<std::vector<Literal>> Executor::Run(const PreparedProgram& prepared,
+                                                   absl::Span<const Literal> arguments,
+                                                   ExecutionStats* stats) const {
+  std::vector<const Literal*> pointers;
+  pointers.reserve(arguments.size());
+  for (const Literal& argument : arguments) pointers.push_back(&argument);
+  return RunBorrowed(prepared, pointers, stats);
+}
+
+absl::StatusOr<std::vector<Literal>> Executor::RunBorrowed(
+    const PreparedProgram& prepared, absl::Span<const Literal* const> arguments,
+    ExecutionStats* stats, ExecutionDonation* donation) const {
+  const Graph& graph = prepared.graph;
+  TESSEL_RETURN_IF_ERROR(env_status_);
+  TESSEL_RETURN_IF_ERROR(CheckRunnable(prepared, options_));
+  TESSEL_RETURN_IF_ERROR(CheckArguments(graph, prepared.parameters, arguments));
+  if (donation != nullptr) {
+    donation->taken = false;
+    TESSEL_RETURN_IF_ERROR(CheckDonation(graph, arguments, *donation));
+  }
+  Execution run(prepared, arguments, options_);
   if (donation != nullptr) run.TakeDonations(*donation);
   absl::Status status;
   try {
@@ -747,6 +919,11 @@ absl::StatusOr<std::vector<Literal>> Executor::RunBorrowed(
     stats->donated_in_place = run.donated_in_place();
   }
   return run.TakeOutputs();
+}
+
+absl::StatusOr<bool> ReusePreparedPrograms() {
+  TESSEL_ASSIGN_OR_RETURN(std::optional<bool> reuse, GetBoolEnv("TESSEL_EXECUTOR_PREPARED"));
+  return reuse.value_or(true);
 }
 
 }  // namespace tessel

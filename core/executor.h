@@ -13,12 +13,14 @@
 // after its last user runs; `ExecutionStats::peak_live_bytes` reports the high-water mark.
 // `rng` uses the counter-based generator of core/rng.h, so its values depend only on
 // (rng_seed, element index). `while` runs its condition and body graphs until the condition is
-// false; `conditional` runs the branch its pred / index selects (an index outside 0..N-1: the
-// last), both with this executor's options, so collectives inside them go to the same backend.
-// Loop fusion (core/internal/fusion.h, XLA's kLoop fusion): before running, chains of
-// elementwise ops with the broadcasts and reshapes feeding them become one loop per output
-// (one pass over memory; a fused value also read after the loop is written by it as a further
-// output, XLA's multi-output fusion), the common f32 ops run through precompiled vectorised
+// false (the body owns the loop state: it is moved in, and a get-tuple-element whose tuple is
+// read only by get-tuple-elements of other indices moves its element out, so an iteration
+// copies none of the state); `conditional` runs the branch its pred / index selects (an index
+// outside 0..N-1: the last), both with this executor's options, so collectives inside them go to
+// the same backend. Loop fusion (core/internal/fusion.h, XLA's kLoop fusion): before running,
+// chains of elementwise ops with the broadcasts and reshapes feeding them become one loop per
+// output (one pass over memory; a fused value also read after the loop is written by it as a
+// further output, XLA's multi-output fusion), the common f32 ops run through precompiled vectorised
 // loops, and a fused output whose operand is an intermediate that dies there is written into
 // that operand's buffer; so is one whose operand is a donated argument (ExecutionDonation below,
 // XLA's input_output_alias: the lazy runtime donates the values a step replaces, so the
@@ -33,10 +35,24 @@
 // ExecutorOptions::fusion = false (or TESSEL_EXECUTOR_FUSION=0 for the executors the runtime
 // builds) runs every node as its own kernel. `Run` is const and may be called from several threads
 // at once.
+//
+// Prepare once, run many times (XLA compiles an HloModule once into an executable and runs it
+// every step; PJRT keeps the PjRtLoadedExecutable): everything that depends only on the graph
+// and the options -- the node checks, reachability, the fusion plan with transpose folding and
+// dot updates, the use counts that free buffers at their last use, and the same for the bodies
+// of while and conditional -- is computed by `Prepare` into an immutable PreparedProgram:
+//
+//   TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedProgram> program,
+//                           executor.Prepare(graph));
+//   for (...) TESSEL_ASSIGN_OR_RETURN(outputs, executor.RunBorrowed(*program, args, &stats));
+//
+// A run of a prepared program gives bitwise the results, stats and errors of Run(graph, ...);
+// Run(graph, ...) is Prepare followed by that run.
 #ifndef TESSEL_CORE_EXECUTOR_H_
 #define TESSEL_CORE_EXECUTOR_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -47,6 +63,12 @@
 #include "tessel/core/literal.h"
 
 namespace tessel {
+
+// A graph prepared for execution by Executor::Prepare (above). Opaque and immutable: one may be
+// shared by any number of threads, and by the executors of several devices running the same
+// program. It refers to the graph (and the computations it calls) by pointer: the graph must
+// outlive it and must not change.
+class PreparedProgram;
 
 struct ExecutorOptions {
   // Threads the kernels may use; 0 means one per core. 1 runs everything on the calling thread
@@ -120,12 +142,38 @@ class Executor {
       const Graph& graph, absl::Span<const Literal* const> arguments,
       ExecutionStats* stats = nullptr, ExecutionDonation* donation = nullptr) const;
 
+  // Does for `graph` what depends only on it and on options().fusion (see above), so that each
+  // later run skips it. Errors: kInvalidArgument if the graph has no nodes, if
+  // TESSEL_EXECUTOR_FUSION is not a boolean, or a node violates its shape rule (naming it);
+  // kFailedPrecondition for a collective when options().collectives is null. An error inside
+  // a while or conditional computation is reported by the run that calls it, as by Run.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<const PreparedProgram>> Prepare(
+      const Graph& graph) const;
+
+  // Run and RunBorrowed on a prepared program: bitwise the results of the Graph overloads.
+  // `program` must come from an executor with the same `fusion` option (the plan depends on
+  // it); device_id, num_threads and collectives may differ. Errors: as the Graph overloads for
+  // the arguments and donation, kInvalidArgument if the fusion option differs,
+  // kFailedPrecondition for a collective when options().collectives is null.
+  [[nodiscard]] absl::StatusOr<std::vector<Literal>> Run(const PreparedProgram& program,
+                                                         absl::Span<const Literal> arguments,
+                                                         ExecutionStats* stats = nullptr) const;
+  [[nodiscard]] absl::StatusOr<std::vector<Literal>> RunBorrowed(
+      const PreparedProgram& program, absl::Span<const Literal* const> arguments,
+      ExecutionStats* stats = nullptr, ExecutionDonation* donation = nullptr) const;
+
   const ExecutorOptions& options() const { return options_; }
 
  private:
   ExecutorOptions options_;
   absl::Status env_status_;  // a malformed TESSEL_EXECUTOR_FUSION, reported by every run
 };
+
+// Whether the runtimes that run one graph many times (the local computation client, the host
+// runtime's devices) keep its PreparedProgram: true unless the environment variable
+// TESSEL_EXECUTOR_PREPARED is a false value (0, false, no, off), which prepares at every run
+// (for A/B timing of the preparation). Errors: kInvalidArgument if it is not a boolean.
+[[nodiscard]] absl::StatusOr<bool> ReusePreparedPrograms();
 
 }  // namespace tessel
 

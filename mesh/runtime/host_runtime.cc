@@ -119,6 +119,11 @@ struct HostRuntime::State {
     double simulated_step_seconds = 0;  // the simulator's in-order step time
     std::vector<spmd::ShardedTensor> parameter_layouts;
     std::vector<spmd::ShardedTensor> output_layouts;
+    // `program.program` prepared once (Executor::Prepare) and shared by every local device's
+    // executor: all run the same per-device program. Null when it does not prepare (the run
+    // then reports the error) or TESSEL_EXECUTOR_PREPARED is false.
+    std::shared_ptr<const PreparedProgram> prepared;
+    bool prepared_fusion = false;  // the fusion option it was planned with
   };
   absl::flat_hash_map<uint64_t, std::shared_ptr<const Compiled>> cache;
   RuntimeMetrics metrics;
@@ -179,6 +184,17 @@ absl::StatusOr<std::shared_ptr<const HostRuntime::State::Compiled>> HostRuntime:
   if (combiner.threshold_bytes > 0) {
     TESSEL_ASSIGN_OR_RETURN(compiled->program.program,
                             partitioner::CombineAllReduces(*compiled->program.program, combiner));
+  }
+  TESSEL_ASSIGN_OR_RETURN(const bool reuse, ReusePreparedPrograms());
+  if (reuse) {
+    const Executor executor(ExecutorOptions{.num_threads = options.threads_per_device,
+                                            .collectives = collectives.get()});
+    absl::StatusOr<std::shared_ptr<const PreparedProgram>> prepared =
+        executor.Prepare(*compiled->program.program);
+    if (prepared.ok()) {
+      compiled->prepared = *std::move(prepared);
+      compiled->prepared_fusion = executor.options().fusion;
+    }
   }
   for (const partitioner::ShardedValue& p : compiled->program.parameters) {
     TESSEL_ASSIGN_OR_RETURN(
@@ -349,6 +365,7 @@ class HostRuntime::Client final : public ComputationClient {
           s.LocalPieces(*arguments[i], compiled->parameter_layouts[i], static_cast<int64_t>(i)));
       pieces.push_back(std::move(local));
     }
+    TESSEL_ASSIGN_OR_RETURN(const bool reuse_prepared, ReusePreparedPrograms());
     std::vector<absl::StatusOr<std::vector<Literal>>> results(
         num_local, absl::UnknownError("device did not run"));
     std::vector<ExecutionStats> device_stats(num_local);
@@ -377,7 +394,11 @@ class HostRuntime::Client final : public ComputationClient {
       ExecutorOptions options{.num_threads = s.options.threads_per_device,
                               .device_id = devices[l],
                               .collectives = s.collectives.get()};
-      results[l] = Executor(options).RunBorrowed(*program.program, args, &device_stats[l]);
+      const Executor executor(options);
+      results[l] = reuse_prepared && compiled->prepared != nullptr &&
+                           compiled->prepared_fusion == executor.options().fusion
+                       ? executor.RunBorrowed(*compiled->prepared, args, &device_stats[l])
+                       : executor.RunBorrowed(*program.program, args, &device_stats[l]);
       device_seconds[l] = SecondsSince(device_start);
     };
     std::vector<std::thread> threads;

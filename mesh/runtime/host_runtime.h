@@ -3,7 +3,10 @@
 // SPMD: every host process traces the same global graph, partitions it the same way
 // (deterministically, cached by the graph fingerprint) and runs its own devices, one thread per
 // device, each executing the per-device program with the core Executor and calling the
-// transport's Communicator for the collectives.
+// transport's Communicator for the collectives. The per-device program is prepared once when it
+// is partitioned (Executor::Prepare: fusion plan, liveness) and that PreparedProgram is shared by
+// every local device's executor at every step, as XLA compiles the partitioned module once;
+// TESSEL_EXECUTOR_PREPARED=0 prepares at every run instead (A/B timing).
 //
 //   // In each host process (e.g. started by `tessel run` or `tessel launch`):
 //   TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<HostRuntime> runtime,
