@@ -13,15 +13,22 @@ const std::string& DeviceData::sharding() const {
   return *kWhole;
 }
 
+namespace {
+
+// One donation flag per argument, or kInvalidArgument naming the graph and both counts.
+absl::Status CheckDonationFlags(const Graph& graph, size_t flags, size_t arguments) {
+  if (flags == arguments) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("execute ", graph.name(), ": ", flags,
+                                                 " donation flags for ", arguments, " arguments"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> ComputationClient::ExecuteDonated(
     const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
     absl::Span<const std::shared_ptr<const DeviceData>> arguments, const std::vector<bool>& donated,
     ExecutionStats* stats) {
-  if (donated.size() != arguments.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("execute ", graph->name(), ": ", donated.size(),
-                                                   " donation flags for ", arguments.size(),
-                                                   " arguments"));
-  }
+  TESSEL_RETURN_IF_ERROR(CheckDonationFlags(*graph, donated.size(), arguments.size()));
   return Execute(graph, fingerprint, arguments, stats);
 }
 
@@ -37,11 +44,7 @@ LocalComputationClient::ExecuteDonated(
     const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
     absl::Span<const std::shared_ptr<const DeviceData>> arguments, const std::vector<bool>& donated,
     ExecutionStats* stats) {
-  if (donated.size() != arguments.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("execute ", graph->name(), ": ", donated.size(),
-                                                   " donation flags for ", arguments.size(),
-                                                   " arguments"));
-  }
+  TESSEL_RETURN_IF_ERROR(CheckDonationFlags(*graph, donated.size(), arguments.size()));
   std::vector<const Literal*> literals;
   std::vector<Literal*> donated_literals;
   std::vector<const LiteralData*> donated_data;
