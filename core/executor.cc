@@ -516,7 +516,10 @@ class Execution {
   // The root's value (a tuple stays one literal).
   Literal TakeResult() {
     Slot& root = slots_[graph_.root()->id()];
-    return root.owned.has_value() ? std::move(*root.owned) : *root.borrowed;
+    // Not a conditional expression: with a const lvalue on one side its result is a prvalue
+    // that clang copy-initializes, which copied the computed (perhaps donated) buffer.
+    if (root.owned.has_value()) return std::move(*root.owned);
+    return *root.borrowed;  // an argument or constant is the root: copied
   }
 
   std::vector<Literal> TakeOutputs() {
