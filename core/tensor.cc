@@ -195,42 +195,67 @@ absl::StatusOr<Literal> Tensor::ToLiteral() const {
 // ---------------------------------------------------------------------------------------------
 // Tracing, fingerprint and Sync.
 
+namespace {
+
+// Visits each node of the lazy DAG reachable from `outputs` once, operands before users, in one
+// fixed order: TraceGraph numbers the graph's parameters in it and KeyOfLazyGraph keys the cache
+// by it, so the two must walk alike. Iterative, so deep graphs (hundreds of layers) do not
+// overflow the stack. `done(node)` says whether `visit` has run for a node (each caller records
+// that in its own map); `visit(node)` returns false to stop the walk.
+template <typename Done, typename Visit>
+void ForEachInPostOrder(absl::Span<const Tensor> outputs, Done done, Visit visit) {
+  std::vector<std::pair<std::shared_ptr<LazyNode>, size_t>> stack;
+  for (const Tensor& out : outputs) {
+    stack.emplace_back(out.impl()->node, 0);
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (done(node.get())) {
+        stack.pop_back();
+        continue;
+      }
+      if (next < node->operands.size()) {
+        std::shared_ptr<LazyNode> child = node->operands[next++];
+        if (!done(child.get())) stack.emplace_back(std::move(child), 0);
+        continue;
+      }
+      if (!visit(node)) return;
+      stack.pop_back();
+    }
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<TracedGraph> TraceGraph(absl::Span<const Tensor> outputs, std::string name) {
   for (const Tensor& t : outputs) TESSEL_RETURN_IF_ERROR(t.status());
   TracedGraph traced;
   traced.graph = std::make_unique<Graph>(std::move(name));
   Graph& graph = *traced.graph;
   absl::flat_hash_map<const LazyNode*, Node*> lowered;
-  // Iterative post-order DFS so deep graphs (hundreds of layers) do not overflow the stack.
-  std::vector<std::pair<std::shared_ptr<LazyNode>, size_t>> stack;
-  for (const Tensor& out : outputs) {
-    stack.emplace_back(out.impl()->node, 0);
-    while (!stack.empty()) {
-      auto& [node, next] = stack.back();
-      if (lowered.contains(node.get())) {
-        stack.pop_back();
-        continue;
-      }
-      if (next < node->operands.size()) {
-        std::shared_ptr<LazyNode> child = node->operands[next++];
-        if (!lowered.contains(child.get())) stack.emplace_back(std::move(child), 0);
-        continue;
-      }
-      Node* n;
-      if (node->data != nullptr || node->placeholder) {
-        int64_t number = static_cast<int64_t>(traced.parameters.size());
-        TESSEL_ASSIGN_OR_RETURN(n, graph.AddParameter(number, node->shape));
-        traced.parameters.emplace_back(internal_lazy::MakeImpl(node));
-      } else {
-        std::vector<Node*> operands;
-        for (const auto& operand : node->operands) operands.push_back(lowered.at(operand.get()));
-        n = graph.AddNodeUnchecked(node->opcode, node->shape, std::move(operands), node->attrs);
-      }
-      n->set_sharding(node->sharding);
-      lowered[node.get()] = n;
-      stack.pop_back();
-    }
-  }
+  absl::Status error;
+  ForEachInPostOrder(
+      outputs, [&](const LazyNode* node) { return lowered.contains(node); },
+      [&](const std::shared_ptr<LazyNode>& node) {
+        Node* n;
+        if (node->data != nullptr || node->placeholder) {
+          int64_t number = static_cast<int64_t>(traced.parameters.size());
+          absl::StatusOr<Node*> parameter = graph.AddParameter(number, node->shape);
+          if (!parameter.ok()) {
+            error = parameter.status();
+            return false;
+          }
+          n = *parameter;
+          traced.parameters.emplace_back(internal_lazy::MakeImpl(node));
+        } else {
+          std::vector<Node*> operands;
+          for (const auto& operand : node->operands) operands.push_back(lowered.at(operand.get()));
+          n = graph.AddNodeUnchecked(node->opcode, node->shape, std::move(operands), node->attrs);
+        }
+        n->set_sharding(node->sharding);
+        lowered[node.get()] = n;
+        return true;
+      });
+  TESSEL_RETURN_IF_ERROR(error);
   if (outputs.size() == 1) {
     graph.set_root(lowered.at(outputs[0].impl()->node.get()));
   } else {
@@ -355,34 +380,23 @@ LazyGraphKey KeyOfLazyGraph(absl::Span<const Tensor> outputs) {
   LazyGraphKey result;
   WordHash h;
   absl::flat_hash_map<const LazyNode*, int64_t> position;
-  std::vector<std::pair<std::shared_ptr<LazyNode>, size_t>> stack;
-  for (const Tensor& out : outputs) {
-    stack.emplace_back(out.impl()->node, 0);
-    while (!stack.empty()) {
-      auto& [node, next] = stack.back();
-      if (position.contains(node.get())) {
-        stack.pop_back();
-        continue;
-      }
-      if (next < node->operands.size()) {
-        std::shared_ptr<LazyNode> child = node->operands[next++];
-        if (!position.contains(child.get())) stack.emplace_back(std::move(child), 0);
-        continue;
-      }
-      if (node->data != nullptr || node->placeholder) {
-        h.Int(-1).Int(node->placeholder);  // a graph parameter
-        result.parameters.push_back(node);
-      } else {
-        h.Int(static_cast<int64_t>(node->opcode)).Int(static_cast<int64_t>(node->operands.size()));
-        for (const auto& operand : node->operands) h.Int(position.at(operand.get()));
-        MixAttributes(node->opcode, node->attrs, h);
-      }
-      MixShape(node->shape, h);
-      h.Str(node->sharding);
-      position.emplace(node.get(), static_cast<int64_t>(position.size()));
-      stack.pop_back();
-    }
-  }
+  ForEachInPostOrder(
+      outputs, [&](const LazyNode* node) { return position.contains(node); },
+      [&](const std::shared_ptr<LazyNode>& node) {
+        if (node->data != nullptr || node->placeholder) {
+          h.Int(-1).Int(node->placeholder);  // a graph parameter
+          result.parameters.push_back(node);
+        } else {
+          h.Int(static_cast<int64_t>(node->opcode))
+              .Int(static_cast<int64_t>(node->operands.size()));
+          for (const auto& operand : node->operands) h.Int(position.at(operand.get()));
+          MixAttributes(node->opcode, node->attrs, h);
+        }
+        MixShape(node->shape, h);
+        h.Str(node->sharding);
+        position.emplace(node.get(), static_cast<int64_t>(position.size()));
+        return true;
+      });
   h.Int(static_cast<int64_t>(outputs.size()));
   for (const Tensor& out : outputs) h.Int(position.at(out.impl()->node.get()));
   result.key = h.value();
