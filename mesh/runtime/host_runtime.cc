@@ -143,7 +143,7 @@ struct HostRuntime::State {
   struct TraceEvent {
     int64_t device = 0;
     std::string name;
-    std::string category;  // "execute" or "collective"
+    std::string category;  // "execute", "collective" or "slot" (a compute slot's wait)
     std::chrono::steady_clock::time_point start, end;
     int64_t bytes = 0;
   };
@@ -467,6 +467,10 @@ class HostRuntime::Client final : public ComputationClient {
     auto run_device = [&](size_t l) {
       const auto device_start = std::chrono::steady_clock::now();
       s.slots->Acquire();
+      if (s.tracing && s.slots->slots() > 0) {
+        s.Record({devices[l], "compute-slot", "slot", device_start,
+                  std::chrono::steady_clock::now(), 0});
+      }
       absl::Cleanup release = [&] { s.slots->Release(); };
       absl::Cleanup record = [&] {
         if (s.tracing) {
@@ -687,7 +691,12 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
   s.collectives->set_observer([state](int64_t device, const char* op,
                                       std::chrono::steady_clock::time_point start,
                                       std::chrono::steady_clock::time_point end, int64_t bytes) {
-    if (state->tracing) state->Record({device, op, "collective", start, end, bytes});
+    if (state->tracing) {
+      // A compute slot's wait lies inside its collective's span: its own category, so that
+      // the collectives' time is not counted twice.
+      const bool slot = std::strcmp(op, "compute-slot") == 0;
+      state->Record({device, op, slot ? "slot" : "collective", start, end, bytes});
+    }
   });
   runtime->client_ = std::make_shared<Client>(runtime->state_.get());
   return runtime;

@@ -231,7 +231,10 @@ class HostRuntime {
       const transport::CollectiveStats& stats);
 
   // Timeline recording (off by default): while on, every execution of a program on a local
-  // device and every collective it calls is recorded with its wall start and duration.
+  // device (category "execute") and every collective it calls ("collective") is recorded with
+  // its wall start and duration, and with compute slots every wait for a slot ("slot", name
+  // "compute-slot": at the start of a run, and inside a collective's span after the transport
+  // returned), i.e. the time a device was ready to compute but queued for one of the cores.
   void EnableTracing(bool on);
   // Gathers every host's recorded events (a host-level collective: every host calls it at the
   // same point) and returns them on host 0 as a Chrome trace (core/trace_events.h; opens in

@@ -82,16 +82,40 @@ TEST(HostRuntimeTest, ShardedDotMatchesSingleDevice) {
   // The timeline: 2 executions on each of the 8 devices, and their collectives.
   nlohmann::json parsed = nlohmann::json::parse(trace);
   std::map<int64_t, int> executions;
+  // Per device: the spans of its executions, and its compute-slot waits.
+  std::map<int64_t, std::vector<std::pair<double, double>>> runs, slot_waits;
   int collectives = 0;
   for (const auto& e : parsed["traceEvents"]) {
     if (e["ph"] != "X") continue;
-    if (e["cat"] == "execute") ++executions[e["tid"].get<int64_t>()];
+    const int64_t device = e["tid"].get<int64_t>();
+    const double start = e["ts"].get<double>(), end = start + e["dur"].get<double>();
+    if (e["cat"] == "execute") {
+      ++executions[device];
+      runs[device].emplace_back(start, end);
+    }
     if (e["cat"] == "collective") ++collectives;
+    if (e["cat"] == "slot") {
+      EXPECT_EQ(e["name"], "compute-slot");
+      slot_waits[device].emplace_back(start, end);
+    }
     EXPECT_GE(e["dur"].get<double>(), 0);
   }
   EXPECT_EQ(executions.size(), 8u);
   for (const auto& [device, count] : executions) EXPECT_EQ(count, 2) << "device " << device;
   EXPECT_GT(collectives, 0);
+  // The default compute slots (at least 1 per host) are waited for at the start of every run
+  // and after every collective, inside the device's run.
+  EXPECT_EQ(slot_waits.size(), 8u);
+  for (const auto& [device, waits] : slot_waits) {
+    EXPECT_GE(waits.size(), 2u) << "device " << device;
+    for (const auto& [start, end] : waits) {
+      bool inside = false;
+      for (const auto& [run_start, run_end] : runs[device]) {
+        inside = inside || (start >= run_start - 1 && end <= run_end + 1);
+      }
+      EXPECT_TRUE(inside) << "device " << device << " slot wait at " << start;
+    }
+  }
   for (int64_t h = 0; h < topology.num_hosts(); ++h) {
     ASSERT_TRUE(statuses[h].ok()) << "host " << h << ": " << statuses[h];
     EXPECT_TRUE(AllClose(got_y[h], want_y, 1e-5, 1e-6)) << "host " << h;
