@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
 #include "tessel/core/environment.h"
 #include "tessel/core/executor.h"
@@ -70,6 +72,83 @@ void CopyBox(const Literal& src, const std::vector<int64_t>& src_start,
   }
 }
 
+// The threads that run a host's local devices: one per device but the first, which the caller
+// runs, started once and reused by every execution. Starting them per execution cost a thread
+// creation and exit per device and step, and each new thread began with a cold malloc cache
+// (glibc's per-thread tcache and arena binding) for buffers the executor allocates and frees
+// by the thousand per run.
+class DeviceThreads {
+ public:
+  // `count` devices; count - 1 threads. `persistent` false: Run starts and joins the threads at
+  // every call instead (the behaviour before; TESSEL_PERSISTENT_DEVICE_THREADS=0, for A/B).
+  DeviceThreads(size_t count, bool persistent) : count_(count), persistent_(persistent) {
+    if (!persistent_) return;
+    for (size_t l = 1; l < count_; ++l) threads_.emplace_back([this, l] { Loop(l); });
+  }
+  ~DeviceThreads() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    for (std::thread& t : threads_) t.join();
+  }
+  DeviceThreads(const DeviceThreads&) = delete;
+  DeviceThreads& operator=(const DeviceThreads&) = delete;
+
+  // Runs job(l) for every l in [0, count), l = 0 on the calling thread, and returns when every
+  // one has returned. One call at a time.
+  void Run(const std::function<void(size_t)>& job) {
+    if (!persistent_) {
+      std::vector<std::thread> threads;
+      for (size_t l = 1; l < count_; ++l) threads.emplace_back(job, l);
+      if (count_ > 0) job(0);
+      for (std::thread& t : threads) t.join();
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      job_ = &job;
+      pending_ = threads_.size();
+      ++generation_;
+    }
+    if (count_ > 0) job(0);
+    absl::MutexLock lock(&mu_);
+    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pending_ == 0; };
+    mu_.Await(absl::Condition(&done));
+    job_ = nullptr;
+  }
+
+ private:
+  void Loop(size_t l) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(size_t)>* job = nullptr;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || generation_ != seen;
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      (*job)(l);
+      absl::MutexLock lock(&mu_);
+      --pending_;
+    }
+  }
+
+  const size_t count_;
+  const bool persistent_;
+  absl::Mutex mu_;
+  const std::function<void(size_t)>* job_ ABSL_GUARDED_BY(mu_) = nullptr;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // one per Run
+  size_t pending_ ABSL_GUARDED_BY(mu_) = 0;       // threads still running this Run's job
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -120,7 +199,8 @@ struct HostRuntime::State {
   bool transpose_before_all_reduce = true;
   bool cse = true;
   std::unique_ptr<CommunicatorCollectives> collectives;
-  std::unique_ptr<ComputeSlots> slots;  // set by Create
+  std::unique_ptr<ComputeSlots> slots;            // set by Create
+  std::unique_ptr<DeviceThreads> device_threads;  // set by Create
 
   std::optional<Simulator> simulator;  // absent when the topology cannot be costed
 
@@ -505,10 +585,7 @@ class HostRuntime::Client final : public ComputationClient {
       runs.seconds[l] = SecondsSince(device_start);
     };
     const auto start = std::chrono::steady_clock::now();
-    std::vector<std::thread> threads;
-    for (size_t l = 1; l < num_local; ++l) threads.emplace_back(run_device, l);
-    if (num_local > 0) run_device(0);
-    for (std::thread& t : threads) t.join();
+    s.device_threads->Run(run_device);
     s.metrics.execute_seconds += SecondsSince(start);
     return runs;
   }
@@ -680,6 +757,11 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
         absl::StrCat("HostRuntimeOptions::combine_all_reduce_bytes must be >= 0 (0: off), got ",
                      s.combiner.threshold_bytes));
   }
+  TESSEL_ASSIGN_OR_RETURN(std::optional<bool> persistent,
+                          GetBoolEnv("TESSEL_PERSISTENT_DEVICE_THREADS"));
+  s.device_threads = std::make_unique<DeviceThreads>(
+      communicator->local_device_ids().size(),
+      s.options.persistent_device_threads.value_or(persistent.value_or(true)));
   s.collectives = std::make_unique<CommunicatorCollectives>(communicator);
   s.collectives->set_compute_slots(s.slots.get());
   if (absl::StatusOr<Simulator> simulator = Simulator::Create(topology); simulator.ok()) {

@@ -38,7 +38,9 @@
 // predicted step time on the topology's hardware (e.g. TPU v4), reported next to wall time.
 //
 // Thread model: one runtime per host process (or per host thread in single-process tests with
-// InProcTransport); its client is used from one thread at a time.
+// InProcTransport); its client is used from one thread at a time. The runtime keeps one thread
+// per local device but the first (which the calling thread runs) for its lifetime
+// (HostRuntimeOptions::persistent_device_threads).
 #ifndef TESSEL_MESH_HOST_RUNTIME_H_
 #define TESSEL_MESH_HOST_RUNTIME_H_
 
@@ -168,6 +170,12 @@ struct HostRuntimeOptions {
   // (partitioner::CseConstantsAndBroadcasts). nullopt (the default): the environment variable
   // TESSEL_PROGRAM_CSE (a boolean) if set, else true. Errors from Create: as above.
   std::optional<bool> cse;
+  // Whether the threads that run the local devices are started once, with the runtime, and
+  // reused by every execution (true), or started and joined at every execution (false, the
+  // behaviour before; for A/B timing). nullopt (the default): the environment variable
+  // TESSEL_PERSISTENT_DEVICE_THREADS (a boolean) if set, else true. Errors from Create:
+  // kInvalidArgument for a value that is not a boolean.
+  std::optional<bool> persistent_device_threads;
 };
 
 // The passes' settings the environment gives (unset variables: nullopt), as HostRuntime::Create
