@@ -263,6 +263,24 @@ TEST(HostRuntimeTest, MlpTrainingMatchesSingleDeviceWithoutComputeSlots) {
   ExpectMlpTrainingMatchesSingleDevice(options);
 }
 
+// Device threads started and joined at every execution (the behaviour before they were kept)
+// compute the same; a malformed TESSEL_PERSISTENT_DEVICE_THREADS is refused by Create.
+TEST(HostRuntimeTest, MlpTrainingMatchesSingleDeviceWithDeviceThreadsPerExecution) {
+  HostRuntimeOptions options;
+  options.persistent_device_threads = false;
+  ExpectMlpTrainingMatchesSingleDevice(options);
+  const Topology topology = MainTopology();
+  auto job =
+      transport::InProcTransport::Create(topology.num_hosts(), DeviceMapOf(topology)).value();
+  setenv("TESSEL_PERSISTENT_DEVICE_THREADS", "sometimes", 1);
+  absl::StatusOr<std::unique_ptr<HostRuntime>> made = HostRuntime::Create(topology, &job->host(0));
+  unsetenv("TESSEL_PERSISTENT_DEVICE_THREADS");
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(made.status().message().find("TESSEL_PERSISTENT_DEVICE_THREADS"), std::string::npos)
+      << made.status();
+}
+
 // HostRuntimeOptions::compute_slots, else TESSEL_COMPUTE_SLOTS, else the default share of the
 // cores; bad values are refused by Create with the value named.
 TEST(HostRuntimeTest, ComputeSlotsFromOptionsEnvironmentOrDefault) {
