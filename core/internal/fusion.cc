@@ -437,7 +437,10 @@ void GatherBroadcast(const std::byte* src, std::byte* dst, absl::Span<const int6
   for (int64_t i = 0; i < len;) {
     const int64_t run = std::min(out_dims[last] - index[last], len - i);
     if (inner_stride == 0) {
-      for (int64_t t = 0; t < run; ++t) out[i + t] = in[offset];
+      // The element read once: `in` may alias `out` as far as the compiler knows, which kept
+      // this loop a load and a store per element.
+      const Element element = in[offset];
+      for (int64_t t = 0; t < run; ++t) out[i + t] = element;
     } else {
       for (int64_t t = 0; t < run; ++t) out[i + t] = in[offset + t * inner_stride];
     }
@@ -468,9 +471,33 @@ void GatherBroadcastAny(int64_t width, const std::byte* src, std::byte* dst,
   }
 }
 
-// Fills `len` elements of `width` bytes with the element at `value`.
+template <int kWidth>
+void FillTyped(const std::byte* value, std::byte* dst, int64_t len) {
+  struct Element {
+    std::byte bytes[kWidth];
+  };
+  Element element;
+  std::memcpy(&element, value, kWidth);
+  Element* out = reinterpret_cast<Element*>(dst);
+  for (int64_t i = 0; i < len; ++i) out[i] = element;
+}
+
+// Fills `len` elements of `width` bytes with the element at `value`. By element type: a
+// memcpy call per element was about 4% of a small training step (a block per scalar operand
+// of every fusion run).
 void Fill(const std::byte* value, int64_t width, std::byte* dst, int64_t len) {
-  for (int64_t i = 0; i < len; ++i) std::memcpy(dst + i * width, value, width);
+  switch (width) {
+    case 1:
+      return FillTyped<1>(value, dst, len);
+    case 2:
+      return FillTyped<2>(value, dst, len);
+    case 4:
+      return FillTyped<4>(value, dst, len);
+    case 8:
+      return FillTyped<8>(value, dst, len);
+    default:
+      for (int64_t i = 0; i < len; ++i) std::memcpy(dst + i * width, value, width);
+  }
 }
 
 // How one instruction gets its block of values.
