@@ -714,15 +714,17 @@ TEST(ExecutorTernaryTest, ClampWithScalarAndArrayBounds) {
 
 TEST(ExecutorDataMovementTest, Iota) {
   for (DType dtype : {DType::kS32, DType::kU8, DType::kF32, DType::kBF16, DType::kS64}) {
-    for (const std::vector<int64_t>& dims :
-         std::vector<std::vector<int64_t>>{{7}, {3, 5}, {2, 0, 3}, {2, 3, 4, 5}}) {
+    for (const std::vector<int64_t>& dims : std::vector<std::vector<int64_t>>{
+             {7}, {3, 5}, {2, 0, 3}, {2, 3, 4, 5}, {5, 30011}, {3, 9001, 2}}) {
+      // The large ones are split over threads at rows that are not multiples of the iota dim.
       for (int64_t d = 0; d < static_cast<int64_t>(dims.size()); ++d) {
         Shape shape(dtype, dims);
+        if (dtype == DType::kU8 && shape.num_elements() > 1000) continue;  // indices past 255
         Graph g;
         OpAttributes attrs;
         attrs.iota_dimension = d;
         ASSERT_TRUE(g.AddNode(Opcode::kIota, shape, {}, attrs).ok());
-        std::vector<Literal> out = Executor().Run(g, {}).value();
+        std::vector<Literal> out = Executor(ExecutorOptions{4}).Run(g, {}).value();
         Literal want(shape);
         for (int64_t i = 0; i < want.num_elements(); ++i) {
           want.SetFromDouble(i, Unravel(i, dims)[d]);
@@ -1030,7 +1032,8 @@ template <typename T>
 void CheckReduce(const std::vector<ReduceKind>& kinds, uint32_t seed) {
   const std::vector<std::pair<std::vector<int64_t>, std::vector<std::vector<int64_t>>>> cases = {
       {{7, 13}, {{}, {0}, {1}, {0, 1}, {1, 0}}},
-      {{2, 3, 4, 5}, {{1, 3}, {0, 2, 3}, {0, 1, 2, 3}, {3}, {0}, {2}}},
+      {{2, 3, 4, 5}, {{1, 3}, {0, 2, 3}, {0, 1, 2, 3}, {3}, {0}, {2}, {0, 2}, {1, 2}, {2, 3}}},
+      {{3, 0, 5}, {{2}, {1, 2}}},  // an empty reduced dim before a run: init only
       {{}, {{}}},
       {{0, 4}, {{0}, {1}}},
       {{130, 3}, {{1}, {0}}},  // more than one block of accumulators per row

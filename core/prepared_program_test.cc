@@ -17,6 +17,7 @@
 #include "tessel/core/executor.h"
 #include "tessel/core/graph.h"
 #include "tessel/core/hlo_text.h"
+#include "tessel/core/internal/fusion.h"
 #include "tessel/core/literal.h"
 #include "tessel/core/tensor.h"
 
@@ -282,6 +283,39 @@ TEST(PreparedProgramTest, SharedByThreadsRunningAtOnce) {
   }
   for (std::thread& thread : threads) thread.join();
   for (int t = 0; t < kThreads; ++t) {
+    ASSERT_EQ(got[t].size(), expected[t].size());
+    for (size_t o = 0; o < got[t].size(); ++o) EXPECT_EQ(got[t][o], expected[t][o]) << t;
+  }
+}
+
+TEST(PreparedProgramTest, FusionsAreCompiledOnceAndSharedByRunsAndDevices) {
+  std::unique_ptr<Graph> g = ParseHloModule(kStep).value();
+  const Executor preparer;
+  constexpr int kThreads = 4;
+  std::vector<std::vector<Literal>> expected;
+  for (int t = 0; t < kThreads; ++t) {
+    expected.push_back(preparer.Run(*g, StepArguments(30 + t)).value());  // compiles its own
+  }
+  const int64_t before = internal::CompiledFusionCount();
+  std::shared_ptr<const PreparedProgram> program = preparer.Prepare(*g).value();
+  const int64_t prepared = internal::CompiledFusionCount();
+  EXPECT_GT(prepared, before);  // the step has fusions, compiled by Prepare
+  std::vector<std::vector<Literal>> got(kThreads);
+  std::vector<ExecutionStats> stats(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const Executor device({.num_threads = 1, .device_id = t});
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        got[t] = device.Run(*program, StepArguments(30 + t), &stats[t]).value();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  // 12 runs with fusions, no compilation: every run bound its buffers to the compiled loops.
+  EXPECT_EQ(internal::CompiledFusionCount(), prepared);
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_GT(stats[t].fusions, 0);
     ASSERT_EQ(got[t].size(), expected[t].size());
     for (size_t o = 0; o < got[t].size(); ++o) EXPECT_EQ(got[t][o], expected[t][o]) << t;
   }

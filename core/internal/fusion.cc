@@ -18,6 +18,8 @@
 namespace tessel::internal {
 namespace {
 
+std::atomic<int64_t> compiled_fusions{0};
+
 // The elementwise ops ElementwiseOnBuffers computes: all of core's elementwise opcodes but
 // bitcast-convert and reduce-precision, which have kernels of their own.
 bool IsElementwiseOp(Opcode opcode) {
@@ -339,6 +341,9 @@ std::vector<int> PlanDotUpdates(const Graph& graph, const std::vector<bool>& rea
   return update_users;
 }
 
+// Fills Fusion::compiled of every fusion of `plan` (defined with the fused loop below).
+void CompileFusions(FusionPlan& plan);
+
 }  // namespace
 
 FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable) {
@@ -396,8 +401,11 @@ FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable) {
       plan.absorbed[id] = true;
     }
   }
+  CompileFusions(plan);
   return plan;
 }
+
+int64_t CompiledFusionCount() { return compiled_fusions.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -429,7 +437,10 @@ void GatherBroadcast(const std::byte* src, std::byte* dst, absl::Span<const int6
   for (int64_t i = 0; i < len;) {
     const int64_t run = std::min(out_dims[last] - index[last], len - i);
     if (inner_stride == 0) {
-      for (int64_t t = 0; t < run; ++t) out[i + t] = in[offset];
+      // The element read once: `in` may alias `out` as far as the compiler knows, which kept
+      // this loop a load and a store per element.
+      const Element element = in[offset];
+      for (int64_t t = 0; t < run; ++t) out[i + t] = element;
     } else {
       for (int64_t t = 0; t < run; ++t) out[i + t] = in[offset + t * inner_stride];
     }
@@ -460,9 +471,33 @@ void GatherBroadcastAny(int64_t width, const std::byte* src, std::byte* dst,
   }
 }
 
-// Fills `len` elements of `width` bytes with the element at `value`.
+template <int kWidth>
+void FillTyped(const std::byte* value, std::byte* dst, int64_t len) {
+  struct Element {
+    std::byte bytes[kWidth];
+  };
+  Element element;
+  std::memcpy(&element, value, kWidth);
+  Element* out = reinterpret_cast<Element*>(dst);
+  for (int64_t i = 0; i < len; ++i) out[i] = element;
+}
+
+// Fills `len` elements of `width` bytes with the element at `value`. By element type: a
+// memcpy call per element was about 4% of a small training step (a block per scalar operand
+// of every fusion run).
 void Fill(const std::byte* value, int64_t width, std::byte* dst, int64_t len) {
-  for (int64_t i = 0; i < len; ++i) std::memcpy(dst + i * width, value, width);
+  switch (width) {
+    case 1:
+      return FillTyped<1>(value, dst, len);
+    case 2:
+      return FillTyped<2>(value, dst, len);
+    case 4:
+      return FillTyped<4>(value, dst, len);
+    case 8:
+      return FillTyped<8>(value, dst, len);
+    default:
+      for (int64_t i = 0; i < len; ++i) std::memcpy(dst + i * width, value, width);
+  }
 }
 
 // How one instruction gets its block of values.
@@ -474,9 +509,11 @@ enum class Step {
   kFolded,           // multiply by a scalar, computed inside its one user's loop (not stored)
 };
 
-// What RunFusion derives from a Fusion before the loop.
-struct Program {
-  const Fusion* fusion = nullptr;
+}  // namespace
+
+// What the fused loop derives from a Fusion alone (shapes, ops, the precompiled loops): built
+// once by PlanFusion, so a prepared program's runs (on any thread or device) only bind buffers.
+struct CompiledFusion {
   std::vector<Step> steps;
   std::vector<int64_t> widths;                // bytes per element of each instruction
   std::vector<std::vector<int64_t>> strides;  // kGather: operand stride per output dim
@@ -487,15 +524,18 @@ struct Program {
   // Per instruction: its value is one element for every position (a scalar broadcast, or a
   // reshape of one), which a precompiled loop may read as that element.
   std::vector<bool> scalar_value;
-  // Per instruction: the buffer it writes its blocks into directly (an output), or null.
-  std::vector<std::byte*> output;
+  // Per instruction: the output (0 the root, 1 + e extra output e) whose buffer it writes its
+  // blocks into directly, or -1.
+  std::vector<int> output_of;
   // Per kOp instruction and operand (binary ops): the operand is a folded multiply; read the
   // block of `folded_source` times the element of instruction `folded_scale` (-1: not folded).
   std::vector<std::array<int, 2>> folded_source;
   std::vector<std::array<int, 2>> folded_scale;
-  // The root's buffer; the root's block is copied there when no instruction wrote it directly.
-  std::byte* root_output = nullptr;
 };
+
+namespace {
+
+using Program = CompiledFusion;
 
 // The instruction that may write its blocks straight into the root's buffer: the root, or,
 // when the root only reshapes (kAlias) the last op of the fusion, that op (no copy of the
@@ -522,8 +562,7 @@ int RootWriter(const Fusion& fusion, const std::vector<Step>& steps) {
 // a precompiled binary loop (ChooseScaledBlockLoop): the product is computed in the user's loop
 // and never stored. The multiply must not be an output, be read once in the fusion, and not
 // itself read a folded value (its block operand is then computed or a leaf).
-void FoldScalings(Program& program) {
-  const Fusion& fusion = *program.fusion;
+void FoldScalings(const Fusion& fusion, Program& program) {
   const int num = static_cast<int>(fusion.instructions.size());
   program.folded_source.assign(num, {-1, -1});
   program.folded_scale.assign(num, {-1, -1});
@@ -536,7 +575,7 @@ void FoldScalings(Program& program) {
   for (int i = 0; i < num - 1; ++i) {
     const FusedInstruction& multiply = fusion.instructions[i];
     if (program.steps[i] != Step::kOp || program.loops[i].run == nullptr ||
-        multiply.node->opcode() != Opcode::kMultiply || program.output[i] != nullptr ||
+        multiply.node->opcode() != Opcode::kMultiply || program.output_of[i] >= 0 ||
         reads[i] != 1 || program.folded_scale[i][0] >= 0 || program.folded_scale[i][1] >= 0) {
       continue;
     }
@@ -570,15 +609,13 @@ void FoldScalings(Program& program) {
   }
 }
 
-Program Compile(const Fusion& fusion, absl::Span<const Literal* const> leaves,
-                std::vector<Literal>& outputs) {
+Program Compile(const Fusion& fusion) {
   Program program;
-  program.fusion = &fusion;
   const int64_t count = fusion.root->shape().num_elements();
   const int num = static_cast<int>(fusion.instructions.size());
   program.loops.resize(num);
   program.scalar_value.assign(num, false);
-  program.output.assign(num, nullptr);
+  program.output_of.assign(num, -1);
   for (int i = 0; i < num; ++i) {
     const FusedInstruction& instruction = fusion.instructions[i];
     const Node& node = *instruction.node;
@@ -612,19 +649,25 @@ Program Compile(const Fusion& fusion, absl::Span<const Literal* const> leaves,
       program.loops[i] = ChooseBlockLoop(node, scalar);
     }
   }
-  for (const Literal* leaf : leaves) {
-    program.scalar_leaf.push_back(leaf->num_elements() != count);
+  for (const Node* leaf : fusion.leaves) {
+    program.scalar_leaf.push_back(leaf->shape().num_elements() != count);
     program.leaf_widths.push_back(ByteWidth(leaf->shape().dtype()));
   }
-  program.root_output = outputs[0].raw_data();
   for (size_t e = 0; e < fusion.extra_outputs.size(); ++e) {
-    program.output[fusion.extra_outputs[e]] = outputs[e + 1].raw_data();
+    program.output_of[fusion.extra_outputs[e]] = static_cast<int>(e) + 1;
   }
   if (const int writer = RootWriter(fusion, program.steps); writer >= 0) {
-    program.output[writer] = program.root_output;
+    program.output_of[writer] = 0;
   }
-  FoldScalings(program);
+  FoldScalings(fusion, program);
+  compiled_fusions.fetch_add(1, std::memory_order_relaxed);
   return program;
+}
+
+void CompileFusions(FusionPlan& plan) {
+  for (Fusion& fusion : plan.fusions) {
+    fusion.compiled = std::make_shared<const CompiledFusion>(Compile(fusion));
+  }
 }
 
 // Scratch of the calling thread for RunChunk, 64-byte aligned like Literal buffers: Eigen's
@@ -655,9 +698,14 @@ void Prefetch(const std::byte* data, int64_t bytes, bool write) {
 }
 
 // Runs the fused loop over output elements [begin, end).
-absl::Status RunChunk(const Program& program, absl::Span<const Literal* const> leaves,
+absl::Status RunChunk(const Fusion& fusion, const Program& program,
+                      absl::Span<const Literal* const> leaves, absl::Span<std::byte* const> outputs,
                       int64_t begin, int64_t end) {
-  const Fusion& fusion = *program.fusion;
+  // Per instruction: the output buffer it writes directly, or null.
+  absl::InlinedVector<std::byte*, 32> output(program.output_of.size(), nullptr);
+  for (size_t i = 0; i < output.size(); ++i) {
+    if (program.output_of[i] >= 0) output[i] = outputs[program.output_of[i]];
+  }
   const int num = static_cast<int>(fusion.instructions.size());
   const int root = num - 1;
   // Scratch: one block per instruction and per scalar leaf; scalar ones filled here once.
@@ -693,8 +741,8 @@ absl::Status RunChunk(const Program& program, absl::Span<const Literal* const> l
         Prefetch(leaves[l]->raw_data() + ahead * width, ahead_len * width, /*write=*/false);
       }
       for (int i = 0; i < num; ++i) {
-        if (program.output[i] == nullptr) continue;
-        Prefetch(program.output[i] + ahead * program.widths[i], ahead_len * program.widths[i],
+        if (output[i] == nullptr) continue;
+        Prefetch(output[i] + ahead * program.widths[i], ahead_len * program.widths[i],
                  /*write=*/true);
       }
     }
@@ -724,8 +772,8 @@ absl::Status RunChunk(const Program& program, absl::Span<const Literal* const> l
           break;
         }
         case Step::kOp: {
-          std::byte* dst = program.output[i] != nullptr ? program.output[i] + b * program.widths[i]
-                                                        : instruction_scratch(i);
+          std::byte* dst =
+              output[i] != nullptr ? output[i] + b * program.widths[i] : instruction_scratch(i);
           if (const BlockLoop& loop = program.loops[i]; loop.run != nullptr) {
             const std::byte* args[4] = {nullptr, nullptr, nullptr, nullptr};
             for (size_t k = 0; k < instruction.operands.size(); ++k) {
@@ -752,7 +800,7 @@ absl::Status RunChunk(const Program& program, absl::Span<const Literal* const> l
         }
       }
     }
-    std::byte* dst = program.root_output + b * program.widths[root];
+    std::byte* dst = outputs[0] + b * program.widths[root];
     if (value[root] != dst) std::memmove(dst, value[root], len * program.widths[root]);
   }
   return absl::OkStatus();
@@ -776,13 +824,16 @@ absl::StatusOr<std::vector<Literal>> RunFusion(const KernelContext& ctx, const F
   for (const Literal*& input : inputs) {
     if (input == donated) input = &outputs[0];
   }
-  const Program program = Compile(fusion, inputs, outputs);
+  TESSEL_CHECK(fusion.compiled != nullptr);  // PlanFusion compiles every fusion it plans
+  const Program& program = *fusion.compiled;
+  absl::InlinedVector<std::byte*, 4> buffers;
+  for (Literal& output : outputs) buffers.push_back(output.raw_data());
   std::mutex mu;
   absl::Status first_error;
   std::atomic<bool> failed{false};
   ParallelFor(ctx, shape.num_elements(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
     if (failed.load(std::memory_order_relaxed)) return;
-    absl::Status status = RunChunk(program, inputs, begin, end);
+    absl::Status status = RunChunk(fusion, program, inputs, buffers, begin, end);
     if (!status.ok()) {
       std::lock_guard<std::mutex> lock(mu);
       if (first_error.ok()) first_error = status;

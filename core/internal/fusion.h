@@ -58,6 +58,7 @@
 #define TESSEL_CORE_INTERNAL_FUSION_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -88,6 +89,10 @@ struct FusedInstruction {
   std::vector<int> operands;
 };
 
+// What the fused loop needs besides the buffers (per instruction: how it gets its block, the
+// precompiled loop, which output it writes), derived from the Fusion alone; fusion.cc.
+struct CompiledFusion;
+
 // One loop fusion (XLA kLoop): `instructions` in topological order, the last one the root.
 struct Fusion {
   const Node* root = nullptr;
@@ -100,6 +105,10 @@ struct Fusion {
   // Per leaf: read only at the output's own linear index (never through a broadcast, never a
   // scalar read for every element), so the output may be written into its buffer.
   std::vector<bool> leaf_elementwise;
+  // Set by PlanFusion: the loop compiled once, shared by every run of the plan on any thread
+  // (a prepared program's runs only bind their buffers to it; XLA compiles a fusion once per
+  // executable as well).
+  std::shared_ptr<const CompiledFusion> compiled;
 };
 
 // A dot computed on other nodes than its graph operands (transpose folding, above): the dot
@@ -140,15 +149,20 @@ struct FusionPlan {
 // Plans loop fusions and transpose folding over the nodes of `graph` marked in `reachable` (indexed
 // by node id). Never fails: a node the fused loop cannot compute (an op an element type has no
 // meaning for) stays unfused, so the executor reports its error as before.
+// Every fusion of the plan is compiled here (Fusion::compiled), not at each RunFusion.
 [[nodiscard]] FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable);
 
-// Computes `fusion` with `leaves[i]` the value of fusion.leaves[i]; returns the root's value
-// followed by the value of each of fusion.extra_outputs, in that order (each with its node's
-// shape). `donated`, if not null, has the root's shape and the root is written into its buffer
-// (it is moved into the result): the value of a leaf marked leaf_elementwise that is dead after
-// this fusion, and then it is also that leaf's entry in `leaves` (each element is read before
-// the same element is written). Errors: kInvalidArgument as ElementwiseOnBuffers (PlanFusion
-// keeps such nodes out of fusions).
+// Fusions compiled (by PlanFusion) since the process started: a prepared program's runs add
+// none (core/prepared_program_test.cc counts them).
+[[nodiscard]] int64_t CompiledFusionCount();
+
+// Computes `fusion` (compiled by PlanFusion) with `leaves[i]` the value of fusion.leaves[i];
+// returns the root's value followed by the value of each of fusion.extra_outputs, in that order
+// (each with its node's shape). `donated`, if not null, has the root's shape and the root is
+// written into its buffer (it is moved into the result): the value of a leaf marked
+// leaf_elementwise that is dead after this fusion, and then it is also that leaf's entry in
+// `leaves` (each element is read before the same element is written). Errors: kInvalidArgument as
+// ElementwiseOnBuffers (PlanFusion keeps such nodes out of fusions).
 [[nodiscard]] absl::StatusOr<std::vector<Literal>> RunFusion(
     const KernelContext& ctx, const Fusion& fusion, absl::Span<const Literal* const> leaves,
     Literal* donated);

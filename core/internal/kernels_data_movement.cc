@@ -184,9 +184,17 @@ Literal Iota(const KernelContext& ctx, const Shape& shape, int64_t iota_dimensio
     const int64_t rows = outer * size;
     ParallelFor(ctx, rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(inner, 1)),
                 [&](int64_t begin, int64_t end) {
+                  // The index advances with the row (one division per chunk, not per row: an
+                  // iota over the last dim has one element per row).
+                  int64_t k = begin % size;
                   for (int64_t row = begin; row < end; ++row) {
-                    T v = StoreAs<T>(static_cast<ComputeT<T>>(row % size));
-                    std::fill(dst + row * inner, dst + (row + 1) * inner, v);
+                    T v = StoreAs<T>(static_cast<ComputeT<T>>(k));
+                    if (inner == 1) {
+                      dst[row] = v;
+                    } else {
+                      std::fill(dst + row * inner, dst + (row + 1) * inner, v);
+                    }
+                    if (++k == size) k = 0;
                   }
                 });
   });
