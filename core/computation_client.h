@@ -46,6 +46,9 @@ class DeviceData {
   virtual const std::string& sharding() const;
   // Bytes this process holds for the value (all local pieces, padding included).
   virtual int64_t local_bytes() const = 0;
+  // True once an execution consumed this value as a donated argument (ExecuteDonated): its
+  // buffers are gone and it must not be read. Always false for data a client never consumes.
+  virtual bool donated() const { return false; }
 };
 
 // A whole value in this process's memory: what Tensor::FromLiteral makes and what the default
@@ -64,7 +67,7 @@ class LiteralData final : public DeviceData {
   // shared as shared_ptr<const DeviceData>; a donated value has no other holder to see it change.
   Literal* literal_for_donation() const { return &value_; }
   void MarkDonated() const { donated_ = true; }
-  bool donated() const { return donated_; }
+  bool donated() const override { return donated_; }
 
  private:
   Shape shape_;
@@ -91,10 +94,11 @@ class ComputationClient {
   // Execute where the caller gives up the arguments with `donated[i]` true (one flag per
   // argument): it holds no other reference to them and will never read them again, so the
   // client may write outputs into their buffers (XLA input_output_alias, JAX donate_argnums,
-  // torch_xla's parameter aliasing). A client that consumes a donated LiteralData calls its
-  // MarkDonated(), even when the execution then fails; one that did not consume it leaves it
-  // intact. Results equal Execute's. The default ignores `donated` and calls Execute.
-  // Errors: as Execute; kInvalidArgument if `donated` has not one flag per argument.
+  // torch_xla's parameter aliasing). A client that consumes a donated value (a LiteralData, or
+  // its own data type) marks it so that its donated() is true, even when the execution then
+  // fails; one that did not consume it leaves it intact. Results equal Execute's. The default
+  // ignores `donated` and calls Execute. Errors: as Execute; kInvalidArgument if `donated` has not
+  // one flag per argument.
   [[nodiscard]] virtual absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>>
   ExecuteDonated(const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
                  absl::Span<const std::shared_ptr<const DeviceData>> arguments,

@@ -454,8 +454,10 @@ std::vector<bool> ParametersDeadAfterSync(absl::Span<const Tensor> pending,
 }
 
 // Moves into `arguments` the values of the parameters that may be donated to the execution
-// (dead after this Sync, whole array literals of the local client held by their leaf alone) and
-// clears their leaves' data; returns the donation flags. TESSEL_DONATE_PARAMS=0 donates none.
+// (dead after this Sync, arrays held by their leaf alone: a whole literal of the local client or
+// a multi-device client's value, e.g. mesh::ShardedData) and clears their leaves' data; returns
+// the donation flags. The client decides which of them it consumes. TESSEL_DONATE_PARAMS=0
+// donates none.
 absl::StatusOr<std::vector<bool>> DonateArguments(
     absl::Span<const Tensor> pending, absl::Span<const std::shared_ptr<LazyNode>> parameters,
     std::vector<std::shared_ptr<const DeviceData>>& arguments) {
@@ -466,8 +468,7 @@ absl::StatusOr<std::vector<bool>> DonateArguments(
   std::vector<bool> candidate(arguments.size(), false);
   for (size_t i = 0; i < arguments.size(); ++i) {
     const LazyNode& leaf = *parameters[i];
-    candidate[i] = leaf.data.use_count() == 2 && !leaf.data->shape().is_tuple() &&
-                   dynamic_cast<const LiteralData*>(leaf.data.get()) != nullptr;
+    candidate[i] = leaf.data.use_count() == 2 && !leaf.data->shape().is_tuple();
   }
   if (std::find(candidate.begin(), candidate.end(), true) == candidate.end()) return donated;
   const std::vector<bool> dead = ParametersDeadAfterSync(pending, parameters);
@@ -584,8 +585,7 @@ absl::Status Sync(absl::Span<const Tensor> tensors) {
     bool consumed = false;
     for (size_t i = 0; i < donated.size(); ++i) {
       if (!donated[i]) continue;
-      const auto* data = dynamic_cast<const LiteralData*>(arguments[i].get());
-      if (data != nullptr && data->donated()) {
+      if (arguments[i]->donated()) {
         consumed = true;
       } else {
         parameters[i]->data = arguments[i];

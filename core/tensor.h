@@ -106,9 +106,10 @@ class Tensor {
 // Donation (torch_xla's parameter aliasing, XLA input_output_alias, JAX donate_argnums): a
 // graph input that nothing can read after the Sync (the old value of a tensor the step
 // replaced, `p = p - lr * g`, when no other tensor, pending tensor left out of the Sync, or
-// caller of device_data() still holds it) is donated to the execution, and the local client's
-// executor writes an output into its buffer where it can (the optimizer's new parameters and
-// moments into the old ones). Results are bitwise those without donation.
+// caller of device_data() still holds it) is donated to the execution, and the client's
+// executor (the local client's, or each device's in mesh::HostRuntime) writes an output into its
+// buffer where it can (the optimizer's new parameters and moments into the old ones). Results
+// are bitwise those without donation.
 // TESSEL_DONATE_PARAMS=0 (or false, no, off) turns donation off for A/B runs.
 // Errors: the first errored live tensor's status; kInvalidArgument for a TESSEL_DONATE_PARAMS
 // that is not a boolean; or the executor's error: no tensor changes then, except when the

@@ -29,23 +29,6 @@ Split3 SplitAround(const Shape& shape, int64_t dim) {
   return s;
 }
 
-// Gives the calling device's compute slot back while it waits in the transport, and takes one
-// again before it returns to its kernels (ComputeSlots: a waiting device holds no core).
-class SlotYield {
- public:
-  explicit SlotYield(ComputeSlots* slots) : slots_(slots) {
-    if (slots_ != nullptr) slots_->Release();
-  }
-  ~SlotYield() {
-    if (slots_ != nullptr) slots_->Acquire();
-  }
-  SlotYield(const SlotYield&) = delete;
-  SlotYield& operator=(const SlotYield&) = delete;
-
- private:
-  ComputeSlots* slots_;
-};
-
 // True when only size-1 dims precede `dim` (or the array is empty): the array laid out with
 // `dim` first has the same bytes, so a collective along `dim` runs on the buffers as they are.
 bool IsLeading(const Shape& shape, int64_t dim) {
@@ -110,6 +93,30 @@ Split3 MemberChunks(const Shape& full_shape, int64_t dim, int64_t members) {
 
 }  // namespace
 
+// Gives the calling device's compute slot back while it waits in the transport, and takes one
+// again before it returns to its kernels (ComputeSlots: a waiting device holds no core). The
+// wait for the slot is reported to the observer as "compute-slot": with more device threads
+// than slots it is queueing for a core, which a timeline must not count as the transport's.
+class CommunicatorCollectives::SlotYield {
+ public:
+  SlotYield(const CommunicatorCollectives& owner, int64_t device_id)
+      : owner_(owner), device_id_(device_id) {
+    if (owner_.slots_ != nullptr) owner_.slots_->Release();
+  }
+  ~SlotYield() {
+    if (owner_.slots_ == nullptr) return;
+    const auto start = std::chrono::steady_clock::now();
+    owner_.slots_->Acquire();
+    if (owner_.slots_->slots() > 0) owner_.Observe(device_id_, "compute-slot", start, 0);
+  }
+  SlotYield(const SlotYield&) = delete;
+  SlotYield& operator=(const SlotYield&) = delete;
+
+ private:
+  const CommunicatorCollectives& owner_;
+  int64_t device_id_;
+};
+
 Literal MoveDimToFront(const Literal& value, int64_t dim) {
   TESSEL_CHECK(!value.shape().is_tuple() && dim >= 0 && dim < value.shape().rank());
   const Split3 s = SplitAround(value.shape(), dim);
@@ -150,7 +157,7 @@ absl::StatusOr<Literal> CommunicatorCollectives::AllReduce(int64_t device_id, co
   }
   Literal out = Literal::Uninitialized(input.shape());
   {
-    const SlotYield yield(slots_);
+    const SlotYield yield(*this, device_id);
     TESSEL_RETURN_IF_ERROR(comm_->AllReduce(device_id, groups, kind, input.shape().dtype(),
                                             input.raw_data(), out.raw_data(),
                                             input.num_elements()));
@@ -173,7 +180,7 @@ absl::StatusOr<Literal> CommunicatorCollectives::AllGather(int64_t device_id, co
     // writes the result, no copy around it.
     Literal result = Literal::Uninitialized(out_shape);
     {
-      const SlotYield yield(slots_);
+      const SlotYield yield(*this, device_id);
       TESSEL_RETURN_IF_ERROR(comm_->AllGather(device_id, groups, input.shape().dtype(),
                                               input.raw_data(), result.raw_data(),
                                               input.num_elements()));
@@ -185,7 +192,7 @@ absl::StatusOr<Literal> CommunicatorCollectives::AllGather(int64_t device_id, co
   // the operand needs no move of its own.
   std::vector<std::byte> gathered(static_cast<size_t>(input.byte_size() * n));
   {
-    const SlotYield yield(slots_);
+    const SlotYield yield(*this, device_id);
     TESSEL_RETURN_IF_ERROR(comm_->AllGather(device_id, groups, input.shape().dtype(),
                                             input.raw_data(), gathered.data(),
                                             input.num_elements()));
@@ -215,7 +222,7 @@ absl::StatusOr<Literal> CommunicatorCollectives::ReduceScatter(int64_t device_id
   if (IsLeading(input.shape(), dim)) {
     Literal result = Literal::Uninitialized(out_shape);
     {
-      const SlotYield yield(slots_);
+      const SlotYield yield(*this, device_id);
       TESSEL_RETURN_IF_ERROR(comm_->ReduceScatter(device_id, groups, kind, input.shape().dtype(),
                                                   input.raw_data(), result.raw_data(),
                                                   result.num_elements()));
@@ -230,7 +237,7 @@ absl::StatusOr<Literal> CommunicatorCollectives::ReduceScatter(int64_t device_id
                 /*to_front=*/true);
   Literal result = Literal::Uninitialized(out_shape);
   {
-    const SlotYield yield(slots_);
+    const SlotYield yield(*this, device_id);
     TESSEL_RETURN_IF_ERROR(comm_->ReduceScatter(device_id, groups, kind, input.shape().dtype(),
                                                 chunks.data(), result.raw_data(),
                                                 result.num_elements()));
@@ -253,7 +260,7 @@ absl::StatusOr<Literal> CommunicatorCollectives::AllToAll(int64_t device_id, con
   if (IsLeading(input.shape(), dim)) {
     Literal result = Literal::Uninitialized(input.shape());
     {
-      const SlotYield yield(slots_);
+      const SlotYield yield(*this, device_id);
       TESSEL_RETURN_IF_ERROR(comm_->AllToAll(device_id, groups, input.shape().dtype(),
                                              input.raw_data(), result.raw_data(),
                                              input.num_elements() / n));
@@ -268,7 +275,7 @@ absl::StatusOr<Literal> CommunicatorCollectives::AllToAll(int64_t device_id, con
   std::vector<std::byte> received(send.size());
   PermuteBlocks(input.raw_data(), send.data(), chunk_layout, /*to_front=*/true);
   {
-    const SlotYield yield(slots_);
+    const SlotYield yield(*this, device_id);
     TESSEL_RETURN_IF_ERROR(comm_->AllToAll(device_id, groups, input.shape().dtype(), send.data(),
                                            received.data(), input.num_elements() / n));
   }
@@ -287,7 +294,7 @@ absl::StatusOr<Literal> CommunicatorCollectives::CollectivePermute(
   }
   Literal out = Literal::Uninitialized(input.shape());
   {
-    const SlotYield yield(slots_);
+    const SlotYield yield(*this, device_id);
     TESSEL_RETURN_IF_ERROR(comm_->CollectivePermute(device_id, pairs, input.shape().dtype(),
                                                     input.raw_data(), out.raw_data(),
                                                     input.num_elements()));

@@ -41,7 +41,10 @@ class CommunicatorCollectives final : public CollectiveBackend {
   explicit CommunicatorCollectives(transport::Communicator* comm) : comm_(comm) {}
 
   // Called after every collective with the device, the XLA op name ("all-reduce", ...), its wall
-  // start and end, and the bytes of the device's input (for timelines). Set before any call.
+  // start and end, and the bytes of the device's input (for timelines). With compute slots, also
+  // called with op "compute-slot" (input_bytes 0) for the part of a collective's span the device
+  // waited, after the transport returned, for a compute slot to run its kernels again: time in
+  // the host's run queue, not in the transport. Set before any call.
   using Observer = std::function<void(
       int64_t device_id, const char* op, std::chrono::steady_clock::time_point start,
       std::chrono::steady_clock::time_point end, int64_t input_bytes)>;
@@ -76,6 +79,8 @@ class CommunicatorCollectives final : public CollectiveBackend {
   // Calls observer_ (if set) for a collective that started at `start`.
   void Observe(int64_t device_id, const char* op, std::chrono::steady_clock::time_point start,
                int64_t input_bytes) const;
+
+  class SlotYield;  // gives the slot back around a transport call (collective_adapter.cc)
 
   transport::Communicator* comm_;
   Observer observer_;

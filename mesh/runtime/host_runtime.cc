@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
 #include "tessel/core/environment.h"
 #include "tessel/core/executor.h"
@@ -70,13 +72,90 @@ void CopyBox(const Literal& src, const std::vector<int64_t>& src_start,
   }
 }
 
+// The threads that run a host's local devices: one per device but the first, which the caller
+// runs, started once and reused by every execution. Starting them per execution cost a thread
+// creation and exit per device and step, and each new thread began with a cold malloc cache
+// (glibc's per-thread tcache and arena binding) for buffers the executor allocates and frees
+// by the thousand per run.
+class DeviceThreads {
+ public:
+  // `count` devices; count - 1 threads. `persistent` false: Run starts and joins the threads at
+  // every call instead (the behaviour before; TESSEL_PERSISTENT_DEVICE_THREADS=0, for A/B).
+  DeviceThreads(size_t count, bool persistent) : count_(count), persistent_(persistent) {
+    if (!persistent_) return;
+    for (size_t l = 1; l < count_; ++l) threads_.emplace_back([this, l] { Loop(l); });
+  }
+  ~DeviceThreads() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    for (std::thread& t : threads_) t.join();
+  }
+  DeviceThreads(const DeviceThreads&) = delete;
+  DeviceThreads& operator=(const DeviceThreads&) = delete;
+
+  // Runs job(l) for every l in [0, count), l = 0 on the calling thread, and returns when every
+  // one has returned. One call at a time.
+  void Run(const std::function<void(size_t)>& job) {
+    if (!persistent_) {
+      std::vector<std::thread> threads;
+      for (size_t l = 1; l < count_; ++l) threads.emplace_back(job, l);
+      if (count_ > 0) job(0);
+      for (std::thread& t : threads) t.join();
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      job_ = &job;
+      pending_ = threads_.size();
+      ++generation_;
+    }
+    if (count_ > 0) job(0);
+    absl::MutexLock lock(&mu_);
+    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pending_ == 0; };
+    mu_.Await(absl::Condition(&done));
+    job_ = nullptr;
+  }
+
+ private:
+  void Loop(size_t l) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(size_t)>* job = nullptr;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || generation_ != seen;
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      (*job)(l);
+      absl::MutexLock lock(&mu_);
+      --pending_;
+    }
+  }
+
+  const size_t count_;
+  const bool persistent_;
+  absl::Mutex mu_;
+  const std::function<void(size_t)>* job_ ABSL_GUARDED_BY(mu_) = nullptr;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // one per Run
+  size_t pending_ ABSL_GUARDED_BY(mu_) = 0;       // threads still running this Run's job
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // ShardedData.
 
 ShardedData::ShardedData(spmd::ShardedTensor layout, std::vector<int64_t> device_ids,
-                         std::vector<std::shared_ptr<const Literal>> pieces)
+                         std::vector<std::shared_ptr<Literal>> pieces)
     : layout_(std::move(layout)),
       sharding_text_(layout_.sharding().ToString()),
       device_ids_(std::move(device_ids)),
@@ -97,6 +176,16 @@ std::shared_ptr<const Literal> ShardedData::piece(int64_t device_id) const {
   return nullptr;
 }
 
+Literal* ShardedData::piece_for_donation(int64_t device_id) const {
+  for (size_t i = 0; i < device_ids_.size(); ++i) {
+    // A piece another value also holds (use count above this one's) must stay readable.
+    if (device_ids_[i] == device_id) {
+      return pieces_[i] != nullptr && pieces_[i].use_count() == 1 ? pieces_[i].get() : nullptr;
+    }
+  }
+  return nullptr;
+}
+
 // ---------------------------------------------------------------------------------------------
 // State and client.
 
@@ -110,7 +199,8 @@ struct HostRuntime::State {
   bool transpose_before_all_reduce = true;
   bool cse = true;
   std::unique_ptr<CommunicatorCollectives> collectives;
-  std::unique_ptr<ComputeSlots> slots;  // set by Create
+  std::unique_ptr<ComputeSlots> slots;            // set by Create
+  std::unique_ptr<DeviceThreads> device_threads;  // set by Create
 
   std::optional<Simulator> simulator;  // absent when the topology cannot be costed
 
@@ -133,7 +223,7 @@ struct HostRuntime::State {
   struct TraceEvent {
     int64_t device = 0;
     std::string name;
-    std::string category;  // "execute" or "collective"
+    std::string category;  // "execute", "collective" or "slot" (a compute slot's wait)
     std::chrono::steady_clock::time_point start, end;
     int64_t bytes = 0;
   };
@@ -148,10 +238,23 @@ struct HostRuntime::State {
   const std::vector<int64_t>& local_devices() const { return communicator->local_device_ids(); }
 
   absl::StatusOr<std::shared_ptr<const Compiled>> Compile(const Graph& graph, uint64_t fingerprint);
-  // This host's pieces of `argument` laid out as `layout`.
-  absl::StatusOr<std::vector<std::shared_ptr<const Literal>>> LocalPieces(
-      const DeviceData& argument, const spmd::ShardedTensor& layout, int64_t parameter);
-  absl::StatusOr<std::vector<std::shared_ptr<const Literal>>> CutPieces(
+
+  // One argument of an execution on this host's devices.
+  struct ArgumentPieces {
+    std::vector<std::shared_ptr<const Literal>> pieces;  // per local device; nullptr: none
+    // Per local device, what that device's executor may take over (ExecutionDonation): for a
+    // donated argument, a piece cut for this run or one the donated ShardedData alone holds;
+    // nullptr otherwise (not donated, or the piece shared).
+    std::vector<Literal*> donatable;
+    const ShardedData* source = nullptr;  // the donated value those pieces belong to, if any
+  };
+  // This host's pieces of `argument` laid out as `layout`; `donate`: the caller gave it up.
+  // Errors: kInvalidArgument for data of another client; kFailedPrecondition for a value an
+  // earlier execution consumed; Gather's.
+  absl::StatusOr<ArgumentPieces> LocalPieces(const DeviceData& argument,
+                                             const spmd::ShardedTensor& layout, int64_t parameter,
+                                             bool donate);
+  absl::StatusOr<std::vector<std::shared_ptr<Literal>>> CutPieces(
       const Literal& whole, const spmd::ShardedTensor& layout);
   absl::StatusOr<Literal> Gather(const ShardedData& data);
 };
@@ -230,9 +333,9 @@ absl::StatusOr<std::shared_ptr<const HostRuntime::State::Compiled>> HostRuntime:
   return std::shared_ptr<const Compiled>(compiled);
 }
 
-absl::StatusOr<std::vector<std::shared_ptr<const Literal>>> HostRuntime::State::CutPieces(
+absl::StatusOr<std::vector<std::shared_ptr<Literal>>> HostRuntime::State::CutPieces(
     const Literal& whole, const spmd::ShardedTensor& layout) {
-  std::vector<std::shared_ptr<const Literal>> pieces;
+  std::vector<std::shared_ptr<Literal>> pieces;
   for (int64_t device : local_devices()) {
     const spmd::Shard* shard = layout.shard_for(device);
     if (shard == nullptr) {
@@ -256,31 +359,58 @@ absl::StatusOr<std::vector<std::shared_ptr<const Literal>>> HostRuntime::State::
   return pieces;
 }
 
-absl::StatusOr<std::vector<std::shared_ptr<const Literal>>> HostRuntime::State::LocalPieces(
-    const DeviceData& argument, const spmd::ShardedTensor& layout, int64_t parameter) {
-  if (const auto* whole = dynamic_cast<const LiteralData*>(&argument)) {
-    return CutPieces(whole->literal(), layout);
+absl::StatusOr<HostRuntime::State::ArgumentPieces> HostRuntime::State::LocalPieces(
+    const DeviceData& argument, const spmd::ShardedTensor& layout, int64_t parameter, bool donate) {
+  if (argument.donated()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "parameter ", parameter, " was donated to an earlier execution; its value is gone"));
   }
+  // Pieces cut for this run belong to nobody else: a donated argument's go to the executors.
+  auto fresh = [donate](std::vector<std::shared_ptr<Literal>> cut) {
+    ArgumentPieces result;
+    for (std::shared_ptr<Literal>& piece : cut) {
+      result.donatable.push_back(donate ? piece.get() : nullptr);
+      result.pieces.push_back(std::move(piece));
+    }
+    return result;
+  };
   const auto* sharded = dynamic_cast<const ShardedData*>(&argument);
   if (sharded == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parameter ", parameter, " holds data of another computation client (sharding ",
-        argument.sharding(), ")"));
+    const auto* whole = dynamic_cast<const LiteralData*>(&argument);
+    if (whole == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter ", parameter, " holds data of another computation client (sharding ",
+          argument.sharding(), ")"));
+    }
+    TESSEL_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<Literal>> cut,
+                            CutPieces(whole->literal(), layout));
+    return fresh(std::move(cut));
   }
   if (sharded->layout().sharding() == layout.sharding() &&
       sharded->layout().local_shape() == layout.local_shape()) {
-    std::vector<std::shared_ptr<const Literal>> pieces;
-    for (int64_t device : local_devices()) pieces.push_back(sharded->piece(device));
-    return pieces;
+    ArgumentPieces result;
+    for (int64_t device : local_devices()) {
+      // Asked before `pieces` takes its reference: the value's own is then the only one.
+      Literal* mine = donate ? sharded->piece_for_donation(device) : nullptr;
+      result.donatable.push_back(mine);
+      if (mine != nullptr) result.source = sharded;
+      result.pieces.push_back(sharded->piece(device));
+    }
+    return result;
   }
   // Another layout: gather through the host and cut again (every host does the same here,
   // since every host runs the same program on equally laid out values).
   ++metrics.reshards;
   TESSEL_ASSIGN_OR_RETURN(Literal whole, Gather(*sharded));
-  return CutPieces(whole, layout);
+  TESSEL_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<Literal>> cut, CutPieces(whole, layout));
+  return fresh(std::move(cut));
 }
 
 absl::StatusOr<Literal> HostRuntime::State::Gather(const ShardedData& data) {
+  if (data.donated()) {
+    return absl::FailedPreconditionError(
+        "reading a value that was donated to an earlier execution: its pieces are gone");
+  }
   const spmd::ShardedTensor& layout = data.layout();
   const Literal* any_local = nullptr;
   for (int64_t device : local_devices()) {
@@ -345,103 +475,40 @@ class HostRuntime::Client final : public ComputationClient {
       const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
       absl::Span<const std::shared_ptr<const DeviceData>> arguments,
       ExecutionStats* stats) override {
+    return ExecuteDonated(graph, fingerprint, arguments, std::vector<bool>(arguments.size(), false),
+                          stats);
+  }
+
+  absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> ExecuteDonated(
+      const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
+      absl::Span<const std::shared_ptr<const DeviceData>> arguments,
+      const std::vector<bool>& donated, ExecutionStats* stats) override {
     State& s = *state_;
+    if (donated.size() != arguments.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("execute ", graph->name(), ": ",
+                                                     donated.size(), " donation flags for ",
+                                                     arguments.size(), " arguments"));
+    }
     TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<const State::Compiled> compiled,
                             s.Compile(*graph, fingerprint));
-    const partitioner::SpmdProgram& program = compiled->program;
     if (arguments.size() != compiled->parameter_layouts.size()) {
       return absl::InvalidArgumentError(absl::StrCat(graph->name(), " takes ",
                                                      compiled->parameter_layouts.size(),
                                                      " parameters, got ", arguments.size()));
     }
-    const std::vector<int64_t>& devices = s.local_devices();
-    const size_t num_local = devices.size();
-    // pieces[parameter][local device]
-    std::vector<std::vector<std::shared_ptr<const Literal>>> pieces;
+    std::vector<State::ArgumentPieces> pieces;
     pieces.reserve(arguments.size());
     for (size_t i = 0; i < arguments.size(); ++i) {
-      TESSEL_ASSIGN_OR_RETURN(
-          auto local,
-          s.LocalPieces(*arguments[i], compiled->parameter_layouts[i], static_cast<int64_t>(i)));
+      // A value bound to two parameters is read twice: neither may take it.
+      const bool donate =
+          donated[i] && std::count(arguments.begin(), arguments.end(), arguments[i]) == 1;
+      TESSEL_ASSIGN_OR_RETURN(State::ArgumentPieces local,
+                              s.LocalPieces(*arguments[i], compiled->parameter_layouts[i],
+                                            static_cast<int64_t>(i), donate));
       pieces.push_back(std::move(local));
     }
-    TESSEL_ASSIGN_OR_RETURN(const bool reuse_prepared, ReusePreparedPrograms());
-    std::vector<absl::StatusOr<std::vector<Literal>>> results(
-        num_local, absl::UnknownError("device did not run"));
-    std::vector<ExecutionStats> device_stats(num_local);
-    std::vector<double> device_seconds(num_local, 0);
-    const auto start = std::chrono::steady_clock::now();
-    auto run_device = [&](size_t l) {
-      const auto device_start = std::chrono::steady_clock::now();
-      s.slots->Acquire();
-      absl::Cleanup release = [&] { s.slots->Release(); };
-      absl::Cleanup record = [&] {
-        if (s.tracing) {
-          s.Record({devices[l], absl::StrFormat("%s %016x", graph->name(), fingerprint), "execute",
-                    device_start, std::chrono::steady_clock::now(), 0});
-        }
-      };
-      std::vector<const Literal*> args;
-      args.reserve(pieces.size());
-      for (size_t i = 0; i < pieces.size(); ++i) {
-        if (pieces[i][l] == nullptr) {
-          results[l] = absl::InvalidArgumentError(
-              absl::StrCat("device ", devices[l], " holds no piece of parameter ", i));
-          return;
-        }
-        args.push_back(pieces[i][l].get());
-      }
-      ExecutorOptions options{.num_threads = s.options.threads_per_device,
-                              .device_id = devices[l],
-                              .collectives = s.collectives.get()};
-      const Executor executor(options);
-      results[l] = reuse_prepared && compiled->prepared != nullptr &&
-                           compiled->prepared_fusion == executor.options().fusion
-                       ? executor.RunBorrowed(*compiled->prepared, args, &device_stats[l])
-                       : executor.RunBorrowed(*program.program, args, &device_stats[l]);
-      device_seconds[l] = SecondsSince(device_start);
-    };
-    std::vector<std::thread> threads;
-    for (size_t l = 1; l < num_local; ++l) threads.emplace_back(run_device, l);
-    if (num_local > 0) run_device(0);
-    for (std::thread& t : threads) t.join();
-    s.metrics.execute_seconds += SecondsSince(start);
-    s.metrics.device_seconds += *std::max_element(device_seconds.begin(), device_seconds.end());
-    ++s.metrics.executions;
-    s.metrics.simulated_seconds += compiled->simulated_step_seconds;
-    s.metrics.last_simulated_step_seconds = compiled->simulated_step_seconds;
-    for (size_t l = 0; l < num_local; ++l) {
-      if (!results[l].ok()) {
-        return absl::Status(results[l].status().code(),
-                            absl::StrCat("device ", devices[l], " (host ", s.communicator->rank(),
-                                         "): ", results[l].status().message()));
-      }
-      s.metrics.peak_device_bytes =
-          std::max(s.metrics.peak_device_bytes, device_stats[l].peak_live_bytes);
-    }
-    if (stats != nullptr) {
-      *stats = device_stats.empty() ? ExecutionStats() : device_stats[0];
-      for (const ExecutionStats& d : device_stats) {
-        stats->peak_live_bytes = std::max(stats->peak_live_bytes, d.peak_live_bytes);
-      }
-    }
-    const size_t num_outputs = compiled->output_layouts.size();
-    std::vector<std::shared_ptr<const DeviceData>> values;
-    values.reserve(num_outputs);
-    for (size_t o = 0; o < num_outputs; ++o) {
-      std::vector<std::shared_ptr<const Literal>> out_pieces;
-      for (size_t l = 0; l < num_local; ++l) {
-        std::vector<Literal>& device_results = *results[l];
-        if (device_results.size() != num_outputs) {
-          return absl::InternalError(absl::StrCat("device program returned ", device_results.size(),
-                                                  " values for ", num_outputs, " outputs"));
-        }
-        out_pieces.push_back(std::make_shared<const Literal>(std::move(device_results[o])));
-      }
-      values.push_back(
-          std::make_shared<const ShardedData>(compiled->output_layouts[o], devices, out_pieces));
-    }
-    return values;
+    TESSEL_ASSIGN_OR_RETURN(DeviceRuns runs, RunDevices(*graph, fingerprint, *compiled, pieces));
+    return Finish(*compiled, pieces, runs, stats);
   }
 
   absl::StatusOr<Literal> TransferFromDevice(const DeviceData& data) override {
@@ -454,6 +521,130 @@ class HostRuntime::Client final : public ComputationClient {
   }
 
  private:
+  // What each local device's run gave, by local index.
+  struct DeviceRuns {
+    std::vector<absl::StatusOr<std::vector<Literal>>> results;
+    std::vector<ExecutionStats> stats;
+    std::vector<double> seconds;
+    std::vector<char> took_donation;  // the executor took the donated pieces offered to it
+  };
+
+  // Runs the program on every local device, one thread each (the calling thread runs the
+  // first). Errors: a malformed TESSEL_EXECUTOR_PREPARED; a device's own errors are in the
+  // result.
+  absl::StatusOr<DeviceRuns> RunDevices(const Graph& graph, uint64_t fingerprint,
+                                        const State::Compiled& compiled,
+                                        const std::vector<State::ArgumentPieces>& pieces) {
+    State& s = *state_;
+    const std::vector<int64_t>& devices = s.local_devices();
+    const size_t num_local = devices.size();
+    TESSEL_ASSIGN_OR_RETURN(const bool reuse_prepared, ReusePreparedPrograms());
+    DeviceRuns runs;
+    runs.results.assign(num_local, absl::UnknownError("device did not run"));
+    runs.stats.resize(num_local);
+    runs.seconds.assign(num_local, 0);
+    runs.took_donation.assign(num_local, 0);
+    auto run_device = [&](size_t l) {
+      const auto device_start = std::chrono::steady_clock::now();
+      s.slots->Acquire();
+      if (s.tracing && s.slots->slots() > 0) {
+        s.Record({devices[l], "compute-slot", "slot", device_start,
+                  std::chrono::steady_clock::now(), 0});
+      }
+      absl::Cleanup release = [&] { s.slots->Release(); };
+      absl::Cleanup record = [&] {
+        if (s.tracing) {
+          s.Record({devices[l], absl::StrFormat("%s %016x", graph.name(), fingerprint), "execute",
+                    device_start, std::chrono::steady_clock::now(), 0});
+        }
+      };
+      std::vector<const Literal*> args;
+      std::vector<Literal*> donatable;  // empty unless something is offered to this device
+      args.reserve(pieces.size());
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        if (pieces[i].pieces[l] == nullptr) {
+          runs.results[l] = absl::InvalidArgumentError(
+              absl::StrCat("device ", devices[l], " holds no piece of parameter ", i));
+          return;
+        }
+        args.push_back(pieces[i].pieces[l].get());
+        if (pieces[i].donatable[l] != nullptr && donatable.empty()) donatable.resize(pieces.size());
+        if (!donatable.empty()) donatable[i] = pieces[i].donatable[l];
+      }
+      ExecutionDonation donation{.literals = donatable};
+      ExecutorOptions options{.num_threads = s.options.threads_per_device,
+                              .device_id = devices[l],
+                              .collectives = s.collectives.get()};
+      const Executor executor(options);
+      runs.results[l] =
+          reuse_prepared && compiled.prepared != nullptr &&
+                  compiled.prepared_fusion == executor.options().fusion
+              ? executor.RunBorrowed(*compiled.prepared, args, &runs.stats[l], &donation)
+              : executor.RunBorrowed(*compiled.program.program, args, &runs.stats[l], &donation);
+      runs.took_donation[l] = donation.taken;
+      runs.seconds[l] = SecondsSince(device_start);
+    };
+    const auto start = std::chrono::steady_clock::now();
+    s.device_threads->Run(run_device);
+    s.metrics.execute_seconds += SecondsSince(start);
+    return runs;
+  }
+
+  // Spends the donated values a device took (even when a run failed: their pieces are gone),
+  // counts the run, and assembles the outputs from the devices' results.
+  absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> Finish(
+      const State::Compiled& compiled, const std::vector<State::ArgumentPieces>& pieces,
+      DeviceRuns& runs, ExecutionStats* stats) {
+    State& s = *state_;
+    const std::vector<int64_t>& devices = s.local_devices();
+    const size_t num_local = devices.size();
+    for (size_t l = 0; l < num_local; ++l) {
+      if (!runs.took_donation[l]) continue;
+      for (const State::ArgumentPieces& argument : pieces) {
+        if (argument.donatable[l] == nullptr) continue;
+        ++s.metrics.donated_pieces;
+        if (argument.source != nullptr) argument.source->MarkDonated();
+      }
+    }
+    s.metrics.device_seconds += *std::max_element(runs.seconds.begin(), runs.seconds.end());
+    ++s.metrics.executions;
+    s.metrics.simulated_seconds += compiled.simulated_step_seconds;
+    s.metrics.last_simulated_step_seconds = compiled.simulated_step_seconds;
+    for (size_t l = 0; l < num_local; ++l) {
+      if (!runs.results[l].ok()) {
+        return absl::Status(runs.results[l].status().code(),
+                            absl::StrCat("device ", devices[l], " (host ", s.communicator->rank(),
+                                         "): ", runs.results[l].status().message()));
+      }
+      s.metrics.peak_device_bytes =
+          std::max(s.metrics.peak_device_bytes, runs.stats[l].peak_live_bytes);
+      s.metrics.donated_in_place += runs.stats[l].donated_in_place;
+    }
+    if (stats != nullptr) {
+      *stats = runs.stats.empty() ? ExecutionStats() : runs.stats[0];
+      for (const ExecutionStats& d : runs.stats) {
+        stats->peak_live_bytes = std::max(stats->peak_live_bytes, d.peak_live_bytes);
+      }
+    }
+    const size_t num_outputs = compiled.output_layouts.size();
+    std::vector<std::shared_ptr<const DeviceData>> values;
+    values.reserve(num_outputs);
+    for (size_t o = 0; o < num_outputs; ++o) {
+      std::vector<std::shared_ptr<Literal>> out_pieces;
+      for (size_t l = 0; l < num_local; ++l) {
+        std::vector<Literal>& device_results = *runs.results[l];
+        if (device_results.size() != num_outputs) {
+          return absl::InternalError(absl::StrCat("device program returned ", device_results.size(),
+                                                  " values for ", num_outputs, " outputs"));
+        }
+        out_pieces.push_back(std::make_shared<Literal>(std::move(device_results[o])));
+      }
+      values.push_back(std::make_shared<const ShardedData>(compiled.output_layouts[o], devices,
+                                                           std::move(out_pieces)));
+    }
+    return values;
+  }
+
   HostRuntime::State* state_;
 };
 
@@ -566,6 +757,11 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
         absl::StrCat("HostRuntimeOptions::combine_all_reduce_bytes must be >= 0 (0: off), got ",
                      s.combiner.threshold_bytes));
   }
+  TESSEL_ASSIGN_OR_RETURN(std::optional<bool> persistent,
+                          GetBoolEnv("TESSEL_PERSISTENT_DEVICE_THREADS"));
+  s.device_threads = std::make_unique<DeviceThreads>(
+      communicator->local_device_ids().size(),
+      s.options.persistent_device_threads.value_or(persistent.value_or(true)));
   s.collectives = std::make_unique<CommunicatorCollectives>(communicator);
   s.collectives->set_compute_slots(s.slots.get());
   if (absl::StatusOr<Simulator> simulator = Simulator::Create(topology); simulator.ok()) {
@@ -577,7 +773,12 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
   s.collectives->set_observer([state](int64_t device, const char* op,
                                       std::chrono::steady_clock::time_point start,
                                       std::chrono::steady_clock::time_point end, int64_t bytes) {
-    if (state->tracing) state->Record({device, op, "collective", start, end, bytes});
+    if (state->tracing) {
+      // A compute slot's wait lies inside its collective's span: its own category, so that
+      // the collectives' time is not counted twice.
+      const bool slot = std::strcmp(op, "compute-slot") == 0;
+      state->Record({device, op, slot ? "slot" : "collective", start, end, bytes});
+    }
   });
   runtime->client_ = std::make_shared<Client>(runtime->state_.get());
   return runtime;
@@ -602,7 +803,7 @@ absl::StatusOr<Tensor> HostRuntime::MakeShardedInput(
   State& s = *state_;
   TESSEL_ASSIGN_OR_RETURN(spmd::ShardedTensor layout,
                           spmd::ShardedTensor::Create(global_shape, sharding, num_devices()));
-  std::vector<std::shared_ptr<const Literal>> pieces;
+  std::vector<std::shared_ptr<Literal>> pieces;
   for (int64_t device : s.local_devices()) {
     const spmd::Shard* shard = layout.shard_for(device);
     if (shard == nullptr) {
@@ -746,6 +947,8 @@ std::string HostRuntime::MetricsReport() const {
   absl::StrAppendFormat(&out, "Metric: DeviceToHostBytes: %d\n", m.device_to_host_bytes);
   absl::StrAppendFormat(&out, "Metric: ReshardCount: %d\n", m.reshards);
   absl::StrAppendFormat(&out, "Metric: PeakDeviceLiveBytes: %d\n", m.peak_device_bytes);
+  absl::StrAppendFormat(&out, "Metric: DonatedPieces: %d (outputs written in place: %d)\n",
+                        m.donated_pieces, m.donated_in_place);
   const transport::CollectiveStats& c = m.collectives;
   absl::StrAppendFormat(
       &out, "Metric: CollectiveBytes: local %d in %d messages, ICI %d in %d, DCN %d in %d\n",

@@ -20,7 +20,9 @@
 // Data. Values the runtime returns are ShardedData: the global shape, the XLA sharding the
 // partitioner chose (or the annotation), and this host's pieces only (one per local device, in
 // the padded local shape of spmd::ShardedTensor). Fed back into the next graph, a value whose
-// sharding equals the parameter sharding the program expects is used in place; host data
+// sharding equals the parameter sharding the program expects is used in place (and, when Sync
+// donates it, each device's executor takes its piece over and may write an output into it, as
+// the local client does: core/tensor.h Sync, TESSEL_DONATE_PARAMS); host data
 // (Tensor::FromLiteral) is cut into the local pieces (host-to-device bytes); a value in another
 // sharding is re-laid out through the host (gathered, then cut). Reading a value back
 // (Tensor::ToLiteral) is a host-level gather: every host must read the same values at the same
@@ -36,7 +38,9 @@
 // predicted step time on the topology's hardware (e.g. TPU v4), reported next to wall time.
 //
 // Thread model: one runtime per host process (or per host thread in single-process tests with
-// InProcTransport); its client is used from one thread at a time.
+// InProcTransport); its client is used from one thread at a time. The runtime keeps one thread
+// per local device but the first (which the calling thread runs) for its lifetime
+// (HostRuntimeOptions::persistent_device_threads).
 #ifndef TESSEL_MESH_HOST_RUNTIME_H_
 #define TESSEL_MESH_HOST_RUNTIME_H_
 
@@ -67,7 +71,7 @@ class ShardedData final : public DeviceData {
   // `pieces[i]` is the piece of `device_ids[i]` (a local device), nullptr when that device holds
   // nothing of the value. Every piece has the padded local shape of `layout`.
   ShardedData(spmd::ShardedTensor layout, std::vector<int64_t> device_ids,
-              std::vector<std::shared_ptr<const Literal>> pieces);
+              std::vector<std::shared_ptr<Literal>> pieces);
 
   const Shape& shape() const override { return layout_.global_shape(); }
   const std::string& sharding() const override { return sharding_text_; }
@@ -76,13 +80,25 @@ class ShardedData final : public DeviceData {
   const spmd::ShardedTensor& layout() const { return layout_; }
   const std::vector<int64_t>& device_ids() const { return device_ids_; }
   // The piece of local device `device_id`, or nullptr (not local, or holds nothing).
+  // Precondition: !donated().
   std::shared_ptr<const Literal> piece(int64_t device_id) const;
+
+  // Donation (ComputationClient::ExecuteDonated, as LiteralData's): the piece of local device
+  // `device_id` for a device's executor to take over, or nullptr when this value does not hold
+  // it alone (not local, no piece, or the piece shared with another value). Once any device
+  // took its piece, MarkDonated() spends the whole value: donated() is true and no piece may be
+  // read. Const because values are shared as shared_ptr<const DeviceData>; a donated value has
+  // no other holder to see it change.
+  Literal* piece_for_donation(int64_t device_id) const;
+  void MarkDonated() const { donated_ = true; }
+  bool donated() const override { return donated_; }
 
  private:
   spmd::ShardedTensor layout_;
   std::string sharding_text_;
   std::vector<int64_t> device_ids_;
-  std::vector<std::shared_ptr<const Literal>> pieces_;
+  std::vector<std::shared_ptr<Literal>> pieces_;
+  mutable bool donated_ = false;
 };
 
 // Counters of one host, like torch_xla's metrics_report(). Times are wall seconds.
@@ -98,6 +114,11 @@ struct RuntimeMetrics {
   int64_t device_to_host_bytes = 0;  // bytes of values read back whole (TransferFromDevice)
   int64_t reshards = 0;              // arguments re-laid out through the host
   int64_t peak_device_bytes = 0;     // highest executor peak of live bytes on a local device
+  // Donation (Sync, TESSEL_DONATE_PARAMS): pieces of donated arguments the local devices'
+  // executors took over, and outputs they wrote into one of those buffers
+  // (ExecutionStats::donated_in_place), summed over the local devices.
+  int64_t donated_pieces = 0;
+  int64_t donated_in_place = 0;
   // Traffic this host's devices sent (transport::Communicator::stats()).
   transport::CollectiveStats collectives;
   // The simulated clock (mesh/sim/simulator.h: the cost model of the topology's hardware, in-order
@@ -149,6 +170,12 @@ struct HostRuntimeOptions {
   // (partitioner::CseConstantsAndBroadcasts). nullopt (the default): the environment variable
   // TESSEL_PROGRAM_CSE (a boolean) if set, else true. Errors from Create: as above.
   std::optional<bool> cse;
+  // Whether the threads that run the local devices are started once, with the runtime, and
+  // reused by every execution (true), or started and joined at every execution (false, the
+  // behaviour before; for A/B timing). nullopt (the default): the environment variable
+  // TESSEL_PERSISTENT_DEVICE_THREADS (a boolean) if set, else true. Errors from Create:
+  // kInvalidArgument for a value that is not a boolean.
+  std::optional<bool> persistent_device_threads;
 };
 
 // The passes' settings the environment gives (unset variables: nullopt), as HostRuntime::Create
@@ -212,7 +239,10 @@ class HostRuntime {
       const transport::CollectiveStats& stats);
 
   // Timeline recording (off by default): while on, every execution of a program on a local
-  // device and every collective it calls is recorded with its wall start and duration.
+  // device (category "execute") and every collective it calls ("collective") is recorded with
+  // its wall start and duration, and with compute slots every wait for a slot ("slot", name
+  // "compute-slot": at the start of a run, and inside a collective's span after the transport
+  // returned), i.e. the time a device was ready to compute but queued for one of the cores.
   void EnableTracing(bool on);
   // Gathers every host's recorded events (a host-level collective: every host calls it at the
   // same point) and returns them on host 0 as a Chrome trace (core/trace_events.h; opens in

@@ -4,12 +4,15 @@
 #include "tessel/mesh/runtime/host_runtime.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tessel/core/tensor.h"
@@ -79,16 +82,40 @@ TEST(HostRuntimeTest, ShardedDotMatchesSingleDevice) {
   // The timeline: 2 executions on each of the 8 devices, and their collectives.
   nlohmann::json parsed = nlohmann::json::parse(trace);
   std::map<int64_t, int> executions;
+  // Per device: the spans of its executions, and its compute-slot waits.
+  std::map<int64_t, std::vector<std::pair<double, double>>> runs, slot_waits;
   int collectives = 0;
   for (const auto& e : parsed["traceEvents"]) {
     if (e["ph"] != "X") continue;
-    if (e["cat"] == "execute") ++executions[e["tid"].get<int64_t>()];
+    const int64_t device = e["tid"].get<int64_t>();
+    const double start = e["ts"].get<double>(), end = start + e["dur"].get<double>();
+    if (e["cat"] == "execute") {
+      ++executions[device];
+      runs[device].emplace_back(start, end);
+    }
     if (e["cat"] == "collective") ++collectives;
+    if (e["cat"] == "slot") {
+      EXPECT_EQ(e["name"], "compute-slot");
+      slot_waits[device].emplace_back(start, end);
+    }
     EXPECT_GE(e["dur"].get<double>(), 0);
   }
   EXPECT_EQ(executions.size(), 8u);
   for (const auto& [device, count] : executions) EXPECT_EQ(count, 2) << "device " << device;
   EXPECT_GT(collectives, 0);
+  // The default compute slots (at least 1 per host) are waited for at the start of every run
+  // and after every collective, inside the device's run.
+  EXPECT_EQ(slot_waits.size(), 8u);
+  for (const auto& [device, waits] : slot_waits) {
+    EXPECT_GE(waits.size(), 2u) << "device " << device;
+    for (const auto& [start, end] : waits) {
+      bool inside = false;
+      for (const auto& [run_start, run_end] : runs[device]) {
+        inside = inside || (start >= run_start - 1 && end <= run_end + 1);
+      }
+      EXPECT_TRUE(inside) << "device " << device << " slot wait at " << start;
+    }
+  }
   for (int64_t h = 0; h < topology.num_hosts(); ++h) {
     ASSERT_TRUE(statuses[h].ok()) << "host " << h << ": " << statuses[h];
     EXPECT_TRUE(AllClose(got_y[h], want_y, 1e-5, 1e-6)) << "host " << h;
@@ -236,6 +263,24 @@ TEST(HostRuntimeTest, MlpTrainingMatchesSingleDeviceWithoutComputeSlots) {
   ExpectMlpTrainingMatchesSingleDevice(options);
 }
 
+// Device threads started and joined at every execution (the behaviour before they were kept)
+// compute the same; a malformed TESSEL_PERSISTENT_DEVICE_THREADS is refused by Create.
+TEST(HostRuntimeTest, MlpTrainingMatchesSingleDeviceWithDeviceThreadsPerExecution) {
+  HostRuntimeOptions options;
+  options.persistent_device_threads = false;
+  ExpectMlpTrainingMatchesSingleDevice(options);
+  const Topology topology = MainTopology();
+  auto job =
+      transport::InProcTransport::Create(topology.num_hosts(), DeviceMapOf(topology)).value();
+  setenv("TESSEL_PERSISTENT_DEVICE_THREADS", "sometimes", 1);
+  absl::StatusOr<std::unique_ptr<HostRuntime>> made = HostRuntime::Create(topology, &job->host(0));
+  unsetenv("TESSEL_PERSISTENT_DEVICE_THREADS");
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(made.status().message().find("TESSEL_PERSISTENT_DEVICE_THREADS"), std::string::npos)
+      << made.status();
+}
+
 // HostRuntimeOptions::compute_slots, else TESSEL_COMPUTE_SLOTS, else the default share of the
 // cores; bad values are refused by Create with the value named.
 TEST(HostRuntimeTest, ComputeSlotsFromOptionsEnvironmentOrDefault) {
@@ -277,6 +322,160 @@ TEST(HostRuntimeTest, ComputeSlotsFromOptionsEnvironmentOrDefault) {
   ASSERT_FALSE(made.ok());
   EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(made.status().message().find("got -1"), std::string::npos) << made.status();
+}
+
+// Sets TESSEL_DONATE_PARAMS for one scope.
+class DonateParams {
+ public:
+  explicit DonateParams(const char* value) { setenv("TESSEL_DONATE_PARAMS", value, 1); }
+  ~DonateParams() { unsetenv("TESSEL_DONATE_PARAMS"); }
+};
+
+// The address of local device `device`'s piece of `t` (the handle is dropped before returning,
+// so asking does not keep the value from being donated).
+const void* PieceAddress(const Tensor& t, int64_t device) {
+  std::shared_ptr<const DeviceData> data = t.device_data();
+  const auto* sharded = dynamic_cast<const ShardedData*>(data.get());
+  if (sharded == nullptr || sharded->piece(device) == nullptr) return nullptr;
+  return sharded->piece(device)->raw_data();
+}
+
+struct AdamRun {
+  std::vector<double> losses;                 // host 0's
+  std::vector<Literal> parameters;            // host 0's, after the last step
+  std::vector<const void*> w1_piece_address;  // host 0's first device, after each step
+  std::vector<RuntimeMetrics> metrics;        // per host
+  std::vector<absl::Status> statuses;
+};
+
+// The sharded Adam MLP step of ExpectMlpTrainingMatchesSingleDevice, 4 steps on the two-slice
+// preset, with TESSEL_DONATE_PARAMS=`donate`.
+AdamRun TrainShardedAdam(const char* donate) {
+  const DonateParams env(donate);
+  const Topology topology = MainTopology();
+  const std::vector<int64_t> sizes = {12, 16, 16, 4};
+  constexpr int64_t kBatch = 16;
+  constexpr int kSteps = 4;
+  AdamRun run;
+  run.metrics.resize(topology.num_hosts());
+  run.statuses = RunHosts(topology, [&](HostRuntime& runtime) -> absl::Status {
+    spmd::HybridMesh mesh = DataModelMesh(topology);
+    TESSEL_ASSIGN_OR_RETURN(nn::Mlp model, nn::Mlp::Create(sizes, /*seed=*/3));
+    std::vector<Tensor*> p = model.parameters();
+    TESSEL_RETURN_IF_ERROR(spmd::mark_sharding(*p[0], mesh, {kNone, "model"}));
+    TESSEL_RETURN_IF_ERROR(spmd::mark_sharding(*p[1], mesh, {"model"}));
+    TESSEL_RETURN_IF_ERROR(spmd::mark_sharding(*p[2], mesh, {"model", kNone}));
+    nn::Adam adam({.lr = 1e-2});
+    TESSEL_ASSIGN_OR_RETURN(spmd::Sharding rows,
+                            spmd::ShardingFromPartitionSpec(mesh, 2, {"data", kNone}));
+    const bool host0 = runtime.host_index() == 0;
+    for (int s = 0; s < kSteps; ++s) {
+      const Literal images = RandomLiteral({kBatch, sizes.front()}, 10 + s);
+      TESSEL_ASSIGN_OR_RETURN(
+          Tensor x,
+          runtime.MakeShardedInput(images.shape(), rows, [&](const spmd::Shard& shard) -> Literal {
+            Literal piece(Shape(DType::kF32, shard.data_dims()));
+            const int64_t row_bytes = images.byte_size() / kBatch;
+            std::memcpy(piece.raw_data(), images.raw_data() + shard.index[0].first * row_bytes,
+                        static_cast<size_t>(piece.byte_size()));
+            return piece;
+          }));
+      Literal labels(Shape(DType::kS32, {kBatch}));
+      for (int64_t i = 0; i < kBatch; ++i) {
+        labels.data<int32_t>()[i] = static_cast<int32_t>((i * 7 + s) % 4);
+      }
+      TESSEL_ASSIGN_OR_RETURN(nn::StepResult r,
+                              nn::TrainStep(model, adam, x, Tensor::FromLiteral(labels)));
+      if (host0) {
+        run.losses.push_back(r.loss);
+        run.w1_piece_address.push_back(PieceAddress(*p[0], runtime.local_device_ids()[0]));
+      }
+    }
+    run.metrics[runtime.host_index()] = runtime.metrics();
+    for (Tensor* parameter : p) {
+      TESSEL_ASSIGN_OR_RETURN(Literal value, parameter->ToLiteral());
+      if (host0) run.parameters.push_back(std::move(value));
+    }
+    return absl::OkStatus();
+  });
+  return run;
+}
+
+// The parameters and Adam moments a sharded step replaces are donated: each device's executor
+// writes the new values into the old pieces, and every loss and parameter is bitwise what the
+// same run computes without donation.
+TEST(HostRuntimeTest, DonatedShardsAreUpdatedInPlaceWithBitwiseEqualResults) {
+  const AdamRun donated = TrainShardedAdam("1");
+  const AdamRun kept = TrainShardedAdam("0");
+  for (size_t h = 0; h < donated.statuses.size(); ++h) {
+    ASSERT_TRUE(donated.statuses[h].ok()) << "host " << h << ": " << donated.statuses[h];
+    ASSERT_TRUE(kept.statuses[h].ok()) << "host " << h << ": " << kept.statuses[h];
+    EXPECT_GT(donated.metrics[h].donated_pieces, 0) << "host " << h;
+    EXPECT_GT(donated.metrics[h].donated_in_place, 0) << "host " << h;
+    EXPECT_EQ(kept.metrics[h].donated_pieces, 0) << "host " << h;
+    EXPECT_EQ(kept.metrics[h].donated_in_place, 0) << "host " << h;
+  }
+  ASSERT_EQ(donated.losses.size(), kept.losses.size());
+  for (size_t s = 0; s < kept.losses.size(); ++s) {
+    EXPECT_EQ(donated.losses[s], kept.losses[s]) << "step " << s;
+  }
+  ASSERT_EQ(donated.parameters.size(), kept.parameters.size());
+  for (size_t i = 0; i < kept.parameters.size(); ++i) {
+    EXPECT_EQ(donated.parameters[i], kept.parameters[i]) << "parameter " << i;
+  }
+  // From the second step on (the first cuts w1 from host data) w1 stays in one buffer.
+  ASSERT_EQ(donated.w1_piece_address.size(), 4u);
+  for (size_t s = 1; s < 4; ++s) {
+    ASSERT_NE(donated.w1_piece_address[s], nullptr);
+    EXPECT_EQ(donated.w1_piece_address[s], donated.w1_piece_address[0]) << "step " << s;
+  }
+  // Without donation each step writes new buffers.
+  EXPECT_NE(kept.w1_piece_address[1], kept.w1_piece_address[2]);
+}
+
+// A sharded value something else still reads is never donated: an older tensor naming it, or
+// a caller holding its device data.
+TEST(HostRuntimeTest, ShardedValueStillHeldIsNeverClobbered) {
+  const DonateParams env("1");
+  const Topology topology = MainTopology();
+  const Literal start = RandomLiteral({8, 4}, 7);
+  std::vector<absl::Status> statuses = RunHosts(topology, [&](HostRuntime& runtime) {
+    spmd::HybridMesh mesh = DataModelMesh(topology);
+    Tensor p = Tensor::FromLiteral(start);
+    TESSEL_RETURN_IF_ERROR(spmd::mark_sharding(p, mesh, {"data", "model"}));
+    p = p * 0.5 + 1.0;
+    TESSEL_RETURN_IF_ERROR(Sync());
+    TESSEL_ASSIGN_OR_RETURN(const Literal before, p.ToLiteral());
+    const int64_t pieces_before = runtime.metrics().donated_pieces;
+
+    Tensor old = p;  // a tensor still names the old value
+    p = p * 2.0 + 1.0;
+    TESSEL_RETURN_IF_ERROR(Sync());
+    TESSEL_ASSIGN_OR_RETURN(const Literal old_value, old.ToLiteral());
+    if (!(old_value == before)) return absl::InternalError("the kept tensor's value changed");
+
+    std::shared_ptr<const DeviceData> held = p.device_data();  // a caller holds the value
+    TESSEL_ASSIGN_OR_RETURN(const Literal held_before, p.ToLiteral());
+    p = p * 2.0 + 1.0;
+    TESSEL_RETURN_IF_ERROR(Sync());
+    TESSEL_ASSIGN_OR_RETURN(const Literal held_value, runtime.client()->TransferFromDevice(*held));
+    if (!(held_value == held_before)) return absl::InternalError("the held value changed");
+    if (runtime.metrics().donated_pieces != pieces_before) {
+      return absl::InternalError(
+          absl::StrCat("pieces were donated: ", runtime.metrics().donated_pieces - pieces_before));
+    }
+    // With nothing else holding it, the next step's old value is donated.
+    p = p * 2.0 + 1.0;
+    TESSEL_RETURN_IF_ERROR(Sync());
+    if (runtime.metrics().donated_pieces != pieces_before + 2) {
+      return absl::InternalError(absl::StrCat("expected 2 donated pieces, got ",
+                                              runtime.metrics().donated_pieces - pieces_before));
+    }
+    return absl::OkStatus();
+  });
+  for (size_t h = 0; h < statuses.size(); ++h) {
+    EXPECT_TRUE(statuses[h].ok()) << "host " << h << ": " << statuses[h];
+  }
 }
 
 TEST(HostRuntimeTest, TopologyAndJobMustAgree) {

@@ -38,6 +38,15 @@ class LocalMesh::SerialClient final : public ComputationClient {
     return inner_->Execute(graph, fingerprint, arguments, stats);
   }
 
+  absl::StatusOr<std::vector<std::shared_ptr<const DeviceData>>> ExecuteDonated(
+      const std::shared_ptr<const Graph>& graph, uint64_t fingerprint,
+      absl::Span<const std::shared_ptr<const DeviceData>> arguments,
+      const std::vector<bool>& donated, ExecutionStats* stats) override {
+    absl::MutexLock lock(&mu_);
+    TESSEL_RETURN_IF_ERROR(CheckOpen());
+    return inner_->ExecuteDonated(graph, fingerprint, arguments, donated, stats);
+  }
+
   absl::StatusOr<Literal> TransferFromDevice(const DeviceData& data) override {
     absl::MutexLock lock(&mu_);
     TESSEL_RETURN_IF_ERROR(CheckOpen());

@@ -315,6 +315,69 @@ TEST(LocalMeshTest, DestroyedOnAnotherThreadLeavesAClearError) {
   EXPECT_TRUE(ReduceSum(Tensor::FromLiteral(RandomLiteral({4, 4}, 3)), {0, 1}).ToLiteral().ok());
 }
 
+// A sharded value an execution took over is spent: passing it again or reading it is a clear
+// error, not a read of moved-from buffers; a value not donated stays readable.
+TEST(LocalMeshTest, DonatedValueIsSpent) {
+  auto local = LocalMesh::Create(8).value();
+  std::unique_ptr<Graph> graph = ParseHloModule(R"(HloModule m
+ENTRY e {
+  p = f32[16] parameter(0), sharding={devices=[8]0,1,2,3,4,5,6,7}
+  two = f32[] constant(2)
+  b = f32[16] broadcast(two), dimensions={}
+  ROOT r = f32[16] multiply(p, b), sharding={devices=[8]0,1,2,3,4,5,6,7}
+}
+)")
+                                     .value();
+  std::shared_ptr<const Graph> program(std::move(graph));
+  const uint64_t fingerprint = GraphFingerprint(*program);
+  ComputationClient& client = GetComputationClient();
+  const Literal x = RandomLiteral({16}, 3);
+  std::vector<std::shared_ptr<const DeviceData>> args = {std::make_shared<LiteralData>(x)};
+  // Host data is cut into fresh pieces: the literal itself is never consumed.
+  auto first = client.ExecuteDonated(program, fingerprint, args, {true}, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(args[0]->donated());
+  std::shared_ptr<const DeviceData> doubled = (*first)[0];
+  ASSERT_FALSE(doubled->donated());
+  auto kept = client.ExecuteDonated(program, fingerprint, {doubled}, {false}, nullptr);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_FALSE(doubled->donated());
+  auto taken = client.ExecuteDonated(program, fingerprint, {doubled}, {true}, nullptr);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_TRUE(doubled->donated());
+  absl::StatusOr<Literal> result = client.TransferFromDevice(*(*taken)[0]);
+  ASSERT_TRUE(result.ok()) << result.status();
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(result->data<float>()[i], x.data<float>()[i] * 4);
+
+  auto again = client.Execute(program, fingerprint, {doubled}, nullptr);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(again.status().message()),
+              ::testing::HasSubstr("parameter 0 was donated to an earlier execution"));
+  EXPECT_EQ(client.TransferFromDevice(*doubled).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Flags must match the arguments.
+  EXPECT_EQ(client.ExecuteDonated(program, fingerprint, args, {}, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A value bound to two parameters is read twice and never taken.
+  std::unique_ptr<Graph> add = ParseHloModule(R"(HloModule m
+ENTRY e {
+  p = f32[16] parameter(0), sharding={devices=[8]0,1,2,3,4,5,6,7}
+  q = f32[16] parameter(1), sharding={devices=[8]0,1,2,3,4,5,6,7}
+  ROOT r = f32[16] add(p, q), sharding={devices=[8]0,1,2,3,4,5,6,7}
+}
+)")
+                                   .value();
+  std::shared_ptr<const Graph> sum(std::move(add));
+  std::shared_ptr<const DeviceData> twice = (*kept)[0];
+  auto summed =
+      client.ExecuteDonated(sum, GraphFingerprint(*sum), {twice, twice}, {true, true}, nullptr);
+  ASSERT_TRUE(summed.ok()) << summed.status();
+  EXPECT_FALSE(twice->donated());
+  absl::StatusOr<Literal> sum_value = client.TransferFromDevice(*(*summed)[0]);
+  ASSERT_TRUE(sum_value.ok()) << sum_value.status();
+  EXPECT_EQ(sum_value->data<float>()[5], x.data<float>()[5] * 8);
+}
+
 TEST(LocalMeshTest, ErrorsNameTheValue) {
   EXPECT_EQ(LocalMesh::Create(0).status().message(),
             "LocalMesh: num_devices must be in [1, 1024], got 0");
