@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <queue>
+#include <type_traits>
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
@@ -415,14 +416,22 @@ namespace {
 template <int kWidth>
 void GatherBroadcast(const std::byte* src, std::byte* dst, absl::Span<const int64_t> out_dims,
                      absl::Span<const int64_t> strides, int64_t begin, int64_t len) {
-  struct Element {
-    std::byte bytes[kWidth];
+  // Elements are moved as unsigned integers of their width (through memcpy, so any element
+  // type may be moved this way): the copy and fill loops below then vectorise.
+  using Element =
+      std::conditional_t<kWidth == 1, uint8_t,
+                         std::conditional_t<kWidth == 2, uint16_t,
+                                            std::conditional_t<kWidth == 4, uint32_t, uint64_t>>>;
+  auto load = [src](int64_t index) {
+    Element e;
+    std::memcpy(&e, src + index * kWidth, kWidth);
+    return e;
   };
-  const Element* in = reinterpret_cast<const Element*>(src);
-  Element* out = reinterpret_cast<Element*>(dst);
+  auto store = [dst](int64_t index, Element e) { std::memcpy(dst + index * kWidth, &e, kWidth); };
   const int rank = static_cast<int>(out_dims.size());
   if (rank == 0) {
-    for (int64_t i = 0; i < len; ++i) out[i] = in[0];
+    const Element e = load(0);
+    for (int64_t i = 0; i < len; ++i) store(i, e);
     return;
   }
   absl::InlinedVector<int64_t, 8> index(rank, 0);
@@ -437,12 +446,13 @@ void GatherBroadcast(const std::byte* src, std::byte* dst, absl::Span<const int6
   for (int64_t i = 0; i < len;) {
     const int64_t run = std::min(out_dims[last] - index[last], len - i);
     if (inner_stride == 0) {
-      // The element read once: `in` may alias `out` as far as the compiler knows, which kept
-      // this loop a load and a store per element.
-      const Element element = in[offset];
-      for (int64_t t = 0; t < run; ++t) out[i + t] = element;
+      // The element is read once: the compiler cannot tell that `src` and `dst` do not alias.
+      const Element e = load(offset);
+      for (int64_t t = 0; t < run; ++t) store(i + t, e);
+    } else if (inner_stride == 1) {
+      std::memcpy(dst + i * kWidth, src + offset * kWidth, run * kWidth);
     } else {
-      for (int64_t t = 0; t < run; ++t) out[i + t] = in[offset + t * inner_stride];
+      for (int64_t t = 0; t < run; ++t) store(i + t, load(offset + t * inner_stride));
     }
     i += run;
     index[last] += run;
