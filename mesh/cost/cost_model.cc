@@ -359,7 +359,6 @@ NodeCost CostModel::CollectiveCost(Opcode opcode, const std::vector<int64_t>& gr
   // A group of one moves nothing (a permute's group is {self, target}, judged below).
   if (group.size() <= 1 && opcode != Opcode::kCollectivePermute) return cost;
   const double v = static_cast<double>(bytes);
-  const double eff = Efficiency(OpClass::kCollective);
   const int64_t my_slice = topology_.device(device_id).slice;
   if (opcode == Opcode::kCollectivePermute) {
     const int64_t target = group.size() > 1 ? group[1] : device_id;
@@ -367,7 +366,7 @@ NodeCost CostModel::CollectiveCost(Opcode opcode, const std::vector<int64_t>& gr
     // A point-to-point transfer: DCN when it leaves the slice (one message, one latency), else
     // over the torus or switch.
     if (topology_.device(target).slice != my_slice) {
-      cost.dcn_seconds = v / (dcn_bytes_per_s_per_device_ * eff) + dcn_latency_s_;
+      cost.dcn_seconds = v / dcn_bytes_per_s_per_device_ + dcn_latency_s_;
       cost.dcn_bytes = bytes;
     } else {
       NodeCost ici = IciCollective(opcode, {device_id, target}, bytes, device_id);
@@ -404,7 +403,9 @@ NodeCost CostModel::CollectiveCost(Opcode opcode, const std::vector<int64_t>& gr
     cost.ici_bytes = ici.ici_bytes;
   }
   if (slices.size() > 1) {
-    const double b = dcn_bytes_per_s_per_device_ * eff;
+    // The `collective` efficiency is a measured fraction of an ICI / NVLink link's bandwidth;
+    // DCN runs at the host NICs' figure (docs/simulator.md, "Across slices").
+    const double b = dcn_bytes_per_s_per_device_;
     const double steps = m - 1;
     double sent = 0;
     double latency = 0;

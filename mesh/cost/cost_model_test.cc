@@ -307,6 +307,23 @@ TEST(CostModelTest, HierarchicalAllReduceAcrossSlices) {
   EXPECT_NEAR(d.dcn_seconds, 2 * 0.5 * v / dcn_per_device + 2 * 10e-6, 1e-15);
 }
 
+TEST(CostModelTest, CollectiveEfficiencyScalesIciLinksButNotDcn) {
+  // The hierarchical all-reduce above with a collective efficiency of 0.8: the ICI phase runs
+  // at 0.8 x 50e9 B/s, the DCN phase keeps the NIC's 200 Gbps shared by 2 devices, latencies
+  // unchanged.
+  CostModel model = Model(TopologyJson("[2]", "[false]", 2, 1, 2, 400, 1, 200, 10,
+                                       ", \"efficiency\": {\"collective\": 0.8}"));
+  const double v = 8e6;
+  NodeCost c = model.CollectiveCost(Opcode::kAllReduce, {0, 1, 2, 3}, 8000000, 0);
+  EXPECT_NEAR(c.ici_seconds, 2 * 0.5 * v / (0.8 * 50e9) + 2 * 1 * 1e-6, 1e-15);
+  EXPECT_NEAR(c.dcn_seconds, 2 * 0.5 * (v / 2) / (200e9 / 8 / 2) + 2 * 1 * 10e-6, 1e-15);
+  // A permute inside the slice takes the efficiency, one across slices does not.
+  NodeCost in_slice = model.CollectiveCost(Opcode::kCollectivePermute, {0, 1}, 1000000, 0);
+  EXPECT_NEAR(in_slice.ici_seconds, 1e6 / (0.8 * 50e9) + 1e-6, 1e-15);
+  NodeCost across = model.CollectiveCost(Opcode::kCollectivePermute, {0, 2}, 1000000, 0);
+  EXPECT_NEAR(across.dcn_seconds, 1e6 / (200e9 / 8 / 2) + 10e-6, 1e-15);
+}
+
 TEST(CostModelTest, TheMostCrowdedHostSetsTheDcnBandwidth) {
   // Slice 0: 2 hosts of 2 chips; slice 1: 1 host of 4 chips. Every device of slice 1 shares one
   // NIC with 3 others, and a cross-slice collective waits for them.

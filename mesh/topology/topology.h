@@ -167,7 +167,8 @@ struct IciLink {
 // The op classes accepted as keys of DeviceSpec::efficiency: "dot" (dot, the MXU / tensor
 // cores), "elementwise" (unary, binary, compare, select, convert, ...), "reduce",
 // "data_movement" (broadcast, transpose, reshape, slice, pad, concatenate, dynamic-slice, ...),
-// "collective" (fraction of the link bandwidth a collective reaches).
+// "collective" (fraction of an ICI / NVLink link's bandwidth that a collective reaches; DCN runs
+// at the host NICs' figure).
 inline constexpr std::string_view kEfficiencyClasses[] = {"dot", "elementwise", "reduce",
                                                           "data_movement", "collective"};
 
