@@ -1760,6 +1760,91 @@ TEST(ExecutorTest, ProducerReadBeforeTheFusionIsNotAFurtherOutput) {
   ExpectWithinOneUlp(fused, unfused, "producer read before the fusion");
 }
 
+// Reduce input fusion (internal/fusion.h, FusionPlan::reduce_input_of): a reduce over trailing
+// dims computes its operand block by block when nothing else reads it. Exact ops only, so the
+// fused results must equal the unfused executor's bit for bit (same accumulation order).
+TEST(ExecutorTest, ReduceInputFusionEqualsTheUnfusedReduceBitwise) {
+  struct Case {
+    std::string what;
+    Shape shape;
+    std::vector<int64_t> dims;
+    ReduceKind kind;
+    bool centred;  // (x - broadcast(c)) squared, a loop fusion of three ops; else x * x alone
+    int64_t kernels_fused;
+    int64_t kernels_unfused;
+  };
+  const std::vector<Case> cases = {
+      // The gradient norm's sum of squares: one kernel instead of the square and the sum.
+      {"full sum of squares", Shape(DType::kF32, {37, 301}), {0, 1}, ReduceKind::kAdd, false, 1,
+       2},
+      // Layer norm's variance: row sums of centred squares, rows of uneven length (3 * 256 + 1).
+      {"row sums", Shape(DType::kF32, {5, 3, 769}), {2}, ReduceKind::kAdd, true, 1, 4},
+      {"row maxima over two dims", Shape(DType::kF32, {4, 9, 130}), {1, 2}, ReduceKind::kMaximum,
+       true, 1, 4},
+      {"bf16 sum (f32 accumulation)", Shape(DType::kBF16, {3, 1000}), {1}, ReduceKind::kAdd,
+       false, 1, 2},
+      {"products", Shape(DType::kF32, {2, 100}), {1}, ReduceKind::kMultiply, false, 1, 2},
+      // Enough rows to be split over the executor's threads.
+      {"many short rows", Shape(DType::kF32, {5000, 40}), {1}, ReduceKind::kAdd, true, 1, 4},
+      // Leading dims reduced: not an input fusion (no contiguous rows), the square runs alone.
+      {"column sums stay unfused", Shape(DType::kF32, {300, 7}), {0}, ReduceKind::kAdd, false, 2,
+       2},
+  };
+  for (const Case& c : cases) {
+    Graph g("reduce_input");
+    Node* x = g.AddParameter(0, c.shape, "x").value();
+    Node* value = x;
+    if (c.centred) {
+      Node* centre = g.AddParameter(1, Shape(c.shape.dtype(), {}), "c").value();
+      value = g.AddNode(Opcode::kSubtract,
+                        {x, g.AddNode(Opcode::kBroadcast, c.shape, {centre}, OpAttributes{}).value()})
+                  .value();
+    }
+    Node* square = g.AddNode(Opcode::kMultiply, {value, value}).value();
+    OpAttributes reduce;
+    reduce.dimensions = c.dims;
+    reduce.reduce_kind = c.kind;
+    const double init = c.kind == ReduceKind::kMaximum ? -1e30 : c.kind == ReduceKind::kMultiply;
+    Literal init_value(Shape(c.shape.dtype(), {}));
+    init_value.SetFromDouble(0, init);
+    g.set_root(g.AddNode(Opcode::kReduce, {square, g.AddConstant(std::move(init_value))}, reduce)
+                   .value());
+    std::vector<Literal> args = {Random(c.shape, 11, c.kind == ReduceKind::kMultiply ? 0.9 : -3,
+                                        c.kind == ReduceKind::kMultiply ? 1.1 : 3)};
+    if (c.centred) args.push_back(Literal::Scalar(0.25f));
+    ExecutionStats fused_stats, unfused_stats;
+    Literal fused = Executor({.fusion = true}).Run(g, args, &fused_stats).value()[0];
+    Literal unfused = Executor({.fusion = false}).Run(g, args, &unfused_stats).value()[0];
+    ASSERT_EQ(fused.shape(), unfused.shape()) << c.what;
+    EXPECT_EQ(std::memcmp(fused.raw_data(), unfused.raw_data(), internal::TotalBytes(fused)), 0) << c.what;
+    EXPECT_EQ(fused_stats.kernels, c.kernels_fused) << c.what;
+    EXPECT_EQ(unfused_stats.kernels, c.kernels_unfused) << c.what;
+  }
+}
+
+// The square is read by the reduce and by the root as well: it is materialised once, and the
+// reduce reads it (no input fusion, which would compute it twice).
+TEST(ExecutorTest, ReduceOperandReadElsewhereIsMaterialised) {
+  Graph g("shared_square");
+  const Shape shape(DType::kF32, {4, 500});
+  Node* x = g.AddParameter(0, shape, "x").value();
+  Node* square = g.AddNode(Opcode::kMultiply, {x, x}).value();
+  OpAttributes reduce;
+  reduce.dimensions = {1};
+  reduce.reduce_kind = ReduceKind::kAdd;
+  Node* sums =
+      g.AddNode(Opcode::kReduce, {square, g.AddConstant(Literal::Scalar(0.0f))}, reduce).value();
+  g.set_root(g.AddNode(Opcode::kTuple, {sums, square}).value());
+  const std::vector<Literal> args = {Random(shape, 12)};
+  ExecutionStats stats;
+  std::vector<Literal> fused = Executor({.fusion = true}).Run(g, args, &stats).value();
+  std::vector<Literal> unfused = Executor({.fusion = false}).Run(g, args).value();
+  EXPECT_EQ(stats.kernels, 2);  // the square, the reduce
+  EXPECT_EQ(stats.fusions, 0);
+  ExpectEqual(fused[0], unfused[0], "sums");
+  ExpectEqual(fused[1], unfused[1], "square");
+}
+
 // A further output next to a root written in place: d = dot(x, x) dies in the loop of
 // e = exp(d); r = e + d * 2, and e is also read after it (root tuple).
 TEST(ExecutorTest, FurtherOutputBesideAnInPlaceRoot) {
