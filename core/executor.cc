@@ -238,9 +238,6 @@ absl::StatusOr<std::shared_ptr<const PreparedProgram>> PrepareGraph(
     if (!reachable[id] || (!plan.absorbed.empty() && plan.absorbed[id])) continue;
     if (!plan.fusion_of_root.empty() && plan.fusion_of_root[id] >= 0) {
       for (const Node* leaf : plan.fusions[plan.fusion_of_root[id]].leaves) ++uses[leaf->id()];
-    } else if (!plan.reduce_input_of.empty() && plan.reduce_input_of[id] >= 0) {
-      for (const Node* leaf : plan.fusions[plan.reduce_input_of[id]].leaves) ++uses[leaf->id()];
-      ++uses[node->operand(1)->id()];  // the init value
     } else if (!plan.folded_dot_of.empty() && plan.folded_dot_of[id] >= 0) {
       const internal::FoldedDot& dot = plan.folded_dots[plan.folded_dot_of[id]];
       ++uses[dot.lhs->id()];
@@ -433,10 +430,6 @@ class Execution {
         TESSEL_RETURN_IF_ERROR(ExecuteFusion(ctx, *fusion));
         continue;
       }
-      if (const internal::Fusion* input = ReduceInputOf(*node)) {
-        TESSEL_RETURN_IF_ERROR(ExecuteReduceInput(ctx, *node, *input));
-        continue;
-      }
       if (const internal::FoldedDot* dot = FoldedDotOf(*node)) {
         ExecuteFoldedDot(ctx, *node, *dot);
         continue;
@@ -579,11 +572,6 @@ class Execution {
     const int f = plan_.fusion_of_root[node.id()];
     return f < 0 ? nullptr : &plan_.fusions[f];
   }
-  const internal::Fusion* ReduceInputOf(const Node& node) const {
-    if (plan_.reduce_input_of.empty()) return nullptr;
-    const int f = plan_.reduce_input_of[node.id()];
-    return f < 0 ? nullptr : &plan_.fusions[f];
-  }
   const internal::FoldedDot* FoldedDotOf(const Node& node) const {
     if (plan_.folded_dot_of.empty()) return nullptr;
     const int f = plan_.folded_dot_of[node.id()];
@@ -644,29 +632,6 @@ class Execution {
     ++kernels_;
     Release(lhs);
     Release(rhs);
-  }
-
-  // Runs reduce `node` with the loop fusion `input` computing its operand block by block
-  // (reduce input fusion, internal/fusion.h): one pass, the operand never materialised.
-  absl::Status ExecuteReduceInput(const KernelContext& ctx, const Node& node,
-                                  const internal::Fusion& input) {
-    std::vector<const Literal*> leaves;
-    for (const Node* leaf : input.leaves) leaves.push_back(&slots_[leaf->id()].value());
-    Slot& init = slots_[node.operand(1)->id()];
-    TESSEL_ASSIGN_OR_RETURN(Literal value,
-                            internal::RunFusionReduce(ctx, input, leaves, init.value(),
-                                                      node.attrs().reduce_kind, node.shape()));
-    Slot& slot = slots_[node.id()];
-    slot.bytes = TotalBytes(value);
-    slot.owned = std::move(value);
-    live_bytes_ += slot.bytes;
-    peak_bytes_ = std::max(peak_bytes_, live_bytes_);
-    ++nodes_executed_;
-    ++kernels_;
-    ++fusions_;
-    for (const Node* leaf : input.leaves) Release(slots_[leaf->id()]);
-    Release(init);
-    return absl::OkStatus();
   }
 
   // Runs one loop fusion and fills the slots of its root and of its further outputs. The root

@@ -24,10 +24,7 @@
 // loops, and a fused output whose operand is an intermediate that dies there is written into
 // that operand's buffer; so is one whose operand is a donated argument (ExecutionDonation below,
 // XLA's input_output_alias: the lazy runtime donates the values a step replaces, so the
-// optimizer's new parameters and moments go into the old buffers). A reduce over trailing dims
-// whose operand nothing else reads computes that operand inside its own loop, block by block
-// (XLA's reduce input fusion: the gradient norm's sums of squares, layer norm's variance), so
-// the operand never reaches memory; it accumulates in the unfused order. Fusion is internal: the
+// optimizer's new parameters and moments go into the old buffers). Fusion is internal: the
 // graph does not change, and results equal the unfused run's bitwise except Eigen's packet
 // transcendental ops, which may differ by one ulp, and the SGD-style update w - s * dot(a, b) of a
 // dot read only there, which runs as the dot's GEMM accumulating into w (one rounding fewer, and

@@ -342,65 +342,6 @@ std::vector<int> PlanDotUpdates(const Graph& graph, const std::vector<bool>& rea
   return update_users;
 }
 
-// Whether `reduce` reduces a suffix of its operand's dims (then each output element reads one
-// contiguous range of the operand) with an accumulation ReduceRowsFromBlocks computes as
-// Reduce does, on a floating element type (the kinds a type rejects stay unfused and fail there).
-bool ReducesTrailingDims(const Node& reduce) {
-  if (reduce.operand_count() != 2 || reduce.shape().is_tuple()) return false;
-  const Shape& operand = reduce.operand(0)->shape();
-  if (operand.is_tuple() || !IsFloating(operand.dtype())) return false;
-  switch (reduce.attrs().reduce_kind) {
-    case ReduceKind::kAdd:
-    case ReduceKind::kMultiply:
-    case ReduceKind::kMaximum:
-    case ReduceKind::kMinimum:
-      break;
-    default:
-      return false;
-  }
-  std::vector<int64_t> dims = reduce.attrs().dimensions;
-  std::sort(dims.begin(), dims.end());
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] != operand.rank() - static_cast<int64_t>(dims.size() - i)) return false;
-  }
-  return true;
-}
-
-// Reduce input fusion (fusion.h, FusionPlan::reduce_input_of): after loop fusion, a reduce
-// takes over the fusion (or the lone elementwise op) that computes its operand when nothing else
-// reads that operand.
-void PlanReduceInputs(const Graph& graph, const std::vector<bool>& reachable,
-                      const std::vector<std::vector<int>>& users, const std::vector<bool>& fusible,
-                      std::vector<bool>& in_fusion, FusionPlan& plan) {
-  plan.reduce_input_of.assign(graph.num_nodes(), -1);
-  for (const Node* node : graph.nodes()) {
-    const int id = node->id();
-    if (!reachable[id] || plan.absorbed[id] || node->opcode() != Opcode::kReduce ||
-        !ReducesTrailingDims(*node)) {
-      continue;
-    }
-    const Node& producer = *node->operand(0);
-    const int pid = producer.id();
-    if (&producer == graph.root() || plan.absorbed[pid] || users[pid] != std::vector<int>{id}) {
-      continue;
-    }
-    int f = plan.fusion_of_root[pid];
-    if (f >= 0) {
-      if (!plan.fusions[f].extra_outputs.empty()) continue;
-      plan.fusion_of_root[pid] = -1;
-    } else {
-      // Moving a broadcast or a reshape into the reduce saves no pass over memory.
-      if (!fusible[pid] || !IsElementwiseOp(producer.opcode())) continue;
-      in_fusion[pid] = true;
-      f = static_cast<int>(plan.fusions.size());
-      plan.fusions.push_back(MakeFusion({&producer}, in_fusion, users));
-      in_fusion[pid] = false;
-    }
-    plan.absorbed[pid] = true;
-    plan.reduce_input_of[id] = f;
-  }
-}
-
 // Fills Fusion::compiled of every fusion of `plan` (defined with the fused loop below).
 void CompileFusions(FusionPlan& plan);
 
@@ -461,7 +402,6 @@ FusionPlan PlanFusion(const Graph& graph, const std::vector<bool>& reachable) {
       plan.absorbed[id] = true;
     }
   }
-  PlanReduceInputs(graph, reachable, users, fusible, in_fusion, plan);
   CompileFusions(plan);
   return plan;
 }
@@ -768,11 +708,9 @@ void Prefetch(const std::byte* data, int64_t bytes, bool write) {
 }
 
 // Runs the fused loop over output elements [begin, end).
-// `outputs` hold the elements from linear index `origin` on (0: whole outputs; RunFusionReduce
-// passes one block's buffer).
 absl::Status RunChunk(const Fusion& fusion, const Program& program,
                       absl::Span<const Literal* const> leaves, absl::Span<std::byte* const> outputs,
-                      int64_t begin, int64_t end, int64_t origin = 0) {
+                      int64_t begin, int64_t end) {
   // Per instruction: the output buffer it writes directly, or null.
   absl::InlinedVector<std::byte*, 32> output(program.output_of.size(), nullptr);
   for (size_t i = 0; i < output.size(); ++i) {
@@ -814,7 +752,7 @@ absl::Status RunChunk(const Fusion& fusion, const Program& program,
       }
       for (int i = 0; i < num; ++i) {
         if (output[i] == nullptr) continue;
-        Prefetch(output[i] + (ahead - origin) * program.widths[i], ahead_len * program.widths[i],
+        Prefetch(output[i] + ahead * program.widths[i], ahead_len * program.widths[i],
                  /*write=*/true);
       }
     }
@@ -844,8 +782,8 @@ absl::Status RunChunk(const Fusion& fusion, const Program& program,
           break;
         }
         case Step::kOp: {
-          std::byte* dst = output[i] != nullptr ? output[i] + (b - origin) * program.widths[i]
-                                                : instruction_scratch(i);
+          std::byte* dst =
+              output[i] != nullptr ? output[i] + b * program.widths[i] : instruction_scratch(i);
           if (const BlockLoop& loop = program.loops[i]; loop.run != nullptr) {
             const std::byte* args[4] = {nullptr, nullptr, nullptr, nullptr};
             for (size_t k = 0; k < instruction.operands.size(); ++k) {
@@ -872,7 +810,7 @@ absl::Status RunChunk(const Fusion& fusion, const Program& program,
         }
       }
     }
-    std::byte* dst = outputs[0] + (b - origin) * program.widths[root];
+    std::byte* dst = outputs[0] + b * program.widths[root];
     if (value[root] != dst) std::memmove(dst, value[root], len * program.widths[root]);
   }
   return absl::OkStatus();
@@ -917,25 +855,6 @@ absl::StatusOr<std::vector<Literal>> RunFusion(const KernelContext& ctx, const F
                                                          " (fusion): ", first_error.message()));
   }
   return outputs;
-}
-
-absl::StatusOr<Literal> RunFusionReduce(const KernelContext& ctx, const Fusion& fusion,
-                                        absl::Span<const Literal* const> leaves,
-                                        const Literal& init, ReduceKind kind, const Shape& shape) {
-  TESSEL_CHECK(fusion.compiled != nullptr && fusion.extra_outputs.empty());
-  const Program& program = *fusion.compiled;
-  absl::StatusOr<Literal> out = ReduceRowsFromBlocks(
-      ctx, fusion.root->shape(), init, kind, shape, kFusionBlock,
-      [&](int64_t begin, int64_t len, std::byte* buffer) {
-        std::byte* const outputs[1] = {buffer};
-        return RunChunk(fusion, program, leaves, outputs, begin, begin + len, /*origin=*/begin);
-      });
-  if (!out.ok()) {
-    return absl::Status(out.status().code(), absl::StrCat("%", fusion.root->name(),
-                                                          " (reduce input fusion): ",
-                                                          out.status().message()));
-  }
-  return out;
 }
 
 }  // namespace tessel::internal

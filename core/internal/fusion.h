@@ -144,17 +144,6 @@ struct FusionPlan {
   // other node reads it.
   std::vector<int> dot_update_of;
   std::vector<DotUpdate> dot_updates;
-  // Reduce input fusion (XLA's kInput fusion: a reduce with its elementwise producers in one
-  // kernel). Per node id: for a reduce whose operand is computed only for it, the index into
-  // `fusions` of the loop fusion computing that operand, or -1. The operand (the fusion's root)
-  // is marked in `absorbed` and no longer in `fusion_of_root`: the reduce runs the fusion block
-  // by block and folds each block into its accumulators (RunFusionReduce), so the operand never
-  // reaches memory. A lone elementwise producer (the square before a sum of squares) becomes a
-  // fusion of one op here. Only reduces over the operand's trailing dims (each output element
-  // reads one contiguous range: full sums, row sums and maxima) with add, multiply, maximum or
-  // minimum over floats take part; the results are the unfused reduce's bit for bit (the same
-  // accumulation order; the fused values as the loop fusion computes them).
-  std::vector<int> reduce_input_of;
 };
 
 // Plans loop fusions and transpose folding over the nodes of `graph` marked in `reachable` (indexed
@@ -177,17 +166,6 @@ struct FusionPlan {
 [[nodiscard]] absl::StatusOr<std::vector<Literal>> RunFusion(
     const KernelContext& ctx, const Fusion& fusion, absl::Span<const Literal* const> leaves,
     Literal* donated);
-
-// Computes reduce(root of `fusion`, init) over the trailing dims of the root's shape (the output
-// `shape` is its leading dims) with `kind`, running the fused loop `kFusionBlock` elements at a
-// time into a small buffer instead of materialising the root (FusionPlan::reduce_input_of).
-// `leaves[i]` is the value of fusion.leaves[i]. Errors: kInvalidArgument as Reduce and
-// ElementwiseOnBuffers.
-[[nodiscard]] absl::StatusOr<Literal> RunFusionReduce(const KernelContext& ctx,
-                                                      const Fusion& fusion,
-                                                      absl::Span<const Literal* const> leaves,
-                                                      const Literal& init, ReduceKind kind,
-                                                      const Shape& shape);
 
 }  // namespace tessel::internal
 

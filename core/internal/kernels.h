@@ -19,11 +19,9 @@
 
 #include <algorithm>
 #include <array>
-#include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "tbb/blocked_range.h"
@@ -176,22 +174,6 @@ void StridedCopy(const KernelContext& ctx, absl::Span<const int64_t> dims, const
                                              const Literal& init,
                                              absl::Span<const int64_t> dimensions, ReduceKind kind,
                                              const Shape& shape);
-
-// Writes the operand's elements [begin, begin + len) (linear, row-major; len <= the block size
-// given to ReduceRowsFromBlocks) into `buffer`, in the operand's element type.
-using ProduceBlock = absl::FunctionRef<absl::Status(int64_t begin, int64_t len, std::byte* buffer)>;
-
-// reduce(x, init) over the trailing dims of x (`operand_shape`; `shape` is x's leading dims, the
-// output) where x is never materialised: `produce` computes it `block` elements at a time (XLA's reduce input fusion).
-// Each output element accumulates its row's elements left to right as Reduce does, so the
-// results are Reduce's bit for bit. `produce` may run on several threads at once (rows are
-// split over ctx's threads). Errors: kInvalidArgument as Reduce, or the first error `produce`
-// returned.
-[[nodiscard]] absl::StatusOr<Literal> ReduceRowsFromBlocks(const KernelContext& ctx,
-                                                           const Shape& operand_shape,
-                                                           const Literal& init, ReduceKind kind,
-                                                           const Shape& shape, int64_t block,
-                                                           ProduceBlock produce);
 
 // General dot (XLA DotDimensionNumbers). f32/f64 (and bf16/f16 through f32) run Eigen's GEMM
 // on row- or column-major maps of the buffers, copying an operand only when its dims cannot be

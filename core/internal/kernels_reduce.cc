@@ -7,14 +7,10 @@
 // matrix, the gradient norm's partial sums: 4x faster than stepping an index per element, and
 // bitwise the same, since every accumulator still takes its elements in row-major order).
 #include <algorithm>
-#include <atomic>
-#include <memory>
-#include <mutex>
 #include <type_traits>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "tessel/core/status_macros.h"
 #include "tessel/core/internal/kernels.h"
 #include "tessel/core/internal/kernels_util.h"
 
@@ -192,12 +188,19 @@ void ReduceTyped(const KernelContext& ctx, const ReducePlan& plan, const T* x, T
   });
 }
 
-// Calls fn.template operator()<T, Op>() with the element type of `operand` and the reduce
-// kind's accumulation, or returns the error of a kind the type has no meaning for.
-template <typename Fn>
-absl::Status VisitReduce(const Shape& operand, ReduceKind kind, Fn&& fn) {
-  return VisitDType(operand.dtype(), [&]<typename T>() -> absl::Status {
+}  // namespace
+
+absl::StatusOr<Literal> Reduce(const KernelContext& ctx, const Literal& x, const Literal& init,
+                               absl::Span<const int64_t> dimensions, ReduceKind kind,
+                               const Shape& shape) {
+  Literal out = Literal::Uninitialized(shape);
+  if (shape.num_elements() == 0) return out;
+  ReducePlan plan = MakePlan(x.shape(), dimensions);
+  absl::Status status = VisitDType(x.shape().dtype(), [&]<typename T>() -> absl::Status {
     using A = ComputeT<T>;
+    const T* src = x.data<T>().data();
+    const T init_value = init.data<T>()[0];
+    T* dst = out.data<T>().data();
     const bool logical = kind == ReduceKind::kAnd || kind == ReduceKind::kOr;
     if constexpr (std::is_same_v<T, bool>) {
       if (!logical) {
@@ -208,100 +211,36 @@ absl::Status VisitReduce(const Shape& operand, ReduceKind kind, Fn&& fn) {
       if (logical) {
         return absl::InvalidArgumentError(absl::StrCat("reduce: to_apply=", ReduceKindName(kind),
                                                        " needs pred or integer operands, got ",
-                                                       operand.ToString()));
+                                                       x.shape().ToString()));
       }
     }
     switch (kind) {
       case ReduceKind::kAdd:
-        if constexpr (!std::is_same_v<T, bool>) fn.template operator()<T, AddOp<A>>();
+        if constexpr (!std::is_same_v<T, bool>) {
+          ReduceTyped<T, AddOp<A>>(ctx, plan, src, init_value, dst);
+        }
         break;
       case ReduceKind::kMultiply:
-        if constexpr (!std::is_same_v<T, bool>) fn.template operator()<T, MulOp<A>>();
+        if constexpr (!std::is_same_v<T, bool>) {
+          ReduceTyped<T, MulOp<A>>(ctx, plan, src, init_value, dst);
+        }
         break;
       case ReduceKind::kMaximum:
-        fn.template operator()<T, MaxOp<A>>();
+        ReduceTyped<T, MaxOp<A>>(ctx, plan, src, init_value, dst);
         break;
       case ReduceKind::kMinimum:
-        fn.template operator()<T, MinOp<A>>();
+        ReduceTyped<T, MinOp<A>>(ctx, plan, src, init_value, dst);
         break;
       case ReduceKind::kAnd:
-        if constexpr (!kIsFloating<T>) fn.template operator()<T, AndOp<A>>();
+        if constexpr (!kIsFloating<T>) ReduceTyped<T, AndOp<A>>(ctx, plan, src, init_value, dst);
         break;
       case ReduceKind::kOr:
-        if constexpr (!kIsFloating<T>) fn.template operator()<T, OrOp<A>>();
+        if constexpr (!kIsFloating<T>) ReduceTyped<T, OrOp<A>>(ctx, plan, src, init_value, dst);
         break;
     }
     return absl::OkStatus();
   });
-}
-
-// ReduceTyped's accumulation for reduced dims that are the operand's trailing ones: each output
-// element takes its row's elements left to right, one accumulator, as ReduceTyped's contiguous
-// runs do, but from blocks `produce` writes instead of a materialised operand.
-template <typename T, typename Op>
-absl::Status ReduceRowsTyped(const KernelContext& ctx, int64_t rows, int64_t row_len, T init,
-                             T* out, int64_t block, ProduceBlock produce) {
-  using A = ComputeT<T>;
-  const Op op;
-  std::mutex mu;
-  absl::Status first_error;
-  std::atomic<bool> failed{false};
-  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, row_len));
-  ParallelFor(ctx, rows, grain, [&](int64_t begin, int64_t end) {
-    // 64-byte aligned, as the fused loops' own buffers: Eigen's packet ops take the same path.
-    std::unique_ptr<std::byte[]> storage(new std::byte[static_cast<size_t>(block) * sizeof(T) + 64]);
-    T* const buffer = reinterpret_cast<T*>(
-        storage.get() + (64 - reinterpret_cast<uintptr_t>(storage.get()) % 64) % 64);
-    for (int64_t row = begin; row < end; ++row) {
-      if (failed.load(std::memory_order_relaxed)) return;
-      A a = Load(init);
-      for (int64_t b = 0; b < row_len; b += block) {
-        const int64_t len = std::min(block, row_len - b);
-        absl::Status status =
-            produce(row * row_len + b, len, reinterpret_cast<std::byte*>(buffer));
-        if (!status.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (first_error.ok()) first_error = std::move(status);
-          failed = true;
-          return;
-        }
-        for (int64_t k = 0; k < len; ++k) a = op(a, Load(buffer[k]));
-      }
-      out[row] = StoreAs<T>(a);
-    }
-  });
-  return first_error;
-}
-
-}  // namespace
-
-absl::StatusOr<Literal> Reduce(const KernelContext& ctx, const Literal& x, const Literal& init,
-                               absl::Span<const int64_t> dimensions, ReduceKind kind,
-                               const Shape& shape) {
-  Literal out = Literal::Uninitialized(shape);
-  if (shape.num_elements() == 0) return out;
-  const ReducePlan plan = MakePlan(x.shape(), dimensions);
-  TESSEL_RETURN_IF_ERROR(VisitReduce(x.shape(), kind, [&]<typename T, typename Op>() {
-    ReduceTyped<T, Op>(ctx, plan, x.data<T>().data(), init.data<T>()[0], out.data<T>().data());
-  }));
-  return out;
-}
-
-absl::StatusOr<Literal> ReduceRowsFromBlocks(const KernelContext& ctx, const Shape& operand_shape,
-                                             const Literal& init, ReduceKind kind,
-                                             const Shape& shape, int64_t block,
-                                             ProduceBlock produce) {
-  Literal out = Literal::Uninitialized(shape);
-  const int64_t rows = shape.num_elements();
-  if (rows == 0) return out;
-  TESSEL_CHECK(block > 0 && operand_shape.num_elements() % rows == 0);
-  const int64_t row_len = operand_shape.num_elements() / rows;
-  absl::Status produced;
-  TESSEL_RETURN_IF_ERROR(VisitReduce(operand_shape, kind, [&]<typename T, typename Op>() {
-    produced = ReduceRowsTyped<T, Op>(ctx, rows, row_len, init.data<T>()[0], out.data<T>().data(),
-                                      block, produce);
-  }));
-  if (!produced.ok()) return produced;
+  if (!status.ok()) return status;
   return out;
 }
 
