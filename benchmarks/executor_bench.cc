@@ -221,6 +221,40 @@ void BM_ExecutorExp(benchmark::State& state) {
   SetAddCounters(state, 2);
 }
 
+// The gradient norm's sum of squares, reduce(multiply(x, x)) over all of f32[1,1048576]
+// (rows:1), and layer norm's variance, row sums of centred squares over f32[8192,256]
+// (rows:8192), one thread: the square (or the centred-square loop) is written out and the
+// reduce reads it back. docs/PERFORMANCE.md ("Reduce input fusion, measured and not kept")
+// compares this with computing the square inside the reduce.
+void BM_ExecutorSumOfSquares(benchmark::State& state) {
+  const int64_t rows = state.range(0);
+  const int64_t row_len = (int64_t{1} << 20) / rows * (rows == 1 ? 1 : 2);
+  const Shape shape(DType::kF32, {rows, row_len});
+  Graph graph("sum_of_squares");
+  Node* x = graph.AddParameter(0, shape, "x").value();
+  Node* value = x;
+  if (rows > 1) {
+    Node* centre = graph.AddParameter(1, Shape(DType::kF32, {}), "c").value();
+    value = graph
+                .AddNode(Opcode::kSubtract,
+                         {x, graph.AddNode(Opcode::kBroadcast, shape, {centre}, OpAttributes{})
+                                 .value()})
+                .value();
+  }
+  OpAttributes reduce;
+  reduce.dimensions = rows == 1 ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{1};
+  reduce.reduce_kind = ReduceKind::kAdd;
+  graph.set_root(graph
+                     .AddNode(Opcode::kReduce,
+                              {graph.AddNode(Opcode::kMultiply, {value, value}).value(),
+                               graph.AddConstant(Literal::Scalar(0.0f))},
+                              reduce)
+                     .value());
+  std::vector<Literal> args = {RandomF32({rows, row_len}, 1)};
+  if (rows > 1) args.push_back(Literal::Scalar(0.5f));
+  TimeExecutor(state, graph, args, 1);
+}
+
 void BM_EigenExp(benchmark::State& state) {
   Literal la = RandomF32({kAddElements}, 1);
   Eigen::Map<const Eigen::ArrayXf> a(la.data<float>().data(), kAddElements);
@@ -454,6 +488,13 @@ BENCHMARK(BM_EigenAdd)->MinWarmUpTime(kWarmUpSeconds)->UseRealTime()->Unit(bench
 BENCHMARK(BM_ExecutorExp)
     ->ArgNames({"threads"})
     ->Arg(1)
+    ->MinWarmUpTime(kWarmUpSeconds)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExecutorSumOfSquares)
+    ->ArgNames({"rows"})
+    ->Arg(1)
+    ->Arg(8192)
     ->MinWarmUpTime(kWarmUpSeconds)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
