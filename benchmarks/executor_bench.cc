@@ -236,9 +236,9 @@ void BM_ExecutorSumOfSquares(benchmark::State& state) {
   if (rows > 1) {
     Node* centre = graph.AddParameter(1, Shape(DType::kF32, {}), "c").value();
     value = graph
-                .AddNode(Opcode::kSubtract,
-                         {x, graph.AddNode(Opcode::kBroadcast, shape, {centre}, OpAttributes{})
-                                 .value()})
+                .AddNode(
+                    Opcode::kSubtract,
+                    {x, graph.AddNode(Opcode::kBroadcast, shape, {centre}, OpAttributes{}).value()})
                 .value();
   }
   OpAttributes reduce;
