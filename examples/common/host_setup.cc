@@ -32,8 +32,7 @@ void AddMeshFlags(CLI::App& app, MeshFlags* flags, const std::string& axis_help)
       ->default_str(absl::StrJoin(flags->axis_names, ","));
   app.add_option("--compute-slots", flags->compute_slots,
                  "device threads of a host process that compute at once, 0 for no limit "
-                 "(default: TESSEL_COMPUTE_SLOTS, else the machine's cores shared among the "
-                 "job's devices on it)")
+                 "(default: TESSEL_COMPUTE_SLOTS, else no limit)")
       ->check(NumberAtLeast(0, false, "NON-NEGATIVE"))
       ->default_str("auto");
 }

@@ -35,8 +35,7 @@ struct MeshFlags {
   std::vector<int64_t> dcn_mesh_shape = {};
   std::vector<std::string> axis_names = {};
   // --compute-slots: device threads of a host process that compute at once (0: no limit); -1,
-  // the default: TESSEL_COMPUTE_SLOTS, else the machine's cores shared among the job's devices
-  // on it (mesh/runtime/compute_slots.h).
+  // the default: TESSEL_COMPUTE_SLOTS, else no limit (mesh/runtime/compute_slots.h).
   int64_t compute_slots = -1;
 };
 

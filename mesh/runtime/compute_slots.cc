@@ -1,8 +1,5 @@
 #include "tessel/mesh/runtime/compute_slots.h"
 
-#include <algorithm>
-#include <thread>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -30,17 +27,6 @@ void ComputeSlots::Release() {
 int64_t ComputeSlots::waiting() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(next_ticket_ - serving_);
-}
-
-int64_t DefaultComputeSlots(int64_t local_devices, int64_t devices_on_this_machine,
-                            int64_t hardware_threads) {
-  if (hardware_threads <= 0) {
-    hardware_threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  }
-  local_devices = std::max<int64_t>(1, local_devices);
-  devices_on_this_machine = std::max(local_devices, devices_on_this_machine);
-  const int64_t share = hardware_threads * local_devices / devices_on_this_machine;
-  return std::clamp<int64_t>(share, 1, local_devices);
 }
 
 absl::StatusOr<std::optional<int64_t>> ParseComputeSlots(const char* text,

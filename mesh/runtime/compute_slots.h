@@ -15,12 +15,14 @@
 //   ...                // kernels
 //   slots.Release();   // around a collective, and at the end
 //
-// Default number (DefaultComputeSlots): the machine's hardware threads shared among the
-// processes of the job on this machine in proportion to their devices, at least 1. Overridden by
-// HostRuntimeOptions::compute_slots or the environment variable TESSEL_COMPUTE_SLOTS
-// (ParseComputeSlots): a positive count, or 0 for no limit (every device thread computes at
-// once, the behaviour without slots). Measured in docs/PERFORMANCE.md ("8 devices on one
-// machine").
+// Default: no limit (every device thread computes at once, and the kernel's scheduler shares
+// the cores). A limit costs a hand-over per slot: a device leaving a collective sleeps until a
+// slot holder reaches its next collective and wakes it, and a core idles for that wake-up. On 8
+// devices over 2 cores of an otherwise idle machine, one process of 8 with 2 slots took
+// 10-22 % longer per step than with no limit (MLP and GPT steps; 4 processes of 2 with 1 slot
+// each: within the noise of no limit), measured in docs/PERFORMANCE.md ("8 devices on one
+// machine"). A limit is set by HostRuntimeOptions::compute_slots or the environment variable
+// TESSEL_COMPUTE_SLOTS (ParseComputeSlots): a positive count, or 0 for no limit.
 #ifndef TESSEL_MESH_RUNTIME_COMPUTE_SLOTS_H_
 #define TESSEL_MESH_RUNTIME_COMPUTE_SLOTS_H_
 
@@ -57,14 +59,6 @@ class ComputeSlots {
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;  // handed to the next caller of Acquire
   uint64_t serving_ ABSL_GUARDED_BY(mu_) = 0;      // the ticket whose turn it is
 };
-
-// The default slots of a host owning `local_devices` when `devices_on_this_machine` device
-// threads of the job (this host's included) share `hardware_threads` cores:
-// max(1, hardware_threads * local_devices / devices_on_this_machine), rounded down. With 8
-// devices on 2 cores: 2 for one process of 8 devices, 1 for each of 4 processes of 2. Never
-// more than `local_devices`. `hardware_threads` 0: std::thread::hardware_concurrency().
-[[nodiscard]] int64_t DefaultComputeSlots(int64_t local_devices, int64_t devices_on_this_machine,
-                                          int64_t hardware_threads = 0);
 
 // Parses a TESSEL_COMPUTE_SLOTS value: a non-negative integer (0: no limit). `source` names the
 // variable or option in errors. nullopt for an unset or empty value.

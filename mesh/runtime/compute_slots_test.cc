@@ -80,20 +80,6 @@ TEST(ComputeSlotsTest, WaitersAreServedInOrder) {
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
 }
 
-TEST(ComputeSlotsTest, DefaultSharesTheCoresAmongTheMachinesDevices) {
-  // 8 devices on 2 cores: one process of 8 gets 2, each of 4 processes of 2 gets 1.
-  EXPECT_EQ(DefaultComputeSlots(8, 8, 2), 2);
-  EXPECT_EQ(DefaultComputeSlots(2, 8, 2), 1);
-  // Never below 1, never above the host's devices.
-  EXPECT_EQ(DefaultComputeSlots(1, 64, 2), 1);
-  EXPECT_EQ(DefaultComputeSlots(2, 8, 64), 2);
-  EXPECT_EQ(DefaultComputeSlots(4, 8, 16), 4);
-  EXPECT_EQ(DefaultComputeSlots(4, 8, 4), 2);
-  // Fewer machine devices than local ones (not a real case) counts the local ones.
-  EXPECT_EQ(DefaultComputeSlots(4, 1, 2), 2);
-  EXPECT_GE(DefaultComputeSlots(8, 8), 1);
-}
-
 TEST(ComputeSlotsTest, ParsesTheEnvironmentValue) {
   EXPECT_EQ(ParseComputeSlots(nullptr, "TESSEL_COMPUTE_SLOTS").value(), std::nullopt);
   EXPECT_EQ(ParseComputeSlots("", "TESSEL_COMPUTE_SLOTS").value(), std::nullopt);

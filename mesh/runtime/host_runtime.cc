@@ -740,10 +740,7 @@ absl::StatusOr<std::unique_ptr<HostRuntime>> HostRuntime::Create(
     TESSEL_ASSIGN_OR_RETURN(
         std::optional<int64_t> from_env,
         ParseComputeSlots(std::getenv("TESSEL_COMPUTE_SLOTS"), "TESSEL_COMPUTE_SLOTS"));
-    slots = from_env.has_value()
-                ? *from_env
-                : DefaultComputeSlots(static_cast<int64_t>(communicator->local_device_ids().size()),
-                                      communicator->devices_on_this_machine());
+    slots = from_env.value_or(0);
   }
   s.slots = std::make_unique<ComputeSlots>(slots);
   TESSEL_ASSIGN_OR_RETURN(ProgramPassSettings from_env, ProgramPassesFromEnvironment());

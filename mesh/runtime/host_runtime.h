@@ -142,8 +142,7 @@ struct HostRuntimeOptions {
   int threads_per_device = 1;
   // How many of this host's device threads compute at once (mesh/runtime/compute_slots.h): a
   // positive count, or 0 for no limit. nullopt (the default): the environment variable
-  // TESSEL_COMPUTE_SLOTS if set, else DefaultComputeSlots (the machine's hardware threads shared
-  // among the job's devices on this machine, communicator().devices_on_this_machine()).
+  // TESSEL_COMPUTE_SLOTS if set, else no limit (compute_slots.h says why).
   // Errors from Create: kInvalidArgument for a negative count or a TESSEL_COMPUTE_SLOTS value
   // that is not a non-negative integer, naming the value.
   std::optional<int64_t> compute_slots;

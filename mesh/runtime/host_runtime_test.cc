@@ -58,6 +58,9 @@ TEST(HostRuntimeTest, ShardedDotMatchesSingleDevice) {
   std::vector<RuntimeMetrics> metrics(topology.num_hosts());
   std::vector<Literal> got_y(topology.num_hosts()), got_sum(topology.num_hosts());
   std::string trace;
+  // One compute slot per host, so that the timeline has slot waits to check.
+  HostRuntimeOptions slot_options;
+  slot_options.compute_slots = 1;
   std::vector<absl::Status> statuses = RunHosts(topology, [&](HostRuntime& runtime) {
     spmd::HybridMesh mesh = DataModelMesh(topology);
     runtime.EnableTracing(true);
@@ -78,7 +81,7 @@ TEST(HostRuntimeTest, ShardedDotMatchesSingleDevice) {
     TESSEL_ASSIGN_OR_RETURN(TraceEventWriter t, runtime.CollectTrace());
     if (runtime.host_index() == 0) trace = t.ToJson();
     return absl::OkStatus();
-  });
+  }, slot_options);
   // The timeline: 2 executions on each of the 8 devices, and their collectives.
   nlohmann::json parsed = nlohmann::json::parse(trace);
   std::map<int64_t, int> executions;
@@ -103,8 +106,8 @@ TEST(HostRuntimeTest, ShardedDotMatchesSingleDevice) {
   EXPECT_EQ(executions.size(), 8u);
   for (const auto& [device, count] : executions) EXPECT_EQ(count, 2) << "device " << device;
   EXPECT_GT(collectives, 0);
-  // The default compute slots (at least 1 per host) are waited for at the start of every run
-  // and after every collective, inside the device's run.
+  // The compute slot is waited for at the start of every run and after every collective,
+  // inside the device's run.
   EXPECT_EQ(slot_waits.size(), 8u);
   for (const auto& [device, waits] : slot_waits) {
     EXPECT_GE(waits.size(), 2u) << "device " << device;
@@ -281,8 +284,8 @@ TEST(HostRuntimeTest, MlpTrainingMatchesSingleDeviceWithDeviceThreadsPerExecutio
       << made.status();
 }
 
-// HostRuntimeOptions::compute_slots, else TESSEL_COMPUTE_SLOTS, else the default share of the
-// cores; bad values are refused by Create with the value named.
+// HostRuntimeOptions::compute_slots, else TESSEL_COMPUTE_SLOTS, else no limit; bad values are
+// refused by Create with the value named.
 TEST(HostRuntimeTest, ComputeSlotsFromOptionsEnvironmentOrDefault) {
   const Topology topology = MainTopology();
   auto job =
@@ -297,12 +300,12 @@ TEST(HostRuntimeTest, ComputeSlotsFromOptionsEnvironmentOrDefault) {
   EXPECT_EQ((*made)->compute_slots(), 2);
   made = HostRuntime::Create(topology, &job->host(0));
   ASSERT_TRUE(made.ok()) << made.status();
-  EXPECT_EQ((*made)->compute_slots(), DefaultComputeSlots(2, 8));
+  EXPECT_EQ((*made)->compute_slots(), 0);
 
-  setenv("TESSEL_COMPUTE_SLOTS", "0", 1);
+  setenv("TESSEL_COMPUTE_SLOTS", "3", 1);
   made = HostRuntime::Create(topology, &job->host(0));
   ASSERT_TRUE(made.ok()) << made.status();
-  EXPECT_EQ((*made)->compute_slots(), 0);
+  EXPECT_EQ((*made)->compute_slots(), 3);
   // The option wins over the environment.
   options.compute_slots = 1;
   made = HostRuntime::Create(topology, &job->host(0), options);
