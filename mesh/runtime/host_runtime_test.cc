@@ -61,7 +61,7 @@ TEST(HostRuntimeTest, ShardedDotMatchesSingleDevice) {
   // One compute slot per host, so that the timeline has slot waits to check.
   HostRuntimeOptions slot_options;
   slot_options.compute_slots = 1;
-  std::vector<absl::Status> statuses = RunHosts(topology, [&](HostRuntime& runtime) {
+  auto body = [&](HostRuntime& runtime) -> absl::Status {
     spmd::HybridMesh mesh = DataModelMesh(topology);
     runtime.EnableTracing(true);
     for (int step = 0; step < 2; ++step) {
@@ -81,7 +81,8 @@ TEST(HostRuntimeTest, ShardedDotMatchesSingleDevice) {
     TESSEL_ASSIGN_OR_RETURN(TraceEventWriter t, runtime.CollectTrace());
     if (runtime.host_index() == 0) trace = t.ToJson();
     return absl::OkStatus();
-  }, slot_options);
+  };
+  std::vector<absl::Status> statuses = RunHosts(topology, body, slot_options);
   // The timeline: 2 executions on each of the 8 devices, and their collectives.
   nlohmann::json parsed = nlohmann::json::parse(trace);
   std::map<int64_t, int> executions;
