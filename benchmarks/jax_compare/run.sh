@@ -103,9 +103,13 @@ print(json.dumps({"ms": s["step_ms"], "compute_ms": s["compute_ms"],
                     "collectives_ms": s["collectives_ms"], "host_ms": s["host_ms"],
                     "layout": sys.argv[1], "cpu_ms": float(sys.argv[2])}))' "$layout" "$cpu_ms")"
     fi
+    # One device: at least 300 JAX steps, about as long as mlp_step_bench's one second of
+    # Tessel steps, so both medians come from runs of similar length.
+    jax_steps="$STEPS"
+    [ "$devices" = 1 ] && [ "$jax_steps" -lt 300 ] && jax_steps=300
     jax="$(XLA_FLAGS=--xla_force_host_platform_device_count=8 "$PYTHON" \
       benchmarks/jax_compare/mlp_step.py --devices "$devices" --optimizer "$optimizer" \
-      --batch "$batch" --steps "$STEPS" | tail -1)"
+      --batch "$batch" --steps "$jax_steps" | tail -1)"
     "$PYTHON" -c 'import json,sys
 t, j = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 row = {"devices": j["devices"], "optimizer": j["optimizer"], "batch": j["batch"],
