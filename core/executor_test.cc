@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <random>
@@ -1241,10 +1242,9 @@ TEST(ExecutorDotTest, IntegerDotWraps) {
 
 TEST(ExecutorDotTest, BigDotOneThreadVersusManyThreads) {
   // With several threads the executor splits the output into row (or column) blocks and runs
-  // one Eigen GEMM per block. Block edges fall on Eigen's register tiles, and in practice the
-  // results then match the single GEMM bit for bit; but Eigen's kernel choice and blocking
-  // depend on the matrix sizes it sees, so the k-summation order is not guaranteed to be the
-  // same: the results are compared within tolerance.
+  // one GEMM per block (oneDNN for f32). The library's kernel choice and blocking depend on the
+  // matrix sizes it sees, so the k-summation order is not guaranteed to be the same: the
+  // results are compared within tolerance.
   Literal lhs = Random(Shape(DType::kF32, {301, 257}), 31, -1, 1);
   Literal rhs = Random(Shape(DType::kF32, {257, 129}), 32, -1, 1);
   OpAttributes attrs;
@@ -1262,6 +1262,38 @@ TEST(ExecutorDotTest, BigDotOneThreadVersusManyThreads) {
   Literal w4 = MustRun(Opcode::kDot, {small, wide}, attrs, std::nullopt, ExecutorOptions{4});
   ExpectClose(w4, w1, 1e-5, 1e-5, "column split");
   ExpectClose(w1, RefDot(small, wide, attrs.dot), 1e-5, 1e-4, "column split vs reference");
+}
+
+// Threads in this process, from /proc/self/task (Linux).
+int ThreadCount() {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)entry;
+    ++count;
+  }
+  return count;
+}
+
+// oneDNN (the f32 GEMMs) is built on OpenMP; left alone it would start a team of one thread per
+// core beside the executor's own threads in every thread that calls it. Sgemm keeps it to the
+// calling thread: a single-threaded executor running big f32 dots, and a convolution, from a
+// new thread starts no thread.
+TEST(ExecutorDotTest, F32GemmsStartNoThreadsOfTheirOwn) {
+  Literal lhs = Random(Shape(DType::kF32, {512, 512}), 41, -1, 1);
+  Literal rhs = Random(Shape(DType::kF32, {512, 512}), 42, -1, 1);
+  OpAttributes attrs;
+  attrs.dot = Dn({}, {}, {1}, {0});
+  int before = 0, after = 0;
+  std::thread caller([&] {
+    before = ThreadCount();
+    for (int i = 0; i < 3; ++i) {
+      Literal out = MustRun(Opcode::kDot, {lhs, rhs}, attrs, std::nullopt, ExecutorOptions{1});
+      ASSERT_EQ(out.shape(), Shape(DType::kF32, {512, 512}));
+    }
+    after = ThreadCount();
+  });
+  caller.join();
+  EXPECT_EQ(after, before);
 }
 
 // Transpose folding (core/internal/fusion.h): transpose(dot(a, b)) that swaps the free dims runs
@@ -1783,13 +1815,13 @@ TEST(ExecutorTest, FurtherOutputBesideAnInPlaceRoot) {
 // The SGD update of a weight whose gradient is a dot (as autodiff traces it: the transpose of
 // dot(delta, x) contracting the batch) runs as one GEMM accumulating into a copy of the weight
 // (kernels.h DotAccumulate): no gradient buffer, no update pass. One rounding fewer than
-// unfused (a fused multiply-add), and Eigen's k-blocks add into the weight instead of into a
+// unfused (a fused multiply-add), and the GEMM's k-blocks add into the weight instead of into a
 // zeroed gradient (a reassociation: one rounding per k-block on each side), so the check is
 // |fused - unfused| <= 2^-23 (blocks + 2) (|update| + |w| + lr * sum_b |x_b| |delta_b|) per
-// element (the last term bounds every partial sum), blocks = ceil(batch / 128) (Eigen's
-// k-blocks are at least that long).
+// element (the last term bounds every partial sum), blocks = ceil(batch / 128) (the bound takes
+// the GEMM's k-blocks to be at least 128 long; the batch of 700 checks that it holds).
 TEST(ExecutorTest, SgdUpdateOfADotGradientRunsInTheGemm) {
-  for (int64_t batch : {48, 700}) {  // one of Eigen's k-blocks, and several
+  for (int64_t batch : {48, 700}) {  // one k-block, and several
     Graph g("sgd");
     const int64_t in = 40, out = 56;
     Node* x = g.AddParameter(0, Shape(DType::kF32, {batch, in}), "x").value();

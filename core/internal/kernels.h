@@ -10,7 +10,7 @@
 // may call tbb::parallel_for, which runs in the caller's task arena (the executor runs the
 // whole graph inside a tbb::task_arena of ExecutorOptions::num_threads, capped at the number of
 // cores). Results never depend on the thread count, except possibly the summation order inside
-// Eigen's GEMM for f32/f64/bf16/f16 dots (see Dot).
+// the GEMMs of f32/f64/bf16/f16 dots (see Dot).
 //
 // Element types: bf16 and f16 compute in f32 and round to nearest even on store; integer
 // arithmetic wraps (two's complement), as XLA defines it.
@@ -175,22 +175,35 @@ void StridedCopy(const KernelContext& ctx, absl::Span<const int64_t> dims, const
                                              absl::Span<const int64_t> dimensions, ReduceKind kind,
                                              const Shape& shape);
 
-// General dot (XLA DotDimensionNumbers). f32/f64 (and bf16/f16 through f32) run Eigen's GEMM
-// on row- or column-major maps of the buffers, copying an operand only when its dims cannot be
-// viewed as [batch, m, k] / [batch, k, m] (resp. [batch, k, n] / [batch, n, k]); with more than
-// one thread the output is split into row or column blocks, one GEMM per block. Integer and
-// pred dots are loops (pred: or of ands).
+// Row-major single-precision GEMM on the calling thread: C = alpha * op(A) * op(B) + beta * C
+// with op(A) [m, k] (A stored [m, k] with row stride lda, or [k, m] when transpose_a), op(B)
+// [k, n] (B stored [k, n] with row stride ldb, or [n, k] when transpose_b) and C [m, n] with row
+// stride ldc; sizes in elements. oneDNN's dnnl_sgemm (its just-in-time x86 kernels, picked for
+// the CPU at run time, AVX2 or AVX-512 alike) with one OpenMP thread: the caller splits work
+// over threads (Dot's blocks, the convolution's row blocks). With k == 0, C = beta * C (oneDNN
+// leaves C as it was). Every f32 GEMM of the executor goes through here; f64 stays on Eigen
+// (oneDNN has no f64 GEMM). Throws std::bad_alloc when oneDNN runs out of memory (the executor
+// reports kResourceExhausted); other oneDNN errors are internal (TESSEL_CHECK).
+void Sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+           int64_t ldc);
+
+// General dot (XLA DotDimensionNumbers). f32 (and bf16/f16 through f32) run Sgemm, f64 Eigen's
+// GEMM, on row- or column-major views of the buffers, copying an operand only when its dims
+// cannot be viewed as [batch, m, k] / [batch, k, m] (resp. [batch, k, n] / [batch, n, k]); with
+// more than one thread the output is split into row or column blocks, one GEMM per block.
+// Integer and pred dots are loops (pred: or of ands).
 [[nodiscard]] Literal Dot(const KernelContext& ctx, const Literal& lhs, const Literal& rhs,
                           const DotDimensionNumbers& dnums, const Shape& shape);
 
 // out = addend + alpha * dot(lhs, rhs) for f32 operands, `out` having the dot's shape and, when
 // `addend` is null, holding the addend on entry (else each thread's block of `out` is copied
-// from `addend` first): Eigen's GEMM accumulating into `out` (`C.noalias() += alpha * A * B`,
-// no zeroing pass), blocked over threads as Dot. Source: XLA CPU's dot output fusion with an
-// addend (DotOpEmitter's addend); here the SGD update p - lr * dot. Each element is
-// out + alpha * (k-block sum) per Eigen k-block, a fused multiply-add: against
-// round(out - round(lr * round(dot))) unfused, within an ulp of the result when the dot's
-// contraction fits one k-block, and reassociated beyond. Precondition: f32 throughout.
+// from `addend` first): Sgemm accumulating into `out` (beta = 1, no zeroing pass), blocked
+// over threads as Dot. Source: XLA CPU's dot output fusion with an addend (DotOpEmitter's
+// addend); here the SGD update p - lr * dot. Against round(out - round(lr * round(dot)))
+// unfused: one rounding fewer, and the GEMM's k-block partial sums added into the addend
+// instead of into a zeroed gradient (a reassociation; core/executor_test.cc,
+// SgdUpdateOfADotGradientRunsInTheGemm, bounds the difference). Precondition: f32 throughout.
 void DotAccumulate(const KernelContext& ctx, const Literal& lhs, const Literal& rhs,
                    const DotDimensionNumbers& dnums, float alpha, const Literal* addend,
                    Literal& out);
@@ -199,11 +212,11 @@ void DotAccumulate(const KernelContext& ctx, const Literal& lhs, const Literal& 
 // Window positions in padding or in a base-dilation hole are skipped (XLA's HloEvaluator).
 
 // XLA convolution (attrs: window, convolution dimension numbers, feature_group_count,
-// batch_group_count): im2col patches per group times the group's kernel matrix, Eigen's GEMM for
-// floating types (bf16/f16 in f32, rounded once), a wrapping loop for integers. Output feature
-// o belongs to group o / (O / groups); with batch groups, output batch b of group g reads input
-// batch g * (N / batch_group_count) + b. Results do not depend on the thread count.
-// Errors: kInvalidArgument for pred operands.
+// batch_group_count): im2col patches per group times the group's kernel matrix, Sgemm for f32
+// (bf16/f16 in f32, rounded once) and Eigen's GEMM for f64, a wrapping loop for integers. Output
+// feature o belongs to group o / (O / groups); with batch groups, output batch b of group g reads
+// input batch g * (N / batch_group_count) + b. Results do not depend on the thread count. Errors:
+// kInvalidArgument for pred operands.
 [[nodiscard]] absl::StatusOr<Literal> Convolution(const KernelContext& ctx, const Literal& lhs,
                                                   const Literal& rhs, const OpAttributes& attrs,
                                                   const Shape& shape);

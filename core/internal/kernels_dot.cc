@@ -8,19 +8,32 @@
 // and otherwise transposed into the first form. The result [batch, m, n] is row-major, which
 // is exactly the dot's output layout (batch dims, lhs free dims, rhs free dims).
 //
-// f32/f64 call Eigen's GEMM (`C.noalias() = A * B`) on Eigen::Map views. With more than one
-// thread the output of each batch is split into blocks of rows (or of columns when n > m), one
-// GEMM per block inside a tbb::parallel_for. Block edges fall on Eigen's register tiles, which
-// in practice keeps every element's k-summation order (and so its bits) unchanged, but Eigen
-// does not promise that for other matrix sizes: callers may only rely on agreement to rounding.
-// bf16/f16 convert the operands to f32, multiply, and round the result once.
+// f32 calls oneDNN's dnnl_sgemm (Sgemm below), f64 Eigen's GEMM (`C.noalias() = A * B` on
+// Eigen::Map views). With more than one thread the output of each batch is split into blocks of
+// rows (or of columns when n > m), one single-threaded GEMM per block inside a
+// tbb::parallel_for. A block's GEMM may sum an element's k products in another order than the
+// whole GEMM would (the libraries pick kernels by size), so callers may only rely on agreement
+// to rounding. bf16/f16 convert the operands to f32, multiply, and round the result once.
+//
+// Why oneDNN for f32: on the MLP training step's shapes (benchmarks/mlp_step_bench: batch x 784
+// x 1024 and the weight gradients with k = batch) it ran 6-10 % faster per core than Eigen,
+// which packs the weight matrix anew in every call and zeroes C before accumulating into it
+// (docs/PERFORMANCE.md, "Executor dot: oneDNN against Eigen").
 #include <algorithm>
+#include <new>
 #include <numeric>
 #include <type_traits>
 
 #include "Eigen/Core"
+#include "oneapi/dnnl/dnnl.h"
 #include "tessel/core/internal/kernels.h"
 #include "tessel/core/internal/kernels_util.h"
+#include "tessel/core/status_macros.h"
+
+// libgomp's, which Debian's oneDNN runs its threads on (DNNL_CPU_RUNTIME OMP, checked in
+// CMakeLists.txt). Declared here rather than through <omp.h> so the library is not compiled with
+// -fopenmp (which would also turn on Eigen's own OpenMP GEMM threads).
+extern "C" void omp_set_num_threads(int num_threads);
 
 namespace tessel::internal {
 namespace {
@@ -69,6 +82,35 @@ MatrixView ViewOperand(const KernelContext& ctx, const Literal& x,
   return {&scratch, false};
 }
 
+}  // namespace
+
+void Sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+           int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i) {
+      float* row = c + i * ldc;
+      if (beta == 0) {
+        std::fill(row, row + n, 0.f);
+      } else {
+        std::transform(row, row + n, row, [beta](float x) { return beta * x; });
+      }
+    }
+    return;
+  }
+  // The calling thread is one of the executor's (TBB workers or a device thread): oneDNN must
+  // not start an OpenMP team of its own beside them. The setting is per thread.
+  thread_local const bool single_threaded = (omp_set_num_threads(1), true);
+  (void)single_threaded;
+  const dnnl_status_t status = dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k,
+                                          alpha, a, lda, b, ldb, beta, c, ldc);
+  if (status == dnnl_out_of_memory) throw std::bad_alloc();
+  TESSEL_CHECK(status == dnnl_success);
+}
+
+namespace {
+
 template <typename T, int kOrder>
 using ConstMatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, kOrder>>;
 template <typename T>
@@ -93,10 +135,11 @@ Blocking ChooseBlocking(const KernelContext& ctx, const GemmSizes& s) {
   const double flops = 2.0 * s.batch * s.m * s.n * s.k;
   // Below ~4 MFLOP a GEMM takes well under a millisecond; splitting it does not pay.
   if (ctx.num_threads <= 1 || flops < 4e6 || extent == 0) return b;
-  // One block per thread (the batch counts as parallel work), block edges on multiples of
-  // Eigen's register tile so partial tiles occur only at the end. Eigen computes a row-major
-  // C as C^T = B^T A^T in column-major order: C's rows are its nr-wide columns (nr = 4) and
-  // C's columns its mr-tall rows (mr = 3 packets: 24 floats with AVX, 48 with AVX-512).
+  // One block per thread (the batch counts as parallel work), block edges on multiples of 48
+  // columns or 8 rows so the GEMM kernels' register tiles are whole except at the end. Chosen
+  // for Eigen (f64 here), which computes a row-major C as C^T = B^T A^T in column-major order:
+  // C's rows are its nr-wide columns (nr = 4) and C's columns its mr-tall rows (mr = 3
+  // packets: 24 floats with AVX, 48 with AVX-512); kept for oneDNN's f32 kernels.
   const int64_t wanted = (ctx.num_threads + s.batch - 1) / s.batch;
   const int64_t align = b.split_columns ? 48 : 8;
   int64_t block = (extent + wanted - 1) / wanted;
@@ -109,40 +152,77 @@ Blocking ChooseBlocking(const KernelContext& ctx, const GemmSizes& s) {
 // out = lhs * rhs, or with `accumulate` out = addend + alpha * lhs * rhs: out holds the addend
 // already when `addend` is null, else each block copies its part of `addend` first (in
 // parallel, and hot in cache for its GEMM).
+// One block of a blocked f32 GEMM (GemmTyped): Sgemm on the block's corner of each matrix.
+template <int kLhsOrder, int kRhsOrder>
+void SgemmBlock(const GemmSizes& s, const Blocking& blocking, int64_t task, const float* lhs,
+                const float* rhs, float* out, bool accumulate, float alpha, const float* addend) {
+  using T = float;
+  const int64_t b = task / blocking.count;
+  const int64_t start = (task % blocking.count) * blocking.block;
+  constexpr bool kLhsColumnMajor = kLhsOrder == Eigen::ColMajor;
+  constexpr bool kRhsColumnMajor = kRhsOrder == Eigen::ColMajor;
+  const T* a = lhs + b * s.m * s.k;
+  const T* w = rhs + b * s.k * s.n;
+  T* c = out + b * s.m * s.n;
+  int64_t rows = s.m, cols = s.n;
+  if (blocking.count > 1 && blocking.split_columns) {
+    cols = std::min(blocking.block, s.n - start);
+    w += kRhsColumnMajor ? start * s.k : start;
+    c += start;
+  } else if (blocking.count > 1) {
+    rows = std::min(blocking.block, s.m - start);
+    a += kLhsColumnMajor ? start : start * s.k;
+    c += start * s.n;
+  }
+  if (accumulate && addend != nullptr) {
+    const T* from = addend + (c - out);
+    for (int64_t i = 0; i < rows; ++i) {
+      std::copy(from + i * s.n, from + i * s.n + cols, c + i * s.n);
+    }
+  }
+  Sgemm(kLhsColumnMajor, kRhsColumnMajor, rows, cols, s.k, accumulate ? alpha : 1.f, a,
+        kLhsColumnMajor ? s.m : s.k, w, kRhsColumnMajor ? s.k : s.n, accumulate ? 1.f : 0.f, c,
+        s.n);
+}
+
 template <typename T, int kLhsOrder, int kRhsOrder>
 void GemmTyped(const KernelContext& ctx, const GemmSizes& s, const T* lhs, const T* rhs, T* out,
                bool accumulate = false, T alpha = T(1), const T* addend = nullptr) {
   const Blocking blocking = ChooseBlocking(ctx, s);
   auto run = [&](int64_t task) {
-    const int64_t b = task / blocking.count;
-    const int64_t start = (task % blocking.count) * blocking.block;
-    ConstMatrixMap<T, kLhsOrder> a(lhs + b * s.m * s.k, s.m, s.k);
-    ConstMatrixMap<T, kRhsOrder> w(rhs + b * s.k * s.n, s.k, s.n);
-    OutMatrixMap<T> c(out + b * s.m * s.n, s.m, s.n);
-    ConstMatrixMap<T, Eigen::RowMajor> initial(addend != nullptr ? addend + b * s.m * s.n : out,
-                                               s.m, s.n);
-    if (blocking.count == 1) {
-      if (accumulate) {
-        if (addend != nullptr) c = initial;
-        c.noalias() += alpha * (a * w);
+    if constexpr (std::is_same_v<T, float>) {
+      SgemmBlock<kLhsOrder, kRhsOrder>(s, blocking, task, lhs, rhs, out, accumulate, alpha, addend);
+    } else {  // f64: Eigen's GEMM on maps of the block
+      const int64_t b = task / blocking.count;
+      const int64_t start = (task % blocking.count) * blocking.block;
+      ConstMatrixMap<T, kLhsOrder> a(lhs + b * s.m * s.k, s.m, s.k);
+      ConstMatrixMap<T, kRhsOrder> w(rhs + b * s.k * s.n, s.k, s.n);
+      OutMatrixMap<T> c(out + b * s.m * s.n, s.m, s.n);
+      ConstMatrixMap<T, Eigen::RowMajor> initial(addend != nullptr ? addend + b * s.m * s.n : out,
+                                                 s.m, s.n);
+      if (blocking.count == 1) {
+        if (accumulate) {
+          if (addend != nullptr) c = initial;
+          c.noalias() += alpha * (a * w);
+        } else {
+          c.noalias() = a * w;
+        }
+      } else if (blocking.split_columns) {
+        const int64_t cols = std::min(blocking.block, s.n - start);
+        if (accumulate) {
+          if (addend != nullptr) c.middleCols(start, cols) = initial.middleCols(start, cols);
+          c.middleCols(start, cols).noalias() += alpha * (a * w.middleCols(start, cols));
+        } else {
+          c.middleCols(start, cols).noalias() = a * w.middleCols(start, cols);
+        }
       } else {
-        c.noalias() = a * w;
-      }
-    } else if (blocking.split_columns) {
-      const int64_t cols = std::min(blocking.block, s.n - start);
-      if (accumulate) {
-        if (addend != nullptr) c.middleCols(start, cols) = initial.middleCols(start, cols);
-        c.middleCols(start, cols).noalias() += alpha * (a * w.middleCols(start, cols));
-      } else {
-        c.middleCols(start, cols).noalias() = a * w.middleCols(start, cols);
-      }
-    } else {
-      const int64_t rows = std::min(blocking.block, s.m - start);
-      if (accumulate) {
-        if (addend != nullptr) c.middleRows(start, rows) = initial.middleRows(start, rows);
-        c.middleRows(start, rows).noalias() += alpha * (a.middleRows(start, rows) * w);
-      } else {
-        c.middleRows(start, rows).noalias() = a.middleRows(start, rows) * w;
+        const int64_t rows = std::min(blocking.block, s.m - start);
+        if (accumulate) {
+          if (addend != nullptr) c.middleRows(start, rows) = initial.middleRows(start, rows);
+          c.middleRows(start, rows).noalias() += alpha * (a.middleRows(start, rows) * w);
+        } else {
+          c.middleRows(start, rows).noalias() = a.middleRows(start, rows) * w;
+        }
       }
     }
   };

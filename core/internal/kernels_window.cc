@@ -9,9 +9,9 @@
 // convolution: per group (feature or batch group), rows = (output batch, output spatial
 // position), columns = (kernel spatial position, input feature of the group). Rows are cut into
 // blocks of kRowBlock; each block builds its im2col patch matrix in the compute type and
-// multiplies it by the group's kernel matrix with Eigen's GEMM (floating types), one block per
-// task, so threads never share a buffer and the result does not depend on the thread count.
-// Integer convolutions use the same patches with a wrapping loop.
+// multiplies it by the group's kernel matrix with a single-threaded GEMM (Sgemm for f32, Eigen
+// for f64), one block per task, so threads never share a buffer and the result does not depend on
+// the thread count. Integer convolutions use the same patches with a wrapping loop.
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -184,7 +184,10 @@ void ConvolutionTyped(const KernelContext& ctx, const ConvPlan& p,
             for (int64_t c = 0; c < cg; ++c) cell[c] = inside ? Load(lhs[offset + c * fs]) : A(0);
           }
         }
-        if constexpr (std::is_floating_point_v<A>) {
+        if constexpr (std::is_same_v<A, float>) {
+          Sgemm(false, false, n, og, cols, 1.f, patch.data(), cols, kernel.data(), og, 0.f,
+                result.data(), og);
+        } else if constexpr (std::is_floating_point_v<A>) {
           using Mat = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
           Eigen::Map<const Mat> pm(patch.data(), n, cols);
           Eigen::Map<const Mat> km(kernel.data(), cols, og);
