@@ -4,6 +4,13 @@
 //                                    parameters and a dot); T = 1 or 0 (default: all cores)
 //   BM_EigenGemm/n:N/threads:1       C.noalias() = A * B on row-major Eigen matrices,
 //                                    Eigen::setNbThreads(1)
+//   BM_ExecutorMlpGemms/batch:B      the f32 GEMMs of one step of mlp_step_bench's wide MLP
+//                                    (784-1024-1024-10), first two layers: x W1, h W2 (forward),
+//                                    dy W2^T (backward), x^T dy and h^T dy (weight gradients,
+//                                    k = B), as five dots of one graph, one thread
+//   BM_EigenMlpGemms/batch:B         the same five products with Eigen (row-major maps,
+//                                    transposes as Eigen expressions), one thread: the executor's
+//                                    GEMM library (oneDNN) against Eigen on the step's shapes
 //   BM_EigenTensorDot/n:N/threads:0  the same product as an Eigen Tensor contraction on a
 //                                    ThreadPoolDevice with one thread per core: the multi-threaded
 //                                    plain-Eigen baseline (Eigen's matrix GEMM parallelises only
@@ -28,7 +35,7 @@
 //   BM_ExecutorPrepareGpt            Executor::Prepare alone on that step
 //   BM_EigenAdam                     the same update as one Eigen array expression per output
 //   BM_ExecutorConvolution/threads:T a ResNet 3x3 convolution, f32[8,32,32,64] (NHWC) x
-//                                    [3,3,64,64] (HWIO), pad 1: im2col + Eigen GEMM per block
+//                                    [3,3,64,64] (HWIO), pad 1: im2col + a GEMM per block
 //
 // Every BM_Executor* prepares its graph once (Executor::Prepare) and times runs of the prepared
 // program, as the runtimes run a step; TESSEL_EXECUTOR_PREPARED=0 times Run(graph), which
@@ -153,6 +160,61 @@ void BM_EigenGemm(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   SetDotCounters(state, n);
+}
+
+// The five GEMMs of BM_ExecutorMlpGemms: flops of one step's worth at batch b.
+double MlpGemmFlops(int64_t b) {
+  return 2.0 * static_cast<double>(b) * (784.0 * 1024 + 3.0 * 1024 * 1024 + 784.0 * 1024);
+}
+
+void BM_ExecutorMlpGemms(benchmark::State& state) {
+  const int64_t b = state.range(0);
+  Graph graph("mlp_gemms");
+  Node* x = graph.AddParameter(0, Shape(DType::kF32, {b, 784}), "x").value();
+  Node* h = graph.AddParameter(1, Shape(DType::kF32, {b, 1024}), "h").value();
+  Node* dy = graph.AddParameter(2, Shape(DType::kF32, {b, 1024}), "dy").value();
+  Node* w1 = graph.AddParameter(3, Shape(DType::kF32, {784, 1024}), "w1").value();
+  Node* w2 = graph.AddParameter(4, Shape(DType::kF32, {1024, 1024}), "w2").value();
+  auto dot = [&](Node* lhs, Node* rhs, int64_t lhs_contracting, int64_t rhs_contracting) {
+    OpAttributes attrs;
+    attrs.dot.lhs_contracting_dims = {lhs_contracting};
+    attrs.dot.rhs_contracting_dims = {rhs_contracting};
+    return graph.AddNode(Opcode::kDot, {lhs, rhs}, attrs).value();
+  };
+  graph.set_root(
+      graph
+          .AddNode(Opcode::kTuple, {dot(x, w1, 1, 0), dot(h, w2, 1, 0), dot(dy, w2, 1, 1),
+                                    dot(x, dy, 0, 0), dot(h, dy, 0, 0)})
+          .value());
+  std::vector<Literal> args = {RandomF32({b, 784}, 1), RandomF32({b, 1024}, 2),
+                               RandomF32({b, 1024}, 3), RandomF32({784, 1024}, 4),
+                               RandomF32({1024, 1024}, 5)};
+  TimeExecutor(state, graph, args, 1);
+  state.counters["FLOPS"] = benchmark::Counter(
+      MlpGemmFlops(b) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+void BM_EigenMlpGemms(benchmark::State& state) {
+  const int64_t b = state.range(0);
+  Eigen::setNbThreads(1);
+  const RowMajorMatrix x = RandomF32({b, 784}, 1).AsMatrix<float>();
+  const RowMajorMatrix h = RandomF32({b, 1024}, 2).AsMatrix<float>();
+  const RowMajorMatrix dy = RandomF32({b, 1024}, 3).AsMatrix<float>();
+  const RowMajorMatrix w1 = RandomF32({784, 1024}, 4).AsMatrix<float>();
+  const RowMajorMatrix w2 = RandomF32({1024, 1024}, 5).AsMatrix<float>();
+  // New outputs every step, as the executor allocates its results.
+  for (auto _ : state) {
+    RowMajorMatrix y1(b, 1024), y2(b, 1024), dx(b, 1024), g1(784, 1024), g2(1024, 1024);
+    y1.noalias() = x * w1;
+    y2.noalias() = h * w2;
+    dx.noalias() = dy * w2.transpose();
+    g1.noalias() = x.transpose() * dy;
+    g2.noalias() = h.transpose() * dy;
+    benchmark::DoNotOptimize(g2.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOPS"] = benchmark::Counter(
+      MlpGemmFlops(b) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 void BM_EigenTensorDot(benchmark::State& state) {
@@ -467,6 +529,22 @@ BENCHMARK(BM_EigenGemm)
     ->ArgNames({"n", "threads"})
     ->Args({1024, 1})
     ->Args({2048, 1})
+    ->MinWarmUpTime(kWarmUpSeconds)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExecutorMlpGemms)
+    ->ArgNames({"batch"})
+    ->Arg(32)
+    ->Arg(128)
+    ->Arg(512)
+    ->MinWarmUpTime(kWarmUpSeconds)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EigenMlpGemms)
+    ->ArgNames({"batch"})
+    ->Arg(32)
+    ->Arg(128)
+    ->Arg(512)
     ->MinWarmUpTime(kWarmUpSeconds)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
