@@ -6,8 +6,9 @@
 //                           executor.Run(graph, {x_literal, w_literal}, &stats));
 //   // outputs.size() == 1 unless the root is a tuple (then one literal per element)
 //
-// Kernels: dot through Eigen's GEMM on row-major maps of the buffers (general dot dimension
-// numbers are handled by transposing to [batch, m, k] x [batch, k, n]); elementwise ops, reduce
+// Kernels: dot through a GEMM on row- or column-major views of the buffers (oneDNN's sgemm for
+// f32, bf16 and f16, Eigen's for f64; general dot dimension numbers are handled by transposing
+// to [batch, m, k] x [batch, k, n]); elementwise ops, reduce
 // and data movement as loops parallelised with TBB over output elements. bf16 and f16 compute
 // in f32 and round on store, as XLA's CPU backend does. Each intermediate buffer is freed
 // after its last user runs; `ExecutionStats::peak_live_bytes` reports the high-water mark.

@@ -53,7 +53,7 @@
 // transposed matrix without copying); and a transpose that swaps a dot's lhs and rhs free dims,
 // the only user of that dot, is computed as the dot of the swapped operands (autodiff's weight
 // gradients are such transposes). Folded dots may differ from the unfolded ones by rounding:
-// Eigen's GEMM tiles the swapped product differently.
+// the GEMM tiles the swapped product differently.
 #ifndef TESSEL_CORE_INTERNAL_FUSION_H_
 #define TESSEL_CORE_INTERNAL_FUSION_H_
 
