@@ -15,10 +15,11 @@
 // whole GEMM would (the libraries pick kernels by size), so callers may only rely on agreement
 // to rounding. bf16/f16 convert the operands to f32, multiply, and round the result once.
 //
-// Why oneDNN for f32: on the MLP training step's shapes (benchmarks/mlp_step_bench: batch x 784
-// x 1024 and the weight gradients with k = batch) it ran 6-10 % faster per core than Eigen,
-// which packs the weight matrix anew in every call and zeroes C before accumulating into it
-// (docs/PERFORMANCE.md, "Executor dot: oneDNN against Eigen").
+// Why oneDNN for f32: on the MLP training step's shapes (batch x 784 x 1024 and the weight
+// gradients with k = batch) its GEMMs ran 1.27-1.37x Eigen's (executor_bench
+// BM_ExecutorMlpGemms against BM_EigenMlpGemms, one thread); Eigen packs the weight matrix anew
+// in every call and zeroes C before accumulating into it (docs/PERFORMANCE.md, "Executor dot:
+// oneDNN against Eigen").
 #include <algorithm>
 #include <new>
 #include <numeric>
@@ -156,14 +157,13 @@ Blocking ChooseBlocking(const KernelContext& ctx, const GemmSizes& s) {
 template <int kLhsOrder, int kRhsOrder>
 void SgemmBlock(const GemmSizes& s, const Blocking& blocking, int64_t task, const float* lhs,
                 const float* rhs, float* out, bool accumulate, float alpha, const float* addend) {
-  using T = float;
   const int64_t b = task / blocking.count;
   const int64_t start = (task % blocking.count) * blocking.block;
   constexpr bool kLhsColumnMajor = kLhsOrder == Eigen::ColMajor;
   constexpr bool kRhsColumnMajor = kRhsOrder == Eigen::ColMajor;
-  const T* a = lhs + b * s.m * s.k;
-  const T* w = rhs + b * s.k * s.n;
-  T* c = out + b * s.m * s.n;
+  const float* a = lhs + b * s.m * s.k;
+  const float* w = rhs + b * s.k * s.n;
+  float* c = out + b * s.m * s.n;
   int64_t rows = s.m, cols = s.n;
   if (blocking.count > 1 && blocking.split_columns) {
     cols = std::min(blocking.block, s.n - start);
@@ -175,7 +175,7 @@ void SgemmBlock(const GemmSizes& s, const Blocking& blocking, int64_t task, cons
     c += start * s.n;
   }
   if (accumulate && addend != nullptr) {
-    const T* from = addend + (c - out);
+    const float* from = addend + (c - out);
     for (int64_t i = 0; i < rows; ++i) {
       std::copy(from + i * s.n, from + i * s.n + cols, c + i * s.n);
     }
