@@ -8,11 +8,17 @@ Prints the table (Markdown) and the median |error| on all runs and on the held-o
 third run in file order: index % 3 == 2, chosen before any run was simulated). With --write-doc
 the table replaces the text between the "validation-table" markers of the doc.
 
-Published step time: MaxText reports model TFLOP/s per chip, from its own flop count
-(MaxText maxtext_utils.calculate_tflops_training_per_device as of the published tables: 3 x the
-forward flops of the weight matmuls and the embedding, plus 3 x 4*b*S^2*heads*head_dim of
-attention, causal not halved). The published step time is that count for one chip's batch
-divided by the published TFLOP/s per chip; error = (Tessel's step time - published) / published.
+Published step time: MaxText reports model TFLOP/s per chip, from its own flop count as it was
+when the tables were measured (the v5e table in MaxText/configs/largest_job/README.md of November
+2023, before MaxText PR 644 of May 2024 changed the count; the v5p table taken to be of the same
+time, its exact date not found: docs/simulator.md): PaLM's Appendix B (arXiv 2204.02311), 6 x num_model_parameters x tokens plus causal
+attention, 12 * heads * layers * head_dim * S^2 * b / 2 (MaxText max_utils.calculate_training_tflops,
+later maxtext_utils.calculate_tflops_training_per_device; the review of MaxText PR 537, March
+2024, notes that MaxText counts attention causally), where num_model_parameters counts every
+parameter of the model: the token embedding and the untied logits projection (base.yml
+logits_via_embedding: False), the attention and MLP kernels and the norm scales. The published
+step time is that count for one chip's batch divided by the published TFLOP/s per chip;
+error = (Tessel's step time - published) / published.
 
 Megatron-LM rows ("framework": "megatron"): the published per-GPU TFLOP/s of Narayanan et al. 2021
 (arXiv 2104.04473) use their equation (3), which counts the recompute of full activation
@@ -65,14 +71,18 @@ def maxtext_dims(base, scale):
 
 
 def maxtext_flops_per_chip(dims, run):
+    """MaxText's model flops for one chip's batch as the published tables counted them (see the
+    module doc): 6 x parameters x tokens, plus causal attention."""
     b, s = run["per_device_batch_size"], run["seq_len"]
     d, h, hd, f = dims["d_model"], dims["heads"], dims["head_dim"], dims["ffn"]
-    ffn = 2 * b * s * f * d * 2 + 2 * b * s * f * d  # gated: two input matrices
-    qkv = 2 * b * s * d * (h + 2 * h) * hd
-    proj = 2 * b * s * d * h * hd
-    emb = 2 * b * s * d * dims["vocab"]
-    attention = 4 * b * s * s * h * hd
-    return ((ffn + qkv + proj) * dims["layers"] + emb) * 3 + attention * dims["layers"] * 3
+    layers, vocab = dims["layers"], dims["vocab"]
+    # Per layer: query, key, value and output kernels (kv heads = heads), the gated MLP's three
+    # matrices, two RMSNorm scales; then the token embedding, the logits projection and the
+    # final norm's scale.
+    per_layer = 4 * d * h * hd + 3 * d * f + 2 * d
+    parameters = layers * per_layer + 2 * vocab * d + d
+    attention = 12 * h * layers * hd * s * s * b / 2
+    return 6 * parameters * s * b + attention
 
 
 def command(run, dims, chips):
