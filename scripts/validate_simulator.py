@@ -11,11 +11,12 @@ the table replaces the text between the "validation-table" markers of the doc.
 Published step time: MaxText reports model TFLOP/s per chip, from its own flop count as it was
 when the tables were measured (the v5e table in MaxText/configs/largest_job/README.md of November
 2023, before MaxText PR 644 of May 2024 changed the count; the v5p table taken to be of the same
-time, its exact date not found: docs/simulator.md): PaLM's Appendix B (arXiv 2204.02311), 6 x num_model_parameters x tokens plus causal
-attention, 12 * heads * layers * head_dim * S^2 * b / 2 (MaxText max_utils.calculate_training_tflops,
-later maxtext_utils.calculate_tflops_training_per_device; the review of MaxText PR 537, March
-2024, notes that MaxText counts attention causally), where num_model_parameters counts every
-parameter of the model: the token embedding and the untied logits projection (base.yml
+time, its exact date not found: docs/simulator.md): PaLM's Appendix B (arXiv 2204.02311),
+6 x num_model_parameters x tokens plus causal attention, 12 * heads * layers * head_dim * S^2 *
+b / 2 (MaxText max_utils.calculate_training_tflops, later
+maxtext_utils.calculate_tflops_training_per_device; the review of MaxText PR 537, March 2024,
+notes that MaxText counts attention causally), where num_model_parameters counts every parameter
+of the model: the token embedding and the untied logits projection (base.yml
 logits_via_embedding: False), the attention and MLP kernels and the norm scales. The published
 step time is that count for one chip's batch divided by the published TFLOP/s per chip;
 error = (Tessel's step time - published) / published.
