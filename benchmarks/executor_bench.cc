@@ -532,22 +532,18 @@ BENCHMARK(BM_EigenGemm)
     ->MinWarmUpTime(kWarmUpSeconds)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ExecutorMlpGemms)
-    ->ArgNames({"batch"})
-    ->Arg(32)
-    ->Arg(128)
-    ->Arg(512)
-    ->MinWarmUpTime(kWarmUpSeconds)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_EigenMlpGemms)
-    ->ArgNames({"batch"})
-    ->Arg(32)
-    ->Arg(128)
-    ->Arg(512)
-    ->MinWarmUpTime(kWarmUpSeconds)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+// The MLP step's batches, one setting for both sides of the oneDNN / Eigen comparison.
+void MlpGemmBatches(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"batch"})
+      ->Arg(32)
+      ->Arg(128)
+      ->Arg(512)
+      ->MinWarmUpTime(kWarmUpSeconds)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_ExecutorMlpGemms)->Apply(MlpGemmBatches);
+BENCHMARK(BM_EigenMlpGemms)->Apply(MlpGemmBatches);
 BENCHMARK(BM_EigenTensorDot)
     ->ArgNames({"n", "threads"})
     ->Args({1024, 0})
