@@ -693,125 +693,153 @@ std::byte* ThreadScratch(size_t bytes) {
   return storage.get() + (64 - reinterpret_cast<uintptr_t>(storage.get()) % 64) % 64;
 }
 
-// Blocks ahead of the current one whose leaves and outputs are prefetched: a fused loop
-// reads several streams a block at a time, which the hardware prefetchers follow late.
-inline constexpr int64_t kFusionPrefetchBlocks = 2;
+// Where a value's block of output elements [b, b + len) lies: base + b * stride bytes, a
+// stride of 0 for a buffer that is the same for every block (scratch, one element). Within a
+// chunk every value of a fused loop is such a pointer, so the per-block loop computes each
+// operand's position with one multiply-add and dispatches nothing but the ops themselves
+// (resolving operands per block cost about as much as the Adam update's arithmetic).
+struct BlockPointer {
+  const std::byte* base = nullptr;
+  int64_t stride = 0;
+  const std::byte* At(int64_t b) const { return base + b * stride; }
+};
 
-void Prefetch(const std::byte* data, int64_t bytes, bool write) {
-  for (int64_t offset = 0; offset < bytes; offset += 64) {
-    if (write) {
-      __builtin_prefetch(data + offset, 1, 3);
-    } else {
-      __builtin_prefetch(data + offset, 0, 3);
-    }
+// One instruction of the per-block loop, its operands and destination bound for a chunk.
+struct BoundStep {
+  Step step = Step::kOp;  // kOp or kGather: the only steps that do work per block
+  int instruction = 0;
+  BlockLoopFn loop = nullptr;  // kOp: the precompiled loop, or null (ElementwiseOnBuffers)
+  // kOp with a loop: the loop's four argument slots (fusion_loops.h: blocks or single
+  // elements, then the scales of folded operands); without a loop: the operands.
+  absl::InlinedVector<BlockPointer, 4> args;
+  BlockPointer dst;
+};
+
+// A fusion bound to one chunk's buffers: the steps run per block and where each
+// instruction's block lies.
+struct BoundChunk {
+  absl::InlinedVector<BoundStep, 32> steps;
+  absl::InlinedVector<BlockPointer, 32> value;
+};
+
+// Binds `fusion` to `leaves` and `outputs` with `scratch` (one block per instruction, then one
+// per leaf, `block_bytes` apart); fills the scratch of scalar leaves and scalar broadcasts
+// with `fill` copies of their element.
+BoundChunk BindChunk(const Fusion& fusion, const Program& program,
+                     absl::Span<const Literal* const> leaves, absl::Span<std::byte* const> outputs,
+                     std::byte* scratch, int64_t block_bytes, int64_t fill) {
+  const int num = static_cast<int>(fusion.instructions.size());
+  auto instruction_scratch = [&](int i) { return scratch + i * block_bytes; };
+  auto leaf_scratch = [&](size_t leaf) { return scratch + (num + leaf) * block_bytes; };
+  auto leaf_pointer = [&](size_t leaf) -> BlockPointer {
+    if (program.scalar_leaf[leaf]) return {leaf_scratch(leaf), 0};
+    return {leaves[leaf]->raw_data(), program.leaf_widths[leaf]};
+  };
+  BoundChunk chunk;
+  for (size_t l = 0; l < leaves.size(); ++l) {
+    if (!program.scalar_leaf[l]) continue;
+    Fill(leaves[l]->raw_data(), program.leaf_widths[l], leaf_scratch(l), fill);
   }
+  // Per instruction: a scalar broadcast's (or its reshape's) one element.
+  absl::InlinedVector<const std::byte*, 32> element(num, nullptr);
+  chunk.value.resize(num);
+  auto resolve = [&](int operand) -> BlockPointer {
+    if (operand >= 0) return chunk.value[operand];
+    return leaf_pointer(static_cast<size_t>(-operand - 1));
+  };
+  for (int i = 0; i < num; ++i) {
+    const FusedInstruction& instruction = fusion.instructions[i];
+    BoundStep step;
+    step.step = program.steps[i];
+    step.instruction = i;
+    switch (program.steps[i]) {
+      case Step::kAlias:
+        chunk.value[i] = resolve(instruction.operands[0]);
+        if (instruction.operands[0] >= 0) element[i] = element[instruction.operands[0]];
+        continue;
+      case Step::kScalarBroadcast:
+        element[i] = leaves[-instruction.operands[0] - 1]->raw_data();
+        Fill(element[i], program.widths[i], instruction_scratch(i), fill);
+        chunk.value[i] = {instruction_scratch(i), 0};
+        continue;
+      case Step::kFolded:
+        continue;  // its one user computes it
+      case Step::kGather:
+        step.dst = {instruction_scratch(i), 0};
+        break;
+      case Step::kOp: {
+        const int out = program.output_of[i];
+        step.dst = out >= 0 ? BlockPointer{outputs[out], program.widths[i]}
+                            : BlockPointer{instruction_scratch(i), 0};
+        const BlockLoop& loop = program.loops[i];
+        if (loop.run == nullptr) {
+          for (int operand : instruction.operands) step.args.push_back(resolve(operand));
+          break;
+        }
+        step.loop = loop.run;
+        step.args.resize(4);
+        for (size_t k = 0; k < instruction.operands.size(); ++k) {
+          const int operand = instruction.operands[k];
+          if (k < 2 && program.folded_scale[i][k] >= 0) {
+            step.args[k] = resolve(program.folded_source[i][k]);
+            step.args[2 + k] = {element[program.folded_scale[i][k]], 0};
+          } else if ((loop.scalar_operands >> k) & 1) {
+            step.args[k] = {element[operand], 0};
+          } else {
+            step.args[k] = resolve(operand);
+          }
+        }
+        break;
+      }
+    }
+    chunk.value[i] = step.dst;
+    chunk.steps.push_back(std::move(step));
+  }
+  return chunk;
 }
 
 // Runs the fused loop over output elements [begin, end).
 absl::Status RunChunk(const Fusion& fusion, const Program& program,
                       absl::Span<const Literal* const> leaves, absl::Span<std::byte* const> outputs,
                       int64_t begin, int64_t end) {
-  // Per instruction: the output buffer it writes directly, or null.
-  absl::InlinedVector<std::byte*, 32> output(program.output_of.size(), nullptr);
-  for (size_t i = 0; i < output.size(); ++i) {
-    if (program.output_of[i] >= 0) output[i] = outputs[program.output_of[i]];
-  }
   const int num = static_cast<int>(fusion.instructions.size());
   const int root = num - 1;
-  // Scratch: one block per instruction and per scalar leaf; scalar ones filled here once.
+  // Scratch: one block per instruction and per scalar leaf; scalar ones filled once per chunk.
   // Blocks 64 bytes more than a power of two apart: loads of one block and stores of another
   // then never share their address bits below 4 KiB (no false store-to-load dependence).
   const int64_t block_bytes = kFusionBlock * 8 + 64;
   std::byte* scratch = ThreadScratch(static_cast<size_t>(num + leaves.size()) * block_bytes);
-  auto instruction_scratch = [&](int i) { return scratch + i * block_bytes; };
-  auto leaf_scratch = [&](size_t l) { return scratch + (num + l) * block_bytes; };
-  const int64_t fill = std::min(kFusionBlock, end - begin);
-  for (size_t l = 0; l < leaves.size(); ++l) {
-    if (!program.scalar_leaf[l]) continue;
-    Fill(leaves[l]->raw_data(), ByteWidth(leaves[l]->shape().dtype()), leaf_scratch(l), fill);
-  }
-  // A scalar broadcast's value: its element, and a block filled with it for the general path.
-  absl::InlinedVector<const std::byte*, 32> element(num, nullptr);
-  for (int i = 0; i < num; ++i) {
-    if (program.steps[i] != Step::kScalarBroadcast) continue;
-    const int leaf = -fusion.instructions[i].operands[0] - 1;
-    element[i] = leaves[leaf]->raw_data();
-    Fill(element[i], program.widths[i], instruction_scratch(i), fill);
-  }
-  absl::InlinedVector<const std::byte*, 32> value(num, nullptr);
+  const BoundChunk chunk = BindChunk(fusion, program, leaves, outputs, scratch, block_bytes,
+                                     std::min(kFusionBlock, end - begin));
   std::vector<const void*> operands;
   for (int64_t b = begin; b < end; b += kFusionBlock) {
     const int64_t len = std::min(kFusionBlock, end - b);
-    if (const int64_t ahead = b + kFusionPrefetchBlocks * kFusionBlock;
-        kFusionPrefetchBlocks > 0 && ahead < end) {
-      const int64_t ahead_len = std::min(kFusionBlock, end - ahead);
-      for (size_t l = 0; l < leaves.size(); ++l) {
-        if (program.scalar_leaf[l]) continue;
-        const int64_t width = program.leaf_widths[l];
-        Prefetch(leaves[l]->raw_data() + ahead * width, ahead_len * width, /*write=*/false);
+    for (const BoundStep& step : chunk.steps) {
+      std::byte* dst = const_cast<std::byte*>(step.dst.At(b));
+      if (step.loop != nullptr) {
+        const std::byte* args[4] = {step.args[0].At(b), step.args[1].At(b), step.args[2].At(b),
+                                    step.args[3].At(b)};
+        step.loop(args, dst, len);
+        continue;
       }
-      for (int i = 0; i < num; ++i) {
-        if (output[i] == nullptr) continue;
-        Prefetch(output[i] + ahead * program.widths[i], ahead_len * program.widths[i],
-                 /*write=*/true);
+      const FusedInstruction& instruction = fusion.instructions[step.instruction];
+      const Node& node = *instruction.node;
+      if (step.step == Step::kGather) {
+        const int leaf = -instruction.operands[0] - 1;
+        GatherBroadcastAny(program.widths[step.instruction], leaves[leaf]->raw_data(), dst,
+                           node.shape().dims(), program.strides[step.instruction], b, len);
+        continue;
       }
+      operands.clear();
+      for (const BlockPointer& arg : step.args) operands.push_back(arg.At(b));
+      absl::Status status =
+          ElementwiseOnBuffers(node.opcode(), node.attrs().comparison_direction, OperandDType(node),
+                               node.shape().dtype(), operands, dst, len);
+      if (!status.ok()) return status;
     }
-    auto resolve = [&](int operand) -> const std::byte* {
-      if (operand >= 0) return value[operand];
-      const size_t leaf = static_cast<size_t>(-operand - 1);
-      if (program.scalar_leaf[leaf]) return leaf_scratch(leaf);
-      return leaves[leaf]->raw_data() + b * program.leaf_widths[leaf];
-    };
-    for (int i = 0; i < num; ++i) {
-      const FusedInstruction& instruction = fusion.instructions[i];
-      switch (program.steps[i]) {
-        case Step::kAlias:
-          value[i] = resolve(instruction.operands[0]);
-          if (instruction.operands[0] >= 0) element[i] = element[instruction.operands[0]];
-          break;
-        case Step::kScalarBroadcast:
-          value[i] = instruction_scratch(i);
-          break;
-        case Step::kFolded:
-          break;  // its one user computes it
-        case Step::kGather: {
-          const int leaf = -instruction.operands[0] - 1;
-          GatherBroadcastAny(program.widths[i], leaves[leaf]->raw_data(), instruction_scratch(i),
-                             instruction.node->shape().dims(), program.strides[i], b, len);
-          value[i] = instruction_scratch(i);
-          break;
-        }
-        case Step::kOp: {
-          std::byte* dst =
-              output[i] != nullptr ? output[i] + b * program.widths[i] : instruction_scratch(i);
-          if (const BlockLoop& loop = program.loops[i]; loop.run != nullptr) {
-            const std::byte* args[4] = {nullptr, nullptr, nullptr, nullptr};
-            for (size_t k = 0; k < instruction.operands.size(); ++k) {
-              const int operand = instruction.operands[k];
-              if (k < 2 && program.folded_scale[i][k] >= 0) {
-                args[k] = resolve(program.folded_source[i][k]);
-                args[2 + k] = element[program.folded_scale[i][k]];
-              } else {
-                args[k] = (loop.scalar_operands >> k) & 1 ? element[operand] : resolve(operand);
-              }
-            }
-            loop.run(args, dst, len);
-          } else {
-            const Node& node = *instruction.node;
-            operands.clear();
-            for (int operand : instruction.operands) operands.push_back(resolve(operand));
-            absl::Status status =
-                ElementwiseOnBuffers(node.opcode(), node.attrs().comparison_direction,
-                                     OperandDType(node), node.shape().dtype(), operands, dst, len);
-            if (!status.ok()) return status;
-          }
-          value[i] = dst;
-          break;
-        }
-      }
-    }
+    const std::byte* result = chunk.value[root].At(b);
     std::byte* dst = outputs[0] + b * program.widths[root];
-    if (value[root] != dst) std::memmove(dst, value[root], len * program.widths[root]);
+    if (result != dst) std::memmove(dst, result, len * program.widths[root]);
   }
   return absl::OkStatus();
 }

@@ -30,8 +30,9 @@
 //
 // Running: the output is split into chunks (kElementwiseGrain, TBB for large outputs) and each
 // chunk into blocks of kFusionBlock elements; per block every instruction runs its op over the
-// block into a small per-thread scratch buffer and the outputs are written directly. One pass
-// over memory per fusion. The common f32 ops (add, subtract, multiply, divide, maximum,
+// block into a small per-thread scratch buffer and the outputs are written directly. Where each
+// value's block lies (a base and a stride per block) is bound once per chunk, so a block costs
+// the ops' own loops and little else. One pass over memory per fusion. The common f32 ops (add, subtract, multiply, divide, maximum,
 // minimum, negate, abs, sqrt, compare, select, convert from pred) run through one precompiled
 // loop each, chosen once per fusion with its operands' kinds (a block, or one scalar read for
 // every element, so a scalar hyperparameter is never spread over a block); the loops are
