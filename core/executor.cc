@@ -634,35 +634,51 @@ class Execution {
     Release(rhs);
   }
 
-  // Runs one loop fusion and fills the slots of its root and of its further outputs. The root
-  // goes into the buffer of a leaf read only elementwise whose value dies here (an owned
-  // intermediate, never an argument or constant), when one has the root's shape; otherwise
-  // into a new buffer.
+  // Runs one loop fusion and fills the slots of its root and of its further outputs. Each output
+  // goes into the buffer of a distinct leaf read only elementwise whose value dies here (an
+  // owned intermediate, or a donated argument), when one has the output's shape and the loop's
+  // order allows it (internal::MayWriteInto); otherwise into a new buffer. The Adam update of a
+  // donated parameter writes the parameter and both moments in place.
   absl::Status ExecuteFusion(const KernelContext& ctx, const internal::Fusion& fusion) {
     const Node& root = *fusion.root;
     std::vector<const Literal*> leaves;
-    Literal* donated = nullptr;
-    Slot* donor = nullptr;
-    const Node* donor_node = nullptr;
-    for (size_t l = 0; l < fusion.leaves.size(); ++l) {
-      Slot& leaf = slots_[fusion.leaves[l]->id()];
-      leaves.push_back(&leaf.value());
-      if (donor == nullptr && fusion.leaf_elementwise[l] && leaf.owned.has_value() &&
-          leaf.remaining_uses == 1 && leaf.owned->shape() == root.shape()) {
-        donor = &leaf;
-        donated = &*leaf.owned;
-        donor_node = fusion.leaves[l];
+    for (const Node* leaf : fusion.leaves) leaves.push_back(&slots_[leaf->id()].value());
+    const size_t outputs = 1 + fusion.extra_outputs.size();
+    absl::InlinedVector<Literal*, 4> donated(outputs, nullptr);
+    absl::InlinedVector<int, 4> donor_leaf(outputs, -1);
+    // Extra outputs choose first: only leaves read no later than their instruction qualify,
+    // while the root may take any. Donated arguments before intermediates: a parameter's new
+    // value then keeps its buffer (the lazy runtime's tensors keep their storage across steps).
+    for (const bool arguments_only : {true, false}) {
+      for (size_t n = 1; n <= outputs; ++n) {
+        const size_t k = n % outputs;
+        const Shape& shape =
+            k == 0 ? root.shape() : fusion.instructions[fusion.extra_outputs[k - 1]].node->shape();
+        for (size_t l = 0; l < fusion.leaves.size() && donor_leaf[k] < 0; ++l) {
+          Slot& leaf = slots_[fusion.leaves[l]->id()];
+          if ((arguments_only && fusion.leaves[l]->opcode() != Opcode::kParameter) ||
+              !leaf.owned.has_value() || leaf.remaining_uses != 1 || leaf.owned->shape() != shape ||
+              std::find(donor_leaf.begin(), donor_leaf.end(), static_cast<int>(l)) !=
+                  donor_leaf.end() ||
+              !internal::MayWriteInto(fusion, static_cast<int>(k), static_cast<int>(l))) {
+            continue;
+          }
+          donor_leaf[k] = static_cast<int>(l);
+          donated[k] = &*leaf.owned;
+        }
       }
     }
     TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> values,
                             internal::RunFusion(ctx, fusion, leaves, donated));
-    if (donor != nullptr) {
+    for (int l : donor_leaf) {
+      if (l < 0) continue;
       // The buffer changed owner: its bytes are the output's now, not the leaf's.
-      live_bytes_ -= donor->bytes;
-      donor->bytes = 0;
+      Slot& donor = slots_[fusion.leaves[l]->id()];
+      live_bytes_ -= donor.bytes;
+      donor.bytes = 0;
       ++in_place_;
       // An owned parameter is a donated argument (ExecutionDonation).
-      if (donor_node->opcode() == Opcode::kParameter) ++donated_in_place_;
+      if (fusion.leaves[l]->opcode() == Opcode::kParameter) ++donated_in_place_;
     }
     // The root, then the further outputs (computed in the loop, read after it).
     for (size_t v = 0; v < values.size(); ++v) {

@@ -541,6 +541,10 @@ struct CompiledFusion {
   // block of `folded_source` times the element of instruction `folded_scale` (-1: not folded).
   std::vector<std::array<int, 2>> folded_source;
   std::vector<std::array<int, 2>> folded_scale;
+  // Per output (0 the root, 1 + e extra output e), per leaf: the output may be written into
+  // that leaf's buffer, as far as the loop's order goes (no op reads the leaf's block after the
+  // output's block is written).
+  std::vector<std::vector<bool>> may_write_into;
 };
 
 namespace {
@@ -619,6 +623,40 @@ void FoldScalings(const Fusion& fusion, Program& program) {
   }
 }
 
+// Which leaf buffers each output may be written into (CompiledFusion::may_write_into). The
+// root's block is written by the last op or copied after it, so every leaf's block has been read
+// by then. An extra output is written directly by its instruction, in the middle of the block's
+// ops: a leaf qualifies only if every op that reads its block (through reshapes and folded
+// multiplies too) runs no later than that instruction (the one at that instruction reads each
+// element before writing it).
+void PlanWritesIntoLeaves(const Fusion& fusion, Program& program) {
+  const int num = static_cast<int>(fusion.instructions.size());
+  // The leaf an operand's block is, through reshapes, or -1 for a computed block.
+  auto leaf_of = [&](int operand) {
+    while (operand >= 0 && program.steps[operand] == Step::kAlias) {
+      operand = fusion.instructions[operand].operands[0];
+    }
+    return operand >= 0 ? -1 : -operand - 1;
+  };
+  std::vector<int> last_read(fusion.leaves.size(), -1);
+  for (int i = 0; i < num; ++i) {
+    if (program.steps[i] != Step::kOp) continue;
+    const std::vector<int>& operands = fusion.instructions[i].operands;
+    for (size_t k = 0; k < operands.size(); ++k) {
+      const bool folded = k < 2 && program.folded_scale[i][k] >= 0;
+      const int leaf = leaf_of(folded ? program.folded_source[i][k] : operands[k]);
+      if (leaf >= 0) last_read[leaf] = i;
+    }
+  }
+  const size_t outputs = 1 + fusion.extra_outputs.size();
+  program.may_write_into.assign(outputs, std::vector<bool>(fusion.leaves.size(), true));
+  for (size_t e = 0; e < fusion.extra_outputs.size(); ++e) {
+    for (size_t l = 0; l < fusion.leaves.size(); ++l) {
+      program.may_write_into[1 + e][l] = last_read[l] <= fusion.extra_outputs[e];
+    }
+  }
+}
+
 Program Compile(const Fusion& fusion) {
   Program program;
   const int64_t count = fusion.root->shape().num_elements();
@@ -670,6 +708,7 @@ Program Compile(const Fusion& fusion) {
     program.output_of[writer] = 0;
   }
   FoldScalings(fusion, program);
+  PlanWritesIntoLeaves(fusion, program);
   compiled_fusions.fetch_add(1, std::memory_order_relaxed);
   return program;
 }
@@ -846,21 +885,32 @@ absl::Status RunChunk(const Fusion& fusion, const Program& program,
 
 }  // namespace
 
+bool MayWriteInto(const Fusion& fusion, int output, int leaf) {
+  TESSEL_CHECK(fusion.compiled != nullptr);
+  return fusion.leaf_elementwise[leaf] && fusion.compiled->may_write_into[output][leaf];
+}
+
 absl::StatusOr<std::vector<Literal>> RunFusion(const KernelContext& ctx, const Fusion& fusion,
                                                absl::Span<const Literal* const> leaves,
-                                               Literal* donated) {
+                                               absl::Span<Literal* const> donated) {
   const Shape& shape = fusion.root->shape();
+  const size_t count = 1 + fusion.extra_outputs.size();
+  TESSEL_CHECK(donated.empty() || donated.size() == count);
   std::vector<Literal> outputs;
-  outputs.reserve(1 + fusion.extra_outputs.size());
-  outputs.push_back(donated != nullptr ? std::move(*donated) : Literal::Uninitialized(shape));
-  TESSEL_CHECK(outputs[0].shape() == shape);
-  for (int e : fusion.extra_outputs) {
-    outputs.push_back(Literal::Uninitialized(fusion.instructions[e].node->shape()));
+  outputs.reserve(count);
+  for (size_t k = 0; k < count; ++k) {
+    const Shape& output_shape =
+        k == 0 ? shape : fusion.instructions[fusion.extra_outputs[k - 1]].node->shape();
+    Literal* donor = donated.empty() ? nullptr : donated[k];
+    outputs.push_back(donor != nullptr ? std::move(*donor) : Literal::Uninitialized(output_shape));
+    TESSEL_CHECK(outputs.back().shape() == output_shape);
   }
-  // A donated leaf is read through outputs[0] now (its literal moved there).
+  // A donated leaf is read through its output now (its literal moved there).
   std::vector<const Literal*> inputs(leaves.begin(), leaves.end());
   for (const Literal*& input : inputs) {
-    if (input == donated) input = &outputs[0];
+    for (size_t k = 0; k < donated.size(); ++k) {
+      if (donated[k] != nullptr && input == donated[k]) input = &outputs[k];
+    }
   }
   TESSEL_CHECK(fusion.compiled != nullptr);  // PlanFusion compiles every fusion it plans
   const Program& program = *fusion.compiled;

@@ -4,7 +4,7 @@
 //   if (plan.absorbed[n->id()]) { /* computed inside a fusion, never materialised */ }
 //   if (int f = plan.fusion_of_root[n->id()]; f >= 0) {
 //     std::vector<Literal> out =  // the root, then plan.fusions[f].extra_outputs
-//         RunFusion(ctx, plan.fusions[f], leaf_values, /*donated=*/nullptr).value();
+//         RunFusion(ctx, plan.fusions[f], leaf_values, /*donated=*/{}).value();
 //   }
 //
 // The idea of XLA's loop fusion (xla/service/instruction_fusion.cc, gpu/cpu "kLoop" fusions):
@@ -32,14 +32,14 @@
 // chunk into blocks of kFusionBlock elements; per block every instruction runs its op over the
 // block into a small per-thread scratch buffer and the outputs are written directly. Where each
 // value's block lies (a base and a stride per block) is bound once per chunk, so a block costs
-// the ops' own loops and little else. One pass over memory per fusion. The common f32 ops (add, subtract, multiply, divide, maximum,
-// minimum, negate, abs, sqrt, compare, select, convert from pred) run through one precompiled
-// loop each, chosen once per fusion with its operands' kinds (a block, or one scalar read for
-// every element, so a scalar hyperparameter is never spread over a block); the loops are
-// vectorised by the compiler (no aliasing but an output written over its own operand element
-// by element). A multiply by a broadcast scalar read once in the fusion is folded into its
-// user's loop (ChooseScaledBlockLoop: the product rounded, then the user's op), so the Adam
-// update's hyperparameter scalings never pass through scratch. Every other op goes through
+// the ops' own loops and little else. One pass over memory per fusion. The common f32 ops (add,
+// subtract, multiply, divide, maximum, minimum, negate, abs, sqrt, compare, select, convert from
+// pred) run through one precompiled loop each, chosen once per fusion with its operands' kinds (a
+// block, or one scalar read for every element, so a scalar hyperparameter is never spread over a
+// block); the loops are vectorised by the compiler (no aliasing but an output written over its own
+// operand element by element). A multiply by a broadcast scalar read once in the fusion is folded
+// into its user's loop (ChooseScaledBlockLoop: the product rounded, then the user's op), so the
+// Adam update's hyperparameter scalings never pass through scratch. Every other op goes through
 // ElementwiseOnBuffers, the unfused kernels' own arithmetic. Results equal the unfused executor's
 // bitwise (IEEE operations round the same in vector and scalar code), except Eigen's packet
 // transcendental ops at block boundaries (within one ulp).
@@ -71,12 +71,15 @@
 namespace tessel::internal {
 
 // The most arrays a multi-output fusion may stream through (elementwise leaves plus outputs);
-// one that would stream more is planned without further outputs. On the development machine
-// (x86-64 VM, benchmarks/executor_bench BM_ExecutorAdam) the Adam update of f32[1M] as one loop
-// over 7 arrays took 3.3 ms, as three loops over 3, 3 and 4 arrays 2.1 ms; a plain C++ loop
-// showed the same (one loop 2.5 ms, three loops 0.9 ms): reading many streams at once is slower
-// than the passes it saves. ReLU's select with its compare as a second output streams 3 arrays.
-inline constexpr int kMaxFusionStreams = 4;
+// one that would stream more is planned without further outputs. 7 makes the Adam update of a
+// parameter one loop (reads p, g, m, v; writes p, m, v), all three outputs in place when the
+// parameter and moments are donated (MayWriteInto). On the development machine (x86-64 VM;
+// benchmarks/executor_bench BM_ExecutorAdamLoop, elements:1869824, interleaved rounds) that took
+// 1.42-1.64 ms in place against 1.55-1.98 ms as three loops over 3, 3 and 4 arrays, and 2.90-4.45
+// against 3.51-6.29 ms out of place. (Three loops were the faster while each block's operands
+// were resolved per op and only the root could be written in place.) ReLU's select with its
+// compare as a second output streams 3 arrays.
+inline constexpr int kMaxFusionStreams = 7;
 
 // Elements per block of a fused loop: the scratch of one instruction is at most 2 KiB, so the
 // blocks of a fusion of a dozen ops stay in the L1 cache.
@@ -157,16 +160,24 @@ struct FusionPlan {
 // none (core/prepared_program_test.cc counts them).
 [[nodiscard]] int64_t CompiledFusionCount();
 
+// Whether output `output` of `fusion` (0 the root, 1 + e extra output e) may be written into
+// the buffer of leaf `leaf` when that leaf's value dies in the fusion: the leaf is read only at
+// the output's own index (leaf_elementwise) and, for an extra output, no op of the loop reads
+// the leaf's block after the output's block is written. The caller checks the shape. `fusion`
+// must be compiled (PlanFusion).
+[[nodiscard]] bool MayWriteInto(const Fusion& fusion, int output, int leaf);
+
 // Computes `fusion` (compiled by PlanFusion) with `leaves[i]` the value of fusion.leaves[i];
 // returns the root's value followed by the value of each of fusion.extra_outputs, in that order
-// (each with its node's shape). `donated`, if not null, has the root's shape and the root is
-// written into its buffer (it is moved into the result): the value of a leaf marked
-// leaf_elementwise that is dead after this fusion, and then it is also that leaf's entry in
-// `leaves` (each element is read before the same element is written). Errors: kInvalidArgument as
-// ElementwiseOnBuffers (PlanFusion keeps such nodes out of fusions).
+// (each with its node's shape). `donated` is empty or has one entry per output, in that order:
+// null, or a literal with that output's shape that the output is written into (it is moved into
+// the result). A donated literal is the value of a leaf dead after this fusion for which
+// MayWriteInto holds, and it is also that leaf's entry in `leaves`; distinct outputs take
+// distinct literals. Errors: kInvalidArgument as ElementwiseOnBuffers (PlanFusion keeps such
+// nodes out of fusions).
 [[nodiscard]] absl::StatusOr<std::vector<Literal>> RunFusion(
     const KernelContext& ctx, const Fusion& fusion, absl::Span<const Literal* const> leaves,
-    Literal* donated);
+    absl::Span<Literal* const> donated);
 
 }  // namespace tessel::internal
 
