@@ -888,7 +888,7 @@ TEST(PartitionPropertyTest, PartitionedEqualsUnpartitioned) {
 // relative to the output's magnitude, and the random graphs must actually fuse.
 TEST(PartitionPropertyTest, FusedExecutorEqualsUnfused) {
   constexpr int kCases = 300;
-  int64_t fusions = 0, bitwise = 0, extra_outputs = 0;
+  int64_t fusions = 0, bitwise = 0, extra_outputs = 0, donated_in_place = 0;
   for (int c = 0; c < kCases; ++c) {
     CaseBuilder builder(1000 + c);
     Mesh mesh = builder.RandomMesh();
@@ -902,6 +902,22 @@ TEST(PartitionPropertyTest, FusedExecutorEqualsUnfused) {
         Executor({.fusion = true}).Run(*graph, inputs, &fused_stats);
     ASSERT_TRUE(unfused.ok()) << unfused.status();
     ASSERT_TRUE(fused.ok()) << fused.status();
+    // The fused run again with every argument donated (ExecutionDonation): outputs written into
+    // dead arguments' buffers, further outputs of multi-output fusions included, change no bit.
+    std::vector<Literal> donated_inputs = inputs;
+    std::vector<const Literal*> arguments;
+    std::vector<Literal*> donated;
+    for (Literal& input : donated_inputs) {
+      arguments.push_back(&input);
+      donated.push_back(&input);
+    }
+    ExecutionDonation donation{.literals = donated};
+    ExecutionStats donated_stats;
+    absl::StatusOr<std::vector<Literal>> fused_donated =
+        Executor({.fusion = true}).RunBorrowed(*graph, arguments, &donated_stats, &donation);
+    ASSERT_TRUE(fused_donated.ok()) << fused_donated.status();
+    EXPECT_EQ(*fused_donated, *fused);
+    donated_in_place += donated_stats.donated_in_place;
     fusions += fused_stats.fusions;
     extra_outputs += fused_stats.fusion_extra_outputs;
     int64_t transcendental = 0;
@@ -921,11 +937,14 @@ TEST(PartitionPropertyTest, FusedExecutorEqualsUnfused) {
     }
     bitwise += same;
   }
-  std::printf("%d cases: %lld fusions run (%lld further outputs), %lld bitwise equal\n", kCases,
-              static_cast<long long>(fusions), static_cast<long long>(extra_outputs),
-              static_cast<long long>(bitwise));
+  std::printf(
+      "%d cases: %lld fusions run (%lld further outputs), %lld bitwise equal, %lld outputs "
+      "written into donated arguments\n",
+      kCases, static_cast<long long>(fusions), static_cast<long long>(extra_outputs),
+      static_cast<long long>(bitwise), static_cast<long long>(donated_in_place));
   EXPECT_GT(fusions, kCases / 10);  // 75 with these seeds: the graphs are small DAGs
   EXPECT_GT(extra_outputs, 0);      // 3 with these seeds: multi-output fusion is covered
+  EXPECT_GT(donated_in_place, 0);   // donation is covered
 }
 
 // Slices, pads and concatenates along dims tiled over the mesh (uneven, partially replicated,
