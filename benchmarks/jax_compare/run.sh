@@ -17,17 +17,21 @@
 # threads, gives tessel_cpu_ms); the long run's timeline (--trace) splits a step into compute,
 # collectives (waiting for peers included) and host time (benchmarks/jax_compare/trace_split.py).
 # Layouts of the 8-device rows (the data=4 x model=2 mesh in each):
-#   4hosts      configs/two_slices_2x2hosts.json: 4 host processes of 2 devices (the default)
-#   1host       configs/one_host_8dev.json: one process of 8 device threads, as JAX's 8 CPU
-#               devices; the same devices (TPU v4 figures), so the same partitioned program
-#   4hosts-cpu  configs/cpu_2x2hosts.json: 4 processes, devices costed as this CPU, so the
-#               partitioner weighs compute as the executor runs it
-#   1host-cpu   configs/cpu_one_host_8dev.json: one process, devices costed as this CPU
+#   4hosts-cpu  configs/cpu_2x2hosts.json: 4 host processes of 2 devices, described as this
+#               CPU, so the partitioner weighs compute as the executor runs it (the default: the
+#               devices JAX's rows run on, described as what they are)
+#   1host-cpu   configs/cpu_one_host_8dev.json: one process of 8 device threads, as JAX's 8 CPU
+#               devices, described as this CPU
+#   4hosts      configs/two_slices_2x2hosts.json: the 4 processes with the devices described as
+#               TPU v4 chips: the partitioner picks the plan of that TPU, which can differ from
+#               the CPU's (docs/PERFORMANCE.md, "Tessel vs JAX (XLA CPU), MLP")
+#   1host       configs/one_host_8dev.json: one process, the TPU v4 description
 #
 # Environment: PYTHON (default python3), BUILD (default build), TESSEL_EXECUTOR_FUSION=0 to time
 # the executor without loop fusion, ROWS to pick rows ("1:adam:128 8:sgd:32 ..."), LAYOUTS to
-# pick the 8-device layouts ("4hosts 1host ..."; default 4hosts), TESSEL_COMPUTE_SLOTS to set
-# how many device threads of a host process compute at once (mesh/runtime/compute_slots.h).
+# pick the 8-device layouts ("4hosts-cpu 4hosts ..."; default 4hosts-cpu),
+# TESSEL_COMPUTE_SLOTS to set how many device threads of a host process compute at once
+# (mesh/runtime/compute_slots.h).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STEPS="${1:-30}"
@@ -35,7 +39,7 @@ PYTHON="${PYTHON:-python3}"
 BUILD="${BUILD:-build}"
 ROWS="${ROWS:-$(for d in 1 8; do for o in sgd adam; do for b in 32 128 512; do
   printf '%s:%s:%s ' "$d" "$o" "$b"; done; done; done)}"
-LAYOUTS="${LAYOUTS:-4hosts}"
+LAYOUTS="${LAYOUTS:-4hosts-cpu}"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
@@ -47,7 +51,7 @@ layout_flags() {
     4hosts-cpu) echo "configs/cpu_2x2hosts.json --ici-mesh-shape 2,2 --dcn-mesh-shape 2,1" ;;
     1host-cpu) echo "configs/cpu_one_host_8dev.json --ici-mesh-shape 4,2 --dcn-mesh-shape 1,1" ;;
     *)
-      echo "run.sh: unknown layout \"$1\" in LAYOUTS (4hosts, 1host, 4hosts-cpu, 1host-cpu)" >&2
+      echo "run.sh: unknown layout \"$1\" in LAYOUTS (4hosts-cpu, 1host-cpu, 4hosts, 1host)" >&2
       return 1
       ;;
   esac
