@@ -634,28 +634,24 @@ class Execution {
     Release(rhs);
   }
 
-  // Runs one loop fusion and fills the slots of its root and of its further outputs. Each output
-  // goes into the buffer of a distinct leaf read only elementwise whose value dies here (an
-  // owned intermediate, or a donated argument), when one has the output's shape and the loop's
-  // order allows it (internal::MayWriteInto); otherwise into a new buffer. The Adam update of a
-  // donated parameter writes the parameter and both moments in place.
-  absl::Status ExecuteFusion(const KernelContext& ctx, const internal::Fusion& fusion) {
-    const Node& root = *fusion.root;
-    std::vector<const Literal*> leaves;
-    for (const Node* leaf : fusion.leaves) leaves.push_back(&slots_[leaf->id()].value());
+  // Per output of `fusion` (0 the root, 1 + e extra output e): the index of the leaf whose
+  // buffer it is written into, or -1 for a new buffer. A leaf qualifies when it is read only
+  // elementwise, its value dies here (an owned intermediate, or a donated argument), it has the
+  // output's shape and the loop's order allows it (internal::MayWriteInto); each leaf serves
+  // one output. Extra outputs choose first (only leaves read no later than their instruction
+  // qualify, while the root may take any), and donated arguments before intermediates, so a
+  // parameter's new value keeps its buffer (the lazy runtime's tensors keep their storage).
+  absl::InlinedVector<int, 4> ChooseDonorLeaves(const internal::Fusion& fusion) {
     const size_t outputs = 1 + fusion.extra_outputs.size();
-    absl::InlinedVector<Literal*, 4> donated(outputs, nullptr);
     absl::InlinedVector<int, 4> donor_leaf(outputs, -1);
-    // Extra outputs choose first: only leaves read no later than their instruction qualify,
-    // while the root may take any. Donated arguments before intermediates: a parameter's new
-    // value then keeps its buffer (the lazy runtime's tensors keep their storage across steps).
     for (const bool arguments_only : {true, false}) {
       for (size_t n = 1; n <= outputs; ++n) {
         const size_t k = n % outputs;
-        const Shape& shape =
-            k == 0 ? root.shape() : fusion.instructions[fusion.extra_outputs[k - 1]].node->shape();
+        const Shape& shape = k == 0
+                                 ? fusion.root->shape()
+                                 : fusion.instructions[fusion.extra_outputs[k - 1]].node->shape();
         for (size_t l = 0; l < fusion.leaves.size() && donor_leaf[k] < 0; ++l) {
-          Slot& leaf = slots_[fusion.leaves[l]->id()];
+          const Slot& leaf = slots_[fusion.leaves[l]->id()];
           if ((arguments_only && fusion.leaves[l]->opcode() != Opcode::kParameter) ||
               !leaf.owned.has_value() || leaf.remaining_uses != 1 || leaf.owned->shape() != shape ||
               std::find(donor_leaf.begin(), donor_leaf.end(), static_cast<int>(l)) !=
@@ -664,9 +660,23 @@ class Execution {
             continue;
           }
           donor_leaf[k] = static_cast<int>(l);
-          donated[k] = &*leaf.owned;
         }
       }
+    }
+    return donor_leaf;
+  }
+
+  // Runs one loop fusion and fills the slots of its root and of its further outputs, each
+  // written into a dead leaf's buffer where ChooseDonorLeaves finds one (the Adam update of a
+  // donated parameter writes the parameter and both moments in place).
+  absl::Status ExecuteFusion(const KernelContext& ctx, const internal::Fusion& fusion) {
+    const Node& root = *fusion.root;
+    std::vector<const Literal*> leaves;
+    for (const Node* leaf : fusion.leaves) leaves.push_back(&slots_[leaf->id()].value());
+    const absl::InlinedVector<int, 4> donor_leaf = ChooseDonorLeaves(fusion);
+    absl::InlinedVector<Literal*, 4> donated;
+    for (int l : donor_leaf) {
+      donated.push_back(l < 0 ? nullptr : &*slots_[fusion.leaves[l]->id()].owned);
     }
     TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> values,
                             internal::RunFusion(ctx, fusion, leaves, donated));
