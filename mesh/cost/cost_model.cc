@@ -198,8 +198,11 @@ absl::StatusOr<CostModel> CostModel::Create(const Topology& topology, CostModelO
     for (int64_t h = 0; h < topology.num_hosts(); ++h) {
       devices_per_host = std::max(devices_per_host, topology.host(h).num_devices());
     }
+    auto dcn_efficiency = model.efficiency_.find("dcn");
     model.dcn_bytes_per_s_per_device_ =
-        topology.dcn()->bandwidth_gbps * 1e9 / 8 / static_cast<double>(devices_per_host);
+        topology.dcn()->bandwidth_gbps * 1e9 / 8 *
+        (dcn_efficiency == model.efficiency_.end() ? 1.0 : dcn_efficiency->second) /
+        static_cast<double>(devices_per_host);
     model.dcn_latency_s_ = topology.dcn()->latency_us * 1e-6;
   }
   return model;

@@ -48,9 +48,10 @@
 //   bandwidth); Thakur, Rabenseifner & Gropp 2005.
 // - A group spanning m > 1 slices with n_s members per slice: hierarchical (ICI reduce-scatter,
 //   DCN ring all-reduce across slices on V / n_s, ICI all-gather); DCN bandwidth per device is
-//   the host's DCN bandwidth divided by its devices (all run the same SPMD collective):
-//     B_dcn = dcn_bandwidth / devices_per_host (the largest of any host: the slowest member
-//     sets the pace),
+//   the host's DCN bandwidth times the "dcn" efficiency, divided by its devices (all run the
+//   same SPMD collective):
+//     B_dcn = dcn_bandwidth * e_dcn / devices_per_host (the largest of any host: the slowest
+//     member sets the pace),
 //     all-reduce DCN term 2 * (m-1)/m * (V / n_s) / B_dcn + 2 * alpha_dcn * (m-1),
 //     all-gather / reduce-scatter DCN term (m-1)/m * (V / n_s) / B_dcn + alpha_dcn * (m-1),
 //     all-to-all (m-1)/m * V / B_dcn, collective-permute V / B_dcn + alpha_dcn.
@@ -132,11 +133,9 @@ struct CostModelOptions {
   // Which edges stay on chip (FusionMode above); kXla approximates XLA's fusion.
   FusionMode fusion = FusionMode::kXla;
   // Efficiency factors used when the device spec gives none for a class (pure roofline: 1).
-  std::map<std::string, double> default_efficiency = {{"dot", 1.0},
-                                                      {"elementwise", 1.0},
-                                                      {"reduce", 1.0},
-                                                      {"data_movement", 1.0},
-                                                      {"collective", 1.0}};
+  std::map<std::string, double> default_efficiency = {{"dot", 1.0},        {"elementwise", 1.0},
+                                                      {"reduce", 1.0},     {"data_movement", 1.0},
+                                                      {"collective", 1.0}, {"dcn", 1.0}};
   // When set, every dot is costed at this dtype's peak instead of its inputs' (a key of
   // DeviceSpec::peak_tflops: "s8", "f8e4m3fn", ...): quantized training runs the matmuls in int8
   // (MaxText quantization=int8, AQT) or fp8 (Transformer Engine) while the program keeps bf16

@@ -352,6 +352,25 @@ TEST(CostModelTest, DoublingDcnBandwidthHalvesTheDcnTerm) {
   }
 }
 
+TEST(CostModelTest, DcnEfficiencyScalesOnlyTheDcnTerm) {
+  // A "dcn" efficiency of 0.5 is half the NICs' bandwidth: the DCN term of every collective
+  // across slices doubles (no latency here), the ICI phase stays; "collective" does not touch DCN.
+  CostModel full = Model(TopologyJson("[2]", "[false]", 2, 1, 2, 400, 1, 200, /*dcn_us=*/0));
+  CostModel half = Model(TopologyJson("[2]", "[false]", 2, 1, 2, 400, 1, 200, /*dcn_us=*/0,
+                                      ", \"efficiency\": {\"dcn\": 0.5}"));
+  for (Opcode op :
+       {Opcode::kAllReduce, Opcode::kAllGather, Opcode::kReduceScatter, Opcode::kAllToAll}) {
+    NodeCost f = full.CollectiveCost(op, {0, 1, 2, 3}, 8000000, 0);
+    NodeCost h = half.CollectiveCost(op, {0, 1, 2, 3}, 8000000, 0);
+    ASSERT_GT(f.dcn_seconds, 0) << OpcodeName(op);
+    EXPECT_DOUBLE_EQ(h.dcn_seconds, 2 * f.dcn_seconds) << OpcodeName(op);
+    EXPECT_DOUBLE_EQ(h.ici_seconds, f.ici_seconds) << OpcodeName(op);
+  }
+  // The hierarchical all-reduce by hand: 2 slices of 2, 8 MB, DCN 200 Gbps x 0.5 over 2 devices.
+  NodeCost c = half.CollectiveCost(Opcode::kAllReduce, {0, 1, 2, 3}, 8000000, 0);
+  EXPECT_NEAR(c.dcn_seconds, 2 * 0.5 * (8e6 / 2) / (200e9 / 8 * 0.5 / 2), 1e-15);
+}
+
 TEST(CostModelTest, SwitchUsesNcclRing) {
   CostModel model =
       Model(TopologyJson("[8]", "[false]", 1, 1, 8, 3600, 1, 200, 10, "", false, "switch"));
