@@ -647,9 +647,7 @@ class Execution {
     for (const bool arguments_only : {true, false}) {
       for (size_t n = 1; n <= outputs; ++n) {
         const size_t k = n % outputs;
-        const Shape& shape = k == 0
-                                 ? fusion.root->shape()
-                                 : fusion.instructions[fusion.extra_outputs[k - 1]].node->shape();
+        const Shape& shape = internal::FusionOutput(fusion, static_cast<int>(k)).shape();
         for (size_t l = 0; l < fusion.leaves.size() && donor_leaf[k] < 0; ++l) {
           const Slot& leaf = slots_[fusion.leaves[l]->id()];
           if ((arguments_only && fusion.leaves[l]->opcode() != Opcode::kParameter) ||
@@ -670,7 +668,6 @@ class Execution {
   // written into a dead leaf's buffer where ChooseDonorLeaves finds one (the Adam update of a
   // donated parameter writes the parameter and both moments in place).
   absl::Status ExecuteFusion(const KernelContext& ctx, const internal::Fusion& fusion) {
-    const Node& root = *fusion.root;
     std::vector<const Literal*> leaves;
     for (const Node* leaf : fusion.leaves) leaves.push_back(&slots_[leaf->id()].value());
     const absl::InlinedVector<int, 4> donor_leaf = ChooseDonorLeaves(fusion);
@@ -692,7 +689,7 @@ class Execution {
     }
     // The root, then the further outputs (computed in the loop, read after it).
     for (size_t v = 0; v < values.size(); ++v) {
-      const Node& node = v == 0 ? root : *fusion.instructions[fusion.extra_outputs[v - 1]].node;
+      const Node& node = internal::FusionOutput(fusion, static_cast<int>(v));
       Slot& slot = slots_[node.id()];
       slot.bytes = TotalBytes(values[v]);
       slot.owned = std::move(values[v]);

@@ -885,6 +885,10 @@ absl::Status RunChunk(const Fusion& fusion, const Program& program,
 
 }  // namespace
 
+const Node& FusionOutput(const Fusion& fusion, int output) {
+  return output == 0 ? *fusion.root : *fusion.instructions[fusion.extra_outputs[output - 1]].node;
+}
+
 bool MayWriteInto(const Fusion& fusion, int output, int leaf) {
   TESSEL_CHECK(fusion.compiled != nullptr);
   return fusion.leaf_elementwise[leaf] && fusion.compiled->may_write_into[output][leaf];
@@ -899,8 +903,7 @@ absl::StatusOr<std::vector<Literal>> RunFusion(const KernelContext& ctx, const F
   std::vector<Literal> outputs;
   outputs.reserve(count);
   for (size_t k = 0; k < count; ++k) {
-    const Shape& output_shape =
-        k == 0 ? shape : fusion.instructions[fusion.extra_outputs[k - 1]].node->shape();
+    const Shape& output_shape = FusionOutput(fusion, static_cast<int>(k)).shape();
     Literal* donor = donated.empty() ? nullptr : donated[k];
     outputs.push_back(donor != nullptr ? std::move(*donor) : Literal::Uninitialized(output_shape));
     TESSEL_CHECK(outputs.back().shape() == output_shape);

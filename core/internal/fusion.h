@@ -160,6 +160,10 @@ struct FusionPlan {
 // none (core/prepared_program_test.cc counts them).
 [[nodiscard]] int64_t CompiledFusionCount();
 
+// The node whose value is output `output` of `fusion`: 0 the root, 1 + e extra output e (the
+// order of RunFusion's results).
+[[nodiscard]] const Node& FusionOutput(const Fusion& fusion, int output);
+
 // Whether output `output` of `fusion` (0 the root, 1 + e extra output e) may be written into
 // the buffer of leaf `leaf` when that leaf's value dies in the fusion: the leaf is read only at
 // the output's own index (leaf_elementwise) and, for an extra output, no op of the loop reads
