@@ -55,6 +55,13 @@ absl::StatusOr<mesh::Topology> LoadSlices(const std::string& path, int64_t num_s
     return absl::InvalidArgumentError(absl::StrCat("--num-slices ", num_slices, ": ", path, " has ",
                                                    one.num_slices(), " slices; it must have one"));
   }
+  // Checked before the slices are copied: a huge N would otherwise build N JSON slices (a hang
+  // or an out-of-memory) before ParseTopology's own device bound could refuse them.
+  if (num_slices > mesh::kMaxDevices / one.num_devices()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num-slices ", num_slices, ": ", num_slices, " copies of ", path, " (", one.num_devices(),
+        " devices each) exceed the limit of ", mesh::kMaxDevices, " devices"));
+  }
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();

@@ -23,7 +23,8 @@ std::vector<std::string> ParseNames(const std::string& text);
 
 // CONFIG, or with `num_slices` > 1 that many copies of its one slice joined by its DCN
 // (MaxText's num_slices: identical slices), named "Nx NAME" (`--num-slices`). Errors: those of
-// mesh::LoadTopology and mesh::ParseTopology; kInvalidArgument when CONFIG has several slices.
+// mesh::LoadTopology and mesh::ParseTopology; kInvalidArgument when CONFIG has several slices
+// or when the copies would hold more than mesh::kMaxDevices devices.
 [[nodiscard]] absl::StatusOr<mesh::Topology> LoadSlices(const std::string& path,
                                                         int64_t num_slices);
 
