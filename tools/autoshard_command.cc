@@ -428,18 +428,17 @@ CommandFn AddAutoshardCommand(CLI::App& app) {
                   "save_dot_except_mlp, full)");
   cmd->add_option("--num-slices", f->num_slices,
                   "copies of CONFIG's one slice joined by DCN (MaxText num_slices; default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_option("--budget", f->budget_s,
                   "stop simulating new meshes after S seconds (default: no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--hbm-gib", f->hbm_gib,
                   "per-device memory limit in GiB (default: the device's HBM)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_option("--axes", f->axes,
                   "search only meshes over these axes, comma-separated (default: all seven)")
       ->delimiter(',');
-  cmd->add_option("--top", f->top, "runners-up to print (default 5)")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top", f->top, "runners-up to print (default 5)")->check(NonNegative());
   cmd->add_flag("--explain", f->explain, "for each choice, the best plan that differs in it");
   cmd->add_flag("--overlap", f->overlap, "rank by the overlapped (latency-hiding) schedule");
   cmd->add_flag("--sequence-parallel", f->sequence_parallel,

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tessel/core/status_macros.h"
+#include "tools/flag_parsing.h"
 
 namespace tessel::tools {
 namespace {
@@ -28,19 +29,18 @@ void AddTransformerFlags(CLI::App* cmd, TransformerFlags* f) {
   cmd->add_option("--model", f->model, "gpt or llama (a generated training step)");
   cmd->add_option("--model-config", f->model_config,
                   "model JSON file (configs/models/*.json); flags given override it");
-  cmd->add_option("--layers", f->layers, "decoder layers")->check(CLI::PositiveNumber);
-  cmd->add_option("--d-model", f->d_model, "model width")->check(CLI::PositiveNumber);
-  cmd->add_option("--heads", f->heads, "attention heads")->check(CLI::PositiveNumber);
+  cmd->add_option("--layers", f->layers, "decoder layers")->check(Positive());
+  cmd->add_option("--d-model", f->d_model, "model width")->check(Positive());
+  cmd->add_option("--heads", f->heads, "attention heads")->check(Positive());
   cmd->add_option("--kv-heads", f->kv_heads, "key/value heads (GQA; default = heads)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--head-dim", f->head_dim, "width of one head (default d_model / heads)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--ffn", f->ffn, "MLP hidden size (default 4 * d_model)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--vocab", f->vocab, "vocabulary size")->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len", f->seq_len, "sequence length")->check(CLI::PositiveNumber);
+      ->check(NonNegative());
+  cmd->add_option("--ffn", f->ffn, "MLP hidden size (default 4 * d_model)")->check(NonNegative());
+  cmd->add_option("--vocab", f->vocab, "vocabulary size")->check(Positive());
+  cmd->add_option("--seq-len", f->seq_len, "sequence length")->check(Positive());
   cmd->add_option("--batch", f->batch, "global batch in sequences (default: one per device)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--dtype", f->dtype, "activation dtype: bf16 (default), f16, f32");
   cmd->add_option("--param-dtype", f->param_dtype, "parameter / optimizer dtype (default f32)");
   cmd->add_option("--positions", f->positions,
@@ -50,14 +50,14 @@ void AddTransformerFlags(CLI::App* cmd, TransformerFlags* f) {
                 "PaLM block: attention and MLP on one norm, added together");
   cmd->add_option("--sliding-window", f->sliding_window,
                   "attend the last W keys only (0: full causal)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--experts", f->experts,
                   "mixture of experts: experts per layer (0: dense; split over an \"expert\" axis)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", f->top_k, "experts per token (default 2)")->check(CLI::PositiveNumber);
+      ->check(NonNegative());
+  cmd->add_option("--top-k", f->top_k, "experts per token (default 2)")->check(Positive());
   cmd->add_option("--capacity-factor", f->capacity_factor,
                   "expert capacity = factor * tokens * top_k / experts (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
 }
 
 absl::StatusOr<nn::TransformerConfig> TransformerConfigOf(const TransformerFlags& f,

@@ -44,6 +44,7 @@
 #include "tessel/partitioner/propagation.h"
 #include "tessel/spmd/sharding.h"
 #include "tools/command.h"
+#include "tools/flag_parsing.h"
 
 namespace tessel::tools {
 namespace {
@@ -142,7 +143,7 @@ CommandFn AddPropagateCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("propagate", "Print the module with propagated shardings");
   cmd->add_option("HLO", options->path, "HLO text file with sharding annotations")->required();
   cmd->add_option("--num-partitions", options->num_partitions, "number of devices")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_flag("--json", options->json, "print one JSON object (docs/cli.md)");
   cmd->add_flag("--explain", options->explain,
                 "print each value's sharding and the rules that produced it");
@@ -267,7 +268,7 @@ CommandFn AddPartitionCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("partition", "Print the per-device SPMD program");
   cmd->add_option("HLO", options->path, "HLO text file with sharding annotations")->required();
   cmd->add_option("--num-partitions", options->num_partitions, "number of devices")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_option("--topology", options->topology,
                   "topology JSON (configs/) whose links cost the partitioner's choices");
   cmd->add_flag("--stats", options->stats, "print collective counts and bytes per kind");

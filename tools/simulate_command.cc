@@ -934,18 +934,18 @@ CommandFn AddSimulateCommand(CLI::App& app) {
   }
   cmd->add_option("--num-slices", f->num_slices,
                   "copies of CONFIG's one slice joined by DCN (MaxText num_slices; default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_option("--microbatches", f->microbatches,
                   "pipeline microbatches per step (default: the \"stage\" axis size); "
                   "without a \"stage\" axis, gradient-accumulation microbatches")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--pipeline-schedule", f->pipeline_schedule,
                   "gpipe or 1f1b (default): the pipeline's activation memory");
   cmd->add_option("--layers-per-virtual-stage", f->layers_per_virtual_stage,
                   "interleaved 1F1B: layers per model chunk (Megatron-LM "
                   "num_layers_per_virtual_pipeline_stage); the bubble shrinks by the chunks "
                   "per stage")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_flag("--blocking-p2p", f->blocking_p2p,
                 "every stage-to-stage transfer waits (Megatron-LM's p2p_communication without "
                 "overlap_p2p_comm): all of them exposed");
@@ -958,7 +958,7 @@ CommandFn AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--recipe", f->recipe, "dp, fsdp, tp, fsdp_tp (default), multislice_dp");
   cmd->add_option("--assume-trip-count", f->assume_trip_count,
                   "trip count of --hlo while loops whose count is not known statically")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_flag("--overlap", f->overlap, "report the overlapped (latency-hiding) schedule");
   cmd->add_flag("--extrapolate-layers", f->extrapolate_layers,
                 "--model: simulate stages of 1 and 2 layers and extrapolate (layers are "

@@ -43,6 +43,7 @@
 #include "tessel/core/hlo_text.h"
 #include "tessel/partitioner/verify.h"
 #include "tools/command.h"
+#include "tools/flag_parsing.h"
 
 namespace tessel::tools {
 namespace {
@@ -189,14 +190,14 @@ CommandFn AddVerifyCommand(CLI::App& app) {
   cmd->add_option("HLO", flags->path, "HLO text file with sharding annotations")->required();
   cmd->add_option("--num-partitions", flags->num_partitions, "number of devices")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_option("--seed", flags->seed, "seed of the random inputs (default 0)");
   cmd->add_option("--rtol", flags->rtol, "relative tolerance for every output (default per dtype)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--atol", flags->atol,
                   "absolute tolerance, in units of max(1, max |expected|), for every output "
                   "(default per dtype)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_flag("--json", flags->json, "print one JSON object");
   return [flags]() { return Run(*flags); };
 }
