@@ -243,22 +243,22 @@ int Main(int argc, char** argv) {
   std::string protocol = "ipc";
   app.add_option("--protocol", protocol, "ipc or tcp")->check(CLI::IsMember({"ipc", "tcp"}));
   app.add_option("--chunk_bytes", flags.chunk_bytes, "CommunicatorOptions::pipeline_chunk_bytes")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   app.add_option(
          "--pipeline_depth", flags.pipeline_depth,
          "CommunicatorOptions::pipeline_depth: segments a step sends ahead (0: all at once)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_option("--small_bytes", flags.small_bytes, "CommunicatorOptions::small_message_bytes")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   app.add_option("--direct_max_bytes", flags.direct_max_bytes,
                  "CommunicatorOptions::direct_max_bytes (0: always the ring)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_option("--socket_buffer_bytes", flags.socket_buffer_bytes,
                  "ZmqOptions::socket_buffer_bytes (0: the kernel default)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_option("--spin_us", flags.spin_us,
                  "CommunicatorOptions::spin_wait in us (default: the transport's choice)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_flag("--curve", flags.curve, "ZmqOptions::curve (CURVE encryption)");
   app.add_option("--shared_memory", flags.shared_memory,
                  "ZmqOptions::shared_memory: payloads through shared-memory slots over ipc (1, "
@@ -266,7 +266,7 @@ int Main(int argc, char** argv) {
   app.add_option("--shm_slots", flags.shm_slots, "ZmqOptions::shared_memory_slots")
       ->check(CLI::Range(1, 1024));
   app.add_option("--shm_min_bytes", flags.shm_min_bytes, "ZmqOptions::shared_memory_min_bytes")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   app.add_flag("--memcpy_only", flags.memcpy_only, "only the memcpy rows");
   if (int code = ParseCommandLine(app, argc, argv); code >= 0) return code;
   flags.protocol = protocol == "tcp" ? ZmqProtocol::kTcp : ZmqProtocol::kIpc;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "tessel/core/command_line.h"
 
 namespace tessel::benchmarks {
 
@@ -35,16 +36,16 @@ inline void AddSweepFlags(CLI::App& app, SweepFlags* flags, int64_t min_hosts) {
         ->capture_default_str();
   }
   app.add_option("--min_bytes", flags->min_bytes, "first size in bytes")
-      ->check(CLI::PositiveNumber)
+      ->check(Positive())
       ->capture_default_str();
   app.add_option("--max_bytes", flags->max_bytes, "last size in bytes")
-      ->check(CLI::PositiveNumber)
+      ->check(Positive())
       ->capture_default_str();
   app.add_option("--step", flags->step, "factor between sizes")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 30))
       ->capture_default_str();
   app.add_option("--budget_ms", flags->budget_ms, "time of each cell's loop, ms")
-      ->check(CLI::PositiveNumber)
+      ->check(Positive())
       ->capture_default_str();
 }
 

@@ -210,8 +210,8 @@ int Main(int argc, char** argv) {
   std::string protocol = "ipc";
   app.add_option("--protocol", protocol, "ipc or tcp")->check(CLI::IsMember({"ipc", "tcp"}));
   app.add_option("--socket_buffer_bytes", flags.socket_buffer_bytes, "ipc socket buffers")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--chunk_bytes", flags.chunk_bytes, "largest message")->check(CLI::PositiveNumber);
+      ->check(tessel::Positive());
+  app.add_option("--chunk_bytes", flags.chunk_bytes, "largest message")->check(tessel::Positive());
   app.add_flag("--poll", flags.poll,
                "wait by polling the socket, yielding the core (impl zmq-raw-poll-*)");
   if (int code = tessel::ParseCommandLine(app, argc, argv); code >= 0) return code;

@@ -3,7 +3,7 @@
 //
 //   CLI::App app{"what the program does", "host_probe"};
 //   app.add_option("--iterations", flags.iterations, "all-reduces to run")
-//       ->check(CLI::NonNegativeNumber);
+//       ->check(NonNegative());
 //   if (int code = ParseCommandLine(app, argc, argv); code >= 0) return code;
 //
 // Header-only, in its own target (tessel::command_line, which brings CLI11::CLI11) so that
@@ -11,7 +11,11 @@
 #ifndef TESSEL_CORE_COMMAND_LINE_H_
 #define TESSEL_CORE_COMMAND_LINE_H_
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "CLI/CLI.hpp"
 
@@ -19,6 +23,40 @@ namespace tessel {
 
 // The exit status of a program given bad flags (as the `tessel` command's kExitUsage).
 inline constexpr int kExitBadFlags = 2;
+
+namespace command_line_internal {
+
+// `text` as a finite number, or nullopt. CLI11 converts the text to the flag's type after its
+// checks, so a check only decides the sign; the conversion refuses what does not fit the type.
+inline std::optional<long double> FiniteNumber(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  long double value = std::strtold(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+inline CLI::Validator SignCheck(bool allow_zero) {
+  std::string bound = allow_zero ? ">= 0" : "> 0";
+  return CLI::Validator(
+      [allow_zero, bound](std::string& text) -> std::string {
+        std::optional<long double> value = FiniteNumber(text);
+        if (!value || *value < 0 || (!allow_zero && *value == 0)) {
+          return "must be a number " + bound + ", got \"" + text + "\"";
+        }
+        return std::string();
+      },
+      allow_zero ? "NONNEGATIVE" : "POSITIVE");
+}
+
+}  // namespace command_line_internal
+
+// CLI11 checks for numeric flags: the value must be a finite number > 0 (Positive) or >= 0
+// (NonNegative). Use them instead of CLI::PositiveNumber / CLI::NonNegativeNumber, whose message
+// in CLI11 2.1 reads "Value 0 not in range 0.000000 to 1797...". CLI11 puts the flag's name in
+// front, so a refusal reads "--layers: must be a number > 0, got \"0\"".
+inline CLI::Validator Positive() { return command_line_internal::SignCheck(false); }
+inline CLI::Validator NonNegative() { return command_line_internal::SignCheck(true); }
 
 // Parses `argc`/`argv` into `app`'s options. Returns -1 when the program should go on; 0 after
 // printing the help for --help; kExitBadFlags after printing one line on stderr,

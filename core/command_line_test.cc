@@ -25,7 +25,7 @@ struct Parsed {
 Parsed Parse(std::vector<std::string> args) {
   Parsed p;
   CLI::App app{"a test program", "prog"};
-  app.add_option("--count", p.count, "a count")->check(CLI::NonNegativeNumber);
+  app.add_option("--count", p.count, "a count")->check(NonNegative());
   app.add_option("--name", p.name, "a name");
   args.insert(args.begin(), "prog");
   std::vector<char*> argv;
@@ -55,7 +55,30 @@ TEST(CommandLineTest, BadFlagsAreOneLineAndExitTwo) {
     EXPECT_EQ(std::count(p.err.begin(), p.err.end(), '\n'), 1) << p.err;
   }
   EXPECT_THAT(Parse({"--bogus=1"}).err, HasSubstr("--bogus"));
-  EXPECT_THAT(Parse({"--count=-1"}).err, HasSubstr("--count"));
+  EXPECT_THAT(Parse({"--count=-1"}).err, HasSubstr("--count: must be a number >= 0, got \"-1\""));
+}
+
+TEST(CommandLineTest, PositiveRefusesZeroNegativeAndNonFiniteValues) {
+  for (const char* value : {"0", "-2", "nan", "inf", "1e99999", "3x"}) {
+    double x = 1;
+    CLI::App app{"a test program", "prog"};
+    app.add_option("--x", x, "a number")->check(Positive());
+    std::string arg = std::string("--x=") + value;
+    std::vector<char*> argv = {const_cast<char*>("prog"), arg.data()};
+    ::testing::internal::CaptureStderr();
+    int code = ParseCommandLine(app, 2, argv.data());
+    std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(code, kExitBadFlags) << value;
+    EXPECT_THAT(err, HasSubstr(std::string("--x: must be a number > 0, got \"") + value + "\""))
+        << err;
+  }
+  double x = 0;
+  CLI::App app{"a test program", "prog"};
+  app.add_option("--x", x, "a number")->check(Positive());
+  std::string arg = "--x=2.5e-3";
+  std::vector<char*> argv = {const_cast<char*>("prog"), arg.data()};
+  EXPECT_EQ(ParseCommandLine(app, 2, argv.data()), -1);
+  EXPECT_EQ(x, 2.5e-3);
 }
 
 }  // namespace

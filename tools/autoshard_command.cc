@@ -30,6 +30,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "tessel/core/command_line.h"
 #include "tessel/core/format.h"
 #include "tessel/core/status_macros.h"
 #include "tessel/mesh/autoshard/autoshard.h"

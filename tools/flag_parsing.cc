@@ -1,10 +1,7 @@
 #include "tools/flag_parsing.h"
 
 #include <cctype>
-#include <cmath>
-#include <cstdlib>
 #include <fstream>
-#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -23,33 +20,7 @@ std::string Trim(absl::string_view piece) {
   return s;
 }
 
-// `text` as a finite number, or nullopt. CLI11 converts the text to the flag's type after the
-// checks, so this only decides the sign; the conversion refuses what does not fit the type.
-std::optional<long double> FiniteNumber(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  char* end = nullptr;
-  long double value = std::strtold(text.c_str(), &end);
-  if (end != text.c_str() + text.size() || !std::isfinite(value)) return std::nullopt;
-  return value;
-}
-
-CLI::Validator SignCheck(bool allow_zero) {
-  const char* bound = allow_zero ? ">= 0" : "> 0";
-  return CLI::Validator(
-      [allow_zero, bound](std::string& text) -> std::string {
-        std::optional<long double> value = FiniteNumber(text);
-        if (!value || *value < 0 || (!allow_zero && *value == 0)) {
-          return absl::StrCat("must be a number ", bound, ", got \"", text, "\"");
-        }
-        return std::string();
-      },
-      allow_zero ? "NONNEGATIVE" : "POSITIVE");
-}
-
 }  // namespace
-
-CLI::Validator Positive() { return SignCheck(/*allow_zero=*/false); }
-CLI::Validator NonNegative() { return SignCheck(/*allow_zero=*/true); }
 
 absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& text, const std::string& flag) {
   std::vector<int64_t> values;

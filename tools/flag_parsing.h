@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "tessel/mesh/topology/topology.h"
 
@@ -18,13 +17,6 @@ namespace tessel::tools {
 // most 15 digits.
 [[nodiscard]] absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& text,
                                                              const std::string& flag);
-
-// CLI11 checks for numeric flags: the value must be a number > 0 (Positive) or >= 0
-// (NonNegative). They replace CLI::PositiveNumber / CLI::NonNegativeNumber, whose message in
-// CLI11 2.1 reads "Value 0 not in range 0.000000 to 1797...": CLI11 prefixes the flag's name,
-// so a refusal reads "--layers: must be a number > 0, got 0".
-CLI::Validator Positive();
-CLI::Validator NonNegative();
 
 // "data, model" -> {"data", "model"}; a blank text is an empty list.
 std::vector<std::string> ParseNames(const std::string& text);

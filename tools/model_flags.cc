@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "tessel/core/command_line.h"
 #include "tessel/core/status_macros.h"
-#include "tools/flag_parsing.h"
 
 namespace tessel::tools {
 namespace {

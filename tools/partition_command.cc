@@ -37,6 +37,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "tessel/core/command_line.h"
 #include "tessel/core/hlo_text.h"
 #include "tessel/mesh/cost/cost_model.h"
 #include "tessel/mesh/topology/topology.h"
@@ -44,7 +45,6 @@
 #include "tessel/partitioner/propagation.h"
 #include "tessel/spmd/sharding.h"
 #include "tools/command.h"
-#include "tools/flag_parsing.h"
 
 namespace tessel::tools {
 namespace {

@@ -61,6 +61,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "tessel/core/command_line.h"
 #include "tessel/core/format.h"
 #include "tessel/core/hlo_text.h"
 #include "tessel/core/status_macros.h"

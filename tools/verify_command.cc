@@ -40,10 +40,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "tessel/core/command_line.h"
 #include "tessel/core/hlo_text.h"
 #include "tessel/partitioner/verify.h"
 #include "tools/command.h"
-#include "tools/flag_parsing.h"
 
 namespace tessel::tools {
 namespace {
