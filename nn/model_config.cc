@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "tessel/core/config_json.h"
 #include "tessel/core/status_macros.h"
 
 namespace tessel::nn {
@@ -35,7 +36,7 @@ class Reader {
     if (it == root.end()) return absl::OkStatus();
     if (!it->is_number_integer() || it->get<int64_t>() < min) {
       return Error(key, absl::StrCat("expected ", min > 0 ? "a positive" : "a non-negative",
-                                     " integer, got ", it->dump()));
+                                     " integer, got ", JsonForMessage(*it)));
     }
     out = it->get<int64_t>();
     return absl::OkStatus();
@@ -45,7 +46,7 @@ class Reader {
     auto it = root.find(key);
     if (it == root.end()) return absl::OkStatus();
     if (!it->is_boolean())
-      return Error(key, absl::StrCat("expected true or false, got ", it->dump()));
+      return Error(key, absl::StrCat("expected true or false, got ", JsonForMessage(*it)));
     out = it->get<bool>();
     return absl::OkStatus();
   }
@@ -53,7 +54,8 @@ class Reader {
   absl::Status String(const json& root, const std::string& key, std::string& out) const {
     auto it = root.find(key);
     if (it == root.end()) return absl::OkStatus();
-    if (!it->is_string()) return Error(key, absl::StrCat("expected a string, got ", it->dump()));
+    if (!it->is_string())
+      return Error(key, absl::StrCat("expected a string, got ", JsonForMessage(*it)));
     out = it->get<std::string>();
     return absl::OkStatus();
   }
@@ -128,7 +130,7 @@ class Reader {
     if (auto it = root.find("capacity_factor"); it != root.end()) {
       if (!it->is_number() || !(it->get<double>() > 0)) {
         return Error("capacity_factor",
-                     absl::StrCat("expected a positive number, got ", it->dump()));
+                     absl::StrCat("expected a positive number, got ", JsonForMessage(*it)));
       }
       c.capacity_factor = it->get<double>();
     }
@@ -144,6 +146,10 @@ class Reader {
     TESSEL_RETURN_IF_ERROR(Float(root, "dtype", c.dtype));
     TESSEL_RETURN_IF_ERROR(Float(root, "param_dtype", c.param_dtype));
     TESSEL_RETURN_IF_ERROR(String(root, "name", file.name));
+    // Documentation only, but typed like the other keys: a number here is a mistake.
+    std::string unused;
+    TESSEL_RETURN_IF_ERROR(String(root, "description", unused));
+    TESSEL_RETURN_IF_ERROR(String(root, "comment", unused));
     TESSEL_RETURN_IF_ERROR(String(root, "attention", file.attention));
     TESSEL_RETURN_IF_ERROR(String(root, "remat", file.remat));
     TESSEL_RETURN_IF_ERROR(String(root, "matmul_dtype", file.matmul_dtype));
@@ -174,14 +180,13 @@ class Reader {
 
 absl::StatusOr<ModelFile> ParseModelConfig(std::string_view json_text, std::string_view source) {
   const std::string source_text(source);
-  // The adapter for nlohmann's exceptions: nothing thrown escapes.
+  TESSEL_ASSIGN_OR_RETURN(json root, ParseConfigJson(json_text, source_text));
+  // The adapter for nlohmann's exceptions: the reader checks types before it reads, so this is
+  // a backstop; nothing thrown escapes.
   try {
-    json root = json::parse(json_text.begin(), json_text.end());
-    return Reader(source_text).Read(root);
-  } catch (const json::parse_error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source_text, ": invalid JSON: ", WithoutExceptionId(e.what()),
-                     " (byte offset ", e.byte > 0 ? e.byte - 1 : 0, ")"));
+    TESSEL_ASSIGN_OR_RETURN(ModelFile file, Reader(source_text).Read(root));
+    file.source = source_text;
+    return file;
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(source_text, ": cannot read JSON: ", WithoutExceptionId(e.what())));

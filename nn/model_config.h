@@ -33,6 +33,7 @@
 namespace tessel::nn {
 
 struct ModelFile {
+  std::string source;  // the path (or name) it was read from, for messages
   std::string name;
   std::vector<std::string> sources;
   TransformerConfig config;  // validated with ValidateTransformerConfig

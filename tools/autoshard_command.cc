@@ -313,18 +313,27 @@ std::string OptionsOf(const AutoshardFlags& f, const nn::ModelFile* file,
   }
   options.overlap = f.overlap;
   options.sequence_parallel = f.sequence_parallel;
-  const std::string attention = !f.attention.empty() ? f.attention : (file ? file->attention : "");
+  const RunSetting attention =
+      RunSettingOf("--attention", f.attention, file, "attention", file ? file->attention : "");
   absl::StatusOr<mesh::AttentionKernel> kernel =
-      mesh::ParseAttentionKernel(attention.empty() ? "dot_product" : attention);
-  if (!kernel.ok()) return std::string(kernel.status().message());
+      mesh::ParseAttentionKernel(attention.value.empty() ? "dot_product" : attention.value);
+  if (!kernel.ok()) return absl::StrCat(attention.origin, ": ", kernel.status().message());
   options.attention = *kernel;
   if (!f.remat.empty()) {
     absl::StatusOr<mesh::RematPolicy> remat = mesh::ParseRematPolicy(f.remat);
-    if (!remat.ok()) return std::string(remat.status().message());
+    if (!remat.ok()) return absl::StrCat("--remat: ", remat.status().message());
     options.remat_policies = {*remat};
+  } else if (file && !file->remat.empty()) {
+    // The search tries every policy; the file's is not used, but a bad name is still an error.
+    absl::StatusOr<mesh::RematPolicy> remat = mesh::ParseRematPolicy(file->remat);
+    if (!remat.ok()) return absl::StrCat(file->source, ": /remat: ", remat.status().message());
   }
-  if (file && !file->matmul_dtype.empty() && file->matmul_dtype != "bf16") {
-    options.matmul_dtype = file->matmul_dtype == "int8" ? "s8" : "f8e4m3fn";
+  if (file) {
+    absl::StatusOr<std::string> peak_dtype = MatmulPeakDType(file->matmul_dtype);
+    if (!peak_dtype.ok()) {
+      return absl::StrCat(file->source, ": /matmul_dtype: ", peak_dtype.status().message());
+    }
+    options.matmul_dtype = *peak_dtype;
   }
   return "";
 }

@@ -101,4 +101,19 @@ absl::StatusOr<nn::TransformerConfig> TransformerConfigOf(const TransformerFlags
   return config;
 }
 
+absl::StatusOr<std::string> MatmulPeakDType(const std::string& name) {
+  if (name.empty() || name == "bf16") return std::string();
+  if (name == "int8") return std::string("s8");
+  if (name == "fp8") return std::string("f8e4m3fn");
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype \"", name, "\"; expected bf16, int8 or fp8"));
+}
+
+RunSetting RunSettingOf(const std::string& flag, const std::string& flag_value,
+                        const nn::ModelFile* file, const std::string& key,
+                        const std::string& file_value) {
+  if (!flag_value.empty() || file == nullptr || file_value.empty()) return {flag_value, flag};
+  return {file_value, absl::StrCat(file->source, ": /", key)};
+}
+
 }  // namespace tessel::tools

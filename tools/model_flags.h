@@ -57,6 +57,22 @@ void AddTransformerFlags(CLI::App* cmd, TransformerFlags* flags);
     const TransformerFlags& flags, const CLI::App& cmd, const nn::ModelFile* file,
     int64_t num_devices);
 
+// The device-spec dtype (DeviceSpec::peak_tflops key) of a matmul dtype name: "" for "" or
+// "bf16" (each dot at its inputs' rate), "s8" for "int8", "f8e4m3fn" for "fp8". Errors:
+// kInvalidArgument for any other name ("unknown dtype ..."; the caller names the flag or key).
+[[nodiscard]] absl::StatusOr<std::string> MatmulPeakDType(const std::string& name);
+
+// A run setting written as flag `flag` (value `flag_value`, "" when not given) or as key `key`
+// of the model `file` (`file_value`, "" when absent): the value used (the flag's first) and where
+// it came from for messages ("--remat", or "llama.json: /remat"; `flag` when neither gives it).
+struct RunSetting {
+  std::string value;
+  std::string origin;
+};
+RunSetting RunSettingOf(const std::string& flag, const std::string& flag_value,
+                        const nn::ModelFile* file, const std::string& key,
+                        const std::string& file_value);
+
 }  // namespace tessel::tools
 
 #endif  // TESSEL_TOOLS_MODEL_FLAGS_H_

@@ -187,15 +187,6 @@ struct GlobalStep : mesh::ModelStep {
   std::string model_name;  // --model only: the arch, or the model file's name
 };
 
-// The device-spec dtype of a --matmul-dtype name ("" for bf16: each dot at its inputs' rate).
-absl::StatusOr<std::string> MatmulPeakDType(const std::string& name) {
-  if (name.empty() || name == "bf16") return std::string();
-  if (name == "int8") return std::string("s8");
-  if (name == "fp8") return std::string("f8e4m3fn");
-  return absl::InvalidArgumentError(
-      absl::StrCat("--matmul-dtype: unknown dtype \"", name, "\"; expected bf16, int8 or fp8"));
-}
-
 // One of --ici-* / --dcn-* as MaxText fills it: at most one -1, set to what the others leave of
 // `total` devices (per slice) or slices.
 absl::StatusOr<std::vector<int64_t>> FillAxes(std::vector<int64_t> sizes, int64_t total,
@@ -269,11 +260,23 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
   TESSEL_ASSIGN_OR_RETURN(plan.recipe, nn::ParseShardingRecipe(f.recipe));
   TESSEL_ASSIGN_OR_RETURN(nn::TransformerConfig config,
                           TransformerConfigOf(f, *f.command, file, num_devices));
-  const std::string remat = !f.remat.empty() ? f.remat : (file ? file->remat : "");
-  const std::string attention = !f.attention.empty() ? f.attention : (file ? file->attention : "");
-  TESSEL_ASSIGN_OR_RETURN(plan.remat, mesh::ParseRematPolicy(remat.empty() ? "none" : remat));
-  TESSEL_ASSIGN_OR_RETURN(
-      plan.attention, mesh::ParseAttentionKernel(attention.empty() ? "dot_product" : attention));
+  const RunSetting remat = RunSettingOf("--remat", f.remat, file, "remat", file ? file->remat : "");
+  const RunSetting attention =
+      RunSettingOf("--attention", f.attention, file, "attention", file ? file->attention : "");
+  absl::StatusOr<mesh::RematPolicy> remat_policy =
+      mesh::ParseRematPolicy(remat.value.empty() ? "none" : remat.value);
+  if (!remat_policy.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(remat.origin, ": ", remat_policy.status().message()));
+  }
+  plan.remat = *remat_policy;
+  absl::StatusOr<mesh::AttentionKernel> kernel =
+      mesh::ParseAttentionKernel(attention.value.empty() ? "dot_product" : attention.value);
+  if (!kernel.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(attention.origin, ": ", kernel.status().message()));
+  }
+  plan.attention = *kernel;
   TESSEL_ASSIGN_OR_RETURN(plan.mesh, MeshShapeOf(f, topology));
   TESSEL_ASSIGN_OR_RETURN(plan.pipeline_schedule, mesh::ParsePipelineSchedule(f.pipeline_schedule));
   plan.microbatches = f.microbatches;
@@ -707,12 +710,12 @@ std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
       if (f.given(flag)) return absl::StrCat(flag, " applies to --model / --model-config only");
     }
   }
-  const std::string matmul =
-      !f.matmul_dtype.empty() ? f.matmul_dtype : (file ? file->matmul_dtype : "");
-  absl::StatusOr<std::string> peak_dtype = MatmulPeakDType(matmul);
-  if (!peak_dtype.ok()) return std::string(peak_dtype.status().message());
+  const RunSetting matmul = RunSettingOf("--matmul-dtype", f.matmul_dtype, file, "matmul_dtype",
+                                         file ? file->matmul_dtype : "");
+  absl::StatusOr<std::string> peak_dtype = MatmulPeakDType(matmul.value);
+  if (!peak_dtype.ok()) return absl::StrCat(matmul.origin, ": ", peak_dtype.status().message());
   if (!peak_dtype->empty() && !topology.device_spec().PeakTflops(*peak_dtype)) {
-    return absl::StrCat("--matmul-dtype ", matmul, ": the device spec of ",
+    return absl::StrCat(matmul.origin, " ", matmul.value, ": the device spec of ",
                         topology.device_spec().name, " gives no peak for ", *peak_dtype);
   }
   options.cost.matmul_dtype = *peak_dtype;

@@ -17,9 +17,11 @@ absl::Status StageAndGraphConfigs(const ModelPlan& plan, int64_t stage_layers, M
   step.stage_config = step.config;
   if (shards.stage > 1) {
     if (step.config.layers % shards.stage != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--layers ", step.config.layers,
-                                                     " must be a multiple of the \"stage\" axis (",
-                                                     shards.stage, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("layers ", step.config.layers,
+                       " (--layers or the model file's \"layers\") must be a multiple of the "
+                       "\"stage\" axis (",
+                       shards.stage, ")"));
     }
     step.stage_config.layers = step.config.layers / shards.stage;
   }
@@ -47,7 +49,9 @@ absl::Status StageAndGraphConfigs(const ModelPlan& plan, int64_t stage_layers, M
     const int64_t local_seq = step.config.seq_len / shards.sequence;
     if (step.config.seq_len % shards.sequence != 0 || local_seq == step.config.head_dim()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--seq-len ", step.config.seq_len, " must be a multiple of the \"sequence\" axis (",
+          "seq_len ", step.config.seq_len,
+          " (--seq-len or the model file's \"seq_len\") must be a multiple of the \"sequence\" "
+          "axis (",
           shards.sequence, "), and the local length must differ from head_dim"));
     }
     step.graph_config.batch = step.config.batch * shards.sequence;
@@ -217,7 +221,8 @@ absl::StatusOr<ModelStep> BuildModelStep(const Topology& topology,
         "not to \"",
         std::string(RematPolicyName(plan.remat)), "\" (a JAX checkpoint policy)"));
   }
-  if (plan.attention_dropout < 0 || plan.attention_dropout >= 1) {
+  // Written so that NaN fails too.
+  if (!(plan.attention_dropout >= 0 && plan.attention_dropout < 1)) {
     return absl::InvalidArgumentError(absl::StrCat("--attention-dropout ", plan.attention_dropout,
                                                    ": expected a probability in [0, 1)"));
   }
@@ -227,9 +232,11 @@ absl::StatusOr<ModelStep> BuildModelStep(const Topology& topology,
   step.pipeline.tensor_group = AxisGroupOfDevice0(mesh, "tensor");
   TESSEL_RETURN_IF_ERROR(StageAndGraphConfigs(plan, stage_layers, step));
   if (step.config.experts > 0 && step.config.experts % step.shards.expert != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--experts ", step.config.experts,
-                                                   " must be a multiple of the \"expert\" ",
-                                                   "axis (", step.shards.expert, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("experts ", step.config.experts,
+                     " (--experts or the model file's \"experts\") must be a multiple of the "
+                     "\"expert\" axis (",
+                     step.shards.expert, ")"));
   }
   TESSEL_ASSIGN_OR_RETURN(nn::TransformerStep built,
                           nn::BuildTransformerStep(step.graph_config, mesh, plan.recipe));

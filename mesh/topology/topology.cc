@@ -5,9 +5,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <initializer_list>
-#include <set>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -19,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "tessel/core/config_json.h"
 #include "tessel/core/status_macros.h"
 
 namespace tessel::mesh {
@@ -26,9 +25,6 @@ namespace {
 
 using json = nlohmann::json;
 
-// JSON nesting deeper than this is rejected before nlohmann parses it, so that nothing
-// downstream (dump(), destructors) recurses deeply on hostile input.
-constexpr int kMaxJsonDepth = 64;
 // Upper bound on `hbm_bytes` (16 TiB per device) so that totals over kMaxDevices fit in int64.
 constexpr int64_t kMaxHbmBytes = int64_t{1} << 44;
 
@@ -38,39 +34,6 @@ constexpr std::string_view kMetaKeys[] = {"name", "description", "source", "comm
 
 bool IsMetaKey(std::string_view key) {
   return std::find(std::begin(kMetaKeys), std::end(kMetaKeys), key) != std::end(kMetaKeys);
-}
-
-// RFC 6901 escaping of one reference token, so a key containing '/' or '~' still gives a
-// pointer a JSON tool can follow.
-std::string EscapeToken(std::string_view token) {
-  std::string out;
-  for (char c : token) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string Child(std::string_view pointer, std::string_view key) {
-  return absl::StrCat(std::string(pointer), "/", EscapeToken(key));
-}
-std::string Child(std::string_view pointer, size_t index) {
-  return absl::StrCat(std::string(pointer), "/", index);
-}
-
-// The offending value as it would appear in JSON, cut to a readable length.
-std::string Describe(const json& value) {
-  // error_handler_t::replace: a string with invalid UTF-8 would make dump() throw; the message
-  // should show the bad value, not fail on it.
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  constexpr size_t kMaxChars = 60;
-  if (text.size() > kMaxChars) text = text.substr(0, kMaxChars - 3) + "...";
-  return text;
 }
 
 // "a, b, c" from a range of std::string_view (Debian's absl::StrJoin takes no std::string_view).
@@ -114,114 +77,6 @@ int64_t Linearize(const std::vector<int64_t>& coords, const std::vector<int64_t>
   return index;
 }
 
-// Returns an error (kInvalidArgument, with the byte offset) if `text` nests arrays/objects
-// deeper than kMaxJsonDepth. Strings are skipped; malformed text is left to the parser.
-absl::Status CheckNestingDepth(std::string_view text, std::string_view source) {
-  // A byte scan, not a parse: brackets inside strings are skipped (with escapes), everything
-  // else is left to nlohmann, which reports malformed text with line and column.
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(std::string(source), ": invalid JSON: nesting deeper than ", kMaxJsonDepth,
-                         " levels at byte offset ", i));
-      }
-    } else if (c == ']' || c == '}') {
-      // An unbalanced closer is malformed JSON; the parser reports it with its position.
-      if (depth > 0) --depth;
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Parses `text`, rejecting duplicate keys in one object (nlohmann would keep the last).
-// Throws nlohmann::json::exception on malformed text; the caller is the adapter that
-// catches it.
-class DuplicateKeyChecker {
- public:
-  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      // A container advances its parent array's index when it starts: nlohmann sends no
-      // `value` event for containers, only for scalars (handled below).
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start: {
-        std::string pointer;
-        if (!frames_.empty()) {
-          Frame& parent = frames_.back();
-          pointer = parent.is_array ? Child(parent.pointer, parent.next_index++)
-                                    : Child(parent.pointer, parent.key);
-        }
-        frames_.push_back(
-            Frame{event == json::parse_event_t::array_start, 0, "", {}, std::move(pointer)});
-        break;
-      }
-      // Keys are compared after unescaping, so a key and the same key written with JSON
-      // escapes count as one key, as they do for nlohmann.
-      case json::parse_event_t::key: {
-        if (frames_.empty() || !parsed.is_string()) break;
-        Frame& frame = frames_.back();
-        frame.key = parsed.get<std::string>();
-        if (!frame.keys.insert(frame.key).second && first_duplicate_.empty()) {
-          first_duplicate_ = Child(frame.pointer, frame.key);
-        }
-        break;
-      }
-      case json::parse_event_t::value:
-        if (!frames_.empty() && frames_.back().is_array) ++frames_.back().next_index;
-        break;
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        if (!frames_.empty()) frames_.pop_back();
-        break;
-    }
-    // Keep every value (false would drop it from the result, not stop the parse); a duplicate
-    // is reported after the parse, with its JSON pointer.
-    return true;
-  }
-
-  // The JSON pointer of the first repeated key, or "" if none.
-  const std::string& first_duplicate() const { return first_duplicate_; }
-
- private:
-  struct Frame {
-    bool is_array;
-    size_t next_index;
-    std::string key;
-    std::set<std::string> keys;
-    std::string pointer;
-  };
-  // One frame per open container; the pointer of a nested container is built when it starts,
-  // from its parent's key or next index.
-  std::vector<Frame> frames_;
-  std::string first_duplicate_;
-};
-
-// "parse error at line 1, column 5: ..." from nlohmann's "[json.exception.parse_error.101]
-// parse error at line 1, column 5: ...": the id means nothing to someone editing a config.
-std::string StripExceptionId(std::string_view what) {
-  if (!what.empty() && what.front() == '[') {
-    size_t end = what.find("] ");
-    if (end != std::string_view::npos) what.remove_prefix(end + 2);
-  }
-  return std::string(what);
-}
-
 // A slice as read from JSON, before devices exist; first_host is its hosts' offset in the
 // global host numbering (slices number their hosts consecutively, in slice order).
 struct SliceInput {
@@ -259,7 +114,7 @@ class TopologyBuilder {
   absl::Status Expected(std::string_view pointer, std::string_view what, const json* got) const {
     return Error(pointer, absl::StrCat("expected ", std::string(what), ", got ",
                                        got == nullptr ? std::string("nothing (missing key)")
-                                                      : Describe(*got)));
+                                                      : JsonForMessage(*got)));
   }
 
   absl::Status CheckObject(const json& value, std::string_view pointer) const {
@@ -318,7 +173,7 @@ absl::Status TopologyBuilder::CheckKeys(const json& object, const std::string& p
                                         std::initializer_list<std::string_view> allowed) const {
   for (auto it = object.begin(); it != object.end(); ++it) {
     const std::string& key = it.key();
-    std::string child = Child(pointer, key);
+    std::string child = JsonPointerChild(pointer, key);
     // "source" may list several references (a spec sheet and a paper), so it alone also takes
     // an array of strings.
     if (key == "source") {
@@ -398,8 +253,8 @@ absl::StatusOr<std::vector<int64_t>> TopologyBuilder::ReadShape(const json* valu
   // step by step without overflow (the callers do).
   std::vector<int64_t> shape;
   for (size_t i = 0; i < value->size(); ++i) {
-    TESSEL_ASSIGN_OR_RETURN(int64_t dim,
-                            ReadPositiveInt(&(*value)[i], Child(pointer, i), kMaxDevices));
+    TESSEL_ASSIGN_OR_RETURN(
+        int64_t dim, ReadPositiveInt(&(*value)[i], JsonPointerChild(pointer, i), kMaxDevices));
     shape.push_back(dim);
   }
   return shape;
@@ -417,7 +272,7 @@ absl::StatusOr<std::vector<bool>> TopologyBuilder::ReadBools(
   std::vector<bool> result;
   for (size_t i = 0; i < value->size(); ++i) {
     const json& e = (*value)[i];
-    if (!e.is_boolean()) return Expected(Child(pointer, i), "true or false", &e);
+    if (!e.is_boolean()) return Expected(JsonPointerChild(pointer, i), "true or false", &e);
     result.push_back(e.get<bool>());
   }
   return result;
@@ -437,7 +292,7 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
 
   // At least one peak is required: the cost model cannot time a dot without one (it falls
   // back from a missing dtype to bf16 or f32, but needs something).
-  std::string peak_pointer = Child(pointer, "peak_tflops");
+  std::string peak_pointer = JsonPointerChild(pointer, "peak_tflops");
   const json* peak = Find(*value, "peak_tflops");
   if (peak == nullptr || !peak->is_object() || peak->empty()) {
     return Expected(peak_pointer,
@@ -445,7 +300,7 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
                     peak);
   }
   for (auto it = peak->begin(); it != peak->end(); ++it) {
-    std::string child = Child(peak_pointer, it.key());
+    std::string child = JsonPointerChild(peak_pointer, it.key());
     // Unknown dtype names are errors, not ignored: "bfloat16" for "bf16" would otherwise
     // silently leave the model on a fallback peak.
     bool known = std::find(std::begin(kKnownDTypeNames), std::end(kKnownDTypeNames), it.key()) !=
@@ -462,18 +317,19 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
   // is rejected rather than rounded.
   TESSEL_ASSIGN_OR_RETURN(
       spec.hbm_bytes,
-      ReadInt(Find(*value, "hbm_bytes"), Child(pointer, "hbm_bytes"), 1, kMaxHbmBytes,
+      ReadInt(Find(*value, "hbm_bytes"), JsonPointerChild(pointer, "hbm_bytes"), 1, kMaxHbmBytes,
               absl::StrCat("a positive integer (bytes) at most ", kMaxHbmBytes)));
-  TESSEL_ASSIGN_OR_RETURN(spec.hbm_bandwidth_gbytes_per_s,
-                          ReadNumber(Find(*value, "hbm_bandwidth_gbytes_per_s"),
-                                     Child(pointer, "hbm_bandwidth_gbytes_per_s"), false));
+  TESSEL_ASSIGN_OR_RETURN(
+      spec.hbm_bandwidth_gbytes_per_s,
+      ReadNumber(Find(*value, "hbm_bandwidth_gbytes_per_s"),
+                 JsonPointerChild(pointer, "hbm_bandwidth_gbytes_per_s"), false));
   if (const json* efficiency = Find(*value, "efficiency")) {
-    std::string eff_pointer = Child(pointer, "efficiency");
+    std::string eff_pointer = JsonPointerChild(pointer, "efficiency");
     if (!efficiency->is_object()) {
       return Expected(eff_pointer, "an object mapping op classes to factors in (0, 1]", efficiency);
     }
     for (auto it = efficiency->begin(); it != efficiency->end(); ++it) {
-      std::string child = Child(eff_pointer, it.key());
+      std::string child = JsonPointerChild(eff_pointer, it.key());
       bool known = std::find(std::begin(kEfficiencyClasses), std::end(kEfficiencyClasses),
                              it.key()) != std::end(kEfficiencyClasses);
       if (!known) {
@@ -490,12 +346,13 @@ absl::StatusOr<DeviceSpec> TopologyBuilder::ReadDeviceSpec(const json* value,
   if (const json* tile = Find(*value, "matmul_tile")) {
     // Systolic arrays are at most a few hundred cells on a side; 4096 bounds typos (128000).
     TESSEL_ASSIGN_OR_RETURN(spec.matmul_tile,
-                            ReadInt(tile, Child(pointer, "matmul_tile"), 1, 4096,
+                            ReadInt(tile, JsonPointerChild(pointer, "matmul_tile"), 1, 4096,
                                     "a positive integer (the matrix unit's side) at most 4096"));
   }
   if (const json* host = Find(*value, "host_bandwidth_gbytes_per_s")) {
-    TESSEL_ASSIGN_OR_RETURN(spec.host_bandwidth_gbytes_per_s,
-                            ReadNumber(host, Child(pointer, "host_bandwidth_gbytes_per_s"), false));
+    TESSEL_ASSIGN_OR_RETURN(
+        spec.host_bandwidth_gbytes_per_s,
+        ReadNumber(host, JsonPointerChild(pointer, "host_bandwidth_gbytes_per_s"), false));
   }
   return spec;
 }
@@ -513,13 +370,15 @@ absl::StatusOr<IciSpec> TopologyBuilder::ReadIci(const json* value,
     } else if (kind->is_string() && kind->get<std::string>() == "switch") {
       ici.kind = IciKind::kSwitch;
     } else {
-      return Expected(Child(pointer, "kind"), "\"torus\" or \"switch\"", kind);
+      return Expected(JsonPointerChild(pointer, "kind"), "\"torus\" or \"switch\"", kind);
     }
   }
-  TESSEL_ASSIGN_OR_RETURN(ici.bandwidth_gbps, ReadNumber(Find(*value, "bandwidth_gbps"),
-                                                         Child(pointer, "bandwidth_gbps"), false));
+  TESSEL_ASSIGN_OR_RETURN(ici.bandwidth_gbps,
+                          ReadNumber(Find(*value, "bandwidth_gbps"),
+                                     JsonPointerChild(pointer, "bandwidth_gbps"), false));
   TESSEL_ASSIGN_OR_RETURN(
-      ici.latency_us, ReadNumber(Find(*value, "latency_us"), Child(pointer, "latency_us"), true));
+      ici.latency_us,
+      ReadNumber(Find(*value, "latency_us"), JsonPointerChild(pointer, "latency_us"), true));
   return ici;
 }
 
@@ -534,10 +393,12 @@ absl::StatusOr<DcnSpec> TopologyBuilder::ReadDcn(const json* value, const std::s
   TESSEL_RETURN_IF_ERROR(CheckObject(*value, pointer));
   TESSEL_RETURN_IF_ERROR(CheckKeys(*value, pointer, {"bandwidth_gbps", "latency_us"}));
   DcnSpec dcn;
-  TESSEL_ASSIGN_OR_RETURN(dcn.bandwidth_gbps, ReadNumber(Find(*value, "bandwidth_gbps"),
-                                                         Child(pointer, "bandwidth_gbps"), false));
+  TESSEL_ASSIGN_OR_RETURN(dcn.bandwidth_gbps,
+                          ReadNumber(Find(*value, "bandwidth_gbps"),
+                                     JsonPointerChild(pointer, "bandwidth_gbps"), false));
   TESSEL_ASSIGN_OR_RETURN(
-      dcn.latency_us, ReadNumber(Find(*value, "latency_us"), Child(pointer, "latency_us"), true));
+      dcn.latency_us,
+      ReadNumber(Find(*value, "latency_us"), JsonPointerChild(pointer, "latency_us"), true));
   return dcn;
 }
 
@@ -547,7 +408,7 @@ absl::StatusOr<SliceInput> TopologyBuilder::ReadSlice(const json& value, const s
   TESSEL_RETURN_IF_ERROR(CheckKeys(
       value, pointer, {"shape", "wraparound", "hosts", "devices_per_host", "host_shape"}));
   SliceInput slice;
-  std::string shape_pointer = Child(pointer, "shape");
+  std::string shape_pointer = JsonPointerChild(pointer, "shape");
   TESSEL_ASSIGN_OR_RETURN(slice.shape, ReadShape(Find(value, "shape"), shape_pointer, "an array"));
   // Checked before multiplying, so a shape like [2^18, 2^18, 2^18] is reported, not wrapped.
   int64_t num_chips = 1;
@@ -558,24 +419,27 @@ absl::StatusOr<SliceInput> TopologyBuilder::ReadSlice(const json& value, const s
     }
     num_chips *= dim;
   }
-  TESSEL_ASSIGN_OR_RETURN(slice.wraparound, ReadBools(Find(value, "wraparound"),
-                                                      Child(pointer, "wraparound"), slice.shape));
   TESSEL_ASSIGN_OR_RETURN(
-      slice.num_hosts, ReadPositiveInt(Find(value, "hosts"), Child(pointer, "hosts"), kMaxDevices));
-  TESSEL_ASSIGN_OR_RETURN(slice.devices_per_host,
-                          ReadPositiveInt(Find(value, "devices_per_host"),
-                                          Child(pointer, "devices_per_host"), kMaxDevices));
+      slice.wraparound,
+      ReadBools(Find(value, "wraparound"), JsonPointerChild(pointer, "wraparound"), slice.shape));
+  TESSEL_ASSIGN_OR_RETURN(
+      slice.num_hosts,
+      ReadPositiveInt(Find(value, "hosts"), JsonPointerChild(pointer, "hosts"), kMaxDevices));
+  TESSEL_ASSIGN_OR_RETURN(
+      slice.devices_per_host,
+      ReadPositiveInt(Find(value, "devices_per_host"),
+                      JsonPointerChild(pointer, "devices_per_host"), kMaxDevices));
   // Both factors are at most kMaxDevices = 2^18, so the product cannot overflow. Every chip
   // belongs to exactly one host, hence the equality.
   if (slice.num_hosts * slice.devices_per_host != num_chips) {
     return Error(
-        Child(pointer, "devices_per_host"),
+        JsonPointerChild(pointer, "devices_per_host"),
         absl::StrCat("expected hosts * devices_per_host = ", num_chips, " (the product of shape ",
                      FormatInts(slice.shape), "), got ", slice.num_hosts, " * ",
                      slice.devices_per_host, " = ", slice.num_hosts * slice.devices_per_host));
   }
   if (const json* host_shape = Find(value, "host_shape")) {
-    std::string host_pointer = Child(pointer, "host_shape");
+    std::string host_pointer = JsonPointerChild(pointer, "host_shape");
     // Two sources of truth for which host owns which chip would have to agree; rather than
     // check that, the explicit form owns the mapping alone.
     if (explicit_devices) {
@@ -595,7 +459,7 @@ absl::StatusOr<SliceInput> TopologyBuilder::ReadSlice(const json& value, const s
     // torus), so each chip has exactly one host.
     for (size_t d = 0; d < slice.shape.size(); ++d) {
       if (slice.shape[d] % slice.host_shape[d] != 0) {
-        return Expected(Child(host_pointer, d),
+        return Expected(JsonPointerChild(host_pointer, d),
                         absl::StrCat("a divisor of shape[", d, "] = ", slice.shape[d]),
                         &(*host_shape)[d]);
       }
@@ -679,11 +543,11 @@ absl::Status TopologyBuilder::ReadExplicitDevices(const json* value, const std::
 
   for (int64_t i = 0; i < num_listed; ++i) {
     const json& entry = (*value)[i];
-    std::string entry_pointer = Child(pointer, static_cast<size_t>(i));
+    std::string entry_pointer = JsonPointerChild(pointer, static_cast<size_t>(i));
     TESSEL_RETURN_IF_ERROR(CheckObject(entry, entry_pointer));
     TESSEL_RETURN_IF_ERROR(CheckKeys(entry, entry_pointer, {"id", "slice", "host", "coords"}));
     Device device;
-    std::string id_pointer = Child(entry_pointer, "id");
+    std::string id_pointer = JsonPointerChild(entry_pointer, "id");
     // Ids in [0, N) and no duplicates together mean dense 0..N-1, whatever the listing order:
     // the rest of Tessel indexes devices by id.
     TESSEL_ASSIGN_OR_RETURN(device.id, ReadInt(Find(entry, "id"), id_pointer, 0, num_listed - 1,
@@ -691,24 +555,25 @@ absl::Status TopologyBuilder::ReadExplicitDevices(const json* value, const std::
                                                             ") (ids are dense 0..N-1 for the N = ",
                                                             num_listed, " listed devices)")));
     if (entry_of_id[device.id] >= 0) {
-      return Error(id_pointer, absl::StrCat("duplicate device id ", device.id, " (also at ",
-                                            Child(pointer, entry_of_id[device.id]), ")"));
+      return Error(id_pointer,
+                   absl::StrCat("duplicate device id ", device.id, " (also at ",
+                                JsonPointerChild(pointer, entry_of_id[device.id]), ")"));
     }
     entry_of_id[device.id] = i;
-    TESSEL_ASSIGN_OR_RETURN(device.slice,
-                            ReadInt(Find(entry, "slice"), Child(entry_pointer, "slice"), 0,
-                                    static_cast<int64_t>(slices.size()) - 1,
-                                    absl::StrCat("a slice index in [0, ", slices.size(), ")")));
+    TESSEL_ASSIGN_OR_RETURN(
+        device.slice, ReadInt(Find(entry, "slice"), JsonPointerChild(entry_pointer, "slice"), 0,
+                              static_cast<int64_t>(slices.size()) - 1,
+                              absl::StrCat("a slice index in [0, ", slices.size(), ")")));
     const SliceInput& slice = slices[device.slice];
     // A host owns devices of exactly one slice (topology.h), so the host must be one of the
     // slice's global host indices.
     TESSEL_ASSIGN_OR_RETURN(
         device.host,
-        ReadInt(Find(entry, "host"), Child(entry_pointer, "host"), slice.first_host,
+        ReadInt(Find(entry, "host"), JsonPointerChild(entry_pointer, "host"), slice.first_host,
                 slice.first_host + slice.num_hosts - 1,
                 absl::StrCat("a global host index of slice ", device.slice, " (", slice.first_host,
                              "..", slice.first_host + slice.num_hosts - 1, ")")));
-    std::string coords_pointer = Child(entry_pointer, "coords");
+    std::string coords_pointer = JsonPointerChild(entry_pointer, "coords");
     const json* coords = Find(entry, "coords");
     // One coordinate per dim of the device's own slice: slices may differ in rank.
     if (coords == nullptr || !coords->is_array() || coords->size() != slice.shape.size()) {
@@ -720,7 +585,7 @@ absl::Status TopologyBuilder::ReadExplicitDevices(const json* value, const std::
     for (size_t d = 0; d < slice.shape.size(); ++d) {
       TESSEL_ASSIGN_OR_RETURN(
           int64_t c,
-          ReadInt(&(*coords)[d], Child(coords_pointer, d), 0, slice.shape[d] - 1,
+          ReadInt(&(*coords)[d], JsonPointerChild(coords_pointer, d), 0, slice.shape[d] - 1,
                   absl::StrCat("an integer in [0, ", slice.shape[d], ") (slice ", device.slice,
                                " has shape ", FormatInts(slice.shape), ")")));
       device.coords.push_back(c);
@@ -730,9 +595,10 @@ absl::Status TopologyBuilder::ReadExplicitDevices(const json* value, const std::
     int64_t linear = Linearize(device.coords, slice.shape);
     int64_t& seen = entry_of_coords[device.slice][linear];
     if (seen >= 0) {
-      return Error(coords_pointer, absl::StrCat("duplicate coordinates ", FormatInts(device.coords),
-                                                " in slice ", device.slice, " (also at ",
-                                                Child(pointer, static_cast<size_t>(seen)), ")"));
+      return Error(coords_pointer,
+                   absl::StrCat("duplicate coordinates ", FormatInts(device.coords), " in slice ",
+                                device.slice, " (also at ",
+                                JsonPointerChild(pointer, static_cast<size_t>(seen)), ")"));
     }
     seen = i;
     ++devices_of_host[device.host];
@@ -839,7 +705,7 @@ absl::StatusOr<Topology> TopologyBuilder::Build(const json& root) {
   // The running total is checked per slice, so the message points at the slice that crosses
   // kMaxDevices and no later sum can overflow.
   for (size_t s = 0; s < slices_json->size(); ++s) {
-    std::string slice_pointer = Child("/slices", s);
+    std::string slice_pointer = JsonPointerChild("/slices", s);
     TESSEL_ASSIGN_OR_RETURN(SliceInput slice,
                             ReadSlice((*slices_json)[s], slice_pointer, devices != nullptr));
     total_devices += Product(slice.shape);
@@ -999,29 +865,16 @@ int64_t Topology::TotalHbmBytes() const { return device_spec_.hbm_bytes * num_de
 
 absl::StatusOr<Topology> ParseTopology(std::string_view json_text, std::string_view source) {
   const std::string source_text(source);
-  TESSEL_RETURN_IF_ERROR(CheckNestingDepth(json_text, source_text));
+  // Strict JSON (no comments), so preset files stay valid for any JSON tool; the meta keys
+  // ("comment", "description") carry the documentation instead.
+  TESSEL_ASSIGN_OR_RETURN(json root, ParseConfigJson(json_text, source_text));
   // The adapter that stops nlohmann's exceptions (STYLE.md: third-party exceptions become a
-  // Status at the adapter); nothing thrown inside escapes ParseTopology.
+  // Status at the adapter); the builder checks types before it reads, so this is a backstop.
   try {
-    DuplicateKeyChecker checker;
-    // Strict JSON (no comments), so preset files stay valid for any JSON tool; the meta keys
-    // ("comment", "description") carry the documentation instead.
-    json root = json::parse(json_text.begin(), json_text.end(), std::ref(checker),
-                            /*allow_exceptions=*/true, /*ignore_comments=*/false);
-    if (!checker.first_duplicate().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(source_text, ": ", checker.first_duplicate(),
-                                                     ": duplicate key in one object"));
-    }
     return TopologyBuilder(source_text).Build(root);
-  } catch (const json::parse_error& e) {
-    return absl::InvalidArgumentError(
-        // nlohmann's byte index is 1-based; the message gives a 0-based offset like
-        // CheckNestingDepth's.
-        absl::StrCat(source_text, ": invalid JSON: ", StripExceptionId(e.what()), " (byte offset ",
-                     e.byte > 0 ? e.byte - 1 : 0, ")"));
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source_text, ": cannot read JSON: ", StripExceptionId(e.what())));
+        absl::StrCat(source_text, ": cannot read JSON: ", std::string(e.what())));
   } catch (const std::exception& e) {
     // Not the user's fault (e.g. bad_alloc): kInternal, still a Status rather than a crash.
     return absl::InternalError(
