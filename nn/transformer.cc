@@ -408,6 +408,13 @@ absl::Status ValidateTransformerConfig(const TransformerConfig& c) {
         "capacity_factor in (0, 1e6]; got experts ",
         c.experts, ", top_k ", c.top_k, ", capacity_factor ", c.capacity_factor));
   }
+  // Fewer expert slots than tokens drops tokens (GShard), which the step's dense MLP graph does
+  // not model: it would charge every token's MLP and count negative expert work.
+  if (c.experts > 0 && c.capacity_factor * static_cast<double>(c.top_k) < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transformer config: capacity_factor x top_k = ", c.capacity_factor, " x ",
+                     c.top_k, " is below 1: the experts would drop tokens, which is not modelled"));
+  }
   if (c.experts > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("transformer config: experts must be at most 1024, got ", c.experts));

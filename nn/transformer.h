@@ -97,6 +97,8 @@ struct TransformerConfig {
   // Mixture of experts (Shazeer et al. 2017; Switch, Fedus et al. 2021; Mixtral, Jiang et al.
   // 2024): every layer's MLP becomes `experts` MLPs of `ffn`, each token routed to `top_k` of
   // them, each expert taking at most capacity_factor * tokens * top_k / experts tokens. 0: dense.
+  // capacity_factor * top_k must be >= 1 (ValidateTransformerConfig): dropped tokens are not
+  // modelled.
   // The graph holds one expert-sized MLP per layer (what one token costs once); the other
   // experts, the router and the all-to-alls are costed by mesh/sim/training_step.h.
   int64_t experts = 0;
@@ -121,7 +123,8 @@ inline constexpr int64_t kMaxTransformerLayers = 1024;
 inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 46;
 
 // Checks that every size is positive, heads divides d_model (unless head_size is given),
-// kv_heads divides heads, rotary positions have an even head_dim, sliding_window >= 0, the dtypes
+// kv_heads divides heads, rotary positions have an even head_dim, sliding_window >= 0, a mixture
+// of experts has capacity_factor x top_k >= 1 (no dropped tokens), the dtypes
 // are floating, and the limits above hold. Errors: kInvalidArgument naming the field (or the
 // tensor and the fields it multiplies) and the value.
 [[nodiscard]] absl::Status ValidateTransformerConfig(const TransformerConfig& config);

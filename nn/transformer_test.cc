@@ -179,6 +179,15 @@ TEST(TransformerTest, Errors) {
   EXPECT_THAT(ValidateTransformerConfig(c).message(), HasSubstr("layers must be at most 1024"));
   c.layers = kMaxTransformerLayers;
   EXPECT_TRUE(ValidateTransformerConfig(c).ok());
+  // Expert slots below one per token would drop tokens, which the dense MLP graph cannot show.
+  c = TransformerConfig();
+  c.experts = 8;
+  c.top_k = 2;
+  c.capacity_factor = 0.5;
+  EXPECT_TRUE(ValidateTransformerConfig(c).ok());
+  c.capacity_factor = 0.4;
+  EXPECT_THAT(ValidateTransformerConfig(c).message(),
+              HasSubstr("capacity_factor x top_k = 0.4 x 2 is below 1"));
   spmd::Mesh no_tensor = *spmd::Mesh::Create({0, 1}, {2}, {"data"});
   EXPECT_THAT(BuildTransformerStep(Tiny(TransformerArch::kGpt), no_tensor, ShardingRecipe::kTp)
                   .status()
