@@ -1574,6 +1574,10 @@ class Parser {
     if (begin == std::string_view::npos || !ToInt(text.substr(begin, end - begin), &count)) {
       return MalformedAttr(attr, "known_trip_count.n is not an integer");
     }
+    // The digits' scan skips a sign: "-5" must not read as 5.
+    if (text.substr(n, begin - n).find('-') != std::string_view::npos) {
+      return MalformedAttr(attr, "known_trip_count.n is negative");
+    }
     return count;
   }
 

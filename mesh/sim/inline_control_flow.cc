@@ -1,5 +1,6 @@
 #include "tessel/mesh/sim/inline_control_flow.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,45 @@ class Inliner {
       copies[node] = copy;
     }
     return copies.at(comp.root());
+  }
+
+  // The number of nodes the flat copy of `comp` would hold, or an error naming the first loop
+  // that takes it past kMaxInlinedNodes. Counted before copying: a trip count of 2^31 would
+  // otherwise copy the body until memory runs out.
+  absl::StatusOr<int64_t> FlatNodes(const Graph& comp) {
+    int64_t total = 0;
+    for (const Node* node : comp.nodes()) {
+      int64_t count = 1;
+      const auto& called = node->attrs().called_computations;
+      if (node->opcode() == Opcode::kWhile) {
+        TESSEL_ASSIGN_OR_RETURN(int64_t trips, TripCount(*node));
+        TESSEL_ASSIGN_OR_RETURN(int64_t condition, FlatNodes(*called[0]));
+        TESSEL_ASSIGN_OR_RETURN(int64_t body, FlatNodes(*called[1]));
+        // (trips + 1) conditions and trips bodies; each factor is at most kMaxInlinedNodes, so
+        // the division keeps the product in range.
+        const int64_t per_trip = condition + body;
+        if (trips > (kMaxInlinedNodes - condition) / std::max<int64_t>(per_trip, 1)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("while %", node->name(), ": ", trips, " iterations of ", per_trip,
+                           " nodes would make a straight-line program of more than ",
+                           kMaxInlinedNodes, " nodes, the simulator's limit"));
+        }
+        count = trips * per_trip + condition;
+      } else if (node->opcode() == Opcode::kConditional) {
+        count = 0;
+        for (const auto& branch : called) {
+          TESSEL_ASSIGN_OR_RETURN(int64_t n, FlatNodes(*branch));
+          count = std::max(count, n);
+        }
+      }
+      total += count;
+      if (total > kMaxInlinedNodes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "%", comp.name(), ": its loops would make a straight-line program of more than ",
+            kMaxInlinedNodes, " nodes, the simulator's limit"));
+      }
+    }
+    return total;
   }
 
   // The cost of `comp` with its nested control flow (the costlier branch, trip count x body).
@@ -130,6 +170,7 @@ absl::StatusOr<std::unique_ptr<Graph>> InlineControlFlow(
     std::optional<int64_t> assumed_trip_count) {
   auto flat = std::make_unique<Graph>(program.name());
   Inliner inliner(*flat, node_seconds, assumed_trip_count);
+  TESSEL_RETURN_IF_ERROR(inliner.FlatNodes(program).status());
   TESSEL_ASSIGN_OR_RETURN(Node * root, inliner.Copy(program, {}, ""));
   flat->set_root(root);
   return flat;

@@ -25,6 +25,9 @@
 
 namespace tessel::mesh {
 
+// The most nodes a straight-line program may hold (about 1.6 KB of graph a node: 1.6 GB).
+inline constexpr int64_t kMaxInlinedNodes = int64_t{1} << 20;
+
 // True when `graph` has a while or conditional node.
 [[nodiscard]] bool HasControlFlow(const Graph& graph);
 
@@ -32,7 +35,9 @@ namespace tessel::mesh {
 // copied as they are. `node_seconds` is the cost of one node (to pick a conditional's costlier
 // branch). `assumed_trip_count`, when set, is used for loops whose trip count is unknown.
 // Errors: kFailedPrecondition naming the loop when its trip count is unknown and no
-// `assumed_trip_count` is given: "while %while.4: unknown trip count (...)".
+// `assumed_trip_count` is given: "while %while.4: unknown trip count (...)"; kInvalidArgument
+// naming the loop when the straight-line program would hold more than kMaxInlinedNodes nodes
+// (checked before anything is copied).
 [[nodiscard]] absl::StatusOr<std::unique_ptr<Graph>> InlineControlFlow(
     const Graph& program, const std::function<double(const Node&)>& node_seconds,
     std::optional<int64_t> assumed_trip_count);
