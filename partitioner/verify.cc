@@ -4,6 +4,8 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <new>
+#include <optional>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -382,7 +384,15 @@ absl::StatusOr<std::vector<Literal>> MakeVerifyInputs(const Graph& graph, uint64
     const uint64_t key = Mix(seed ^ Mix(static_cast<uint64_t>(number)));
     auto index_limit = max_start.find(number);
     const DType dtype = shape.dtype();
-    Literal input(shape);
+    std::optional<Literal> made;
+    try {
+      made.emplace(shape);
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("%", parameter->name(), ": out of memory making its input ",
+                       shape.ToString(), " (", shape.byte_size(), " bytes) on this host"));
+    }
+    Literal& input = *made;
     for (int64_t i = 0; i < input.num_elements(); ++i) {
       double u = RngUniform01(key, static_cast<uint64_t>(i));
       double value;

@@ -1,5 +1,6 @@
 // tessel: the command-line front end. See README.md and docs/ for each subcommand.
 #include <iostream>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -45,7 +46,16 @@ int main(int argc, char** argv) {
     return tessel::tools::kExitUsage;
   }
   for (auto& [sub, fn] : commands) {
-    if (sub->parsed()) return fn();
+    if (!sub->parsed()) continue;
+    // The last resort for input too large for this host (a huge shape in an HLO file): the
+    // paths that allocate on a user's behalf return kResourceExhausted themselves; anything that
+    // still runs out of memory ends with one line and exit 1 rather than an abort.
+    try {
+      return fn();
+    } catch (const std::bad_alloc&) {
+      std::cerr << "tessel " << sub->get_name() << ": out of memory on this host\n";
+      return 1;
+    }
   }
   return tessel::tools::kExitUsage;
 }

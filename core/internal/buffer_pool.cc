@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -68,7 +69,9 @@ std::byte* AllocateBuffer(int64_t bytes) {
   }
   const size_t offset = pooled ? NextStagger() : kPrefix;
   void* p = std::aligned_alloc(kAlignment, size + kPrefix + (pooled ? kStaggers * kAlignment : 0));
-  TESSEL_CHECK(p != nullptr);
+  // The executor (and the tools' last resort) turn this into kResourceExhausted: an input's size
+  // comes from user text (an HLO shape), so running out is not a bug to abort on.
+  if (p == nullptr) throw std::bad_alloc();
   return Start(static_cast<std::byte*>(p), size, offset);
 }
 

@@ -30,7 +30,8 @@ inline constexpr int64_t kPooledMinBytes = 64 * 1024;
 inline constexpr int64_t kPoolLimitBytes = int64_t{512} << 20;
 
 // `bytes` (>= 0) of uninitialised memory, 64-byte aligned; at least one byte is allocated.
-// Aborts (TESSEL_CHECK) when the C library has no memory left.
+// Throws std::bad_alloc when the C library has no memory left (Executor::Run returns it as
+// kResourceExhausted).
 [[nodiscard]] std::byte* AllocateBuffer(int64_t bytes);
 // Frees a buffer of AllocateBuffer (null: no-op).
 void FreeBuffer(std::byte* buffer);
