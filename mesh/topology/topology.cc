@@ -223,12 +223,18 @@ absl::StatusOr<int64_t> TopologyBuilder::ReadInt(const json* value, const std::s
 
 absl::StatusOr<double> TopologyBuilder::ReadNumber(const json* value, const std::string& pointer,
                                                    bool allow_zero) const {
-  std::string_view what = allow_zero ? "a non-negative number" : "a positive number";
+  // Bandwidths, peaks and factors divide costs; a zero, negative, tiny (1e-320) or huge (1e308)
+  // one would give infinite, negative or zero times downstream. The bounds hold any real
+  // hardware in these units (GB/s, Gbps, TFLOP/s, us, fractions) with room to spare and keep
+  // every cost finite. Latencies may be 0 (allow_zero).
+  constexpr double kSmallest = 1e-6;
+  constexpr double kLargest = 1e9;
+  const std::string what = absl::StrCat(allow_zero ? "0 or a number from " : "a number from ",
+                                        kSmallest, " to ", kLargest);
   if (value == nullptr || !value->is_number()) return Expected(pointer, what, value);
   double result = value->get<double>();
-  // Bandwidths and peaks divide costs; a zero, negative or infinite one would give infinite or
-  // negative times downstream. Latencies may be 0 (allow_zero).
-  if (!std::isfinite(result) || result < 0.0 || (!allow_zero && result == 0.0)) {
+  if (!std::isfinite(result) || result > kLargest ||
+      !(result >= kSmallest || (allow_zero && result == 0.0))) {
     return Expected(pointer, what, value);
   }
   return result;

@@ -452,9 +452,16 @@ INSTANTIATE_TEST_SUITE_P(
                   "/dcn: expected an object (the DCN link spec, required with 2 slices), got "
                   "nothing (missing key)"},
         ErrorCase{"NegativeDcnLatency", Edit([](json& j) { j["dcn"]["latency_us"] = -1; }),
-                  "/dcn/latency_us: expected a non-negative number, got -1"},
+                  "/dcn/latency_us: expected 0 or a number from 1e-06 to 1e+09, got -1"},
         ErrorCase{"ZeroIciBandwidth", Edit([](json& j) { j["ici"]["bandwidth_gbps"] = 0; }),
-                  "/ici/bandwidth_gbps: expected a positive number, got 0"},
+                  "/ici/bandwidth_gbps: expected a number from 1e-06 to 1e+09, got 0"},
+        // Denormal or huge figures would make every cost infinite or zero.
+        ErrorCase{"TinyIciBandwidth", Edit([](json& j) { j["ici"]["bandwidth_gbps"] = 1e-320; }),
+                  "/ici/bandwidth_gbps: expected a number from 1e-06 to 1e+09, got 1e-320"},
+        ErrorCase{"HugePeak",
+                  Edit([](json& j) { j["device_spec"]["peak_tflops"]["bf16"] = 1e308; }),
+                  "/device_spec/peak_tflops/bf16: expected a number from 1e-06 to 1e+09, got "
+                  "1e+308"},
         ErrorCase{"BadIciKind", Edit([](json& j) { j["ici"]["kind"] = "ring"; }),
                   "/ici/kind: expected \"torus\" or \"switch\", got \"ring\""},
         ErrorCase{"MissingIci", Edit([](json& j) { j.erase("ici"); }),
@@ -470,17 +477,19 @@ INSTANTIATE_TEST_SUITE_P(
                   "to 10^12 op/s (e.g. {\"bf16\": 275}), got {}"},
         ErrorCase{"NegativePeak",
                   Edit([](json& j) { j["device_spec"]["peak_tflops"]["bf16"] = -275; }),
-                  "/device_spec/peak_tflops/bf16: expected a positive number, got -275"},
+                  "/device_spec/peak_tflops/bf16: expected a number from 1e-06 to 1e+09, got -275"},
         ErrorCase{"FloatHbmBytes", Edit([](json& j) { j["device_spec"]["hbm_bytes"] = 3.2e10; }),
                   "/device_spec/hbm_bytes: expected a positive integer (bytes) at most "
                   "17592186044416, got 32000000000.0"},
-        ErrorCase{"MissingHbmBandwidth",
-                  Edit([](json& j) { j["device_spec"].erase("hbm_bandwidth_gbytes_per_s"); }),
-                  "/device_spec/hbm_bandwidth_gbytes_per_s: expected a positive number, got "
-                  "nothing (missing key)"},
+        ErrorCase{
+            "MissingHbmBandwidth",
+            Edit([](json& j) { j["device_spec"].erase("hbm_bandwidth_gbytes_per_s"); }),
+            "/device_spec/hbm_bandwidth_gbytes_per_s: expected a number from 1e-06 to 1e+09, got "
+            "nothing (missing key)"},
         ErrorCase{"NegativeHostBandwidth",
                   Edit([](json& j) { j["device_spec"]["host_bandwidth_gbytes_per_s"] = -15; }),
-                  "/device_spec/host_bandwidth_gbytes_per_s: expected a positive number, got -15"},
+                  "/device_spec/host_bandwidth_gbytes_per_s: expected a number from 1e-06 to "
+                  "1e+09, got -15"},
         ErrorCase{"ShapeNotArray", Edit([](json& j) { j["slices"][0]["shape"] = 4; }),
                   "/slices/0/shape: expected an array (1 to 8 positive integers), got 4"},
         ErrorCase{"ShapeZeroDim", Edit([](json& j) { j["slices"][0]["shape"][1] = 0; }),
