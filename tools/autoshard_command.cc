@@ -45,6 +45,9 @@
 namespace tessel::tools {
 namespace {
 
+// The largest --hbm-gib: 16 TiB, the topology's own bound on a device's HBM (hbm_bytes).
+constexpr double kMaxHbmGib = 16384;
+
 struct AutoshardFlags : TransformerFlags {
   CLI::App* command = nullptr;
   std::string config;
@@ -300,6 +303,12 @@ nlohmann::json ExplainJson(const mesh::AutoshardResult& r) {
 std::string OptionsOf(const AutoshardFlags& f, const nn::ModelFile* file,
                       mesh::AutoshardOptions& options) {
   options.budget_seconds = f.budget_s;
+  // --hbm-gib is checked > 0 on parsing; bounded here so the byte count neither overflows nor
+  // rounds to 0 (which means "the device's HBM").
+  if (f.hbm_gib != 0 && (f.hbm_gib > kMaxHbmGib || f.hbm_gib * 1024.0 * 1024.0 * 1024.0 < 1)) {
+    return absl::StrCat("--hbm-gib ", f.hbm_gib, ": expected at least one byte and at most ",
+                        kMaxHbmGib, " GiB");
+  }
   options.hbm_bytes = static_cast<int64_t>(std::llround(f.hbm_gib * 1024.0 * 1024.0 * 1024.0));
   options.top_k = f.top;
   options.axes = f.axes;

@@ -50,6 +50,7 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -200,6 +201,12 @@ absl::StatusOr<std::vector<int64_t>> FillAxes(std::vector<int64_t> sizes, int64_
       return absl::InvalidArgumentError(
           absl::StrCat(AxisFlag(prefix, kMaxTextAxes[i]), " ", sizes[i],
                        ": expected a size >= 1, or -1 (once per --", prefix, "-* set)"));
+    } else if (product > std::numeric_limits<int64_t>::max() / sizes[i]) {
+      // Checked before multiplying: sizes of 2^32 would wrap the product around to 0.
+      return absl::InvalidArgumentError(
+          absl::StrCat(AxisFlag(prefix, kMaxTextAxes[i]), " ", sizes[i], ": the --", prefix,
+                       "-* axes multiply to more than ", std::numeric_limits<int64_t>::max(),
+                       " but there are ", total, " ", what));
     } else {
       product *= sizes[i];
     }
