@@ -11,6 +11,7 @@
 #ifndef TESSEL_CORE_COMMAND_LINE_H_
 #define TESSEL_CORE_COMMAND_LINE_H_
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +37,19 @@ inline std::optional<long double> FiniteNumber(const std::string& text) {
   return value;
 }
 
+// True when `text` is an integer literal ([+-]digits) outside int64: CLI11 2.1 converts it to
+// the nearest int64 without a word, so 2^63 would silently become 2^63 - 1.
+inline bool IntegerBeyondInt64(const std::string& text) {
+  size_t digits = (!text.empty() && (text[0] == '-' || text[0] == '+')) ? 1 : 0;
+  if (digits == text.size()) return false;
+  for (size_t i = digits; i < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9') return false;
+  }
+  errno = 0;
+  (void)std::strtoll(text.c_str(), nullptr, 10);
+  return errno == ERANGE;
+}
+
 inline CLI::Validator SignCheck(bool allow_zero) {
   std::string bound = allow_zero ? ">= 0" : "> 0";
   return CLI::Validator(
@@ -43,6 +57,9 @@ inline CLI::Validator SignCheck(bool allow_zero) {
         std::optional<long double> value = FiniteNumber(text);
         if (!value || *value < 0 || (!allow_zero && *value == 0)) {
           return "must be a number " + bound + ", got \"" + text + "\"";
+        }
+        if (IntegerBeyondInt64(text)) {
+          return "must be at most 9223372036854775807, got \"" + text + "\"";
         }
         return std::string();
       },
@@ -52,9 +69,10 @@ inline CLI::Validator SignCheck(bool allow_zero) {
 }  // namespace command_line_internal
 
 // CLI11 checks for numeric flags: the value must be a finite number > 0 (Positive) or >= 0
-// (NonNegative). Use them instead of CLI::PositiveNumber / CLI::NonNegativeNumber, whose message
-// in CLI11 2.1 reads "Value 0 not in range 0.000000 to 1797...". CLI11 puts the flag's name in
-// front, so a refusal reads "--layers: must be a number > 0, got \"0\"".
+// (NonNegative), and an integer literal must fit int64 (CLI11 2.1 would clamp 2^63 to 2^63 - 1).
+// Use them instead of CLI::PositiveNumber / CLI::NonNegativeNumber, whose message in CLI11 2.1
+// reads "Value 0 not in range 0.000000 to 1797...". CLI11 puts the flag's name in front, so a
+// refusal reads "--layers: must be a number > 0, got \"0\"".
 inline CLI::Validator Positive() { return command_line_internal::SignCheck(false); }
 inline CLI::Validator NonNegative() { return command_line_internal::SignCheck(true); }
 

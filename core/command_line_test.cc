@@ -72,6 +72,11 @@ TEST(CommandLineTest, PositiveRefusesZeroNegativeAndNonFiniteValues) {
     EXPECT_THAT(err, HasSubstr(std::string("--x: must be a number > 0, got \"") + value + "\""))
         << err;
   }
+  // An integer beyond int64 is refused rather than clamped by CLI11's conversion.
+  EXPECT_THAT(Parse({"--count=9223372036854775808"}).err,
+              HasSubstr("--count: must be at most 9223372036854775807, got "
+                        "\"9223372036854775808\""));
+  EXPECT_EQ(Parse({"--count=9223372036854775807"}).count, 9223372036854775807);
   double x = 0;
   CLI::App app{"a test program", "prog"};
   app.add_option("--x", x, "a number")->check(Positive());

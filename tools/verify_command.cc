@@ -191,7 +191,8 @@ CommandFn AddVerifyCommand(CLI::App& app) {
   cmd->add_option("--num-partitions", flags->num_partitions, "number of devices")
       ->required()
       ->check(Positive());
-  cmd->add_option("--seed", flags->seed, "seed of the random inputs (default 0)");
+  cmd->add_option("--seed", flags->seed, "seed of the random inputs (default 0)")
+      ->check(NonNegative());
   cmd->add_option("--rtol", flags->rtol, "relative tolerance for every output (default per dtype)")
       ->check(NonNegative());
   cmd->add_option("--atol", flags->atol,

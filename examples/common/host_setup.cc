@@ -20,12 +20,12 @@ void AddMeshFlags(CLI::App& app, MeshFlags* flags, const std::string& axis_help)
   app.add_option("--ici-mesh-shape", flags->ici_mesh_shape,
                  "logical mesh inside each slice, comma separated (torch_xla HybridMesh)")
       ->delimiter(',')
-      ->check(NumberAtLeast(0, true, "POSITIVE"))
+      ->check(Positive())
       ->default_str(absl::StrJoin(flags->ici_mesh_shape, ","));
   app.add_option("--dcn-mesh-shape", flags->dcn_mesh_shape,
                  "mesh of slices, comma separated (torch_xla HybridMesh)")
       ->delimiter(',')
-      ->check(NumberAtLeast(0, true, "POSITIVE"))
+      ->check(Positive())
       ->default_str(absl::StrJoin(flags->dcn_mesh_shape, ","));
   app.add_option("--axis-names", flags->axis_names, "mesh axis names: " + axis_help)
       ->delimiter(',')
@@ -33,21 +33,8 @@ void AddMeshFlags(CLI::App& app, MeshFlags* flags, const std::string& axis_help)
   app.add_option("--compute-slots", flags->compute_slots,
                  "device threads of a host process that compute at once, 0 for no limit "
                  "(default: TESSEL_COMPUTE_SLOTS, else no limit)")
-      ->check(NumberAtLeast(0, false, "NON-NEGATIVE"))
+      ->check(NonNegative())
       ->default_str("auto");
-}
-
-CLI::Validator NumberAtLeast(double low, bool strict, const std::string& name) {
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        double value = 0;
-        if (!CLI::detail::lexical_cast(text, value)) {
-          return "expected a number, got \"" + text + "\"";
-        }
-        if (strict ? value > low : value >= low) return "";
-        return std::string(strict ? "must be positive" : "must not be negative") + ", got " + text;
-      },
-      name);
 }
 
 absl::StatusOr<spmd::HybridMesh> MakeHybridMesh(const MeshFlags& flags,

@@ -21,6 +21,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tessel/core/command_line.h"
 #include "tessel/mesh/runtime/host_runtime.h"
 #include "tessel/mesh/topology/topology.h"
 #include "tessel/spmd/mesh.h"
@@ -42,10 +43,6 @@ struct MeshFlags {
 // Adds --config, --ici-mesh-shape, --dcn-mesh-shape, --axis-names and --compute-slots
 // (defaults: the values in `flags`); `axis_help` says what the example does with each axis.
 void AddMeshFlags(CLI::App& app, MeshFlags* flags, const std::string& axis_help);
-
-// A CLI11 check: a number > low (strict) or >= low, with one-line messages
-// ("must be positive, got 0" / "must not be negative, got -1").
-CLI::Validator NumberAtLeast(double low, bool strict, const std::string& name);
 
 // The HybridMesh of `flags` on `topology`. Errors: kInvalidArgument naming the mesh flags and
 // `config_path` with HybridMesh::Create's reason.

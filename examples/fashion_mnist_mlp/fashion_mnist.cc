@@ -437,20 +437,18 @@ void AddFashionMnistFlags(CLI::App& app, FashionMnistFlags* flags) {
                  "directory with the Fashion-MNIST IDX files (default " +
                      std::string(nn::kDefaultFashionMnistDir) + ")");
   app.add_option("--epochs", flags->epochs, "passes over the training set")
-      ->check(NumberAtLeast(0, true, "POSITIVE"))
+      ->check(Positive())
       ->capture_default_str();
   app.add_option("--batch-size", flags->batch_size, "global training batch size")
-      ->check(NumberAtLeast(0, true, "POSITIVE"))
+      ->check(Positive())
       ->capture_default_str();
   app.add_option("--eval-batch-size", flags->eval_batch_size, "test-set batch size")
-      ->check(NumberAtLeast(0, true, "POSITIVE"))
+      ->check(Positive())
       ->capture_default_str();
   app.add_option("--optimizer", flags->optimizer, "adam, or plain sgd (for benchmarks)")
       ->check(CLI::IsMember({"adam", "sgd"}))
       ->capture_default_str();
-  app.add_option("--lr", flags->lr, "learning rate")
-      ->check(NumberAtLeast(0, true, "POSITIVE"))
-      ->capture_default_str();
+  app.add_option("--lr", flags->lr, "learning rate")->check(Positive())->capture_default_str();
   app.add_option("--lr-schedule", flags->lr_schedule,
                  "cosine: anneal the learning rate from --lr to 0 over the run (per step); "
                  "constant: keep --lr")
@@ -461,18 +459,18 @@ void AddFashionMnistFlags(CLI::App& app, FashionMnistFlags* flags) {
       ->capture_default_str();
   app.add_option("--hidden", flags->hidden, "hidden layer sizes, comma separated")
       ->delimiter(',')
-      ->check(NumberAtLeast(0, true, "POSITIVE"))
+      ->check(Positive())
       ->default_str("1024,1024");
   app.add_option("--steps", flags->steps,
                  "at most this many training steps per epoch (0: the whole epoch), for quick runs")
-      ->check(NumberAtLeast(0, false, "NONNEGATIVE"))
+      ->check(NonNegative())
       ->capture_default_str();
   app.add_option("--threads", flags->threads,
                  "executor threads of the single-device run (0: one per core)")
-      ->check(NumberAtLeast(0, false, "NONNEGATIVE"))
+      ->check(NonNegative())
       ->capture_default_str();
   app.add_option("--log-every", flags->log_every, "print the loss every N steps (0: never)")
-      ->check(NumberAtLeast(0, false, "NONNEGATIVE"))
+      ->check(NonNegative())
       ->capture_default_str();
   app.add_flag("--json", flags->json,
                "print one JSON object per epoch (and per logged step) and "

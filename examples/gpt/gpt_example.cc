@@ -732,8 +732,8 @@ absl::Status CheckGptRun(const GptFlags& flags, const mesh::Topology& topology,
 }
 
 void AddGptFlags(CLI::App& app, GptFlags* flags) {
-  auto positive = NumberAtLeast(0, true, "POSITIVE");
-  auto nonnegative = NumberAtLeast(0, false, "NONNEGATIVE");
+  auto positive = Positive();
+  auto nonnegative = NonNegative();
   app.add_option("--data-dir", flags->data_dir,
                  std::string("directory of the text corpus (default ") + nn::kDefaultFortunesDir +
                      ", Debian package fortunes)");
