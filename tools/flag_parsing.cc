@@ -33,12 +33,30 @@ absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& text, const st
       ok = std::isdigit(static_cast<unsigned char>(s[i]));
     }
     if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": expected comma-separated integers, got \"", text, "\""));
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": expected comma-separated integers of at most 15 digits, got \"", text, "\""));
     }
     values.push_back(std::stoll(s));
   }
   return values;
+}
+
+absl::StatusOr<std::vector<int64_t>> DefaultDeviceIds(const std::vector<int64_t>& shape,
+                                                      const std::string& flag) {
+  constexpr int64_t kMaxListedDevices = int64_t{1} << 24;
+  int64_t size = 1;
+  for (int64_t d : shape) {
+    if (d <= 0) continue;
+    if (size > kMaxListedDevices / d) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": the mesh holds more than ",
+                                                     kMaxListedDevices,
+                                                     " devices, the limit without --device-ids"));
+    }
+    size *= d;
+  }
+  std::vector<int64_t> ids(static_cast<size_t>(size));
+  for (int64_t i = 0; i < size; ++i) ids[static_cast<size_t>(i)] = i;
+  return ids;
 }
 
 std::vector<std::string> ParseNames(const std::string& text) {

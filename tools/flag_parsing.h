@@ -12,11 +12,18 @@
 
 namespace tessel::tools {
 
-// "1,4,1" -> {1, 4, 1}; spaces around entries allowed; a blank text is an empty list.
+// "1,4,1" -> {1, 4, 1}; spaces around entries allowed; a blank text is an empty list. At most
+// 15 digits an entry keeps every product of a few entries checkable in int64.
 // Errors: kInvalidArgument naming `flag` and the text when an entry is not an integer of at
 // most 15 digits.
 [[nodiscard]] absl::StatusOr<std::vector<int64_t>> ParseInts(const std::string& text,
                                                              const std::string& flag);
+
+// The device ids 0..n-1 of a mesh of `shape` given without --device-ids (n = the product of the
+// positive dims; a non-positive dim is left to spmd::Mesh::Create's message). Errors:
+// kInvalidArgument naming `flag` when n passes 2^24 (the list would fill memory).
+[[nodiscard]] absl::StatusOr<std::vector<int64_t>> DefaultDeviceIds(
+    const std::vector<int64_t>& shape, const std::string& flag);
 
 // "data, model" -> {"data", "model"}; a blank text is an empty list.
 std::vector<std::string> ParseNames(const std::string& text);

@@ -116,9 +116,9 @@ int RunMesh(const MeshOptions& options) {
     absl::StatusOr<std::vector<int64_t>> ids = ParseInts(options.device_ids, "--device-ids");
     if (!ids.ok()) return Usage(std::string(ids.status().message()));
     if (ids->empty()) {
-      int64_t size = 1;
-      for (int64_t d : *shape) size = d > 0 && size <= (int64_t{1} << 24) ? size * d : size;
-      for (int64_t i = 0; i < size && size <= (int64_t{1} << 24); ++i) ids->push_back(i);
+      absl::StatusOr<std::vector<int64_t>> listed = DefaultDeviceIds(*shape, "--mesh-shape");
+      if (!listed.ok()) return Usage(std::string(listed.status().message()));
+      ids = std::move(listed);
     }
     absl::StatusOr<spmd::Mesh> plain_mesh = spmd::Mesh::Create(*ids, *shape, names);
     if (!plain_mesh.ok()) return Usage(std::string(plain_mesh.status().message()));

@@ -77,13 +77,9 @@ int RunShard(const ShardOptions& options) {
     if (d < 0) return Usage(absl::StrCat("--shape: negative dim ", d));
   }
   if (ids->empty()) {
-    int64_t size = 1;
-    bool small = true;
-    for (int64_t d : *mesh_shape) {
-      if (d > 0 && small) size *= d;
-      small = small && size <= (int64_t{1} << 24);
-    }
-    for (int64_t i = 0; small && i < size; ++i) ids->push_back(i);
+    absl::StatusOr<std::vector<int64_t>> listed = DefaultDeviceIds(*mesh_shape, "--mesh-shape");
+    if (!listed.ok()) return Usage(std::string(listed.status().message()));
+    ids = std::move(listed);
   }
   absl::StatusOr<spmd::Mesh> mesh =
       spmd::Mesh::Create(*ids, *mesh_shape, ParseNames(options.axis_names));
