@@ -271,6 +271,8 @@ void PrintAlternatives(const mesh::AutoshardResult& r) {
 
 void PrintExplanations(const mesh::AutoshardResult& r) {
   std::cout << "why (the best plan that differs in each choice):\n";
+  // After the failures above, so that a refusal is one line on stderr.
+  std::cerr << absl::StrFormat("tessel autoshard: searched in %.2f s\n", r.search_seconds);
   const mesh::AutoshardCandidate& best = r.candidates[r.best];
   for (const mesh::AutoshardExplanation& e : r.explanations) {
     if (e.alternative < 0) {
@@ -373,7 +375,6 @@ int Run(const AutoshardFlags& f) {
   absl::StatusOr<mesh::AutoshardResult> result = mesh::Autoshard(*topology, *config, options);
   if (!result.ok()) return Fail(std::string(result.status().message()));
   const mesh::AutoshardResult& r = *result;
-  std::cerr << absl::StrFormat("tessel autoshard: searched in %.2f s\n", r.search_seconds);
   const std::string model_name = model_file && !model_file->name.empty()
                                      ? model_file->name
                                      : std::string(nn::TransformerArchName(config->arch));
