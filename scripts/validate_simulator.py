@@ -139,6 +139,34 @@ def megatron_command(run):
     return cmd
 
 
+def framework_flags(fw, cmd):
+    """The flags of framework entry `fw` (the runs file's "frameworks") for a run whose command
+    so far is `cmd`: how the framework runs every one of its steps, the same for all its runs."""
+    flags = []
+    # Collectives overlapping compute (MaxText: XLA's async collectives) or in order.
+    if fw.get("overlap"):
+        flags += ["--overlap"]
+    if fw["fusion"] != "xla":
+        flags += ["--fusion", fw["fusion"]]
+    if fw.get("remat_replay"):
+        flags += ["--remat-replay"]
+    if fw.get("attention_dropout", 0) > 0:
+        flags += ["--attention-dropout", str(fw["attention_dropout"])]
+    # How the framework's flash kernel tiles the mask and splits its backward.
+    if "flash" in cmd:
+        if fw.get("flash_block", 0) > 0:
+            flags += ["--flash-block", str(fw["flash_block"])]
+        if fw.get("flash_split_backward"):
+            flags += ["--flash-split-backward"]
+    # Stage-to-stage transfers as the framework runs them (pipelined rows only).
+    if "--dcn-stage" in cmd or "--ici-stage" in cmd:
+        if fw.get("blocking_p2p"):
+            flags += ["--blocking-p2p"]
+        if fw.get("scatter_gather_p2p"):
+            flags += ["--scatter-gather-p2p"]
+    return flags
+
+
 def chips_of(run):
     topo = json.load(open(os.path.join(ROOT, run["topology"])))
     per_slice = 1
@@ -168,30 +196,9 @@ def main():
             cmd = command(run, dims, chips_of(run))
             published_flops = maxtext_flops_per_chip(dims, run)
             published_rate = run["published"]["tflops_per_chip"]
-        # Which ops share a kernel, how remat recomputes and the attention dropout are
-        # properties of the framework (the same for all its runs).
-        fw = data["frameworks"][framework]
-        # Collectives overlapping compute (MaxText: XLA's async collectives) or in order.
-        if fw.get("overlap"):
-            cmd += ["--overlap"]
-        if fw["fusion"] != "xla":
-            cmd += ["--fusion", fw["fusion"]]
-        if fw.get("remat_replay"):
-            cmd += ["--remat-replay"]
-        if fw.get("attention_dropout", 0) > 0:
-            cmd += ["--attention-dropout", str(fw["attention_dropout"])]
-        # How the framework's flash kernel tiles the mask and splits its backward.
-        if "flash" in cmd:
-            if fw.get("flash_block", 0) > 0:
-                cmd += ["--flash-block", str(fw["flash_block"])]
-            if fw.get("flash_split_backward"):
-                cmd += ["--flash-split-backward"]
-        # Stage-to-stage transfers as the framework runs them (pipelined rows only).
-        if "--dcn-stage" in cmd or "--ici-stage" in cmd:
-            if fw.get("blocking_p2p"):
-                cmd += ["--blocking-p2p"]
-            if fw.get("scatter_gather_p2p"):
-                cmd += ["--scatter-gather-p2p"]
+        # Which ops share a kernel, how remat recomputes, the attention dropout: properties of
+        # the framework (the same for all its runs).
+        cmd += framework_flags(data["frameworks"][framework], cmd)
         start = time.time()
         out = subprocess.run([args.tessel] + cmd[1:] + ["--json"], cwd=ROOT, capture_output=True,
                              text=True)
