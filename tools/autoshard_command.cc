@@ -326,9 +326,9 @@ std::string OptionsOf(const AutoshardFlags& f, const nn::ModelFile* file,
   options.sequence_parallel = f.sequence_parallel;
   const RunSetting attention =
       RunSettingOf("--attention", f.attention, file, "attention", file ? file->attention : "");
-  absl::StatusOr<mesh::AttentionKernel> kernel =
-      mesh::ParseAttentionKernel(attention.value.empty() ? "dot_product" : attention.value);
-  if (!kernel.ok()) return absl::StrCat(attention.origin, ": ", kernel.status().message());
+  absl::StatusOr<mesh::AttentionKernel> kernel = ParseRunSetting(
+      attention, "dot_product", [](const std::string& s) { return mesh::ParseAttentionKernel(s); });
+  if (!kernel.ok()) return std::string(kernel.status().message());
   options.attention = *kernel;
   if (!f.remat.empty()) {
     absl::StatusOr<mesh::RematPolicy> remat = mesh::ParseRematPolicy(f.remat);

@@ -10,6 +10,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "tessel/nn/model_config.h"
 #include "tessel/nn/transformer.h"
 
@@ -72,6 +73,19 @@ struct RunSetting {
 RunSetting RunSettingOf(const std::string& flag, const std::string& flag_value,
                         const nn::ModelFile* file, const std::string& key,
                         const std::string& file_value);
+
+// `parse(setting.value)` (or `parse(fallback)` when no value was given), an error prefixed with
+// the setting's origin: "llama.json: /remat: unknown remat policy ...".
+template <typename Parse>
+auto ParseRunSetting(const RunSetting& setting, const std::string& fallback, Parse parse)
+    -> decltype(parse(fallback)) {
+  auto parsed = parse(setting.value.empty() ? fallback : setting.value);
+  if (!parsed.ok()) {
+    return absl::Status(parsed.status().code(),
+                        absl::StrCat(setting.origin, ": ", parsed.status().message()));
+  }
+  return parsed;
+}
 
 }  // namespace tessel::tools
 

@@ -270,20 +270,13 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
   const RunSetting remat = RunSettingOf("--remat", f.remat, file, "remat", file ? file->remat : "");
   const RunSetting attention =
       RunSettingOf("--attention", f.attention, file, "attention", file ? file->attention : "");
-  absl::StatusOr<mesh::RematPolicy> remat_policy =
-      mesh::ParseRematPolicy(remat.value.empty() ? "none" : remat.value);
-  if (!remat_policy.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(remat.origin, ": ", remat_policy.status().message()));
-  }
-  plan.remat = *remat_policy;
-  absl::StatusOr<mesh::AttentionKernel> kernel =
-      mesh::ParseAttentionKernel(attention.value.empty() ? "dot_product" : attention.value);
-  if (!kernel.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(attention.origin, ": ", kernel.status().message()));
-  }
-  plan.attention = *kernel;
+  TESSEL_ASSIGN_OR_RETURN(plan.remat, ParseRunSetting(remat, "none", [](const std::string& s) {
+                            return mesh::ParseRematPolicy(s);
+                          }));
+  TESSEL_ASSIGN_OR_RETURN(plan.attention,
+                          ParseRunSetting(attention, "dot_product", [](const std::string& s) {
+                            return mesh::ParseAttentionKernel(s);
+                          }));
   TESSEL_ASSIGN_OR_RETURN(plan.mesh, MeshShapeOf(f, topology));
   TESSEL_ASSIGN_OR_RETURN(plan.pipeline_schedule, mesh::ParsePipelineSchedule(f.pipeline_schedule));
   plan.microbatches = f.microbatches;
