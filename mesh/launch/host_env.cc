@@ -46,8 +46,13 @@ std::optional<std::string> GetEnv(const char* name) {
 absl::StatusOr<int64_t> ParseInteger(const char* variable, const std::string& value) {
   int64_t number = 0;
   if (!absl::SimpleAtoi(value, &number)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(variable, "=\"", value, "\": expected an integer"));
+    // Digits that SimpleAtoi refuses overflow int64: say so rather than "not an integer".
+    const size_t sign = !value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0;
+    const bool digits =
+        value.size() > sign && value.find_first_not_of("0123456789", sign) == std::string::npos;
+    return absl::InvalidArgumentError(absl::StrCat(
+        variable, "=\"", value,
+        "\": ", digits ? "out of range (at most 9223372036854775807)" : "expected an integer"));
   }
   return number;
 }

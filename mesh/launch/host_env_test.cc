@@ -365,6 +365,8 @@ TEST_F(HostEnvTest, BadValuesNameVariableAndValue) {
        "TESSEL_HOST_INDEX=\"two\": expected an integer"},
       {{{"TESSEL_HOST_INDEX", "1"}, {"TESSEL_NUM_HOSTS", "4x"}},
        "TESSEL_NUM_HOSTS=\"4x\": expected an integer"},
+      {{{"TESSEL_HOST_INDEX", "99999999999999999999"}, {"TESSEL_NUM_HOSTS", "4"}},
+       "TESSEL_HOST_INDEX=\"99999999999999999999\": out of range (at most 9223372036854775807)"},
       {{{"TESSEL_HOST_INDEX", "4"}, {"TESSEL_NUM_HOSTS", "4"}, {"TESSEL_COORDINATOR", "ipc:///c"}},
        "TESSEL_HOST_INDEX=4 is outside [0, 4)"},
       {{{"TESSEL_HOST_INDEX", "-1"}, {"TESSEL_NUM_HOSTS", "4"}}, "TESSEL_HOST_INDEX=-1 is outside"},
