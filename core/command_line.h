@@ -76,6 +76,16 @@ inline CLI::Validator SignCheck(bool allow_zero) {
 inline CLI::Validator Positive() { return command_line_internal::SignCheck(false); }
 inline CLI::Validator NonNegative() { return command_line_internal::SignCheck(true); }
 
+// A CLI11 check for a path or name flag: "--trace ''" is refused ("must not be empty") rather
+// than read as "not given".
+inline CLI::Validator NonEmpty() {
+  return CLI::Validator(
+      [](std::string& text) {
+        return text.empty() ? std::string("must not be empty") : std::string();
+      },
+      "NONEMPTY");
+}
+
 // Parses `argc`/`argv` into `app`'s options. Returns -1 when the program should go on; 0 after
 // printing the help for --help; kExitBadFlags after printing one line on stderr,
 // "<app name>: <what is wrong, naming the flag> (see --help)", for an unknown flag, a missing

@@ -439,7 +439,7 @@ CommandFn AddAutoshardCommand(CLI::App& app) {
       "autoshard", "Search the mesh, remat and microbatches with the least predicted step time");
   f->command = cmd;
   cmd->add_option("CONFIG", f->config, "topology JSON (configs/)")->required();
-  cmd->add_option("--hlo", f->hlo, "HLO text file (not implemented: exit 1)");
+  cmd->add_option("--hlo", f->hlo, "HLO text file (not implemented: exit 1)")->check(NonEmpty());
   AddTransformerFlags(cmd, f.get());
   cmd->add_option("--attention", f->attention,
                   "dot_product or flash (default: the model file's, else dot_product)");

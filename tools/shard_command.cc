@@ -27,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "tessel/core/command_line.h"
 #include "tessel/core/shape.h"
 #include "tessel/spmd/mesh.h"
 #include "tessel/spmd/partition_spec.h"
@@ -173,8 +174,10 @@ CommandFn AddShardCommand(CLI::App& app) {
           "e.g. \"x,None\" or \"None,(r,m)\"")
       ->required();
   command->add_flag("--json", options->json_output, "print one JSON object instead of text");
-  command->add_option("--html", options->html,
-                      "also write a self-contained HTML page: the mesh and the tiles by device");
+  command
+      ->add_option("--html", options->html,
+                   "also write a self-contained HTML page: the mesh and the tiles by device")
+      ->check(NonEmpty());
   return [options]() { return RunShard(*options); };
 }
 

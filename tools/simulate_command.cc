@@ -892,7 +892,8 @@ CommandFn AddSimulateCommand(CLI::App& app) {
       "simulate", "Predict the step time and memory of a model or an HLO module on a topology");
   f->command = cmd;
   cmd->add_option("CONFIG", f->config, "topology JSON (configs/)")->required();
-  cmd->add_option("--hlo", f->hlo, "HLO text file with shardings instead of --model");
+  cmd->add_option("--hlo", f->hlo, "HLO text file with shardings instead of --model")
+      ->check(NonEmpty());
   AddTransformerFlags(cmd, f.get());
   cmd->add_option(
       "--remat", f->remat,
@@ -906,7 +907,8 @@ CommandFn AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--flash-block", f->flash_block,
                   "flash attention as a block kernel: the mask applied per N x N tile of "
                   "(query, key), partly masked tiles computed whole (MaxText splash attention "
-                  "sa_block_*; default 0: per element)");
+                  "sa_block_*; default 0: per element)")
+      ->check(NonEmpty());
   cmd->add_flag("--flash-split-backward", f->flash_split_backward,
                 "flash backward as two kernels, dK/dV and dQ, each recomputing Q.K^T (splash "
                 "attention use_fused_bwd_kernel=False): 3.5x the forward's matmuls, not 2.5x");
@@ -967,10 +969,12 @@ CommandFn AddSimulateCommand(CLI::App& app) {
   cmd->add_flag("--extrapolate-layers", f->extrapolate_layers,
                 "--model: simulate stages of 1 and 2 layers and extrapolate (layers are "
                 "identical; mesh/sim/model_step.h): faster for deep models");
-  cmd->add_option("--trace", f->trace, "write a Chrome trace (Perfetto) to this file");
+  cmd->add_option("--trace", f->trace, "write a Chrome trace (Perfetto) to this file")
+      ->check(NonEmpty());
   cmd->add_option(
-      "--html", f->html,
-      "write a self-contained HTML page: mesh, tensors' tiles by device, step breakdown");
+         "--html", f->html,
+         "write a self-contained HTML page: mesh, tensors' tiles by device, step breakdown")
+      ->check(NonEmpty());
   cmd->add_flag("--json", f->json, "print one JSON object (docs/simulator.md)");
   return [f]() { return Run(*f); };
 }
