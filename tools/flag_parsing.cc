@@ -59,6 +59,41 @@ absl::StatusOr<std::vector<int64_t>> DefaultDeviceIds(const std::vector<int64_t>
   return ids;
 }
 
+absl::flat_hash_map<std::string, int> EntryLines(const std::string& path) {
+  absl::flat_hash_map<std::string, int> lines;
+  std::ifstream in(path);
+  std::string line;
+  bool entry = false;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.rfind("ENTRY", 0) == 0) {
+      entry = true;
+      continue;
+    }
+    if (!entry) continue;
+    if (line.rfind("}", 0) == 0) break;
+    size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos) continue;
+    if (line.compare(start, 5, "ROOT ") == 0) start = line.find_first_not_of(' ', start + 5);
+    if (start == std::string::npos) continue;
+    if (line[start] == '%') ++start;
+    const size_t end = line.find_first_of(" =", start);
+    if (end == std::string::npos || end == start) continue;
+    lines.emplace(line.substr(start, end - start), number);
+  }
+  return lines;
+}
+
+absl::Status WithHloLine(const std::string& path, const absl::Status& status) {
+  const std::string message(status.message());
+  if (status.ok() || message.empty() || message[0] != '%') return status;
+  const size_t end = message.find(':');
+  if (end == std::string::npos) return status;
+  const absl::flat_hash_map<std::string, int> lines = EntryLines(path);
+  auto it = lines.find(std::string(message.substr(1, end - 1)));
+  if (it == lines.end()) return status;
+  return absl::Status(status.code(), absl::StrCat(path, ": line ", it->second, ": ", message));
+}
+
 std::vector<std::string> ParseNames(const std::string& text) {
   std::vector<std::string> names;
   if (text.find_first_not_of(' ') == std::string::npos) return names;

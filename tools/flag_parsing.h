@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tessel/mesh/topology/topology.h"
 
@@ -24,6 +26,15 @@ namespace tessel::tools {
 // kInvalidArgument naming `flag` when n passes 2^24 (the list would fill memory).
 [[nodiscard]] absl::StatusOr<std::vector<int64_t>> DefaultDeviceIds(
     const std::vector<int64_t>& shape, const std::string& flag);
+
+// The line (from 1) of each instruction of the ENTRY computation in the HLO text file at `path`,
+// by name (without '%'); empty when the file cannot be read.
+absl::flat_hash_map<std::string, int> EntryLines(const std::string& path);
+
+// `status` with "<path>: line N: " in front when its message starts with "%name:" and name is an
+// ENTRY instruction of the HLO text file at `path` (errors found after parsing, e.g. a bad
+// sharding, then point at the line like parse errors do); `status` unchanged otherwise.
+absl::Status WithHloLine(const std::string& path, const absl::Status& status);
 
 // "data, model" -> {"data", "model"}; a blank text is an empty list.
 std::vector<std::string> ParseNames(const std::string& text);

@@ -45,6 +45,7 @@
 #include "tessel/partitioner/propagation.h"
 #include "tessel/spmd/sharding.h"
 #include "tools/command.h"
+#include "tools/flag_parsing.h"
 
 namespace tessel::tools {
 namespace {
@@ -63,32 +64,6 @@ using json = nlohmann::ordered_json;
 int Fail(const std::string& command, const absl::Status& status) {
   std::cerr << "tessel " << command << ": " << status.message() << "\n";
   return 1;
-}
-
-// The line (from 1) of each instruction of the ENTRY computation in the HLO text at `path`, by
-// name; empty when the file cannot be read (the explanation then has no line numbers).
-absl::flat_hash_map<std::string, int> EntryLines(const std::string& path) {
-  absl::flat_hash_map<std::string, int> lines;
-  std::ifstream in(path);
-  std::string line;
-  bool entry = false;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (line.rfind("ENTRY", 0) == 0) {
-      entry = true;
-      continue;
-    }
-    if (!entry) continue;
-    if (line.rfind("}", 0) == 0) break;
-    size_t start = line.find_first_not_of(" \t");
-    if (start == std::string::npos) continue;
-    if (line.compare(start, 5, "ROOT ") == 0) start = line.find_first_not_of(' ', start + 5);
-    if (start == std::string::npos) continue;
-    if (line[start] == '%') ++start;
-    const size_t end = line.find_first_of(" =", start);
-    if (end == std::string::npos || end == start) continue;
-    lines.emplace(line.substr(start, end - start), number);
-  }
-  return lines;
 }
 
 }  // namespace
@@ -156,7 +131,7 @@ CommandFn AddPropagateCommand(CLI::App& app) {
       partitioner::ShardingExplanation explanation;
       absl::StatusOr<std::vector<spmd::Sharding>> shardings =
           partitioner::ComputeShardings(**graph, n, &explanation);
-      if (!shardings.ok()) return Fail("propagate", shardings.status());
+      if (!shardings.ok()) return Fail("propagate", WithHloLine(options->path, shardings.status()));
       std::cout << "// why each sharding (" << n << " devices):\n"
                 << partitioner::FormatShardingExplanation(**graph, *shardings, explanation,
                                                           EntryLines(options->path));
@@ -165,7 +140,7 @@ CommandFn AddPropagateCommand(CLI::App& app) {
     partitioner::ShardingExplanation explanation;
     absl::Status status =
         partitioner::PropagateShardings(**graph, n, options->explain ? &explanation : nullptr);
-    if (!status.ok()) return Fail("propagate", status);
+    if (!status.ok()) return Fail("propagate", WithHloLine(options->path, status));
     if (options->json) {
       std::cout << PropagateJson(**graph, n, options->explain ? &explanation : nullptr,
                                  options->explain ? EntryLines(options->path)
@@ -301,7 +276,7 @@ CommandFn AddPartitionCommand(CLI::App& app) {
     }
     absl::StatusOr<partitioner::SpmdProgram> program =
         partitioner::Partition(**graph, n, partition_options);
-    if (!program.ok()) return Fail("partition", program.status());
+    if (!program.ok()) return Fail("partition", WithHloLine(options->path, program.status()));
     if (options->json) {
       json out = PartitionJson(**graph, *program->program, n);
       if (options->explain) {

@@ -44,6 +44,7 @@
 #include "tessel/core/hlo_text.h"
 #include "tessel/partitioner/verify.h"
 #include "tools/command.h"
+#include "tools/flag_parsing.h"
 
 namespace tessel::tools {
 namespace {
@@ -172,7 +173,7 @@ int Run(const VerifyFlags& flags) {
   if (flags.atol >= 0) options.atol = flags.atol;
   absl::StatusOr<partitioner::VerifyReport> report =
       partitioner::VerifyPartitioning(**graph, flags.num_partitions, options);
-  if (!report.ok()) return fail(report.status());
+  if (!report.ok()) return fail(WithHloLine(flags.path, report.status()));
   if (flags.json) {
     std::cout << ReportJson(flags, **graph, *report).dump(2) << "\n";
   } else {
