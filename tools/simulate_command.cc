@@ -837,7 +837,11 @@ int Run(const SimulateFlags& f) {
   partition_options.cost_model = &simulator->cost_model();
   absl::StatusOr<partitioner::SpmdProgram> program =
       partitioner::Partition(*step.graph, topology->num_devices(), partition_options);
-  if (!program.ok()) return Fail(std::string(program.status().message()));
+  if (!program.ok()) {
+    // With --hlo, an error about one of the file's instructions points at its line.
+    return Fail(std::string(
+        (f.hlo.empty() ? program.status() : WithHloLine(f.hlo, program.status())).message()));
+  }
   Progress(info.partition_s = Since(t_partition), "partitioned");
   std::vector<HtmlTensor> html_tensors;
   if (!f.html.empty()) {
