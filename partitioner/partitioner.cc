@@ -325,6 +325,62 @@ absl::StatusOr<std::shared_ptr<const Graph>> PartitionCalled(
 
 }  // namespace internal
 
+namespace {
+
+// The replica groups and source-target pairs the module itself writes (collectives of manual
+// regions) must name devices of this partitioning, each device in exactly one group: a device
+// in no group, or one past the device count, would wait for peers that never come (verify then
+// timed out after a minute). The message names the collective, not the groups, which can hold
+// millions of ids. Precondition: 1 <= num_devices <= mesh::kMaxDevices.
+absl::Status CheckWrittenCollectives(const Graph& graph, int64_t num_devices,
+                                     absl::flat_hash_map<const Graph*, bool>& checked) {
+  if (!checked.emplace(&graph, true).second) return absl::OkStatus();
+  for (const Node* node : graph.nodes()) {
+    for (const auto& called : node->attrs().called_computations) {
+      TESSEL_RETURN_IF_ERROR(CheckWrittenCollectives(*called, num_devices, checked));
+    }
+    if (!IsCollective(node->opcode())) continue;
+    const std::string where = absl::StrCat("%", node->name(), ": ", OpcodeName(node->opcode()),
+                                           " on ", num_devices, " devices");
+    if (node->opcode() == Opcode::kCollectivePermute) {
+      for (const auto& [source, target] : node->attrs().source_target_pairs) {
+        if (source < 0 || source >= num_devices || target < 0 || target >= num_devices) {
+          return absl::InvalidArgumentError(absl::StrCat(where, ": source_target_pairs name {",
+                                                         source, ",", target, "}, outside 0..",
+                                                         num_devices - 1));
+        }
+      }
+      continue;
+    }
+    const CollectiveDeviceList& groups = node->attrs().replica_groups;
+    if (groups.empty()) continue;  // all devices
+    std::vector<char> seen(static_cast<size_t>(num_devices), 0);
+    int64_t listed = 0;
+    for (const std::vector<int64_t>& group : groups) {
+      for (int64_t id : group) {
+        if (id < 0 || id >= num_devices) {
+          return absl::InvalidArgumentError(absl::StrCat(where, ": replica_groups name device ", id,
+                                                         ", outside 0..", num_devices - 1));
+        }
+        if (seen[static_cast<size_t>(id)]++ > 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": replica_groups name device ", id, " twice"));
+        }
+        ++listed;
+      }
+    }
+    if (listed != num_devices) {
+      const int64_t missing = std::find(seen.begin(), seen.end(), 0) - seen.begin();
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": replica_groups leave device ", missing,
+                       " in no group (each device must be in exactly one)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<mesh::CostModel> DefaultCostModel(int64_t num_devices) {
   if (num_devices < 1 || num_devices > mesh::kMaxDevices) {
     return absl::InvalidArgumentError(
@@ -360,6 +416,10 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices,
     return absl::InvalidArgumentError(
         absl::StrCat("the cost model's topology \"", cost->topology().name(), "\" has ",
                      cost->topology().num_devices(), " devices; partitioning for ", num_devices));
+  }
+  {
+    absl::flat_hash_map<const Graph*, bool> checked;
+    TESSEL_RETURN_IF_ERROR(CheckWrittenCollectives(graph, num_devices, checked));
   }
   SpmdProgram program;
   program.num_devices = num_devices;
