@@ -430,6 +430,13 @@ absl::StatusOr<SpmdProgram> Partition(const Graph& graph, int64_t num_devices,
   TESSEL_ASSIGN_OR_RETURN(PValue out, PartitionNodes(ctx, graph, shardings, program, true));
   const Node* root = graph.root();
   if (root->shape().is_tuple()) {
+    // A tuple-shaped root that is not a tuple instruction (a tuple constant) arrives as one
+    // value with no elements; the loop below would return an empty tuple and lose the outputs.
+    if (out.elements.size() != root->shape().tuple_shapes().size()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "%", root->name(), ": a tuple-shaped result that is not a tuple instruction (",
+          OpcodeName(root->opcode()), ") is not supported; return tuple(...) of its elements"));
+    }
     std::vector<Node*> elements;
     for (const PValue& e : out.elements) {
       if (e.sharding.IsManual()) {
