@@ -4,10 +4,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "tessel/core/internal/buffer_pool.h"
 
@@ -268,22 +271,57 @@ class ValueParser {
       return absl::InvalidArgumentError(
           absl::StrCat("bad literal value \"", token, "\" for ", shape_.ToString()));
     }
-    if (shape_.dtype() == DType::kS64) {
+    const DType dtype = shape_.dtype();
+    if (dtype == DType::kS64) {
       int64_t iv;  // keep full 64-bit precision
       if (absl::SimpleAtoi(token, &iv)) {
         lit.data<int64_t>()[index] = iv;
         return absl::OkStatus();
       }
     }
-    if (shape_.dtype() == DType::kU64) {
+    if (dtype == DType::kU64) {
       uint64_t uv;
       if (absl::SimpleAtoi(token, &uv)) {
         lit.data<uint64_t>()[index] = uv;
         return absl::OkStatus();
       }
     }
+    // A value the type cannot hold is refused, as XLA does: storing it would clamp or wrap it
+    // (s32 99999999999 became 2147483647, pred 2 became true) and change the program.
+    if (std::optional<std::pair<double, double>> range = IntegerRange(dtype)) {
+      const bool word = token == "true" || token == "false";
+      const bool wide = dtype == DType::kS64 || dtype == DType::kU64;  // fits: stored above
+      if (wide || !(value == std::floor(value)) || value < range->first || value > range->second ||
+          (dtype != DType::kPred && word)) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("literal value \"%s\" is outside %s (%.0f to %.0f) in %s", token,
+                            DTypeName(dtype), range->first, range->second, shape_.ToString()));
+      }
+    }
     lit.SetFromDouble(index, value);
     return absl::OkStatus();
+  }
+
+  // The values an integer (or pred) dtype holds, or nullopt for a floating dtype. s64 and u64
+  // values that fit were stored above from their digits, so any that reach the check are out of
+  // range: their (empty) range says so.
+  static std::optional<std::pair<double, double>> IntegerRange(DType dtype) {
+    switch (dtype) {
+      case DType::kPred:
+        return std::make_pair(0.0, 1.0);
+      case DType::kU8:
+        return std::make_pair(0.0, 255.0);
+      case DType::kS32:
+        return std::make_pair(-2147483648.0, 2147483647.0);
+      case DType::kU32:
+        return std::make_pair(0.0, 4294967295.0);
+      case DType::kS64:
+        return std::make_pair(-9223372036854775808.0, 9223372036854775807.0);
+      case DType::kU64:
+        return std::make_pair(0.0, 18446744073709551615.0);
+      default:
+        return std::nullopt;
+    }
   }
 
   void SkipSpace() {

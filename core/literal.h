@@ -152,7 +152,8 @@ class Literal {
 // Parses XLA literal values for an array `shape`: nested braces "{ {1, 2}, {3, 4} }", a bare
 // scalar "3.5", "true"/"false", "inf", "-inf", "nan". Nesting must match the rank and every
 // brace must hold exactly the dim's count of entries.
-// Errors: kInvalidArgument naming the offending token and the shape.
+// Errors: kInvalidArgument naming the offending token and the shape, also for an integer or pred
+// value the dtype cannot hold (XLA refuses it; it would be clamped).
 [[nodiscard]] absl::StatusOr<Literal> ParseLiteralValues(const Shape& shape, std::string_view text);
 
 // True when a and b have the same shape and every element satisfies

@@ -1,7 +1,10 @@
 #include "tessel/core/literal.h"
 
 #include <cmath>
+#include <limits>
+#include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace tessel {
@@ -76,6 +79,29 @@ TEST(LiteralTest, AllClose) {
   Literal b = Literal::FromVector<float>({2}, {1.0f, 2.001f});
   EXPECT_TRUE(AllClose(a, b, 1e-3, 0));
   EXPECT_FALSE(AllClose(a, b, 1e-5, 0));
+}
+
+TEST(LiteralTest, IntegerValuesOutsideTheirTypeAreRefused) {
+  // XLA refuses them; storing them clamped (s32 99999999999 -> 2147483647, pred 2 -> true)
+  // would change the program.
+  EXPECT_THAT(
+      std::string(
+          ParseLiteralValues(Shape(DType::kS32, {2}), "{99999999999, -1}").status().message()),
+      ::testing::HasSubstr(
+          "literal value \"99999999999\" is outside s32 (-2147483648 to 2147483647)"));
+  EXPECT_FALSE(ParseLiteralValues(Shape(DType::kU8, {1}), "{256}").ok());
+  EXPECT_FALSE(ParseLiteralValues(Shape(DType::kU8, {1}), "{-1}").ok());
+  EXPECT_FALSE(ParseLiteralValues(Shape(DType::kPred, {1}), "{2}").ok());
+  EXPECT_FALSE(ParseLiteralValues(Shape(DType::kS32, {1}), "{1.5}").ok());
+  EXPECT_FALSE(ParseLiteralValues(Shape(DType::kS64, {1}), "{9223372036854775808}").ok());
+  EXPECT_FALSE(ParseLiteralValues(Shape(DType::kU64, {1}), "{-1}").ok());
+  // The limits themselves are values of the type.
+  absl::StatusOr<Literal> s32 =
+      ParseLiteralValues(Shape(DType::kS32, {2}), "{-2147483648, 2147483647}");
+  ASSERT_TRUE(s32.ok()) << s32.status();
+  EXPECT_EQ(s32->data<int32_t>()[0], std::numeric_limits<int32_t>::min());
+  EXPECT_TRUE(ParseLiteralValues(Shape(DType::kPred, {2}), "{true, 0}").ok());
+  EXPECT_TRUE(ParseLiteralValues(Shape(DType::kU64, {1}), "{18446744073709551615}").ok());
 }
 
 }  // namespace
