@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tessel/core/collective_device_list.h"
 #include "tessel/core/executor.h"
@@ -787,6 +788,48 @@ TEST(HloTextTest, RecognisesEveryReduction) {
   }
 }
 
+// A reducer the parser would read only by its root's pattern must not hide anything else: a third
+// parameter (XLA requires two for a one-operand reduce) or a call, which could also recurse.
+TEST(HloTextTest, ReducerWithAThirdParameterOrACallIsRefused) {
+  const char* third_parameter = R"(HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = f32[] parameter(2)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[8,8] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[8] reduce(x, z), dimensions={1}, to_apply=add
+}
+)";
+  absl::StatusOr<std::unique_ptr<Graph>> parsed = ParseHloModule(third_parameter);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(
+      std::string(parsed.status().message()),
+      testing::HasSubstr("%add is not a supported reduction: it takes 3 parameters, not two"));
+
+  const char* recursive = R"(HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  t = f32[2] broadcast(a), dimensions={}
+  dead = f32[] reduce(t, b), dimensions={0}, to_apply=add
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[8,8] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[8] reduce(x, z), dimensions={1}, to_apply=add
+}
+)";
+  parsed = ParseHloModule(recursive);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(std::string(parsed.status().message()),
+              testing::HasSubstr("%dead calls a computation"));
+}
+
 TEST(HloTextTest, RootDefaultsToLastInstruction) {
   absl::StatusOr<std::unique_ptr<Graph>> parsed = ParseHloModule(
       "HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n  b = f32[2] negate(a)\n}\n");
@@ -884,6 +927,16 @@ TEST(HloTextTest, BadTextGivesStatusWithLineAndToken) {
        Module("  %x = f32[8] parameter(0)\n  %y = f32[8] cholesky(%x)\n"),
        absl::StatusCode::kUnimplemented,
        {"line 5", "unsupported op \"cholesky\""}},
+      // A NUL (or any control or non-ASCII byte) is shown escaped: printed raw, it cut the
+      // message short on a terminal.
+      {"NUL byte inside an opcode",
+       Module(std::string("  %x = f32[8] parameter(0)\n  ROOT %y = f32[8] negate\0(%x)\n", 58)),
+       absl::StatusCode::kInvalidArgument,
+       {"line 5", "expected \"(\" after \"negate\", got \"\\x00\""}},
+      {"non-ASCII byte inside a name",
+       Module("  %x = f32[8] parameter(0)\n  ROOT %y\xff = f32[8] negate(%x)\n"),
+       absl::StatusCode::kInvalidArgument,
+       {"line 5", "\"\\xff\""}},
       {"unknown op in another computation",
        "HloModule m\n%c {\n  ROOT %s = f32[] fft()\n}\nENTRY %e {\n  %a = f32[] parameter(0)\n}\n",
        absl::StatusCode::kUnimplemented,

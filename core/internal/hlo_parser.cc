@@ -76,10 +76,22 @@ bool IsWordChar(char c) {
          c == '%' || c == '$';
 }
 
+// Quoted for an error message: at most 60 bytes, and a control or non-ASCII byte as \xNN, so a
+// NUL or a stray byte of a binary file neither cuts the message short on a terminal nor hides.
 std::string Quote(std::string_view text) {
   constexpr size_t kMaxQuoted = 60;
-  if (text.size() > kMaxQuoted) return Cat("\"", text.substr(0, kMaxQuoted), "...\"");
-  return Cat("\"", text, "\"");
+  const bool cut = text.size() > kMaxQuoted;
+  if (cut) text = text.substr(0, kMaxQuoted);
+  std::string out = "\"";
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte >= 0x7f) {
+      absl::StrAppend(&out, "\\x", absl::Hex(byte, absl::kZeroPad2));
+    } else {
+      out.push_back(c);
+    }
+  }
+  return Cat(out, cut ? "...\"" : "\"");
 }
 
 std::string Quote(const Token& token) {
@@ -1126,12 +1138,37 @@ class Parser {
           absl::StatusCode::kUnimplemented, root->name->line,
           Cat("to_apply computation %", name, " is not a supported reduction: ", std::string(why)));
     };
+    // A reducer is a function of two scalars (XLA's shape inference for reduce and scatter
+    // requires 2N parameters for N operands; variadic forms are not supported here). Anything
+    // else it holds would be ignored by the pattern below, so a call from it (which could also
+    // recurse) or a third parameter is refused rather than silently dropped.
+    int parameters = 0;
+    for (const InstrAst& instr : comp.instrs) {
+      if (instr.is_call || instr.is_custom_call || FindAttr(instr, "to_apply") != nullptr ||
+          FindAttr(instr, "calls") != nullptr || FindAttr(instr, "body") != nullptr ||
+          FindAttr(instr, "branch_computations") != nullptr ||
+          FindAttr(instr, "true_computation") != nullptr) {
+        return unimplemented(Cat("%", StripPercent(instr.name->text), " calls a computation"));
+      }
+      if (instr.opcode != Opcode::kParameter) continue;
+      ++parameters;
+      if (instr.shape.is_tuple() || instr.shape.rank() != 0) {
+        return unimplemented(Cat("parameter %", StripPercent(instr.name->text), " has shape ",
+                                 instr.shape.ToString(), ", not a scalar"));
+      }
+    }
+    auto check_parameter_count = [&]() -> absl::Status {
+      if (parameters == 2) return absl::OkStatus();
+      return unimplemented(
+          Cat("it takes ", parameters, " parameters, not two (variadic reduce is not supported)"));
+    };
     Reduction r;
     int64_t root_number = -1;
     if (root->opcode == Opcode::kParameter && ToInt(root->raw_operands, &root_number) &&
         root_number == 1 && !root->shape.is_tuple() && root->shape.rank() == 0) {
       r.overwrite = true;
       r.dtype = root->shape.dtype();
+      TESSEL_RETURN_IF_ERROR(check_parameter_count());
       return r;
     }
     switch (root->opcode) {
@@ -1183,6 +1220,7 @@ class Parser {
     if (numbers != std::vector<int64_t>{0, 1}) {
       return unimplemented("the root must combine parameter(0) and parameter(1)");
     }
+    TESSEL_RETURN_IF_ERROR(check_parameter_count());
     return r;
   }
 
