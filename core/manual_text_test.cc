@@ -69,6 +69,21 @@ TEST(SdyShardingTest, Errors) {
       absl::StatusCode::kUnimplemented);
   EXPECT_EQ(internal::ParseSdyMeshes(R"({m = #sdy.mesh<["x"=0]>})").status().code(),
             absl::StatusCode::kInvalidArgument);
+  // An axis named twice (in a mesh or in one dim), a mesh defined twice, or a device count past
+  // 2^24 (which would also wrap the product) is refused, naming what was repeated.
+  EXPECT_THAT(code(R"(#sdy.sharding<@mesh, [{"x", "x"}]>)").message(),
+              HasSubstr(R"(mesh axis "x" appears twice in one dim)"));
+  EXPECT_THAT(internal::ParseSdyMeshes(R"({m = #sdy.mesh<["x"=2, "x"=4]>})").status().message(),
+              HasSubstr(R"(mesh m names axis "x" twice)"));
+  EXPECT_THAT(internal::ParseSdyMeshes(R"({m = #sdy.mesh<["x"=2]>, m = #sdy.mesh<["y"=2]>})")
+                  .status()
+                  .message(),
+              HasSubstr("mesh m is defined twice"));
+  EXPECT_THAT(internal::ParseSdyMeshes(R"({m = #sdy.mesh<["x"=4294967296, "y"=4294967296]>})")
+                  .status()
+                  .message(),
+              HasSubstr("more than 16777216 devices"));
+  EXPECT_TRUE(internal::ParseSdyMeshes(R"({m = #sdy.mesh<["x"=4096, "y"=4096]>})").ok());
 }
 
 constexpr const char* kRegion = R"(HloModule region

@@ -11,6 +11,10 @@ namespace tessel::internal {
 
 namespace {
 
+// A mesh's device count bound: the HloSharding text it becomes allows no more tiles
+// (spmd/sharding.cc), and the bound keeps the product of axis sizes from wrapping.
+constexpr int64_t kMaxSdyMeshDevices = int64_t{1} << 24;
+
 std::string Unescape(std::string_view text) {
   std::string out;
   out.reserve(text.size());
@@ -176,6 +180,9 @@ absl::StatusOr<std::string> ReadTensorSharding(Reader& r, const SdyMeshes& meshe
                                     " has axes ", AxesList(mesh)));
       }
       int64_t index = found - mesh.begin();
+      if (std::find(axes.begin(), axes.end(), index) != axes.end()) {
+        return r.Error(absl::StrCat("mesh axis \"", *axis, "\" appears twice in one dim"));
+      }
       for (const std::vector<int64_t>& other : dim_axes) {
         if (std::find(other.begin(), other.end(), index) != other.end()) {
           return r.Error(absl::StrCat("mesh axis \"", *axis, "\" is used by two dims"));
@@ -212,7 +219,9 @@ absl::StatusOr<SdyMeshes> ParseSdyMeshes(std::string_view text) {
     if (absl::Status s = r.Expect("="); !s.ok()) return s;
     if (absl::Status s = r.Expect("#sdy.mesh<"); !s.ok()) return s;
     if (absl::Status s = r.Expect("["); !s.ok()) return s;
+    if (meshes.contains(name)) return r.Error(absl::StrCat("mesh ", name, " is defined twice"));
     SdyMesh mesh;
+    int64_t devices = 1;
     while (!r.Consume("]")) {
       if (!mesh.empty()) {
         if (absl::Status s = r.Expect(","); !s.ok()) return s;
@@ -223,6 +232,15 @@ absl::StatusOr<SdyMeshes> ParseSdyMeshes(std::string_view text) {
       absl::StatusOr<int64_t> size = r.Int();
       if (!size.ok()) return size.status();
       if (*size < 1) return r.Error(absl::StrCat("axis \"", *axis, "\" has size ", *size));
+      if (std::any_of(mesh.begin(), mesh.end(), [&](const auto& a) { return a.first == *axis; })) {
+        return r.Error(absl::StrCat("mesh ", name, " names axis \"", *axis, "\" twice"));
+      }
+      // The device count is the product of the sizes; refuse it before it wraps.
+      if (*size > kMaxSdyMeshDevices / devices) {
+        return r.Error(absl::StrCat("mesh ", name, " has more than ", kMaxSdyMeshDevices,
+                                    " devices (axis \"", *axis, "\" of size ", *size, ")"));
+      }
+      devices *= *size;
       mesh.emplace_back(*axis, *size);
     }
     if (r.Consume(",")) {
