@@ -382,15 +382,24 @@ std::vector<std::vector<int64_t>> Sharding::UnreducedGroups(int64_t num_devices)
   return GroupsAlong(dim);
 }
 
+// For an error message: the iota form where the device list has one (its text does not grow
+// with the device count), and an explicit list cut after 200 characters.
+std::string Sharding::ForMessage() const {
+  constexpr size_t kMaxChars = 200;
+  std::string text = ToString(DeviceListFormat::kIota);
+  if (text.size() > kMaxChars) text = absl::StrCat(text.substr(0, kMaxChars), "...");
+  return text;
+}
+
 absl::Status Sharding::Validate(const Shape& shape, int64_t num_devices) const {
   if (kind_ == Kind::kTuple) {
     if (!shape.is_tuple()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tuple sharding ", ToString(), " for non-tuple shape ", shape.ToString()));
+          absl::StrCat("tuple sharding ", ForMessage(), " for non-tuple shape ", shape.ToString()));
     }
     if (shape.tuple_shapes().size() != tuple_elements_.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "sharding ", ToString(), " has ", tuple_elements_.size(), " elements but shape ",
+          "sharding ", ForMessage(), " has ", tuple_elements_.size(), " elements but shape ",
           shape.ToString(), " has ", shape.tuple_shapes().size()));
     }
     for (size_t i = 0; i < tuple_elements_.size(); ++i) {
@@ -402,10 +411,10 @@ absl::Status Sharding::Validate(const Shape& shape, int64_t num_devices) const {
   // what propagation writes on tuple-shaped nodes other than tuple() (propagation.cc).
   if (shape.is_tuple() && kind_ != Kind::kReplicated) {
     return absl::InvalidArgumentError(
-        absl::StrCat("non-tuple sharding ", ToString(), " for tuple shape ", shape.ToString()));
+        absl::StrCat("non-tuple sharding ", ForMessage(), " for tuple shape ", shape.ToString()));
   }
   if (kind_ == Kind::kTiled && TiledDataRank() != shape.rank()) {
-    return absl::InvalidArgumentError(absl::StrCat("sharding ", ToString(), " tiles ",
+    return absl::InvalidArgumentError(absl::StrCat("sharding ", ForMessage(), " tiles ",
                                                    TiledDataRank(), " dims but shape ",
                                                    shape.ToString(), " has rank ", shape.rank()));
   }
@@ -415,7 +424,7 @@ absl::Status Sharding::Validate(const Shape& shape, int64_t num_devices) const {
   }
   for (int64_t id : tile_assignment_.device_ids()) {
     if (id >= num_devices) {
-      return absl::OutOfRangeError(absl::StrCat("sharding ", ToString(), " uses device ", id,
+      return absl::OutOfRangeError(absl::StrCat("sharding ", ForMessage(), " uses device ", id,
                                                 " but there are ", num_devices, " devices"));
     }
   }

@@ -193,6 +193,8 @@ class Sharding {
  private:
   // Groups along `dim` of the tile assignment, one per position of the other dims.
   std::vector<std::vector<int64_t>> GroupsAlong(int64_t dim) const;
+  // The text for an error message: the iota form where there is one, at most 200 characters.
+  std::string ForMessage() const;
 
   Kind kind_ = Kind::kReplicated;
   DeviceArray tile_assignment_{{0}, {}};
