@@ -321,6 +321,9 @@ std::string OptionsOf(const AutoshardFlags& f, const nn::ModelFile* file,
                           "\" is not one of data, stage, fsdp, fsdp_transpose, sequence, tensor, "
                           "expert");
     }
+    if (std::count(f.axes.begin(), f.axes.end(), axis) > 1) {
+      return absl::StrCat("--axes: \"", axis, "\" is given twice");
+    }
   }
   options.overlap = f.overlap;
   options.sequence_parallel = f.sequence_parallel;
@@ -389,8 +392,12 @@ int Run(const AutoshardFlags& f) {
           topology->device_spec().name, Bytes(limit), options.hbm_bytes > 0 ? " (--hbm-gib)" : ""));
     }
     if (r.smallest_memory < 0) {
-      return Fail(
-          absl::StrCat("no plan could be simulated for ", model_name, " on ", topology->name()));
+      return Fail(absl::StrCat("no plan could be simulated for ", model_name, " on ",
+                               topology->name(),
+                               !r.complete && f.budget_s > 0
+                                   ? absl::StrCat(": --budget ", f.budget_s, " s ran out after ",
+                                                  r.plans_evaluated, " plans")
+                                   : ""));
     }
     const mesh::AutoshardCandidate& c = r.candidates[r.smallest_memory];
     return Fail(absl::StrFormat(
