@@ -76,17 +76,21 @@ absl::StatusOr<std::string> VisualizeSharding(const Shape& shape, const Sharding
                        : shape.rank() == 1 ? sharding.num_tiles(0)
                                            : 1;
   std::vector<std::vector<Cell>> cells(rows, std::vector<Cell>(cols));
+  // The shards of each cell in one pass (a scan per cell was quadratic in the device count).
+  std::vector<std::vector<const Shard*>> holders(static_cast<size_t>(rows * cols));
+  for (const Shard& shard : t.shards()) {
+    const std::vector<int64_t>& ti = shard.tile_index;
+    const int64_t cell = ti.size() == 2 ? ti[0] * cols + ti[1] : ti.size() == 1 ? ti[0] : 0;
+    holders[static_cast<size_t>(cell)].push_back(&shard);
+  }
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
-      std::vector<int64_t> tile_index;
-      if (shape.rank() == 2) tile_index = {r, c};
-      if (shape.rank() == 1) tile_index = {c};
       // The devices of this tile, grouped by unreduced position: devices within a group hold
       // the same partial value, and the groups' values add up ("0,1 + 2,3").
       std::vector<std::vector<int64_t>> partials;
       const Shard* any = nullptr;
-      for (const Shard& shard : t.shards()) {
-        if (shard.tile_index != tile_index) continue;
+      for (const Shard* holder : holders[static_cast<size_t>(r * cols + c)]) {
+        const Shard& shard = *holder;
         if (any == nullptr) any = &shard;
         if (static_cast<int64_t>(partials.size()) <= shard.unreduced_id) {
           partials.resize(shard.unreduced_id + 1);
