@@ -61,14 +61,14 @@ constexpr int64_t kMaxDevices = int64_t{1} << 24;
 // ---------------------------------------------------------------------------------------------
 // Lexer.
 
-enum class TokenKind { kWord, kString, kPunct, kEnd };
+enum class TokenKind : uint8_t { kWord, kString, kPunct, kEnd };
 
+// 24 bytes: a text of punctuation is one token per byte, so the token array is the parser's
+// largest allocation (it was 40 bytes a token, 80 with the vector's growth, before Lex sized it).
 struct Token {
-  TokenKind kind = TokenKind::kEnd;
-  std::string_view text;
+  std::string_view text;  // a view into the input; where it starts gives the byte offset
   int line = 1;
-  size_t begin = 0;  // byte offsets into the input
-  size_t end = 0;
+  TokenKind kind = TokenKind::kEnd;
 };
 
 bool IsWordChar(char c) {
@@ -106,8 +106,9 @@ absl::Status SyntaxError(int line, std::string_view why) {
   return LineError(absl::StatusCode::kInvalidArgument, line, why);
 }
 
-absl::StatusOr<std::vector<Token>> Lex(std::string_view text) {
-  std::vector<Token> tokens;
+// Calls emit(token) for each token of `text`, then for the end token.
+template <typename Emit>
+absl::Status LexInto(std::string_view text, Emit emit) {
   int line = 1;
   size_t i = 0;
   while (i < text.size()) {
@@ -137,7 +138,7 @@ absl::StatusOr<std::vector<Token>> Lex(std::string_view text) {
     }
     Token token;
     token.line = line;
-    token.begin = i;
+    size_t end = i + 1;
     if (c == '"') {
       size_t j = i + 1;
       while (j < text.size() && text[j] != '"') {
@@ -147,10 +148,10 @@ absl::StatusOr<std::vector<Token>> Lex(std::string_view text) {
       }
       if (j >= text.size()) return SyntaxError(token.line, "unterminated string \"\"\"");
       token.kind = TokenKind::kString;
-      token.end = j + 1;
+      end = j + 1;
     } else if (c == '-' && i + 1 < text.size() && text[i + 1] == '>') {
       token.kind = TokenKind::kPunct;
-      token.end = i + 2;
+      end = i + 2;
     } else if (IsWordChar(c)) {
       size_t j = i;
       while (j < text.size() && IsWordChar(text[j]) &&
@@ -158,20 +159,30 @@ absl::StatusOr<std::vector<Token>> Lex(std::string_view text) {
         ++j;
       }
       token.kind = TokenKind::kWord;
-      token.end = j;
+      end = j;
     } else {
       token.kind = TokenKind::kPunct;
-      token.end = i + 1;
     }
-    token.text = text.substr(token.begin, token.end - token.begin);
-    tokens.push_back(token);
-    i = token.end;
+    token.text = text.substr(i, end - i);
+    emit(token);
+    i = end;
   }
   Token end;
   end.kind = TokenKind::kEnd;
   end.line = line;
-  end.begin = end.end = text.size();
-  tokens.push_back(end);
+  end.text = text.substr(text.size());
+  emit(end);
+  return absl::OkStatus();
+}
+
+// The tokens of `text`, ending with a kEnd token. Lexes twice, counting first, so the array is
+// allocated once at its final size.
+absl::StatusOr<std::vector<Token>> Lex(std::string_view text) {
+  size_t count = 0;
+  TESSEL_RETURN_IF_ERROR(LexInto(text, [&](const Token&) { ++count; }));
+  std::vector<Token> tokens;
+  tokens.reserve(count);
+  TESSEL_RETURN_IF_ERROR(LexInto(text, [&](const Token& token) { tokens.push_back(token); }));
   return tokens;
 }
 
@@ -262,8 +273,11 @@ class Parser {
     if (ConsumePunct(p)) return absl::OkStatus();
     return SyntaxError(Peek().line, Cat("expected \"", p, "\" ", context, ", got ", Quote(Peek())));
   }
-  std::string_view Raw(const Token& first, const Token& last) const {
-    return text_.substr(first.begin, last.end - first.begin);
+  // The input from the start of `first` to the end of `last`.
+  static std::string_view Raw(const Token& first, const Token& last) {
+    const char* begin = first.text.data();
+    return std::string_view(begin,
+                            static_cast<size_t>(last.text.data() + last.text.size() - begin));
   }
 
   // Skips a balanced group starting at an opening bracket at `pos_`; leaves `pos_` after its
@@ -503,7 +517,9 @@ class Parser {
         (instr->opcode == Opcode::kConstant || instr->opcode == Opcode::kParameter)) {
       TESSEL_RETURN_IF_ERROR(SkipBalanced());
       const Token& close = tokens_[pos_ - 1];
-      instr->raw_operands = text_.substr(open.end, close.begin - open.end);
+      const char* inside = open.text.data() + open.text.size();
+      instr->raw_operands =
+          std::string_view(inside, static_cast<size_t>(close.text.data() - inside));
     } else {
       Next();
       TESSEL_RETURN_IF_ERROR(ParseOperands(instr));
