@@ -791,43 +791,23 @@ TEST(HloTextTest, RecognisesEveryReduction) {
 // A reducer the parser would read only by its root's pattern must not hide anything else: a third
 // parameter (XLA requires two for a one-operand reduce) or a call, which could also recurse.
 TEST(HloTextTest, ReducerWithAThirdParameterOrACallIsRefused) {
-  const char* third_parameter = R"(HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  c = f32[] parameter(2)
-  ROOT s = f32[] add(a, b)
-}
-ENTRY e {
-  x = f32[8,8] parameter(0)
-  z = f32[] constant(0)
-  ROOT r = f32[8] reduce(x, z), dimensions={1}, to_apply=add
-}
-)";
-  absl::StatusOr<std::unique_ptr<Graph>> parsed = ParseHloModule(third_parameter);
-  ASSERT_FALSE(parsed.ok());
-  EXPECT_THAT(
-      std::string(parsed.status().message()),
-      testing::HasSubstr("%add is not a supported reduction: it takes 3 parameters, not two"));
-
-  const char* recursive = R"(HloModule m
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  t = f32[2] broadcast(a), dimensions={}
-  dead = f32[] reduce(t, b), dimensions={0}, to_apply=add
-  ROOT s = f32[] add(a, b)
-}
-ENTRY e {
-  x = f32[8,8] parameter(0)
-  z = f32[] constant(0)
-  ROOT r = f32[8] reduce(x, z), dimensions={1}, to_apply=add
-}
-)";
-  parsed = ParseHloModule(recursive);
-  ASSERT_FALSE(parsed.ok());
-  EXPECT_THAT(std::string(parsed.status().message()),
-              testing::HasSubstr("%dead calls a computation"));
+  const std::pair<const char*, const char*> cases[] = {
+      {"  c = f32[] parameter(2)\n",
+       "%add is not a supported reduction: it takes 3 parameters, not two"},
+      {"  t = f32[2] broadcast(a), dimensions={}\n"
+       "  dead = f32[] reduce(t, b), dimensions={0}, to_apply=add\n",
+       "%dead calls a computation"},
+  };
+  for (const auto& [extra, needle] : cases) {
+    const std::string text = absl::StrCat(
+        "HloModule m\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n", extra,
+        "  ROOT s = f32[] add(a, b)\n}\nENTRY e {\n  x = f32[8,8] parameter(0)\n"
+        "  z = f32[] constant(0)\n"
+        "  ROOT r = f32[8] reduce(x, z), dimensions={1}, to_apply=add\n}\n");
+    absl::StatusOr<std::unique_ptr<Graph>> parsed = ParseHloModule(text);
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_THAT(std::string(parsed.status().message()), testing::HasSubstr(needle));
+  }
 }
 
 TEST(HloTextTest, RootDefaultsToLastInstruction) {
