@@ -7,7 +7,7 @@ PACKAGES=(
   # Toolchain.
   g++ cmake make ccache git pkg-config
   # Libraries (found by CMake through find_package).
-  libabsl-dev libeigen3-dev libtbb-dev libzmq3-dev cppzmq-dev nlohmann-json3-dev libcli11-dev
+  libabsl-dev libeigen3-dev libtbb-dev libzmq3-dev cppzmq-dev libsodium-dev nlohmann-json3-dev libcli11-dev
   zlib1g-dev
   # oneDNN: the executor's f32 GEMMs (its CMake package also needs the OpenCL headers, which
   # libdnnl-dev pulls in).

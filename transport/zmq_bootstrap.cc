@@ -49,17 +49,31 @@ class BootstrapCoordinator::Impl {
   }
 
   absl::Status Bind(const std::string& address) {
+    std::optional<internal::CurveKeyPair> keys;
+    if (!job_token_.empty()) {
+      TESSEL_ASSIGN_OR_RETURN(
+          keys, internal::BootstrapKeys(job_token_, internal::BootstrapSide::kCoordinator));
+      TESSEL_ASSIGN_OR_RETURN(internal::CurveKeyPair host,
+                              internal::BootstrapKeys(job_token_, internal::BootstrapSide::kHost));
+      zap_policy_.curve_keys = {internal::DecodeCurveKey(host.public_z85)};
+    }
     try {
-      if (!job_token_.empty()) {
-        // Bound before the router: its PLAIN handshakes ask this handler (AnswerZapRequests).
+      if (keys) {
+        // Bound before the router: its CURVE handshakes ask this handler (AnswerZapRequests),
+        // which admits only the hosts' key; without a handler libzmq would admit any key.
         zap_ = zmq::socket_t(context_, zmq::socket_type::rep);
         zap_.set(zmq::sockopt::linger, 0);
         zap_.bind(internal::kZapEndpoint);
       }
       router_ = zmq::socket_t(context_, zmq::socket_type::router);
       router_.set(zmq::sockopt::linger, 1000);
-      internal::ConfigureListener(router_, address, /*plain=*/!job_token_.empty(),
+      internal::ConfigureListener(router_, address, /*plain=*/false,
                                   internal::kMaxRegistrationFrameBytes);
+      if (keys) {
+        router_.set(zmq::sockopt::curve_server, 1);
+        router_.set(zmq::sockopt::curve_secretkey, keys->secret_z85);
+        router_.set(zmq::sockopt::zap_domain, "tessel");
+      }
       router_.bind(address);
       address_ = router_.get(zmq::sockopt::last_endpoint);
     } catch (const zmq::error_t& e) {
@@ -132,9 +146,8 @@ class BootstrapCoordinator::Impl {
                                 {zap_.handle(), 0, ZMQ_POLLIN, 0}};
     zmq::poll(items, zap_.handle() != nullptr ? 2 : 1, timeout);
     if (zap_.handle() != nullptr && (items[1].revents & ZMQ_POLLIN)) {
-      refused_ += internal::AnswerZapRequests(zap_, internal::ZapPolicy{job_token_, {}},
-                                              absl::StrCat("bootstrap coordinator at ", address_),
-                                              &logged_);
+      refused_ += internal::AnswerZapRequests(
+          zap_, zap_policy_, absl::StrCat("bootstrap coordinator at ", address_), &logged_);
     }
   }
 
@@ -216,8 +229,9 @@ class BootstrapCoordinator::Impl {
                                        Registrations& registered, int64_t* count) {
     const std::string curve_key = fields.size() == 3 ? fields[2] : "";
     const int64_t rank = header.src_host;
-    const int64_t hosts = static_cast<int64_t>(header.sequence);
-    if (hosts != num_hosts_) {
+    // Compared and printed as sent (unsigned): a cast would show 2^64 - 1 as -1.
+    const uint64_t hosts = header.sequence;
+    if (hosts != static_cast<uint64_t>(num_hosts_)) {
       return FailJob(registered, identity,
                      absl::FailedPreconditionError(
                          absl::StrCat("host ", rank, " says the job has ", hosts,
@@ -294,7 +308,8 @@ class BootstrapCoordinator::Impl {
   const std::string job_token_;
   const absl::Duration timeout_;
   zmq::context_t context_{1};
-  zmq::socket_t zap_;  // ZAP handler (RFC 27) of the PLAIN handshakes; unbound without a token
+  zmq::socket_t zap_;  // ZAP handler (RFC 27) of the CURVE handshakes; unbound without a token
+  internal::ZapPolicy zap_policy_;  // the hosts' bootstrap key (BootstrapKeys)
   zmq::socket_t router_;
   std::string address_;
   std::atomic<int64_t> refused_{0};
@@ -335,14 +350,26 @@ absl::StatusOr<EndpointTable> RegisterWithCoordinator(
   try {
     zmq::socket_t dealer(context, zmq::socket_type::dealer);
     dealer.set(zmq::sockopt::linger, 0);
-    internal::ConfigureClient(dealer, job_token, internal::MaxTableFrameBytes(num_hosts));
-    // A coordinator that refuses this host's PLAIN handshake (another token, or a token on one
-    // side only) never sees a message from it: the handshake's failure is the answer.
+    internal::ConfigureClient(dealer, "", internal::MaxTableFrameBytes(num_hosts));
+    if (!job_token.empty()) {
+      // The coordinator must prove it holds the token (its key pair derives from it) before
+      // the registration, which carries the token, leaves this host: a process that bound the
+      // address first cannot complete the handshake and receives nothing.
+      TESSEL_ASSIGN_OR_RETURN(internal::CurveKeyPair coordinator,
+                              BootstrapKeys(job_token, BootstrapSide::kCoordinator));
+      TESSEL_ASSIGN_OR_RETURN(internal::CurveKeyPair host,
+                              BootstrapKeys(job_token, BootstrapSide::kHost));
+      dealer.set(zmq::sockopt::curve_serverkey, coordinator.public_z85);
+      dealer.set(zmq::sockopt::curve_publickey, host.public_z85);
+      dealer.set(zmq::sockopt::curve_secretkey, host.secret_z85);
+    }
+    // A coordinator that refuses this host's handshake (another token, or a token on one side
+    // only) never sees a message from it: the handshake's failure is the answer.
     const std::string monitor_address =
         absl::StrFormat("inproc://tessel-register-%p", static_cast<void*>(&dealer));
     if (zmq_socket_monitor(dealer.handle(), monitor_address.c_str(),
-                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) !=
-        0) {
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
       throw zmq::error_t();
     }
     zmq::socket_t monitor(context, zmq::socket_type::pair);
@@ -383,11 +410,14 @@ absl::StatusOr<EndpointTable> RegisterWithCoordinator(
         if (event.size() >= 2) std::memcpy(&id, event.data(), 2);
         (void)zmq_socket_monitor(dealer.handle(), nullptr, 0);
         return absl::FailedPreconditionError(absl::StrCat(
-            "host ", rank, ": refused by the bootstrap coordinator at ", coordinator_address, ": ",
+            "host ", rank, ": no authenticated bootstrap with the coordinator at ",
+            coordinator_address, ": ",
             id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
                 ? "job token mismatch (its authentication refused this host's TESSEL_JOB_TOKEN)"
-                : "job token mismatch (one side has a job token and the other none, or it is "
-                  "not a tessel coordinator of this version)"));
+                : "job token mismatch: the process at that address did not prove it holds this "
+                  "host's TESSEL_JOB_TOKEN (another token, a token on one side only, not a "
+                  "tessel coordinator of this version, or another process bound the address "
+                  "first); nothing was sent to it"));
       }
       zmq::message_t header_frame;
       if (!dealer.recv(header_frame, zmq::recv_flags::dontwait)) continue;

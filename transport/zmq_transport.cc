@@ -210,8 +210,10 @@ class ZmqTransport::Impl : public internal::HostLink {
   std::string curve_public_;
   std::string curve_secret_;
   std::unique_ptr<zmq::socket_t> zap_;
-  internal::ZapPolicy zap_policy_;  // the job token; with CURVE the table's public keys
-  zmq::socket_t in_;                // ROUTER, progress thread only once started
+  internal::ZapPolicy zap_policy_;  // DataPassword(token); with CURVE the table's public keys
+  // DataPassword(job token): the PLAIN password and the proof in a hello; "" without a token.
+  const std::string data_password_ = internal::DataPassword(options_.job_token);
+  zmq::socket_t in_;  // ROUTER, progress thread only once started
   std::string endpoint_;
   std::vector<std::unique_ptr<Peer>> peers_;
   // The hello's body: the job token and this host's shared-memory descriptor. Set before the
@@ -306,7 +308,7 @@ absl::Status ZmqTransport::Impl::ConnectPeers(const internal::EndpointTable& tab
       }
       out->set(zmq::sockopt::linger, 0);
       // A peer's ROUTER sends nothing back but a refusal.
-      internal::ConfigureClient(*out, UsesPlain() ? options_.job_token : "",
+      internal::ConfigureClient(*out, UsesPlain() ? data_password_ : "",
                                 internal::kMaxControlBodyBytes + 1024);
       if (options_.curve) {
         out->set(zmq::sockopt::curve_serverkey, table.curve_public_keys[p]);
@@ -343,7 +345,7 @@ absl::Status ZmqTransport::Impl::Start() {
   }
   if (n == 1) return absl::OkStatus();
   const absl::Time deadline = absl::Now() + options_.bootstrap_timeout;
-  zap_policy_.job_token = options_.job_token;
+  zap_policy_.plain_password = data_password_;
   if (options_.curve) {
     char public_z85[41] = {};
     char secret_z85[41] = {};
@@ -384,7 +386,7 @@ absl::Status ZmqTransport::Impl::Start() {
   if (UsesSharedMemory()) CreateSharedMemory();
   // The receiver maps the connection to our rank. Before the progress thread starts: its
   // heartbeats (and an abort) send the hello first where it has not gone yet.
-  hello_body_ = PackStrings({options_.job_token, shm_ != nullptr ? shm_->descriptor() : ""});
+  hello_body_ = PackStrings({data_password_, shm_ != nullptr ? shm_->descriptor() : ""});
   started_ = true;
   progress_ = std::thread([this] { ProgressLoop(); });
   for (int64_t p = 0; p < n; ++p) {
@@ -758,7 +760,7 @@ void ZmqTransport::Impl::HandleHello(std::vector<zmq::message_t>& frames) {
   const std::string identity(FrameText(frames[0]));
   std::vector<std::string> fields;
   if (frames.size() != 3 || !internal::UnpackStrings(FrameText(frames[2]), &fields) ||
-      fields.size() != 2 || !internal::TokensEqual(fields[0], options_.job_token)) {
+      fields.size() != 2 || !internal::TokensEqual(fields[0], data_password_)) {
     Drop(frames[1], "job token mismatch");
     Refuse(identity, absl::StrCat("refused by host ", rank_, ": job token mismatch"));
     return;
@@ -1182,6 +1184,12 @@ absl::StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Create(ZmqOptions op
         absl::StrCat("zmq transport: shared_memory_slots (", options.shared_memory_slots,
                      ") must be in [1, 1024] and shared_memory_min_bytes (",
                      options.shared_memory_min_bytes, ") >= 0"));
+  }
+  if (options.num_hosts > 1 && !options.job_token.empty() && !CurveAvailable()) {
+    return absl::FailedPreconditionError(
+        "zmq transport: a job token authenticates the bootstrap coordinator with CURVE, but the "
+        "linked libzmq was built without it (zmq_has(\"curve\") is false); use a libzmq built "
+        "with libsodium");
   }
   if (options.curve && !CurveAvailable()) {
     return absl::FailedPreconditionError(

@@ -370,40 +370,68 @@ TEST(ZmqTransportTest, WrongJobTokenIsRefused) {
   EXPECT_THAT(job.err(0), HasSubstr("hosts [1] never registered"));
 }
 
-// A peer that holds the job token (it passes the PLAIN handshake and its hello carries the
+// Makes `dealer` a bootstrap client of a job with `token`, as a registering host is.
+void SetBootstrapHostKeys(zmq::socket_t& dealer, const std::string& token) {
+  absl::StatusOr<internal::CurveKeyPair> coordinator =
+      internal::BootstrapKeys(token, internal::BootstrapSide::kCoordinator);
+  absl::StatusOr<internal::CurveKeyPair> host =
+      internal::BootstrapKeys(token, internal::BootstrapSide::kHost);
+  ASSERT_TRUE(coordinator.ok() && host.ok());
+  dealer.set(zmq::sockopt::curve_serverkey, coordinator->public_z85);
+  dealer.set(zmq::sockopt::curve_publickey, host->public_z85);
+  dealer.set(zmq::sockopt::curve_secretkey, host->secret_z85);
+}
+
+// A peer that holds the job token (it passes the CURVE handshake and its hello carries the
 // token) but speaks another protocol version is refused by the coordinator, which also ends the
 // bootstrap of the job with that reason: nothing can work. (Without the token the same hello is
 // only dropped: ZmqTransportStrangerTest.)
-TEST(ZmqTransportTest, PeerOfAnotherProtocolVersionIsRefused) {
+// The coordinator's answer (a refusal's text) to one registration of a job with token "token"
+// and 2 hosts, sent as host 1 with header `h`; the coordinator's own result in `served`.
+std::string RefusalOfRegistration(const internal::WireHeader& h, absl::Status* served) {
   auto coordinator =
       BootstrapCoordinator::Start("tcp://127.0.0.1:*", 2, "token", absl::Seconds(10));
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  EXPECT_TRUE(coordinator.ok()) << coordinator.status();
+  if (!coordinator.ok()) return "";
   zmq::context_t context(1);
   zmq::socket_t dealer(context, zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
-  dealer.set(zmq::sockopt::plain_username, "tessel");
-  dealer.set(zmq::sockopt::plain_password, "token");
+  SetBootstrapHostKeys(dealer, "token");
   dealer.connect((*coordinator)->address());
-  internal::WireHeader h = internal::ControlHeader(internal::MessageType::kHello, 1);
-  h.version = internal::kProtocolVersion + 1;
-  h.sequence = 2;
   dealer.send(internal::HeaderFrame(h), zmq::send_flags::sndmore);
   dealer.send(zmq::buffer(internal::PackStrings({"token", "tcp://127.0.0.1:1"})),
               zmq::send_flags::none);
   zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
-  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(10000)), 1);
+  EXPECT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(10000)), 1);
   zmq::message_t header_frame, body;
-  ASSERT_TRUE(dealer.recv(header_frame));
-  ASSERT_TRUE(dealer.recv(body));
+  if (!dealer.recv(header_frame, zmq::recv_flags::dontwait) || !dealer.recv(body)) return "";
   absl::StatusOr<internal::WireHeader> reply = internal::DecodeHeader(
       static_cast<const std::byte*>(header_frame.data()), header_frame.size());
-  ASSERT_TRUE(reply.ok());
-  EXPECT_EQ(reply->type, internal::MessageType::kRefused);
-  EXPECT_THAT(std::string(internal::FrameText(body)),
+  EXPECT_TRUE(reply.ok() && reply->type == internal::MessageType::kRefused);
+  *served = (*coordinator)->Wait();
+  return std::string(internal::FrameText(body));
+}
+
+TEST(ZmqTransportTest, PeerOfAnotherProtocolVersionIsRefused) {
+  internal::WireHeader h = internal::ControlHeader(internal::MessageType::kHello, 1);
+  h.version = internal::kProtocolVersion + 1;
+  h.sequence = 2;
+  absl::Status served;
+  EXPECT_THAT(RefusalOfRegistration(h, &served),
               HasSubstr(absl::StrCat("peer speaks tessel transport protocol version ",
                                      internal::kProtocolVersion + 1, ", this host speaks version ",
                                      internal::kProtocolVersion)));
-  absl::Status served = (*coordinator)->Wait();
+  EXPECT_EQ(served.code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A token holder's host count is printed as it was sent: 2^64 - 1 read as -1 before.
+TEST(ZmqTransportTest, RegistrationsHostCountIsPrintedAsSent) {
+  internal::WireHeader h = internal::ControlHeader(internal::MessageType::kHello, 1);
+  h.sequence = UINT64_MAX;
+  absl::Status served;
+  EXPECT_THAT(RefusalOfRegistration(h, &served),
+              HasSubstr("host 1 says the job has 18446744073709551615 hosts, the coordinator "
+                        "expects 2"));
   EXPECT_EQ(served.code(), absl::StatusCode::kFailedPrecondition);
 }
 
@@ -614,6 +642,94 @@ TEST(ZmqTransportStrangerTest, TcpJobWithTokenIgnoresStrangers) {
     EXPECT_GT(refused, 0) << job.Report();
     EXPECT_THAT(job.err(r), HasSubstr("unauthenticated peer from 127.0.0.1")) << job.Report();
     EXPECT_THAT(job.err(r), ::testing::Not(HasSubstr("aborted"))) << job.Report();
+  }
+}
+
+// A process without the token that binds the coordinator's address before host 0 (any local
+// user can take a well-known tcp port first) gets nothing: the host's registration, which
+// carries the token, waits for the coordinator to prove it holds the token in the CURVE
+// handshake. Two such processes: a PLAIN server admitting every password (it would have read
+// the token as the password, before) and a CURVE server with a key of its own.
+TEST(ZmqTransportStrangerTest, ProcessThatBoundTheCoordinatorAddressFirstLearnsNothing) {
+  for (const bool curve : {false, true}) {
+    SCOPED_TRACE(curve ? "CURVE server" : "PLAIN server");
+    zmq::context_t context(1);
+    zmq::socket_t zap(context, zmq::socket_type::rep);
+    zap.set(zmq::sockopt::linger, 0);
+    zap.bind(internal::kZapEndpoint);
+    zmq::socket_t fake(context, zmq::socket_type::router);
+    fake.set(zmq::sockopt::linger, 0);
+    if (curve) {
+      char public_z85[41] = {};
+      char secret_z85[41] = {};
+      ASSERT_EQ(zmq_curve_keypair(public_z85, secret_z85), 0);
+      fake.set(zmq::sockopt::curve_server, 1);
+      fake.set(zmq::sockopt::curve_secretkey, secret_z85);
+    } else {
+      fake.set(zmq::sockopt::plain_server, 1);
+    }
+    fake.bind("tcp://127.0.0.1:*");
+    const std::string address = fake.get(zmq::sockopt::last_endpoint);
+    std::atomic<bool> stop{false};
+    std::vector<std::string> credentials;  // every credential frame the fake's ZAP handler saw
+    std::thread admit_all([&] {
+      while (!stop) {
+        zmq::pollitem_t item{zap.handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, std::chrono::milliseconds(20));
+        std::vector<zmq::message_t> frames;
+        zmq::message_t frame;
+        while (zap.recv(frame, zmq::recv_flags::dontwait)) {
+          const bool more = frame.more();
+          frames.push_back(std::move(frame));
+          if (more) continue;
+          for (size_t i = 6; i < frames.size(); ++i) {
+            credentials.emplace_back(internal::FrameText(frames[i]));
+          }
+          const std::vector<std::string> reply = {
+              "1.0", std::string(internal::FrameText(frames[1])), "200", "OK", "", ""};
+          for (size_t i = 0; i < reply.size(); ++i) {
+            (void)zap.send(zmq::buffer(reply[i]),
+                           i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+          }
+          frames.clear();
+        }
+      }
+    });
+    zmq::context_t host_context(1);
+    const absl::Time start = absl::Now();
+    absl::StatusOr<internal::EndpointTable> table =
+        internal::RegisterWithCoordinator(host_context, address, 1, 2, "the-job-token", 0,
+                                          "tcp://127.0.0.1:1", "", absl::Now() + absl::Seconds(10));
+    stop = true;
+    admit_all.join();
+    ASSERT_FALSE(table.ok());
+    EXPECT_THAT(table.status().message(),
+                HasSubstr("did not prove it holds this host's TESSEL_JOB_TOKEN"));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the host waited for its deadline";
+    for (const std::string& credential : credentials) {
+      EXPECT_THAT(credential, ::testing::Not(HasSubstr("the-job-token")));
+    }
+    zmq::message_t message;
+    EXPECT_FALSE(fake.recv(message, zmq::recv_flags::dontwait)) << "the registration reached it";
+  }
+}
+
+// Tokens up to kMaxJobTokenBytes work: only digests of the token travel (a PLAIN password of
+// the token itself is limited to 255 bytes, so 256..1024-byte tokens failed with EINVAL).
+TEST(ZmqTransportTest, LongJobTokenWorks) {
+  const int port = FreeTcpPort();
+  ASSERT_GT(port, 0);
+  Job job;
+  const std::string token(internal::kMaxJobTokenBytes, 't');
+  for (int r = 0; r < 2; ++r) {
+    job.Spawn(
+        r, {"--scenario=loop", "--iterations=3", "--protocol=tcp", "--num_hosts=2",
+            absl::StrCat("--token=", token), absl::StrCat("--coordinator=tcp://127.0.0.1:", port)});
+  }
+  ASSERT_TRUE(job.WaitAll(absl::Seconds(60))) << job.Report();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(job.exit_code(r), 0) << job.Report();
+    EXPECT_THAT(job.out(r), HasSubstr("ok iterations=3")) << job.Report();
   }
 }
 
@@ -1044,7 +1160,7 @@ class ScriptedHost {
   // Accepts the handshakes waiting for this host's ZAP handler (the job token's).
   void AnswerHandshakes() {
     internal::ZapPolicy policy;
-    policy.job_token = token_;
+    policy.plain_password = internal::DataPassword(token_);
     int64_t logged = 0;
     refused_ += internal::AnswerZapRequests(zap_, policy, "scripted host", &logged);
   }
@@ -1092,14 +1208,15 @@ class ScriptedHost {
     if (dealer_ == nullptr) {
       dealer_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
       dealer_->set(zmq::sockopt::linger, 1000);
-      internal::ConfigureClient(*dealer_, token_, 1 << 20);
+      internal::ConfigureClient(*dealer_, internal::DataPassword(token_), 1 << 20);
       dealer_->connect(endpoint);
     }
     (void)dealer_->send(
         internal::HeaderFrame(internal::ControlHeader(type, rank_)),
         type == internal::MessageType::kHello ? zmq::send_flags::sndmore : zmq::send_flags::none);
     if (type == internal::MessageType::kHello) {
-      (void)dealer_->send(zmq::buffer(internal::PackStrings({token_, ""})), zmq::send_flags::none);
+      (void)dealer_->send(zmq::buffer(internal::PackStrings({internal::DataPassword(token_), ""})),
+                          zmq::send_flags::none);
     }
   }
 

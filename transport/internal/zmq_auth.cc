@@ -1,12 +1,17 @@
 #include "tessel/transport/internal/zmq_auth.h"
 
+#include <sodium.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <cstdio>
 
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tessel/transport/internal/zmq_util.h"
 
@@ -14,6 +19,73 @@ namespace tessel::transport::internal {
 
 // Enough to see an attack in the log without letting a flood of connections fill it.
 constexpr int64_t kMaxLoggedRefusals = 5;
+
+namespace {
+
+// BLAKE2b-256 of `label`, a NUL, then `token`: the label keeps the digests of different uses
+// apart, the NUL keeps a label from running into the token.
+std::array<unsigned char, 32> Digest(std::string_view label, std::string_view token) {
+  std::array<unsigned char, 32> out{};
+  crypto_generichash_state state;
+  crypto_generichash_init(&state, nullptr, 0, out.size());
+  crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(label.data()),
+                            label.size());
+  const unsigned char nul = 0;
+  crypto_generichash_update(&state, &nul, 1);
+  crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(token.data()),
+                            token.size());
+  crypto_generichash_final(&state, out.data(), out.size());
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<CurveKeyPair> BootstrapKeys(std::string_view job_token, BootstrapSide side) {
+  if (job_token.empty()) {
+    return absl::InvalidArgumentError("bootstrap keys need a job token");
+  }
+  if (zmq_has("curve") == 0) {
+    return absl::FailedPreconditionError(
+        "a job token authenticates the bootstrap with CURVE, but the linked libzmq was built "
+        "without it (zmq_has(\"curve\") is false); use a libzmq built with libsodium");
+  }
+  if (sodium_init() < 0) return absl::FailedPreconditionError("libsodium failed to initialize");
+  std::array<unsigned char, 32> secret =
+      Digest(side == BootstrapSide::kCoordinator ? "tessel bootstrap coordinator"
+                                                 : "tessel bootstrap host",
+             job_token);
+  char secret_z85[41] = {};
+  char public_z85[41] = {};
+  const bool ok = zmq_z85_encode(secret_z85, secret.data(), secret.size()) != nullptr &&
+                  zmq_curve_public(public_z85, secret_z85) == 0;
+  sodium_memzero(secret.data(), secret.size());
+  if (!ok) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot derive the bootstrap's CURVE keys: ", zmq_strerror(errno)));
+  }
+  return CurveKeyPair{public_z85, secret_z85};
+}
+
+std::string DataPassword(std::string_view job_token) {
+  if (job_token.empty()) return "";
+  // sodium_init only picks the fastest implementation here; the portable one gives the same
+  // digest, so a failure (which leaves it) changes nothing.
+  if (sodium_init() < 0) std::fputs("tessel transport: libsodium failed to initialize\n", stderr);
+  const std::array<unsigned char, 32> digest = Digest("tessel data connection", job_token);
+  std::string hex(2 * digest.size() + 1, '\0');
+  sodium_bin2hex(hex.data(), hex.size(), digest.data(), digest.size());
+  hex.pop_back();  // the terminating NUL
+  return hex;
+}
+
+std::string DecodeCurveKey(const std::string& z85) {
+  std::string key(32, '\0');
+  if (z85.size() != 40 ||
+      zmq_z85_decode(reinterpret_cast<uint8_t*>(key.data()), z85.c_str()) == nullptr) {
+    return "";
+  }
+  return key;
+}
 
 int64_t MaxTableFrameBytes(int64_t num_hosts) {
   // Per host: endpoint and CURVE key, each with its 4-byte length.
@@ -66,8 +138,9 @@ int64_t AnswerZapRequests(zmq::socket_t& zap, const ZapPolicy& policy, const std
     const std::string_view mechanism = frames.size() > 5 ? FrameText(frames[5]) : "";
     std::string why;
     if (mechanism == "PLAIN") {
-      if (frames.size() != 8 || !TokensEqual(FrameText(frames[7]), policy.job_token)) {
-        why = "PLAIN password is not the job token";
+      if (policy.plain_password.empty() || frames.size() != 8 ||
+          !TokensEqual(FrameText(frames[7]), policy.plain_password)) {
+        why = "PLAIN password is not the job token's";
       }
     } else if (mechanism == "CURVE") {
       bool known = false;
