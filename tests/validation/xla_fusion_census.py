@@ -35,7 +35,10 @@ flops, bytes, roofline seconds, compute seconds and memory-bound seconds (ops wh
 is the larger), for the whole step ("classes"), for each while loop of the entry ("loops") and,
 with --layers N (or the configuration's "layers"), per layer ("per_layer": the loops of trip
 count N, the scans over the layers, divided by N; XLA may unroll a short scan, then there is
-none). docs/simulator.md ("Validation against published runs") has what it showed.
+none). With "slices": N in the configuration (several slices over DCN) it also prints
+"dcn_transfers": XLA:TPU's cross-slice collectives (Megascale host transfers) per computation,
+their bytes, and the compute the schedule puts between each one's start and finish.
+docs/simulator.md ("Validation against published runs") has what it showed.
 
   python3 tests/validation/xla_fusion_census.py --preset configs/v5e-256.json '{"topology":
       "v5e:16x16", "fsdp": 256, "tensor": 1, "batch": 1536, "seq": 2048, "d": 4096,
@@ -358,6 +361,53 @@ def census(comps, entry, peak, e_dot, bandwidth):
             "loops": [dict(l, classes=plain(l["classes"])) for l in loops]}
 
 
+def dcn_transfers(comps, entry, peak, e_dot, bandwidth):
+    """XLA:TPU's cross-slice collectives: each is a host transfer to the Megascale runtime, a
+    `send` with _xla_megascale_transfer_type and a `recv` of the same rendezvous, finished by
+    the recv's `recv-done`. Per computation holding them (the entry, or a while body with its
+    trip count): how many, the bytes sent per run, and the roofline seconds of the ops the
+    schedule puts between a send and its recv-done (the compute that can hide the transfer;
+    the smallest over the computation's transfers)."""
+    trips = {}
+    for name, instrs in comps.items():
+        for ins in instrs:
+            if ins["op"] == "while":
+                body = called(ins, "body")
+                trips[body] = trip_count(comps, called(ins, "condition"), body)
+    out = []
+    for name, instrs in comps.items():
+        table = {i["name"]: i for i in instrs}
+        position = {i["name"]: k for k, i in enumerate(instrs)}
+        rendezvous = lambda i: (re.search(r'_xla_host_transfer_rendezvous="([^"]+)"', i["attrs"])
+                                or [None, None])[1]
+        sends = {rendezvous(i): i for i in instrs
+                 if i["op"] == "send" and "_xla_megascale_transfer_type" in i["attrs"]}
+        if not sends:
+            continue
+        recvs = {rendezvous(i): i["name"] for i in instrs if i["op"] == "recv"}
+        done = {i["operands"][0]: i["name"] for i in instrs if i["op"] == "recv-done"}
+        windows, nbytes = [], 0
+        for key, send in sends.items():
+            nbytes += shape_bytes(table[send["operands"][0]]["shape"])
+            finish = done.get(recvs.get(key))
+            if finish is None:
+                continue
+            window = 0.0
+            for ins in instrs[position[send["name"]] + 1:position[finish]]:
+                if ins["op"] in FREE or ins["op"] == "while":
+                    continue
+                cls, flops = classify(comps, ins)
+                if cls in ("free", "collective"):
+                    continue
+                if flops is None:
+                    flops = conv_flops(ins, table)
+                window += max(flops / (peak * e_dot), op_bytes(comps, ins, table) / bandwidth)
+            windows.append(window)
+        out.append({"computation": name, "trip_count": trips.get(name, 1), "transfers": len(sends),
+                    "bytes": nbytes, "min_window_s": min(windows) if windows else None})
+    return out
+
+
 def add(a, times, flops, nbytes, t_c, t_m):
     """Adds one op, run `times` times, to a class's totals."""
     a["count"] += times
@@ -393,6 +443,9 @@ def main():
     bandwidth = spec["hbm_bandwidth_gbytes_per_s"] * 1e9
     comps, entry = parse_module(text)
     result = census(comps, entry, peak, e_dot, bandwidth)
+    dcn = dcn_transfers(comps, entry, peak, e_dot, bandwidth)
+    if dcn:
+        result["dcn_transfers"] = dcn
     layers = args.layers or (json.loads(args.config)["layers"] if args.config else None)
     if layers:
         per_layer = defaultdict(lambda: defaultdict(float))

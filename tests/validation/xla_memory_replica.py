@@ -17,7 +17,8 @@ embedding, a scan over the layers of RMSNorm, q/k/v/out einsums, the Pallas TPU 
 remat policy (minimal: checkpoint_dots_with_no_batch_dims; minimal_offloaded:
 offload_dot_with_no_batch_dims to pinned_host; full: nothing_saveable), the logits and an f32
 cross entropy; f32 weights and Adam moments donated; weights sharded embed -> fsdp, heads / mlp /
-vocab -> tensor, activations batch -> fsdp, heads / mlp / embed -> tensor (base.yml's logical
+vocab -> tensor, activations batch -> fsdp (and "data" across slices with "slices": N, the
+topology N times over DCN), heads / mlp / embed -> tensor (base.yml's logical
 axis rules). Rotary embeddings and the optimizer's bias correction are left out (elementwise).
 build(cfg) returns the lowered step (xla_fusion_census.py compiles it and walks its HLO).
 """
@@ -32,25 +33,35 @@ from jax.experimental.pallas.ops.tpu import flash_attention as fa
 def build(cfg):
     """The lowered step for cfg (the keys of the example above; "tensor" may be 1). Returns
     (jax.stages.Lowered, mesh)."""
-    topo = topologies.get_topology_desc(platform="tpu", topology_name=cfg["topology"])
+    # "slices" > 1: that many copies of the topology joined by DCN (Megascale), the batch split
+    # over them too (MaxText's dcn_data_parallelism: a "data" axis across slices).
+    slices = cfg.get("slices", 1)
+    topo = topologies.get_topology_desc(platform="tpu", topology_name=cfg["topology"],
+                                        **({"num_slices": slices} if slices > 1 else {}))
     import numpy as np
-    devs = np.array(topo.devices).reshape(cfg["fsdp"], cfg["tensor"])
-    mesh = Mesh(devs, ("fsdp", "tensor"))
+    if slices > 1:
+        devs = np.array(topo.devices).reshape(slices, cfg["fsdp"], cfg["tensor"])
+        mesh = Mesh(devs, ("data", "fsdp", "tensor"))
+        BATCH = ("data", "fsdp")
+    else:
+        devs = np.array(topo.devices).reshape(cfg["fsdp"], cfg["tensor"])
+        mesh = Mesh(devs, ("fsdp", "tensor"))
+        BATCH = "fsdp"
     B, S, D, H, HD, F, L, V = (cfg[k] for k in ("batch", "seq", "d", "heads", "head_dim", "ffn", "layers", "vocab"))
     bf = jnp.bfloat16
     policy = {"minimal": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
               "full": jax.checkpoint_policies.nothing_saveable,
               "minimal_offloaded": jax.checkpoint_policies.offload_dot_with_no_batch_dims("device", "pinned_host")}[cfg["remat"]]
     def c(x, spec): return lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
-    RES = P("fsdp", None, "tensor")  # activation_batch, activation_length, activation_embed
+    RES = P(BATCH, None, "tensor")  # activation_batch, activation_length, activation_embed
     def rms(x, w):
         x32 = x.astype(jnp.float32)
         return (x32 * lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + 1e-6) * w).astype(bf)
     blocks = fa.BlockSizes(block_q=512, block_k_major=512, block_k=512, block_b=1,
                            block_q_major_dkv=512, block_k_major_dkv=512, block_k_dkv=512, block_q_dkv=512,
                            block_k_major_dq=512, block_k_dq=512, block_q_dq=512)
-    @functools.partial(shard_map, mesh=mesh, in_specs=(P("fsdp", "tensor", None, None),) * 3,
-                       out_specs=P("fsdp", "tensor", None, None), check_rep=False)
+    @functools.partial(shard_map, mesh=mesh, in_specs=(P(BATCH, "tensor", None, None),) * 3,
+                       out_specs=P(BATCH, "tensor", None, None), check_rep=False)
     def flash(q, k, v):
         return fa.flash_attention(q, k, v, causal=True, sm_scale=HD ** -0.5, block_sizes=blocks)
     def layer(x, w):
@@ -58,13 +69,13 @@ def build(cfg):
         q = jnp.einsum("bsd,dhk->bshk", a, w["wq"].astype(bf))
         k = jnp.einsum("bsd,dhk->bshk", a, w["wk"].astype(bf))
         v = jnp.einsum("bsd,dhk->bshk", a, w["wv"].astype(bf))
-        q, k, v = (c(t, P("fsdp", None, "tensor", None)) for t in (q, k, v))
+        q, k, v = (c(t, P(BATCH, None, "tensor", None)) for t in (q, k, v))
         o = flash(*(t.transpose(0, 2, 1, 3) for t in (q, k, v))).transpose(0, 2, 1, 3)
         out = c(jnp.einsum("bshk,hkd->bsd", o, w["wo"].astype(bf)), RES)
         x1 = x + out
         m = rms(x1, w["n2"])
-        g = c(jnp.einsum("bsd,df->bsf", m, w["wg"].astype(bf)), P("fsdp", None, "tensor"))
-        u = c(jnp.einsum("bsd,df->bsf", m, w["wu"].astype(bf)), P("fsdp", None, "tensor"))
+        g = c(jnp.einsum("bsd,df->bsf", m, w["wg"].astype(bf)), P(BATCH, None, "tensor"))
+        u = c(jnp.einsum("bsd,df->bsf", m, w["wu"].astype(bf)), P(BATCH, None, "tensor"))
         h = jax.nn.silu(g) * u
         return c(x1 + jnp.einsum("bsf,fd->bsd", h, w["wd"].astype(bf)), RES)
     remat_layer = jax.checkpoint(layer, policy=policy, prevent_cse=False)
@@ -72,7 +83,7 @@ def build(cfg):
         x = c(params["emb"].astype(bf)[tokens], RES)
         x, _ = lax.scan(lambda x, w: (remat_layer(x, w), None), x, params["layers"])
         logits = jnp.einsum("bsd,dv->bsv", rms(x, params["nf"]), params["out"].astype(bf))
-        logits = c(logits, P("fsdp", None, "tensor"))
+        logits = c(logits, P(BATCH, None, "tensor"))
         lp = jax.nn.log_softmax(logits.astype(jnp.float32))
         return -jnp.mean(jnp.take_along_axis(lp, tokens[..., None], -1))
     def step(params, mu, nu, tokens):
@@ -93,7 +104,7 @@ def build(cfg):
     def sds(t): return jax.ShapeDtypeStruct(t[0], jnp.float32, sharding=NamedSharding(mesh, t[1]))
     is_leaf = lambda t: isinstance(t, tuple) and len(t) == 2 and isinstance(t[1], P)
     params = jax.tree.map(sds, shapes, is_leaf=is_leaf)
-    tokens = jax.ShapeDtypeStruct((B, S), jnp.int32, sharding=NamedSharding(mesh, P("fsdp", None)))
+    tokens = jax.ShapeDtypeStruct((B, S), jnp.int32, sharding=NamedSharding(mesh, P(BATCH, None)))
     jitted = jax.jit(step, donate_argnums=(0, 1, 2))
     return jitted.lower(params, params, params, tokens), mesh
 
