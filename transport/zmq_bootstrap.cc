@@ -455,9 +455,10 @@ absl::StatusOr<EndpointTable> RegisterWithCoordinator(
   } catch (const zmq::error_t& e) {
     return ZmqStatus(e, absl::StrCat("host ", rank, ": bootstrap via ", coordinator_address));
   }
-  return absl::DeadlineExceededError(
-      absl::StrCat("host ", rank, ": no endpoint table from the bootstrap coordinator at ",
-                   coordinator_address, " (is it running, and did every host start?)"));
+  return absl::DeadlineExceededError(absl::StrCat(
+      "host ", rank, ": no endpoint table from the bootstrap coordinator at ", coordinator_address,
+      " (is it running, did every host start, or did host 0 already end the bootstrap? "
+      "its error says why)"));
 }
 
 }  // namespace internal
