@@ -14,12 +14,13 @@
 //
 // Bootstrap. Every host binds its data socket first (tcp: port 0, the chosen port read back),
 // then registers {protocol version, job token, rank, host count, device-map fingerprint, data
-// endpoint} with the coordinator. The coordinator is served by host 0 at coordinator_address
+// endpoint} with the coordinator, over a connection on which the coordinator first proves it
+// holds the job token too (below). The coordinator is served by host 0 at coordinator_address
 // unless `external_coordinator` is set (then some other process runs a BootstrapCoordinator
 // there, e.g. a launcher or a test that bound tcp://127.0.0.1:0). Once every rank registered,
 // the coordinator hands the endpoint table to all and exits; hosts then connect to each other
-// directly, exchange a hello carrying the job token on every connection, and Create returns
-// when every connection is up in both directions.
+// directly, exchange a hello carrying a digest of the job token on every connection, and Create
+// returns when every connection is up in both directions.
 //
 // Sockets: each host binds one ROUTER (incoming) and connects one DEALER per peer (outgoing,
 // ZMQ_IMMEDIATE so nothing queues for a peer that is gone). A background progress thread reads
@@ -41,23 +42,24 @@
 // Security (docs/transport.md has the threat model). Trusted: this user's processes, and over
 // tcp only the holders of the job token, which tcp jobs must have. Peers are authenticated
 // before anything they send is read: ipc listeners admit only this user's processes
-// (ZMQ_IPC_FILTER_UID, SO_PEERCRED); with a token every listener is a ZeroMQ PLAIN server that
-// accepts only the token as password; on a connection without a hello carrying the token
-// nothing else is parsed (dropped, counted in refused_connections(), the first few named on
-// stderr with the peer's address). ZMQ_MAXMSGSIZE bounds every frame (internal/zmq_auth.h). The
-// token by itself is not encryption. With ZmqOptions::curve (environment
-// TESSEL_CURVE=1) every host-to-host connection uses ZeroMQ's CURVE mechanism (CurveZMQ, RFC 26:
-// Curve25519 key exchange, every message encrypted and authenticated with XSalsa20-Poly1305):
-// each host generates a fresh keypair in Create (the secret key never leaves the process), sends
-// its public key with its registration, and the endpoint table from the coordinator carries
-// every host's public key. A host's data socket is a CURVE server with its own key and accepts
-// only clients whose public key is in the table (a ZAP handler refuses the rest, counted in
-// refused_connections()); its connections to peers are CURVE clients that require the peer's
-// public key from the table. Trust model: the bootstrap channel itself is not encrypted; it is
-// authenticated only by the job token, so the table (endpoints and public keys) is as
-// trustworthy as the path to the coordinator and the secrecy of the token. Run the coordinator
-// on a trusted network (or host 0's loopback / ipc) for links that leave the machine.
-// docs/transport.md has the details and the cost.
+// (ZMQ_IPC_FILTER_UID, SO_PEERCRED). With a token the bootstrap is a CurveZMQ connection whose
+// key pairs derive from the token (internal/zmq_auth.h BootstrapKeys), so the coordinator and
+// the hosts each prove they hold it before the registration leaves a host, and it travels
+// encrypted: a process that bound the coordinator's address first learns nothing. Every data
+// listener is a ZeroMQ PLAIN server that accepts only DataPassword(token) (a digest; the token
+// itself never travels); on a connection without a hello carrying it nothing else is parsed
+// (dropped, counted in refused_connections(), the first few named on stderr with the peer's
+// address). ZMQ_MAXMSGSIZE bounds every frame (internal/zmq_auth.h). PLAIN is not encryption. With
+// ZmqOptions::curve (environment TESSEL_CURVE=1) every host-to-host connection uses ZeroMQ's CURVE
+// mechanism (CurveZMQ, RFC 26: Curve25519 key exchange, every message encrypted and authenticated
+// with XSalsa20-Poly1305): each host generates a fresh keypair in Create (the secret key never
+// leaves the process), sends its public key with its registration, and the endpoint table from the
+// coordinator carries every host's public key. A host's data socket is a CURVE server with its own
+// key and accepts only clients whose public key is in the table (a ZAP handler refuses the rest,
+// counted in refused_connections()); its connections to peers are CURVE clients that require the
+// peer's public key from the table. The table (endpoints and public keys) comes over the bootstrap
+// connection, authenticated both ways and encrypted by the token's keys, so it is as
+// trustworthy as the secrecy of the token. docs/transport.md has the details and the cost.
 #ifndef TESSEL_TRANSPORT_ZMQ_TRANSPORT_H_
 #define TESSEL_TRANSPORT_ZMQ_TRANSPORT_H_
 
@@ -89,9 +91,10 @@ struct ZmqOptions {
   // False: host 0 binds coordinator_address and serves the bootstrap itself. True: a
   // BootstrapCoordinator runs elsewhere (environment: TESSEL_EXTERNAL_COORDINATOR=1).
   bool external_coordinator = false;
-  // Shared secret (at most 1024 bytes) authenticating every connection: the password of the
-  // PLAIN handshake and the first field of every hello. Empty: TESSEL_JOB_TOKEN (or no token;
-  // then every host must have none, and the job must use ipc).
+  // Shared random secret (at most 1024 bytes) authenticating every connection: the bootstrap's
+  // CURVE keys derive from it, and a digest of it is the data connections' PLAIN password and
+  // the first field of every hello. Empty: TESSEL_JOB_TOKEN (or no token; then every host must
+  // have none, and the job must use ipc).
   std::string job_token;
   // Directory for ipc sockets. Empty: $TMPDIR, else /tmp. Paths are limited to 107 bytes.
   std::string ipc_dir;
@@ -157,10 +160,11 @@ class ZmqTransport : public Communicator {
   // Binds, bootstraps and connects this host (blocks until every host of the job is connected
   // or bootstrap_timeout). Errors: kInvalidArgument (options, device map, missing coordinator
   // address, ipc path too long, a job token over 1024 bytes); kFailedPrecondition (a tcp job of
-  // several hosts without a job token; refused by the coordinator: other protocol version, job
-  // token, host count, duplicate rank or device map; the message says which and names both
-  // values); kDeadlineExceeded (bootstrap timed out: names the missing
-  // hosts when known); kUnavailable (socket errors, e.g. the address is in use).
+  // several hosts without a job token; a job token or curve with a libzmq without CURVE; the
+  // coordinator's address held by a process that cannot prove it holds the token; refused by
+  // the coordinator: other protocol version, job token, host count, duplicate rank or device
+  // map; the message says which and names both values); kDeadlineExceeded (bootstrap timed out:
+  // names the missing hosts when known); kUnavailable (socket errors, e.g. the address is in use).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<ZmqTransport>> Create(ZmqOptions options);
 
   // Says goodbye to every peer (when healthy), waits up to shutdown_timeout for theirs, stops
@@ -169,9 +173,10 @@ class ZmqTransport : public Communicator {
 
   // This host's data endpoint, e.g. "tcp://127.0.0.1:40213".
   const std::string& endpoint() const;
-  // Connections and messages refused so far: handshakes without the job token (PLAIN) or with
-  // a public key not in the job's table (CURVE), hellos with another token, messages on a
-  // connection without a hello; on host 0 also those its bootstrap coordinator refused.
+  // Connections and messages refused so far: handshakes without the job token's password
+  // (PLAIN) or with a public key not in the job's table (CURVE), hellos with another token,
+  // messages on a connection without a hello; on host 0 also those its bootstrap coordinator
+  // refused.
   int64_t refused_connections() const;
   // With curve: this host's CURVE public key, 40 characters of Z85 (ZeroMQ's text encoding of
   // the 32-byte Curve25519 key), as published in the endpoint table. Empty without curve and
@@ -210,10 +215,10 @@ class BootstrapCoordinator {
 
   // The bound address with the real port, to hand to the hosts.
   const std::string& address() const;
-  // Connections and messages refused so far: PLAIN handshakes without the job token, and
-  // messages that are not a registration carrying the token (a stranger's hello, abort or
-  // garbage). They are dropped without affecting the job; the first few are named on stderr
-  // with the peer's address.
+  // Connections and messages refused so far: CURVE handshakes without the key the job token
+  // gives the hosts, and messages that are not a registration carrying the token (a stranger's
+  // hello, abort or garbage). They are dropped without affecting the job; the first few are named
+  // on stderr with the peer's address.
   int64_t refused_connections() const;
   // Blocks until the service ended. OK if every host got the table; otherwise why not.
   [[nodiscard]] absl::Status Wait();

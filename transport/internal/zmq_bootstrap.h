@@ -7,7 +7,9 @@
 //           PackStrings({job_token, data_endpoint, curve_public_key_z85})
 // Reply: kTable with body PackStrings(endpoint of host 0, 1, ...) (no host uses CURVE) or
 // PackStrings(endpoint 0 .. n-1, public key 0 .. n-1) (every host does), or kRefused with the
-// reason. Without CURVE the messages are those of the first protocol-1 release.
+// reason. With a job token the connection is CurveZMQ with key pairs derived from the token
+// (zmq_auth.h BootstrapKeys), so both ends prove they hold it and both messages are encrypted;
+// without a token (ipc only) it is a NULL connection of this user's processes.
 #ifndef TESSEL_TRANSPORT_INTERNAL_ZMQ_BOOTSTRAP_H_
 #define TESSEL_TRANSPORT_INTERNAL_ZMQ_BOOTSTRAP_H_
 
