@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -712,6 +713,49 @@ TEST(ZmqTransportStrangerTest, ProcessThatBoundTheCoordinatorAddressFirstLearnsN
     zmq::message_t message;
     EXPECT_FALSE(fake.recv(message, zmq::recv_flags::dontwait)) << "the registration reached it";
   }
+}
+
+// Connections that never authenticate can use up the coordinator's file descriptors (about
+// 1000 under the usual 1024 limit); registrations then cannot get in, and the timeout says
+// why instead of only blaming the hosts that never registered. Played with this process's
+// descriptor limit lowered and a child process (with the old limit) opening the connections.
+TEST(ZmqTransportStrangerTest, CoordinatorOutOfFileDescriptorsSaysSo) {
+  auto coordinator = BootstrapCoordinator::Start("tcp://127.0.0.1:*", 2, "token", absl::Seconds(2));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  const std::string address = (*coordinator)->address();
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) << address;
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const auto open_now = static_cast<rlim_t>(std::distance(
+      std::filesystem::directory_iterator("/proc/self/fd"), std::filesystem::directory_iterator{}));
+  rlimit low = saved;
+  low.rlim_cur = open_now + 4;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    // Only async-signal-safe calls here (the parent has threads).
+    (void)setrlimit(RLIMIT_NOFILE, &saved);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(port));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < 64; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      if (fd >= 0) (void)connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+    }
+    sleep(4);
+    _exit(0);
+  }
+  absl::Status served = (*coordinator)->Wait();
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_GT(child, 0);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(served.code(), absl::StatusCode::kDeadlineExceeded) << served;
+  EXPECT_THAT(served.message(), HasSubstr("hosts [0,1] never registered; accepting connections "
+                                          "failed"));
+  EXPECT_THAT(served.message(), HasSubstr("Too many open files")) << served;
 }
 
 // Tokens up to kMaxJobTokenBytes work: only digests of the token travel (a PLAIN password of
