@@ -1,13 +1,16 @@
 // BootstrapCoordinator and the host's registration with it.
 #include "tessel/transport/internal/zmq_bootstrap.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -41,8 +44,6 @@ class BootstrapCoordinator::Impl {
 
   ~Impl() {
     if (thread_.joinable()) thread_.join();
-    if (router_.handle() != nullptr) (void)zmq_socket_monitor(router_.handle(), nullptr, 0);
-    monitor_.close();
     router_.close();
     zap_.close();  // an open socket would block the context's termination
     context_.close();
@@ -78,18 +79,6 @@ class BootstrapCoordinator::Impl {
       }
       router_.bind(address);
       address_ = router_.get(zmq::sockopt::last_endpoint);
-      // Accept failures (the process out of file descriptors, as ~1000 connections that never
-      // finish a handshake make it under a 1024 limit) are counted for the timeout's message:
-      // otherwise it only blames the hosts whose registrations could not get in.
-      const std::string monitor_address =
-          absl::StrFormat("inproc://tessel-coordinator-%p", static_cast<void*>(this));
-      if (zmq_socket_monitor(router_.handle(), monitor_address.c_str(), ZMQ_EVENT_ACCEPT_FAILED) !=
-          0) {
-        throw zmq::error_t();
-      }
-      monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
-      monitor_.set(zmq::sockopt::linger, 0);
-      monitor_.connect(monitor_address);
     } catch (const zmq::error_t& e) {
       return internal::ZmqStatus(e, absl::StrCat("bootstrap coordinator: cannot bind ", address));
     }
@@ -156,23 +145,10 @@ class BootstrapCoordinator::Impl {
 
   // Waits up to `timeout` for a message, answering the PLAIN handshakes' ZAP requests meanwhile.
   void Poll(std::chrono::milliseconds timeout) {
-    zmq::pollitem_t items[3] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
-                                {monitor_.handle(), 0, ZMQ_POLLIN, 0},
+    zmq::pollitem_t items[2] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                 {zap_.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, zap_.handle() != nullptr ? 3 : 2, timeout);
-    zmq::message_t event;
-    while (monitor_.recv(event, zmq::recv_flags::dontwait)) {
-      // An event is [uint16 id, uint32 value (errno here)] then the endpoint frame.
-      if (event.size() >= 6) {
-        int32_t value = 0;
-        std::memcpy(&value, static_cast<const char*>(event.data()) + 2, sizeof(value));
-        accept_errno_ = value;
-        ++accept_failures_;
-      }
-      zmq::message_t endpoint;
-      if (event.more()) (void)monitor_.recv(endpoint, zmq::recv_flags::none);
-    }
-    if (zap_.handle() != nullptr && (items[2].revents & ZMQ_POLLIN)) {
+    zmq::poll(items, zap_.handle() != nullptr ? 2 : 1, timeout);
+    if (zap_.handle() != nullptr && (items[1].revents & ZMQ_POLLIN)) {
       refused_ += internal::AnswerZapRequests(
           zap_, zap_policy_, absl::StrCat("bootstrap coordinator at ", address_), &logged_);
     }
@@ -309,6 +285,26 @@ class BootstrapCoordinator::Impl {
     return absl::OkStatus();
   }
 
+  // "" or, when this process is (nearly) out of file descriptors, a clause saying so: about
+  // 1000 connections that never finish a handshake use up a 1024 limit, and registrations then
+  // cannot get in, which the timeout alone would blame on the hosts.
+  static std::string DescriptorShortage() {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return "";
+    std::error_code error;
+    int64_t open = 0;
+    for (std::filesystem::directory_iterator it("/proc/self/fd", error), end; !error && it != end;
+         it.increment(error)) {
+      ++open;
+    }
+    if (error == std::errc::too_many_files_open) open = static_cast<int64_t>(limit.rlim_cur);
+    if (error && open < static_cast<int64_t>(limit.rlim_cur)) return "";
+    if (open + 16 < static_cast<int64_t>(limit.rlim_cur)) return "";
+    return absl::StrCat("; this process has ", open, " of its ", limit.rlim_cur,
+                        " file descriptors open: connections that never finish a handshake may "
+                        "have used them up, so registrations could not get in");
+  }
+
   absl::Status Serve() {
     const absl::Time deadline = absl::Now() + timeout_;
     Registrations registered(num_hosts_);
@@ -328,13 +324,7 @@ class BootstrapCoordinator::Impl {
     return FailJob(registered, "",
                    absl::DeadlineExceededError(absl::StrCat(
                        "bootstrap timed out after ", absl::FormatDuration(timeout_), ": hosts [",
-                       absl::StrJoin(missing, ","), "] never registered",
-                       accept_failures_ == 0
-                           ? ""
-                           : absl::StrCat("; accepting connections failed ", accept_failures_,
-                                          " times (", std::strerror(accept_errno_),
-                                          "): out of file descriptors? many connections that "
-                                          "never finish a handshake use them up"))));
+                       absl::StrJoin(missing, ","), "] never registered", DescriptorShortage())));
   }
 
   const int64_t num_hosts_;
@@ -344,9 +334,6 @@ class BootstrapCoordinator::Impl {
   zmq::socket_t zap_;  // ZAP handler (RFC 27) of the CURVE handshakes; unbound without a token
   internal::ZapPolicy zap_policy_;  // the hosts' bootstrap key (BootstrapKeys)
   zmq::socket_t router_;
-  zmq::socket_t monitor_;  // the router's accept failures (serving thread)
-  int64_t accept_failures_ = 0;
-  int accept_errno_ = 0;
   std::string address_;
   std::atomic<int64_t> refused_{0};
   int64_t logged_ = 0;  // serving thread: refusals printed on stderr
