@@ -41,11 +41,12 @@ absl::StatusOr<ShardedTensor> ShardedTensor::Create(const Shape& global_shape,
   t.sharding_ = sharding;
   // One local shape for every device (SPMD): ceil(dim / tiles), as LocalShape in the
   // partitioner computes it, so Split's pieces match the partitioned program's parameters.
+  // Written without dim + tiles - 1, which wraps for a dim near 2^63 (Python's shard() aborted).
   const int64_t rank = global_shape.rank();
   std::vector<int64_t> local_dims(rank);
   for (int64_t d = 0; d < rank; ++d) {
     const int64_t tiles = sharding.num_tiles(d);
-    local_dims[d] = (global_shape.dim(d) + tiles - 1) / tiles;
+    local_dims[d] = global_shape.dim(d) / tiles + (global_shape.dim(d) % tiles != 0 ? 1 : 0);
   }
   t.local_shape_ = Shape(global_shape.dtype(), local_dims);
 
@@ -66,8 +67,10 @@ absl::StatusOr<ShardedTensor> ShardedTensor::Create(const Shape& global_shape,
       shard.tile_index.assign(full.begin(), full.begin() + rank);
       for (int64_t d = 0; d < rank; ++d) {
         const int64_t dim = global_shape.dim(d);
-        shard.index.emplace_back(std::min(full[d] * local_dims[d], dim),
-                                 std::min((full[d] + 1) * local_dims[d], dim));
+        const int64_t s = local_dims[d];
+        // min(k * s, dim), with k * s not formed when it exceeds dim (it could wrap near 2^63).
+        auto bound = [&](int64_t k) { return s == 0 || k > dim / s ? dim : k * s; };
+        shard.index.emplace_back(bound(full[d]), bound(full[d] + 1));
       }
       // Replication groups are sorted (PartialTile), so replica 0 of every tile is its lowest
       // device id: the copy Assemble reads.

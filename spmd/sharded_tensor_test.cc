@@ -1,5 +1,6 @@
 #include "tessel/spmd/sharded_tensor.h"
 
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -61,6 +62,15 @@ TEST(ShardedTensorTest, UnevenThreeTimesPlusOne) {
   EXPECT_THAT(t.shards()[3].index, ElementsAre(Pair(12, 13), Pair(0, 2)));
   Literal x = Arange({13, 2});
   EXPECT_EQ(*t.Assemble(*t.Split(x)), x);
+}
+
+// A dim near 2^63: ceil(dim / tiles) without computing dim + tiles - 1, which wrapped to a
+// negative local dim and aborted in Shape's check (reached from Python's tessel.shard).
+TEST(ShardedTensorTest, DimNearInt64MaxDoesNotWrap) {
+  constexpr int64_t kDim = std::numeric_limits<int64_t>::max();
+  ShardedTensor t = Make({kDim}, "{devices=[3]0,1,2}", 3);
+  EXPECT_EQ(t.local_shape().dim(0), kDim / 3 + 1);
+  EXPECT_THAT(t.shards()[2].index, ElementsAre(Pair(2 * (kDim / 3 + 1), kDim)));
 }
 
 TEST(ShardedTensorTest, PartialReplicationReplicaIds) {
