@@ -48,4 +48,49 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ReadInputFile(const std::string& path, std::string_view what,
+                                          int64_t max_bytes) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {
+      return absl::NotFoundError(absl::StrFormat("%s: no such file", path));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: cannot open for reading: %s", path, std::strerror(errno)));
+  }
+  if (S_ISDIR(info.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: is a directory, not a %s", path, what));
+  }
+  // Checked before opening: opening a FIFO with no writer blocks, and a device may never end.
+  if (!S_ISREG(info.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: is not a regular file (a FIFO, device or socket), not a %s", path, what));
+  }
+  if (info.st_size > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %d bytes, more than the %d a %s may have", path, info.st_size, max_bytes, what));
+  }
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: cannot open for reading: %s", path, std::strerror(errno)));
+  }
+  // Read to the end, not to st_size: the file may have grown since stat (still bounded).
+  std::string text;
+  char buffer[1 << 16];
+  size_t got = 0;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0) {
+    text.append(buffer, got);
+    if (static_cast<int64_t>(text.size()) > max_bytes) break;
+  }
+  const bool failed = std::ferror(file) != 0;
+  std::fclose(file);
+  if (failed) return absl::InvalidArgumentError(absl::StrFormat("%s: read error", path));
+  if (static_cast<int64_t>(text.size()) > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: more than the %d bytes a %s may have", path, max_bytes, what));
+  }
+  return text;
+}
+
 }  // namespace tessel

@@ -6,10 +6,12 @@
 #ifndef TESSEL_CORE_FILE_UTIL_H_
 #define TESSEL_CORE_FILE_UTIL_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace tessel {
 
@@ -22,6 +24,16 @@ namespace tessel {
 // exist or is not writable, the disk is full, or the rename fails.
 [[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view contents,
                                                std::string_view what = "file");
+
+// The whole of the input file `path`, as bytes. Only a regular file is read: a FIFO would block
+// forever and /dev/zero never ends; and at most `max_bytes` of it. `what` names the file in
+// errors ("JSON file", "HLO file").
+// Errors: kNotFound "<path>: no such file"; kInvalidArgument "<path>: is a directory, not a
+// <what>", "<path>: is not a regular file (a FIFO, device or socket), not a <what>", "<path>:
+// N bytes, more than the M a <what> may have", "<path>: cannot open for reading: <reason>",
+// "<path>: read error".
+[[nodiscard]] absl::StatusOr<std::string> ReadInputFile(const std::string& path,
+                                                        std::string_view what, int64_t max_bytes);
 
 }  // namespace tessel
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tessel/core/collective_device_list.h"
+#include "tessel/core/file_util.h"
 #include "tessel/core/window.h"
 
 namespace tessel {
@@ -448,11 +449,14 @@ std::string PrintHloModule(const Graph& graph) {
 }
 
 absl::StatusOr<std::unique_ptr<Graph>> ParseHloFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open the file"));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloModule(text.str());
+  // Large real modules are tens of MB; the lexer needs about 25 bytes a token on top.
+  constexpr int64_t kMaxHloFileBytes = int64_t{1} << 30;
+  absl::StatusOr<std::string> text = ReadInputFile(path, "HLO file", kMaxHloFileBytes);
+  if (absl::IsNotFound(text.status())) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open the file"));
+  }
+  if (!text.ok()) return text.status();
+  absl::StatusOr<std::unique_ptr<Graph>> graph = ParseHloModule(*text);
   if (!graph.ok()) {
     return absl::Status(graph.status().code(), absl::StrCat(path, ": ", graph.status().message()));
   }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "tessel/core/config_json.h"
+#include "tessel/core/file_util.h"
 #include "tessel/core/status_macros.h"
 
 namespace tessel::nn {
@@ -194,11 +195,14 @@ absl::StatusOr<ModelFile> ParseModelConfig(std::string_view json_text, std::stri
 }
 
 absl::StatusOr<ModelFile> LoadModelConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read model config \"", path, "\""));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseModelConfig(text.str(), path);
+  // A model file is a few hundred bytes; 16 MiB is far beyond any.
+  constexpr int64_t kMaxModelFileBytes = int64_t{16} << 20;
+  absl::StatusOr<std::string> text = ReadInputFile(path, "model config", kMaxModelFileBytes);
+  if (absl::IsNotFound(text.status())) {
+    return absl::NotFoundError(absl::StrCat("cannot read model config \"", path, "\""));
+  }
+  if (!text.ok()) return text.status();
+  return ParseModelConfig(*text, path);
 }
 
 }  // namespace tessel::nn

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "tessel/core/file_util.h"
 #include "tessel/core/status_macros.h"
 
 namespace tessel::tools {
@@ -115,10 +116,9 @@ absl::StatusOr<mesh::Topology> LoadSlices(const std::string& path, int64_t num_s
         "--num-slices ", num_slices, ": ", num_slices, " copies of ", path, " (", one.num_devices(),
         " devices each) exceed the limit of ", mesh::kMaxDevices, " devices"));
   }
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  // Read again as LoadTopology read it (a regular file of bounded size, just parsed).
+  TESSEL_ASSIGN_OR_RETURN(std::string text, ReadInputFile(path, "JSON file", int64_t{64} << 20));
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.contains("slices") || !json["slices"].is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read its slices"));
   }

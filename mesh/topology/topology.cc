@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "tessel/core/config_json.h"
+#include "tessel/core/file_util.h"
 #include "tessel/core/status_macros.h"
 
 namespace tessel::mesh {
@@ -889,28 +890,11 @@ absl::StatusOr<Topology> ParseTopology(std::string_view json_text, std::string_v
 }
 
 absl::StatusOr<Topology> LoadTopology(const std::string& path) {
-  // The error_code overloads never throw. kNotFound only when the file is known to be absent;
-  // when existence cannot be determined (e.g. no permission on a directory), opening below
-  // fails with kInvalidArgument.
-  std::error_code error;
-  const bool exists = std::filesystem::exists(path, error);
-  if (!exists && !error) {
-    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-  }
-  // Checked explicitly: on Linux an ifstream opens a directory without error and only fails
-  // on reading, which would give a vague message.
-  if (std::filesystem::is_directory(path, error)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a JSON file"));
-  }
-  // Binary: the bytes reach the parser unchanged, so its byte offsets match the file.
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open for reading"));
-  }
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (file.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": read error"));
-  return ParseTopology(text.str(), path);
+  // A topology is a few KiB; 64 MiB leaves room for hand-written coordinate lists.
+  constexpr int64_t kMaxTopologyFileBytes = int64_t{64} << 20;
+  TESSEL_ASSIGN_OR_RETURN(std::string text,
+                          ReadInputFile(path, "JSON file", kMaxTopologyFileBytes));
+  return ParseTopology(text, path);
 }
 
 absl::StatusOr<Topology> MakeUniformTopology(int64_t num_slices,
