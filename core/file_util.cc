@@ -59,16 +59,16 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& path, std::string_v
         absl::StrFormat("%s: cannot open for reading: %s", path, std::strerror(errno)));
   }
   if (S_ISDIR(info.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: is a directory, not a %s", path, what));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: is a directory, not %s", path, what));
   }
   // Checked before opening: opening a FIFO with no writer blocks, and a device may never end.
   if (!S_ISREG(info.st_mode)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: is not a regular file (a FIFO, device or socket), not a %s", path, what));
+        "%s: is not a regular file (a FIFO, device or socket), not %s", path, what));
   }
   if (info.st_size > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %d bytes, more than the %d a %s may have", path, info.st_size, max_bytes, what));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: %d bytes, more than the %d %s may have",
+                                                      path, info.st_size, max_bytes, what));
   }
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) {
@@ -88,7 +88,7 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& path, std::string_v
   if (failed) return absl::InvalidArgumentError(absl::StrFormat("%s: read error", path));
   if (static_cast<int64_t>(text.size()) > max_bytes) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: more than the %d bytes a %s may have", path, max_bytes, what));
+        absl::StrFormat("%s: more than the %d bytes %s may have", path, max_bytes, what));
   }
   return text;
 }

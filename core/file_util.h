@@ -27,10 +27,10 @@ namespace tessel {
 
 // The whole of the input file `path`, as bytes. Only a regular file is read: a FIFO would block
 // forever and /dev/zero never ends; and at most `max_bytes` of it. `what` names the file in
-// errors ("JSON file", "HLO file").
-// Errors: kNotFound "<path>: no such file"; kInvalidArgument "<path>: is a directory, not a
-// <what>", "<path>: is not a regular file (a FIFO, device or socket), not a <what>", "<path>:
-// N bytes, more than the M a <what> may have", "<path>: cannot open for reading: <reason>",
+// errors, with its article ("a JSON file", "an HLO file").
+// Errors: kNotFound "<path>: no such file"; kInvalidArgument "<path>: is a directory, not
+// <what>", "<path>: is not a regular file (a FIFO, device or socket), not <what>", "<path>:
+// N bytes, more than the M <what> may have", "<path>: cannot open for reading: <reason>",
 // "<path>: read error".
 [[nodiscard]] absl::StatusOr<std::string> ReadInputFile(const std::string& path,
                                                         std::string_view what, int64_t max_bytes);

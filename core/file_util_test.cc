@@ -87,20 +87,20 @@ TEST_F(FileUtilTest, KillDuringWritesNeverLeavesATornFile) {
 TEST_F(FileUtilTest, ReadsRegularFilesOnlyAndBoundsTheirSize) {
   const std::string path = dir_ + "/in.json";
   { std::ofstream(path) << "{\"a\": 1}"; }
-  absl::StatusOr<std::string> text = ReadInputFile(path, "JSON file", 1024);
+  absl::StatusOr<std::string> text = ReadInputFile(path, "a JSON file", 1024);
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(*text, "{\"a\": 1}");
-  EXPECT_THAT(ReadInputFile(path, "JSON file", 4).status().message(),
+  EXPECT_THAT(ReadInputFile(path, "a JSON file", 4).status().message(),
               ::testing::HasSubstr("in.json: 8 bytes, more than the 4 a JSON file may have"));
   const std::string fifo = dir_ + "/fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  EXPECT_EQ(ReadInputFile(fifo, "JSON file", 1024).status().message(),
+  EXPECT_EQ(ReadInputFile(fifo, "a JSON file", 1024).status().message(),
             fifo + ": is not a regular file (a FIFO, device or socket), not a JSON file");
-  EXPECT_EQ(ReadInputFile("/dev/zero", "HLO file", 1024).status().code(),
+  EXPECT_EQ(ReadInputFile("/dev/zero", "an HLO file", 1024).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ReadInputFile(dir_, "JSON file", 1024).status().message(),
+  EXPECT_EQ(ReadInputFile(dir_, "a JSON file", 1024).status().message(),
             dir_ + ": is a directory, not a JSON file");
-  EXPECT_EQ(ReadInputFile(dir_ + "/missing", "JSON file", 1024).status().code(),
+  EXPECT_EQ(ReadInputFile(dir_ + "/missing", "a JSON file", 1024).status().code(),
             absl::StatusCode::kNotFound);
 }
 

@@ -451,7 +451,7 @@ std::string PrintHloModule(const Graph& graph) {
 absl::StatusOr<std::unique_ptr<Graph>> ParseHloFile(const std::string& path) {
   // Large real modules are tens of MB; the lexer needs about 25 bytes a token on top.
   constexpr int64_t kMaxHloFileBytes = int64_t{1} << 30;
-  absl::StatusOr<std::string> text = ReadInputFile(path, "HLO file", kMaxHloFileBytes);
+  absl::StatusOr<std::string> text = ReadInputFile(path, "an HLO file", kMaxHloFileBytes);
   if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot open the file"));
   }

@@ -197,7 +197,7 @@ absl::StatusOr<ModelFile> ParseModelConfig(std::string_view json_text, std::stri
 absl::StatusOr<ModelFile> LoadModelConfig(const std::string& path) {
   // A model file is a few hundred bytes; 16 MiB is far beyond any.
   constexpr int64_t kMaxModelFileBytes = int64_t{16} << 20;
-  absl::StatusOr<std::string> text = ReadInputFile(path, "model config", kMaxModelFileBytes);
+  absl::StatusOr<std::string> text = ReadInputFile(path, "a model config", kMaxModelFileBytes);
   if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError(absl::StrCat("cannot read model config \"", path, "\""));
   }

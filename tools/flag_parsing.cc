@@ -117,7 +117,7 @@ absl::StatusOr<mesh::Topology> LoadSlices(const std::string& path, int64_t num_s
         " devices each) exceed the limit of ", mesh::kMaxDevices, " devices"));
   }
   // Read again as LoadTopology read it (a regular file of bounded size, just parsed).
-  TESSEL_ASSIGN_OR_RETURN(std::string text, ReadInputFile(path, "JSON file", int64_t{64} << 20));
+  TESSEL_ASSIGN_OR_RETURN(std::string text, ReadInputFile(path, "a JSON file", int64_t{64} << 20));
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.contains("slices") || !json["slices"].is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read its slices"));

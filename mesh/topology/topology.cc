@@ -893,7 +893,7 @@ absl::StatusOr<Topology> LoadTopology(const std::string& path) {
   // A topology is a few KiB; 64 MiB leaves room for hand-written coordinate lists.
   constexpr int64_t kMaxTopologyFileBytes = int64_t{64} << 20;
   TESSEL_ASSIGN_OR_RETURN(std::string text,
-                          ReadInputFile(path, "JSON file", kMaxTopologyFileBytes));
+                          ReadInputFile(path, "a JSON file", kMaxTopologyFileBytes));
   return ParseTopology(text, path);
 }
 
