@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -46,21 +47,38 @@ namespace {
 // ValueError as the package documents; a missing file keeps its own Python type; everything
 // else (internal errors, timeouts) is a RuntimeError.
 [[noreturn]] void ThrowStatus(const absl::Status& status) {
-  const std::string message(status.message());
+  PyObject* type = PyExc_RuntimeError;
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kAlreadyExists:
-      throw py::value_error(message);
+      type = PyExc_ValueError;
+      break;
     case absl::StatusCode::kNotFound:
-      PyErr_SetString(PyExc_FileNotFoundError, message.c_str());
-      throw py::error_already_set();
+      type = PyExc_FileNotFoundError;
+      break;
     case absl::StatusCode::kUnimplemented:
-      PyErr_SetString(PyExc_NotImplementedError, message.c_str());
-      throw py::error_already_set();
+      type = PyExc_NotImplementedError;
+      break;
     default:
-      throw std::runtime_error(message);
+      break;
+  }
+  // A message may quote bytes of the user's input that are not UTF-8 (one byte of a multi-byte
+  // character): decoded strictly, the message itself was lost in a UnicodeDecodeError.
+  const std::string message(status.message());
+  PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()),
+                                        "backslashreplace");
+  if (text == nullptr) throw py::error_already_set();
+  PyErr_SetObject(type, text);
+  Py_DECREF(text);
+  throw py::error_already_set();
+}
+
+// A keyword argument's range check: ValueError naming it and the value.
+void CheckArgument(bool ok, const char* name, const char* expected, double value) {
+  if (!ok) {
+    throw py::value_error(absl::StrCat(name, ": expected ", expected, ", got ", value));
   }
 }
 
@@ -191,6 +209,14 @@ partitioner::VerifyReport Verify(const std::string& hlo_text, std::optional<int6
                                  std::optional<double> atol, double timeout_seconds) {
   std::unique_ptr<Graph> graph = ParseModule(hlo_text);
   const int64_t n = NumPartitionsOf(*graph, num_partitions);
+  // Checked here: timeout_seconds * 1000 cast to an integer is undefined for inf, NaN and huge
+  // values (1e300 became a timeout of zero); a NaN or negative tolerance failed every output.
+  CheckArgument(std::isfinite(timeout_seconds) && timeout_seconds > 0 && timeout_seconds <= 1e6,
+                "timeout_seconds", "a number of seconds in (0, 1e6]", timeout_seconds);
+  if (rtol)
+    CheckArgument(*rtol >= 0 && std::isfinite(*rtol), "rtol", "a finite number >= 0", *rtol);
+  if (atol)
+    CheckArgument(*atol >= 0 && std::isfinite(*atol), "atol", "a finite number >= 0", *atol);
   partitioner::VerifyOptions options;
   options.seed = seed;
   options.rtol = rtol;
@@ -266,6 +292,7 @@ struct SimulateResult {
 SimulateResult SimulateHlo(const std::string& hlo_text, const mesh::Topology& topology,
                            bool overlap, std::optional<std::string> trace_path, int64_t top_k,
                            std::optional<std::string> matmul_dtype) {
+  CheckArgument(top_k >= 0, "top_k", "a count >= 0", static_cast<double>(top_k));
   std::unique_ptr<Graph> graph = ParseModule(hlo_text);
   mesh::SimulatorOptions options;
   options.overlap = overlap;
@@ -402,6 +429,11 @@ py::dict Autoshard(const std::string& model_json, const std::string& source,
     config.batch = topology.num_devices();
   }
   ThrowIfError(nn::ValidateTransformerConfig(config));
+  CheckArgument(budget_seconds >= 0 && !std::isnan(budget_seconds), "budget_seconds",
+                "a number of seconds >= 0 (0: no limit)", budget_seconds);
+  CheckArgument(top_k >= 0, "top_k", "a count >= 0", static_cast<double>(top_k));
+  CheckArgument(hbm_bytes >= 0, "hbm_bytes", "a byte count >= 0 (0: the device's HBM)",
+                static_cast<double>(hbm_bytes));
   mesh::AutoshardOptions options;
   options.budget_seconds = budget_seconds;
   options.top_k = top_k;

@@ -186,7 +186,15 @@ def simulate_model(model: Union[str, os.PathLike, dict], topology: Union[Topolog
         text, source = path.read_text(), os.fspath(path)
     return _tessel.simulate_model(text, source, _topology(topology),
                                   list(ici_mesh_shape or []), list(dcn_mesh_shape or []),
-                                  list(axis_names), recipe, batch, overlap, top_k)
+                                  _names("axis_names", axis_names), recipe, batch, overlap, top_k)
+
+
+def _names(argument: str, names) -> list:
+    """A list of axis names; a bare string is refused (list("data") would be its letters)."""
+    if isinstance(names, (str, bytes)):
+        raise ValueError(f"{argument}: expected a list of axis names, got the string {names!r} "
+                         f"(write [{names!r}])")
+    return list(names)
 
 
 def _model_text(model: Union[str, os.PathLike, dict]) -> tuple:
@@ -220,7 +228,7 @@ def autoshard(model: Union[str, os.PathLike, dict], topology: Union[Topology, st
     """
     text, source = _model_text(model)
     return _tessel.autoshard(text, source, _topology(topology), batch, budget_seconds, top_k,
-                             overlap, list(axes), hbm_bytes)
+                             overlap, _names("axes", axes), hbm_bytes)
 
 
 def _breakdown(self: SimulationReport) -> dict:

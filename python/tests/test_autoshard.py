@@ -55,3 +55,22 @@ def test_autoshard_axes_and_memory_limit():
         assert '"pipeline"' in str(e)
     else:
         raise AssertionError("an unknown axis must raise ValueError")
+
+
+def test_autoshard_refuses_out_of_range_arguments_and_a_bare_axis_string():
+    for kwargs, name in (({"top_k": -1}, "top_k"), ({"hbm_bytes": -1}, "hbm_bytes"),
+                         ({"budget_seconds": -1.0}, "budget_seconds"),
+                         ({"budget_seconds": float("nan")}, "budget_seconds")):
+        try:
+            tessel.autoshard(SMALL, "two_v4-8_slices", **kwargs)
+        except ValueError as e:
+            assert name in str(e), e
+        else:
+            raise AssertionError(f"{kwargs} must raise ValueError")
+    # list("data") would be its letters: the string is refused, naming the fix.
+    try:
+        tessel.autoshard(SMALL, "two_v4-8_slices", axes="data")
+    except ValueError as e:
+        assert "['data']" in str(e), e
+    else:
+        raise AssertionError("a bare string for axes must raise ValueError")

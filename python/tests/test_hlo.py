@@ -97,3 +97,25 @@ def test_errors_are_python_exceptions(dot_hlo):
         tessel.simulate(dot_hlo, "v4-8")
     with pytest.raises(TypeError):
         tessel.partition(42)
+
+
+def test_keyword_arguments_out_of_range_are_value_errors(dot_hlo):
+    # timeout_seconds * 1000 cast to an integer was undefined for inf / NaN / 1e300 (a timeout of
+    # zero); a negative or NaN tolerance failed every output; a negative top_k was taken.
+    for bad in (float("inf"), float("nan"), 1e300, 0.0, -1.0):
+        with pytest.raises(ValueError, match="timeout_seconds"):
+            tessel.verify(dot_hlo, timeout_seconds=bad)
+    for name in ("rtol", "atol"):
+        for bad in (-1.0, float("nan")):
+            with pytest.raises(ValueError, match=name):
+                tessel.verify(dot_hlo, **{name: bad})
+    with pytest.raises(ValueError, match="top_k"):
+        tessel.simulate(dot_hlo, "dgx_h100", top_k=-1)
+
+
+def test_error_messages_with_bytes_that_are_not_utf8_survive():
+    # The parser quotes one byte of the two-byte "é"; decoding the message strictly lost it in a
+    # UnicodeDecodeError. Now a ValueError whose text shows the byte escaped.
+    with pytest.raises(ValueError, match="JSON") as e:
+        tessel.Topology.from_json("é")
+    assert not isinstance(e.value, UnicodeDecodeError)
