@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -345,13 +346,21 @@ struct ModelRun {
 // The mesh of `run` on `topology`, with `tessel simulate`'s defaults for missing shapes.
 mesh::MeshShape ModelMesh(const ModelRun& run, const mesh::Topology& topology) {
   mesh::MeshShape shape{run.ici_mesh_shape, run.dcn_mesh_shape, run.axis_names};
+  // Without an ici shape, each slice's devices go on the "data" axis (the first axis when none
+  // is named so), and the other named axes are kept with size 1: the recipe may need them
+  // (fsdp_tp, the default, needs "tensor"; dropping them made the defaults fail).
+  if (shape.names.empty()) shape.names = {"data"};
+  const auto data = std::find(shape.names.begin(), shape.names.end(), "data");
+  const size_t data_axis = data == shape.names.end() ? 0 : data - shape.names.begin();
   if (shape.ici.empty()) {
-    shape.ici = {topology.num_devices() / topology.num_slices()};
-    if (shape.names.size() != 1) shape.names = {"data"};
+    shape.ici.assign(shape.names.size(), 1);
+    shape.ici[data_axis] = topology.num_devices() / topology.num_slices();
   }
   if (shape.dcn.empty()) {
     shape.dcn.assign(shape.ici.size(), 1);
-    if (topology.num_slices() > 1) shape.dcn[0] = topology.num_slices();
+    if (topology.num_slices() > 1 && data_axis < shape.dcn.size()) {
+      shape.dcn[data_axis] = topology.num_slices();
+    }
   }
   return shape;
 }

@@ -167,7 +167,8 @@ def simulate_model(model: Union[str, os.PathLike, dict], topology: Union[Topolog
     model: a dict of the config's keys, a path to a model JSON, or a preset name
         (``configs/models/NAME.json``, e.g. "llama3-8b").
     ici_mesh_shape / dcn_mesh_shape / axis_names: the HybridMesh (torch_xla semantics); without
-        ``ici_mesh_shape`` one "data" axis spans each slice's devices and slices go over DCN.
+        ``ici_mesh_shape`` the "data" axis spans each slice's devices (the other axes have size
+        1) and slices go over DCN on it.
     recipe: dp, fsdp, tp, fsdp_tp or multislice_dp (how weights and activations are sharded).
     batch: global batch in sequences; default the file's, else one sequence per device.
     Returns ``SimulationReport``: ``step_seconds`` (float, seconds) includes remat recompute and

@@ -36,3 +36,14 @@ def test_bad_mesh_and_bad_model_raise_value_error():
         tessel.simulate_model(dict(SMALL, heads=3), "v4-8", ici_mesh_shape=[1, 2, 2])
     with pytest.raises(FileNotFoundError):
         tessel.simulate_model("no-such-model", "v4-8")
+
+
+def test_documented_defaults_run():
+    # Without ici_mesh_shape the "data" axis takes each slice's devices and the default axis
+    # names stay (fsdp_tp, the default recipe, needs "tensor"); before, only a "data" axis was
+    # kept and the defaults raised "recipe fsdp_tp needs a tensor axis".
+    report = tessel.simulate_model(SMALL, "v4-8")
+    assert report.num_devices == 4
+    assert report.step_seconds > 0
+    two = tessel.simulate_model(SMALL, "two_v4-8_slices")
+    assert two.num_devices == 8
