@@ -127,6 +127,9 @@ def verify(hlo: HloLike, num_partitions: Optional[int] = None, seed: int = 0,
     every output (partitioner/verify.h). ``report.ok`` is True when every output is within
     tolerance; ``report.outputs[i]`` holds the largest absolute / relative error of output i.
     rtol / atol default per dtype (f32: 1e-5 / 1e-5 scaled by max |expected|; see verify.h).
+    timeout_seconds: how long a device waits for its peers in a collective, in (0, 1e6].
+    Raises ValueError for a module that does not parse or partition, a negative or NaN rtol /
+    atol, or a timeout_seconds outside its range.
     """
     return _tessel.verify(_hlo_text(hlo), num_partitions, seed, rtol, atol, timeout_seconds)
 
