@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tessel/core/executor.h"
 #include "tessel/core/graph.h"
@@ -178,6 +179,23 @@ TEST(ControlFlowTest, ExecutorRunsACountedLoop) {
               (std::vector<float>{scale, -2 * scale, 0.5f * scale}))
         << "bound " << bound;
   }
+}
+
+// A loop that would run for hours (2^31 - 1 iterations) stops at the run's deadline with
+// kDeadlineExceeded naming the loop; `tessel verify` hung on such a loop before.
+TEST(ControlFlowTest, ExecutorStopsALoopAtTheDeadline) {
+  auto g = ParseHloModule(CountedLoop(2147483647));
+  ASSERT_TRUE(g.ok()) << g.status();
+  ExecutorOptions options;
+  options.deadline = absl::Now() + absl::Milliseconds(200);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<Literal>> out =
+      Executor(options).Run(**g, {Literal::FromVector<float>({3}, {1, -2, 0.5f})});
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kDeadlineExceeded) << out.status();
+  EXPECT_NE(out.status().message().find("does its condition ever turn false?"),
+            absl::string_view::npos)
+      << out.status();
 }
 
 TEST(ControlFlowTest, ExecutorRunsBothConditionalForms) {

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "tbb/info.h"
 #include "tbb/task_arena.h"
 #include "tessel/core/environment.h"
@@ -788,7 +789,12 @@ class Execution {
     const Graph& condition = *node.attrs().called_computations[0];
     const Graph& body = *node.attrs().called_computations[1];
     Literal state = init;
-    while (true) {
+    for (int64_t iterations = 0;; ++iterations) {
+      if (options_.deadline != absl::InfiniteFuture() && absl::Now() > options_.deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("%", node.name(), ": the run reached its deadline after ", iterations,
+                         " iterations of this while loop (does its condition ever turn false?)"));
+      }
       TESSEL_ASSIGN_OR_RETURN(Literal go, RunCalled(ctx, node, condition, state));
       if (go.data<bool>()[0] == false) return state;
       TESSEL_ASSIGN_OR_RETURN(state, RunCalled(ctx, node, body, state, &state));

@@ -58,6 +58,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "tessel/core/collectives.h"
 #include "tessel/core/graph.h"
@@ -83,6 +84,10 @@ struct ExecutorOptions {
   // Loop fusion of elementwise ops (see above). Executor(options) turns it off when the
   // environment variable TESSEL_EXECUTOR_FUSION is set to a false value (0, false, no, off).
   bool fusion = true;
+  // A run still going at this time fails with kDeadlineExceeded, naming the while loop it was
+  // in: checked once per while-loop iteration, the only place a program can run without bound
+  // (a loop whose condition never turns false). Default: no deadline.
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
 struct ExecutionStats {

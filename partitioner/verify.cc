@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "tessel/core/collectives.h"
 #include "tessel/core/executor.h"
 #include "tessel/core/rng.h"
@@ -298,7 +299,7 @@ class ManualReferenceBuilder {
 // reference collectives; returns each device's outputs.
 absl::StatusOr<std::vector<std::vector<Literal>>> RunPerDevice(
     const std::vector<std::unique_ptr<Graph>>& programs, absl::Span<const Literal> inputs,
-    std::chrono::milliseconds collective_timeout) {
+    std::chrono::milliseconds collective_timeout, absl::Time deadline) {
   const int64_t n = static_cast<int64_t>(programs.size());
   InProcessCollectives collectives(n, collective_timeout);
   std::vector<absl::StatusOr<std::vector<Literal>>> results(n, absl::UnknownError("not run"));
@@ -310,6 +311,7 @@ absl::StatusOr<std::vector<std::vector<Literal>>> RunPerDevice(
       options.num_threads = 1;
       options.device_id = d;
       options.collectives = &collectives;
+      options.deadline = deadline;
       try {
         results[d] = Executor(options).Run(*programs[d], inputs);
       } catch (const std::exception& e) {
@@ -330,7 +332,7 @@ absl::StatusOr<std::vector<std::vector<Literal>>> RunPerDevice(
 
 absl::StatusOr<std::vector<Literal>> RunManualReference(
     const Graph& graph, int64_t num_devices, absl::Span<const Literal> global_inputs,
-    std::chrono::milliseconds collective_timeout) {
+    std::chrono::milliseconds collective_timeout, absl::Time deadline) {
   if (num_devices < 1) {
     return absl::InvalidArgumentError(absl::StrCat("num_devices must be >= 1, got ", num_devices));
   }
@@ -343,7 +345,7 @@ absl::StatusOr<std::vector<Literal>> RunManualReference(
     programs.push_back(std::move(program));
   }
   TESSEL_ASSIGN_OR_RETURN(std::vector<std::vector<Literal>> per_device,
-                          RunPerDevice(programs, global_inputs, collective_timeout));
+                          RunPerDevice(programs, global_inputs, collective_timeout, deadline));
   // Outside the regions every device computed the same global values; device 0's are the
   // reference.
   return std::move(per_device[0]);
@@ -416,7 +418,8 @@ absl::StatusOr<std::vector<Literal>> MakeVerifyInputs(const Graph& graph, uint64
 
 absl::StatusOr<std::vector<Literal>> RunPartitioned(const SpmdProgram& program,
                                                     absl::Span<const Literal> global_inputs,
-                                                    std::chrono::milliseconds collective_timeout) {
+                                                    std::chrono::milliseconds collective_timeout,
+                                                    absl::Time deadline) {
   if (program.program == nullptr || program.num_devices < 1) {
     return absl::InvalidArgumentError("the SPMD program is empty");
   }
@@ -435,6 +438,7 @@ absl::StatusOr<std::vector<Literal>> RunPartitioned(const SpmdProgram& program,
       options.num_threads = 1;
       options.device_id = d;
       options.collectives = &collectives;
+      options.deadline = deadline;
       try {
         results[d] = Executor(options).Run(*program.program, args[d]);
       } catch (const std::exception& e) {
@@ -493,10 +497,13 @@ absl::StatusOr<VerifyReport> VerifyProgram(const Graph& graph, const SpmdProgram
   TESSEL_ASSIGN_OR_RETURN(std::vector<Literal> inputs, MakeVerifyInputs(graph, options.seed));
   // A module with manual regions has per-device semantics: its reference runs on the program's
   // devices too (RunManualReference).
+  ExecutorOptions reference_options;
+  reference_options.deadline = absl::Now() + absl::FromChrono(options.run_timeout);
   absl::StatusOr<std::vector<Literal>> expected =
       HasManualRegion(graph)
-          ? RunManualReference(graph, program.num_devices, inputs, options.collective_timeout)
-          : Executor().Run(graph, inputs);
+          ? RunManualReference(graph, program.num_devices, inputs, options.collective_timeout,
+                               reference_options.deadline)
+          : Executor(reference_options).Run(graph, inputs);
   if (!expected.ok()) return Prefixed("unpartitioned run: ", expected.status());
   if (expected->size() != program.outputs.size()) {
     return absl::InvalidArgumentError(absl::StrCat("the module has ", expected->size(),
@@ -504,7 +511,8 @@ absl::StatusOr<VerifyReport> VerifyProgram(const Graph& graph, const SpmdProgram
                                                    program.outputs.size()));
   }
   absl::StatusOr<std::vector<Literal>> got =
-      RunPartitioned(program, inputs, options.collective_timeout);
+      RunPartitioned(program, inputs, options.collective_timeout,
+                     absl::Now() + absl::FromChrono(options.run_timeout));
   if (!got.ok()) return Prefixed("partitioned run: ", got.status());
   VerifyReport report;
   report.num_devices = program.num_devices;

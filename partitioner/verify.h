@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "tessel/core/graph.h"
 #include "tessel/core/literal.h"
@@ -89,6 +90,9 @@ struct VerifyOptions {
   // Bounds every wait of a device for its peers in a collective (a program whose devices
   // disagree on their collectives fails with kDeadlineExceeded instead of hanging).
   std::chrono::milliseconds collective_timeout = std::chrono::seconds(60);
+  // Bounds the reference run and the partitioned run each (ExecutorOptions::deadline): a while
+  // loop that never ends fails with kDeadlineExceeded instead of running forever.
+  std::chrono::milliseconds run_timeout = std::chrono::minutes(10);
 };
 
 // One random global literal per parameter of `graph` (by parameter number), a pure function of
@@ -115,9 +119,11 @@ struct VerifyOptions {
 // Errors: kInvalidArgument when the input count or a shape does not match the program's
 // parameters, or a sharding does not fit its value; the first failing device's error prefixed
 // with "device N: " (e.g. kDeadlineExceeded from a collective that its peers never reach).
+// `deadline` bounds each device's run (ExecutorOptions::deadline).
 [[nodiscard]] absl::StatusOr<std::vector<Literal>> RunPartitioned(
     const SpmdProgram& program, absl::Span<const Literal> global_inputs,
-    std::chrono::milliseconds collective_timeout = std::chrono::seconds(60));
+    std::chrono::milliseconds collective_timeout = std::chrono::seconds(60),
+    absl::Time deadline = absl::InfiniteFuture());
 
 // The reference (expected) outputs of a module with manual regions (custom-calls
 // SPMDFullToShardShape / SPMDShardToFullShape: JAX shard_map, torch_xla manual sharding), which
@@ -130,9 +136,11 @@ struct VerifyOptions {
 // Errors: kInvalidArgument for num_devices < 1 or a region boundary whose shapes do not match
 // its sharding on num_devices; ComputeShardings' errors; a device's run error prefixed
 // "device N: ".
+// `deadline` bounds each device's run (ExecutorOptions::deadline).
 [[nodiscard]] absl::StatusOr<std::vector<Literal>> RunManualReference(
     const Graph& graph, int64_t num_devices, absl::Span<const Literal> global_inputs,
-    std::chrono::milliseconds collective_timeout = std::chrono::seconds(60));
+    std::chrono::milliseconds collective_timeout = std::chrono::seconds(60),
+    absl::Time deadline = absl::InfiniteFuture());
 
 // The comparison of one output.
 struct OutputCheck {

@@ -26,6 +26,8 @@
 // does not parse (an unsupported op is named), cannot be partitioned or fails to run (one line
 // on stderr); 2 bad arguments.
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <iostream>
@@ -55,6 +57,7 @@ struct VerifyFlags {
   uint64_t seed = 0;
   double rtol = -1;  // < 0: the default of each output's dtype
   double atol = -1;
+  double timeout_s = 600;  // each run's bound (VerifyOptions::run_timeout)
   bool json = false;
 };
 
@@ -171,6 +174,7 @@ int Run(const VerifyFlags& flags) {
   options.seed = flags.seed;
   if (flags.rtol >= 0) options.rtol = flags.rtol;
   if (flags.atol >= 0) options.atol = flags.atol;
+  options.run_timeout = std::chrono::milliseconds(std::llround(flags.timeout_s * 1000));
   absl::StatusOr<partitioner::VerifyReport> report =
       partitioner::VerifyPartitioning(**graph, flags.num_partitions, options);
   if (!report.ok()) return fail(WithHloLine(flags.path, report.status()));
@@ -200,6 +204,11 @@ CommandFn AddVerifyCommand(CLI::App& app) {
                   "absolute tolerance, in units of max(1, max |expected|), for every output "
                   "(default per dtype)")
       ->check(NonNegative());
+  cmd->add_option("--timeout-s", flags->timeout_s,
+                  "bound on each run, the reference and the partitioned one, in seconds: a while "
+                  "loop still running then fails (default 600)")
+      ->check(Positive())
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_flag("--json", flags->json, "print one JSON object");
   return [flags]() { return Run(*flags); };
 }
