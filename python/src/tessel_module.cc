@@ -120,7 +120,16 @@ spmd::PartitionSpec PartitionSpecOf(const py::handle& spec) {
   auto axis_of = [](const py::handle& item) -> spmd::AxisRef {
     if (py::isinstance<py::str>(item)) return spmd::AxisRef(item.cast<std::string>());
     if (py::isinstance<py::int_>(item) && !py::isinstance<py::bool_>(item)) {
-      return spmd::AxisRef(item.cast<int64_t>());
+      // An int beyond int64 is no axis index; pybind11's own message ("Unable to cast Python
+      // instance ...") named neither the argument nor the value.
+      int overflow = 0;
+      const long long index = PyLong_AsLongLongAndOverflow(item.ptr(), &overflow);
+      if (overflow != 0) {
+        throw py::value_error(absl::StrCat("partition_spec: axis index ",
+                                           py::str(item).cast<std::string>(),
+                                           " is outside the mesh's axes"));
+      }
+      return spmd::AxisRef(static_cast<int64_t>(index));
     }
     throw py::value_error(absl::StrCat("partition_spec: expected an axis index or name, got ",
                                        py::repr(item).cast<std::string>()));

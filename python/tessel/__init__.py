@@ -59,7 +59,8 @@ def preset_names() -> list:
 
 def _preset(name: str) -> Topology:
     path = _CONFIGS / f"{name}.json"
-    if not path.is_file():
+    # A preset is a name of preset_names(), not a path ("../configs/v4-8" reached outside).
+    if name not in preset_names():
         raise ValueError(f"unknown topology preset {name!r}; known: {', '.join(preset_names())}")
     return Topology.load(str(path))
 

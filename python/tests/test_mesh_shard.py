@@ -20,6 +20,10 @@ def test_topology_presets_and_load():
 def test_topology_errors():
     with pytest.raises(ValueError, match="unknown topology preset 'v9-1'"):
         tessel.Topology.preset("v9-1")
+    with pytest.raises(ValueError, match="unknown topology preset"):
+        tessel.Topology.preset("../configs/v4-8")  # a name, not a path
+    with pytest.raises(ValueError, match="not a regular file"):
+        tessel.Topology.load("/dev/zero")  # grew to 4 GB before
     with pytest.raises(ValueError):
         tessel.Topology.from_json('{"name": "x"}')
     with pytest.raises((FileNotFoundError, ValueError), match="no_such.json"):
@@ -96,3 +100,9 @@ def test_shard_errors():
         tessel.shard([-1, 4], mesh, ("x", None))
     with pytest.raises(ValueError, match="axis index or name"):
         tessel.shard([8, 4], mesh, (1.5, None))
+    # Beyond int64: a ValueError naming the index (pybind11's cast error was a RuntimeError).
+    with pytest.raises(ValueError, match="axis index 9223372036854775808"):
+        tessel.shard([8, 4], mesh, (2**63, None))
+    # A dim near 2^63: ceil(dim / tiles) wrapped and aborted the interpreter.
+    result = tessel.shard([2**63 - 1], tessel.Mesh([0, 1, 2], [3], ["x"]), ("x",))
+    assert result.local_shape == [2**63 // 3 + 1]
