@@ -518,11 +518,13 @@ absl::StatusOr<CheckpointMetadata> ParseMetadata(const nlohmann::json& j,
 
 absl::StatusOr<CheckpointMetadata> ReadCheckpointMetadata(const std::string& step_dir) {
   const std::string path = (fs::path(step_dir) / kMetadataFile).string();
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read checkpoint metadata ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  // The metadata is a few KiB of JSON; 64 MiB bounds what a damaged or foreign file can cost.
+  absl::StatusOr<std::string> text = ReadInputFile(path, "a checkpoint metadata file", 64 << 20);
+  if (absl::IsNotFound(text.status())) {
+    return absl::NotFoundError(absl::StrCat("cannot read checkpoint metadata ", path));
+  }
+  if (!text.ok()) return text.status();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     return absl::DataLossError(absl::StrCat("checkpoint metadata ", path, " is not valid JSON"));
   }
