@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -18,11 +19,42 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
     return absl::InvalidArgumentError(
         absl::StrFormat("cannot write %s %s: %s", what, path, std::strerror(err)));
   };
-  std::string tmp = path + ".tmp.XXXXXX";
+  // rename(2) replaces whatever has the name: a FIFO, a device (`/dev/null`, as root) or a
+  // symbolic link would be swapped for a regular file. A link is followed to the file it names;
+  // anything else that is not a regular file is refused.
+  std::string target = path;
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) == 0 && S_ISLNK(info.st_mode)) {
+    char* resolved = ::realpath(path.c_str(), nullptr);
+    if (resolved == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "cannot write %s %s: it is a symbolic link whose target cannot be resolved: %s", what,
+          path, std::strerror(errno)));
+    }
+    target = resolved;
+    std::free(resolved);
+  }
+  if (::stat(target.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cannot write %s %s: it exists and is not a regular file (%s); the file is written whole "
+        "and renamed into place, which would replace it",
+        what, path, S_ISDIR(info.st_mode) ? "a directory" : "a FIFO, device or socket"));
+  }
+  std::string tmp = target + ".tmp.XXXXXX";
   std::vector<char> name(tmp.begin(), tmp.end());
   name.push_back('\0');
   const int fd = ::mkstemp(name.data());
-  if (fd < 0) return failure(errno);
+  if (fd < 0) {
+    // The error is about the folder, not the file: say so (in /proc, ENOENT read as "no such
+    // file" for a file that exists).
+    const int err = errno;
+    const size_t slash = target.rfind('/');
+    const std::string folder = slash == std::string::npos ? "." : target.substr(0, slash + 1);
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cannot write %s %s: cannot create a temporary file in %s to write it "
+                        "atomically: %s",
+                        what, path, folder, std::strerror(err)));
+  }
   tmp = name.data();
   size_t written = 0;
   int err = 0;
@@ -40,7 +72,7 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   // Without the fsync a crash of the machine soon after the rename could leave an empty file.
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err == 0 && std::rename(tmp.c_str(), target.c_str()) != 0) err = errno;
   if (err != 0) {
     ::unlink(tmp.c_str());
     return failure(err);

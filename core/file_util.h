@@ -20,8 +20,11 @@ namespace tessel {
 // flushed to disk (fsync), given mode 0644, then renamed over `path` (rename(2) replaces the old
 // file in one step). On failure the temporary file is removed and `path` is left as it was.
 // `what` names the file in errors ("trace file", "HLO dump").
-// Errors: kInvalidArgument "cannot write <what> <path>: <reason>" when the folder does not
-// exist or is not writable, the disk is full, or the rename fails.
+// A symbolic link is followed: the file it names is replaced, the link stays.
+// Errors: kInvalidArgument "cannot write <what> <path>: <reason>" when `path` exists and is not a
+// regular file (a directory, FIFO, device or socket: the rename would replace it), when it is a
+// link that does not resolve, when the folder does not exist or no temporary file can be made in
+// it (the message names the folder), when the disk is full, or when the rename fails.
 [[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view contents,
                                                std::string_view what = "file");
 

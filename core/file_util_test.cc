@@ -57,8 +57,41 @@ TEST_F(FileUtilTest, NamesTheFileAndReasonWhenItCannotWrite) {
   absl::Status s = WriteFileAtomically(dir_ + "/no-such-folder/trace.json", "{}", "trace file");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()),
-              ::testing::HasSubstr(absl::StrCat("cannot write trace file ", dir_,
-                                                "/no-such-folder/trace.json: No such file")));
+              ::testing::HasSubstr(
+                  absl::StrCat("cannot write trace file ", dir_,
+                               "/no-such-folder/trace.json: cannot create a temporary file in ",
+                               dir_, "/no-such-folder/ to write it atomically: No such file")));
+}
+
+// rename(2) would have swapped a FIFO (or, as root, /dev/null) for a regular file, and a
+// symbolic link for a file beside its target.
+TEST_F(FileUtilTest, RefusesToReplaceWhatIsNotARegularFileAndFollowsLinks) {
+  const std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  absl::Status s = WriteFileAtomically(fifo, "{}", "trace file");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("it exists and is not a regular file (a FIFO, device or "
+                                   "socket)"));
+  struct stat info;
+  ASSERT_EQ(stat(fifo.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISFIFO(info.st_mode));
+  s = WriteFileAtomically(dir_, "{}", "trace file");
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("(a directory)"));
+
+  const std::string target = dir_ + "/target.json", link = dir_ + "/link.json";
+  { std::ofstream(target) << "old"; }
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomically(link, "new", "trace file").ok());
+  ASSERT_EQ(lstat(link.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISLNK(info.st_mode));
+  EXPECT_EQ(Slurp(target), "new");
+
+  const std::string dangling = dir_ + "/dangling.json";
+  ASSERT_EQ(symlink((dir_ + "/missing/x.json").c_str(), dangling.c_str()), 0);
+  s = WriteFileAtomically(dangling, "{}", "trace file");
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("is a symbolic link whose target cannot be resolved"));
 }
 
 // kill -9 in the middle of rewrites: the file is always one whole version, never a mix, a

@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tessel/core/status_macros.h"
@@ -85,6 +86,14 @@ absl::StatusOr<Mesh> Mesh::Create(std::vector<int64_t> device_ids, std::vector<i
     absl::flat_hash_set<std::string> names;
     for (const std::string& name : axis_names) {
       if (name.empty()) return absl::InvalidArgumentError("an axis name is empty");
+      // A NUL or other control byte cannot be printed in a sharding, an sdy mesh or an error
+      // (a NUL ends C strings), so such a name would not read back as itself.
+      if (std::any_of(name.begin(), name.end(),
+                      [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("axis name \"", absl::CHexEscape(name),
+                         "\" holds a control character (a byte below 0x20 or 0x7f)"));
+      }
       if (!names.insert(name).second) {
         return absl::InvalidArgumentError(absl::StrCat(
             "axis name \"", name, "\" appears twice in [", absl::StrJoin(axis_names, ", "), "]"));

@@ -46,7 +46,7 @@ class Mesh {
   // Errors, as torch_xla's Mesh assertions:
   //   kInvalidArgument: `mesh_shape` empty, with an entry < 1 or more than 2^40 devices; the
   //     number of ids differs from the product of `mesh_shape`; a repeated id; names not one per
-  //     axis; a repeated or empty name.
+  //     axis; a repeated or empty name, or one holding a control byte (< 0x20, 0x7f).
   //   kOutOfRange: an id < 0 or >= the mesh size (ids must be a permutation of 0..size-1).
   [[nodiscard]] static absl::StatusOr<Mesh> Create(std::vector<int64_t> device_ids,
                                                    std::vector<int64_t> mesh_shape,

@@ -82,6 +82,9 @@ TEST(MeshTest, ValidationErrors) {
   EXPECT_THAT(error(Iota(4), {2, 2}, {"x", "x"}).message(),
               HasSubstr("axis name \"x\" appears twice"));
   EXPECT_THAT(error(Iota(4), {2, 2}, {"x", ""}).message(), HasSubstr("empty"));
+  EXPECT_EQ(error(Iota(4), {2, 2}, {"x", std::string("d\0ta", 4)}).message(),
+            "axis name \"d\\x00ta\" holds a control character (a byte below 0x20 or 0x7f)");
+  EXPECT_THAT(error(Iota(4), {2, 2}, {"x", "a\tb"}).message(), HasSubstr("control character"));
   EXPECT_THAT(error({}, {}).message(), HasSubstr("at least one axis"));
   EXPECT_THAT(error({}, {2, 0}).message(), HasSubstr("axis of size 0"));
   EXPECT_THAT(error({}, {int64_t{1} << 32, int64_t{1} << 32}).message(),

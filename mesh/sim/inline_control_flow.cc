@@ -117,7 +117,8 @@ class Inliner {
         "while %", loop.name(),
         ": unknown trip count (no known_trip_count in its backend_config and not a counted loop:"
         " a state element with a constant init, += constant in the body, compared with a "
-        "constant in the condition); give one with --assume-trip-count N"));
+        "constant in the condition); give one to assume (tessel simulate --assume-trip-count N, "
+        "tessel.simulate(assume_trip_count=N))"));
   }
 
   absl::StatusOr<Node*> Loop(const Node& loop, Node* init, const std::string& prefix) {

@@ -8,10 +8,13 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -76,6 +79,67 @@ namespace {
   throw py::error_already_set();
 }
 
+// pybind11 lets `Cls.__new__(Cls)` (and so copy.copy and pickle's reconstruction) make an
+// instance whose C++ value was never constructed; the first method call then reads raw memory
+// (pybind11's lazy allocation in type_caster_generic::load_value; pybind/pybind11 issue 6153,
+// unfixed in 3.1). Every class here gets a metaclass whose __call__ marks "constructing" and a
+// __new__ that refuses to run outside it, so an instance only exists with its value built.
+thread_local int constructions_in_progress = 0;
+PyTypeObject* pybind11_metaclass = nullptr;
+
+PyObject* GuardedMetaCall(PyObject* type, PyObject* args, PyObject* kwargs) {
+  ++constructions_in_progress;
+  PyObject* result = pybind11_metaclass->tp_call(type, args, kwargs);
+  --constructions_in_progress;
+  return result;
+}
+
+// The metaclass for every class of the module: pybind11's own, with GuardedMetaCall.
+py::handle GuardedMetaclass() {
+  static PyObject* metaclass = [] {
+    pybind11_metaclass = py::detail::get_internals().default_metaclass;
+    PyType_Slot slots[] = {{Py_tp_call, reinterpret_cast<void*>(GuardedMetaCall)}, {0, nullptr}};
+    PyType_Spec spec = {"tessel._tessel.TesselMeta", 0, 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+                        slots};
+    PyObject* bases = PyTuple_Pack(1, reinterpret_cast<PyObject*>(pybind11_metaclass));
+    if (bases == nullptr) throw py::error_already_set();
+    PyObject* made = PyType_FromSpecWithBases(&spec, bases);
+    Py_DECREF(bases);
+    if (made == nullptr) throw py::error_already_set();
+    return made;
+  }();
+  return metaclass;
+}
+
+// py::class_ with the guard above: use it for every bound class.
+template <typename T, typename... Options>
+py::class_<T, Options...> BindClass(py::module_& m, const char* name) {
+  py::class_<T, Options...> cls(m, name, py::metaclass(GuardedMetaclass()));
+  const std::string class_name = name;
+  py::handle owner = cls;
+  cls.attr("__new__") =
+      py::staticmethod(py::cpp_function([class_name, owner](const py::handle& type, const py::args&,
+                                                            const py::kwargs&) -> py::object {
+        if (constructions_in_progress == 0) {
+          throw py::type_error(
+              absl::StrCat(class_name, ".__new__ alone cannot make a ", class_name,
+                           ": its C++ value is built by ", class_name,
+                           "(...) or by the tessel function that returns one (copy.copy and pickle "
+                           "are not supported)"));
+        }
+        if (!PyType_Check(type.ptr()) ||
+            !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(type.ptr()),
+                              reinterpret_cast<PyTypeObject*>(owner.ptr()))) {
+          throw py::type_error(absl::StrCat(class_name,
+                                            ".__new__: ", py::repr(type).cast<std::string>(),
+                                            " is not a subtype of ", class_name));
+        }
+        return py::reinterpret_steal<py::object>(py::detail::pybind11_object_new(
+            reinterpret_cast<PyTypeObject*>(type.ptr()), nullptr, nullptr));
+      }));
+  return cls;
+}
+
 // A keyword argument's range check: ValueError naming it and the value.
 void CheckArgument(bool ok, const char* name, const char* expected, double value) {
   if (!ok) {
@@ -103,6 +167,43 @@ int64_t NumPartitionsOf(const Graph& graph, std::optional<int64_t> num_partition
     throw py::value_error(absl::StrCat("num_partitions must be >= 1, got ", *num_partitions));
   }
   return *num_partitions;
+}
+
+// A list of ints from Python (device ids, mesh shapes): a sequence or numpy array of Python or
+// numpy integers. pybind11's own conversion took True / False and numpy bools as 1 / 0 (a
+// boolean mask passed as device ids made a "valid" mesh) and named neither the argument nor the
+// value when an int did not fit in int64.
+std::vector<int64_t> IntList(const py::handle& values, const char* what) {
+  // numpy arrays and ranges are sequences; a set or a generator has no order to keep.
+  if (py::isinstance<py::str>(values) || !py::isinstance<py::sequence>(values)) {
+    throw py::type_error(absl::StrCat(what, ": expected a sequence of ints, got ",
+                                      py::repr(values).cast<std::string>()));
+  }
+  // Kept for the life of the process (a reference that is never dropped).
+  static const py::handle numpy_bool =
+      py::object(py::module_::import("numpy").attr("bool_")).release();
+  std::vector<int64_t> out;
+  for (const py::handle& item : py::iter(values)) {
+    if (py::isinstance<py::bool_>(item) || py::isinstance(item, numpy_bool)) {
+      throw py::type_error(
+          absl::StrCat(what, ": expected ints, got the bool ", py::repr(item).cast<std::string>()));
+    }
+    // operator.index: ints and numpy integers, not floats or strings.
+    py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
+    if (!index) {
+      PyErr_Clear();
+      throw py::type_error(
+          absl::StrCat(what, ": expected ints, got ", py::repr(item).cast<std::string>()));
+    }
+    int overflow = 0;
+    const long long value = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow != 0) {
+      throw py::value_error(
+          absl::StrCat(what, ": ", py::str(index).cast<std::string>(), " does not fit in int64"));
+    }
+    out.push_back(static_cast<int64_t>(value));
+  }
+  return out;
 }
 
 // A partition spec from Python: a string in PartitionSpec::Parse syntax ("x,None",
@@ -301,13 +402,19 @@ struct SimulateResult {
 
 SimulateResult SimulateHlo(const std::string& hlo_text, const mesh::Topology& topology,
                            bool overlap, std::optional<std::string> trace_path, int64_t top_k,
-                           std::optional<std::string> matmul_dtype) {
+                           std::optional<std::string> matmul_dtype,
+                           std::optional<int64_t> assume_trip_count) {
   CheckArgument(top_k >= 0, "top_k", "a count >= 0", static_cast<double>(top_k));
+  if (assume_trip_count) {
+    CheckArgument(*assume_trip_count > 0, "assume_trip_count", "a count > 0",
+                  static_cast<double>(*assume_trip_count));
+  }
   std::unique_ptr<Graph> graph = ParseModule(hlo_text);
   mesh::SimulatorOptions options;
   options.overlap = overlap;
   options.record_trace = trace_path.has_value();
   options.top_k = top_k;
+  options.assumed_trip_count = assume_trip_count;
   if (matmul_dtype) {
     if (!topology.device_spec().PeakTflops(*matmul_dtype)) {
       throw py::value_error(absl::StrCat("matmul_dtype: the device spec of ",
@@ -487,9 +594,12 @@ py::dict Autoshard(const std::string& model_json, const std::string& source,
 }
 
 void BindTopologyAndMesh(py::module_& m) {
-  py::class_<mesh::Topology>(m, "Topology")
+  BindClass<mesh::Topology>(m, "Topology")
       .def_static(
-          "load", [](const std::string& path) { return ValueOrThrow(mesh::LoadTopology(path)); },
+          "load",
+          [](const std::filesystem::path& path) {
+            return ValueOrThrow(mesh::LoadTopology(path.string()));
+          },
           py::arg("path"))
       .def_static(
           "from_json",
@@ -516,12 +626,12 @@ void BindTopologyAndMesh(py::module_& m) {
                             ", slices=", t.num_slices(), ", device='", t.device_spec().name, "')");
       });
 
-  py::class_<spmd::Mesh>(m, "Mesh")
-      .def(py::init([](std::vector<int64_t> device_ids, std::vector<int64_t> mesh_shape,
+  BindClass<spmd::Mesh>(m, "Mesh")
+      .def(py::init([](const py::object& device_ids, const py::object& mesh_shape,
                        std::optional<std::vector<std::string>> axis_names) {
-             return ValueOrThrow(
-                 spmd::Mesh::Create(std::move(device_ids), std::move(mesh_shape),
-                                    axis_names.value_or(std::vector<std::string>{})));
+             return ValueOrThrow(spmd::Mesh::Create(
+                 IntList(device_ids, "device_ids"), IntList(mesh_shape, "mesh_shape"),
+                 axis_names.value_or(std::vector<std::string>{})));
            }),
            py::arg("device_ids"), py::arg("mesh_shape"), py::arg("axis_names") = py::none())
       .def_property_readonly("device_ids", &spmd::Mesh::device_ids)
@@ -545,10 +655,11 @@ void BindTopologyAndMesh(py::module_& m) {
       .def("__eq__", [](const spmd::Mesh& a, const spmd::Mesh& b) { return a == b; })
       .def("__repr__", &spmd::Mesh::ToString);
 
-  py::class_<spmd::HybridMesh, spmd::Mesh>(m, "HybridMesh")
-      .def(py::init([](std::vector<int64_t> ici, std::vector<int64_t> dcn,
+  BindClass<spmd::HybridMesh, spmd::Mesh>(m, "HybridMesh")
+      .def(py::init([](const py::object& ici, const py::object& dcn,
                        std::vector<std::string> axis_names, const mesh::Topology& topology) {
-             return ValueOrThrow(spmd::HybridMesh::Create(std::move(ici), std::move(dcn),
+             return ValueOrThrow(spmd::HybridMesh::Create(IntList(ici, "ici_mesh_shape"),
+                                                          IntList(dcn, "dcn_mesh_shape"),
                                                           std::move(axis_names), topology));
            }),
            py::arg("ici_mesh_shape"), py::arg("dcn_mesh_shape"), py::arg("axis_names"),
@@ -558,7 +669,7 @@ void BindTopologyAndMesh(py::module_& m) {
 }
 
 void BindShardAndPartition(py::module_& m) {
-  py::class_<spmd::Shard>(m, "Shard")
+  BindClass<spmd::Shard>(m, "Shard")
       .def_readonly("device_id", &spmd::Shard::device_id)
       .def_readonly("index", &spmd::Shard::index)
       .def_readonly("tile_index", &spmd::Shard::tile_index)
@@ -571,7 +682,7 @@ void BindShardAndPartition(py::module_& m) {
         return absl::StrCat("Shard(device_id=", s.device_id, ", index=[", index,
                             "], replica_id=", s.replica_id, ")");
       });
-  py::class_<ShardResult>(m, "ShardResult")
+  BindClass<ShardResult>(m, "ShardResult")
       .def_readonly("sharding", &ShardResult::sharding)
       .def_readonly("global_shape", &ShardResult::global_shape)
       .def_readonly("local_shape", &ShardResult::local_shape)
@@ -582,14 +693,14 @@ void BindShardAndPartition(py::module_& m) {
       });
   m.def("shard", &Shard, py::arg("shape"), py::arg("mesh"), py::arg("partition_spec"));
 
-  py::class_<partitioner::CollectiveCount>(m, "CollectiveCount")
+  BindClass<partitioner::CollectiveCount>(m, "CollectiveCount")
       .def_readonly("count", &partitioner::CollectiveCount::count)
       .def_readonly("result_bytes", &partitioner::CollectiveCount::result_bytes)
       .def("__repr__", [](const partitioner::CollectiveCount& c) {
         return absl::StrCat("CollectiveCount(count=", c.count, ", result_bytes=", c.result_bytes,
                             ")");
       });
-  py::class_<PartitionResult>(m, "PartitionResult")
+  BindClass<PartitionResult>(m, "PartitionResult")
       .def_readonly("hlo_text", &PartitionResult::hlo_text)
       .def_readonly("num_partitions", &PartitionResult::num_partitions)
       .def_readonly("collectives", &PartitionResult::collectives)
@@ -601,7 +712,7 @@ void BindShardAndPartition(py::module_& m) {
 
 void BindVerify(py::module_& m) {
   using partitioner::OutputCheck;
-  py::class_<OutputCheck>(m, "OutputCheck")
+  BindClass<OutputCheck>(m, "OutputCheck")
       .def_readonly("index", &OutputCheck::index)
       .def_property_readonly("global_shape",
                              [](const OutputCheck& c) { return c.global_shape.ToString(); })
@@ -616,7 +727,7 @@ void BindVerify(py::module_& m) {
       .def_readonly("mismatched_elements", &OutputCheck::mismatched_elements)
       .def_readonly("first_mismatch_element", &OutputCheck::first_mismatch_element)
       .def_readonly("ok", &OutputCheck::ok);
-  py::class_<partitioner::VerifyReport>(m, "VerifyReport")
+  BindClass<partitioner::VerifyReport>(m, "VerifyReport")
       .def_readonly("num_devices", &partitioner::VerifyReport::num_devices)
       .def_readonly("outputs", &partitioner::VerifyReport::outputs)
       .def_readonly("collectives", &partitioner::VerifyReport::collectives)
@@ -629,7 +740,7 @@ void BindVerify(py::module_& m) {
 }
 
 void BindSimulate(py::module_& m) {
-  py::class_<mesh::OpEntry>(m, "OpEntry")
+  BindClass<mesh::OpEntry>(m, "OpEntry")
       .def_readonly("name", &mesh::OpEntry::name)
       .def_readonly("opcode", &mesh::OpEntry::opcode)
       .def_readonly("shape", &mesh::OpEntry::shape)
@@ -640,7 +751,7 @@ void BindSimulate(py::module_& m) {
         return absl::StrCat("OpEntry(", e.opcode, " ", e.name, " ", e.shape, ", ", e.seconds,
                             " s)");
       });
-  py::class_<mesh::DeviceClass>(m, "DeviceClass")
+  BindClass<mesh::DeviceClass>(m, "DeviceClass")
       .def_readonly("representative_device", &mesh::DeviceClass::representative_device)
       .def_readonly("num_devices", &mesh::DeviceClass::num_devices)
       .def_readonly("in_order_seconds", &mesh::DeviceClass::in_order_seconds)
@@ -652,7 +763,7 @@ void BindSimulate(py::module_& m) {
       .def_readonly("dcn_bytes", &mesh::DeviceClass::dcn_bytes);
   using R = SimulateResult;
   auto field = [](auto member) { return [member](const R& r) { return r.report.*member; }; };
-  py::class_<R>(m, "SimulationReport")
+  BindClass<R>(m, "SimulationReport")
       .def_property_readonly("device_name", field(&mesh::SimulationReport::device_name))
       .def_property_readonly("num_devices", field(&mesh::SimulationReport::num_devices))
       .def_property_readonly("overlap", field(&mesh::SimulationReport::overlap))
@@ -685,7 +796,7 @@ void BindSimulate(py::module_& m) {
       .def_readonly("trace_path", &R::trace_path);
   m.def("simulate_hlo", &SimulateHlo, py::arg("hlo_text"), py::arg("topology"),
         py::arg("overlap") = false, py::arg("trace_path") = py::none(), py::arg("top_k") = 10,
-        py::arg("matmul_dtype") = py::none());
+        py::arg("matmul_dtype") = py::none(), py::arg("assume_trip_count") = py::none());
   m.def(
       "simulate_model",
       [](const std::string& model_json, const std::string& source, const mesh::Topology& topology,

@@ -143,7 +143,8 @@ def verify_inputs(hlo: HloLike, seed: int = 0) -> list:
 
 def simulate(hlo: HloLike, topology: Union[Topology, str, os.PathLike], *, overlap: bool = False,
              trace_path: Optional[Union[str, os.PathLike]] = None, top_k: int = 10,
-             matmul_dtype: Optional[str] = None) -> SimulationReport:
+             matmul_dtype: Optional[str] = None,
+             assume_trip_count: Optional[int] = None) -> SimulationReport:
     """Partitions the module on ``topology.num_devices`` devices and simulates one step on that
     pod (``tessel simulate CONFIG --hlo FILE``).
 
@@ -151,11 +152,13 @@ def simulate(hlo: HloLike, topology: Union[Topology, str, os.PathLike], *, overl
     overlap: report the overlapped schedule (collectives beside compute) as ``step_seconds``.
     trace_path: also write a Chrome trace (chrome://tracing, Perfetto) of the step there.
     matmul_dtype: device-spec dtype whose peak every dot runs at (e.g. "s8", "f8e4m3fn").
+    assume_trip_count: how many times a while loop whose trip count is not known statically runs
+        (``--assume-trip-count``); without it such a loop is a ValueError naming it.
     Returns ``SimulationReport``; times in seconds (float), bytes as int.
     """
     trace = os.fspath(trace_path) if trace_path is not None else None
     return _tessel.simulate_hlo(_hlo_text(hlo), _topology(topology), overlap, trace, top_k,
-                                matmul_dtype)
+                                matmul_dtype, assume_trip_count)
 
 
 def simulate_model(model: Union[str, os.PathLike, dict], topology: Union[Topology, str, os.PathLike],

@@ -1,5 +1,6 @@
 """Type stubs of the extension tessel._tessel (python/src/tessel_module.cc). Shapes are lists
 of dims; times are seconds (float); sizes are bytes (int); shardings are XLA sharding text."""
+import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -11,7 +12,7 @@ class Topology:
     """A validated pod: devices, hosts, slices, ICI/DCN links and the device spec
     (mesh/topology/topology.h; JSON schema in docs/topology.md)."""
     @staticmethod
-    def load(path: str) -> Topology: ...
+    def load(path: Union[str, os.PathLike]) -> Topology: ...
     @staticmethod
     def from_json(json_text: str) -> Topology: ...
     @staticmethod
@@ -179,7 +180,8 @@ def verify(hlo_text: str, num_partitions: Optional[int] = None, seed: int = 0,
 def verify_inputs(hlo_text: str, seed: int = 0) -> List[npt.NDArray[Any]]: ...
 def simulate_hlo(hlo_text: str, topology: Topology, overlap: bool = False,
                  trace_path: Optional[str] = None, top_k: int = 10,
-                 matmul_dtype: Optional[str] = None) -> SimulationReport: ...
+                 matmul_dtype: Optional[str] = None,
+                 assume_trip_count: Optional[int] = None) -> SimulationReport: ...
 def simulate_model(model_json: str, source: str, topology: Topology,
                    ici_mesh_shape: Sequence[int], dcn_mesh_shape: Sequence[int],
                    axis_names: Sequence[str], recipe: str, batch: Optional[int],

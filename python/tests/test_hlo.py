@@ -1,13 +1,15 @@
 """propagate / partition / verify / simulate on the committed JAX-lowered fixtures
 (tests/fixtures/jax, 8 devices), and their errors."""
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
 
 import tessel
 
-from conftest import JAX_FIXTURES
+from conftest import JAX_FIXTURES, REPO
 
 
 def test_propagate_annotates_every_instruction(dot_hlo):
@@ -111,6 +113,28 @@ def test_keyword_arguments_out_of_range_are_value_errors(dot_hlo):
                 tessel.verify(dot_hlo, **{name: bad})
     with pytest.raises(ValueError, match="top_k"):
         tessel.simulate(dot_hlo, "dgx_h100", top_k=-1)
+    with pytest.raises(ValueError, match="assume_trip_count"):
+        tessel.simulate(dot_hlo, "dgx_h100", assume_trip_count=0)
+
+
+def test_simulate_assume_trip_count():
+    # The bound of this loop is a parameter: no static count. The error named only the CLI flag.
+    hlo = (REPO / "tests" / "cli" / "Inputs" / "while_unknown_trip_count.hlo").read_text()
+    with pytest.raises(ValueError, match=r"unknown trip count .*assume_trip_count=N"):
+        tessel.simulate(hlo, "v4-8")
+    once = tessel.simulate(hlo, "v4-8", assume_trip_count=1)
+    ten = tessel.simulate(hlo, "v4-8", assume_trip_count=10)
+    assert ten.compute_seconds == pytest.approx(10 * once.compute_seconds, rel=0.05)
+
+
+def test_trace_path_that_is_not_a_regular_file_is_refused(dot_hlo, tmp_path):
+    # The trace was written beside the name and renamed over it: a FIFO (or /dev/null, as root)
+    # became a regular file.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        tessel.simulate(dot_hlo, "dgx_h100", trace_path=fifo)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
 def test_error_messages_with_bytes_that_are_not_utf8_survive():

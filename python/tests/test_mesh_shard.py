@@ -1,5 +1,10 @@
 """Topology, Mesh / HybridMesh and shard(): the torch_xla semantics of spmd/mesh.h and
 spmd/partition_spec.h, seen from Python."""
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -30,6 +35,12 @@ def test_topology_errors():
         tessel.Topology.load("/nonexistent/no_such.json")
 
 
+def test_topology_load_takes_a_path_like():
+    # Took str only: a pathlib.Path was a TypeError.
+    path = Path(__file__).resolve().parents[2] / "configs" / "v4-8.json"
+    assert tessel.Topology.load(path).num_devices == tessel.Topology.load(str(path)).num_devices
+
+
 def test_mesh_like_torch_xla():
     mesh = tessel.Mesh(list(range(8)), [2, 4], ["x", "y"])
     assert mesh.size() == 8
@@ -50,6 +61,42 @@ def test_mesh_errors_are_value_errors():
     mesh = tessel.Mesh(list(range(4)), [4], ["x"])
     with pytest.raises(ValueError, match="z"):
         mesh.get_axis_name_idx("z")
+    # True / False and numpy bools were read as 1 / 0: a boolean mask made a "valid" mesh.
+    with pytest.raises(TypeError, match="device_ids: expected ints, got the bool True"):
+        tessel.Mesh([True, False], [2])
+    with pytest.raises(TypeError, match="device_ids: expected ints, got the bool"):
+        tessel.Mesh(np.array([True, False]), [2])
+    with pytest.raises(TypeError, match="mesh_shape: expected ints, got 2.0"):
+        tessel.Mesh([0, 1], [2.0])
+    with pytest.raises(ValueError, match="device_ids: 36893488147419103232 does not fit in int64"):
+        tessel.Mesh([0, 2**65], [2])
+    with pytest.raises(TypeError, match="mesh_shape: expected a sequence of ints"):
+        tessel.Mesh([0, 1], "2")
+    # numpy integers and arrays, as torch_xla users pass them, still work.
+    assert tessel.Mesh(np.arange(4), np.array([2, 2])).mesh_shape == [2, 2]
+    # A NUL or other control byte in an axis name could not be printed back.
+    with pytest.raises(ValueError, match="control character"):
+        tessel.Mesh([0, 1], [2], ["d\0ta"])
+
+
+def test_instances_made_by_new_alone_are_refused():
+    # Mesh.__new__(Mesh) made an instance whose C++ value was never built: reading it returned
+    # garbage or crashed (pybind11 allocates it lazily, uninitialised).
+    for cls in (tessel.Mesh, tessel.HybridMesh, tessel.Topology, tessel.ShardResult):
+        with pytest.raises(TypeError, match="__new__ alone cannot make"):
+            cls.__new__(cls)
+    with pytest.raises(TypeError):  # "cannot pickle": no half-built copy
+        copy.copy(tessel.Mesh([0, 1], [2], ["x"]))
+    # In a child process: before the fix this read uninitialised memory or crashed.
+    code = "import tessel\ntry:\n    tessel.Mesh.__new__(tessel.Mesh).device_ids\nexcept TypeError:\n    pass\n"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+    class Sub(tessel.Mesh):  # subclasses construct as before
+        pass
+
+    assert Sub([0, 1], [2], ["x"]).size() == 2
+    with pytest.raises(TypeError, match="__new__ alone"):
+        Sub.__new__(Sub)
 
 
 def test_hybrid_mesh_over_two_slices():
