@@ -79,32 +79,13 @@ class Reader {
 
   absl::StatusOr<ModelFile> Read(const json& root) const {
     if (!root.is_object()) return Error("", "expected a JSON object");
-    static const char* const kKeys[] = {"name",
-                                        "description",
-                                        "source",
-                                        "comment",
-                                        "arch",
-                                        "layers",
-                                        "d_model",
-                                        "heads",
-                                        "kv_heads",
-                                        "head_dim",
-                                        "ffn",
-                                        "vocab",
-                                        "seq_len",
-                                        "batch",
-                                        "sliding_window",
-                                        "positions",
-                                        "tie_embeddings",
-                                        "parallel_block",
-                                        "dtype",
-                                        "param_dtype",
-                                        "attention",
-                                        "remat",
-                                        "matmul_dtype",
-                                        "experts",
-                                        "top_k",
-                                        "capacity_factor"};
+    static const char* const kKeys[] = {
+        "name",      "description",    "source",         "comment",       "arch",
+        "layers",    "d_model",        "heads",          "kv_heads",      "head_dim",
+        "ffn",       "vocab",          "seq_len",        "batch",         "sliding_window",
+        "positions", "tie_embeddings", "parallel_block", "dtype",         "param_dtype",
+        "attention", "remat",          "remat_device",   "remat_offload", "matmul_dtype",
+        "experts",   "top_k",          "capacity_factor"};
     for (const auto& [key, value] : root.items()) {
       bool known = false;
       for (const char* k : kKeys) known = known || key == k;
@@ -153,6 +134,8 @@ class Reader {
     TESSEL_RETURN_IF_ERROR(String(root, "comment", unused));
     TESSEL_RETURN_IF_ERROR(String(root, "attention", file.attention));
     TESSEL_RETURN_IF_ERROR(String(root, "remat", file.remat));
+    TESSEL_RETURN_IF_ERROR(String(root, "remat_device", file.remat_device));
+    TESSEL_RETURN_IF_ERROR(String(root, "remat_offload", file.remat_offload));
     TESSEL_RETURN_IF_ERROR(String(root, "matmul_dtype", file.matmul_dtype));
     if (auto it = root.find("source"); it != root.end()) {
       if (it->is_string()) {

@@ -17,7 +17,8 @@
 //     "top_k", "capacity_factor" (a positive number), "positions" ("default" |
 //     "learned" | "rotary"), "tie_embeddings", "parallel_block" (booleans), "dtype",
 //     "param_dtype" ("bf16" | "f16" | "f32");
-//   run settings kept as text for the caller to check: "attention", "remat", "matmul_dtype";
+//   run settings kept as text for the caller to check: "attention", "remat", "matmul_dtype",
+//     "remat_device", "remat_offload" (remat custom's lists of MaxText names, comma-separated);
 //   meta: "name", "description", "source" (a string or a list of strings), "comment".
 // An unknown key is an error (a misspelt key must not silently fall back to a default).
 #ifndef TESSEL_NN_MODEL_CONFIG_H_
@@ -41,6 +42,8 @@ struct ModelFile {
   // Run settings as written ("" when absent).
   std::string attention;
   std::string remat;
+  std::string remat_device;
+  std::string remat_offload;
   std::string matmul_dtype;
 };
 

@@ -91,11 +91,21 @@ def command(run, dims, chips):
     if run["num_slices"] > 1:
         cmd += ["--num-slices", str(run["num_slices"])]
     cmd += ["--model", "llama", "--layers", str(dims["layers"]), "--d-model", str(dims["d_model"]),
-            "--heads", str(dims["heads"]), "--head-dim", str(dims["head_dim"]),
+            "--heads", str(dims["heads"])]
+    if "kv_heads" in dims:
+        cmd += ["--kv-heads", str(dims["kv_heads"])]
+    cmd += ["--head-dim", str(dims["head_dim"]),
             "--ffn", str(dims["ffn"]), "--vocab", str(dims["vocab"]),
             "--seq-len", str(run["seq_len"]),
             "--batch", str(run["per_device_batch_size"] * chips),
-            "--remat", run["remat"], "--attention", run["attention"]]
+            "--remat", run["remat"]]
+    # remat_policy custom: the recipe's names set to "device" / "offload".
+    for key, flag in (("remat_device", "--remat-device"), ("remat_offload", "--remat-offload")):
+        if run.get(key):
+            cmd += [flag, ",".join(run[key])]
+    if run.get("param_dtype"):
+        cmd += ["--param-dtype", run["param_dtype"]]
+    cmd += ["--attention", run["attention"]]
     for prefix in ("ici", "dcn"):
         for axis, size in run.get(prefix, {}).items():
             cmd += [f"--{prefix}-{axis.replace('_', '-')}", str(size)]
@@ -139,9 +149,15 @@ def megatron_command(run):
     return cmd
 
 
-def framework_flags(fw, cmd):
+def framework_flags(fw, cmd, run):
     """The flags of framework entry `fw` (the runs file's "frameworks") for a run whose command
-    so far is `cmd`: how the framework runs every one of its steps, the same for all its runs."""
+    so far is `cmd`: how the framework runs every one of its steps, the same for all its runs.
+    A run whose recipe sets the flash kernel's tiles (MaxText's sa_block_* and
+    sa_use_fused_bwd_kernel; its "flash_source" names them) uses its own."""
+    fw = dict(fw)
+    for key in ("flash_block", "flash_split_backward"):
+        if key in run:
+            fw[key] = run[key]
     flags = []
     # Collectives overlapping compute (MaxText: XLA's async collectives) or in order.
     if fw.get("overlap"):
@@ -183,7 +199,7 @@ def main():
     parser.add_argument("--write-doc", help="replace the table in this Markdown file")
     args = parser.parse_args()
     data = json.load(open(args.runs))
-    rows, errors, held_errors, by_framework = [], [], [], {}
+    rows, errors, held_errors, by_framework, by_device = [], [], [], {}, {}
     for index, run in enumerate(data["runs"]):
         held_out = index % 3 == 2
         framework = run.get("framework", "maxtext")
@@ -191,6 +207,11 @@ def main():
             cmd = megatron_command(run)
             published_flops = megatron_flops_per_gpu(run)
             published_rate = run["published"]["tflops_per_gpu"]
+        elif "model" in run:
+            # A recipe's logged step ("completed step: N, seconds: S, ..."): the step time itself.
+            cmd = command(run, run["model"], chips_of(run))
+            published_rate = run["published"]["tflops_per_chip"]
+            published_flops = run["published"]["step_seconds"] * published_rate * 1e12
         else:
             dims = maxtext_dims(data["maxtext_base"], run["global_parameter_scale"])
             cmd = command(run, dims, chips_of(run))
@@ -198,7 +219,7 @@ def main():
             published_rate = run["published"]["tflops_per_chip"]
         # Which ops share a kernel, how remat recomputes, the attention dropout: properties of
         # the framework (the same for all its runs).
-        cmd += framework_flags(data["frameworks"][framework], cmd)
+        cmd += framework_flags(data["frameworks"][framework], cmd, run)
         start = time.time()
         out = subprocess.run([args.tessel] + cmd[1:] + ["--json"], cwd=ROOT, capture_output=True,
                              text=True)
@@ -215,6 +236,8 @@ def main():
         if held_out:
             held_errors.append(abs(error))
         by_framework.setdefault(framework, ([], []))[1 if held_out else 0].append(abs(error))
+        device = json.load(open(os.path.join(ROOT, run["topology"])))["device_spec"]["name"]
+        by_device.setdefault(device, []).append(error)
         rows.append((run, held_out, " ".join(cmd), predicted_s, published_s, error,
                      report["fits"], wall, published_rate))
         print(f"{run['id']:34s} {'held-out' if held_out else '        '} "
@@ -240,6 +263,11 @@ def main():
         lines.append(f"{framework}: median |error| {100 * statistics.median(both):.1f} % on "
                      f"{len(both)} runs; {100 * statistics.median(held):.1f} % on the {len(held)} "
                      f"held out. Within 10 %: {sum(e <= 0.10 for e in both)} of {len(both)}.")
+    lines.append("")
+    lines.append("By device: " + "; ".join(
+        f"{device} {100 * statistics.median(abs(e) for e in errs):.1f} % on {len(errs)} runs "
+        f"({100 * min(errs):+.1f} .. {100 * max(errs):+.1f} %)"
+        for device, errs in sorted(by_device.items())) + ".")
     lines.append("")
     lines.append("The commands, in table order (run from the repository root):")
     lines.append("")

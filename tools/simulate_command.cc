@@ -89,6 +89,8 @@ struct SimulateFlags : TransformerFlags {
   std::string hlo;
   int64_t assume_trip_count = 0;  // 0: unknown trip counts are an error
   std::string remat;              // "" : the model file's, else none
+  std::string remat_device;       // --remat custom: names kept in HBM ("" : the file's)
+  std::string remat_offload;      // --remat custom: names kept in host memory
   std::string attention;          // "" : the model file's, else dot_product
   std::string matmul_dtype;       // "" : the model file's, else bf16
   std::string fusion = "xla";     // mesh::FusionMode: xla, eager (PyTorch eager + Megatron), none
@@ -273,6 +275,22 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
   TESSEL_ASSIGN_OR_RETURN(plan.remat, ParseRunSetting(remat, "none", [](const std::string& s) {
                             return mesh::ParseRematPolicy(s);
                           }));
+  // remat custom's lists: a flag over the model file's key, each list whole.
+  auto add_custom = [&](const char* flag, const std::string& flag_value, const char* key,
+                        const std::string& file_value, std::string_view where) -> absl::Status {
+    const RunSetting names = RunSettingOf(flag, flag_value, file, key, file_value);
+    if (names.value.empty()) return absl::OkStatus();
+    if (plan.remat != mesh::RematPolicy::kCustom) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(names.origin, " applies to --remat custom, not ",
+                       std::string(mesh::RematPolicyName(plan.remat))));
+    }
+    return mesh::AddCustomRematNames(names.value, where, names.origin, &plan.custom_remat);
+  };
+  TESSEL_RETURN_IF_ERROR(add_custom("--remat-device", f.remat_device, "remat_device",
+                                    file ? file->remat_device : "", "device"));
+  TESSEL_RETURN_IF_ERROR(add_custom("--remat-offload", f.remat_offload, "remat_offload",
+                                    file ? file->remat_offload : "", "offload"));
   TESSEL_ASSIGN_OR_RETURN(plan.attention,
                           ParseRunSetting(attention, "dot_product", [](const std::string& s) {
                             return mesh::ParseAttentionKernel(s);
@@ -568,7 +586,9 @@ void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const G
       const mesh::TrainingStepEstimate& e = *info.training;
       std::cout << absl::StrFormat(
           "remat          %s%s: recompute %s (%.4g flops per device); attention %s%s%s\n",
-          mesh::RematPolicyName(step.training.remat),
+          step.training.remat == mesh::RematPolicy::kCustom
+              ? absl::StrCat("custom (", mesh::CustomRematToString(step.training.custom_remat), ")")
+              : std::string(mesh::RematPolicyName(step.training.remat)),
           step.training.remat_replay ? " (replayed)" : "", Seconds(e.recompute_seconds),
           e.recompute_flops, mesh::AttentionKernelName(step.training.attention),
           step.training.attention == mesh::AttentionKernel::kFlash
@@ -697,12 +717,26 @@ HtmlStep HtmlStepOf(const mesh::SimulationReport& r, const Throughput& t, const 
 std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
                           const mesh::Topology& topology, mesh::SimulatorOptions& options) {
   if (!IsModel(f)) {
-    for (const char* flag :
-         {"--remat", "--attention", "--head-dim", "--positions", "--tie-embeddings",
-          "--parallel-block", "--sliding-window", "--experts", "--top-k", "--capacity-factor",
-          "--microbatches", "--pipeline-schedule", "--sequence-parallel", "--remat-replay",
-          "--attention-dropout", "--layers-per-virtual-stage", "--blocking-p2p",
-          "--scatter-gather-p2p"}) {
+    for (const char* flag : {"--remat",
+                             "--remat-device",
+                             "--remat-offload",
+                             "--attention",
+                             "--head-dim",
+                             "--positions",
+                             "--tie-embeddings",
+                             "--parallel-block",
+                             "--sliding-window",
+                             "--experts",
+                             "--top-k",
+                             "--capacity-factor",
+                             "--microbatches",
+                             "--pipeline-schedule",
+                             "--sequence-parallel",
+                             "--remat-replay",
+                             "--attention-dropout",
+                             "--layers-per-virtual-stage",
+                             "--blocking-p2p",
+                             "--scatter-gather-p2p"}) {
       if (f.given(flag)) return absl::StrCat(flag, " applies to --model / --model-config only");
     }
     // The flash kernel's shape (mesh/sim/training_step.h), also --model only.
@@ -905,7 +939,16 @@ CommandFn AddSimulateCommand(CLI::App& app) {
       "save_dot_with_context_except_mlp, save_dot_except_mlpwi, save_dot_except_mlp, "
       "save_qkv_proj, save_out_proj, minimal_offloaded, qkv_proj_offloaded (minimal's / "
       "save_qkv_proj's saved values offloaded to host memory over the device's host "
-      "link: host_bandwidth_gbytes_per_s in the device spec), selective, full");
+      "link: host_bandwidth_gbytes_per_s in the device spec), selective, full, custom "
+      "(--remat-device / --remat-offload)");
+  cmd->add_option("--remat-device", f->remat_device,
+                  "--remat custom: MaxText names kept in HBM, comma-separated "
+                  "(decoder_layer_input, query_proj, key_proj, value_proj, qkv_proj, context, "
+                  "out_proj, mlpwi, mlpwi_0, mlpwi_1, mlpwo); every other value is recomputed")
+      ->check(NonEmpty());
+  cmd->add_option("--remat-offload", f->remat_offload,
+                  "--remat custom: MaxText names kept in host memory (as --remat-device)")
+      ->check(NonEmpty());
   cmd->add_option("--attention", f->attention,
                   "dot_product (default) or flash (fused: no S x S scores in HBM)");
   cmd->add_option("--flash-block", f->flash_block,

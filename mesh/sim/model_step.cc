@@ -192,6 +192,7 @@ absl::StatusOr<ModelStep> BuildModelStep(const Topology& topology,
   ModelStep step;
   step.config = config;
   step.training.remat = plan.remat;
+  step.training.custom_remat = plan.custom_remat;
   step.training.attention = plan.attention;
   TESSEL_ASSIGN_OR_RETURN(
       spmd::HybridMesh mesh,

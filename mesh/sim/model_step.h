@@ -68,6 +68,7 @@ struct ModelPlan {
   MeshShape mesh;
   nn::ShardingRecipe recipe = nn::ShardingRecipe::kFsdpTp;
   RematPolicy remat = RematPolicy::kNone;
+  CustomRemat custom_remat;  // remat == kCustom: its lists (TrainingStepOptions::custom_remat)
   AttentionKernel attention = AttentionKernel::kDotProduct;
   // Pipeline microbatches, or without a "stage" axis gradient-accumulation microbatches
   // (training_step.h); 0: as many as stages.

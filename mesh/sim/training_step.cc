@@ -5,8 +5,10 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "tessel/core/format.h"
 #include "tessel/core/status_macros.h"
 
@@ -26,6 +28,7 @@ constexpr RematPolicy kPolicies[] = {
     RematPolicy::kQkvProjOffloaded,
     RematPolicy::kSelective,
     RematPolicy::kFull,
+    RematPolicy::kCustom,
 };
 
 constexpr LayerValue kValues[] = {
@@ -66,9 +69,14 @@ bool Saved(RematPolicy policy, LayerValue v) {
     case RematPolicy::kSelective:
       return v != V::kContext && v != V::kAttentionResidual;
     case RematPolicy::kFull:
+    case RematPolicy::kCustom:  // PlanRemat reads CustomRemat's lists
       return false;
   }
   return false;
+}
+
+bool Contains(const std::vector<LayerValue>& values, LayerValue v) {
+  return std::find(values.begin(), values.end(), v) != values.end();
 }
 
 // The policies whose saved values go to host memory (header comment, "Host offload"): all of
@@ -328,18 +336,13 @@ std::string_view RematPolicyName(RematPolicy policy) {
       return "selective";
     case RematPolicy::kFull:
       return "full";
+    case RematPolicy::kCustom:
+      return "custom";
   }
   return "?";
 }
 
 absl::StatusOr<RematPolicy> ParseRematPolicy(std::string_view name) {
-  if (name == "custom") {
-    // MaxText's custom policy names its saved and offloaded values in two config lists
-    // (tensors_on_device, tensors_to_offload), which no flag carries yet.
-    return absl::UnimplementedError(
-        "remat policy custom (MaxText's tensors_on_device / tensors_to_offload lists) is not "
-        "modelled; minimal_offloaded and qkv_proj_offloaded are");
-  }
   std::string names;
   for (RematPolicy p : kPolicies) {
     if (RematPolicyName(p) == name) return p;
@@ -416,7 +419,92 @@ std::string_view LayerOpName(LayerOp op) {
   return "?";
 }
 
-RematPlan PlanRemat(RematPolicy policy, bool parallel_block, bool replay) {
+absl::Status AddCustomRematNames(std::string_view names, std::string_view where,
+                                 std::string_view source, CustomRemat* custom) {
+  using V = LayerValue;
+  // Debian's abseil has its own string_view: the text is held as std::string here.
+  const std::string src(source), list(names);
+  if (where != "device" && where != "offload") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        src, ": unknown placement \"", std::string(where), "\"; expected device or offload"));
+  }
+  // MaxText's checkpoint_name tags (layers/llama2.py, attentions.py, linears.py).
+  static constexpr std::pair<std::string_view, V> kNames[] = {
+      {"decoder_layer_input", V::kInput},
+      {"query_proj", V::kQuery},
+      {"key_proj", V::kKey},
+      {"value_proj", V::kValue},
+      {"context", V::kContext},
+      {"out_proj", V::kOutProj},
+      {"mlpwi", V::kMlpIn},
+      {"mlpwo", V::kMlpOut},
+  };
+  std::vector<LayerValue>& into = where == "device" ? custom->device : custom->offload;
+  auto add = [&](LayerValue v, const std::string& name) -> absl::Status {
+    if (Contains(custom->device, v) || Contains(custom->offload, v)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          src, ": ", name, " is placed twice (the device and offload lists hold each value once)"));
+    }
+    into.push_back(v);
+    std::sort(into.begin(), into.end());
+    return absl::OkStatus();
+  };
+  int gate_up = 0;  // mlpwi_0, mlpwi_1: one value (kMlpIn) when both are named
+  for (const std::string& entry : std::vector<std::string>(absl::StrSplit(list, ','))) {
+    const std::string name(absl::StripAsciiWhitespace(entry));
+    if (name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(src, ": empty name in \"", list, "\""));
+    }
+    if (name == "qkv_proj") {
+      for (V v : {V::kQuery, V::kKey, V::kValue}) TESSEL_RETURN_IF_ERROR(add(v, name));
+      continue;
+    }
+    if (name == "mlpwi_0" || name == "mlpwi_1") {
+      gate_up |= name == "mlpwi_0" ? 1 : 2;
+      continue;
+    }
+    const auto* it = std::find_if(std::begin(kNames), std::end(kNames),
+                                  [&](const auto& known) { return known.first == name; });
+    if (it == std::end(kNames)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          src, ": unknown name \"", name,
+          "\"; expected MaxText's decoder_layer_input, query_proj, key_proj, value_proj, "
+          "qkv_proj, context, out_proj, mlpwi, mlpwi_0, mlpwi_1, mlpwo"));
+    }
+    TESSEL_RETURN_IF_ERROR(add(it->second, name));
+  }
+  if (gate_up == 1 || gate_up == 2) {
+    // Tessel's MLP input is the gate and up projections together: one of them kept and the
+    // other recomputed is not a plan it can cost.
+    return absl::InvalidArgumentError(
+        absl::StrCat(src, ": ", gate_up == 1 ? "mlpwi_0" : "mlpwi_1", " without ",
+                     gate_up == 1 ? "mlpwi_1" : "mlpwi_0",
+                     ": the gate and up projections are placed together (name both, or mlpwi)"));
+  }
+  if (gate_up == 3) TESSEL_RETURN_IF_ERROR(add(V::kMlpIn, "mlpwi_0,mlpwi_1"));
+  return absl::OkStatus();
+}
+
+std::string CustomRematToString(const CustomRemat& custom) {
+  auto names = [](const std::vector<LayerValue>& values) {
+    std::string out;
+    for (LayerValue v : values) {
+      absl::StrAppend(
+          &out, out.empty() ? "" : ",",
+          v == LayerValue::kInput ? "decoder_layer_input" : std::string(LayerValueName(v)));
+    }
+    return out;
+  };
+  std::string out;
+  if (!custom.device.empty()) absl::StrAppend(&out, "device: ", names(custom.device));
+  if (!custom.offload.empty()) {
+    absl::StrAppend(&out, out.empty() ? "" : "; ", "offload: ", names(custom.offload));
+  }
+  return out.empty() ? "every value recomputed" : out;
+}
+
+RematPlan PlanRemat(RematPolicy policy, bool parallel_block, bool replay,
+                    const CustomRemat& custom) {
   if (replay && policy == RematPolicy::kFull) {
     // torch.utils.checkpoint keeps no dead-code elimination: the backward of a checkpointed
     // layer runs its forward function again from the input, every op of it.
@@ -437,7 +525,10 @@ RematPlan PlanRemat(RematPolicy policy, bool parallel_block, bool replay) {
     work.pop_back();
     if (!seen.insert(v).second) continue;
     // The layer input is the scan carry: always there, never recomputed.
-    if (v == LayerValue::kInput || Saved(policy, v)) {
+    const bool saved = policy == RematPolicy::kCustom
+                           ? Contains(custom.device, v) || Contains(custom.offload, v)
+                           : Saved(policy, v);
+    if (v == LayerValue::kInput || saved) {
       kept.insert(v);
       continue;
     }
@@ -449,7 +540,10 @@ RematPlan PlanRemat(RematPolicy policy, bool parallel_block, bool replay) {
   for (LayerValue v : kValues) {
     if (!kept.contains(v)) continue;
     plan.kept.push_back(v);
-    if (Offloads(policy) && v != LayerValue::kInput) plan.offloaded.push_back(v);
+    if (policy == RematPolicy::kCustom ? Contains(custom.offload, v)
+                                       : Offloads(policy) && v != LayerValue::kInput) {
+      plan.offloaded.push_back(v);
+    }
   }
   for (LayerOp op : kOps) {
     if (recomputed.contains(op)) plan.recomputed.push_back(op);
@@ -608,7 +702,8 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
         BlockCausalKeysPerQuery(config.seq_len, config.sliding_window, options.flash_block);
   }
   const double layers = static_cast<double>(config.layers);
-  e.remat = PlanRemat(options.remat, config.parallel_block, options.remat_replay);
+  e.remat =
+      PlanRemat(options.remat, config.parallel_block, options.remat_replay, options.custom_remat);
   int64_t kept_bytes = 0;
   for (LayerValue v : e.remat.kept) kept_bytes += LocalValueBytes(v, layer, options.attention);
   int64_t offloaded_bytes = 0;
@@ -651,7 +746,13 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
   }
   // Host offload: the layer's offloaded values are back in HBM for its backward.
   const int64_t working = no_remat_layer + recomputed_values + offloaded_bytes;
-  const int64_t loss = layer.tokens * Ceil(config.vocab, shards.tensor) * (layer.dtype_bytes + 8);
+  // XLA fuses the f32 cast, the log-softmax and its gradient into the reductions and the two
+  // backward dots, so one [t, V/tensor] buffer in dtype is live (XLA:TPU's compiled peak for a
+  // 128256-word vocabulary agrees: docs/simulator.md, "Memory"); eager frameworks materialize
+  // the f32 log-softmax and its gradient too.
+  const int64_t loss_bytes_per_logit =
+      cost_model.options().fusion == FusionMode::kXla ? layer.dtype_bytes : layer.dtype_bytes + 8;
+  const int64_t loss = layer.tokens * Ceil(config.vocab, shards.tensor) * loss_bytes_per_logit;
   e.gathered_weight_bytes = gathered;
   m.temporary_bytes = gathered + std::max(working, loss);
 

@@ -38,6 +38,13 @@
 //   selective: Megatron-LM's selective recompute (Korthikanti et al. 2022, "Reducing Activation
 //     Recomputation in Large Transformer Models", sec. 4.2): everything but the attention core's
 //     context and residual (scores / probabilities) is saved.
+//   custom: MaxText's per-name policy (decoders.py: save_and_offload_only_these_names with
+//     names_which_can_be_saved = the names set to "device", names_which_can_be_offloaded = the
+//     names set to "offload"; every other name is recomputed): CustomRemat. Its names, MaxText's
+//     checkpoint_name tags: decoder_layer_input (x), query_proj, key_proj, value_proj, qkv_proj
+//     (q, k and v), context, out_proj, mlpwi (wi), mlpwi_0 and mlpwi_1 (SwiGLU's gate and up:
+//     wi when both are named alike), mlpwo (wo). x offloaded leaves HBM too (the scan's stacked
+//     carries); x never named stays on device, as MaxText's default decoder_layer_input: device.
 // Recompute seconds: the recomputed matmuls at the matmul peak x the "dot" efficiency;
 // elementwise recompute (norms, activations, residual adds) is fused into its neighbours under
 // FusionMode::kXla and not counted; under kEager / kNone each recomputed elementwise op is its own
@@ -183,8 +190,11 @@
 //     backward working set (the gradients of its values, as large as the values the backward
 //     reads, plus the values the remat plan recomputes and, with host offload, the layer's
 //     offloaded values copied back; the kept values are in the activations)
-//     and the loss's (logits in dtype, log-softmax and its gradient in f32:
-//     t*(V/tensor)*(dtype + 8)).
+//     and the loss's: under FusionMode::kXla one [t, V/tensor] buffer in dtype (the logits,
+//     then their gradient; the f32 cast, log-softmax and its gradient are fused into the
+//     reductions and the backward dots, as XLA:TPU's compiled peak shows), t*(V/tensor)*dtype;
+//     under kEager / kNone the logits in dtype plus the log-softmax and its gradient in f32,
+//     t*(V/tensor)*(dtype + 8).
 //   fits = total <= HBM.
 // Source of the accounting: Korthikanti et al. 2022 sec. 4 (activation bytes per layer);
 // Rajbhandari et al. 2020, ZeRO (parameter, gradient and optimizer-state bytes per device).
@@ -219,12 +229,12 @@ enum class RematPolicy {
   kQkvProjOffloaded,
   kSelective,
   kFull,
+  kCustom,  // CustomRemat's lists
 };
-// MaxText's names ("none", "minimal", ..., "minimal_offloaded", "qkv_proj_offloaded", "full")
-// and Megatron's "selective".
+// MaxText's names ("none", "minimal", ..., "minimal_offloaded", "qkv_proj_offloaded", "full",
+// "custom") and Megatron's "selective".
 [[nodiscard]] std::string_view RematPolicyName(RematPolicy policy);
-// Errors: kInvalidArgument naming `name` and the accepted names; kUnimplemented for MaxText's
-// "custom" (its per-value lists are not modelled).
+// Errors: kInvalidArgument naming `name` and the accepted names.
 [[nodiscard]] absl::StatusOr<RematPolicy> ParseRematPolicy(std::string_view name);
 
 enum class AttentionKernel { kDotProduct, kFlash };
@@ -251,6 +261,24 @@ enum class LayerValue {
   kMlpOut,             // wo
 };
 [[nodiscard]] std::string_view LayerValueName(LayerValue value);
+
+// RematPolicy::kCustom's values (file comment): kept in HBM (`device`) or in host memory
+// (`offload`); every other value the backward reads is recomputed. Sorted, no repeats, no value
+// in both.
+struct CustomRemat {
+  std::vector<LayerValue> device;
+  std::vector<LayerValue> offload;
+  bool operator==(const CustomRemat&) const = default;
+};
+// Adds MaxText's checkpoint names in `names` (comma-separated: "query_proj,key_proj") to
+// `custom` as `where` ("device" or "offload"); `source` names the flag or key in errors.
+// Errors: kInvalidArgument naming an unknown name (and the accepted ones), a name given twice,
+// one of mlpwi_0 / mlpwi_1 without the other or the two placed differently (their pair is one
+// value here), or an empty list entry.
+absl::Status AddCustomRematNames(std::string_view names, std::string_view where,
+                                 std::string_view source, CustomRemat* custom);
+// "device: a,b; offload: c" with MaxText's names (empty lists left out), for reports.
+[[nodiscard]] std::string CustomRematToString(const CustomRemat& custom);
 
 // The forward ops of one layer, each producing the values listed beside it.
 enum class LayerOp {
@@ -279,7 +307,9 @@ struct RematPlan {
 // checkpointed layer, so kFull recomputes every op of the layer, mlp_out included; the other
 // policies are unchanged (selective's checkpointed function is the attention core, recomputed
 // whole either way).
-[[nodiscard]] RematPlan PlanRemat(RematPolicy policy, bool parallel_block, bool replay = false);
+// `custom`: the lists of RematPolicy::kCustom (ignored by the other policies).
+[[nodiscard]] RematPlan PlanRemat(RematPolicy policy, bool parallel_block, bool replay = false,
+                                  const CustomRemat& custom = {});
 
 // One layer's sizes on one device (see the file comment for the splits).
 struct LocalLayer {
@@ -324,6 +354,7 @@ struct LocalLayer {
 
 struct TrainingStepOptions {
   RematPolicy remat = RematPolicy::kNone;
+  CustomRemat custom_remat;  // remat == kCustom: its lists
   AttentionKernel attention = AttentionKernel::kDotProduct;
   // MoE: the global ids of the expert-axis group of the device costed (empty or one id: no
   // expert parallelism, no all-to-all).

@@ -75,7 +75,7 @@ TEST(RematPlanTest, PolicyNamesRoundTripAndUnknownNamesAreErrors) {
   for (const char* name :
        {"none", "minimal", "minimal_with_context", "save_dot_with_context_except_mlp",
         "save_dot_except_mlpwi", "save_dot_except_mlp", "save_qkv_proj", "save_out_proj",
-        "minimal_offloaded", "qkv_proj_offloaded", "selective", "full"}) {
+        "minimal_offloaded", "qkv_proj_offloaded", "selective", "full", "custom"}) {
     absl::StatusOr<RematPolicy> p = ParseRematPolicy(name);
     ASSERT_TRUE(p.ok()) << name;
     EXPECT_EQ(RematPolicyName(*p), name);
@@ -83,7 +83,6 @@ TEST(RematPlanTest, PolicyNamesRoundTripAndUnknownNamesAreErrors) {
   absl::StatusOr<RematPolicy> bad = ParseRematPolicy("everything");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("unknown remat policy \"everything\""));
-  EXPECT_EQ(ParseRematPolicy("custom").status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(ParseAttentionKernel("splash").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(*ParseAttentionKernel("flash"), AttentionKernel::kFlash);
 }
@@ -253,6 +252,56 @@ TEST(RematPlanTest, OffloadedPoliciesKeepTheirOnDeviceTwinsValuesOnTheHost) {
   EXPECT_THAT(qkv.offloaded, ElementsAre(V::kQuery, V::kKey, V::kValue));
 }
 
+TEST(RematPlanTest, CustomPlacesMaxTextNamesOnDeviceOrHost) {
+  // MaxText's custom policy names what it keeps; everything else the backward reads is
+  // recomputed. The Llama 3.1 8B v6e recipe's lists: the layer input, q, k, v and out offloaded.
+  CustomRemat custom;
+  ASSERT_TRUE(AddCustomRematNames("decoder_layer_input, out_proj,qkv_proj", "offload",
+                                  "--remat-offload", &custom)
+                  .ok());
+  EXPECT_THAT(custom.offload, ElementsAre(V::kInput, V::kQuery, V::kKey, V::kValue, V::kOutProj));
+  const RematPlan plan = PlanRemat(RematPolicy::kCustom, false, false, custom);
+  // save_qkv_proj's closure (out_proj's output is read only by the residual add, which the
+  // backward of norm2 reaches through x1: recomputed there without running out_proj again).
+  const RematPlan qkv = PlanRemat(RematPolicy::kSaveQkvProj, false);
+  EXPECT_THAT(plan.recomputed,
+              ElementsAre(LayerOp::kNorm1, LayerOp::kAttention, LayerOp::kResidualAdd,
+                          LayerOp::kNorm2, LayerOp::kMlpIn, LayerOp::kMlpActivation));
+  EXPECT_NE(plan.recomputed, qkv.recomputed);  // out_proj is kept, not recomputed
+  EXPECT_THAT(plan.offloaded, ElementsAre(V::kInput, V::kQuery, V::kKey, V::kValue, V::kOutProj));
+  // The built-in policies are custom lists too: qkv_proj_offloaded is q, k, v offloaded.
+  CustomRemat q;
+  ASSERT_TRUE(AddCustomRematNames("query_proj,key_proj,value_proj", "offload", "x", &q).ok());
+  const RematPlan as_custom = PlanRemat(RematPolicy::kCustom, false, false, q);
+  const RematPlan builtin = PlanRemat(RematPolicy::kQkvProjOffloaded, false);
+  EXPECT_EQ(as_custom.kept, builtin.kept);
+  EXPECT_EQ(as_custom.recomputed, builtin.recomputed);
+  EXPECT_EQ(as_custom.offloaded, builtin.offloaded);
+  // Nothing named: only the layer input stays, as full.
+  EXPECT_EQ(PlanRemat(RematPolicy::kCustom, false).recomputed,
+            PlanRemat(RematPolicy::kFull, false).recomputed);
+  // mlpwi_0 and mlpwi_1 together are the MLP input; device names stay in HBM.
+  CustomRemat mlp;
+  ASSERT_TRUE(AddCustomRematNames("mlpwi_0,mlpwi_1,context", "device", "x", &mlp).ok());
+  EXPECT_THAT(mlp.device, ElementsAre(V::kContext, V::kMlpIn));
+  EXPECT_TRUE(PlanRemat(RematPolicy::kCustom, false, false, mlp).offloaded.empty());
+
+  auto error = [](std::string_view names, std::string_view where, CustomRemat c = {}) {
+    return std::string(AddCustomRematNames(names, where, "--remat-x", &c).message());
+  };
+  EXPECT_EQ(error("query_proj,bogus", "device"),
+            "--remat-x: unknown name \"bogus\"; expected MaxText's decoder_layer_input, "
+            "query_proj, key_proj, value_proj, qkv_proj, context, out_proj, mlpwi, mlpwi_0, "
+            "mlpwi_1, mlpwo");
+  EXPECT_THAT(error("mlpwi_1", "offload"), HasSubstr("mlpwi_1 without mlpwi_0"));
+  EXPECT_THAT(error("query_proj,qkv_proj", "device"), HasSubstr("qkv_proj is placed twice"));
+  EXPECT_THAT(error("context", "offload", mlp), HasSubstr("context is placed twice"));
+  EXPECT_THAT(error("query_proj,,key_proj", "device"), HasSubstr("empty name"));
+  EXPECT_THAT(error("context", "host"), HasSubstr("unknown placement \"host\""));
+  EXPECT_EQ(CustomRematToString(custom),
+            "offload: decoder_layer_input,query_proj,key_proj,value_proj,out_proj");
+}
+
 // The topology of MakeUniformTopology(1, {8}, 1, {true}) with a host link of 2 GB/s.
 Topology HostLinkedRing() {
   return *ParseTopology(
@@ -302,6 +351,19 @@ TEST(TrainingStepTest, HostOffloadMovesTheSavedDotsOffHbmByHand) {
   ASSERT_TRUE(qkv.ok());
   EXPECT_EQ(qkv->memory.activation_bytes, 2 * 256);
   EXPECT_EQ(qkv->memory.host_offloaded_bytes, 2 * 256);  // q 128 + k 64 + v 64
+  // custom with the layer input offloaded too: nothing of the layer stays in HBM, and x's 256
+  // bytes a layer cross the host link with q, k, v.
+  TrainingStepOptions custom = Options(RematPolicy::kCustom);
+  ASSERT_TRUE(
+      AddCustomRematNames("decoder_layer_input,qkv_proj", "offload", "x", &custom.custom_remat)
+          .ok());
+  absl::StatusOr<TrainingStepEstimate> input_offloaded = EstimateTrainingStep(
+      c, shards, custom, model, b.program, b.step.weight_parameters, b.step.moment_parameters);
+  ASSERT_TRUE(input_offloaded.ok()) << input_offloaded.status();
+  EXPECT_EQ(input_offloaded->memory.activation_bytes, 0);
+  EXPECT_EQ(input_offloaded->memory.host_offloaded_bytes, 2 * (256 + 256));
+  EXPECT_DOUBLE_EQ(input_offloaded->offload_seconds, 2 * 512 / 2e9);
+  EXPECT_EQ(input_offloaded->recompute_flops, qkv->recompute_flops);
   // Without a host link in the device spec the policy is refused, naming what is missing.
   CostModel no_link = *CostModel::Create(*MakeUniformTopology(1, {8}, 1, {true}));
   absl::StatusOr<TrainingStepEstimate> refused =
@@ -310,6 +372,31 @@ TEST(TrainingStepTest, HostOffloadMovesTheSavedDotsOffHbmByHand) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(), HasSubstr("minimal_offloaded"));
   EXPECT_THAT(refused.status().message(), HasSubstr("host_bandwidth_gbytes_per_s"));
+}
+
+TEST(TrainingStepTest, LossLogitsAreOneBufferUnderXlaAndThreeEager) {
+  // A vocabulary large enough that the loss, not a layer's backward, sets the temporaries. Per
+  // device: 8 tokens x 4096 / 2 tensor ranks logits. XLA fuses the f32 cast, log-softmax and its
+  // gradient (one bf16 buffer: 8 x 2048 x 2 bytes; XLA:TPU's compiled peak for Llama 3.1 8B's
+  // 128256-word vocabulary agrees, docs/simulator.md); eager keeps the f32 log-softmax and
+  // gradient too (x (2 + 8)).
+  nn::TransformerConfig c = Small();
+  c.vocab = 4096;
+  Built b = Build(c);
+  const nn::RecipeShards shards = *nn::ShardsOf(Mesh8(), nn::ShardingRecipe::kFsdpTp);
+  CostModelOptions eager_options;
+  eager_options.fusion = FusionMode::kEager;
+  const CostModel xla = *CostModel::Create(HostLinkedRing());
+  const CostModel eager = *CostModel::Create(HostLinkedRing(), eager_options);
+  auto temporaries_beyond_weights = [&](const CostModel& model) {
+    absl::StatusOr<TrainingStepEstimate> e =
+        EstimateTrainingStep(c, shards, Options(RematPolicy::kNone), model, b.program,
+                             b.step.weight_parameters, b.step.moment_parameters);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e->memory.temporary_bytes - e->gathered_weight_bytes;
+  };
+  EXPECT_EQ(temporaries_beyond_weights(xla), 8 * 2048 * 2);
+  EXPECT_EQ(temporaries_beyond_weights(eager), 8 * 2048 * (2 + 8));
 }
 
 TEST(TrainingStepTest, HostOffloadExposureInOrderAndOverlapped) {

@@ -498,6 +498,16 @@ SimulateResult SimulateModel(const std::string& model_json, const std::string& s
   plan.recipe = ValueOrThrow(nn::ParseShardingRecipe(run.recipe));
   plan.mesh = ModelMesh(run, topology);
   plan.remat = ValueOrThrow(mesh::ParseRematPolicy(file.remat.empty() ? "none" : file.remat));
+  for (const auto& [names, where] :
+       {std::pair{file.remat_device, "device"}, std::pair{file.remat_offload, "offload"}}) {
+    if (names.empty()) continue;
+    if (plan.remat != mesh::RematPolicy::kCustom) {
+      throw py::value_error(
+          absl::StrCat(file.source, ": remat_", where, " applies to remat \"custom\""));
+    }
+    ThrowIfError(mesh::AddCustomRematNames(
+        names, where, absl::StrCat(file.source, ": remat_", where), &plan.custom_remat));
+  }
   plan.attention = ValueOrThrow(
       mesh::ParseAttentionKernel(file.attention.empty() ? "dot_product" : file.attention));
   mesh::ModelSimulationOptions options;
