@@ -28,6 +28,7 @@
 #define TESSEL_NN_GPT_H_
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -62,7 +63,13 @@ struct GptConfig {
   MlpActivation mlp = MlpActivation::kGelu;
   bool tied_head = true;
 
-  int64_t ffn_size() const { return ffn > 0 ? ffn : 4 * d_model; }
+  // ffn, or 4 * d_model by default (saturating: a d_model near 2^63 must fail validation as
+  // too large, not wrap to a negative ffn).
+  int64_t ffn_size() const {
+    if (ffn > 0) return ffn;
+    return d_model > std::numeric_limits<int64_t>::max() / 4 ? std::numeric_limits<int64_t>::max()
+                                                             : 4 * d_model;
+  }
   int64_t head_dim() const { return d_model / heads; }
 };
 

@@ -122,6 +122,15 @@ absl::Status TextBatcher::Check(const std::vector<uint8_t>& data, const TextBatc
                                                    ") and seq_len (", options.seq_len,
                                                    ") must be positive"));
   }
+  // The batch is built as two int32 buffers of batch x seq_len tokens: a product past 2^31
+  // (16 GiB of them) is refused before it can wrap or exhaust the host.
+  int64_t tokens = 0;
+  if (__builtin_mul_overflow(options.batch, options.seq_len, &tokens) ||
+      tokens > kMaxTextBatchTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("text batches: batch ", options.batch,
+                                                   " x seq_len ", options.seq_len, " is more than ",
+                                                   kMaxTextBatchTokens, " tokens a step (2^31)"));
+  }
   if (static_cast<int64_t>(data.size()) <= options.seq_len) {
     return absl::InvalidArgumentError(absl::StrCat("text batches: the ", what, " has ", data.size(),
                                                    " bytes, not more than seq_len ",

@@ -70,14 +70,18 @@ struct TextBatch {
   Literal labels;  // s32[rows, seq_len]: the next byte of each token
 };
 
+// The most tokens (batch x seq_len) one batch may hold: 2^31.
+inline constexpr int64_t kMaxTextBatchTokens = int64_t{1} << 31;
+
 class TextBatcher {
  public:
   // `data` must outlive the batcher and hold more than options.seq_len bytes (TESSEL_CHECK;
   // LoadTextCorpus guarantees at least 2 bytes, CheckTextBatcher checks a given seq_len).
   TextBatcher(const std::vector<uint8_t>* data, TextBatcherOptions options);
 
-  // Errors: kInvalidArgument if batch or seq_len is not positive, or `data` has no more than
-  // seq_len bytes (naming `what`, e.g. "validation split", and both sizes).
+  // Errors: kInvalidArgument if batch or seq_len is not positive, their product is more than
+  // kMaxTextBatchTokens, or `data` has no more than seq_len bytes (naming `what`, e.g.
+  // "validation split", and both sizes).
   [[nodiscard]] static absl::Status Check(const std::vector<uint8_t>& data,
                                           const TextBatcherOptions& options,
                                           const std::string& what);

@@ -131,6 +131,15 @@ TEST(TextBatcherTest, CheckRejectsShortData) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("validation split has 8 bytes"));
   EXPECT_FALSE(TextBatcher::Check(data, {.batch = 0, .seq_len = 4}, "x").ok());
+  // batch x seq_len past 2^31 tokens, or past int64 (2^59 x 32 wrapped to 0 and the batch was
+  // written past an empty buffer).
+  EXPECT_TRUE(TextBatcher::Check(data, {.batch = int64_t{1} << 28, .seq_len = 7}, "x").ok());
+  for (int64_t batch : {int64_t{1} << 29, int64_t{1} << 59, int64_t{1} << 62}) {
+    absl::Status big = TextBatcher::Check(data, {.batch = batch, .seq_len = 7}, "x");
+    EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument) << batch;
+    EXPECT_NE(big.message().find("is more than 2147483648 tokens a step"), std::string::npos)
+        << big;
+  }
 }
 
 }  // namespace

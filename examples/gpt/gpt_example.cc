@@ -543,8 +543,16 @@ absl::StatusOr<int64_t> ResumeGpt(const GptFlags& flags, const Placement& placem
     m.push_back(values[3 * i + 1]);
     v.push_back(values[3 * i + 2]);
   }
-  TESSEL_RETURN_IF_ERROR(job.adamw->SetState(std::move(m), std::move(v),
-                                             meta.attributes.value("adam_step_count", meta.step)));
+  // Adam's bias correction continues from this count: an integer in [0, step] (an edited file
+  // could hold a string, a fraction or a count near 2^63 that Adam's step + 1 would wrap).
+  const nlohmann::json count = meta.attributes.value("adam_step_count", nlohmann::json(meta.step));
+  if (!count.is_number_integer() || count.get<int64_t>() < 0 || count.get<int64_t>() > meta.step) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", meta.step_dir,
+                                            ": attributes/adam_step_count: expected an integer "
+                                            "in [0, ",
+                                            meta.step, "], got ", count.dump()));
+  }
+  TESSEL_RETURN_IF_ERROR(job.adamw->SetState(std::move(m), std::move(v), count.get<int64_t>()));
   if (placement.printer) {
     if (flags.json) {
       PrintJson({{"resumed_from", meta.step_dir},

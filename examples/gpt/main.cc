@@ -6,6 +6,7 @@
 //
 // Exit codes: 0 success; 1 a run-time failure (one line on stderr); 2 bad flags.
 #include <cstdio>
+#include <new>
 
 #include "CLI/CLI.hpp"
 #include "examples/gpt/gpt_example.h"
@@ -24,5 +25,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt_train: %s (see --help)\n", e.what());
     return 2;
   }
-  return tessel::examples::RunGpt(flags);
+  // Sizes that pass the checks but not this host's memory end with one line, not an abort.
+  try {
+    return tessel::examples::RunGpt(flags);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "gpt_train: out of memory on this host\n");
+    return 1;
+  }
 }

@@ -12,8 +12,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string_view>
 
@@ -21,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "tessel/core/config_json.h"
 #include "tessel/core/dtype.h"
 #include "tessel/core/file_util.h"
 #include "tessel/core/status_macros.h"
@@ -385,6 +388,9 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
     const std::string name = entry.path().filename().string();
     int64_t step = 0;
     if (name.rfind("step_", 0) != 0 || !absl::SimpleAtoi(name.substr(5), &step)) continue;
+    // Only the names SaveCheckpoint writes: "step_9" or "step_+9" would be found here and then
+    // reopened as step_00000009, another folder.
+    if (step < 0 || name != StepDirName(step)) continue;
     if (!fs::exists(entry.path() / kMetadataFile, ec)) continue;  // an unfinished save
     best = std::max(best, step);
   }
@@ -404,40 +410,130 @@ const CheckpointArrayInfo* CheckpointMetadata::Find(const std::string& name) con
 
 namespace {
 
-// Parses one array entry of the metadata; `file_sizes` checks the shards' byte ranges.
+// An integer of the metadata within [lo, hi]: a JSON integer, never 4.7 or "4" (nlohmann's
+// get<int64_t> would truncate the one and throw on the other).
+absl::StatusOr<int64_t> Int(const nlohmann::json& v, const std::string& what, int64_t lo,
+                            int64_t hi = std::numeric_limits<int64_t>::max()) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u <= static_cast<uint64_t>(hi) && static_cast<int64_t>(u) >= lo) {
+      return static_cast<int64_t>(u);
+    }
+  } else if (v.is_number_integer()) {
+    const int64_t i = v.get<int64_t>();
+    if (i >= lo && i <= hi) return i;
+  }
+  return absl::DataLossError(absl::StrCat(what, ": expected an integer in [", lo, ", ", hi,
+                                          "], got ", v.dump().substr(0, 40)));
+}
+
+// Elements of the box `r`, or an error when the product does not fit in int64.
+absl::StatusOr<int64_t> CheckedVolume(const Ranges& r, const std::string& what) {
+  int64_t v = 1;
+  for (const auto& [s, l] : r) {
+    if (__builtin_mul_overflow(v, l - s, &v)) {
+      return absl::DataLossError(absl::StrCat(what, ": more elements than int64 holds"));
+    }
+  }
+  return v;
+}
+
+// The shards of one array must tile it: with their volumes summing to the array's, no two may
+// share an element, or some elements would be read twice and others never written (a load would
+// return uninitialised memory as weights). A sweep over dim 0 compares only shards whose dim-0
+// intervals overlap: a grid of tiles costs O(n * tiles per dim-0 band), not O(n^2).
+absl::Status CheckDisjoint(const std::vector<CheckpointShardInfo>& shards, const std::string& where,
+                           const std::string& name) {
+  if (shards.empty() || shards[0].index.empty()) return absl::OkStatus();
+  std::vector<size_t> order(shards.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return shards[a].index[0].first < shards[b].index[0].first;
+  });
+  std::vector<size_t> active;
+  for (size_t i : order) {
+    const Ranges& box = shards[i].index;
+    active.erase(
+        std::remove_if(active.begin(), active.end(),
+                       [&](size_t j) { return shards[j].index[0].second <= box[0].first; }),
+        active.end());
+    for (size_t j : active) {
+      bool overlap = true;
+      for (size_t d = 0; overlap && d < box.size(); ++d) {
+        overlap = std::max(box[d].first, shards[j].index[d].first) <
+                  std::min(box[d].second, shards[j].index[d].second);
+      }
+      if (overlap) {
+        return absl::DataLossError(absl::StrCat(where, ": shards ", std::min(i, j), " and ",
+                                                std::max(i, j), " of array ", name,
+                                                " overlap (a shard holds each element once)"));
+      }
+    }
+    active.push_back(i);
+  }
+  return absl::OkStatus();
+}
+
+// Parses one array entry of the metadata; `file_sizes` checks the shards' byte ranges, and an
+// array has at most `max_shards` shards (one per device).
 absl::StatusOr<CheckpointArrayInfo> ParseArray(const nlohmann::json& j,
                                                const std::map<std::string, int64_t>& file_sizes,
-                                               const std::string& where) {
+                                               int64_t max_shards, const std::string& where) {
   CheckpointArrayInfo a;
   a.name = j.at("name").get<std::string>();
+  const std::string array = absl::StrCat(where, ": array ", a.name);
   absl::StatusOr<DType> dtype = ParseDType(j.at("dtype").get<std::string>());
-  if (!dtype.ok()) {
-    return absl::DataLossError(
-        absl::StrCat(where, ": array ", a.name, ": ", dtype.status().message()));
+  if (!dtype.ok()) return absl::DataLossError(absl::StrCat(array, ": ", dtype.status().message()));
+  std::vector<int64_t> dims;
+  for (const nlohmann::json& d : j.at("shape")) {
+    TESSEL_ASSIGN_OR_RETURN(int64_t dim, Int(d, absl::StrCat(array, ": shape"), 0));
+    dims.push_back(dim);
   }
-  std::vector<int64_t> dims = j.at("shape").get<std::vector<int64_t>>();
-  for (int64_t d : dims) {
-    if (d < 0) return absl::DataLossError(absl::StrCat(where, ": array ", a.name, ": bad shape"));
+  const int64_t width = ByteWidth(*dtype);
+  Ranges whole;
+  for (int64_t d : dims) whole.emplace_back(0, d);
+  TESSEL_ASSIGN_OR_RETURN(const int64_t elements, CheckedVolume(whole, array));
+  int64_t total_bytes = 0;
+  if (__builtin_mul_overflow(elements, width, &total_bytes)) {
+    return absl::DataLossError(absl::StrCat(array, ": more bytes than int64 holds"));
   }
   a.shape = Shape(*dtype, dims);
   a.sharding = j.at("sharding").get<std::string>();
-  const int64_t width = ByteWidth(*dtype);
+  const nlohmann::json& shards = j.at("shards");
+  if (!shards.is_array() || static_cast<int64_t>(shards.size()) > max_shards) {
+    return absl::DataLossError(absl::StrCat(array, ": expected a list of at most ", max_shards,
+                                            " shards (one per device)"));
+  }
   int64_t covered = 0;
-  for (const nlohmann::json& s : j.at("shards")) {
+  for (const nlohmann::json& s : shards) {
     CheckpointShardInfo shard;
+    const std::string what = absl::StrCat(where, ": shard ", a.shards.size(), " of array ", a.name);
     for (const nlohmann::json& r : s.at("index")) {
-      shard.index.emplace_back(r.at(0).get<int64_t>(), r.at(1).get<int64_t>());
+      if (!r.is_array() || r.size() != 2) {
+        return absl::DataLossError(absl::StrCat(what, ": an index range is not [start, limit]"));
+      }
+      TESSEL_ASSIGN_OR_RETURN(int64_t start, Int(r[0], absl::StrCat(what, ": index"), 0));
+      TESSEL_ASSIGN_OR_RETURN(int64_t limit, Int(r[1], absl::StrCat(what, ": index"), 0));
+      shard.index.emplace_back(start, limit);
     }
     shard.file = s.at("file").get<std::string>();
-    shard.offset = s.at("offset").get<int64_t>();
-    shard.bytes = s.at("bytes").get<int64_t>();
-    shard.crc32 = s.at("crc32").get<uint32_t>();
-    const std::string what = absl::StrCat(where, ": shard ", a.shards.size(), " of array ", a.name);
+    TESSEL_ASSIGN_OR_RETURN(shard.offset, Int(s.at("offset"), absl::StrCat(what, ": offset"), 0));
+    TESSEL_ASSIGN_OR_RETURN(shard.bytes, Int(s.at("bytes"), absl::StrCat(what, ": bytes"), 0));
+    TESSEL_ASSIGN_OR_RETURN(int64_t crc, Int(s.at("crc32"), absl::StrCat(what, ": crc32"), 0,
+                                             std::numeric_limits<uint32_t>::max()));
+    shard.crc32 = static_cast<uint32_t>(crc);
     if (s.contains("chunk_crc32")) {
-      shard.chunk_bytes = s.at("chunk_bytes").get<int64_t>();
-      shard.chunk_crc32 = s.at("chunk_crc32").get<std::vector<uint32_t>>();
+      // The writer's chunk size; bounding it keeps the chunk count below from overflowing.
+      TESSEL_ASSIGN_OR_RETURN(
+          shard.chunk_bytes,
+          Int(s.at("chunk_bytes"), absl::StrCat(what, ": chunk_bytes"), 1, int64_t{1} << 40));
+      for (const nlohmann::json& c : s.at("chunk_crc32")) {
+        TESSEL_ASSIGN_OR_RETURN(int64_t chunk, Int(c, absl::StrCat(what, ": chunk_crc32"), 0,
+                                                   std::numeric_limits<uint32_t>::max()));
+        shard.chunk_crc32.push_back(static_cast<uint32_t>(chunk));
+      }
       const int64_t want =
-          shard.chunk_bytes > 0 ? (shard.bytes + shard.chunk_bytes - 1) / shard.chunk_bytes : -1;
+          shard.bytes / shard.chunk_bytes + (shard.bytes % shard.chunk_bytes != 0 ? 1 : 0);
       if (want != static_cast<int64_t>(shard.chunk_crc32.size())) {
         return absl::DataLossError(absl::StrCat(what, " has ", shard.chunk_crc32.size(),
                                                 " chunk checksums of ", shard.chunk_bytes,
@@ -446,11 +542,15 @@ absl::StatusOr<CheckpointArrayInfo> ParseArray(const nlohmann::json& j,
     }
     bool inside = shard.index.size() == dims.size();
     for (size_t d = 0; inside && d < dims.size(); ++d) {
-      inside = 0 <= shard.index[d].first && shard.index[d].first <= shard.index[d].second &&
-               shard.index[d].second <= dims[d];
+      inside = shard.index[d].first <= shard.index[d].second && shard.index[d].second <= dims[d];
     }
     if (!inside) return absl::DataLossError(absl::StrCat(what, " lies outside the shape"));
-    if (shard.bytes != Volume(shard.index) * width || shard.offset < 0) {
+    // Inside the shape, so its volume and bytes are at most the array's (checked above).
+    const int64_t volume = Volume(shard.index);
+    if (volume == 0 && elements > 0) {
+      return absl::DataLossError(absl::StrCat(what, " holds no element"));
+    }
+    if (shard.bytes != volume * width) {
       return absl::DataLossError(absl::StrCat(what, " has ", shard.bytes, " bytes for its index"));
     }
     auto size = file_sizes.find(shard.file);
@@ -458,19 +558,23 @@ absl::StatusOr<CheckpointArrayInfo> ParseArray(const nlohmann::json& j,
       return absl::DataLossError(
           absl::StrCat(what, " names file ", shard.file, " which the metadata does not list"));
     }
-    if (size->second < shard.offset + shard.bytes) {
-      return absl::DataLossError(absl::StrCat(
-          where, ": shard file ", shard.file, " has ", size->second, " bytes, shard ",
-          a.shards.size(), " of array ", a.name, " ends at ", shard.offset + shard.bytes));
+    // Written so that offset + bytes cannot overflow.
+    if (shard.offset > size->second || shard.bytes > size->second - shard.offset) {
+      return absl::DataLossError(absl::StrCat(where, ": shard file ", shard.file, " has ",
+                                              size->second, " bytes, shard ", a.shards.size(),
+                                              " of array ", a.name, " needs bytes ", shard.offset,
+                                              " to ", shard.offset, " + ", shard.bytes));
     }
-    covered += Volume(shard.index);
+    covered += volume;  // each <= elements, and the loop stops once the sum passes it
     a.shards.push_back(std::move(shard));
+    if (covered > elements) break;
   }
-  if (covered != a.shape.num_elements()) {
+  if (covered != elements) {
     return absl::DataLossError(absl::StrCat(where, ": the shards of array ", a.name, " hold ",
                                             covered, " elements, its shape ", a.shape.ToString(),
-                                            " has ", a.shape.num_elements()));
+                                            " has ", elements));
   }
+  TESSEL_RETURN_IF_ERROR(CheckDisjoint(a.shards, where, a.name));
   return a;
 }
 
@@ -483,10 +587,26 @@ absl::StatusOr<CheckpointMetadata> ParseMetadata(const nlohmann::json& j,
   }
   CheckpointMetadata meta;
   meta.step_dir = step_dir;
-  meta.step = j.at("step").get<int64_t>();
+  TESSEL_ASSIGN_OR_RETURN(meta.step, Int(j.at("step"), absl::StrCat(where, ": step"), 0));
+  // A resume continues from `step`: one that disagrees with its folder's name (a copied or
+  // edited file) would restart the schedule elsewhere.
+  const std::string folder = fs::path(step_dir).filename().string();
+  int64_t folder_step = 0;
+  if (folder.rfind("step_", 0) == 0 && absl::SimpleAtoi(folder.substr(5), &folder_step) &&
+      folder_step != meta.step) {
+    return absl::DataLossError(absl::StrCat(where, ": the metadata says step ", meta.step,
+                                            ", the folder is step ", folder_step));
+  }
   meta.mesh = j.at("mesh").get<std::string>();
-  meta.num_devices = j.at("num_devices").get<int64_t>();
+  TESSEL_ASSIGN_OR_RETURN(
+      meta.num_devices,
+      Int(j.at("num_devices"), absl::StrCat(where, ": num_devices"), 1, int64_t{1} << 24));
   meta.attributes = j.at("attributes");
+  // A caller that passed no attributes saved null: read as none.
+  if (meta.attributes.is_null()) meta.attributes = nlohmann::json::object();
+  if (!meta.attributes.is_object()) {
+    return absl::DataLossError(absl::StrCat(where, ": attributes: expected a JSON object"));
+  }
   // Every host checks every file's actual size, so a truncated file fails every host alike.
   std::map<std::string, int64_t> sizes;
   for (const auto& [file, expected] : j.at("files").items()) {
@@ -500,15 +620,23 @@ absl::StatusOr<CheckpointMetadata> ParseMetadata(const nlohmann::json& j,
       return absl::DataLossError(
           absl::StrCat(where, ": shard file ", file, " is missing (", ec.message(), ")"));
     }
-    if (static_cast<int64_t>(actual) != expected.get<int64_t>()) {
+    TESSEL_ASSIGN_OR_RETURN(int64_t listed,
+                            Int(expected, absl::StrCat(where, ": files: ", file), 0));
+    if (static_cast<int64_t>(actual) != listed) {
       return absl::DataLossError(absl::StrCat(where, ": shard file ", file, " has ", actual,
-                                              " bytes, the metadata says ", expected.get<int64_t>(),
+                                              " bytes, the metadata says ", listed,
                                               " (truncated?)"));
     }
     sizes[file] = static_cast<int64_t>(actual);
   }
+  std::set<std::string> names;
   for (const nlohmann::json& a : j.at("arrays")) {
-    TESSEL_ASSIGN_OR_RETURN(CheckpointArrayInfo info, ParseArray(a, sizes, where));
+    TESSEL_ASSIGN_OR_RETURN(CheckpointArrayInfo info,
+                            ParseArray(a, sizes, std::max<int64_t>(1, meta.num_devices), where));
+    if (!names.insert(info.name).second) {
+      return absl::DataLossError(
+          absl::StrCat(where, ": array ", info.name, " appears twice in the metadata"));
+    }
     meta.arrays.push_back(std::move(info));
   }
   return meta;
@@ -524,12 +652,15 @@ absl::StatusOr<CheckpointMetadata> ReadCheckpointMetadata(const std::string& ste
     return absl::NotFoundError(absl::StrCat("cannot read checkpoint metadata ", path));
   }
   if (!text.ok()) return text.status();
-  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    return absl::DataLossError(absl::StrCat("checkpoint metadata ", path, " is not valid JSON"));
+  // The configuration files' parser: bounded nesting (a 1,000,000-deep attribute overflowed the
+  // stack when copied), no repeated keys.
+  absl::StatusOr<nlohmann::json> j = ParseConfigJson(*text, path);
+  if (!j.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint metadata is not valid: ", j.status().message()));
   }
   try {
-    return ParseMetadata(j, step_dir);
+    return ParseMetadata(*j, step_dir);
   } catch (const nlohmann::json::exception& e) {
     // A field of the wrong type or missing: one message naming the file.
     return absl::DataLossError(
@@ -682,8 +813,9 @@ class RegionReader {
       const ssize_t got = ::pread(fd, out, static_cast<size_t>(n), offset);
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) {
-        return absl::DataLossError(absl::StrCat(what, ": short read at byte ", offset,
-                                                got < 0 ? std::strerror(errno) : " (end of file)"));
+        return absl::DataLossError(absl::StrCat(what, ": short read at byte ", offset, " (",
+                                                got < 0 ? std::strerror(errno) : "end of file",
+                                                ")"));
       }
       out += got;
       offset += got;

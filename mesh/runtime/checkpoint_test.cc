@@ -5,10 +5,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tessel/core/status_macros.h"
 #include "tessel/mesh/launch/host_env.h"
 #include "tessel/mesh/runtime/testing/in_process_hosts.h"
@@ -143,6 +147,122 @@ TEST(CheckpointTest, MalformedMetadataIsDataLoss) {
     absl::Status status = ReadCheckpointMetadata(step_dir).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << text << ": " << status;
   }
+}
+
+// Each edit a damaged or hand-written metadata file could hold is refused when the metadata is
+// read, naming what is wrong, before any byte of a shard is read (fuzzing found that overlapping
+// shards loaded uninitialised memory as weights, deep attributes overflowed the stack, and
+// negative steps or offsets near 2^63 passed).
+TEST(CheckpointTest, EditedMetadataIsRefusedNamingTheField) {
+  const std::string dir = FreshDir("ckpt_edited");
+  SaveSmall(dir, RandomLiteral({5, 3}, 1), RandomLiteral({4}, 2));
+  const std::string step_dir = LatestCheckpoint(dir).value();
+  const fs::path file = fs::path(step_dir) / "metadata.json";
+  std::string original;
+  {
+    std::ifstream in(file);
+    original.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  using Json = nlohmann::json;
+  auto check = [&](const std::string& name, const std::function<void(Json&)>& edit,
+                   const std::string& expected) {
+    Json j = Json::parse(original);
+    edit(j);
+    std::ofstream(file) << j.dump();
+    absl::Status status = ReadCheckpointMetadata(step_dir).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << name << ": " << status;
+    EXPECT_NE(status.message().find(expected), std::string::npos) << name << ": " << status;
+  };
+  // Two shards of equal total volume that overlap (row 2 twice, row 4 never) on 2 devices.
+  check(
+      "overlap",
+      [](Json& j) {
+        j["num_devices"] = 2;
+        Json first = j["arrays"][0]["shards"][0];
+        first.erase("chunk_bytes");
+        first.erase("chunk_crc32");
+        Json second = first;
+        first["index"] = {{0, 3}, {0, 3}};
+        first["bytes"] = 36;
+        second["index"] = {{2, 4}, {0, 3}};
+        second["bytes"] = 24;
+        j["arrays"][0]["shards"] = {first, second};
+      },
+      "shards 0 and 1 of array a overlap");
+  check(
+      "more shards than devices",
+      [](Json& j) { j["arrays"][0]["shards"].push_back(j["arrays"][0]["shards"][0]); },
+      "at most 1 shards");
+  check(
+      "empty shard",
+      [](Json& j) {
+        j["num_devices"] = 2;
+        Json empty = j["arrays"][0]["shards"][0];
+        empty.erase("chunk_bytes");
+        empty.erase("chunk_crc32");
+        empty["index"] = {{0, 0}, {0, 3}};
+        empty["bytes"] = 0;
+        j["arrays"][0]["shards"].push_back(empty);
+      },
+      "holds no element");
+  check(
+      "deep attributes",
+      [](Json& j) {
+        Json deep = Json::array();
+        for (int i = 0; i < 100; ++i) deep = Json::array({deep});
+        j["attributes"]["deep"] = deep;
+      },
+      "nesting deeper than 64 levels");
+  check(
+      "attributes not an object", [](Json& j) { j["attributes"] = 5; },
+      "attributes: expected a JSON object");
+  check(
+      "negative step", [](Json& j) { j["step"] = -5; }, "step: expected an integer in [0, ");
+  check(
+      "fractional step", [](Json& j) { j["step"] = 3.5; }, "step: expected an integer");
+  check(
+      "step of another folder", [](Json& j) { j["step"] = 4; },
+      "the metadata says step 4, the folder is step 3");
+  check(
+      "offset near 2^63",
+      [](Json& j) { j["arrays"][0]["shards"][0]["offset"] = int64_t{9223372036854775797}; },
+      "needs bytes 9223372036854775797 to 9223372036854775797 + 60");
+  check(
+      "chunk size near 2^63",
+      [](Json& j) {
+        j["arrays"][0]["shards"][0]["chunk_bytes"] = std::numeric_limits<int64_t>::max();
+      },
+      "chunk_bytes: expected an integer in [1, 1099511627776]");
+  check(
+      "crc32 past 32 bits", [](Json& j) { j["arrays"][0]["shards"][0]["crc32"] = 1ull << 32; },
+      "crc32: expected an integer in [0, 4294967295]");
+  check(
+      "fractional shape",
+      [](Json& j) {
+        j["arrays"][0]["shape"] = {5.5, 3};
+      },
+      "array a: shape: expected an integer");
+  check(
+      "shape past int64",
+      [](Json& j) {
+        j["arrays"][0]["shape"] = {int64_t{1} << 62, int64_t{1} << 62};
+      },
+      "array a: more elements than int64 holds");
+  check(
+      "array twice", [](Json& j) { j["arrays"][1] = j["arrays"][0]; },
+      "array a appears twice in the metadata");
+  check(
+      "num_devices", [](Json& j) { j["num_devices"] = -1; }, "num_devices: expected an integer");
+  std::ofstream(file) << original;
+  ASSERT_TRUE(ReadCheckpointMetadata(step_dir).ok());
+
+  // Folders named unlike the saver's step_%08d are not checkpoints: "step_9" was found as step
+  // 9 and then reopened as step_00000009, a folder that does not exist.
+  for (const char* name : {"step_9", "step_+9", "step_0000000009"}) {
+    fs::create_directories(fs::path(dir) / name);
+    fs::copy_file(file, fs::path(dir) / name / "metadata.json");
+  }
+  EXPECT_EQ(LatestCheckpoint(dir).value(), step_dir);
 }
 
 // Saved on 8 devices as [data, model] tiles of a [7, 6] array (uneven: padded pieces) and a

@@ -99,6 +99,9 @@ expect_error other_model "which the model lacks" "$TESSEL" run "$CONFIG" --examp
   --checkpoint-every 1 >/dev/null 2>&1 || fail "the one-layer run exited $?"
 cp -r "$WORK/ref" "$WORK/swapped"
 cp "$WORK/other/step_00000001/metadata.json" "$WORK/swapped/step_00000006/metadata.json"
+# Its step set to the folder's, so that what fails is the shard files it names.
+python3 -c 'import json, sys; m = json.load(open(sys.argv[1])); m["step"] = 6; json.dump(m, open(sys.argv[1], "w"))' \
+  "$WORK/swapped/step_00000006/metadata.json"
 expect_error other_metadata "is missing" "$TESSEL" run "$CONFIG" --example gpt "${COMMON[@]}" \
   --checkpoint-dir "$WORK/swapped" --resume
 # A flipped byte inside a shard: caught by its crc32 when the shard is read whole.
@@ -107,4 +110,10 @@ shard=$(ls "$WORK"/corrupt/step_00000001/host_0-*.shards)
 printf '\x7f' | dd of="$shard" bs=1 seek=100 conv=notrunc status=none
 expect_error corrupt_bytes "checksum mismatch" "$SINGLE" --single-device "${BASE[@]}" --steps 6 --layers 1 \
   --d-model 32 --checkpoint-dir "$WORK/corrupt" --resume
-echo "PASS: resume after a kill at 5 points equals the uninterrupted run bit for bit; reshard on load to mesh B, 4 devices and 1 device; 6 bad checkpoints rejected"
+# Adam's step count in the attributes as a string: it aborted the process (nlohmann type_error).
+cp -r "$WORK/other" "$WORK/bad_count"
+python3 -c 'import json, sys; m = json.load(open(sys.argv[1])); m["attributes"]["adam_step_count"] = "4"; json.dump(m, open(sys.argv[1], "w"))' \
+  "$WORK/bad_count/step_00000001/metadata.json"
+expect_error adam_step_count "adam_step_count: expected an integer in \[0, 1\]" "$SINGLE" --single-device \
+  "${BASE[@]}" --steps 6 --layers 1 --d-model 32 --checkpoint-dir "$WORK/bad_count" --resume
+echo "PASS: resume after a kill at 5 points equals the uninterrupted run bit for bit; reshard on load to mesh B, 4 devices and 1 device; 7 bad checkpoints rejected"

@@ -33,6 +33,11 @@ expect_error "config" "no_such_config.json" \
 echo '{"slices": [' >"$WORK/broken.json"
 expect_error "config json" "broken.json" \
   "$TESSEL" run "$WORK/broken.json" --example fashion-mnist-mlp
+# Sizes past int64 or the host: a batch of 2^59 sequences wrapped its token count and wrote past
+# its buffer (SIGSEGV on one host, std::length_error on another).
+expect_error "batch tokens" "is more than 2147483648 tokens a step" \
+  "$TESSEL" run "$CONFIG" --example gpt --steps 1 --layers 1 --d-model 32 --heads 4 --seq-len 32 \
+  --batch 576460752303423488
 # A host whose coordinator is not there: bootstrap times out (2 s here) with the address named.
 start=$(date +%s)
 TESSEL_HOST_INDEX=1 TESSEL_NUM_HOSTS=4 TESSEL_CONFIG="$CONFIG" \
