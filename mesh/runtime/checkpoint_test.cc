@@ -173,20 +173,21 @@ TEST(CheckpointTest, EditedMetadataIsRefusedNamingTheField) {
     EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << name << ": " << status;
     EXPECT_NE(status.message().find(expected), std::string::npos) << name << ": " << status;
   };
-  // Two shards of equal total volume that overlap (row 2 twice, row 4 never) on 2 devices.
+  // Array a's shard on a 2-device metadata, over `rows` of its 5 x 3, without chunk checksums.
+  auto rows_of_a = [](Json& j, int64_t begin, int64_t end) {
+    j["num_devices"] = 2;
+    Json shard = j["arrays"][0]["shards"][0];
+    shard.erase("chunk_bytes");
+    shard.erase("chunk_crc32");
+    shard["index"] = {{begin, end}, {0, 3}};
+    shard["bytes"] = (end - begin) * 3 * 4;
+    return shard;
+  };
+  // Two shards of equal total volume that overlap (row 2 twice, row 4 never).
   check(
       "overlap",
-      [](Json& j) {
-        j["num_devices"] = 2;
-        Json first = j["arrays"][0]["shards"][0];
-        first.erase("chunk_bytes");
-        first.erase("chunk_crc32");
-        Json second = first;
-        first["index"] = {{0, 3}, {0, 3}};
-        first["bytes"] = 36;
-        second["index"] = {{2, 4}, {0, 3}};
-        second["bytes"] = 24;
-        j["arrays"][0]["shards"] = {first, second};
+      [&](Json& j) {
+        j["arrays"][0]["shards"] = {rows_of_a(j, 0, 3), rows_of_a(j, 2, 4)};
       },
       "shards 0 and 1 of array a overlap");
   check(
@@ -194,16 +195,7 @@ TEST(CheckpointTest, EditedMetadataIsRefusedNamingTheField) {
       [](Json& j) { j["arrays"][0]["shards"].push_back(j["arrays"][0]["shards"][0]); },
       "at most 1 shards");
   check(
-      "empty shard",
-      [](Json& j) {
-        j["num_devices"] = 2;
-        Json empty = j["arrays"][0]["shards"][0];
-        empty.erase("chunk_bytes");
-        empty.erase("chunk_crc32");
-        empty["index"] = {{0, 0}, {0, 3}};
-        empty["bytes"] = 0;
-        j["arrays"][0]["shards"].push_back(empty);
-      },
+      "empty shard", [&](Json& j) { j["arrays"][0]["shards"].push_back(rows_of_a(j, 0, 0)); },
       "holds no element");
   check(
       "deep attributes",
