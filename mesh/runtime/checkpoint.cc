@@ -615,6 +615,14 @@ absl::StatusOr<CheckpointMetadata> ParseMetadata(const nlohmann::json& j,
       return absl::DataLossError(absl::StrCat(where, ": bad shard file name \"", file, "\""));
     }
     std::error_code ec;
+    // A regular file of the folder itself: a symbolic link there would read whatever it names,
+    // outside the checkpoint (a copied or downloaded checkpoint carries its links along).
+    const fs::file_status status = fs::symlink_status(fs::path(step_dir) / file, ec);
+    if (!ec && status.type() != fs::file_type::regular) {
+      return absl::DataLossError(absl::StrCat(
+          where, ": shard file ", file, " is not a regular file in the checkpoint folder",
+          status.type() == fs::file_type::symlink ? " (a symbolic link)" : ""));
+    }
     const auto actual = fs::file_size(fs::path(step_dir) / file, ec);
     if (ec) {
       return absl::DataLossError(
@@ -798,7 +806,9 @@ class RegionReader {
     auto it = fds_.find(file);
     if (it != fds_.end()) return it->second;
     const std::string path = (fs::path(meta_.step_dir) / file).string();
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NOFOLLOW: the metadata's check that the name is a regular file in the folder holds
+    // for what is opened (a link swapped in later would read a file outside the checkpoint).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
       return absl::DataLossError(
           absl::StrCat("cannot open checkpoint file ", path, ": ", std::strerror(errno)));

@@ -248,6 +248,20 @@ TEST(CheckpointTest, EditedMetadataIsRefusedNamingTheField) {
   std::ofstream(file) << original;
   ASSERT_TRUE(ReadCheckpointMetadata(step_dir).ok());
 
+  // A shard file replaced by a link to a file elsewhere (same bytes): refused, not followed.
+  for (const auto& entry : fs::directory_iterator(step_dir)) {
+    if (entry.path().extension() != ".shards") continue;
+    const fs::path outside = fs::path(dir) / "outside.shards";
+    fs::rename(entry.path(), outside);
+    fs::create_symlink(outside, entry.path());
+  }
+  absl::Status linked = ReadCheckpointMetadata(step_dir).status();
+  EXPECT_EQ(linked.code(), absl::StatusCode::kDataLoss) << linked;
+  EXPECT_NE(linked.message().find("is not a regular file in the checkpoint folder (a symbolic "
+                                  "link)"),
+            std::string::npos)
+      << linked;
+
   // Folders named unlike the saver's step_%08d are not checkpoints: "step_9" was found as step
   // 9 and then reopened as step_00000009, a folder that does not exist.
   for (const char* name : {"step_9", "step_+9", "step_0000000009"}) {
