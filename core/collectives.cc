@@ -145,13 +145,17 @@ absl::StatusOr<std::vector<Literal>> InProcessCollectives::Exchange(
         absl::StrCat("device ", device_id, " is outside 0..", num_devices_ - 1));
   }
   std::unique_lock<std::mutex> lock(mu_);
+  if (!aborted_.ok()) return aborted_;
   const int64_t sequence = sequence_[device_id]++;
   const auto key = std::make_pair(sequence, *std::min_element(group.begin(), group.end()));
   Slot& slot = slots_[key];
   slot.inputs.emplace(device_id, input);
   cv_.notify_all();
   const size_t size = group.size();
-  if (!cv_.wait_for(lock, timeout_, [&] { return slot.inputs.size() == size; })) {
+  const bool arrived =
+      cv_.wait_for(lock, timeout_, [&] { return slot.inputs.size() == size || !aborted_.ok(); });
+  if (!aborted_.ok()) return aborted_;
+  if (!arrived) {
     return absl::DeadlineExceededError(
         absl::StrCat("device ", device_id, ": collective #", sequence, " over group {",
                      absl::StrJoin(group, ","), "}: peers did not arrive in time"));
@@ -167,6 +171,16 @@ absl::StatusOr<std::vector<Literal>> InProcessCollectives::Exchange(
   }
   if (++slot.departed == static_cast<int64_t>(size)) slots_.erase(key);
   return all;
+}
+
+void InProcessCollectives::Abort(const absl::Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_.ok()) {
+      aborted_ = why.ok() ? absl::CancelledError("the collectives were aborted") : why;
+    }
+  }
+  cv_.notify_all();
 }
 
 absl::StatusOr<Literal> InProcessCollectives::AllReduce(int64_t device_id, const Literal& input,

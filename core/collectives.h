@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tessel/core/graph.h"
 #include "tessel/core/literal.h"
@@ -94,6 +95,11 @@ class InProcessCollectives : public CollectiveBackend {
       int64_t device_id, const Literal& input,
       const std::vector<std::pair<int64_t, int64_t>>& pairs) override;
 
+  // Ends every wait now and every later collective with `why` (a device that failed will never
+  // arrive: its peers stop at once instead of waiting out the timeout). Thread-safe; the first
+  // reason is kept.
+  void Abort(const absl::Status& why);
+
  private:
   // Deposits `input` for this device's next collective and returns every member's input of
   // `group` (in group order) once all have arrived.
@@ -112,6 +118,7 @@ class InProcessCollectives : public CollectiveBackend {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int64_t> sequence_;  // per device: collectives issued so far
+  absl::Status aborted_;           // Abort's reason; OK until then
   // Keyed by (sequence number, first device of the group).
   std::map<std::pair<int64_t, int64_t>, Slot> slots_;
 };

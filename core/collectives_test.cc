@@ -1,6 +1,7 @@
 // The reference in-process collectives, run by the executor on device threads.
 #include "tessel/core/collectives.h"
 
+#include <chrono>
 #include <thread>
 
 #include "gmock/gmock.h"
@@ -57,6 +58,23 @@ TEST(InProcessCollectivesTest, PermuteAndMissingPeers) {
   absl::StatusOr<Literal> r = lonely.AllReduce(0, Row({1}), {{0, 1}}, ReduceKind::kAdd);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_FALSE(lonely.AllReduce(5, Row({1}), {{0, 1}}, ReduceKind::kAdd).ok());
+}
+
+TEST(InProcessCollectivesTest, AbortEndsWaitsAtOnceWithItsReason) {
+  // Device 1 has failed and will never arrive: Abort wakes device 0 now, not after the 60 s
+  // timeout, and every later collective fails the same way; the first reason is kept.
+  InProcessCollectives c(2, std::chrono::seconds(60));
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    c.Abort(absl::AbortedError("device 1 failed"));
+    c.Abort(absl::AbortedError("a later reason"));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<Literal> r = c.AllReduce(0, Row({1}), {{0, 1}}, ReduceKind::kAdd);
+  aborter.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_EQ(r.status(), absl::AbortedError("device 1 failed"));
+  EXPECT_EQ(c.AllGather(1, Row({1}), {{0, 1}}, 1).status(), absl::AbortedError("device 1 failed"));
 }
 
 TEST(InProcessCollectivesTest, ExecutorRunsAnSpmdProgram) {

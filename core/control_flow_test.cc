@@ -1,8 +1,11 @@
 // while and conditional: HLO text round trip, the verifier's signature checks, the executor on
 // a counted loop and on both conditional forms, and the trip-count analysis.
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -196,6 +199,32 @@ TEST(ControlFlowTest, ExecutorStopsALoopAtTheDeadline) {
   EXPECT_NE(out.status().message().find("does its condition ever turn false?"),
             absl::string_view::npos)
       << out.status();
+}
+
+TEST(ControlFlowTest, ExecutorStopsWhenCancelled) {
+  // Set from another thread while a loop of 2^31 iterations runs: the run stops at its next
+  // node with kCancelled (Python's Ctrl-C in tessel.verify sets such a flag).
+  auto g = ParseHloModule(CountedLoop(2147483647));
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::atomic<bool> cancel{false};
+  ExecutorOptions options;
+  options.cancel = &cancel;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    cancel.store(true);
+  });
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<Literal>> out =
+      Executor(options).Run(**g, {Literal::FromVector<float>({3}, {1, -2, 0.5f})});
+  canceller.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kCancelled) << out.status();
+  EXPECT_NE(out.status().message().find("the run was cancelled before %"), absl::string_view::npos)
+      << out.status();
+  // Already set: nothing runs.
+  EXPECT_EQ(
+      Executor(options).Run(**g, {Literal::FromVector<float>({3}, {1, -2, 0.5f})}).status().code(),
+      absl::StatusCode::kCancelled);
 }
 
 TEST(ControlFlowTest, ExecutorRunsBothConditionalForms) {

@@ -423,6 +423,9 @@ class Execution {
     std::vector<const Literal*> operands;
     for (const Node* node : graph_.nodes()) {
       if (!reachable_[node->id()]) continue;
+      if (options_.cancel != nullptr && options_.cancel->load(std::memory_order_relaxed)) {
+        return absl::CancelledError(absl::StrCat("the run was cancelled before %", node->name()));
+      }
       if (Absorbed(*node)) {
         ++nodes_executed_;  // computed inside the fusion of one of its users
         continue;

@@ -52,6 +52,7 @@
 #ifndef TESSEL_CORE_EXECUTOR_H_
 #define TESSEL_CORE_EXECUTOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -88,6 +89,10 @@ struct ExecutorOptions {
   // in: checked once per while-loop iteration, the only place a program can run without bound
   // (a loop whose condition never turns false). Default: no deadline.
   absl::Time deadline = absl::InfiniteFuture();
+  // When set, a run stops with kCancelled once *cancel is true: checked before each node (the
+  // nodes of while bodies and branches included), so the kernel running when it is set finishes
+  // first. Not owned; for a caller's interrupt (Python's Ctrl-C in tessel.verify).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct ExecutionStats {

@@ -1,8 +1,10 @@
 #include "tessel/partitioner/verify.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <new>
 #include <optional>
@@ -295,12 +297,16 @@ class ManualReferenceBuilder {
   absl::flat_hash_map<const Node*, Node*> map_;
 };
 
-// Runs one program per device (each on all the global inputs), one thread per device, with the
-// reference collectives; returns each device's outputs.
-absl::StatusOr<std::vector<std::vector<Literal>>> RunPerDevice(
-    const std::vector<std::unique_ptr<Graph>>& programs, absl::Span<const Literal> inputs,
-    std::chrono::milliseconds collective_timeout, absl::Time deadline) {
-  const int64_t n = static_cast<int64_t>(programs.size());
+// Runs `run(d, options)` for devices 0..n-1, one thread each (a device waiting in a
+// collective must not hold a thread its peers need: DESIGN.md "Execution model"), with the
+// reference collectives. The first device to fail aborts the collectives, so its peers stop at
+// once instead of waiting out `collective_timeout`; the error returned is the first failing
+// device's own, not a peer's report of the abort.
+absl::StatusOr<std::vector<std::vector<Literal>>> RunDevices(
+    int64_t n, std::chrono::milliseconds collective_timeout, absl::Time deadline,
+    const std::atomic<bool>* cancel,
+    const std::function<absl::StatusOr<std::vector<Literal>>(int64_t, const ExecutorOptions&)>&
+        run) {
   InProcessCollectives collectives(n, collective_timeout);
   std::vector<absl::StatusOr<std::vector<Literal>>> results(n, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
@@ -312,19 +318,43 @@ absl::StatusOr<std::vector<std::vector<Literal>>> RunPerDevice(
       options.device_id = d;
       options.collectives = &collectives;
       options.deadline = deadline;
+      options.cancel = cancel;
       try {
-        results[d] = Executor(options).Run(*programs[d], inputs);
+        results[d] = run(d, options);
       } catch (const std::exception& e) {
         results[d] = absl::InternalError(absl::StrCat("exception: ", e.what()));
+      }
+      if (!results[d].ok()) {
+        collectives.Abort(absl::AbortedError(absl::StrCat("device ", d, " failed")));
       }
     });
   }
   for (std::thread& t : threads) t.join();
-  std::vector<std::vector<Literal>> per_device(n);
-  for (int64_t d = 0; d < n; ++d) {
-    if (!results[d].ok()) return Prefixed(absl::StrCat("device ", d, ": "), results[d].status());
-    per_device[d] = *std::move(results[d]);
+  // Peers stopped by the abort report kAborted; the device that failed first reports its own.
+  for (bool peer_reports : {false, true}) {
+    for (int64_t d = 0; d < n; ++d) {
+      if (!results[d].ok() && (peer_reports || !absl::IsAborted(results[d].status()))) {
+        return Prefixed(absl::StrCat("device ", d, ": "), results[d].status());
+      }
+    }
   }
+  std::vector<std::vector<Literal>> per_device(n);
+  for (int64_t d = 0; d < n; ++d) per_device[d] = *std::move(results[d]);
+  return per_device;
+}
+
+// Runs one program per device (each on all the global inputs), one thread per device, with the
+// reference collectives; returns each device's outputs.
+absl::StatusOr<std::vector<std::vector<Literal>>> RunPerDevice(
+    const std::vector<std::unique_ptr<Graph>>& programs, absl::Span<const Literal> inputs,
+    std::chrono::milliseconds collective_timeout, absl::Time deadline,
+    const std::atomic<bool>* cancel) {
+  const int64_t n = static_cast<int64_t>(programs.size());
+  TESSEL_ASSIGN_OR_RETURN(std::vector<std::vector<Literal>> per_device,
+                          RunDevices(n, collective_timeout, deadline, cancel,
+                                     [&](int64_t d, const ExecutorOptions& options) {
+                                       return Executor(options).Run(*programs[d], inputs);
+                                     }));
   return per_device;
 }
 
@@ -332,7 +362,8 @@ absl::StatusOr<std::vector<std::vector<Literal>>> RunPerDevice(
 
 absl::StatusOr<std::vector<Literal>> RunManualReference(
     const Graph& graph, int64_t num_devices, absl::Span<const Literal> global_inputs,
-    std::chrono::milliseconds collective_timeout, absl::Time deadline) {
+    std::chrono::milliseconds collective_timeout, absl::Time deadline,
+    const std::atomic<bool>* cancel) {
   if (num_devices < 1) {
     return absl::InvalidArgumentError(absl::StrCat("num_devices must be >= 1, got ", num_devices));
   }
@@ -344,8 +375,9 @@ absl::StatusOr<std::vector<Literal>> RunManualReference(
     TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<Graph> program, builder.Build());
     programs.push_back(std::move(program));
   }
-  TESSEL_ASSIGN_OR_RETURN(std::vector<std::vector<Literal>> per_device,
-                          RunPerDevice(programs, global_inputs, collective_timeout, deadline));
+  TESSEL_ASSIGN_OR_RETURN(
+      std::vector<std::vector<Literal>> per_device,
+      RunPerDevice(programs, global_inputs, collective_timeout, deadline, cancel));
   // Outside the regions every device computed the same global values; device 0's are the
   // reference.
   return std::move(per_device[0]);
@@ -419,43 +451,25 @@ absl::StatusOr<std::vector<Literal>> MakeVerifyInputs(const Graph& graph, uint64
 absl::StatusOr<std::vector<Literal>> RunPartitioned(const SpmdProgram& program,
                                                     absl::Span<const Literal> global_inputs,
                                                     std::chrono::milliseconds collective_timeout,
-                                                    absl::Time deadline) {
+                                                    absl::Time deadline,
+                                                    const std::atomic<bool>* cancel) {
   if (program.program == nullptr || program.num_devices < 1) {
     return absl::InvalidArgumentError("the SPMD program is empty");
   }
   const int64_t n = program.num_devices;
   TESSEL_ASSIGN_OR_RETURN(std::vector<std::vector<Literal>> args,
                           SplitInputs(program, global_inputs));
-  // One thread per device: a device waiting in a collective must not hold a thread its peers
-  // need (DESIGN.md "Execution model").
-  InProcessCollectives collectives(n, collective_timeout);
-  std::vector<absl::StatusOr<std::vector<Literal>>> results(n, absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  threads.reserve(n);
+  TESSEL_ASSIGN_OR_RETURN(std::vector<std::vector<Literal>> per_device,
+                          RunDevices(n, collective_timeout, deadline, cancel,
+                                     [&](int64_t d, const ExecutorOptions& options) {
+                                       return Executor(options).Run(*program.program, args[d]);
+                                     }));
   for (int64_t d = 0; d < n; ++d) {
-    threads.emplace_back([&, d] {
-      ExecutorOptions options;
-      options.num_threads = 1;
-      options.device_id = d;
-      options.collectives = &collectives;
-      options.deadline = deadline;
-      try {
-        results[d] = Executor(options).Run(*program.program, args[d]);
-      } catch (const std::exception& e) {
-        results[d] = absl::InternalError(absl::StrCat("exception: ", e.what()));
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  std::vector<std::vector<Literal>> per_device(n);
-  for (int64_t d = 0; d < n; ++d) {
-    if (!results[d].ok()) return Prefixed(absl::StrCat("device ", d, ": "), results[d].status());
-    if (results[d]->size() != program.outputs.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("device ", d, " returned ", results[d]->size(),
-                                                     " outputs; the program declares ",
-                                                     program.outputs.size()));
+    if (per_device[d].size() != program.outputs.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("device ", d, " returned ", per_device[d].size(),
+                       " outputs; the program declares ", program.outputs.size()));
     }
-    per_device[d] = *std::move(results[d]);
   }
   std::vector<Literal> outputs;
   for (size_t o = 0; o < program.outputs.size(); ++o) {
@@ -499,10 +513,11 @@ absl::StatusOr<VerifyReport> VerifyProgram(const Graph& graph, const SpmdProgram
   // devices too (RunManualReference).
   ExecutorOptions reference_options;
   reference_options.deadline = absl::Now() + absl::FromChrono(options.run_timeout);
+  reference_options.cancel = options.cancel;
   absl::StatusOr<std::vector<Literal>> expected =
       HasManualRegion(graph)
           ? RunManualReference(graph, program.num_devices, inputs, options.collective_timeout,
-                               reference_options.deadline)
+                               reference_options.deadline, options.cancel)
           : Executor(reference_options).Run(graph, inputs);
   if (!expected.ok()) return Prefixed("unpartitioned run: ", expected.status());
   if (expected->size() != program.outputs.size()) {
@@ -512,7 +527,7 @@ absl::StatusOr<VerifyReport> VerifyProgram(const Graph& graph, const SpmdProgram
   }
   absl::StatusOr<std::vector<Literal>> got =
       RunPartitioned(program, inputs, options.collective_timeout,
-                     absl::Now() + absl::FromChrono(options.run_timeout));
+                     absl::Now() + absl::FromChrono(options.run_timeout), options.cancel);
   if (!got.ok()) return Prefixed("partitioned run: ", got.status());
   VerifyReport report;
   report.num_devices = program.num_devices;

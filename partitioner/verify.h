@@ -54,6 +54,7 @@
 #ifndef TESSEL_PARTITIONER_VERIFY_H_
 #define TESSEL_PARTITIONER_VERIFY_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -93,6 +94,9 @@ struct VerifyOptions {
   // Bounds the reference run and the partitioned run each (ExecutorOptions::deadline): a while
   // loop that never ends fails with kDeadlineExceeded instead of running forever.
   std::chrono::milliseconds run_timeout = std::chrono::minutes(10);
+  // When set and true, both runs stop with kCancelled at their next node
+  // (ExecutorOptions::cancel); not owned. Python's tessel.verify sets it on Ctrl-C.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // One random global literal per parameter of `graph` (by parameter number), a pure function of
@@ -118,12 +122,15 @@ struct VerifyOptions {
 // dropped). Returns one global literal per entry of `program.outputs`.
 // Errors: kInvalidArgument when the input count or a shape does not match the program's
 // parameters, or a sharding does not fit its value; the first failing device's error prefixed
-// with "device N: " (e.g. kDeadlineExceeded from a collective that its peers never reach).
-// `deadline` bounds each device's run (ExecutorOptions::deadline).
+// with "device N: " (e.g. kDeadlineExceeded from a collective that its peers never reach); the
+// first device to fail stops its peers' collectives at once (their kAborted reports are not
+// the error returned).
+// `deadline` bounds each device's run (ExecutorOptions::deadline); `cancel` stops it
+// (ExecutorOptions::cancel).
 [[nodiscard]] absl::StatusOr<std::vector<Literal>> RunPartitioned(
     const SpmdProgram& program, absl::Span<const Literal> global_inputs,
     std::chrono::milliseconds collective_timeout = std::chrono::seconds(60),
-    absl::Time deadline = absl::InfiniteFuture());
+    absl::Time deadline = absl::InfiniteFuture(), const std::atomic<bool>* cancel = nullptr);
 
 // The reference (expected) outputs of a module with manual regions (custom-calls
 // SPMDFullToShardShape / SPMDShardToFullShape: JAX shard_map, torch_xla manual sharding), which
@@ -136,11 +143,12 @@ struct VerifyOptions {
 // Errors: kInvalidArgument for num_devices < 1 or a region boundary whose shapes do not match
 // its sharding on num_devices; ComputeShardings' errors; a device's run error prefixed
 // "device N: ".
-// `deadline` bounds each device's run (ExecutorOptions::deadline).
+// `deadline` bounds each device's run (ExecutorOptions::deadline); `cancel` stops it
+// (ExecutorOptions::cancel).
 [[nodiscard]] absl::StatusOr<std::vector<Literal>> RunManualReference(
     const Graph& graph, int64_t num_devices, absl::Span<const Literal> global_inputs,
     std::chrono::milliseconds collective_timeout = std::chrono::seconds(60),
-    absl::Time deadline = absl::InfiniteFuture());
+    absl::Time deadline = absl::InfiniteFuture(), const std::atomic<bool>* cancel = nullptr);
 
 // The comparison of one output.
 struct OutputCheck {

@@ -11,14 +11,18 @@
 #include <pybind11/stl/filesystem.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -334,11 +338,46 @@ partitioner::VerifyReport Verify(const std::string& hlo_text, std::optional<int6
   options.atol = atol;
   options.collective_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
+  // The runs go on a worker thread while this one waits with the GIL released, taking it back
+  // every 100 ms to let Python handle signals: Ctrl-C (KeyboardInterrupt) sets the cancel flag,
+  // the runs stop at their next node, and the exception propagates. Waiting in one call without
+  // the GIL, a run could not be interrupted at all.
+  std::atomic<bool> cancel{false};
+  options.cancel = &cancel;
   absl::StatusOr<partitioner::VerifyReport> report;
-  {
-    py::gil_scoped_release release;
-    report = partitioner::VerifyPartitioning(*graph, n, options);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread worker([&] {
+    absl::StatusOr<partitioner::VerifyReport> result;
+    try {
+      result = partitioner::VerifyPartitioning(*graph, n, options);
+    } catch (const std::exception& e) {
+      result = absl::InternalError(absl::StrCat("verify: ", e.what()));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    report = std::move(result);
+    done = true;
+    cv.notify_all();
+  });
+  while (true) {
+    bool finished = false;
+    {
+      py::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(mu);
+      finished = cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return done; });
+    }
+    if (finished) break;
+    if (PyErr_CheckSignals() != 0) {
+      cancel.store(true);
+      {
+        py::gil_scoped_release release;
+        worker.join();
+      }
+      throw py::error_already_set();
+    }
   }
+  worker.join();
   return ValueOrThrow(std::move(report));
 }
 

@@ -130,7 +130,8 @@ def verify(hlo: HloLike, num_partitions: Optional[int] = None, seed: int = 0,
     rtol / atol default per dtype (f32: 1e-5 / 1e-5 scaled by max |expected|; see verify.h).
     timeout_seconds: how long a device waits for its peers in a collective, in (0, 1e6].
     Raises ValueError for a module that does not parse or partition, a negative or NaN rtol /
-    atol, or a timeout_seconds outside its range.
+    atol, or a timeout_seconds outside its range. Each run is bounded to 10 minutes (a while
+    loop that never ends fails, naming it); Ctrl-C stops the runs and raises KeyboardInterrupt.
     """
     return _tessel.verify(_hlo_text(hlo), num_partitions, seed, rtol, atol, timeout_seconds)
 

@@ -1,8 +1,11 @@
 """propagate / partition / verify / simulate on the committed JAX-lowered fixtures
 (tests/fixtures/jax, 8 devices), and their errors."""
+import _thread
 import json
 import os
 import stat
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -115,6 +118,23 @@ def test_keyword_arguments_out_of_range_are_value_errors(dot_hlo):
         tessel.simulate(dot_hlo, "dgx_h100", top_k=-1)
     with pytest.raises(ValueError, match="assume_trip_count"):
         tessel.simulate(dot_hlo, "dgx_h100", assume_trip_count=0)
+
+
+def test_verify_is_interrupted_by_ctrl_c():
+    # A loop that never ends: tessel.verify waited up to its 10-minute run bound with Ctrl-C
+    # ignored. interrupt_main raises KeyboardInterrupt as a SIGINT would; the runs are cancelled
+    # at their next node and the exception reaches the caller within a few seconds.
+    hlo = (REPO / "tests" / "cli" / "Inputs" / "endless_while.hlo").read_text()
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        tessel.verify(hlo, num_partitions=1)
+    timer.join()
+    assert time.monotonic() - start < 30
+    # Nothing is left running: a second verify of a finite module works at once.
+    dot = (JAX_FIXTURES / "dot_contracting_sharded.hlo").read_text()
+    assert tessel.verify(dot).ok
 
 
 def test_simulate_assume_trip_count():
