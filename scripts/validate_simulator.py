@@ -90,10 +90,17 @@ def command(run, dims, chips):
     cmd = ["tessel", "simulate", run["topology"]]
     if run["num_slices"] > 1:
         cmd += ["--num-slices", str(run["num_slices"])]
-    cmd += ["--model", "llama", "--layers", str(dims["layers"]), "--d-model", str(dims["d_model"]),
-            "--heads", str(dims["heads"])]
+    cmd += ["--model", dims.get("arch", "llama"), "--layers", str(dims["layers"]),
+            "--d-model", str(dims["d_model"]), "--heads", str(dims["heads"])]
     if "kv_heads" in dims:
         cmd += ["--kv-heads", str(dims["kv_heads"])]
+    # The model file's logits_via_embedding: True (GPT-3).
+    if dims.get("tie_embeddings"):
+        cmd += ["--tie-embeddings"]
+    # Mixture of experts (MaxText num_experts, num_experts_per_tok, capacity_factor).
+    if dims.get("experts"):
+        cmd += ["--experts", str(dims["experts"]), "--top-k", str(dims["top_k"]),
+                "--capacity-factor", str(dims["capacity_factor"])]
     cmd += ["--head-dim", str(dims["head_dim"]),
             "--ffn", str(dims["ffn"]), "--vocab", str(dims["vocab"]),
             "--seq-len", str(run["seq_len"]),
@@ -105,6 +112,9 @@ def command(run, dims, chips):
             cmd += [flag, ",".join(run[key])]
     if run.get("param_dtype"):
         cmd += ["--param-dtype", run["param_dtype"]]
+    # MaxText quantization: int8 (AQT): every matmul at the int8 peak.
+    if run.get("matmul_dtype"):
+        cmd += ["--matmul-dtype", run["matmul_dtype"]]
     cmd += ["--attention", run["attention"]]
     for prefix in ("ici", "dcn"):
         for axis, size in run.get(prefix, {}).items():
@@ -158,6 +168,8 @@ def framework_flags(fw, cmd, run):
     for key in ("flash_block", "flash_split_backward"):
         if key in run:
             fw[key] = run[key]
+    if "flash_blocks" in run:
+        fw["flash_block"] = 0
     flags = []
     # Collectives overlapping compute (MaxText: XLA's async collectives) or in order.
     if fw.get("overlap"):
@@ -172,6 +184,8 @@ def framework_flags(fw, cmd, run):
     if "flash" in cmd:
         if fw.get("flash_block", 0) > 0:
             flags += ["--flash-block", str(fw["flash_block"])]
+        if run.get("flash_blocks"):
+            flags += ["--flash-blocks", ",".join(str(b) for b in run["flash_blocks"])]
         if fw.get("flash_split_backward"):
             flags += ["--flash-split-backward"]
     # Stage-to-stage transfers as the framework runs them (pipelined rows only).

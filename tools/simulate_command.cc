@@ -99,6 +99,7 @@ struct SimulateFlags : TransformerFlags {
   bool remat_replay = false;
   double attention_dropout = 0;
   int64_t flash_block = 0;
+  std::string flash_blocks;  // "q,kv,q_dkv,kv_dkv,q_dq,kv_dq"
   bool flash_split_backward = false;
   int64_t layers_per_virtual_stage = 0;  // 0: no interleaving
   bool blocking_p2p = false;
@@ -302,6 +303,10 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
   plan.remat_replay = f.remat_replay;
   plan.attention_dropout = f.attention_dropout;
   plan.flash_block = f.flash_block;
+  if (!f.flash_blocks.empty()) {
+    TESSEL_ASSIGN_OR_RETURN(plan.flash_blocks,
+                            mesh::ParseFlashBlocks(f.flash_blocks, "--flash-blocks"));
+  }
   plan.flash_split_backward = f.flash_split_backward;
   plan.layers_per_virtual_stage = f.layers_per_virtual_stage;
   plan.blocking_transfers = f.blocking_p2p;
@@ -404,6 +409,10 @@ nlohmann::json TrainingJson(const GlobalStep& step, const mesh::TrainingStepEsti
         {"flash_bytes_per_device", e.attention_bytes},
         {"flash_s", e.attention_seconds},
         {"flash_block", step.training.flash_block},
+        {"flash_blocks",
+         {step.training.flash_blocks.q, step.training.flash_blocks.kv,
+          step.training.flash_blocks.q_dkv, step.training.flash_blocks.kv_dkv,
+          step.training.flash_blocks.q_dq, step.training.flash_blocks.kv_dq}},
         {"flash_split_backward", step.training.flash_split_backward},
         {"dropout", step.training.attention_dropout},
         {"dropout_bytes_per_device", e.dropout_bytes},
@@ -740,7 +749,7 @@ std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
       if (f.given(flag)) return absl::StrCat(flag, " applies to --model / --model-config only");
     }
     // The flash kernel's shape (mesh/sim/training_step.h), also --model only.
-    for (const char* flag : {"--flash-block", "--flash-split-backward"}) {
+    for (const char* flag : {"--flash-block", "--flash-blocks", "--flash-split-backward"}) {
       if (f.given(flag)) return absl::StrCat(flag, " applies to --model / --model-config only");
     }
   }
@@ -955,6 +964,12 @@ CommandFn AddSimulateCommand(CLI::App& app) {
                   "flash attention as a block kernel: the mask applied per N x N tile of "
                   "(query, key), partly masked tiles computed whole (MaxText splash attention "
                   "sa_block_*; default 0: per element)")
+      ->check(NonEmpty());
+  cmd->add_option("--flash-blocks", f->flash_blocks,
+                  "flash attention tiles per kernel, q,kv,q_dkv,kv_dkv,q_dq,kv_dq (MaxText "
+                  "sa_block_q, sa_block_kv, sa_block_q_dkv, sa_block_kv_dkv, sa_block_q_dq, "
+                  "sa_block_kv_dq): the forward's, the dK/dV (and fused) backward's, the dQ "
+                  "kernel's")
       ->check(NonEmpty());
   cmd->add_flag("--flash-split-backward", f->flash_split_backward,
                 "flash backward as two kernels, dK/dV and dQ, each recomputing Q.K^T (splash "

@@ -205,15 +205,21 @@ absl::StatusOr<ModelStep> BuildModelStep(const Topology& topology,
   step.training.attention_dropout = plan.attention_dropout;
   step.training.flash_block = plan.flash_block;
   step.training.flash_split_backward = plan.flash_split_backward;
+  step.training.flash_blocks = plan.flash_blocks;
   if (plan.flash_block < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--flash-block ", plan.flash_block, ": expected a tile size >= 0"));
   }
-  if ((plan.flash_block > 0 || plan.flash_split_backward) &&
+  const bool blocks = !(plan.flash_blocks == FlashBlocks{});
+  if ((plan.flash_block > 0 || blocks || plan.flash_split_backward) &&
       plan.attention != AttentionKernel::kFlash) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(plan.flash_block > 0 ? "--flash-block" : "--flash-split-backward",
-                     " applies to --attention flash"));
+    return absl::InvalidArgumentError(absl::StrCat(plan.flash_block > 0 ? "--flash-block"
+                                                   : blocks             ? "--flash-blocks"
+                                                                        : "--flash-split-backward",
+                                                   " applies to --attention flash"));
+  }
+  if (plan.flash_block > 0 && blocks) {
+    return absl::InvalidArgumentError("--flash-block and --flash-blocks: give one of them");
   }
   if (plan.remat_replay && plan.remat != RematPolicy::kNone && plan.remat != RematPolicy::kFull &&
       plan.remat != RematPolicy::kSelective) {

@@ -78,6 +78,7 @@ struct ModelPlan {
   bool remat_replay = false;          // TrainingStepOptions::remat_replay
   double attention_dropout = 0;       // TrainingStepOptions::attention_dropout
   int64_t flash_block = 0;            // TrainingStepOptions::flash_block
+  FlashBlocks flash_blocks;           // TrainingStepOptions::flash_blocks
   bool flash_split_backward = false;  // TrainingStepOptions::flash_split_backward
   // Interleaved 1F1B: layers per model chunk (Megatron-LM
   // --num-layers-per-virtual-pipeline-stage); 0: no interleaving. Must divide a stage's layers.

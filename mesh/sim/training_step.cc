@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -561,19 +562,49 @@ double CausalKeysPerQuery(int64_t seq_len, int64_t window) {
 }
 
 double BlockCausalKeysPerQuery(int64_t seq_len, int64_t window, int64_t block) {
+  return BlockCausalKeysPerQuery(seq_len, window, block, block);
+}
+
+double BlockCausalKeysPerQuery(int64_t seq_len, int64_t window, int64_t block_q, int64_t block_kv) {
   if (seq_len <= 0) return 0;
-  if (block <= 0 || block > seq_len) block = seq_len;
+  if (block_q <= 0 || block_q > seq_len) block_q = seq_len;
+  if (block_kv <= 0 || block_kv > seq_len) block_kv = seq_len;
   // Each row of tiles computes one contiguous run of key tiles, from the first holding a key the
   // row's first query still sees (key >= query - window + 1; tile 0 without a window) to the
-  // diagonal tile: O(S / block), so even block 1 at S = 128k stays cheap.
+  // one holding the row's last query's own key: O(S / block_q), so even tiles of 1 at S = 128k
+  // stay cheap.
   double area = 0;
-  for (int64_t qi = 0; qi < seq_len; qi += block) {
-    const int64_t qe = std::min(seq_len, qi + block);
+  for (int64_t qi = 0; qi < seq_len; qi += block_q) {
+    const int64_t qe = std::min(seq_len, qi + block_q);
     const int64_t first_key = window > 0 ? std::max<int64_t>(0, qi - window + 1) : 0;
-    const int64_t kj = first_key / block * block;
-    area += static_cast<double>(qe - qi) * static_cast<double>(qe - kj);
+    const int64_t kj = first_key / block_kv * block_kv;
+    const int64_t ke = std::min(seq_len, (qe + block_kv - 1) / block_kv * block_kv);
+    area += static_cast<double>(qe - qi) * static_cast<double>(ke - kj);
   }
   return area / static_cast<double>(seq_len);
+}
+
+absl::StatusOr<FlashBlocks> ParseFlashBlocks(std::string_view text, std::string_view source) {
+  const std::string t(text);
+  std::vector<int64_t> sizes;
+  for (const std::string& part : std::vector<std::string>(absl::StrSplit(t, ','))) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v <= 0) {
+      sizes.clear();
+      break;
+    }
+    sizes.push_back(v);
+  }
+  if (sizes.size() == 1)
+    return FlashBlocks{sizes[0], sizes[0], sizes[0], sizes[0], sizes[0], sizes[0]};
+  if (sizes.size() == 6) {
+    return FlashBlocks{sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5]};
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(source), " \"", t,
+                   "\": expected one tile size B (B x B everywhere) or six positive sizes "
+                   "q,kv,q_dkv,kv_dkv,q_dq,kv_dq (MaxText sa_block_q, sa_block_kv, sa_block_q_dkv, "
+                   "sa_block_kv_dkv, sa_block_q_dq, sa_block_kv_dq)"));
 }
 
 LocalLayer LocalLayerOf(const nn::TransformerConfig& config, const nn::RecipeShards& shards,
@@ -666,6 +697,63 @@ std::function<bool(const Node&)> DenseAttentionFilter(const nn::TransformerConfi
   return [seq_len](const Node& node) { return IsDenseAttentionNode(node, seq_len); };
 }
 
+namespace {
+
+// Keys per query of each flash kernel over its tiles (FlashBlocks; flash_block: all B x B;
+// neither: `ideal`, the per-element mask).
+struct FlashKeys {
+  double forward = 0, dkv = 0, dq = 0;
+};
+FlashKeys FlashKeysOf(const nn::TransformerConfig& config, const TrainingStepOptions& options,
+                      double ideal) {
+  FlashBlocks blocks = options.flash_blocks;
+  if (blocks == FlashBlocks{} && options.flash_block > 0) {
+    const int64_t b = options.flash_block;
+    blocks = FlashBlocks{b, b, b, b, b, b};
+  }
+  if (options.attention != AttentionKernel::kFlash || blocks == FlashBlocks{}) {
+    return {ideal, ideal, ideal};
+  }
+  const int64_t s = config.seq_len, w = config.sliding_window;
+  return {BlockCausalKeysPerQuery(s, w, blocks.q, blocks.kv),
+          BlockCausalKeysPerQuery(s, w, blocks.q_dkv, blocks.kv_dkv),
+          BlockCausalKeysPerQuery(s, w, blocks.q_dq, blocks.kv_dq)};
+}
+
+// The flash kernel's forward and backward of every layer (header comment, "flash").
+void EstimateFlashKernel(const nn::TransformerConfig& config, const TrainingStepOptions& options,
+                         const CostModel& cost_model, const LocalLayer& layer,
+                         const FlashKeys& keys, TrainingStepEstimate& e) {
+  const double layers = static_cast<double>(config.layers);
+  const AttentionPass forward =
+      AttentionForward(cost_model, layer, AttentionKernel::kFlash, config.dtype);
+  auto bytes = [&](LayerValue v) {
+    return static_cast<double>(LocalValueBytes(v, layer, AttentionKernel::kFlash));
+  };
+  const double qkv =
+      bytes(LayerValue::kQuery) + bytes(LayerValue::kKey) + bytes(LayerValue::kValue);
+  double backward_bytes =
+      2 * (qkv + bytes(LayerValue::kContext)) + bytes(LayerValue::kAttentionResidual);
+  // Split: the dQ kernel recomputes Q.K^T and dP itself (7 matmuls against the forward's 2)
+  // and streams q, k, v, dO, the log-sum-exp and di through once more.
+  const bool split = options.flash_split_backward;
+  if (split) {
+    backward_bytes += qkv + bytes(LayerValue::kContext) + 2 * bytes(LayerValue::kAttentionResidual);
+  }
+  // Per matmul of the forward (2 over its tiles): the dK/dV kernel runs 4 over its tiles, the
+  // dQ kernel 3 over its; a fused backward 5 over the dK/dV tiles. Equal tiles: 3.5x and 2.5x
+  // the forward.
+  const double per_matmul = keys.forward > 0 ? forward.flops / 2 / keys.forward : 0;
+  const double backward_flops =
+      split ? per_matmul * (4 * keys.dkv + 3 * keys.dq) : per_matmul * 5 * keys.dkv;
+  e.attention_flops = layers * (forward.flops + backward_flops);
+  e.attention_bytes = static_cast<int64_t>(layers * (forward.bytes + backward_bytes));
+  e.attention_seconds = layers * (forward.seconds + KernelSeconds(cost_model, backward_flops,
+                                                                  backward_bytes, config.dtype));
+}
+
+}  // namespace
+
 absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
     const nn::TransformerConfig& config, const nn::RecipeShards& shards,
     const TrainingStepOptions& options, const CostModel& cost_model,
@@ -697,10 +785,10 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
 
   LocalLayer layer = LocalLayerOf(config, shards, options.attention);
   if (options.sequence_parallel) layer.residual_shards = shards.tensor;
-  if (options.attention == AttentionKernel::kFlash && options.flash_block > 0) {
-    layer.keys_per_query =
-        BlockCausalKeysPerQuery(config.seq_len, config.sliding_window, options.flash_block);
-  }
+  // The forward's tiles set keys_per_query (the forward and its remat recompute); the backward
+  // kernels' scale the backward (EstimateFlashKernel).
+  const FlashKeys keys = FlashKeysOf(config, options, layer.keys_per_query);
+  layer.keys_per_query = keys.forward;
   const double layers = static_cast<double>(config.layers);
   e.remat =
       PlanRemat(options.remat, config.parallel_block, options.remat_replay, options.custom_remat);
@@ -781,27 +869,7 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
   }
   // Flash: the kernel's forward and backward replace the graph's dense attention.
   if (options.attention == AttentionKernel::kFlash) {
-    const AttentionPass forward =
-        AttentionForward(cost_model, layer, AttentionKernel::kFlash, config.dtype);
-    auto bytes = [&](LayerValue v) {
-      return static_cast<double>(LocalValueBytes(v, layer, AttentionKernel::kFlash));
-    };
-    const double qkv =
-        bytes(LayerValue::kQuery) + bytes(LayerValue::kKey) + bytes(LayerValue::kValue);
-    double backward_bytes =
-        2 * (qkv + bytes(LayerValue::kContext)) + bytes(LayerValue::kAttentionResidual);
-    // Split: the dQ kernel recomputes Q.K^T and dP itself (7 matmuls against the forward's 2)
-    // and streams q, k, v, dO, the log-sum-exp and di through once more.
-    const bool split = options.flash_split_backward;
-    if (split) {
-      backward_bytes +=
-          qkv + bytes(LayerValue::kContext) + 2 * bytes(LayerValue::kAttentionResidual);
-    }
-    const double backward_flops = (split ? 3.5 : 2.5) * forward.flops;
-    e.attention_flops = layers * (forward.flops + backward_flops);
-    e.attention_bytes = static_cast<int64_t>(layers * (forward.bytes + backward_bytes));
-    e.attention_seconds = layers * (forward.seconds + KernelSeconds(cost_model, backward_flops,
-                                                                    backward_bytes, config.dtype));
+    EstimateFlashKernel(config, options, cost_model, layer, keys, e);
   }
   EstimateAttentionDropout(config, options, cost_model, layer, e);
   if (config.experts > 0) EstimateMoe(config, shards, options, cost_model, layer, e);

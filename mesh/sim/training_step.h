@@ -342,6 +342,23 @@ struct LocalLayer {
 // does not divide `seq_len`); a tile holding an attended pair counts whole. block <= 0 or
 // block >= seq_len and no window: the whole S x S (S keys); block 1: CausalKeysPerQuery.
 [[nodiscard]] double BlockCausalKeysPerQuery(int64_t seq_len, int64_t window, int64_t block);
+// The same over rectangular tiles of `block_q` queries by `block_kv` keys (a row of tiles runs
+// from the key tile holding its first visible key to the one holding its last query's key).
+// Equal sizes: BlockCausalKeysPerQuery.
+[[nodiscard]] double BlockCausalKeysPerQuery(int64_t seq_len, int64_t window, int64_t block_q,
+                                             int64_t block_kv);
+
+// The tiles of a block flash kernel (MaxText's splash attention sa_block_*): forward
+// (sa_block_q x sa_block_kv), the dK/dV backward kernel (sa_block_q_dkv x sa_block_kv_dkv; also
+// the fused backward's) and the dQ kernel (sa_block_q_dq x sa_block_kv_dq). 0: per element.
+struct FlashBlocks {
+  int64_t q = 0, kv = 0, q_dkv = 0, kv_dkv = 0, q_dq = 0, kv_dq = 0;
+  bool operator==(const FlashBlocks&) const = default;
+};
+// "B" (every tile B x B) or six sizes "q,kv,q_dkv,kv_dkv,q_dq,kv_dq"; `source` names the flag.
+// Errors: kInvalidArgument naming `text` when it is neither, or a size is not positive.
+[[nodiscard]] absl::StatusOr<FlashBlocks> ParseFlashBlocks(std::string_view text,
+                                                           std::string_view source);
 
 // Bytes of `value` on one device (file comment).
 [[nodiscard]] int64_t LocalValueBytes(LayerValue value, const LocalLayer& layer,
@@ -377,6 +394,8 @@ struct TrainingStepOptions {
   // kernels (false: one fused backward, FlashAttention-2).
   int64_t flash_block = 0;
   bool flash_split_backward = false;
+  // Per-kernel tiles (FlashBlocks); when any is set they replace flash_block.
+  FlashBlocks flash_blocks;
 };
 
 // Memory of one device (file comment), bytes.

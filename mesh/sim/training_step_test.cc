@@ -108,6 +108,11 @@ TEST(AttentionTest, BlockCausalKeysPerQueryCountsWholeTiles) {
   // queries 8.. key 7), none two off it (query 8 - key 3 = 5 >= 2): 5 tiles of 16 / 12.
   EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(12, 2, 4), 80.0 / 12);
   EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(12, 2, 1), CausalKeysPerQuery(12, 2));
+  // Rectangular tiles: rows of 4 queries over key tiles of 8 reach the whole 8 (64 / 8); rows of
+  // 2 over tiles of 4: 2x4 + 2x4 + 2x8 + 2x8 = 48 / 8.
+  EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(8, 0, 4, 8), 8.0);
+  EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(8, 0, 2, 4), 6.0);
+  EXPECT_DOUBLE_EQ(BlockCausalKeysPerQuery(8, 0, 4, 4), BlockCausalKeysPerQuery(8, 0, 4));
   // Linear in the tiles: one-element tiles of a 128k sequence.
   EXPECT_NEAR(BlockCausalKeysPerQuery(131072, 4096, 1), CausalKeysPerQuery(131072, 4096), 1e-6);
 }
@@ -520,6 +525,33 @@ TEST(TrainingStepTest, FlashBlockTilesAndSplitBackwardByHand) {
   EXPECT_EQ(split.attention_bytes - ideal.attention_bytes, 2 * (128 + 64 + 64 + 128 + 2 * 64));
   // Tiles change the flops, not what the kernel keeps.
   EXPECT_EQ(estimate(4, true).memory.activation_bytes, ideal.memory.activation_bytes);
+
+  // Per-kernel tiles (MaxText sa_block_*): the forward over 8 x 8 (8 keys per query: 2048 flops a
+  // layer, 256 per matmul and key), the dK/dV kernel over 4 x 4 (6 keys: 4 matmuls), the dQ
+  // kernel over 2 x 8 (rows of 2 queries reach key tile 8: 8 keys, 3 matmuls).
+  auto estimate_blocks = [&](const FlashBlocks& blocks, bool split) {
+    TrainingStepOptions options = Options(RematPolicy::kNone, AttentionKernel::kFlash);
+    options.flash_blocks = blocks;
+    options.flash_split_backward = split;
+    return *EstimateTrainingStep(c, shards, options, model, b.program, b.step.weight_parameters,
+                                 b.step.moment_parameters);
+  };
+  const FlashBlocks mixed{8, 8, 4, 4, 2, 8};
+  EXPECT_DOUBLE_EQ(estimate_blocks(mixed, true).attention_flops,
+                   2 * (2048 + 128 * (4 * 6 + 3 * 8)));
+  // Fused: 5 matmuls over the dK/dV tiles.
+  EXPECT_DOUBLE_EQ(estimate_blocks(mixed, false).attention_flops, 2 * (2048 + 128 * 5 * 6));
+  // Six equal sizes are --flash-block.
+  EXPECT_DOUBLE_EQ(estimate_blocks({4, 4, 4, 4, 4, 4}, true).attention_flops,
+                   estimate(4, true).attention_flops);
+  EXPECT_EQ(*ParseFlashBlocks("1024,512,2048,512,2048,512", "x"),
+            (FlashBlocks{1024, 512, 2048, 512, 2048, 512}));
+  EXPECT_EQ(*ParseFlashBlocks("512", "x"), (FlashBlocks{512, 512, 512, 512, 512, 512}));
+  for (const char* bad : {"", "1,2", "0", "1,2,3,4,5,-6", "a,b,c,d,e,f"}) {
+    EXPECT_EQ(ParseFlashBlocks(bad, "--flash-blocks").status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
 }
 
 TEST(TrainingStepTest, DenseAttentionNodesAreTheSquareOnes) {
