@@ -112,6 +112,9 @@ def command(run, dims, chips):
             cmd += [flag, ",".join(run[key])]
     if run.get("param_dtype"):
         cmd += ["--param-dtype", run["param_dtype"]]
+    # MaxText's MoE with megablox false: the dense dropping path's einsum dispatch.
+    if run.get("moe_dispatch"):
+        cmd += ["--moe-dispatch", run["moe_dispatch"]]
     # MaxText quantization: int8 (AQT): every matmul at the int8 peak.
     if run.get("matmul_dtype"):
         cmd += ["--matmul-dtype", run["matmul_dtype"]]

@@ -100,6 +100,7 @@ struct SimulateFlags : TransformerFlags {
   double attention_dropout = 0;
   int64_t flash_block = 0;
   std::string flash_blocks;  // "q,kv,q_dkv,kv_dkv,q_dq,kv_dq"
+  std::string moe_dispatch = "gather";
   bool flash_split_backward = false;
   int64_t layers_per_virtual_stage = 0;  // 0: no interleaving
   bool blocking_p2p = false;
@@ -303,6 +304,15 @@ absl::StatusOr<GlobalStep> BuildModelStep(const SimulateFlags& f, const nn::Mode
   plan.remat_replay = f.remat_replay;
   plan.attention_dropout = f.attention_dropout;
   plan.flash_block = f.flash_block;
+  absl::StatusOr<mesh::MoeDispatch> dispatch = mesh::ParseMoeDispatch(f.moe_dispatch);
+  if (!dispatch.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--moe-dispatch: ", dispatch.status().message()));
+  }
+  plan.moe_dispatch = *dispatch;
+  if (f.given("--moe-dispatch") && config.experts == 0) {
+    return absl::InvalidArgumentError("--moe-dispatch applies to a mixture of experts (--experts)");
+  }
   if (!f.flash_blocks.empty()) {
     TESSEL_ASSIGN_OR_RETURN(plan.flash_blocks,
                             mesh::ParseFlashBlocks(f.flash_blocks, "--flash-blocks"));
@@ -392,6 +402,9 @@ nlohmann::json TrainingJson(const GlobalStep& step, const mesh::TrainingStepEsti
         {"compute_s", e.moe_seconds},
         {"all_to_all_ici_s", e.moe_ici_seconds},
         {"all_to_all_dcn_s", e.moe_dcn_seconds},
+        {"dispatch",
+         step.training.moe_dispatch == mesh::MoeDispatch::kEinsum ? "einsum" : "gather"},
+        {"dispatch_flops_per_device", e.moe_dispatch_flops},
         {"expert_group_size", step.training.expert_group.size()}}},
       {"sequence_parallel", step.training.sequence_parallel},
       {"remat",
@@ -587,9 +600,13 @@ void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const G
       const mesh::TrainingStepEstimate& e = *info.training;
       std::cout << absl::StrFormat(
           "experts        %d, top %d, capacity factor %g: %.4g active parameters; experts and "
-          "router %s, all-to-all %s\n",
+          "router %s%s, all-to-all %s\n",
           config.experts, config.top_k, config.capacity_factor, t.active_params,
-          Seconds(e.moe_seconds), Seconds(e.moe_ici_seconds + e.moe_dcn_seconds));
+          Seconds(e.moe_seconds),
+          e.moe_dispatch_flops > 0
+              ? absl::StrFormat(" (einsum dispatch %.4g flops per device)", e.moe_dispatch_flops)
+              : std::string(),
+          Seconds(e.moe_ici_seconds + e.moe_dcn_seconds));
     }
     if (info.training) {
       const mesh::TrainingStepEstimate& e = *info.training;
@@ -738,6 +755,7 @@ std::string CheckRunFlags(const SimulateFlags& f, const nn::ModelFile* file,
                              "--experts",
                              "--top-k",
                              "--capacity-factor",
+                             "--moe-dispatch",
                              "--microbatches",
                              "--pipeline-schedule",
                              "--sequence-parallel",
@@ -964,6 +982,11 @@ CommandFn AddSimulateCommand(CLI::App& app) {
                   "flash attention as a block kernel: the mask applied per N x N tile of "
                   "(query, key), partly masked tiles computed whole (MaxText splash attention "
                   "sa_block_*; default 0: per element)")
+      ->check(NonEmpty());
+  cmd->add_option("--moe-dispatch", f->moe_dispatch,
+                  "how tokens reach the experts: gather (default: a sort and gather, megablox, "
+                  "Megatron) or einsum (GShard's one-hot dispatch and combine einsums, MaxText's "
+                  "dense dropping path)")
       ->check(NonEmpty());
   cmd->add_option("--flash-blocks", f->flash_blocks,
                   "flash attention tiles per kernel, q,kv,q_dkv,kv_dkv,q_dq,kv_dq (MaxText "

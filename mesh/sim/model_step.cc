@@ -206,6 +206,7 @@ absl::StatusOr<ModelStep> BuildModelStep(const Topology& topology,
   step.training.flash_block = plan.flash_block;
   step.training.flash_split_backward = plan.flash_split_backward;
   step.training.flash_blocks = plan.flash_blocks;
+  step.training.moe_dispatch = plan.moe_dispatch;
   if (plan.flash_block < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--flash-block ", plan.flash_block, ": expected a tile size >= 0"));

@@ -74,12 +74,13 @@ struct ModelPlan {
   // (training_step.h); 0: as many as stages.
   int64_t microbatches = 0;
   PipelineSchedule pipeline_schedule = PipelineSchedule::kOneForwardOneBackward;
-  bool sequence_parallel = false;     // memory only (training_step.h)
-  bool remat_replay = false;          // TrainingStepOptions::remat_replay
-  double attention_dropout = 0;       // TrainingStepOptions::attention_dropout
-  int64_t flash_block = 0;            // TrainingStepOptions::flash_block
-  FlashBlocks flash_blocks;           // TrainingStepOptions::flash_blocks
-  bool flash_split_backward = false;  // TrainingStepOptions::flash_split_backward
+  bool sequence_parallel = false;                   // memory only (training_step.h)
+  bool remat_replay = false;                        // TrainingStepOptions::remat_replay
+  double attention_dropout = 0;                     // TrainingStepOptions::attention_dropout
+  int64_t flash_block = 0;                          // TrainingStepOptions::flash_block
+  FlashBlocks flash_blocks;                         // TrainingStepOptions::flash_blocks
+  MoeDispatch moe_dispatch = MoeDispatch::kGather;  // TrainingStepOptions::moe_dispatch
+  bool flash_split_backward = false;                // TrainingStepOptions::flash_split_backward
   // Interleaved 1F1B: layers per model chunk (Megatron-LM
   // --num-layers-per-virtual-pipeline-stage); 0: no interleaving. Must divide a stage's layers.
   int64_t layers_per_virtual_stage = 0;

@@ -254,7 +254,19 @@ void EstimateMoe(const nn::TransformerConfig& config, const nn::RecipeShards& sh
   const double mlp_forward =
       LocalOpFlops(LayerOp::kMlpIn, dense) + LocalOpFlops(LayerOp::kMlpOut, dense);
   const double router = 2 * t * d * static_cast<double>(config.experts);
-  const double flops = 3 * ((layer.mlp_token_factor - 1) * mlp_forward + router);
+  double dispatch = 0;
+  if (options.moe_dispatch == MoeDispatch::kEinsum) {
+    // MaxText moe.py generate_masks: the capacity of one expert per sequence.
+    const double per_sequence =
+        std::ceil(static_cast<double>(config.seq_len) * static_cast<double>(config.top_k) /
+                  static_cast<double>(config.experts));
+    const double capacity =
+        std::floor(std::max(per_sequence * config.capacity_factor, config.capacity_factor));
+    dispatch = 2 * (2 * t * d / static_cast<double>(layer.residual_shards) *
+                    static_cast<double>(config.experts) * capacity);
+  }
+  e.moe_dispatch_flops = layers * 3 * dispatch;
+  const double flops = 3 * ((layer.mlp_token_factor - 1) * mlp_forward + router + dispatch);
   e.moe_flops = layers * flops;
   e.moe_seconds = layers * KernelSeconds(cost_model, flops, 0, config.dtype);
   if (options.expert_group.size() > 1) {
@@ -355,6 +367,13 @@ absl::StatusOr<RematPolicy> ParseRematPolicy(std::string_view name) {
 
 std::string_view AttentionKernelName(AttentionKernel kernel) {
   return kernel == AttentionKernel::kFlash ? "flash" : "dot_product";
+}
+
+absl::StatusOr<MoeDispatch> ParseMoeDispatch(std::string_view name) {
+  if (name == "gather") return MoeDispatch::kGather;
+  if (name == "einsum") return MoeDispatch::kEinsum;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown MoE dispatch \"", std::string(name), "\"; expected gather or einsum"));
 }
 
 absl::StatusOr<AttentionKernel> ParseAttentionKernel(std::string_view name) {

@@ -128,6 +128,12 @@
 //     step time unhidden (MaxText's dropping implementation waits on them);
 //   parameters: E/ep experts per device, each split over tensor and the FSDP axes other than
 //     "expert", plus the replicated [D, E] router (gradients and Adam moments alike).
+//   dispatch (TrainingStepOptions::moe_dispatch): kGather (a sort and gather, as megablox or
+//     Megatron's token dispatcher: no matmul work) or kEinsum (GShard's one-hot einsums, MaxText's
+//     dense dropping path, moe.py dense_matmul with megablox false): per sequence of S tokens,
+//     the capacity C = int(max(ceil(S*k/E) * capacity_factor, capacity_factor)) (moe.py
+//     generate_masks), and the dispatch "BSM,BSEC->EBCM" and combine "EBCM,BSEC->BSM" einsums
+//     are 2*t*(D/residual shards)*E*C flops each forward (x3 with the backward).
 // Not modelled: the all-to-alls a remat policy would run again with the recomputed MLP input,
 // load imbalance beyond the capacity, and the router's softmax / top-k (elementwise).
 // Source: Lepikhin et al. 2020 (GShard: capacity, dispatch / combine all-to-alls); Fedus et al.
@@ -236,6 +242,11 @@ enum class RematPolicy {
 [[nodiscard]] std::string_view RematPolicyName(RematPolicy policy);
 // Errors: kInvalidArgument naming `name` and the accepted names.
 [[nodiscard]] absl::StatusOr<RematPolicy> ParseRematPolicy(std::string_view name);
+
+// How an MoE layer sends tokens to experts (file comment, "Mixture of experts").
+enum class MoeDispatch { kGather, kEinsum };
+// "gather" / "einsum". Errors: kInvalidArgument naming `name` and the accepted names.
+[[nodiscard]] absl::StatusOr<MoeDispatch> ParseMoeDispatch(std::string_view name);
 
 enum class AttentionKernel { kDotProduct, kFlash };
 // "dot_product" / "flash" (MaxText's attention=dot_product|flash).
@@ -396,6 +407,8 @@ struct TrainingStepOptions {
   bool flash_split_backward = false;
   // Per-kernel tiles (FlashBlocks); when any is set they replace flash_block.
   FlashBlocks flash_blocks;
+  // MoE only: how tokens reach the experts (file comment).
+  MoeDispatch moe_dispatch = MoeDispatch::kGather;
 };
 
 // Memory of one device (file comment), bytes.
@@ -429,6 +442,7 @@ struct TrainingStepEstimate {
   // Mixture of experts, all layers (0 when dense): the extra expert and router matmuls, and the
   // all-to-alls (seconds on ICI and DCN, bytes this device sends).
   double moe_flops = 0;
+  double moe_dispatch_flops = 0;  // of moe_flops: the einsum dispatch and combine (kEinsum)
   double moe_seconds = 0;
   double moe_ici_seconds = 0;
   double moe_dcn_seconds = 0;

@@ -613,6 +613,19 @@ TEST(TrainingStepTest, MixtureOfExpertsByHand) {
   EXPECT_EQ(e->memory.optimizer_bytes - dense->memory.optimizer_bytes, 2 * 2 * 1280 * 4);
   // The kept MLP activations (wi: gate and up; h) hold 2.5x the token slots: 20 x 16 x 2 bytes.
   EXPECT_EQ(e->memory.activation_bytes - dense->memory.activation_bytes, 2 * (20 - 8) * 16 * 2 * 3);
+
+  // GShard's einsum dispatch (MaxText's dense dropping path): per sequence of 8 tokens an expert
+  // takes int(max(ceil(8 x 2 / 8) x 1.25, 1.25)) = 2 slots; the dispatch and combine einsums are
+  // 2 x 8 tokens x 16 x 8 experts x 2 = 4096 flops each forward, x3 with the backward, 2 layers.
+  EXPECT_EQ(e->moe_dispatch_flops, 0);
+  options.moe_dispatch = MoeDispatch::kEinsum;
+  absl::StatusOr<TrainingStepEstimate> einsum = EstimateTrainingStep(
+      c, shards, options, model, b.program, b.step.weight_parameters, b.step.moment_parameters);
+  ASSERT_TRUE(einsum.ok()) << einsum.status();
+  EXPECT_DOUBLE_EQ(einsum->moe_dispatch_flops, 2 * 3 * 2 * 4096);
+  EXPECT_DOUBLE_EQ(einsum->moe_flops - e->moe_flops, einsum->moe_dispatch_flops);
+  EXPECT_EQ(*ParseMoeDispatch("einsum"), MoeDispatch::kEinsum);
+  EXPECT_EQ(ParseMoeDispatch("sorted").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ContextParallelTest, SequenceShardsSplitTokensAndCostTheKvCollectives) {
