@@ -851,6 +851,24 @@ absl::StatusOr<spmd::Sharding> LoadSharding(const CheckpointMetadata& meta,
       return absl::DataLossError(absl::StrCat("checkpoint ", meta.step_dir, ": array ", a.name,
                                               ": ", saved.status().message()));
     }
+    // Checked here, naming the checkpoint: a saved sharding that parses but does not lay the
+    // array out on this mesh failed later, in the program, naming only a parameter.
+    const int64_t n = runtime->num_devices();
+    absl::Status fits = saved->Validate(a.shape, n);
+    if (fits.ok() && saved->IsTiled() && saved->tile_assignment().num_elements() != n) {
+      fits = absl::InvalidArgumentError(absl::StrCat(
+          "it tiles ", saved->tile_assignment().num_elements(), " devices, the mesh has ", n));
+    }
+    if (fits.ok()) fits = spmd::ShardedTensor::Create(a.shape, *saved, n).status();
+    if (fits.ok() && (saved->IsUnreduced() || saved->IsTuple())) {
+      fits = absl::InvalidArgumentError("a checkpoint holds whole arrays, not unreduced parts");
+    }
+    if (!fits.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", meta.step_dir, ": array ", a.name, ": its saved sharding ",
+                       a.sharding.size() <= 200 ? a.sharding : a.sharding.substr(0, 200) + "...",
+                       " does not fit this mesh: ", fits.message()));
+    }
     return *saved;
   }
   return t.sharding.value_or(spmd::Sharding::Replicate());

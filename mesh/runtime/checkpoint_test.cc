@@ -317,6 +317,27 @@ TEST(CheckpointTest, ReshardOnLoad) {
   EXPECT_EQ(total, w_value.byte_size() + v_value.byte_size());
   CheckpointMetadata meta = ReadCheckpointMetadata(LatestCheckpoint(dir).value()).value();
   EXPECT_EQ(meta.Find("w")->shards.size(), 8u);
+  // A saved sharding that parses but does not lay w out on this mesh (4 of its 8 devices; an
+  // unreduced one): one error naming the checkpoint and the array, before any program runs.
+  for (const char* bad : {"{devices=[2,2]0,1,2,3}", "{unreduced}"}) {
+    std::vector<absl::Status> loads = RunHosts(topology, [&](HostRuntime& runtime) {
+      CheckpointMetadata edited = ReadCheckpointMetadata(LatestCheckpoint(dir).value()).value();
+      for (CheckpointArrayInfo& a : edited.arrays) {
+        if (a.name == "w") a.sharding = bad;
+      }
+      return LoadCheckpointArrays(
+                 edited,
+                 {{"w", w_value.shape(), std::nullopt}, {"v", v_value.shape(), std::nullopt}},
+                 &runtime, edited.mesh)
+          .status();
+    });
+    for (const absl::Status& load : loads) {
+      // Every host reports host 0's status (ShareStatus: kAborted on the others).
+      EXPECT_TRUE(absl::IsDataLoss(load) || absl::IsAborted(load)) << bad << ": " << load;
+      EXPECT_NE(load.message().find("array w: its saved sharding"), std::string::npos) << load;
+      EXPECT_NE(load.message().find("does not fit this mesh"), std::string::npos) << load;
+    }
+  }
   absl::StatusOr<std::vector<Tensor>> whole = LoadCheckpointArrays(
       meta, {{"w", w_value.shape(), std::nullopt}, {"v", v_value.shape(), std::nullopt}}, nullptr,
       "");
