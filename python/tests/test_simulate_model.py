@@ -47,3 +47,23 @@ def test_documented_defaults_run():
     assert report.step_seconds > 0
     two = tessel.simulate_model(SMALL, "two_v4-8_slices")
     assert two.num_devices == 8
+
+
+def test_maxtext_custom_remat_from_a_model_dict():
+    # MaxText's remat_policy custom: the names given to remat_offload leave HBM (host memory on
+    # a preset with a host link), every name not given is recomputed: with no names, as full.
+    base = dict(SMALL, attention="flash")
+    full = tessel.simulate_model(dict(base, remat="full"), "v5p-128", ici_mesh_shape=[1, 64, 1])
+    custom = tessel.simulate_model(dict(base, remat="custom"), "v5p-128", ici_mesh_shape=[1, 64, 1])
+    assert custom.step_seconds == pytest.approx(full.step_seconds)
+    kept = tessel.simulate_model(dict(base, remat="custom", remat_device="qkv_proj"), "v5p-128",
+                                 ici_mesh_shape=[1, 64, 1])
+    offloaded = tessel.simulate_model(dict(base, remat="custom", remat_offload="qkv_proj"),
+                                      "v5p-128", ici_mesh_shape=[1, 64, 1])
+    assert kept.peak_memory_bytes > offloaded.peak_memory_bytes
+    with pytest.raises(ValueError, match="remat_offload applies to remat \"custom\""):
+        tessel.simulate_model(dict(base, remat="full", remat_offload="qkv_proj"), "v5p-128",
+                              ici_mesh_shape=[1, 64, 1])
+    with pytest.raises(ValueError, match="unknown name \"bogus\""):
+        tessel.simulate_model(dict(base, remat="custom", remat_device="bogus"), "v5p-128",
+                              ici_mesh_shape=[1, 64, 1])
