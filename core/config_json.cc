@@ -1,6 +1,7 @@
 #include "tessel/core/config_json.h"
 
 #include <exception>
+#include <limits>
 #include <set>
 #include <utility>
 #include <vector>
@@ -145,6 +146,21 @@ std::string JsonPointerChild(std::string_view pointer, std::string_view key) {
 
 std::string JsonPointerChild(std::string_view pointer, size_t index) {
   return absl::StrCat(std::string(pointer), "/", index);
+}
+
+std::optional<int64_t> JsonIntegerInRange(const json& value, int64_t min, int64_t max) {
+  int64_t result = 0;
+  if (value.is_number_unsigned()) {
+    const uint64_t u = value.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    result = static_cast<int64_t>(u);
+  } else if (value.is_number_integer()) {
+    result = value.get<int64_t>();
+  } else {
+    return std::nullopt;
+  }
+  if (result < min || result > max) return std::nullopt;
+  return result;
 }
 
 std::string JsonForMessage(const json& value) {

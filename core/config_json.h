@@ -5,6 +5,8 @@
 #define TESSEL_CORE_CONFIG_JSON_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -32,6 +34,11 @@ inline constexpr int kMaxConfigJsonDepth = 64;
 // of the value at `pointer`.
 std::string JsonPointerChild(std::string_view pointer, std::string_view key);
 std::string JsonPointerChild(std::string_view pointer, size_t index);
+
+// `value` when it is a JSON integer (not 2.0, not "2") in [min, max], else nullopt. nlohmann
+// stores non-negative integers as unsigned: one above INT64_MAX is out of range here, never
+// wrapped to a negative number.
+std::optional<int64_t> JsonIntegerInRange(const nlohmann::json& value, int64_t min, int64_t max);
 
 // `value` as JSON text for an error message, cut to 60 characters ("..." at the end); strings
 // with invalid UTF-8 are shown with replacement characters instead of failing.

@@ -1,5 +1,6 @@
 #include "tessel/core/config_json.h"
 
+#include <limits>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -68,6 +69,22 @@ TEST(ConfigJsonTest, MessagesShowAShortValue) {
   EXPECT_EQ(shown.substr(57), "...");
   EXPECT_EQ(JsonPointerChild("/a", "b/c"), "/a/b~1c");
   EXPECT_EQ(JsonPointerChild("/a", size_t{3}), "/a/3");
+}
+
+TEST(ConfigJsonTest, IntegerInRangeTakesJsonIntegersOnly) {
+  using nlohmann::json;
+  EXPECT_EQ(JsonIntegerInRange(json(5), 0, 10), 5);
+  EXPECT_EQ(JsonIntegerInRange(json(-3), -5, 0), -3);
+  EXPECT_EQ(JsonIntegerInRange(json(11), 0, 10), std::nullopt);
+  EXPECT_EQ(JsonIntegerInRange(json(2.0), 0, 10), std::nullopt);  // a float, not an integer
+  EXPECT_EQ(JsonIntegerInRange(json("2"), 0, 10), std::nullopt);
+  // 2^64 - 1 is stored unsigned: out of range, not wrapped to -1.
+  EXPECT_EQ(JsonIntegerInRange(json::parse("18446744073709551615"), -5,
+                               std::numeric_limits<int64_t>::max()),
+            std::nullopt);
+  EXPECT_EQ(JsonIntegerInRange(json::parse("9223372036854775807"), 0,
+                               std::numeric_limits<int64_t>::max()),
+            std::numeric_limits<int64_t>::max());
 }
 
 }  // namespace

@@ -35,11 +35,13 @@ class Reader {
   absl::Status Int(const json& root, const std::string& key, int64_t min, int64_t& out) const {
     auto it = root.find(key);
     if (it == root.end()) return absl::OkStatus();
-    if (!it->is_number_integer() || it->get<int64_t>() < min) {
+    std::optional<int64_t> value =
+        JsonIntegerInRange(*it, min, std::numeric_limits<int64_t>::max());
+    if (!value.has_value()) {
       return Error(key, absl::StrCat("expected ", min > 0 ? "a positive" : "a non-negative",
                                      " integer, got ", JsonForMessage(*it)));
     }
-    out = it->get<int64_t>();
+    out = *value;
     return absl::OkStatus();
   }
 

@@ -414,17 +414,9 @@ namespace {
 // get<int64_t> would truncate the one and throw on the other).
 absl::StatusOr<int64_t> Int(const nlohmann::json& v, const std::string& what, int64_t lo,
                             int64_t hi = std::numeric_limits<int64_t>::max()) {
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u <= static_cast<uint64_t>(hi) && static_cast<int64_t>(u) >= lo) {
-      return static_cast<int64_t>(u);
-    }
-  } else if (v.is_number_integer()) {
-    const int64_t i = v.get<int64_t>();
-    if (i >= lo && i <= hi) return i;
-  }
-  return absl::DataLossError(absl::StrCat(what, ": expected an integer in [", lo, ", ", hi,
-                                          "], got ", v.dump().substr(0, 40)));
+  if (std::optional<int64_t> i = JsonIntegerInRange(v, lo, hi)) return *i;
+  return absl::DataLossError(
+      absl::StrCat(what, ": expected an integer in [", lo, ", ", hi, "], got ", JsonForMessage(v)));
 }
 
 // Elements of the box `r`, or an error when the product does not fit in int64.

@@ -205,21 +205,10 @@ absl::StatusOr<int64_t> TopologyBuilder::ReadInt(const json* value, const std::s
                                                  int64_t min, int64_t max,
                                                  std::string_view what) const {
   if (value == nullptr) return Expected(pointer, what, nullptr);
-  // nlohmann stores non-negative integers as unsigned; reading one above INT64_MAX as int64
-  // would wrap to a negative number and pass a `min` check it should fail. Floats (2.0) are
-  // not integers here: a count written as 2.5 is a typo worth reporting.
-  int64_t result = 0;
-  if (value->is_number_unsigned()) {
-    uint64_t u = value->get<uint64_t>();
-    if (u > static_cast<uint64_t>(INT64_MAX)) return Expected(pointer, what, value);
-    result = static_cast<int64_t>(u);
-  } else if (value->is_number_integer()) {
-    result = value->get<int64_t>();
-  } else {
-    return Expected(pointer, what, value);
-  }
-  if (result < min || result > max) return Expected(pointer, what, value);
-  return result;
+  // Floats (2.0) are not integers here: a count written as 2.5 is a typo worth reporting.
+  std::optional<int64_t> result = JsonIntegerInRange(*value, min, max);
+  if (!result.has_value()) return Expected(pointer, what, value);
+  return *result;
 }
 
 absl::StatusOr<double> TopologyBuilder::ReadNumber(const json* value, const std::string& pointer,
