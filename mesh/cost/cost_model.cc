@@ -233,8 +233,13 @@ double CostModel::TiledDotFlops(const Node& node, int64_t tile) {
   if (k == 0 || batch == 0) return 0;
   const double m = static_cast<double>(lhs.num_elements()) / (k * batch);
   const double n = static_cast<double>(rhs.num_elements()) / (k * batch);
+  return 2.0 * batch * m * k * n * TilePadding(k, tile) * TilePadding(n, tile);
+}
+
+double CostModel::TilePadding(double size, int64_t tile) {
+  if (tile <= 0 || size <= 0) return 1.0;
   const double t = static_cast<double>(tile);
-  return 2.0 * batch * m * std::ceil(k / t) * t * std::ceil(n / t) * t;
+  return std::ceil(size / t) * t / size;
 }
 
 double CostModel::Flops(const Node& node) {

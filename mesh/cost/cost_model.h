@@ -170,6 +170,10 @@ class CostModel {
   // The flops a dot occupies the matrix unit for with `tile` quantization (above): Flops(node)
   // with K and N padded to multiples of `tile`. Convolutions and tile <= 0: Flops(node).
   [[nodiscard]] static double TiledDotFlops(const Node& node, int64_t tile);
+  // How much larger a matrix dimension of `size` elements is on a `tile` x `tile` matrix unit:
+  // ceil(size / tile) * tile / size (the padding of TiledDotFlops, one dimension); 1 when
+  // tile <= 0 or size <= 0. For analytic matmul terms that have sizes but no Node.
+  [[nodiscard]] static double TilePadding(double size, int64_t tile);
   // Peak of `dtype` in op/s (10^12 * peak_tflops), with the bf16 fallback.
   [[nodiscard]] double PeakFlopsPerSecond(DType dtype) const;
   // The peak a matmul with `input_dtype` inputs runs at: the options' matmul_dtype peak when it

@@ -165,6 +165,7 @@ double KernelSeconds(const CostModel& model, double flops, double bytes, DType d
 // One forward pass of the attention core on one device: flops, HBM bytes, seconds.
 struct AttentionPass {
   double flops = 0;
+  double mxu_flops = 0;  // flops with the matrix unit's tile padding (header, "Matrix-unit tiles")
   double bytes = 0;
   double seconds = 0;
 };
@@ -187,7 +188,9 @@ AttentionPass AttentionForward(const CostModel& model, const LocalLayer& layer,
         static_cast<double>(layer.tokens) * layer.heads * layer.seq_len * layer.dtype_bytes;
     pass.bytes = qkvo + 4 * scores;
   }
-  pass.seconds = KernelSeconds(model, pass.flops, pass.bytes, dtype);
+  pass.mxu_flops =
+      LocalOpMxuFlops(LayerOp::kAttention, layer, model.topology().device_spec().matmul_tile);
+  pass.seconds = KernelSeconds(model, pass.mxu_flops, pass.bytes, dtype);
   return pass;
 }
 
@@ -254,7 +257,12 @@ void EstimateMoe(const nn::TransformerConfig& config, const nn::RecipeShards& sh
   const double mlp_forward =
       LocalOpFlops(LayerOp::kMlpIn, dense) + LocalOpFlops(LayerOp::kMlpOut, dense);
   const double router = 2 * t * d * static_cast<double>(config.experts);
-  double dispatch = 0;
+  const int64_t tile = cost_model.topology().device_spec().matmul_tile;
+  auto pad = [tile](double size) { return CostModel::TilePadding(size, tile); };
+  const double mlp_forward_mxu = LocalOpMxuFlops(LayerOp::kMlpIn, dense, tile) +
+                                 LocalOpMxuFlops(LayerOp::kMlpOut, dense, tile);
+  const double router_mxu = router * pad(d) * pad(static_cast<double>(config.experts));
+  double dispatch = 0, dispatch_mxu = 0;
   if (options.moe_dispatch == MoeDispatch::kEinsum) {
     // MaxText moe.py generate_masks: the capacity of one expert per sequence.
     const double per_sequence =
@@ -264,11 +272,16 @@ void EstimateMoe(const nn::TransformerConfig& config, const nn::RecipeShards& sh
         std::floor(std::max(per_sequence * config.capacity_factor, config.capacity_factor));
     dispatch = 2 * (2 * t * d / static_cast<double>(layer.residual_shards) *
                     static_cast<double>(config.experts) * capacity);
+    // Dispatch contracts the sequence against E x C slots, combine the reverse.
+    dispatch_mxu = dispatch * pad(static_cast<double>(config.seq_len)) *
+                   pad(static_cast<double>(config.experts) * capacity);
   }
   e.moe_dispatch_flops = layers * 3 * dispatch;
   const double flops = 3 * ((layer.mlp_token_factor - 1) * mlp_forward + router + dispatch);
   e.moe_flops = layers * flops;
-  e.moe_seconds = layers * KernelSeconds(cost_model, flops, 0, config.dtype);
+  const double mxu_flops =
+      3 * ((layer.mlp_token_factor - 1) * mlp_forward_mxu + router_mxu + dispatch_mxu);
+  e.moe_seconds = layers * KernelSeconds(cost_model, mxu_flops, 0, config.dtype);
   if (options.expert_group.size() > 1) {
     const int64_t bytes = static_cast<int64_t>(
         std::ceil(layer.mlp_token_factor * t * d * static_cast<double>(layer.dtype_bytes)));
@@ -644,6 +657,7 @@ LocalLayer LocalLayerOf(const nn::TransformerConfig& config, const nn::RecipeSha
   layer.keys_per_query = attention == AttentionKernel::kFlash
                              ? CausalKeysPerQuery(config.seq_len, config.sliding_window)
                              : static_cast<double>(config.seq_len);
+  layer.attention_kv_tile = attention == AttentionKernel::kFlash ? 0 : config.seq_len;
   return layer;
 }
 
@@ -698,6 +712,30 @@ double LocalOpFlops(LayerOp op, const LocalLayer& l) {
   return 0;
 }
 
+double LocalOpMxuFlops(LayerOp op, const LocalLayer& l, int64_t tile) {
+  auto pad = [tile](int64_t size) {
+    return CostModel::TilePadding(static_cast<double>(size), tile);
+  };
+  const double flops = LocalOpFlops(op, l);
+  switch (op) {
+    case LayerOp::kQkvProj:
+      return flops * pad(l.d_model) * pad((l.heads + 2 * l.kv_heads) * l.head_dim);
+    case LayerOp::kAttention:
+      return flops * pad(l.head_dim) * pad(l.attention_kv_tile);
+    case LayerOp::kOutProj:
+      return flops * pad(l.heads * l.head_dim) * pad(l.d_model);
+    case LayerOp::kMlpIn:
+    case LayerOp::kMlpOut:
+      return flops * pad(l.d_model) * pad(l.ffn);
+    case LayerOp::kNorm1:
+    case LayerOp::kResidualAdd:
+    case LayerOp::kNorm2:
+    case LayerOp::kMlpActivation:
+      return flops;
+  }
+  return flops;
+}
+
 bool IsDenseAttentionNode(const Node& node, int64_t seq_len) {
   auto square = [&](const Shape& shape) {
     if (shape.is_tuple() || shape.rank() != 4) return false;
@@ -722,6 +760,7 @@ namespace {
 // neither: `ideal`, the per-element mask).
 struct FlashKeys {
   double forward = 0, dkv = 0, dq = 0;
+  FlashBlocks blocks;  // all 0: the per-element kernel
 };
 FlashKeys FlashKeysOf(const nn::TransformerConfig& config, const TrainingStepOptions& options,
                       double ideal) {
@@ -731,12 +770,12 @@ FlashKeys FlashKeysOf(const nn::TransformerConfig& config, const TrainingStepOpt
     blocks = FlashBlocks{b, b, b, b, b, b};
   }
   if (options.attention != AttentionKernel::kFlash || blocks == FlashBlocks{}) {
-    return {ideal, ideal, ideal};
+    return {ideal, ideal, ideal, FlashBlocks{}};
   }
   const int64_t s = config.seq_len, w = config.sliding_window;
   return {BlockCausalKeysPerQuery(s, w, blocks.q, blocks.kv),
           BlockCausalKeysPerQuery(s, w, blocks.q_dkv, blocks.kv_dkv),
-          BlockCausalKeysPerQuery(s, w, blocks.q_dq, blocks.kv_dq)};
+          BlockCausalKeysPerQuery(s, w, blocks.q_dq, blocks.kv_dq), blocks};
 }
 
 // The flash kernel's forward and backward of every layer (header comment, "flash").
@@ -765,9 +804,20 @@ void EstimateFlashKernel(const nn::TransformerConfig& config, const TrainingStep
   const double per_matmul = keys.forward > 0 ? forward.flops / 2 / keys.forward : 0;
   const double backward_flops =
       split ? per_matmul * (4 * keys.dkv + 3 * keys.dq) : per_matmul * 5 * keys.dkv;
+  // On the matrix unit each matmul pads head_dim and one of its kernel's tiles (header,
+  // "Matrix-unit tiles").
+  const int64_t tile = cost_model.topology().device_spec().matmul_tile;
+  auto pad = [tile](int64_t size) {
+    return CostModel::TilePadding(static_cast<double>(size), tile);
+  };
+  const FlashBlocks& b = keys.blocks;
+  const double backward_mxu_flops =
+      pad(layer.head_dim) * per_matmul *
+      (split ? keys.dkv * (2 * pad(b.kv_dkv) + 2 * pad(b.q_dkv)) + keys.dq * 3 * pad(b.kv_dq)
+             : keys.dkv * (3 * pad(b.kv_dkv) + 2 * pad(b.q_dkv)));
   e.attention_flops = layers * (forward.flops + backward_flops);
   e.attention_bytes = static_cast<int64_t>(layers * (forward.bytes + backward_bytes));
-  e.attention_seconds = layers * (forward.seconds + KernelSeconds(cost_model, backward_flops,
+  e.attention_seconds = layers * (forward.seconds + KernelSeconds(cost_model, backward_mxu_flops,
                                                                   backward_bytes, config.dtype));
 }
 
@@ -808,6 +858,7 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
   // kernels' scale the backward (EstimateFlashKernel).
   const FlashKeys keys = FlashKeysOf(config, options, layer.keys_per_query);
   layer.keys_per_query = keys.forward;
+  if (options.attention == AttentionKernel::kFlash) layer.attention_kv_tile = keys.blocks.kv;
   const double layers = static_cast<double>(config.layers);
   e.remat =
       PlanRemat(options.remat, config.parallel_block, options.remat_replay, options.custom_remat);
@@ -874,7 +925,11 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
     }
     const double flops = LocalOpFlops(op, layer);
     e.recompute_flops += layers * flops;
-    e.recompute_seconds += layers * KernelSeconds(cost_model, flops, 0, config.dtype);
+    e.recompute_seconds +=
+        layers *
+        KernelSeconds(cost_model,
+                      LocalOpMxuFlops(op, layer, cost_model.topology().device_spec().matmul_tile),
+                      0, config.dtype);
     // Fused into their neighbours under XLA (memory-bound and small); their own kernels, each
     // through HBM, in the unfused frameworks.
     if (cost_model.options().fusion != FusionMode::kXla) {

@@ -115,6 +115,19 @@
 //     Source: flash_attention.py _flash_attention_bwd_dkv / _flash_attention_bwd_dq;
 //     splash_attention_kernel.py _splash_attention_bwd_dkv / _splash_attention_bwd_dq.
 //
+// Matrix-unit tiles (device spec matmul_tile t > 0, TPU MXUs): every matmul term costed here
+// (the remat recompute, the attention kernel, MoE's extra expert slots) occupies the MXU as the
+// cost model's graph dots do, its contracting size K and rhs non-contracting size N padded to
+// multiples of t (CostModel::TilePadding); `flops` and MFU keep the useful count. Each attention
+// matmul has head_dim Dh as K or N and a tile of the kernel as the other: forward Q.K^T
+// (K = Dh, N = key tile) and P.V (K = key tile, N = Dh); dK/dV kernel Q.K^T and dP = dO.V^T
+// (N = key tile), dV = P^T.dO and dK = dS^T.Q (K = query tile); dQ kernel Q.K^T, dP and
+// dQ = dS.K (key tile); the fused backward the five over the dK/dV tiles. dot_product's key
+// tile is S; the per-element flash kernel pads Dh only. On v6e (t = 256) a head_dim of 128 fills
+// half the array: MaxText's guide, "How to customize your model configs on TPU"
+// (docs/guides/custom_model.md): Trillium's MXU is 256x256, "two 128x128 operations on
+// Trillium will halve the efficiency", head_dim should be a multiple of 256 there.
+//
 // Mixture of experts (config.experts = E > 0, top_k k, capacity factor C), costed here, not in
 // the graph (which holds one expert-sized MLP per layer): with expert parallelism over the mesh
 // axis "expert" of size ep, a dispatch group is the t tokens of each of the ep devices; each
@@ -336,6 +349,10 @@ struct LocalLayer {
   double keys_per_query = 0;    // attended keys per query (flash); S for dot_product
   double mlp_token_factor = 1;  // MoE: capacity_factor * top_k token slots per token; dense 1
   int64_t residual_shards = 1;  // sequence parallelism: the [t, D] values split this many ways
+  // Keys per tile of the attention forward's two matmuls (the size they pad on the matrix
+  // unit besides head_dim): seq_len for dot_product, the flash kernel's key block, 0 for the
+  // per-element (ideal) flash kernel (not padded).
+  int64_t attention_kv_tile = 0;
 };
 
 // Local sizes of `config` under `shards` (batch split over shards.batch, the sequence over
@@ -379,6 +396,11 @@ struct FlashBlocks {
 // attention matmuls over layer.keys_per_query keys: 4 * t * H * K * Dh; the MLP ops scale with
 // mlp_token_factor.
 [[nodiscard]] double LocalOpFlops(LayerOp op, const LocalLayer& layer);
+// The flops `op` occupies a `tile` x `tile` matrix unit for (file comment, "Matrix-unit
+// tiles"): LocalOpFlops with each matmul's contracting and rhs non-contracting sizes padded to
+// multiples of `tile` (CostModel::TilePadding); kAttention pads head_dim and
+// layer.attention_kv_tile. tile <= 0: LocalOpFlops.
+[[nodiscard]] double LocalOpMxuFlops(LayerOp op, const LocalLayer& layer, int64_t tile);
 
 struct TrainingStepOptions {
   RematPolicy remat = RematPolicy::kNone;

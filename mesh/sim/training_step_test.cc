@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tessel/nn/transformer.h"
@@ -500,6 +501,73 @@ TEST(TrainingStepTest, FlashSavesTheScoresAndCostsTheKernel) {
   EXPECT_GT(flash.attention_seconds, 0);
 }
 
+// MakeUniformTopology(1, {8}, 1, {true})'s figures with a `tile` x `tile` matrix unit (0: none).
+Topology TiledRing(int64_t tile) {
+  return *ParseTopology(
+      absl::StrCat("{\"device_spec\": {\"peak_tflops\": {\"bf16\": 1}, \"hbm_bytes\": 17179869184, "
+                   "\"hbm_bandwidth_gbytes_per_s\": 1000",
+                   tile > 0 ? absl::StrCat(", \"matmul_tile\": ", tile) : "",
+                   "}, \"ici\": {\"kind\": \"torus\", \"bandwidth_gbps\": 400, \"latency_us\": 1}, "
+                   "\"slices\": [{\"shape\": [8], \"wraparound\": [true], \"hosts\": 1, "
+                   "\"devices_per_host\": 8}]}"),
+      "<test>");
+}
+
+TEST(TrainingStepTest, MatrixUnitTilesPadTheAnalyticMatmulsByHand) {
+  // Local sizes of Small() over (4, 2, 2): 8 tokens, d 16, 2 heads and 1 kv head of 4, ffn 16,
+  // dense attention over all 8 keys.
+  const LocalLayer l = LocalLayerOf(Small(), Shards(4, 2, 2), AttentionKernel::kDotProduct);
+  EXPECT_EQ(l.attention_kv_tile, 8);
+  // A 32 tile: d 16 and the qkv width 16 pad 2x each, head_dim 4 8x, the 8 keys 4x, the out
+  // projection's 8 inputs 4x.
+  EXPECT_DOUBLE_EQ(LocalOpMxuFlops(O::kQkvProj, l, 32), 4096 * 2 * 2);
+  EXPECT_DOUBLE_EQ(LocalOpMxuFlops(O::kAttention, l, 32), 2048 * 8 * 4);
+  EXPECT_DOUBLE_EQ(LocalOpMxuFlops(O::kOutProj, l, 32), 2048 * 4 * 2);
+  EXPECT_DOUBLE_EQ(LocalOpMxuFlops(O::kMlpIn, l, 32), 8192 * 2 * 2);
+  EXPECT_DOUBLE_EQ(LocalOpMxuFlops(O::kMlpOut, l, 32), 4096 * 2 * 2);
+  EXPECT_DOUBLE_EQ(LocalOpMxuFlops(O::kNorm1, l, 32), 0);
+  // Multiples of the tile, or no tile: the useful flops.
+  for (int64_t tile : {0, 4}) {
+    for (LayerOp op : {O::kQkvProj, O::kAttention, O::kOutProj, O::kMlpIn, O::kMlpOut}) {
+      EXPECT_DOUBLE_EQ(LocalOpMxuFlops(op, l, tile), LocalOpFlops(op, l)) << tile;
+    }
+  }
+
+  // The flash kernel on an 8 tile (compute-bound here: 1 TFLOP/s against 1000 GB/s): head_dim 4
+  // fills half of it, so the per-element kernel takes 2x the seconds for the same flops; with
+  // 4 x 4 tiles every matmul also pads its 4-wide query or key tile: 4x.
+  const nn::TransformerConfig c = Small();
+  Built b = Build(c);
+  const nn::RecipeShards shards = *nn::ShardsOf(Mesh8(), nn::ShardingRecipe::kFsdpTp);
+  auto estimate = [&](int64_t tile, int64_t block, bool split) {
+    CostModel model = *CostModel::Create(TiledRing(tile));
+    TrainingStepOptions options = Options(RematPolicy::kFull, AttentionKernel::kFlash);
+    options.flash_block = block;
+    options.flash_split_backward = split;
+    return *EstimateTrainingStep(c, shards, options, model, b.program, b.step.weight_parameters,
+                                 b.step.moment_parameters);
+  };
+  for (bool split : {false, true}) {
+    const TrainingStepEstimate plain = estimate(0, 0, split);
+    const TrainingStepEstimate ideal = estimate(8, 0, split);
+    const TrainingStepEstimate tiled = estimate(8, 4, split);
+    EXPECT_DOUBLE_EQ(ideal.attention_flops, plain.attention_flops);
+    EXPECT_DOUBLE_EQ(ideal.attention_seconds, 2 * plain.attention_seconds) << split;
+    EXPECT_DOUBLE_EQ(tiled.attention_seconds, 4 * estimate(0, 4, split).attention_seconds) << split;
+    // Full remat recomputes the forward kernel and the projections (d 16, qkv width 16, the
+    // out projection's 8 inputs and ffn 16 are multiples of 8): only the attention term pads.
+    EXPECT_DOUBLE_EQ(tiled.recompute_flops, estimate(0, 4, split).recompute_flops);
+    // The recomputed forward (6 keys per query over 4 x 4 tiles: 1536 flops a layer, 2 layers)
+    // takes 4x its time at 1 TFLOP/s.
+    EXPECT_NEAR(tiled.recompute_seconds - estimate(0, 4, split).recompute_seconds,
+                3 * 2 * 1536 / 1e12, 1e-20);
+  }
+  EXPECT_DOUBLE_EQ(CostModel::TilePadding(100, 128), 1.28);
+  EXPECT_DOUBLE_EQ(CostModel::TilePadding(512, 256), 1.0);
+  EXPECT_DOUBLE_EQ(CostModel::TilePadding(0, 128), 1.0);
+  EXPECT_DOUBLE_EQ(CostModel::TilePadding(100, 0), 1.0);
+}
+
 TEST(TrainingStepTest, FlashBlockTilesAndSplitBackwardByHand) {
   Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
   CostModel model = *CostModel::Create(topology);
@@ -624,6 +692,14 @@ TEST(TrainingStepTest, MixtureOfExpertsByHand) {
   ASSERT_TRUE(einsum.ok()) << einsum.status();
   EXPECT_DOUBLE_EQ(einsum->moe_dispatch_flops, 2 * 3 * 2 * 4096);
   EXPECT_DOUBLE_EQ(einsum->moe_flops - e->moe_flops, einsum->moe_dispatch_flops);
+  // On a 32 tile: the experts' d 16 and local ffn 16 pad 2x each, the router's d 2x and its 8
+  // experts 4x, the einsums' 8-token sequence 4x and 8 experts x 2 slots 2x; flops unchanged.
+  CostModel tiled = *CostModel::Create(TiledRing(32));
+  absl::StatusOr<TrainingStepEstimate> padded = EstimateTrainingStep(
+      c, shards, options, tiled, b.program, b.step.weight_parameters, b.step.moment_parameters);
+  ASSERT_TRUE(padded.ok()) << padded.status();
+  EXPECT_DOUBLE_EQ(padded->moe_flops, einsum->moe_flops);
+  EXPECT_DOUBLE_EQ(padded->moe_seconds, 2 * 3 * (1.5 * 12288 * 4 + 2048 * 8 + 2 * 4096 * 8) / 1e12);
   EXPECT_EQ(*ParseMoeDispatch("einsum"), MoeDispatch::kEinsum);
   EXPECT_EQ(ParseMoeDispatch("sorted").status().code(), absl::StatusCode::kInvalidArgument);
 }
