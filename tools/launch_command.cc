@@ -11,6 +11,8 @@
 // through. When a host fails the others are stopped and the failure is named on stderr:
 //   tessel launch: host 2 (pid 4242) exited with status 3; stopping the other 3 host(s)
 //
+// --max-hosts N (default 256): a topology of more hosts is refused (exit 1), as mpirun refuses
+// more ranks than slots; a pod-sized topology belongs to `tessel simulate`.
 // --json: the hosts' stdout goes to this command's stderr, and stdout gets one object when the
 // job ends: {"config", "num_hosts", "program": [argv...], "ok", "exit_code", "failed_host" (null
 // when none), "message", "wall_s"} (docs/cli.md).
@@ -45,6 +47,7 @@ struct LaunchCommandOptions {
   bool all_stdout = false;
   double grace_s = 2.0;
   bool json = false;
+  int64_t max_hosts = mesh::LaunchOptions{}.max_hosts;
 };
 
 // While alive, file descriptor 1 (inherited by the hosts) is this process's stderr, so the
@@ -91,6 +94,7 @@ int RunLaunch(const LaunchCommandOptions& options) {
   launch.forward_all_stdout = options.all_stdout;
   launch.failure_grace = absl::Seconds(options.grace_s);
   launch.program_name = "tessel launch";
+  launch.max_hosts = options.max_hosts;
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<mesh::LaunchResult> result;
   if (options.json) {
@@ -146,6 +150,11 @@ CommandFn AddLaunchCommand(CLI::App& app) {
                       "(default 2)");
   command->add_flag("--json", options->json,
                     "hosts' stdout to stderr; print one JSON object when the job ends");
+  command
+      ->add_option("--max-hosts", options->max_hosts,
+                   "refuse a topology of more hosts than this (processes on this machine)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
   return [options]() { return RunLaunch(*options); };
 }
 

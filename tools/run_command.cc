@@ -187,6 +187,16 @@ int LaunchRun(const std::string& config,
     std::fprintf(stderr, "tessel run: %s\n", std::string(topology.status().message()).c_str());
     return 1;
   }
+  if (topology->num_hosts() > mesh::LaunchOptions{}.max_hosts) {
+    std::fprintf(stderr,
+                 "tessel run: %s lists %lld hosts, more than the %lld processes tessel run starts "
+                 "on this machine; to start them anyway: tessel launch %s --max-hosts %lld -- "
+                 "tessel run %s ...\n",
+                 config.c_str(), static_cast<long long>(topology->num_hosts()),
+                 static_cast<long long>(mesh::LaunchOptions{}.max_hosts), config.c_str(),
+                 static_cast<long long>(topology->num_hosts()), config.c_str());
+    return 1;
+  }
   if (absl::Status s = CheckDumpFolder(); !s.ok()) {
     std::fprintf(stderr, "tessel run: %s\n", std::string(s.message()).c_str());
     return 1;

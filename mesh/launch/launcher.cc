@@ -313,6 +313,12 @@ absl::Status CheckLaunchOptions(const LaunchOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("number of hosts must be at least 1, got ", options.num_hosts));
   }
+  if (options.num_hosts > options.max_hosts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.num_hosts, " host processes requested, more than the ", options.max_hosts,
+        " one launch starts on this machine (max_hosts); a topology this large is for "
+        "`tessel simulate`, or for mpirun / srun across machines"));
+  }
   if (options.failure_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat("failure_grace must not be negative, got ",
                                                    absl::FormatDuration(options.failure_grace)));

@@ -53,6 +53,12 @@ struct LaunchOptions {
   // '/', as execvp does; it is passed to the program unchanged.
   std::vector<std::string> argv;
   int64_t num_hosts = 1;  // processes to start, >= 1
+  // The most processes one launch starts on this machine. A topology of a whole pod (e.g.
+  // configs/4x_v5p-4096.json: 4096 hosts) is meant for `tessel simulate`, or for mpirun / srun
+  // across machines; starting it here by mistake would fork thousands of processes, so it is
+  // refused unless this is raised (mpirun likewise refuses more ranks than slots without
+  // --oversubscribe).
+  int64_t max_hosts = 256;
   // Exported as TESSEL_CONFIG, made absolute (relative to the current directory) so hosts may
   // change directory. Empty: TESSEL_CONFIG is passed on unchanged from the launcher's
   // environment (or stays unset).
@@ -85,8 +91,8 @@ struct LaunchResult {
 // process). The calling thread must stay alive until it returns (PR_SET_PDEATHSIG follows the
 // thread that forked).
 // Errors (no host is left running on any error):
-//   kInvalidArgument: empty argv or argv[0], num_hosts < 1, a negative failure_grace, or an
-//     extra_env name that is empty or contains '=';
+//   kInvalidArgument: empty argv or argv[0], num_hosts < 1, num_hosts > max_hosts, a negative
+//     failure_grace, or an extra_env name that is empty or contains '=';
 //   kNotFound: argv[0] is not an executable file (searched through $PATH when it has no '/');
 //   kInternal: mkdtemp, fork, pipe or execve failed, with the errno text and the host index.
 [[nodiscard]] absl::StatusOr<LaunchResult> LaunchHosts(const LaunchOptions& options);

@@ -286,6 +286,15 @@ TEST_F(LauncherTest, BadOptions) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(result.status().message(), HasSubstr("got 0"));
 
+  // More hosts than one machine is allowed: refused before any process starts.
+  options.num_hosts = 3;
+  options.max_hosts = 2;
+  result = LaunchHosts(options);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(),
+              HasSubstr("3 host processes requested, more than the 2 one launch starts"));
+  options.max_hosts = LaunchOptions{}.max_hosts;
+
   options.num_hosts = 2;
   options.argv = {"tessel-no-such-program"};
   result = LaunchHosts(options);
