@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace tessel {
@@ -24,6 +25,23 @@ absl::StatusOr<std::optional<bool>> GetBoolEnv(const char* name) {
   absl::StatusOr<bool> parsed = ParseBool(value, name);
   if (!parsed.ok()) return parsed.status();
   return std::optional<bool>(*parsed);
+}
+
+absl::StatusOr<int64_t> ParseInt64(std::string_view text, std::string_view where, int64_t min,
+                                   int64_t max, std::string_view note) {
+  const absl::string_view word =
+      absl::StripAsciiWhitespace(absl::string_view(text.data(), text.size()));
+  const size_t sign = !word.empty() && (word[0] == '-' || word[0] == '+') ? 1 : 0;
+  const bool digits =
+      word.size() > sign && word.find_first_not_of("0123456789", sign) == absl::string_view::npos;
+  int64_t value = 0;
+  // Once the form is checked, SimpleAtoi refuses only what overflows int64.
+  if (!digits || !absl::SimpleAtoi(word, &value) || value < min || value > max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        std::string(where), "=\"", std::string(text), "\": expected an integer in [", min, ", ",
+        max, "]", note.empty() ? "" : absl::StrCat(" (", std::string(note), ")")));
+  }
+  return value;
 }
 
 }  // namespace tessel

@@ -1,5 +1,6 @@
 #include "tools/model_flags.h"
 
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -76,7 +77,14 @@ absl::StatusOr<nn::TransformerConfig> TransformerConfigOf(const TransformerFlags
   if (use("--heads")) config.heads = f.heads;
   if (use("--kv-heads")) config.kv_heads = f.kv_heads;
   if (use("--head-dim")) config.head_size = f.head_dim;
-  if (use("--ffn")) config.ffn = f.ffn > 0 ? f.ffn : 4 * config.d_model;
+  if (use("--ffn")) {
+    if (f.ffn == 0 && config.d_model > std::numeric_limits<int64_t>::max() / 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--d-model ", config.d_model,
+                       " is too large for the default --ffn (4 x d_model overflows int64)"));
+    }
+    config.ffn = f.ffn > 0 ? f.ffn : 4 * config.d_model;
+  }
   if (use("--vocab")) config.vocab = f.vocab;
   if (use("--seq-len")) config.seq_len = f.seq_len;
   if (given("--batch") || !file || !file->has_batch) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tessel/core/environment.h"
 #include "tessel/core/fingerprint.h"
 #include "tessel/core/status_macros.h"
 
@@ -41,20 +43,6 @@ std::optional<std::string> GetEnv(const char* name) {
   const char* value = std::getenv(name);
   if (value == nullptr) return std::nullopt;
   return std::string(value);
-}
-
-absl::StatusOr<int64_t> ParseInteger(const char* variable, const std::string& value) {
-  int64_t number = 0;
-  if (!absl::SimpleAtoi(value, &number)) {
-    // Digits that SimpleAtoi refuses overflow int64: say so rather than "not an integer".
-    const size_t sign = !value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0;
-    const bool digits =
-        value.size() > sign && value.find_first_not_of("0123456789", sign) == std::string::npos;
-    return absl::InvalidArgumentError(absl::StrCat(
-        variable, "=\"", value,
-        "\": ", digits ? "out of range (at most 9223372036854775807)" : "expected an integer"));
-  }
-  return number;
 }
 
 // A folder only this user can enter, for the sockets of jobs whose ranks must find each other
@@ -133,7 +121,9 @@ absl::StatusOr<HostEnvironment> ReadHostEnvironment() {
   env.source = family->rank_variable;
 
   const std::string rank_text = *GetEnv(family->rank_variable);
-  absl::StatusOr<int64_t> rank = ParseInteger(family->rank_variable, rank_text);
+  absl::StatusOr<int64_t> rank =
+      ParseInt64(rank_text, family->rank_variable, std::numeric_limits<int64_t>::min(),
+                 std::numeric_limits<int64_t>::max());
   if (!rank.ok()) return rank.status();
   env.host_index = *rank;
 
@@ -146,7 +136,9 @@ absl::StatusOr<HostEnvironment> ReadHostEnvironment() {
                                                    " is set but ", size_variable,
                                                    " (the number of hosts) is not"));
   }
-  absl::StatusOr<int64_t> size = ParseInteger(size_variable, *size_text);
+  absl::StatusOr<int64_t> size =
+      ParseInt64(*size_text, size_variable, std::numeric_limits<int64_t>::min(),
+                 std::numeric_limits<int64_t>::max());
   if (!size.ok()) return size.status();
   if (*size < 1) {
     return absl::InvalidArgumentError(

@@ -1,7 +1,9 @@
 #include "tessel/mesh/runtime/compute_slots.h"
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
+#include <limits>
+
+#include "tessel/core/environment.h"
+#include "tessel/core/status_macros.h"
 
 namespace tessel::mesh {
 
@@ -32,11 +34,9 @@ int64_t ComputeSlots::waiting() const {
 absl::StatusOr<std::optional<int64_t>> ParseComputeSlots(const char* text,
                                                          const std::string& source) {
   if (text == nullptr || *text == '\0') return std::nullopt;
-  int64_t value = 0;
-  if (!absl::SimpleAtoi(text, &value) || value < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, "=", text, ": expected a non-negative integer (0: no limit)"));
-  }
+  TESSEL_ASSIGN_OR_RETURN(
+      int64_t value,
+      ParseInt64(text, source, 0, std::numeric_limits<int64_t>::max(), "0: no limit"));
   return value;
 }
 

@@ -62,8 +62,8 @@ class ComputeSlots {
 
 // Parses a TESSEL_COMPUTE_SLOTS value: a non-negative integer (0: no limit). `source` names the
 // variable or option in errors. nullopt for an unset or empty value.
-// Errors: kInvalidArgument naming `source` and the text ("TESSEL_COMPUTE_SLOTS=abc: expected a
-// non-negative integer (0: no limit)").
+// Errors: kInvalidArgument naming `source` and the text (ParseInt64, core/environment.h:
+// `TESSEL_COMPUTE_SLOTS="abc": expected an integer in [0, 9223372036854775807] (0: no limit)`).
 [[nodiscard]] absl::StatusOr<std::optional<int64_t>> ParseComputeSlots(const char* text,
                                                                        const std::string& source);
 

@@ -85,12 +85,15 @@ TEST(ComputeSlotsTest, ParsesTheEnvironmentValue) {
   EXPECT_EQ(ParseComputeSlots("", "TESSEL_COMPUTE_SLOTS").value(), std::nullopt);
   EXPECT_EQ(ParseComputeSlots("0", "TESSEL_COMPUTE_SLOTS").value(), 0);
   EXPECT_EQ(ParseComputeSlots("3", "TESSEL_COMPUTE_SLOTS").value(), 3);
-  for (const char* bad : {"-1", "two", "2x", "1.5"}) {
+  // Spaces around the digits are ignored, as for every TESSEL_* setting (core/environment.h).
+  EXPECT_EQ(ParseComputeSlots(" 2 ", "TESSEL_COMPUTE_SLOTS").value(), 2);
+  for (const char* bad : {"-1", "two", "2x", "1.5", "0x2", "99999999999999999999"}) {
     absl::StatusOr<std::optional<int64_t>> parsed = ParseComputeSlots(bad, "TESSEL_COMPUTE_SLOTS");
     ASSERT_FALSE(parsed.ok()) << bad;
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_EQ(parsed.status().message(), std::string("TESSEL_COMPUTE_SLOTS=") + bad +
-                                             ": expected a non-negative integer (0: no limit)");
+    EXPECT_EQ(parsed.status().message(),
+              std::string("TESSEL_COMPUTE_SLOTS=\"") + bad +
+                  "\": expected an integer in [0, 9223372036854775807] (0: no limit)");
   }
 }
 

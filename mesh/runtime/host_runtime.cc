@@ -7,13 +7,13 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -658,13 +658,10 @@ absl::StatusOr<ProgramPassSettings> ProgramPassesFromEnvironment() {
   TESSEL_ASSIGN_OR_RETURN(settings.cse, GetBoolEnv("TESSEL_PROGRAM_CSE"));
   if (const char* text = std::getenv("TESSEL_COMBINE_ALL_REDUCE_BYTES");
       text != nullptr && *text != '\0') {
-    int64_t bytes = 0;
-    if (!absl::SimpleAtoi(text, &bytes) || bytes < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "TESSEL_COMBINE_ALL_REDUCE_BYTES=", text,
-          ": expected a non-negative integer, bytes per combined all-reduce (0: off)"));
-    }
-    settings.combine_all_reduce_bytes = bytes;
+    TESSEL_ASSIGN_OR_RETURN(
+        settings.combine_all_reduce_bytes,
+        ParseInt64(text, "TESSEL_COMBINE_ALL_REDUCE_BYTES", 0, std::numeric_limits<int64_t>::max(),
+                   "bytes per combined all-reduce, 0: off"));
   }
   return settings;
 }

@@ -317,7 +317,7 @@ TEST(HostRuntimeTest, ComputeSlotsFromOptionsEnvironmentOrDefault) {
   made = HostRuntime::Create(topology, &job->host(0));
   ASSERT_FALSE(made.ok());
   EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(made.status().message().find("TESSEL_COMPUTE_SLOTS=two"), std::string::npos)
+  EXPECT_NE(made.status().message().find("TESSEL_COMPUTE_SLOTS=\"two\""), std::string::npos)
       << made.status();
   unsetenv("TESSEL_COMPUTE_SLOTS");
 
