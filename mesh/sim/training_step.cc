@@ -810,11 +810,14 @@ void EstimateFlashKernel(const nn::TransformerConfig& config, const TrainingStep
   auto pad = [tile](int64_t size) {
     return CostModel::TilePadding(static_cast<double>(size), tile);
   };
+  // A tile longer than the sequence runs as the whole sequence.
+  auto pad_tile = [&](int64_t block) { return pad(std::min(block, config.seq_len)); };
   const FlashBlocks& b = keys.blocks;
   const double backward_mxu_flops =
       pad(layer.head_dim) * per_matmul *
-      (split ? keys.dkv * (2 * pad(b.kv_dkv) + 2 * pad(b.q_dkv)) + keys.dq * 3 * pad(b.kv_dq)
-             : keys.dkv * (3 * pad(b.kv_dkv) + 2 * pad(b.q_dkv)));
+      (split ? keys.dkv * (2 * pad_tile(b.kv_dkv) + 2 * pad_tile(b.q_dkv)) +
+                   keys.dq * 3 * pad_tile(b.kv_dq)
+             : keys.dkv * (3 * pad_tile(b.kv_dkv) + 2 * pad_tile(b.q_dkv)));
   e.attention_flops = layers * (forward.flops + backward_flops);
   e.attention_bytes = static_cast<int64_t>(layers * (forward.bytes + backward_bytes));
   e.attention_seconds = layers * (forward.seconds + KernelSeconds(cost_model, backward_mxu_flops,
@@ -858,7 +861,9 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
   // kernels' scale the backward (EstimateFlashKernel).
   const FlashKeys keys = FlashKeysOf(config, options, layer.keys_per_query);
   layer.keys_per_query = keys.forward;
-  if (options.attention == AttentionKernel::kFlash) layer.attention_kv_tile = keys.blocks.kv;
+  if (options.attention == AttentionKernel::kFlash) {
+    layer.attention_kv_tile = std::min(keys.blocks.kv, config.seq_len);
+  }
   const double layers = static_cast<double>(config.layers);
   e.remat =
       PlanRemat(options.remat, config.parallel_block, options.remat_replay, options.custom_remat);

@@ -562,6 +562,13 @@ TEST(TrainingStepTest, MatrixUnitTilesPadTheAnalyticMatmulsByHand) {
     EXPECT_NEAR(tiled.recompute_seconds - estimate(0, 4, split).recompute_seconds,
                 3 * 2 * 1536 / 1e12, 1e-20);
   }
+  // A tile longer than the 8-token sequence runs as the sequence: on a 16 tile, 16-wide tiles
+  // pad like 8-wide ones.
+  for (bool split : {false, true}) {
+    EXPECT_DOUBLE_EQ(estimate(16, 16, split).attention_seconds,
+                     estimate(16, 8, split).attention_seconds);
+    EXPECT_GT(estimate(16, 8, split).attention_seconds, estimate(8, 8, split).attention_seconds);
+  }
   EXPECT_DOUBLE_EQ(CostModel::TilePadding(100, 128), 1.28);
   EXPECT_DOUBLE_EQ(CostModel::TilePadding(512, 256), 1.0);
   EXPECT_DOUBLE_EQ(CostModel::TilePadding(0, 128), 1.0);
