@@ -718,8 +718,15 @@ double LocalOpMxuFlops(LayerOp op, const LocalLayer& l, int64_t tile) {
   };
   const double flops = LocalOpFlops(op, l);
   switch (op) {
-    case LayerOp::kQkvProj:
-      return flops * pad(l.d_model) * pad((l.heads + 2 * l.kv_heads) * l.head_dim);
+    case LayerOp::kQkvProj: {
+      // Three matmuls, as the graph builds them (nn/transformer.cc): q is H*Dh wide, k and v
+      // KVh*Dh each.
+      const double per_column = 2 * static_cast<double>(l.tokens) * static_cast<double>(l.d_model);
+      const double q = static_cast<double>(l.heads * l.head_dim);
+      const double kv = static_cast<double>(l.kv_heads * l.head_dim);
+      return per_column * pad(l.d_model) *
+             (q * pad(l.heads * l.head_dim) + 2 * kv * pad(l.kv_heads * l.head_dim));
+    }
     case LayerOp::kAttention:
       return flops * pad(l.head_dim) * pad(l.attention_kv_tile);
     case LayerOp::kOutProj:

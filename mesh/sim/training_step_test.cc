@@ -518,9 +518,9 @@ TEST(TrainingStepTest, MatrixUnitTilesPadTheAnalyticMatmulsByHand) {
   // dense attention over all 8 keys.
   const LocalLayer l = LocalLayerOf(Small(), Shards(4, 2, 2), AttentionKernel::kDotProduct);
   EXPECT_EQ(l.attention_kv_tile, 8);
-  // A 32 tile: d 16 and the qkv width 16 pad 2x each, head_dim 4 8x, the 8 keys 4x, the out
-  // projection's 8 inputs 4x.
-  EXPECT_DOUBLE_EQ(LocalOpMxuFlops(O::kQkvProj, l, 32), 4096 * 2 * 2);
+  // A 32 tile: d 16 pads 2x; q (8 wide) 4x, k and v (4 wide) 8x each; head_dim 4 8x, the 8
+  // keys 4x, the out projection's 8 inputs 4x.
+  EXPECT_DOUBLE_EQ(LocalOpMxuFlops(O::kQkvProj, l, 32), 2 * (2048 * 4 + 2 * 1024 * 8));
   EXPECT_DOUBLE_EQ(LocalOpMxuFlops(O::kAttention, l, 32), 2048 * 8 * 4);
   EXPECT_DOUBLE_EQ(LocalOpMxuFlops(O::kOutProj, l, 32), 2048 * 4 * 2);
   EXPECT_DOUBLE_EQ(LocalOpMxuFlops(O::kMlpIn, l, 32), 8192 * 2 * 2);
@@ -554,13 +554,13 @@ TEST(TrainingStepTest, MatrixUnitTilesPadTheAnalyticMatmulsByHand) {
     EXPECT_DOUBLE_EQ(ideal.attention_flops, plain.attention_flops);
     EXPECT_DOUBLE_EQ(ideal.attention_seconds, 2 * plain.attention_seconds) << split;
     EXPECT_DOUBLE_EQ(tiled.attention_seconds, 4 * estimate(0, 4, split).attention_seconds) << split;
-    // Full remat recomputes the forward kernel and the projections (d 16, qkv width 16, the
-    // out projection's 8 inputs and ffn 16 are multiples of 8): only the attention term pads.
+    // Full remat recomputes the forward kernel and the projections (d 16, q 8 wide, the out
+    // projection's 8 inputs and ffn 16 are multiples of 8; k and v, 4 wide each, are not).
     EXPECT_DOUBLE_EQ(tiled.recompute_flops, estimate(0, 4, split).recompute_flops);
-    // The recomputed forward (6 keys per query over 4 x 4 tiles: 1536 flops a layer, 2 layers)
-    // takes 4x its time at 1 TFLOP/s.
+    // The recomputed forward (6 keys per query over 4 x 4 tiles: 1536 flops a layer) takes 4x
+    // its time at 1 TFLOP/s, and k and v (2 x 1024 flops a layer) 2x; 2 layers.
     EXPECT_NEAR(tiled.recompute_seconds - estimate(0, 4, split).recompute_seconds,
-                3 * 2 * 1536 / 1e12, 1e-20);
+                2 * (3 * 1536 + 2 * 1024) / 1e12, 1e-20);
   }
   // A tile longer than the 8-token sequence runs as the sequence: on a 16 tile, 16-wide tiles
   // pad like 8-wide ones.
