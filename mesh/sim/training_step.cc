@@ -165,7 +165,6 @@ double KernelSeconds(const CostModel& model, double flops, double bytes, DType d
 // One forward pass of the attention core on one device: flops, HBM bytes, seconds.
 struct AttentionPass {
   double flops = 0;
-  double mxu_flops = 0;  // flops with the matrix unit's tile padding (header, "Matrix-unit tiles")
   double bytes = 0;
   double seconds = 0;
 };
@@ -188,9 +187,10 @@ AttentionPass AttentionForward(const CostModel& model, const LocalLayer& layer,
         static_cast<double>(layer.tokens) * layer.heads * layer.seq_len * layer.dtype_bytes;
     pass.bytes = qkvo + 4 * scores;
   }
-  pass.mxu_flops =
+  // The seconds pad the matmuls to the matrix unit's tile (header, "Matrix-unit tiles").
+  const double mxu_flops =
       LocalOpMxuFlops(LayerOp::kAttention, layer, model.topology().device_spec().matmul_tile);
-  pass.seconds = KernelSeconds(model, pass.mxu_flops, pass.bytes, dtype);
+  pass.seconds = KernelSeconds(model, mxu_flops, pass.bytes, dtype);
   return pass;
 }
 
