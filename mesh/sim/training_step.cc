@@ -902,8 +902,15 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
   const int64_t dkv = config.num_kv_heads() * config.head_dim();
   const int64_t layer_weights = config.d_model * (dq + 2 * dkv) + dq * config.d_model +
                                 (layer.gated ? 3 : 2) * config.d_model * config.ffn;
+  // XLA's buffer assignment keeps one layer's gathered weights at the peak (its compiled peak
+  // for GPT-3-wide layers on v6e-256, with and without the recipes' collective-fusion flags:
+  // docs/simulator.md, "Memory"); eager FSDP keeps two all-gather outputs alive, the current
+  // unit's and the prefetched next one's (PyTorch FSDP notes, "FSDP Prefetch Nuances"; FSDP2's
+  // default, pytorch/pytorch#128884).
+  const int64_t gathered_layers = cost_model.options().fusion == FusionMode::kXla ? 1 : 2;
   const int64_t gathered =
-      shards.fsdp > 1 ? 2 * Ceil(layer_weights, shards.tensor) * layer.dtype_bytes : 0;
+      shards.fsdp > 1 ? gathered_layers * Ceil(layer_weights, shards.tensor) * layer.dtype_bytes
+                      : 0;
   // The gradients of the layer's values (as large as the values the backward reads), and the
   // values the plan recomputes; the kept ones are in activation_bytes already.
   int64_t no_remat_layer = 0, recomputed_values = 0;

@@ -204,8 +204,11 @@
 //     q / context [t, H*Dh], k / v [t, KVh*Dh], wi [t, ffn/tensor] (x2 for SwiGLU), h, and the
 //     attention residual: dot_product t*H*S*(4 + dtype) (f32 softmax and dtype probabilities),
 //     flash t*H*4 (the log-sum-exp);
-//   temporaries = FSDP-gathered weights of two layers (the one in use and the prefetched next,
-//     in dtype, divided by the tensor shards; 0 without FSDP) + the larger of one layer's
+//   temporaries = FSDP-gathered weights (in dtype, divided by the tensor shards; 0 without
+//     FSDP) of one layer under FusionMode::kXla (XLA's compiled peak holds one layer's: the
+//     GPT-3 175B v6e-256 recipe compiles to 31.8 GB, docs/simulator.md "Memory") and of two
+//     under kEager / kNone (the one in use and the prefetched next: PyTorch FSDP keeps two
+//     all-gather outputs alive, its notes' "FSDP Prefetch Nuances") + the larger of one layer's
 //     backward working set (the gradients of its values, as large as the values the backward
 //     reads, plus the values the remat plan recomputes and, with host offload, the layer's
 //     offloaded values copied back; the kept values are in the activations)

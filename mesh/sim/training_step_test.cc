@@ -341,13 +341,14 @@ TEST(TrainingStepTest, HostOffloadMovesTheSavedDotsOffHbmByHand) {
   EXPECT_EQ(minimal->offload_seconds, 0);
   EXPECT_EQ(offloaded->memory.activation_bytes, 2 * 256);
   EXPECT_EQ(offloaded->memory.host_offloaded_bytes, 2 * 1024);
-  // Temporaries: the FSDP-gathered weights of two layers (2 x 2304 / 2 tensor ranks x 2 bytes =
-  // 4608) + one layer's backward working set: the gradients of the values the backward reads
+  // Temporaries: the FSDP-gathered weights of one layer under XLA (2304 / 2 tensor ranks x 2
+  // bytes = 2304) + one layer's backward working set: the gradients of the values the backward reads
   // (x 256, a 256, q 128, k 64, v 64, probabilities 768, context 128, x1 256, m 256, wi 512,
   // h 256: 2944), the values minimal recomputes (a, probabilities, context, x1, m, h: 1920) and,
   // offloaded, the layer's 1024 bytes copied back for its backward.
-  EXPECT_EQ(minimal->memory.temporary_bytes, 4608 + 2944 + 1920);
-  EXPECT_EQ(offloaded->memory.temporary_bytes, 4608 + 2944 + 1920 + 1024);
+  EXPECT_EQ(minimal->gathered_weight_bytes, 2304);
+  EXPECT_EQ(minimal->memory.temporary_bytes, 2304 + 2944 + 1920);
+  EXPECT_EQ(offloaded->memory.temporary_bytes, 2304 + 2944 + 1920 + 1024);
   EXPECT_EQ(offloaded->memory.total_bytes(), minimal->memory.total_bytes() - 2048 + 1024);
   // 2048 bytes each way at 2e9 bytes/s; the recompute is minimal's.
   EXPECT_EQ(offloaded->offload_bytes, 2048);
@@ -403,6 +404,26 @@ TEST(TrainingStepTest, LossLogitsAreOneBufferUnderXlaAndThreeEager) {
   };
   EXPECT_EQ(temporaries_beyond_weights(xla), 8 * 2048 * 2);
   EXPECT_EQ(temporaries_beyond_weights(eager), 8 * 2048 * (2 + 8));
+}
+
+TEST(TrainingStepTest, GatheredWeightsOneLayerUnderXlaAndTwoEager) {
+  // FSDP over 2 ranks, 2 tensor ranks: a layer's 2304 weights are 1152 a tensor rank, 2304
+  // bytes in bf16 once gathered. XLA's buffer assignment holds one layer's (its compiled peak,
+  // docs/simulator.md "Memory"); eager FSDP the current and the prefetched next layer's.
+  const nn::TransformerConfig c = Small();
+  Built b = Build(c);
+  const nn::RecipeShards shards = *nn::ShardsOf(Mesh8(), nn::ShardingRecipe::kFsdpTp);
+  CostModelOptions eager_options;
+  eager_options.fusion = FusionMode::kEager;
+  auto gathered = [&](const CostModel& model) {
+    absl::StatusOr<TrainingStepEstimate> e =
+        EstimateTrainingStep(c, shards, Options(RematPolicy::kNone), model, b.program,
+                             b.step.weight_parameters, b.step.moment_parameters);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? e->gathered_weight_bytes : -1;
+  };
+  EXPECT_EQ(gathered(*CostModel::Create(HostLinkedRing())), 2304);
+  EXPECT_EQ(gathered(*CostModel::Create(HostLinkedRing(), eager_options)), 2 * 2304);
 }
 
 TEST(TrainingStepTest, HostOffloadExposureInOrderAndOverlapped) {

@@ -49,6 +49,8 @@ def build(cfg):
         BATCH = "fsdp"
     B, S, D, H, HD, F, L, V = (cfg[k] for k in ("batch", "seq", "d", "heads", "head_dim", "ffn", "layers", "vocab"))
     bf = jnp.bfloat16
+    # "mlp": "gelu": GPT-3's MLP (one input matrix, GELU); default SwiGLU (Llama).
+    gated = cfg.get("mlp", "swiglu") == "swiglu"
     policy = {"minimal": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
               "full": jax.checkpoint_policies.nothing_saveable,
               "minimal_offloaded": jax.checkpoint_policies.offload_dot_with_no_batch_dims("device", "pinned_host")}[cfg["remat"]]
@@ -74,9 +76,12 @@ def build(cfg):
         out = c(jnp.einsum("bshk,hkd->bsd", o, w["wo"].astype(bf)), RES)
         x1 = x + out
         m = rms(x1, w["n2"])
-        g = c(jnp.einsum("bsd,df->bsf", m, w["wg"].astype(bf)), P(BATCH, None, "tensor"))
         u = c(jnp.einsum("bsd,df->bsf", m, w["wu"].astype(bf)), P(BATCH, None, "tensor"))
-        h = jax.nn.silu(g) * u
+        if gated:
+            g = c(jnp.einsum("bsd,df->bsf", m, w["wg"].astype(bf)), P(BATCH, None, "tensor"))
+            h = jax.nn.silu(g) * u
+        else:
+            h = jax.nn.gelu(u)
         return c(x1 + jnp.einsum("bsf,fd->bsd", h, w["wd"].astype(bf)), RES)
     remat_layer = jax.checkpoint(layer, policy=policy, prevent_cse=False)
     def loss_fn(params, tokens):
@@ -101,6 +106,8 @@ def build(cfg):
                          "wg": ((L, D, F), P(None, "fsdp", "tensor")), "wu": ((L, D, F), P(None, "fsdp", "tensor")),
                          "wd": ((L, F, D), P(None, "tensor", "fsdp")),
                          "n1": ((L, D), P()), "n2": ((L, D), P())}}
+    if not gated:
+        del shapes["layers"]["wg"]
     def sds(t): return jax.ShapeDtypeStruct(t[0], jnp.float32, sharding=NamedSharding(mesh, t[1]))
     is_leaf = lambda t: isinstance(t, tuple) and len(t) == 2 and isinstance(t[1], P)
     params = jax.tree.map(sds, shapes, is_leaf=is_leaf)
