@@ -222,6 +222,11 @@ double CostModel::Efficiency(OpClass op_class) const {
   return it == efficiency_.end() ? 1.0 : it->second;
 }
 
+double CostModel::FlashAttentionEfficiency() const {
+  auto it = efficiency_.find("flash_attention");
+  return it == efficiency_.end() ? Efficiency(OpClass::kDot) : it->second;
+}
+
 double CostModel::TiledDotFlops(const Node& node, int64_t tile) {
   if (node.opcode() != Opcode::kDot || tile <= 0) return Flops(node);
   const Shape& lhs = node.operand(0)->shape();

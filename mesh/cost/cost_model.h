@@ -181,6 +181,10 @@ class CostModel {
   [[nodiscard]] double MatmulPeakFlopsPerSecond(DType input_dtype) const;
   // The efficiency factor of an op class.
   [[nodiscard]] double Efficiency(OpClass op_class) const;
+  // The fraction of the matrix unit's peak a fused attention kernel reaches on its tile-padded
+  // matmul flops: the device spec's "flash_attention" factor, else Efficiency(OpClass::kDot)
+  // (the kernel's matmuls at the rate of XLA's). In (0, 1].
+  [[nodiscard]] double FlashAttentionEfficiency() const;
 
   const Topology& topology() const { return topology_; }
   const CostModelOptions& options() const { return options_; }

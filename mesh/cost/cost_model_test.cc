@@ -225,6 +225,25 @@ TEST(CostModelTest, EfficiencyFromTheDeviceSpecAndF32Fallback) {
   EXPECT_THAT(bad.status().message(), HasSubstr("unknown op class \"mxu\""));
 }
 
+TEST(CostModelTest, FlashAttentionEfficiencyDefaultsToTheDotFactor) {
+  CostModel dot_only = Model(
+      TopologyJson("[4]", "[true]", 1, 1, 4, 400, 1, 200, 10, ", \"efficiency\": {\"dot\": 0.5}"));
+  EXPECT_DOUBLE_EQ(dot_only.FlashAttentionEfficiency(), 0.5);
+  CostModel both =
+      Model(TopologyJson("[4]", "[true]", 1, 1, 4, 400, 1, 200, 10,
+                         ", \"efficiency\": {\"dot\": 0.5, \"flash_attention\": 0.25}"));
+  EXPECT_DOUBLE_EQ(both.FlashAttentionEfficiency(), 0.25);
+  EXPECT_DOUBLE_EQ(both.Efficiency(OpClass::kDot), 0.5);
+  EXPECT_DOUBLE_EQ(
+      Model(TopologyJson("[4]", "[true]", 1, 1, 4, 400, 1, 200, 10)).FlashAttentionEfficiency(),
+      1.0);
+  absl::StatusOr<Topology> bad =
+      ParseTopology(TopologyJson("[4]", "[true]", 1, 1, 4, 400, 1, 200, 10,
+                                 ", \"efficiency\": {\"flash_attention\": 0}"),
+                    "<test>");
+  EXPECT_THAT(bad.status().message(), HasSubstr("/device_spec/efficiency/flash_attention"));
+}
+
 TEST(CostModelTest, MatmulDtypeCostsEveryDotAtItsPeak) {
   // The test device with an int8 peak twice the bf16 one and a dot efficiency of 0.5.
   std::string json =

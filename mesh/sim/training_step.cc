@@ -154,9 +154,10 @@ std::vector<LayerValue> BackwardReads(bool parallel_block) {
 
 int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Roofline of one fused kernel, as CostModel::Cost costs a local op of class "dot".
-double KernelSeconds(const CostModel& model, double flops, double bytes, DType dtype) {
-  const double efficiency = model.Efficiency(OpClass::kDot);
+// Roofline of one fused kernel, as CostModel::Cost costs a local op of class "dot", at
+// `efficiency` of the peaks.
+double KernelSeconds(const CostModel& model, double flops, double bytes, DType dtype,
+                     double efficiency) {
   const double hbm_bytes_per_s = model.topology().device_spec().hbm_bandwidth_gbytes_per_s * 1e9;
   return std::max(flops / (model.MatmulPeakFlopsPerSecond(dtype) * efficiency),
                   bytes / (hbm_bytes_per_s * efficiency));
@@ -190,7 +191,11 @@ AttentionPass AttentionForward(const CostModel& model, const LocalLayer& layer,
   // The seconds pad the matmuls to the matrix unit's tile (header, "Matrix-unit tiles").
   const double mxu_flops =
       LocalOpMxuFlops(LayerOp::kAttention, layer, model.topology().device_spec().matmul_tile);
-  pass.seconds = KernelSeconds(model, mxu_flops, pass.bytes, dtype);
+  // The flash kernel at its own measured rate where the device spec has one (header,
+  // "flash"); the dense path's dots are XLA's.
+  const double efficiency = attention == AttentionKernel::kFlash ? model.FlashAttentionEfficiency()
+                                                                 : model.Efficiency(OpClass::kDot);
+  pass.seconds = KernelSeconds(model, mxu_flops, pass.bytes, dtype, efficiency);
   return pass;
 }
 
@@ -281,7 +286,8 @@ void EstimateMoe(const nn::TransformerConfig& config, const nn::RecipeShards& sh
   e.moe_flops = layers * flops;
   const double mxu_flops =
       3 * ((layer.mlp_token_factor - 1) * mlp_forward_mxu + router_mxu + dispatch_mxu);
-  e.moe_seconds = layers * KernelSeconds(cost_model, mxu_flops, 0, config.dtype);
+  e.moe_seconds = layers * KernelSeconds(cost_model, mxu_flops, 0, config.dtype,
+                                         cost_model.Efficiency(OpClass::kDot));
   if (options.expert_group.size() > 1) {
     const int64_t bytes = static_cast<int64_t>(
         std::ceil(layer.mlp_token_factor * t * d * static_cast<double>(layer.dtype_bytes)));
@@ -827,8 +833,10 @@ void EstimateFlashKernel(const nn::TransformerConfig& config, const TrainingStep
              : keys.dkv * (3 * pad_tile(b.kv_dkv) + 2 * pad_tile(b.q_dkv)));
   e.attention_flops = layers * (forward.flops + backward_flops);
   e.attention_bytes = static_cast<int64_t>(layers * (forward.bytes + backward_bytes));
-  e.attention_seconds = layers * (forward.seconds + KernelSeconds(cost_model, backward_mxu_flops,
-                                                                  backward_bytes, config.dtype));
+  e.attention_seconds =
+      layers *
+      (forward.seconds + KernelSeconds(cost_model, backward_mxu_flops, backward_bytes, config.dtype,
+                                       cost_model.FlashAttentionEfficiency()));
 }
 
 }  // namespace
@@ -948,7 +956,7 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
         layers *
         KernelSeconds(cost_model,
                       LocalOpMxuFlops(op, layer, cost_model.topology().device_spec().matmul_tile),
-                      0, config.dtype);
+                      0, config.dtype, cost_model.Efficiency(OpClass::kDot));
     // Fused into their neighbours under XLA (memory-bound and small); their own kernels, each
     // through HBM, in the unfused frameworks.
     if (cost_model.options().fusion != FusionMode::kXla) {

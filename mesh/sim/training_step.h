@@ -95,8 +95,11 @@
 //     dP, dV, dQ, dK: 5 matmuls against 2; Dao et al. sec. 3.1 and appendix B). HBM traffic:
 //     forward reads q, k, v and writes o and the log-sum-exp (f32 per head and token); backward
 //     reads q, k, v, o, dO, lse and writes dq, dk, dv (the K/V re-reads per query block are not
-//     counted). Each pass costs max(flops / (peak x dot efficiency), bytes / (HBM bandwidth x dot
-//     efficiency)), the cost model's roofline.
+//     counted). Each pass costs max(flops / (peak x e), bytes / (HBM bandwidth x e)), the cost
+//     model's roofline, with e the device spec's "flash_attention" efficiency
+//     (CostModel::FlashAttentionEfficiency: a kernel microbenchmark's rate on the tile-padded
+//     flops below; the "dot" factor where the spec has none). The remat recompute of the
+//     attention is a forward pass of the same kernel.
 //   flash, as a block kernel runs it (TrainingStepOptions::flash_block = B > 0; MaxText's
 //     splash attention with sa_block_q = sa_block_kv = ... = B): the mask is applied per
 //     B x B block of (query, key); a block with no attended pair is skipped, any other block

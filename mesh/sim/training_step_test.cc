@@ -342,8 +342,8 @@ TEST(TrainingStepTest, HostOffloadMovesTheSavedDotsOffHbmByHand) {
   EXPECT_EQ(offloaded->memory.activation_bytes, 2 * 256);
   EXPECT_EQ(offloaded->memory.host_offloaded_bytes, 2 * 1024);
   // Temporaries: the FSDP-gathered weights of one layer under XLA (2304 / 2 tensor ranks x 2
-  // bytes = 2304) + one layer's backward working set: the gradients of the values the backward reads
-  // (x 256, a 256, q 128, k 64, v 64, probabilities 768, context 128, x1 256, m 256, wi 512,
+  // bytes = 2304) + one layer's backward working set: the gradients of the values the backward
+  // reads (x 256, a 256, q 128, k 64, v 64, probabilities 768, context 128, x1 256, m 256, wi 512,
   // h 256: 2944), the values minimal recomputes (a, probabilities, context, x1, m, h: 1920) and,
   // offloaded, the layer's 1024 bytes copied back for its backward.
   EXPECT_EQ(minimal->gathered_weight_bytes, 2304);
@@ -594,6 +594,42 @@ TEST(TrainingStepTest, MatrixUnitTilesPadTheAnalyticMatmulsByHand) {
   EXPECT_DOUBLE_EQ(CostModel::TilePadding(512, 256), 1.0);
   EXPECT_DOUBLE_EQ(CostModel::TilePadding(0, 128), 1.0);
   EXPECT_DOUBLE_EQ(CostModel::TilePadding(100, 0), 1.0);
+}
+
+TEST(TrainingStepTest, FlashKernelRunsAtTheFlashAttentionEfficiency) {
+  // TiledRing(0)'s device (1 TFLOP/s, compute-bound here) with a flash_attention factor of 0.25:
+  // the kernel's forward and backward, and its recompute under full remat, take 4x the seconds
+  // of the factor-less device; the recomputed projections and the dense kernel do not change.
+  auto ring = [](const std::string& efficiency) {
+    return *ParseTopology(
+        absl::StrCat(
+            "{\"device_spec\": {\"peak_tflops\": {\"bf16\": 1}, \"hbm_bytes\": "
+            "17179869184, \"hbm_bandwidth_gbytes_per_s\": 1000",
+            efficiency,
+            "}, \"ici\": {\"kind\": \"torus\", \"bandwidth_gbps\": 400, \"latency_us\": 1}, "
+            "\"slices\": [{\"shape\": [8], \"wraparound\": [true], \"hosts\": 1, "
+            "\"devices_per_host\": 8}]}"),
+        "<test>");
+  };
+  const nn::TransformerConfig c = Small();
+  Built b = Build(c);
+  const nn::RecipeShards shards = *nn::ShardsOf(Mesh8(), nn::ShardingRecipe::kFsdpTp);
+  auto estimate = [&](const std::string& efficiency, AttentionKernel kernel) {
+    CostModel model = *CostModel::Create(ring(efficiency));
+    return *EstimateTrainingStep(c, shards, Options(RematPolicy::kFull, kernel), model, b.program,
+                                 b.step.weight_parameters, b.step.moment_parameters);
+  };
+  const std::string quarter = ", \"efficiency\": {\"flash_attention\": 0.25}";
+  const TrainingStepEstimate plain = estimate("", AttentionKernel::kFlash);
+  const TrainingStepEstimate slow = estimate(quarter, AttentionKernel::kFlash);
+  EXPECT_DOUBLE_EQ(slow.attention_flops, plain.attention_flops);
+  EXPECT_DOUBLE_EQ(slow.attention_seconds, 4 * plain.attention_seconds);
+  // Full remat recomputes the forward kernel (4.5 keys per query: 1152 flops a layer, 2 layers)
+  // and the projections, which stay at the dot factor (1 here).
+  EXPECT_NEAR(slow.recompute_seconds - plain.recompute_seconds, 3 * 2 * 1152 / 1e12, 1e-20);
+  const TrainingStepEstimate dense = estimate("", AttentionKernel::kDotProduct);
+  const TrainingStepEstimate dense_quarter = estimate(quarter, AttentionKernel::kDotProduct);
+  EXPECT_DOUBLE_EQ(dense_quarter.recompute_seconds, dense.recompute_seconds);
 }
 
 TEST(TrainingStepTest, FlashBlockTilesAndSplitBackwardByHand) {

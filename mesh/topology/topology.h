@@ -108,8 +108,8 @@ struct DeviceSpec {
   double hbm_bandwidth_gbytes_per_s = 0.0;  // HBM bandwidth per device, 10^9 bytes/s
   // Optional (JSON "efficiency"): fraction of peak that one op class reaches, in (0, 1], keyed
   // by the names of kEfficiencyClasses ("dot", "elementwise", "reduce", "data_movement",
-  // "collective", "dcn"). The cost model (mesh/cost/cost_model.h) uses its defaults for classes
-  // not given.
+  // "collective", "dcn", "flash_attention"). The cost model (mesh/cost/cost_model.h) uses its
+  // defaults for classes not given ("flash_attention": the "dot" factor).
   std::map<std::string, double> efficiency;
   // Optional (JSON "matmul_tile"): side of the matrix unit's systolic array (TPU MXU: 128 on
   // v4 / v5e / v5p, 256 on v6e). When set, the cost model pads a dot's contracting size and its
@@ -169,9 +169,12 @@ struct IciLink {
 // cores), "elementwise" (unary, binary, compare, select, convert, ...), "reduce",
 // "data_movement" (broadcast, transpose, reshape, slice, pad, concatenate, dynamic-slice, ...),
 // "collective" (fraction of an ICI / NVLink link's bandwidth that a collective reaches), "dcn"
-// (fraction of the host NICs' bandwidth that a collective across slices reaches).
-inline constexpr std::string_view kEfficiencyClasses[] = {"dot",           "elementwise", "reduce",
-                                                          "data_movement", "collective",  "dcn"};
+// (fraction of the host NICs' bandwidth that a collective across slices reaches),
+// "flash_attention" (fraction of the matrix unit's peak that a fused attention kernel reaches on
+// its tile-padded matmul flops: Pallas flash / splash attention, FlashAttention; the simulator's
+// analytic attention, mesh/sim/training_step.h).
+inline constexpr std::string_view kEfficiencyClasses[] = {
+    "dot", "elementwise", "reduce", "data_movement", "collective", "dcn", "flash_attention"};
 
 // The XLA type names accepted as keys of `peak_tflops`.
 inline constexpr std::string_view kKnownDTypeNames[] = {
