@@ -15,7 +15,9 @@ The step, as MaxText builds it (layers/llama2.py, attentions.py, linears.py MlpB
 embedding, a scan over the layers of RMSNorm, q/k/v/out einsums, the Pallas TPU flash kernel
 (causal, 512 blocks) in shard_map, RMSNorm, SwiGLU MLP, each layer under jax.checkpoint with the
 remat policy (minimal: checkpoint_dots_with_no_batch_dims; minimal_offloaded:
-offload_dot_with_no_batch_dims to pinned_host; full: nothing_saveable), the logits and an f32
+offload_dot_with_no_batch_dims to pinned_host; full: nothing_saveable; custom: the names in
+"offload", of "context" and "mlpwo", offloaded to pinned_host and the rest recomputed), with
+"kv_heads" grouped-query attention and "mlp": "gelu" GPT-3's MLP, the logits and an f32
 cross entropy; f32 weights and Adam moments donated; weights sharded embed -> fsdp, heads / mlp /
 vocab -> tensor, activations batch -> fsdp (and "data" across slices with "slices": N, the
 topology N times over DCN), heads / mlp / embed -> tensor (base.yml's logical
@@ -49,11 +51,20 @@ def build(cfg):
         BATCH = "fsdp"
     B, S, D, H, HD, F, L, V = (cfg[k] for k in ("batch", "seq", "d", "heads", "head_dim", "ffn", "layers", "vocab"))
     bf = jnp.bfloat16
+    KVH = cfg.get("kv_heads", H)
     # "mlp": "gelu": GPT-3's MLP (one input matrix, GELU); default SwiGLU (Llama).
     gated = cfg.get("mlp", "swiglu") == "swiglu"
-    policy = {"minimal": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
-              "full": jax.checkpoint_policies.nothing_saveable,
-              "minimal_offloaded": jax.checkpoint_policies.offload_dot_with_no_batch_dims("device", "pinned_host")}[cfg["remat"]]
+    # "custom": MaxText's remat_policy custom with the names of "offload" (MaxText's
+    # checkpoint_name tags "context" and "mlpwo" here) offloaded to host memory and every other
+    # value recomputed (the scan carry, the layer input, stays in HBM).
+    policies = {"minimal": lambda: jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+                "full": lambda: jax.checkpoint_policies.nothing_saveable,
+                "minimal_offloaded": lambda: jax.checkpoint_policies.offload_dot_with_no_batch_dims("device", "pinned_host"),
+                "custom": lambda: jax.checkpoint_policies.save_and_offload_only_these_names(
+                    names_which_can_be_saved=[], names_which_can_be_offloaded=cfg.get("offload", []),
+                    offload_src="device", offload_dst="pinned_host")}
+    policy = policies[cfg["remat"]]()
+    from jax.ad_checkpoint import checkpoint_name
     def c(x, spec): return lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
     RES = P(BATCH, None, "tensor")  # activation_batch, activation_length, activation_embed
     def rms(x, w):
@@ -69,10 +80,11 @@ def build(cfg):
     def layer(x, w):
         a = rms(x, w["n1"])
         q = jnp.einsum("bsd,dhk->bshk", a, w["wq"].astype(bf))
-        k = jnp.einsum("bsd,dhk->bshk", a, w["wk"].astype(bf))
-        v = jnp.einsum("bsd,dhk->bshk", a, w["wv"].astype(bf))
+        # Grouped-query attention ("kv_heads"): each k / v head serves H / KVH query heads.
+        k = jnp.repeat(jnp.einsum("bsd,dhk->bshk", a, w["wk"].astype(bf)), H // KVH, axis=2)
+        v = jnp.repeat(jnp.einsum("bsd,dhk->bshk", a, w["wv"].astype(bf)), H // KVH, axis=2)
         q, k, v = (c(t, P(BATCH, None, "tensor", None)) for t in (q, k, v))
-        o = flash(*(t.transpose(0, 2, 1, 3) for t in (q, k, v))).transpose(0, 2, 1, 3)
+        o = checkpoint_name(flash(*(t.transpose(0, 2, 1, 3) for t in (q, k, v))).transpose(0, 2, 1, 3), "context")
         out = c(jnp.einsum("bshk,hkd->bsd", o, w["wo"].astype(bf)), RES)
         x1 = x + out
         m = rms(x1, w["n2"])
@@ -82,7 +94,7 @@ def build(cfg):
             h = jax.nn.silu(g) * u
         else:
             h = jax.nn.gelu(u)
-        return c(x1 + jnp.einsum("bsf,fd->bsd", h, w["wd"].astype(bf)), RES)
+        return c(x1 + checkpoint_name(jnp.einsum("bsf,fd->bsd", h, w["wd"].astype(bf)), "mlpwo"), RES)
     remat_layer = jax.checkpoint(layer, policy=policy, prevent_cse=False)
     def loss_fn(params, tokens):
         x = c(params["emb"].astype(bf)[tokens], RES)
@@ -100,8 +112,8 @@ def build(cfg):
     # MaxText's kernel axes: embed -> fsdp, heads / mlp / vocab -> tensor; layers stacked.
     shapes = {"emb": ((V, D), P("tensor", "fsdp")), "out": ((D, V), P("fsdp", "tensor")), "nf": ((D,), P()),
               "layers": {"wq": ((L, D, H, HD), P(None, "fsdp", "tensor", None)),
-                         "wk": ((L, D, H, HD), P(None, "fsdp", "tensor", None)),
-                         "wv": ((L, D, H, HD), P(None, "fsdp", "tensor", None)),
+                         "wk": ((L, D, KVH, HD), P(None, "fsdp", "tensor" if KVH % cfg["tensor"] == 0 else None, None)),
+                         "wv": ((L, D, KVH, HD), P(None, "fsdp", "tensor" if KVH % cfg["tensor"] == 0 else None, None)),
                          "wo": ((L, H, HD, D), P(None, "tensor", None, "fsdp")),
                          "wg": ((L, D, F), P(None, "fsdp", "tensor")), "wu": ((L, D, F), P(None, "fsdp", "tensor")),
                          "wd": ((L, F, D), P(None, "tensor", "fsdp")),
