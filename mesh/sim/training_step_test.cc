@@ -522,12 +522,13 @@ TEST(TrainingStepTest, FlashSavesTheScoresAndCostsTheKernel) {
   EXPECT_GT(flash.attention_seconds, 0);
 }
 
-// MakeUniformTopology(1, {8}, 1, {true})'s figures with a `tile` x `tile` matrix unit (0: none).
-Topology TiledRing(int64_t tile) {
+// MakeUniformTopology(1, {8}, 1, {true})'s figures with a `tile` x `tile` matrix unit (0: none)
+// and `spec_fields` (more device-spec JSON fields, each after a comma) in its device spec.
+Topology TiledRing(int64_t tile, const std::string& spec_fields = "") {
   return *ParseTopology(
       absl::StrCat("{\"device_spec\": {\"peak_tflops\": {\"bf16\": 1}, \"hbm_bytes\": 17179869184, "
                    "\"hbm_bandwidth_gbytes_per_s\": 1000",
-                   tile > 0 ? absl::StrCat(", \"matmul_tile\": ", tile) : "",
+                   tile > 0 ? absl::StrCat(", \"matmul_tile\": ", tile) : "", spec_fields,
                    "}, \"ici\": {\"kind\": \"torus\", \"bandwidth_gbps\": 400, \"latency_us\": 1}, "
                    "\"slices\": [{\"shape\": [8], \"wraparound\": [true], \"hosts\": 1, "
                    "\"devices_per_host\": 8}]}"),
@@ -600,22 +601,11 @@ TEST(TrainingStepTest, FlashKernelRunsAtTheFlashAttentionEfficiency) {
   // TiledRing(0)'s device (1 TFLOP/s, compute-bound here) with a flash_attention factor of 0.25:
   // the kernel's forward and backward, and its recompute under full remat, take 4x the seconds
   // of the factor-less device; the recomputed projections and the dense kernel do not change.
-  auto ring = [](const std::string& efficiency) {
-    return *ParseTopology(
-        absl::StrCat(
-            "{\"device_spec\": {\"peak_tflops\": {\"bf16\": 1}, \"hbm_bytes\": "
-            "17179869184, \"hbm_bandwidth_gbytes_per_s\": 1000",
-            efficiency,
-            "}, \"ici\": {\"kind\": \"torus\", \"bandwidth_gbps\": 400, \"latency_us\": 1}, "
-            "\"slices\": [{\"shape\": [8], \"wraparound\": [true], \"hosts\": 1, "
-            "\"devices_per_host\": 8}]}"),
-        "<test>");
-  };
   const nn::TransformerConfig c = Small();
   Built b = Build(c);
   const nn::RecipeShards shards = *nn::ShardsOf(Mesh8(), nn::ShardingRecipe::kFsdpTp);
   auto estimate = [&](const std::string& efficiency, AttentionKernel kernel) {
-    CostModel model = *CostModel::Create(ring(efficiency));
+    CostModel model = *CostModel::Create(TiledRing(0, efficiency));
     return *EstimateTrainingStep(c, shards, Options(RematPolicy::kFull, kernel), model, b.program,
                                  b.step.weight_parameters, b.step.moment_parameters);
   };
