@@ -9,9 +9,9 @@ PACKAGES=(
   # Libraries (found by CMake through find_package).
   libabsl-dev libeigen3-dev libtbb-dev libzmq3-dev cppzmq-dev libsodium-dev nlohmann-json3-dev libcli11-dev
   zlib1g-dev
-  # oneDNN: the executor's f32 GEMMs (its CMake package also needs the OpenCL headers, which
-  # libdnnl-dev pulls in).
-  libdnnl-dev
+  # oneDNN: the executor's f32 GEMMs. Its CMake package also needs the OpenCL headers and
+  # library, which libdnnl-dev only recommends (not installed with --no-install-recommends).
+  libdnnl-dev ocl-icd-opencl-dev
   # Tests and benchmarks.
   libgtest-dev libgmock-dev libbenchmark-dev llvm-14-tools clang-format
   # The sanitizer and fuzzing build (scripts/sanitize.sh): clang 14 and its runtime libraries
