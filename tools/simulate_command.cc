@@ -407,6 +407,7 @@ nlohmann::json TrainingJson(const GlobalStep& step, const mesh::TrainingStepEsti
         {"dispatch_flops_per_device", e.moe_dispatch_flops},
         {"expert_group_size", step.training.expert_group.size()}}},
       {"sequence_parallel", step.training.sequence_parallel},
+      {"quantize", {{"bytes_per_device", e.quantize_bytes}, {"quantize_s", e.quantize_seconds}}},
       {"remat",
        {{"policy", std::string(mesh::RematPolicyName(step.training.remat))},
         {"kept", kept},
@@ -625,6 +626,11 @@ void PrintReport(const SimulateFlags& f, const mesh::Topology& topology, const G
               ? absl::StrFormat(", dropout %g %s", step.training.attention_dropout,
                                 Seconds(e.dropout_seconds))
               : std::string());
+      if (e.quantize_bytes > 0) {
+        std::cout << absl::StrFormat(
+            "quantize       matmul operands: %s per device through HBM, %s\n",
+            FormatBytes(static_cast<double>(e.quantize_bytes)), Seconds(e.quantize_seconds));
+      }
       if (e.offload_bytes > 0) {
         std::cout << absl::StrFormat(
             "host offload   %s each way per device: %s each way, %s exposed\n",

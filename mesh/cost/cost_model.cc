@@ -290,7 +290,7 @@ double CostModel::Flops(const Node& node) {
   }
 }
 
-NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
+NodeCost CostModel::Cost(const Node& node, int64_t device_id, bool quantized) const {
   NodeCost cost;
   const Opcode op = node.opcode();
   const OpClass cls = ClassOf(op);
@@ -354,9 +354,10 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id) const {
   // A dot runs at the rate of its inputs' dtype (bf16 inputs with an f32 result still use the
   // bf16 MXU / tensor-core rate). A tuple-shaped op has no dtype of its own; f32 stands in.
   DType dtype = node.shape().is_tuple() ? DType::kF32 : node.shape().dtype();
-  const double peak = op == Opcode::kDot || op == Opcode::kConvolution
+  const bool matmul = op == Opcode::kDot || op == Opcode::kConvolution;
+  const double peak = matmul && quantized
                           ? MatmulPeakFlopsPerSecond(node.operand(0)->shape().dtype())
-                          : PeakFlopsPerSecond(dtype);
+                          : PeakFlopsPerSecond(matmul ? node.operand(0)->shape().dtype() : dtype);
   const int64_t tile = topology_.device_spec().matmul_tile;
   const double mxu_flops = op == Opcode::kDot && tile > 0 ? TiledDotFlops(node, tile) : cost.flops;
   cost.compute_seconds = mxu_flops / (peak * efficiency);

@@ -155,9 +155,11 @@ class CostModel {
   // collectives are costed from their replica_groups / source_target_pairs (global ids; an
   // empty replica_groups means one group of every device, as XLA). A device outside every
   // group costs nothing; a device that only receives in a collective-permute takes its
-  // sender's transfer time (and sends no bytes). Precondition: 0 <= device_id <
+  // sender's transfer time (and sends no bytes). `quantized` false costs a dot or convolution
+  // at its inputs' peak even when the options set a matmul_dtype (the matmuls that quantized
+  // training leaves in bf16: attention's). Precondition: 0 <= device_id <
   // topology.num_devices().
-  NodeCost Cost(const Node& node, int64_t device_id) const;
+  NodeCost Cost(const Node& node, int64_t device_id, bool quantized = true) const;
 
   // The collective part alone, for a group given explicitly: `opcode` one of the collective
   // opcodes, `group` the participating global ids (device_id among them), `bytes` = V above.

@@ -263,6 +263,8 @@ TEST(CostModelTest, MatmulDtypeCostsEveryDotAtItsPeak) {
   // 2 * 64 * 256 * 128 flops at 2e12 op/s x 0.5; bytes stay the bf16 ones.
   EXPECT_DOUBLE_EQ(model.Cost(*dot, 0).compute_seconds, 4194304.0 / (2e12 * 0.5));
   EXPECT_EQ(model.Cost(*dot, 0).bytes_accessed, 114688);
+  // Unquantized (attention's dots): at the bf16 peak.
+  EXPECT_DOUBLE_EQ(model.Cost(*dot, 0, false).compute_seconds, 4194304.0 / (1e12 * 0.5));
   EXPECT_DOUBLE_EQ(model.MatmulPeakFlopsPerSecond(DType::kBF16), 2e12);
   EXPECT_DOUBLE_EQ(model.PeakFlopsPerSecond(DType::kBF16), 1e12);
   // A dtype without a peak is an error, not a silent bf16 fallback.

@@ -100,6 +100,8 @@ TrainingStepEstimate ExtrapolateEstimate(const TrainingStepEstimate& one, Traini
   x(&TrainingStepEstimate::recompute_bytes);
   x(&TrainingStepEstimate::dropout_bytes);
   x(&TrainingStepEstimate::dropout_seconds);
+  x(&TrainingStepEstimate::quantize_bytes);
+  x(&TrainingStepEstimate::quantize_seconds);
   x(&TrainingStepEstimate::attention_flops);
   x(&TrainingStepEstimate::attention_bytes);
   x(&TrainingStepEstimate::attention_seconds);
@@ -256,9 +258,11 @@ absl::StatusOr<ModelStep> BuildModelStep(const Topology& topology,
 
 SimulatorOptions ModelSimulatorOptions(const ModelStep& step, SimulatorOptions base) {
   // With flash attention the program's dense S x S attention is costed by the kernel model
-  // instead (training_step.h).
+  // instead (training_step.h); dense, its dots stay at the bf16 peak under quantized matmuls.
   if (step.training.attention == AttentionKernel::kFlash) {
     base.costed_elsewhere = DenseAttentionFilter(step.graph_config);
+  } else {
+    base.unquantized = DenseAttentionFilter(step.graph_config);
   }
   return base;
 }

@@ -168,7 +168,8 @@ struct ProgramCosts {
 ProgramCosts CostProgram(const CostModel& model, const std::vector<Node*>& nodes,
                          const std::vector<DeviceClass>& classes,
                          const std::vector<int32_t>& class_of,
-                         const std::function<bool(const Node&)>& costed_elsewhere) {
+                         const std::function<bool(const Node&)>& costed_elsewhere,
+                         const std::function<bool(const Node&)>& unquantized) {
   ProgramCosts costs;
   const int64_t n = static_cast<int64_t>(nodes.size());
   const int64_t num_classes = static_cast<int64_t>(classes.size());
@@ -179,7 +180,9 @@ ProgramCosts CostProgram(const CostModel& model, const std::vector<Node*>& nodes
   for (int64_t i = 0; i < n; ++i) {
     const Node& node = *nodes[i];
     if (!IsCollective(node.opcode())) {
-      if (!(costed_elsewhere && costed_elsewhere(node))) costs.local[i] = model.Cost(node, 0);
+      if (!(costed_elsewhere && costed_elsewhere(node))) {
+        costs.local[i] = model.Cost(node, 0, !(unquantized && unquantized(node)));
+      }
       continue;
     }
     costs.collective_index[i] = num_collectives++;
@@ -664,8 +667,8 @@ absl::StatusOr<SimulationReport> Simulator::Run(const partitioner::SpmdProgram& 
   // once: the work is O(nodes x classes + group members), never O(nodes x devices).
   TESSEL_ASSIGN_OR_RETURN(std::vector<int32_t> class_of,
                           ClassifyDevices(topology, graph.nodes(), report.classes));
-  const ProgramCosts costs =
-      CostProgram(cost_model_, graph.nodes(), report.classes, class_of, options_.costed_elsewhere);
+  const ProgramCosts costs = CostProgram(cost_model_, graph.nodes(), report.classes, class_of,
+                                         options_.costed_elsewhere, options_.unquantized);
   class_of = {};  // O(devices); the schedule needs only the classes
   const Schedules schedules =
       ScheduleClasses(graph.nodes(), costs, options_.record_trace, report.classes);

@@ -80,6 +80,11 @@ struct SimulatorOptions {
   // (mesh/sim/training_step.h, IsDenseAttentionNode). Collectives are never skipped. Memory
   // (PeakLiveBytes) still counts these nodes.
   std::function<bool(const Node&)> costed_elsewhere;
+  // Dots for which this returns true run at their inputs' peak even under
+  // CostModelOptions::matmul_dtype (CostModel::Cost's `quantized` false): the attention matmuls,
+  // which quantized training (AQT in MaxText, Transformer Engine's fp8 linear layers) leaves in
+  // bf16.
+  std::function<bool(const Node&)> unquantized;
 };
 
 // One node's cost on the representative device of class 0, for the top-k lists.

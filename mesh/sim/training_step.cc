@@ -155,12 +155,14 @@ std::vector<LayerValue> BackwardReads(bool parallel_block) {
 int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Roofline of one fused kernel, as CostModel::Cost costs a local op of class "dot", at
-// `efficiency` of the peaks.
+// `efficiency` of the peaks: the matmul_dtype peak when `quantized` (the layers' projections and
+// experts), the dtype's own otherwise (attention, which quantized training leaves in bf16).
 double KernelSeconds(const CostModel& model, double flops, double bytes, DType dtype,
-                     double efficiency) {
+                     double efficiency, bool quantized) {
   const double hbm_bytes_per_s = model.topology().device_spec().hbm_bandwidth_gbytes_per_s * 1e9;
-  return std::max(flops / (model.MatmulPeakFlopsPerSecond(dtype) * efficiency),
-                  bytes / (hbm_bytes_per_s * efficiency));
+  const double peak =
+      quantized ? model.MatmulPeakFlopsPerSecond(dtype) : model.PeakFlopsPerSecond(dtype);
+  return std::max(flops / (peak * efficiency), bytes / (hbm_bytes_per_s * efficiency));
 }
 
 // One forward pass of the attention core on one device: flops, HBM bytes, seconds.
@@ -195,7 +197,7 @@ AttentionPass AttentionForward(const CostModel& model, const LocalLayer& layer,
   // "flash"); the dense path's dots are XLA's.
   const double efficiency = attention == AttentionKernel::kFlash ? model.FlashAttentionEfficiency()
                                                                  : model.Efficiency(OpClass::kDot);
-  pass.seconds = KernelSeconds(model, mxu_flops, pass.bytes, dtype, efficiency);
+  pass.seconds = KernelSeconds(model, mxu_flops, pass.bytes, dtype, efficiency, false);
   return pass;
 }
 
@@ -249,6 +251,54 @@ void EstimateAttentionDropout(const nn::TransformerConfig& config,
   e.dropout_seconds = bytes / hbm_bytes_per_s;
 }
 
+// Quantized training (header comment, "Quantized matmuls"): the HBM passes that quantize the
+// operands of every matmul of the layers, added to `e`.
+void EstimateQuantization(const nn::TransformerConfig& config, const nn::RecipeShards& shards,
+                          const CostModel& cost_model, const LocalLayer& layer,
+                          TrainingStepEstimate& e) {
+  const std::string& dtype = cost_model.options().matmul_dtype;
+  if (dtype.empty() || dtype == "bf16" || dtype == "f16" || dtype == "f32") return;
+  const double db = static_cast<double>(layer.dtype_bytes);
+  // AQT int8: an abs-max reduction reads the operand, the quantize reads it again and writes
+  // int8. fp8 with delayed scaling: one cast reads it and writes fp8 (the amax is taken in the
+  // same pass, the scale is last steps').
+  const double bytes_per_element = dtype == "s8" ? 2 * db + 1 : db + 1;
+  const double t = static_cast<double>(layer.tokens), d = static_cast<double>(layer.d_model);
+  const double q = static_cast<double>(layer.heads * layer.head_dim);
+  const double kv = static_cast<double>(layer.kv_heads * layer.head_dim);
+  const double f = static_cast<double>(layer.ffn) * (layer.gated ? 2 : 1);
+  const double mlp_t = t * layer.mlp_token_factor;
+  // An expert's matrices are whole on its device (split by FSDP and gathered like the rest).
+  const double local_experts =
+      config.experts > 0 ? static_cast<double>(Ceil(config.experts, shards.expert)) : 1;
+  struct Operands {
+    LayerOp op;
+    double input, weight, output;  // elements on this device: X, W (gathered), Y (and dY)
+  };
+  const Operands matmuls[] = {
+      {LayerOp::kQkvProj, t * d, d * (q + 2 * kv), t * (q + 2 * kv)},
+      {LayerOp::kOutProj, t * q, q * d, t * d},
+      {LayerOp::kMlpIn, mlp_t * d, local_experts * d * f, mlp_t * f},
+      {LayerOp::kMlpOut, mlp_t * static_cast<double>(layer.ffn),
+       local_experts * static_cast<double>(layer.ffn) * d, mlp_t * d},
+  };
+  double elements = 0;
+  for (const Operands& m : matmuls) {
+    const bool recomputed = std::find(e.remat.recomputed.begin(), e.remat.recomputed.end(), m.op) !=
+                            e.remat.recomputed.end();
+    // Each forward run (and its remat recompute) quantizes X and W; the backward's dX = dY W^T
+    // quantizes dY and W, its dW = X^T dY quantizes X and dY, each along its own contracting
+    // dimension (AQT's use_fwd_quant false: nothing is reused across the three).
+    const double forwards = recomputed ? 2 : 1;
+    elements += (forwards + 1) * (m.input + m.weight) + 2 * m.output;
+  }
+  const double bytes = static_cast<double>(config.layers) * elements * bytes_per_element;
+  const double hbm_bytes_per_s = cost_model.topology().device_spec().hbm_bandwidth_gbytes_per_s *
+                                 1e9 * cost_model.Efficiency(OpClass::kElementwise);
+  e.quantize_bytes = static_cast<int64_t>(bytes);
+  e.quantize_seconds = bytes / hbm_bytes_per_s;
+}
+
 // The MoE terms of the header comment, added to `e` (memory included).
 void EstimateMoe(const nn::TransformerConfig& config, const nn::RecipeShards& shards,
                  const TrainingStepOptions& options, const CostModel& cost_model,
@@ -287,7 +337,7 @@ void EstimateMoe(const nn::TransformerConfig& config, const nn::RecipeShards& sh
   const double mxu_flops =
       3 * ((layer.mlp_token_factor - 1) * mlp_forward_mxu + router_mxu + dispatch_mxu);
   e.moe_seconds = layers * KernelSeconds(cost_model, mxu_flops, 0, config.dtype,
-                                         cost_model.Efficiency(OpClass::kDot));
+                                         cost_model.Efficiency(OpClass::kDot), true);
   if (options.expert_group.size() > 1) {
     const int64_t bytes = static_cast<int64_t>(
         std::ceil(layer.mlp_token_factor * t * d * static_cast<double>(layer.dtype_bytes)));
@@ -836,7 +886,7 @@ void EstimateFlashKernel(const nn::TransformerConfig& config, const TrainingStep
   e.attention_seconds =
       layers *
       (forward.seconds + KernelSeconds(cost_model, backward_mxu_flops, backward_bytes, config.dtype,
-                                       cost_model.FlashAttentionEfficiency()));
+                                       cost_model.FlashAttentionEfficiency(), false));
 }
 
 }  // namespace
@@ -956,7 +1006,7 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
         layers *
         KernelSeconds(cost_model,
                       LocalOpMxuFlops(op, layer, cost_model.topology().device_spec().matmul_tile),
-                      0, config.dtype, cost_model.Efficiency(OpClass::kDot));
+                      0, config.dtype, cost_model.Efficiency(OpClass::kDot), true);
     // Fused into their neighbours under XLA (memory-bound and small); their own kernels, each
     // through HBM, in the unfused frameworks.
     if (cost_model.options().fusion != FusionMode::kXla) {
@@ -973,6 +1023,7 @@ absl::StatusOr<TrainingStepEstimate> EstimateTrainingStep(
     EstimateFlashKernel(config, options, cost_model, layer, keys, e);
   }
   EstimateAttentionDropout(config, options, cost_model, layer, e);
+  EstimateQuantization(config, shards, cost_model, layer, e);
   if (config.experts > 0) EstimateMoe(config, shards, options, cost_model, layer, e);
   EstimateContextParallel(config, options, cost_model, layer, e);
   e.hbm_bytes = cost_model.topology().device_spec().hbm_bytes;
@@ -992,8 +1043,8 @@ double HostOffloadExposedSeconds(const TrainingStepEstimate& e, double compute_s
 }
 
 void ApplyTrainingStep(const TrainingStepEstimate& e, SimulationReport& r) {
-  const double compute =
-      e.recompute_seconds + e.attention_seconds + e.moe_seconds + e.dropout_seconds;
+  const double compute = e.recompute_seconds + e.attention_seconds + e.moe_seconds +
+                         e.dropout_seconds + e.quantize_seconds;
   const double ici = e.moe_ici_seconds + e.cp_ici_seconds;
   const double dcn = e.moe_dcn_seconds + e.cp_dcn_seconds;
   const int64_t ici_bytes = e.moe_ici_bytes + e.cp_ici_bytes;

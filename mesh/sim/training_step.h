@@ -77,6 +77,29 @@
 // included; kSelective's function is the attention core, recomputed whole either way.
 // Narayanan et al. 2021 (SC '21) count full recompute as one extra forward pass (equation (3)).
 //
+// Quantized matmuls (CostModelOptions::matmul_dtype): the layers' projections and experts run at
+// the int8 or fp8 peak (CostModel); attention's matmuls (the flash kernel, the dense attention's
+// dots: SimulatorOptions::unquantized, and their recompute) stay at the bf16 peak, as AQT in
+// MaxText and Transformer Engine's fp8 linear layers leave them. Every matmul of the layers
+// (qkv_proj, out_proj, mlp_in, mlp_out, the experts' whole matrices under MoE) quantizes its two
+// operands first, in passes through HBM at the HBM bandwidth x the "elementwise" efficiency:
+//   int8: AQT as MaxText's quantization=int8 configures it (MaxText quantizations.py
+//     _get_int8_quant_config: aqt config_v3 with fwd_bits, dlhs_bits and drhs_bits 8, abs-max
+//     calibration along the contracting dimension, use_fwd_quant off): per operand an abs-max
+//     reduction reads it and the quantize reads it again and writes int8, 2 x dtype + 1 bytes
+//     per element. The gradient's stochastic rounding (rng_type jax.uniform) is taken as fused
+//     into its quantize pass.
+//   fp8: delayed scaling (NVIDIA Transformer Engine's recipe: the scale comes from earlier
+//     steps' amax history, the amax of this cast is taken in the same pass): one cast reads the
+//     operand and writes fp8, dtype + 1 bytes per element.
+// Operands per matmul Y = X W and step: each forward run (the forward, and the remat recompute
+// when the policy recomputes the op) quantizes X and W (W as gathered on the device); the
+// backward's dX = dY W^T quantizes dY and W, its dW = X^T dY quantizes X and dY, each along its
+// own contracting dimension (nothing is reused). So (runs + 1) (|X| + |W|) + 2 |Y| elements
+// per matmul (runs 1, or 2 when recomputed). Not counted: the int32 or fp32 results' rescale
+// (fused into the matmul), the logits matmul (MaxText quantizes the decoder layers' dense
+// layers), and Transformer Engine's fusions that emit fp8 straight from a LayerNorm.
+//
 // Attention dropout (TrainingStepOptions::attention_dropout > 0, dot_product attention, kEager or
 // kNone fusion; Megatron-LM --attention-dropout, default 0.1): a dropout kernel on the [t, H, S]
 // probabilities after the fused softmax: forward reads them and writes its output and a 1-byte
@@ -463,6 +486,10 @@ struct TrainingStepEstimate {
   // Attention dropout, all layers (0 without it, with flash, or under FusionMode::kXla).
   int64_t dropout_bytes = 0;
   double dropout_seconds = 0;
+  // Quantized matmuls (CostModelOptions::matmul_dtype int8 or fp8), all layers: the HBM passes
+  // that quantize their operands (file comment, "Quantized matmuls"); 0 in bf16.
+  int64_t quantize_bytes = 0;
+  double quantize_seconds = 0;
   // The flash kernel, forward and backward, all layers (0 with dot_product: the graph costs it).
   double attention_flops = 0;
   int64_t attention_bytes = 0;
@@ -512,12 +539,12 @@ struct TrainingStepEstimate {
 [[nodiscard]] std::function<bool(const Node&)> DenseAttentionFilter(
     const nn::TransformerConfig& config);
 
-// Adds the estimate's recompute, flash-attention, attention-dropout and MoE seconds and flops to
-// `report` (step time of both schedules, compute, flops; the MoE all-to-alls to ICI / DCN seconds
-// and bytes), the exposed host offload copies to each schedule's step time, and replaces its memory
-// verdict: peak_memory_bytes becomes the estimate's total, exceeds_hbm its !fits, and the
-// live-buffer "error: peak memory" warning (which assumes no remat and dense attention) gives way
-// to a "warning: ... does not fit" one when it does not fit.
+// Adds the estimate's recompute, flash-attention, attention-dropout, quantization and MoE seconds
+// and flops to `report` (step time of both schedules, compute, flops; the MoE all-to-alls to ICI
+// / DCN seconds and bytes), the exposed host offload copies to each schedule's step time, and
+// replaces its memory verdict: peak_memory_bytes becomes the estimate's total, exceeds_hbm its
+// !fits, and the live-buffer "error: peak memory" warning (which assumes no remat and dense
+// attention) gives way to a "warning: ... does not fit" one when it does not fit.
 void ApplyTrainingStep(const TrainingStepEstimate& estimate, SimulationReport& report);
 
 // The exposed seconds of the host offload copies (file comment, "Host offload"): 2 x

@@ -622,6 +622,56 @@ TEST(TrainingStepTest, FlashKernelRunsAtTheFlashAttentionEfficiency) {
   EXPECT_DOUBLE_EQ(dense_quarter.recompute_seconds, dense.recompute_seconds);
 }
 
+TEST(TrainingStepTest, QuantizedMatmulsPassTheirOperandsThroughHbmByHand) {
+  // Small() over Mesh8 (fsdp_tp): 8 tokens, d 16, q 8 wide, k and v 4 wide, ffn 16 gated (32).
+  // Elements (X, W, Y) per matmul: qkv (128, 256, 128), out (64, 128, 128), mlp_in
+  // (128, 512, 256), mlp_out (128, 256, 128). Without remat each is quantized as
+  // 2 (X + W) + 2 Y: 1024 + 640 + 1792 + 1024 = 4480 elements a layer; full remat runs qkv,
+  // out and mlp_in forward again: + 384 + 192 + 640.
+  const nn::TransformerConfig c = Small();
+  Built b = Build(c);
+  const nn::RecipeShards shards = *nn::ShardsOf(Mesh8(), nn::ShardingRecipe::kFsdpTp);
+  const Topology topology = *ParseTopology(
+      "{\"device_spec\": {\"peak_tflops\": {\"bf16\": 1, \"s8\": 2, \"f8e4m3fn\": 2}, "
+      "\"hbm_bytes\": 17179869184, \"hbm_bandwidth_gbytes_per_s\": 1000, \"efficiency\": "
+      "{\"elementwise\": 0.5}}, \"ici\": {\"kind\": \"torus\", \"bandwidth_gbps\": 400, "
+      "\"latency_us\": 1}, \"slices\": [{\"shape\": [8], \"wraparound\": [true], \"hosts\": 1, "
+      "\"devices_per_host\": 8}]}",
+      "<test>");
+  auto estimate = [&](const std::string& dtype, RematPolicy remat,
+                      AttentionKernel attention = AttentionKernel::kDotProduct) {
+    CostModelOptions cost;
+    cost.matmul_dtype = dtype;
+    CostModel model = *CostModel::Create(topology, cost);
+    return *EstimateTrainingStep(c, shards, Options(remat, attention), model, b.program,
+                                 b.step.weight_parameters, b.step.moment_parameters);
+  };
+  // bf16: nothing to quantize.
+  EXPECT_EQ(estimate("", RematPolicy::kNone).quantize_bytes, 0);
+  EXPECT_EQ(estimate("", RematPolicy::kNone).quantize_seconds, 0);
+  // int8 (AQT): 2 x 2 + 1 bytes an element (abs-max read, quantize read and int8 write), 2
+  // layers, at half of 1000 GB/s.
+  const TrainingStepEstimate int8 = estimate("s8", RematPolicy::kNone);
+  EXPECT_EQ(int8.quantize_bytes, 2 * 4480 * 5);
+  EXPECT_DOUBLE_EQ(int8.quantize_seconds, 2 * 4480 * 5 / 500e9);
+  EXPECT_EQ(estimate("s8", RematPolicy::kFull).quantize_bytes, 2 * (4480 + 1216) * 5);
+  // fp8 (delayed scaling): one cast, 2 + 1 bytes an element.
+  EXPECT_EQ(estimate("f8e4m3fn", RematPolicy::kNone).quantize_bytes, 2 * 4480 * 3);
+  // The flash kernel stays at the bf16 peak (1 TFLOP/s, compute-bound here); the recomputed
+  // projections run at the int8 peak (2), the recomputed kernel does not.
+  const TrainingStepEstimate flash = estimate("", RematPolicy::kFull, AttentionKernel::kFlash);
+  const TrainingStepEstimate flash8 = estimate("s8", RematPolicy::kFull, AttentionKernel::kFlash);
+  EXPECT_GT(flash.attention_seconds, 0);
+  EXPECT_DOUBLE_EQ(flash8.attention_seconds, flash.attention_seconds);
+  // Causal flash forward: 4.5 keys per query, 1152 flops a layer, 2 layers.
+  const double kernel = 2 * 1152 / 1e12;
+  EXPECT_NEAR(flash8.recompute_seconds, kernel + (flash.recompute_seconds - kernel) / 2, 1e-20);
+  // ApplyTrainingStep adds it to the step's compute.
+  SimulationReport r;
+  ApplyTrainingStep(int8, r);
+  EXPECT_DOUBLE_EQ(r.compute_seconds, int8.recompute_seconds + int8.quantize_seconds);
+}
+
 TEST(TrainingStepTest, FlashBlockTilesAndSplitBackwardByHand) {
   Topology topology = *MakeUniformTopology(1, {8}, 1, {true});
   CostModel model = *CostModel::Create(topology);

@@ -18,7 +18,10 @@ remat policy (minimal: checkpoint_dots_with_no_batch_dims; minimal_offloaded:
 offload_dot_with_no_batch_dims to pinned_host; full: nothing_saveable; custom: the names in
 "offload", of "context" and "mlpwo", offloaded to pinned_host and the rest recomputed), with
 "kv_heads" grouped-query attention and "mlp": "gelu" GPT-3's MLP, the logits and an f32
-cross entropy; f32 weights and Adam moments donated; weights sharded embed -> fsdp, heads / mlp /
+cross entropy; "quantization": "int8" runs the layers' einsums through AQT as MaxText's
+quantization=int8 does (quantizations.py _get_int8_quant_config: aqt config_v3 with int8
+forward, dlhs and drhs, stochastic rounding of the gradient operand (rng_type jax.uniform), drhs
+LocalAqt over quantization_local_shard_count = 1 shard; needs the aqtp package); f32 weights and Adam moments donated; weights sharded embed -> fsdp, heads / mlp /
 vocab -> tensor, activations batch -> fsdp (and "data" across slices with "slices": N, the
 topology N times over DCN), heads / mlp / embed -> tensor (base.yml's logical
 axis rules). Rotary embeddings and the optimizer's bias correction are left out (elementwise).
@@ -77,28 +80,43 @@ def build(cfg):
                        out_specs=P(BATCH, "tensor", None, None), check_rep=False)
     def flash(q, k, v):
         return fa.flash_attention(q, k, v, causal=True, sm_scale=HD ** -0.5, block_sizes=blocks)
-    def layer(x, w):
+    if cfg.get("quantization") == "int8":
+        from aqt.jax.v2 import config as aqt_config
+        aqt_cfg = aqt_config.config_v3(
+            fwd_bits=8, dlhs_bits=8, drhs_bits=8, rng_type="jax.uniform", dlhs_local_aqt=None,
+            drhs_local_aqt=aqt_config.LocalAqt(contraction_axis_shard_count=1),
+            fwd_accumulator_dtype=jnp.int32, dlhs_accumulator_dtype=jnp.int32,
+            drhs_accumulator_dtype=jnp.int32)
+    def layer(x, w, i=0):
+        if cfg.get("quantization") == "int8":
+            # The stochastic rounding's random bits: one key per layer, as MaxText's "aqt" rng.
+            dg_cfg = aqt_config.set_context(aqt_cfg, jax.random.fold_in(jax.random.PRNGKey(0), i),
+                                            train_step=None)
+            def dot_general(*args, **kwargs): return dg_cfg(*args, **kwargs)
+            einsum = functools.partial(jnp.einsum, _dot_general=dot_general)
+        else:
+            einsum = jnp.einsum
         a = rms(x, w["n1"])
-        q = jnp.einsum("bsd,dhk->bshk", a, w["wq"].astype(bf))
+        q = einsum("bsd,dhk->bshk", a, w["wq"].astype(bf))
         # Grouped-query attention ("kv_heads"): each k / v head serves H / KVH query heads.
-        k = jnp.repeat(jnp.einsum("bsd,dhk->bshk", a, w["wk"].astype(bf)), H // KVH, axis=2)
-        v = jnp.repeat(jnp.einsum("bsd,dhk->bshk", a, w["wv"].astype(bf)), H // KVH, axis=2)
+        k = jnp.repeat(einsum("bsd,dhk->bshk", a, w["wk"].astype(bf)), H // KVH, axis=2)
+        v = jnp.repeat(einsum("bsd,dhk->bshk", a, w["wv"].astype(bf)), H // KVH, axis=2)
         q, k, v = (c(t, P(BATCH, None, "tensor", None)) for t in (q, k, v))
         o = checkpoint_name(flash(*(t.transpose(0, 2, 1, 3) for t in (q, k, v))).transpose(0, 2, 1, 3), "context")
-        out = c(jnp.einsum("bshk,hkd->bsd", o, w["wo"].astype(bf)), RES)
+        out = c(einsum("bshk,hkd->bsd", o, w["wo"].astype(bf)), RES)
         x1 = x + out
         m = rms(x1, w["n2"])
-        u = c(jnp.einsum("bsd,df->bsf", m, w["wu"].astype(bf)), P(BATCH, None, "tensor"))
+        u = c(einsum("bsd,df->bsf", m, w["wu"].astype(bf)), P(BATCH, None, "tensor"))
         if gated:
-            g = c(jnp.einsum("bsd,df->bsf", m, w["wg"].astype(bf)), P(BATCH, None, "tensor"))
+            g = c(einsum("bsd,df->bsf", m, w["wg"].astype(bf)), P(BATCH, None, "tensor"))
             h = jax.nn.silu(g) * u
         else:
             h = jax.nn.gelu(u)
-        return c(x1 + checkpoint_name(jnp.einsum("bsf,fd->bsd", h, w["wd"].astype(bf)), "mlpwo"), RES)
+        return c(x1 + checkpoint_name(einsum("bsf,fd->bsd", h, w["wd"].astype(bf)), "mlpwo"), RES)
     remat_layer = jax.checkpoint(layer, policy=policy, prevent_cse=False)
     def loss_fn(params, tokens):
         x = c(params["emb"].astype(bf)[tokens], RES)
-        x, _ = lax.scan(lambda x, w: (remat_layer(x, w), None), x, params["layers"])
+        x, _ = lax.scan(lambda x, wi: (remat_layer(x, *wi), None), x, (params["layers"], jnp.arange(L)))
         logits = jnp.einsum("bsd,dv->bsv", rms(x, params["nf"]), params["out"].astype(bf))
         logits = c(logits, P(BATCH, None, "tensor"))
         lp = jax.nn.log_softmax(logits.astype(jnp.float32))
