@@ -102,6 +102,7 @@ TrainingStepEstimate ExtrapolateEstimate(const TrainingStepEstimate& one, Traini
   x(&TrainingStepEstimate::dropout_seconds);
   x(&TrainingStepEstimate::quantize_bytes);
   x(&TrainingStepEstimate::quantize_seconds);
+  x(&TrainingStepEstimate::quantize_weight_bytes);
   x(&TrainingStepEstimate::attention_flops);
   x(&TrainingStepEstimate::attention_bytes);
   x(&TrainingStepEstimate::attention_seconds);

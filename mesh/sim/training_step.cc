@@ -282,7 +282,7 @@ void EstimateQuantization(const nn::TransformerConfig& config, const nn::RecipeS
       {LayerOp::kMlpOut, mlp_t * static_cast<double>(layer.ffn),
        local_experts * static_cast<double>(layer.ffn) * d, mlp_t * d},
   };
-  double elements = 0;
+  double elements = 0, weight_elements = 0;
   for (const Operands& m : matmuls) {
     const bool recomputed = std::find(e.remat.recomputed.begin(), e.remat.recomputed.end(), m.op) !=
                             e.remat.recomputed.end();
@@ -291,12 +291,27 @@ void EstimateQuantization(const nn::TransformerConfig& config, const nn::RecipeS
     // dimension (AQT's use_fwd_quant false: nothing is reused across the three).
     const double forwards = recomputed ? 2 : 1;
     elements += (forwards + 1) * (m.input + m.weight) + 2 * m.output;
+    weight_elements += (forwards + 1) * m.weight;
   }
-  const double bytes = static_cast<double>(config.layers) * elements * bytes_per_element;
+  const double layers = static_cast<double>(config.layers);
+  const double bytes = layers * elements * bytes_per_element;
   const double hbm_bytes_per_s = cost_model.topology().device_spec().hbm_bandwidth_gbytes_per_s *
                                  1e9 * cost_model.Efficiency(OpClass::kElementwise);
   e.quantize_bytes = static_cast<int64_t>(bytes);
+  e.quantize_weight_bytes = static_cast<int64_t>(layers * weight_elements * bytes_per_element);
   e.quantize_seconds = bytes / hbm_bytes_per_s;
+}
+
+// Microbatches (gradient accumulation or pipeline) re-quantize the weights (header comment,
+// "Quantized matmuls"): every microbatch's forward and backward quantize them again; the
+// activations' passes were counted for the whole batch already.
+void RequantizeWeightsPerMicrobatch(int64_t microbatches, TrainingStepEstimate& e) {
+  if (microbatches <= 1 || e.quantize_weight_bytes <= 0) return;
+  const double extra =
+      static_cast<double>(microbatches - 1) * static_cast<double>(e.quantize_weight_bytes);
+  const double seconds_per_byte = e.quantize_seconds / static_cast<double>(e.quantize_bytes);
+  e.quantize_bytes += static_cast<int64_t>(extra);
+  e.quantize_seconds += extra * seconds_per_byte;
 }
 
 // The MoE terms of the header comment, added to `e` (memory included).
@@ -1137,6 +1152,7 @@ absl::StatusOr<PipelineEstimate> EstimatePipeline(const nn::TransformerConfig& s
     // Gradient accumulation (header comment): the microbatches run one after another, each
     // forward then backward, so one microbatch's activations and working set are live.
     if (p.microbatches > 1) ScaleToOneMicrobatch(p.microbatches, e);
+    RequantizeWeightsPerMicrobatch(p.microbatches, e);
     return p;
   }
   if (p.microbatches <= 0 || local_sequences % p.microbatches != 0) {
@@ -1199,6 +1215,7 @@ absl::StatusOr<PipelineEstimate> EstimatePipeline(const nn::TransformerConfig& s
   const int64_t per_batch = e.memory.temporary_bytes - e.gathered_weight_bytes;
   e.memory.temporary_bytes = e.gathered_weight_bytes + per_batch / p.microbatches;
   e.fits = e.memory.total_bytes() <= e.hbm_bytes;
+  RequantizeWeightsPerMicrobatch(p.microbatches, e);
   return p;
 }
 

@@ -96,8 +96,11 @@
 // when the policy recomputes the op) quantizes X and W (W as gathered on the device); the
 // backward's dX = dY W^T quantizes dY and W, its dW = X^T dY quantizes X and dY, each along its
 // own contracting dimension (nothing is reused). So (runs + 1) (|X| + |W|) + 2 |Y| elements
-// per matmul (runs 1, or 2 when recomputed). Not counted: the int32 or fp32 results' rescale
-// (fused into the matmul), the logits matmul (MaxText quantizes the decoder layers' dense
+// per matmul (runs 1, or 2 when recomputed). With microbatches (gradient accumulation, or a
+// pipeline's m microbatches; EstimatePipeline) every microbatch quantizes the weights again, as
+// AQT quantizes inside each microbatch's matmuls: the (runs + 1) |W| elements m times; the
+// activations' elements add up to the whole batch's. Not counted: the int32 or fp32 results'
+// rescale (fused into the matmul), the logits matmul (MaxText quantizes the decoder layers' dense
 // layers), and Transformer Engine's fusions that emit fp8 straight from a LayerNorm.
 //
 // Attention dropout (TrainingStepOptions::attention_dropout > 0, dot_product attention, kEager or
@@ -490,6 +493,9 @@ struct TrainingStepEstimate {
   // that quantize their operands (file comment, "Quantized matmuls"); 0 in bf16.
   int64_t quantize_bytes = 0;
   double quantize_seconds = 0;
+  // Of quantize_bytes: the weights' passes for one microbatch; EstimatePipeline adds them once
+  // more for each further microbatch (gradient accumulation or pipeline).
+  int64_t quantize_weight_bytes = 0;
   // The flash kernel, forward and backward, all layers (0 with dot_product: the graph costs it).
   double attention_flops = 0;
   int64_t attention_bytes = 0;
@@ -604,10 +610,12 @@ struct PipelineEstimate {
 // The pipeline terms for one stage of `stage_config` (layers = the stage's layers, batch and
 // seq_len the global ones) whose training-step estimate is `estimate`: sets the transfers and
 // the bubble fraction, and scales estimate.memory.activation_bytes to the schedule's in-flight
-// microbatches and the per-batch temporaries to one microbatch's (and estimate.fits with them). No
-// stage group: gradient accumulation over options.microbatches (file comment; stages = 1, the
-// memory of one microbatch). Errors: kInvalidArgument when microbatches does not divide the
-// sequences of a stage's data-parallel rank, or virtual stages with the GPipe schedule.
+// microbatches and the per-batch temporaries to one microbatch's (and estimate.fits with them),
+// and adds the weights' quantize passes of the further microbatches to estimate.quantize_bytes
+// and quantize_seconds ("Quantized matmuls"). No stage group: gradient accumulation over
+// options.microbatches (file comment; stages = 1, the memory of one microbatch). Errors:
+// kInvalidArgument when microbatches does not divide the sequences of a stage's data-parallel rank,
+// or virtual stages with the GPipe schedule.
 [[nodiscard]] absl::StatusOr<PipelineEstimate> EstimatePipeline(
     const nn::TransformerConfig& stage_config, const nn::RecipeShards& shards,
     const PipelineOptions& options, const CostModel& cost_model, TrainingStepEstimate& estimate);

@@ -670,6 +670,30 @@ TEST(TrainingStepTest, QuantizedMatmulsPassTheirOperandsThroughHbmByHand) {
   SimulationReport r;
   ApplyTrainingStep(int8, r);
   EXPECT_DOUBLE_EQ(r.compute_seconds, int8.recompute_seconds + int8.quantize_seconds);
+
+  // Microbatches quantize the weights again each: without remat 2 |W| a layer, 2 x (256 + 128 +
+  // 512 + 256) = 2304 elements, 2 layers at 5 bytes; 4 microbatches add 3 more of them.
+  EXPECT_EQ(int8.quantize_weight_bytes, 2 * 2304 * 5);
+  const int64_t weights = 2 * 2304 * 5;
+  PipelineOptions accumulation;
+  accumulation.microbatches = 4;
+  TrainingStepEstimate accumulated = int8;
+  const CostModel model = *CostModel::Create(topology);
+  ASSERT_TRUE(EstimatePipeline(c, Shards(1, 1, 1), accumulation, model, accumulated).ok());
+  EXPECT_EQ(accumulated.quantize_bytes, 2 * 4480 * 5 + 3 * weights);
+  EXPECT_DOUBLE_EQ(accumulated.quantize_seconds, (2 * 4480 * 5 + 3 * weights) / 500e9);
+  // A pipeline stage runs each of its m microbatches through the same weights: the same.
+  PipelineOptions pipeline;
+  pipeline.microbatches = 4;
+  pipeline.stage_group = {0, 1};
+  TrainingStepEstimate staged = int8;
+  ASSERT_TRUE(EstimatePipeline(c, Shards(1, 1, 1), pipeline, model, staged).ok());
+  EXPECT_EQ(staged.quantize_bytes, accumulated.quantize_bytes);
+  // One microbatch, or bf16: nothing added.
+  accumulation.microbatches = 1;
+  TrainingStepEstimate one = int8;
+  ASSERT_TRUE(EstimatePipeline(c, Shards(1, 1, 1), accumulation, model, one).ok());
+  EXPECT_EQ(one.quantize_bytes, int8.quantize_bytes);
 }
 
 TEST(TrainingStepTest, FlashBlockTilesAndSplitBackwardByHand) {
