@@ -673,8 +673,8 @@ TEST(TrainingStepTest, QuantizedMatmulsPassTheirOperandsThroughHbmByHand) {
 
   // Microbatches quantize the weights again each: without remat 2 |W| a layer, 2 x (256 + 128 +
   // 512 + 256) = 2304 elements, 2 layers at 5 bytes; 4 microbatches add 3 more of them.
-  EXPECT_EQ(int8.quantize_weight_bytes, 2 * 2304 * 5);
   const int64_t weights = 2 * 2304 * 5;
+  EXPECT_EQ(int8.quantize_weight_bytes, weights);
   PipelineOptions accumulation;
   accumulation.microbatches = 4;
   TrainingStepEstimate accumulated = int8;
@@ -689,7 +689,7 @@ TEST(TrainingStepTest, QuantizedMatmulsPassTheirOperandsThroughHbmByHand) {
   TrainingStepEstimate staged = int8;
   ASSERT_TRUE(EstimatePipeline(c, Shards(1, 1, 1), pipeline, model, staged).ok());
   EXPECT_EQ(staged.quantize_bytes, accumulated.quantize_bytes);
-  // One microbatch, or bf16: nothing added.
+  // One microbatch: nothing added.
   accumulation.microbatches = 1;
   TrainingStepEstimate one = int8;
   ASSERT_TRUE(EstimatePipeline(c, Shards(1, 1, 1), accumulation, model, one).ok());
