@@ -222,6 +222,10 @@ double CostModel::Efficiency(OpClass op_class) const {
   return it == efficiency_.end() ? 1.0 : it->second;
 }
 
+bool CostModel::ReduceScatterRunsAsAllReduce() const {
+  return options_.fusion == FusionMode::kXla && topology_.ici().kind == IciKind::kTorus;
+}
+
 double CostModel::FlashAttentionEfficiency() const {
   auto it = efficiency_.find("flash_attention");
   return it == efficiency_.end() ? Efficiency(OpClass::kDot) : it->second;
@@ -300,6 +304,9 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id, bool quantized) co
     // only 1/n of it), the operand for every other collective.
     const int64_t bytes =
         op == Opcode::kAllGather ? node.shape().byte_size() : node.operand(0)->shape().byte_size();
+    // XLA:TPU reduces a gradient with a whole-buffer all-reduce and slices the result (header).
+    const Opcode costed_as =
+        op == Opcode::kReduceScatter && ReduceScatterRunsAsAllReduce() ? Opcode::kAllReduce : op;
     if (op == Opcode::kCollectivePermute) {
       // A device that sends is costed by its own transfer; self pairs are local copies
       // (PlanReshard emits them for tiles that stay put) and cost nothing here.
@@ -323,11 +330,11 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id, bool quantized) co
     if (groups.empty()) {
       std::vector<int64_t> all(topology_.num_devices());
       for (int64_t i = 0; i < topology_.num_devices(); ++i) all[i] = i;
-      return CollectiveCost(op, all, bytes, device_id);
+      return CollectiveCost(costed_as, all, bytes, device_id);
     }
     for (const std::vector<int64_t>& group : groups) {
       if (std::find(group.begin(), group.end(), device_id) != group.end()) {
-        return CollectiveCost(op, group, bytes, device_id);
+        return CollectiveCost(costed_as, group, bytes, device_id);
       }
     }
     // In no group: the collective does not involve this device at all.

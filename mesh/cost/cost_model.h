@@ -57,6 +57,15 @@
 //     all-to-all (m-1)/m * V / B_dcn, collective-permute V / B_dcn + alpha_dcn.
 //   Source: Thakur et al. 2005 (ring, reduce-scatter + all-gather all-reduce); Cloud TPU
 //   multislice docs (DCN per host); How to Scale Your Model, "multislice".
+// - XLA:TPU's reduce-scatter (FusionMode kXla on a kTorus slice: a TPU running XLA's program;
+//   ReduceScatterRunsAsAllReduce): costed as the all-reduce of its whole operand V on the same
+//   group, whose result a fusion then slices into the device's shard. XLA:TPU compiles the FSDP
+//   weight gradients of a MaxText step so (a plain all-reduce of the bf16 matrix over the fsdp
+//   group inside the backward loop, no reduce-scatter), and the one public TPU profile of such
+//   a step spends about an all-reduce's time on them (docs/simulator.md, "The FSDP weight
+//   gradients on TPU"). The simulator also keeps it on the compute stream (synchronous). GPUs
+//   (kSwitch: NCCL's reduce-scatter on its own stream) and the kEager / kNone modes keep the
+//   reduce-scatter formula.
 // seconds of a collective = ici_seconds + dcn_seconds (the phases run one after the other).
 #ifndef TESSEL_MESH_COST_MODEL_H_
 #define TESSEL_MESH_COST_MODEL_H_
@@ -183,6 +192,11 @@ class CostModel {
   [[nodiscard]] double MatmulPeakFlopsPerSecond(DType input_dtype) const;
   // The efficiency factor of an op class.
   [[nodiscard]] double Efficiency(OpClass op_class) const;
+  // True when a reduce-scatter runs as XLA:TPU runs it (the header's last collective rule): the
+  // options' fusion is kXla and the slices are a kTorus. Cost then gives a reduce-scatter the
+  // seconds and bytes of an all-reduce of its operand on the same group, and the simulator
+  // holds the compute stream for it (mesh/sim/simulator.h).
+  [[nodiscard]] bool ReduceScatterRunsAsAllReduce() const;
   // The fraction of the matrix unit's peak a fused attention kernel reaches on its tile-padded
   // matmul flops: the device spec's "flash_attention" factor, else Efficiency(OpClass::kDot)
   // (the kernel's matmuls at the rate of XLA's). In (0, 1].

@@ -400,6 +400,45 @@ TEST(CostModelTest, SwitchUsesNcclRing) {
   EXPECT_NEAR(c.ici_seconds, 2 * 7.0 / 8 * 8e6 / 450e9 + 14 * 1e-6, 1e-15);
 }
 
+// XLA:TPU runs a reduce-scatter as an all-reduce of its operand (cost_model.h): under XLA's
+// fusion on a torus a reduce-scatter node costs the all-reduce of the same V on the same group;
+// on a switch (NCCL) or under kEager it keeps the reduce-scatter formula. A ring of 4 (closed,
+// 2 x 50e9 B/s), V = 4000 B: all-reduce 2 * 0.75 * 4000 / 100e9 + 2 * 2 * 1 us = 4.06 us,
+// reduce-scatter 0.75 * 4000 / 100e9 + 2 * 1 us = 2.03 us. The switch: one 400 Gbps port,
+// 0.75 * 4000 / 50e9 + 3 * 1 us = 3.06 us.
+TEST(CostModelTest, ReduceScatterCostsAsXlaTpuRunsIt) {
+  Graph g("rs");
+  Node* p = g.AddParameter(0, Shape(DType::kF32, {1000})).value();
+  OpAttributes attrs;
+  attrs.replica_groups = {{0, 1, 2, 3}};
+  attrs.dimensions = {0};
+  Node* rs = g.AddNode(Opcode::kReduceScatter, {p}, attrs).value();
+  const std::vector<int64_t> all = {0, 1, 2, 3};
+
+  CostModel tpu = Model(TopologyJson("[4]", "[true]", 1, 1, 4));
+  EXPECT_TRUE(tpu.ReduceScatterRunsAsAllReduce());
+  NodeCost c = tpu.Cost(*rs, 2);
+  EXPECT_NEAR(c.seconds, 4.06e-6, 1e-15);
+  EXPECT_EQ(c.ici_bytes, 6000);
+  EXPECT_DOUBLE_EQ(c.seconds, tpu.CollectiveCost(Opcode::kAllReduce, all, 4000, 2).seconds);
+  // CollectiveCost itself still costs what it is asked for.
+  EXPECT_NEAR(tpu.CollectiveCost(Opcode::kReduceScatter, all, 4000, 2).seconds, 2.03e-6, 1e-15);
+
+  absl::StatusOr<Topology> torus = ParseTopology(TopologyJson("[4]", "[true]", 1, 1, 4), "<t>");
+  ASSERT_TRUE(torus.ok()) << torus.status();
+  CostModelOptions eager;
+  eager.fusion = FusionMode::kEager;
+  CostModel framework = *CostModel::Create(*torus, eager);
+  EXPECT_FALSE(framework.ReduceScatterRunsAsAllReduce());
+  EXPECT_NEAR(framework.Cost(*rs, 2).seconds, 2.03e-6, 1e-15);
+
+  CostModel gpu =
+      Model(TopologyJson("[4]", "[false]", 1, 1, 4, 400, 1, 200, 10, "", false, "switch"));
+  EXPECT_FALSE(gpu.ReduceScatterRunsAsAllReduce());
+  EXPECT_NEAR(gpu.Cost(*rs, 2).seconds, 3.06e-6, 1e-15);
+  EXPECT_EQ(gpu.Cost(*rs, 2).ici_bytes, 3000);
+}
+
 TEST(CostModelTest, CollectiveNodesFindTheirGroup) {
   CostModel model = Model(TopologyJson("[4]", "[true]", 1, 1, 4));
   Graph g("ar");

@@ -157,9 +157,15 @@ struct ProgramCosts {
   std::vector<int64_t> collective_index;   // per node: k for the k-th collective, else -1
   std::vector<NodeCost> collective;        // [k * num_classes + c]
   std::vector<std::vector<int32_t>> sync;  // [k * num_classes + c]: classes c waits for
+  // Per collective k: it also holds the compute stream (XLA:TPU's synchronous gradient
+  // all-reduce, CostModel::ReduceScatterRunsAsAllReduce).
+  std::vector<bool> holds_compute;
 
   int64_t num_nodes() const { return static_cast<int64_t>(local.size()); }
   bool is_collective(int64_t i) const { return collective_index[i] >= 0; }
+  bool holds_compute_stream(int64_t i) const {
+    return collective_index[i] >= 0 && holds_compute[collective_index[i]];
+  }
   const NodeCost& of(int64_t i, int64_t c) const {
     return collective_index[i] < 0 ? local[i] : collective[collective_index[i] * num_classes + c];
   }
@@ -186,6 +192,8 @@ ProgramCosts CostProgram(const CostModel& model, const std::vector<Node*>& nodes
       continue;
     }
     costs.collective_index[i] = num_collectives++;
+    costs.holds_compute.push_back(node.opcode() == Opcode::kReduceScatter &&
+                                  model.ReduceScatterRunsAsAllReduce());
     for (int64_t c = 0; c < num_classes; ++c) {
       const int64_t rep = classes[c].representative_device;
       costs.collective.push_back(model.Cost(node, rep));
@@ -347,9 +355,13 @@ std::vector<int64_t> OverlapOrder(const ProgramCosts& costs, const Edges& e) {
       }
       if (next_collective < collectives.size() && waiting[collectives[next_collective]] == 0) {
         const int64_t i = collectives[next_collective++];
-        const double start = std::max(ready[i], comm_free);
-        issue(i, start);
-        comm_free = done[i];
+        if (costs.holds_compute_stream(i)) {
+          issue(i, std::max(ready[i], compute_free));
+          compute_free = done[i];
+        } else {
+          issue(i, std::max(ready[i], comm_free));
+          comm_free = done[i];
+        }
         progress = true;
       }
     }
@@ -425,7 +437,8 @@ void ScheduleInOrder(const ProgramCosts& costs, bool record_trace, Schedules& sc
 
 // The overlapped schedule: nodes issued in `order` (OverlapOrder) on one compute and one
 // collective stream per class; a node starts when its operands are done and its stream is free,
-// a collective also when the collective streams of the classes it waits for are.
+// a collective also when the collective streams of the classes it waits for are; one that holds
+// the compute stream (ProgramCosts::holds_compute) takes the compute streams instead.
 void ScheduleOverlapped(const ProgramCosts& costs, const Edges& e,
                         const std::vector<int64_t>& order, bool record_trace, Schedules& schedules,
                         std::vector<DeviceClass>& classes) {
@@ -444,17 +457,20 @@ void ScheduleOverlapped(const ProgramCosts& costs, const Edges& e,
     double* node_done = &done[i * num_classes];
     if (costs.is_collective(i)) {
       const int64_t k = costs.collective_index[i];
+      // A collective that holds the compute stream is a kernel on it (XLA:TPU's reduce-scatter
+      // fusion), not a transfer queued behind the async collectives in flight.
+      std::vector<double>& stream_free = costs.holds_compute[k] ? compute_free : comm_free;
       for (int64_t c = 0; c < num_classes; ++c) {
         double b = 0;
         for (int32_t other : costs.sync[k * num_classes + c]) {
-          b = std::max(b, std::max(ready[other], comm_free[other]));
+          b = std::max({b, ready[other], stream_free[other]});
         }
         begin[c] = b;
       }
       for (int64_t c = 0; c < num_classes; ++c) {
         if (record_trace) schedules.overlap_start[i * num_classes + c] = begin[c];
         node_done[c] = begin[c] + costs.of(i, c).seconds;
-        comm_free[c] = node_done[c];
+        stream_free[c] = node_done[c];
         end[c] = std::max(end[c], node_done[c]);
       }
       continue;

@@ -32,7 +32,14 @@
 //   unless such a feeder becomes ready before that op can start. So a gradient collective starts
 //   as soon as its operand can be computed, not where program order puts its preparation (after
 //   the whole backward pass, in partitioned programs), and a feeder that waits on another
-//   collective's result is not pulled ahead of compute that can run. O(n log n) in the nodes.
+//   collective's result is not pulled ahead of compute that can run. A reduce-scatter that the
+//   cost model runs as XLA:TPU's synchronous all-reduce (CostModel::ReduceScatterRunsAsAllReduce:
+//   XLA's fusion on a torus, i.e. a TPU) runs on the compute stream instead: it starts when its
+//   operand is done and the compute streams of every class it waits for are free, and no local
+//   op runs on its class until it ends; it does not queue behind the async collectives in
+//   flight (XLA:TPU emits it as a fused all-reduce + dynamic-slice kernel on the TensorCore, not
+//   as an async collective; docs/simulator.md, "Reduce-scatter on TPU"; the links it shares
+//   with a concurrent all-gather are not modelled). O(n log n) in the nodes.
 //   The memory limit XLA puts on how far it prefetches is not modelled.
 // Both schedules are always computed; `overlap` picks which one `step_seconds` reports.
 //

@@ -186,6 +186,58 @@ TEST(SimulatorTest, OverlapStartsAGradientCollectiveAsSoonAsItsConvertCanRun) {
   EXPECT_NEAR(TraceStart(r, y->name()), 33.947648e-6, 1e-15);
 }
 
+// The same program with a reduce-scatter of the gradient instead of the all-reduce. On a TPU
+// (XLA's fusion on a torus) XLA runs it as a synchronous all-reduce of c (CostModel::
+// ReduceScatterRunsAsAllReduce): 5.96608 us as above, and it holds the compute stream, so y waits
+// for it: gw 0..33.554432, c ..33.947648, the reduction ..39.913728, y ..308.349184 us, with the
+// 5.96608 us exposed. On a switch (NCCL) the reduce-scatter is a ring over one 400 Gbps port,
+// 0.75 * 131072 / 50e9 + 3 * 1 us = 4.96608 us, and runs under y: 302.383104 us, nothing exposed.
+TEST(SimulatorTest, OverlapHoldsTheComputeStreamForXlaTpuGradientReduction) {
+  for (const bool tpu : {true, false}) {
+    SCOPED_TRACE(tpu ? "torus" : "switch");
+    Topology topology =
+        tpu ? Uniform(1, {4}, 1, {true})
+            : *ParseTopology(
+                  "{\"device_spec\": {\"peak_tflops\": {\"bf16\": 1, \"f32\": 1}, "
+                  "\"hbm_bytes\": 1073741824, \"hbm_bandwidth_gbytes_per_s\": 1000}, "
+                  "\"ici\": {\"kind\": \"switch\", \"bandwidth_gbps\": 400, \"latency_us\": 1}, "
+                  "\"dcn\": {\"bandwidth_gbps\": 200, \"latency_us\": 10}, \"slices\": "
+                  "[{\"shape\": [4], \"wraparound\": [false], \"hosts\": 1, "
+                  "\"devices_per_host\": 4}]}",
+                  "<test>");
+    auto g = std::make_unique<Graph>("gradient");
+    Node* a = g->AddParameter(0, Shape(DType::kF32, {256, 256})).value();
+    Node* b = g->AddParameter(1, Shape(DType::kF32, {512, 512})).value();
+    Node* gw = g->AddNode(Opcode::kDot, {a, a}, MatMul()).value();
+    Node* y = g->AddNode(Opcode::kDot, {b, b}, MatMul()).value();
+    Node* c = g->AddNode(Opcode::kConvert, Shape(DType::kBF16, {256, 256}), {gw}).value();
+    OpAttributes scatter;
+    scatter.replica_groups = {{0, 1, 2, 3}};
+    scatter.dimensions = {0};
+    Node* rs = g->AddNode(Opcode::kReduceScatter, {c}, scatter).value();
+    g->set_root(g->AddNode(Opcode::kTuple, {y, rs}).value());
+    SimulatorOptions options = TraceOptions();
+    options.overlap = true;
+    Simulator sim = *Simulator::Create(topology, options);
+    partitioner::SpmdProgram program = Program(std::move(g), 4);  // owns the nodes used below
+    SimulationReport r = *sim.Run(program);
+    const double t_rs = tpu ? 5.96608e-6 : 4.96608e-6;
+    EXPECT_NEAR(sim.cost_model().Cost(*rs, 0).seconds, t_rs, 1e-15);
+    EXPECT_NEAR(r.in_order_seconds, 302.383104e-6 + t_rs, 1e-15);
+    EXPECT_NEAR(r.compute_seconds, 302.383104e-6, 1e-15);
+    EXPECT_NEAR(TraceStart(r, rs->name()), 33.947648e-6, 1e-15);
+    if (tpu) {
+      EXPECT_NEAR(r.overlapped_seconds, 308.349184e-6, 1e-15);
+      EXPECT_NEAR(r.exposed_comm_seconds, 5.96608e-6, 1e-15);
+      EXPECT_NEAR(TraceStart(r, y->name()), 39.913728e-6, 1e-15);
+    } else {
+      EXPECT_NEAR(r.overlapped_seconds, 302.383104e-6, 1e-15);
+      EXPECT_NEAR(r.exposed_comm_seconds, 0, 1e-15);
+      EXPECT_NEAR(TraceStart(r, y->name()), 33.947648e-6, 1e-15);
+    }
+  }
+}
+
 // A local op that feeds a collective but reads another collective's result is not pulled ahead
 // of compute that can run now: program order ar1 = all-reduce(p); y = dot(b, b);
 // h = convert(ar1); ar2 = all-reduce(h). By hand (as above):
@@ -347,8 +399,9 @@ TEST(SimulatorTest, EveryRecipePartitionsAndSimulatesOnEightDevices) {
 }
 
 // The overlapped trace of real partitioned training steps is a valid schedule on every class:
-// every node starts after its operands are done, local ops never overlap on the compute stream
-// nor collectives on the collective stream, and the last end is the overlapped step.
+// every node starts after its operands are done, local ops (and, on a TPU, reduce-scatters)
+// never overlap on the compute stream nor collectives on the collective stream, and the last end
+// is the overlapped step.
 TEST(SimulatorTest, OverlappedTraceIsAValidScheduleForEveryRecipe) {
   Topology topology = Uniform(2, {2, 2}, 2);
   SimulatorOptions options = TraceOptions();
@@ -385,7 +438,11 @@ TEST(SimulatorTest, OverlappedTraceIsAValidScheduleForEveryRecipe) {
         EXPECT_GE(e.start_seconds, ready - 1e-15) << node->name();
         done[node] = e.start_seconds + e.seconds;
         end = std::max(end, done[node]);
-        (IsCollective(node->opcode()) ? comm : compute)
+        // On this torus (a TPU) a reduce-scatter is a kernel on the compute stream.
+        const bool on_compute_stream =
+            !IsCollective(node->opcode()) || (node->opcode() == Opcode::kReduceScatter &&
+                                              sim.cost_model().ReduceScatterRunsAsAllReduce());
+        (on_compute_stream ? compute : comm)
             .emplace_back(e.start_seconds, e.start_seconds + e.seconds);
       }
       for (auto* stream : {&compute, &comm}) {
