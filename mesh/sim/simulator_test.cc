@@ -152,23 +152,37 @@ OpAttributes MatMul() {
 // overlapped schedule gave when it took local ops in program order). Overlapped now: gw, c, y
 // with the all-reduce from 33.947648 to 39.913728 us, so the step is 302.383104 us and nothing
 // is exposed.
-TEST(SimulatorTest, OverlapStartsAGradientCollectiveAsSoonAsItsConvertCanRun) {
-  Topology topology = Uniform(1, {4}, 1, {true});
+// gw = dot(a, a); y = dot(b, b); c = convert(gw); `reduction`(c) over devices 0-3 (along dim 0
+// for a reduce-scatter); the root is (y, the reduction). The program owns the nodes.
+struct GradientProgram {
+  partitioner::SpmdProgram program;
+  Node *gw, *y, *c, *reduction;
+};
+GradientProgram MakeGradientProgram(Opcode reduction) {
   auto g = std::make_unique<Graph>("gradient");
+  GradientProgram p;
   Node* a = g->AddParameter(0, Shape(DType::kF32, {256, 256})).value();
   Node* b = g->AddParameter(1, Shape(DType::kF32, {512, 512})).value();
-  Node* gw = g->AddNode(Opcode::kDot, {a, a}, MatMul()).value();
-  Node* y = g->AddNode(Opcode::kDot, {b, b}, MatMul()).value();
-  Node* c = g->AddNode(Opcode::kConvert, Shape(DType::kBF16, {256, 256}), {gw}).value();
+  p.gw = g->AddNode(Opcode::kDot, {a, a}, MatMul()).value();
+  p.y = g->AddNode(Opcode::kDot, {b, b}, MatMul()).value();
+  p.c = g->AddNode(Opcode::kConvert, Shape(DType::kBF16, {256, 256}), {p.gw}).value();
   OpAttributes all;
   all.replica_groups = {{0, 1, 2, 3}};
-  Node* ar = g->AddNode(Opcode::kAllReduce, {c}, all).value();
-  g->set_root(g->AddNode(Opcode::kTuple, {y, ar}).value());
+  if (reduction == Opcode::kReduceScatter) all.dimensions = {0};
+  p.reduction = g->AddNode(reduction, {p.c}, all).value();
+  g->set_root(g->AddNode(Opcode::kTuple, {p.y, p.reduction}).value());
+  p.program = Program(std::move(g), 4);
+  return p;
+}
+
+TEST(SimulatorTest, OverlapStartsAGradientCollectiveAsSoonAsItsConvertCanRun) {
+  Topology topology = Uniform(1, {4}, 1, {true});
+  GradientProgram p = MakeGradientProgram(Opcode::kAllReduce);
+  Node *gw = p.gw, *y = p.y, *c = p.c, *ar = p.reduction;
   SimulatorOptions options = TraceOptions();
   options.overlap = true;
   Simulator sim = *Simulator::Create(topology, options);
-  partitioner::SpmdProgram program = Program(std::move(g), 4);  // owns the nodes used below
-  SimulationReport r = *sim.Run(program);
+  SimulationReport r = *sim.Run(p.program);
   const CostModel& m = sim.cost_model();
   EXPECT_NEAR(m.Cost(*gw, 0).seconds, 33.554432e-6, 1e-15);
   EXPECT_NEAR(m.Cost(*y, 0).seconds, 268.435456e-6, 1e-15);
@@ -205,22 +219,12 @@ TEST(SimulatorTest, OverlapHoldsTheComputeStreamForXlaTpuGradientReduction) {
                   "[{\"shape\": [4], \"wraparound\": [false], \"hosts\": 1, "
                   "\"devices_per_host\": 4}]}",
                   "<test>");
-    auto g = std::make_unique<Graph>("gradient");
-    Node* a = g->AddParameter(0, Shape(DType::kF32, {256, 256})).value();
-    Node* b = g->AddParameter(1, Shape(DType::kF32, {512, 512})).value();
-    Node* gw = g->AddNode(Opcode::kDot, {a, a}, MatMul()).value();
-    Node* y = g->AddNode(Opcode::kDot, {b, b}, MatMul()).value();
-    Node* c = g->AddNode(Opcode::kConvert, Shape(DType::kBF16, {256, 256}), {gw}).value();
-    OpAttributes scatter;
-    scatter.replica_groups = {{0, 1, 2, 3}};
-    scatter.dimensions = {0};
-    Node* rs = g->AddNode(Opcode::kReduceScatter, {c}, scatter).value();
-    g->set_root(g->AddNode(Opcode::kTuple, {y, rs}).value());
+    GradientProgram p = MakeGradientProgram(Opcode::kReduceScatter);
+    Node *y = p.y, *rs = p.reduction;
     SimulatorOptions options = TraceOptions();
     options.overlap = true;
     Simulator sim = *Simulator::Create(topology, options);
-    partitioner::SpmdProgram program = Program(std::move(g), 4);  // owns the nodes used below
-    SimulationReport r = *sim.Run(program);
+    SimulationReport r = *sim.Run(p.program);
     const double t_rs = tpu ? 5.96608e-6 : 4.96608e-6;
     EXPECT_NEAR(sim.cost_model().Cost(*rs, 0).seconds, t_rs, 1e-15);
     EXPECT_NEAR(r.in_order_seconds, 302.383104e-6 + t_rs, 1e-15);
