@@ -304,7 +304,7 @@ NodeCost CostModel::Cost(const Node& node, int64_t device_id, bool quantized) co
     // only 1/n of it), the operand for every other collective.
     const int64_t bytes =
         op == Opcode::kAllGather ? node.shape().byte_size() : node.operand(0)->shape().byte_size();
-    // XLA:TPU reduces a gradient with a whole-buffer all-reduce and slices the result (header).
+    // XLA:TPU runs a reduce-scatter as a whole-buffer all-reduce and a slice (header).
     const Opcode costed_as =
         op == Opcode::kReduceScatter && ReduceScatterRunsAsAllReduce() ? Opcode::kAllReduce : op;
     if (op == Opcode::kCollectivePermute) {

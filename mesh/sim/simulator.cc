@@ -157,8 +157,8 @@ struct ProgramCosts {
   std::vector<int64_t> collective_index;   // per node: k for the k-th collective, else -1
   std::vector<NodeCost> collective;        // [k * num_classes + c]
   std::vector<std::vector<int32_t>> sync;  // [k * num_classes + c]: classes c waits for
-  // Per collective k: it also holds the compute stream (XLA:TPU's synchronous gradient
-  // all-reduce, CostModel::ReduceScatterRunsAsAllReduce).
+  // Per collective k: it runs on the compute stream instead of the collective one (XLA:TPU's
+  // reduce-scatter fusion, CostModel::ReduceScatterRunsAsAllReduce).
   std::vector<bool> holds_compute;
 
   int64_t num_nodes() const { return static_cast<int64_t>(local.size()); }
