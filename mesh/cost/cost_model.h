@@ -59,11 +59,13 @@
 //   multislice docs (DCN per host); How to Scale Your Model, "multislice".
 // - XLA:TPU's reduce-scatter (FusionMode kXla on a kTorus slice: a TPU running XLA's program;
 //   ReduceScatterRunsAsAllReduce): costed as the all-reduce of its whole operand V on the same
-//   group, whose result a fusion then slices into the device's shard. XLA:TPU compiles the FSDP
-//   weight gradients of a MaxText step so (a plain all-reduce of the bf16 matrix over the fsdp
-//   group inside the backward loop, no reduce-scatter), and the one public TPU profile of such
-//   a step spends about an all-reduce's time on them (docs/simulator.md, "The FSDP weight
-//   gradients on TPU"). The simulator also keeps it on the compute stream (synchronous). GPUs
+//   group. XLA:TPU emits a reduce-scatter as an all-reduce of the whole buffer and a
+//   dynamic-slice of the device's shard, fused into one TensorCore kernel (MaxText's
+//   benchmarks/xla_flags_library.py: "AR + DS = RS fusion"; seen for FSDP weight gradients and
+//   tensor-parallel activations in XLA:TPU's compiled MaxText-style steps), and the one public
+//   TPU profile of such a step spends about an all-reduce's time in it (docs/simulator.md,
+//   "Reduce-scatter on TPU"). The simulator runs it on the compute stream. Not modelled: XLA's
+//   collective matmuls, which fuse some gradient reductions into their dot instead. GPUs
 //   (kSwitch: NCCL's reduce-scatter on its own stream) and the kEager / kNone modes keep the
 //   reduce-scatter formula.
 // seconds of a collective = ici_seconds + dcn_seconds (the phases run one after the other).
