@@ -128,7 +128,8 @@ endfunction()
 # tessel_cc_test(NAME name SRCS ... DEPS ... [LABELS ...] [TIMEOUT s])
 #
 # One GoogleTest binary registered with CTest as a single test (one process per binary keeps
-# ctest -j2 cheap on two cores). Default label `unit`, default timeout 300 s. Tests labelled
+# ctest -j2 cheap on two cores). Default label `unit`, default timeout 300 s (times
+# TESSEL_TEST_TIMEOUT_SCALE, 4 in the sanitizer build). Tests labelled
 # `unit` are also prerequisites of the `unit_tests` target (build just what `ctest -L unit` runs).
 # Nothing is declared when TESSEL_BUILD_TESTS is OFF.
 function(tessel_cc_test)
@@ -139,6 +140,7 @@ function(tessel_cc_test)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
+  math(EXPR T_TIMEOUT "${T_TIMEOUT} * ${TESSEL_TEST_TIMEOUT_SCALE}")
   if(NOT T_LABELS)
     set(T_LABELS unit)
   endif()

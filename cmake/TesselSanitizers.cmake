@@ -14,6 +14,17 @@
 option(TESSEL_SANITIZE "Build with ASan+UBSan, halting on the first report" OFF)
 option(TESSEL_FUZZ "Build the libFuzzer targets in fuzz/ (clang only)" OFF)
 
+# The timeouts of the GoogleTest binaries (tessel_cc_test) and of the suites that run `tessel`
+# (tests/CMakeLists.txt) are multiplied by TESSEL_TEST_TIMEOUT_SCALE: under ASan+UBSan code runs
+# 2-5x slower, and on a loaded 2-core CI machine the transport and autoshard unit tests passed
+# their 120 s and 300 s limits beside another test (4x: the lit suites' golden run took 62 s alone
+# and over 120 s beside lit_cli). The timeouts are hang guards, not speed bounds.
+if(TESSEL_SANITIZE)
+  set(TESSEL_TEST_TIMEOUT_SCALE 4)
+else()
+  set(TESSEL_TEST_TIMEOUT_SCALE 1)
+endif()
+
 if(TESSEL_SANITIZE)
   set(tessel_sanitizers -fsanitize=address,undefined -fno-sanitize-recover=all)
   add_compile_options(${tessel_sanitizers} -fno-omit-frame-pointer -O1 -g1)
