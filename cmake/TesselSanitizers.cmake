@@ -19,13 +19,9 @@ option(TESSEL_FUZZ "Build the libFuzzer targets in fuzz/ (clang only)" OFF)
 # 2-5x slower, and on a loaded 2-core CI machine the transport and autoshard unit tests passed
 # their 120 s and 300 s limits beside another test (4x: the lit suites' golden run took 62 s alone
 # and over 120 s beside lit_cli). The timeouts are hang guards, not speed bounds.
+set(TESSEL_TEST_TIMEOUT_SCALE 1)
 if(TESSEL_SANITIZE)
   set(TESSEL_TEST_TIMEOUT_SCALE 4)
-else()
-  set(TESSEL_TEST_TIMEOUT_SCALE 1)
-endif()
-
-if(TESSEL_SANITIZE)
   set(tessel_sanitizers -fsanitize=address,undefined -fno-sanitize-recover=all)
   add_compile_options(${tessel_sanitizers} -fno-omit-frame-pointer -O1 -g1)
   add_link_options(${tessel_sanitizers})

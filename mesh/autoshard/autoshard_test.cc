@@ -224,7 +224,7 @@ TEST(AutoshardTest, MemoryLimitReplacesTheHbm) {
   big.ffn = 32768;
   big.heads = 64;
   big.kv_heads = 8;
-  // 16 layers: 12.9 G parameters x 16 bytes over at most 8 devices is 26 GiB a device.
+  // 16 layers: 15.3 G parameters x 16 bytes over at most 8 devices is 28 GiB a device.
   big.layers = 16;
   options.remat_policies = {RematPolicy::kFull};
   options.hbm_bytes = int64_t{1} << 50;  // 1 PiB per device
